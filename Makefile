@@ -1,0 +1,112 @@
+# tpk — build, test, benchmark.
+#
+#   make deps        install what is missing (Debian packages, Python packages); safe to rerun
+#   make             build/libtpk.a, build/libtpk.so, build/tpk
+#   make test        every test (C unit tests, golden diagnostics, tutorials)
+#   make test-asan   the C tests under AddressSanitizer + UBSan
+#   make bench       benchmarks -> bench/results.json and bench/RESULTS.md
+#   make fuzz        the frontend fuzzer (FUZZ_SECONDS=60 by default)
+#
+# BUILD selects the output folder, so several builds (plain, asan, fuzz) live
+# side by side.
+
+BUILD ?= build
+CC ?= cc
+OPT ?= -O2
+SANITIZE ?=
+PYTHON ?= python3
+
+CPPFLAGS := -Iinclude -I. -I$(BUILD) -D_POSIX_C_SOURCE=200809L
+CFLAGS := -std=c11 -g $(OPT) -fPIC -Wall -Wextra -Werror -Wshadow -Wno-missing-field-initializers $(SANITIZE)
+# re2c and lemon output is generated; lemon's template trips a few warnings.
+GEN_CFLAGS := $(filter-out -Wshadow,$(CFLAGS)) -Wno-unused-parameter -Wno-unused-variable \
+	-Wno-unused-but-set-variable -Wno-implicit-fallthrough -Wno-sign-compare
+LDFLAGS += $(SANITIZE)
+LDLIBS := -lm -lpthread
+
+MODULES := frontend dsl lower runtime sim
+LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
+GEN_SRC := $(BUILD)/dsl/lexer.c $(BUILD)/dsl/grammar.c
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
+CLI_SRC := $(wildcard cli/*.c)
+CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
+TEST_SRC := $(wildcard tests/*/test_*.c)
+TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_SUPPORT := $(BUILD)/tests/support.o
+
+.PHONY: all deps test test-asan test-c bench fuzz clean
+all: $(BUILD)/libtpk.a $(BUILD)/libtpk.so $(BUILD)/tpk
+
+deps:
+	@sh tools/deps.sh
+
+# ---- generated sources ----
+$(BUILD)/dsl/grammar.c $(BUILD)/dsl/grammar.h: dsl/grammar.y
+	@mkdir -p $(BUILD)/dsl
+	lemon -q -T/usr/share/lemon/lempar.c -d$(BUILD)/dsl dsl/grammar.y
+$(BUILD)/dsl/lexer.c: dsl/lexer.re $(BUILD)/dsl/grammar.h
+	@mkdir -p $(BUILD)/dsl
+	re2c -W --no-generation-date -o $@ dsl/lexer.re
+
+$(GEN_SRC:.c=.o): %.o: %.c
+	$(CC) $(CPPFLAGS) $(GEN_CFLAGS) -MMD -MP -c $< -o $@
+
+# Everything in dsl/ may include the token codes lemon generates.
+$(BUILD)/dsl/%.o: dsl/%.c | $(BUILD)/dsl/grammar.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# ---- library and command line ----
+$(BUILD)/libtpk.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libtpk.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tpk: $(CLI_OBJ) $(BUILD)/libtpk.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtpk.a $(LDLIBS)
+
+# ---- tests ----
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/libtpk.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< $(TEST_SUPPORT) $(BUILD)/libtpk.a -lcmocka $(LDFLAGS) $(LDLIBS)
+$(TEST_SUPPORT): tests/support.c tests/support.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -c $< -o $@
+
+test-c: $(TEST_BIN) $(BUILD)/tpk
+	@sh tools/run-tests.sh $(BUILD) $(TEST_BIN)
+
+test: test-c
+	@sh tools/run-tutorials.sh $(BUILD)
+
+test-asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -fno-omit-frame-pointer" \
+		SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all" test-c
+
+# ---- benchmarks ----
+bench: all
+	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_frontend
+	@$(PYTHON) bench/run.py --build $(BUILD)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libtpk.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libtpk.a $(LDFLAGS) $(LDLIBS)
+
+# ---- fuzzing (clang's libFuzzer) ----
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build/fuzz
+fuzz:
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 -fno-omit-frame-pointer" \
+		SANITIZE="-fsanitize=fuzzer-no-link,address,undefined" $(FUZZ_BUILD)/libtpk.a
+	clang -std=c11 -g -O1 -Iinclude -I. -fsanitize=fuzzer,address,undefined \
+		-o $(FUZZ_BUILD)/fuzz_frontend tests/fuzz/fuzz_frontend.c $(FUZZ_BUILD)/libtpk.a -lm -lpthread
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	$(FUZZ_BUILD)/fuzz_frontend -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=5 -rss_limit_mb=2048 \
+		-dict=tests/fuzz/tpk.dict $(FUZZ_BUILD)/corpus tests/fuzz/corpus
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,168 @@
+/*
+ * diag.c — collecting diagnostics and rendering them, in the one place the
+ * contract's §8 form is produced:
+ *
+ *   file:line:col: error: message
+ *      <the source line>
+ *      ^~~~~
+ *   hint: ...
+ */
+#include "dsl/dsl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tpk_diags_init(TpkDiags *d, const TpkSource *src) {
+  memset(d, 0, sizeof *d);
+  d->src = src;
+}
+
+void tpk_diags_free(TpkDiags *d) {
+  for (int i = 0; i < d->count; i++) {
+    free(d->items[i].message);
+    free(d->items[i].hint);
+  }
+  free(d->items);
+  d->items = NULL;
+  d->count = d->cap = 0;
+}
+
+static char *vformat(const char *fmt, va_list ap) {
+  TpkStr s = {0};
+  tpk_str_vprintf(&s, fmt, ap);
+  return tpk_str_take(&s);
+}
+
+static void add(TpkDiags *d, TpkSeverity sev, TpkSpan at, const char *hint, const char *fmt, va_list ap) {
+  if (sev == TPK_SEV_ERROR) d->errors++;
+  if (d->count >= TPK_DIAG_LIMIT) {
+    if (sev == TPK_SEV_ERROR) d->truncated = true;
+    return;
+  }
+  if (d->count == d->cap) {
+    int cap = d->cap ? d->cap * 2 : 8;
+    TpkDiag *items = realloc(d->items, (size_t)cap * sizeof *items);
+    if (!items) return; /* the error count above still marks the failure */
+    d->items = items;
+    d->cap = cap;
+  }
+  TpkDiag *g = &d->items[d->count++];
+  g->severity = sev;
+  g->span = at;
+  g->message = vformat(fmt, ap);
+  g->hint = NULL;
+  if (hint) {
+    size_t n = strlen(hint);
+    g->hint = malloc(n + 1);
+    if (g->hint) memcpy(g->hint, hint, n + 1);
+  }
+}
+
+void tpk_diag_error(TpkDiags *d, TpkSpan at, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  add(d, TPK_SEV_ERROR, at, NULL, fmt, ap);
+  va_end(ap);
+}
+
+void tpk_diag_error_hint(TpkDiags *d, TpkSpan at, const char *hint, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  add(d, TPK_SEV_ERROR, at, hint, fmt, ap);
+  va_end(ap);
+}
+
+void tpk_diag_note(TpkDiags *d, TpkSpan at, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  add(d, TPK_SEV_NOTE, at, NULL, fmt, ap);
+  va_end(ap);
+}
+
+static const char *SEVERITY[] = {"error", "warning", "note"};
+
+/* The source line holding byte `offset`, and the caret line under
+ * [offset, offset+len). Tabs in the source are copied into the caret line's
+ * indentation so the caret lines up in any terminal. Non-printable bytes are
+ * shown as '?' so binary input cannot garble the terminal. */
+static void render_excerpt(TpkStr *out, const TpkSource *src, uint32_t offset, uint32_t len) {
+  if (!src || !src->text || offset > src->len) return;
+  size_t start = offset, end = offset;
+  while (start > 0 && src->text[start - 1] != '\n') start--;
+  while (end < src->len && src->text[end] != '\n') end++;
+  if (end > start && src->text[end - 1] == '\r') end--;
+  enum { MAX_SHOWN = 240 }; /* a minified line is cut, not dumped */
+  if (end - start > MAX_SHOWN && offset - start < MAX_SHOWN) end = start + MAX_SHOWN;
+  if (offset - start >= MAX_SHOWN) return;
+  tpk_str_puts(out, "   ");
+  for (size_t i = start; i < end; i++) {
+    unsigned char c = (unsigned char)src->text[i];
+    tpk_str_putc(out, (c == '\t' || (c >= 32 && c < 127) || c >= 128) ? (char)c : '?');
+  }
+  tpk_str_puts(out, "\n   ");
+  for (size_t i = start; i < offset; i++) tpk_str_putc(out, src->text[i] == '\t' ? '\t' : ' ');
+  tpk_str_putc(out, '^');
+  size_t stop = offset + (len ? len : 1);
+  if (stop > end) stop = end;
+  for (size_t i = offset + 1; i < stop; i++) tpk_str_putc(out, '~');
+  tpk_str_putc(out, '\n');
+}
+
+void tpk_diags_render(TpkStr *out, const TpkDiags *d) {
+  const char *file = d->src && d->src->name ? d->src->name : "<input>";
+  for (int i = 0; i < d->count; i++) {
+    const TpkDiag *g = &d->items[i];
+    tpk_str_printf(out, "%s:%d:%d: %s: %s\n", file, g->span.line, g->span.col, SEVERITY[g->severity],
+                   g->message ? g->message : "(out of memory)");
+    if (g->span.line > 0) render_excerpt(out, d->src, g->span.offset, g->span.len);
+    if (g->hint) tpk_str_printf(out, "hint: %s\n", g->hint);
+  }
+  if (d->truncated) {
+    int shown = 0;
+    for (int i = 0; i < d->count; i++) shown += d->items[i].severity == TPK_SEV_ERROR;
+    tpk_str_printf(out, "%s: note: %d more errors not shown\n", file, d->errors - shown);
+  }
+}
+
+TpkStatus tpk_source_read(TpkSource *src, const char *path, TpkError *err) {
+  memset(src, 0, sizeof *src);
+  FILE *f = fopen(path, "rb");
+  if (!f) return tpk_error(err, TPK_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  TpkStr s = {0};
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+    if (s.len + n > TPK_SOURCE_MAX) {
+      fclose(f);
+      tpk_str_free(&s);
+      return tpk_error(err, TPK_ERR_INVALID, "%s is larger than %d MiB; refusing to compile it", path,
+                       TPK_SOURCE_MAX >> 20);
+    }
+    tpk_str_putn(&s, buf, n);
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (bad || s.failed) {
+    tpk_str_free(&s);
+    return tpk_error(err, bad ? TPK_ERR_IO : TPK_ERR_NOMEM, "cannot read %s", path);
+  }
+  size_t name_len = strlen(path);
+  char *name = malloc(name_len + 1);
+  if (!name) {
+    tpk_str_free(&s);
+    return tpk_error(err, TPK_ERR_NOMEM, "out of memory reading %s", path);
+  }
+  memcpy(name, path, name_len + 1);
+  src->len = s.len;
+  src->text = tpk_str_take(&s);
+  src->name = name;
+  return TPK_OK;
+}
+
+void tpk_source_free(TpkSource *src) {
+  free((char *)src->text);
+  free((char *)src->name);
+  memset(src, 0, sizeof *src);
+}

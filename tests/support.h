@@ -1,0 +1,38 @@
+/*
+ * support.h — helpers shared by the cmocka tests: compiling .tpk text,
+ * rendering its diagnostics, and finding files in the source tree.
+ */
+#ifndef TPK_TEST_SUPPORT_H
+#define TPK_TEST_SUPPORT_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka needs the includes above first */
+#include <cmocka.h>
+
+#include "dsl/dsl.h"
+
+/* Result of compiling one source text. */
+typedef struct TestCompile {
+  TpkSource src;
+  TpkDiags diags;
+  TpkModule *module; /* NULL when there were errors */
+  char *rendered;    /* rendered diagnostics (heap, "" when none) */
+  TpkStatus status;
+} TestCompile;
+
+/* Parse and check `text` as if it were file `name`. */
+void test_compile(TestCompile *c, const char *name, const char *text, const TpkCheckOptions *opts);
+void test_compile_free(TestCompile *c);
+
+/* Read a whole file (heap, NUL-terminated), or NULL. `*len` may be NULL. */
+char *test_read_file(const char *path, size_t *len);
+
+/* The repository root: $TPK_ROOT, else the current directory. */
+const char *test_root(void);
+/* Path under the root, in a static buffer (valid until the next call). */
+const char *test_path(const char *rel);
+
+#endif

@@ -1,0 +1,24 @@
+#!/bin/sh
+# Install what the build and tests need and is missing; safe to run twice.
+# Debian packages: re2c (lexer), lemon (parser), libtcc (JIT), cmocka (tests),
+# clang (libFuzzer, for `make fuzz`).
+set -e
+missing=""
+need() { # need PACKAGE FILE-THAT-PROVES-IT
+  [ -e "$2" ] || missing="$missing $1"
+}
+need re2c /usr/bin/re2c
+need lemon /usr/bin/lemon
+need libtcc-dev /usr/include/libtcc.h
+need libcmocka-dev /usr/include/cmocka.h
+need clang /usr/bin/clang
+need make /usr/bin/make
+need gcc /usr/bin/gcc
+if [ -n "$missing" ]; then
+  echo "deps: installing$missing"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+echo "deps: all present (re2c $(re2c --version | cut -d' ' -f2), lemon, libtcc, cmocka, clang)"
