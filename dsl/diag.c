@@ -114,8 +114,11 @@ void tpk_diags_render(TpkStr *out, const TpkDiags *d) {
   const char *file = d->src && d->src->name ? d->src->name : "<input>";
   for (int i = 0; i < d->count; i++) {
     const TpkDiag *g = &d->items[i];
-    tpk_str_printf(out, "%s:%d:%d: %s: %s\n", file, g->span.line, g->span.col, SEVERITY[g->severity],
-                   g->message ? g->message : "(out of memory)");
+    const char *msg = g->message ? g->message : "(out of memory)";
+    if (g->span.line > 0)
+      tpk_str_printf(out, "%s:%d:%d: %s: %s\n", file, g->span.line, g->span.col, SEVERITY[g->severity], msg);
+    else /* about the file as a whole, e.g. a --bind naming no symbol */
+      tpk_str_printf(out, "%s: %s: %s\n", file, SEVERITY[g->severity], msg);
     if (g->span.line > 0) render_excerpt(out, d->src, g->span.offset, g->span.len);
     if (g->hint) tpk_str_printf(out, "hint: %s\n", g->hint);
   }

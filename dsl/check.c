@@ -1,0 +1,2353 @@
+/*
+ * check.c — from a parsed .tpk file to IR.
+ *
+ * One pass over each kernel resolves names, infers dtypes and symbolic
+ * shapes, enforces every rule of the language and builds the tile-level IR
+ * as it goes (the way Lua's parser emits code while it parses). Building and
+ * checking together keeps one copy of each rule: the place that knows a
+ * shape is the place that builds the op.
+ *
+ * Errors are reported at the culprit's span and checking goes on: an
+ * expression that failed evaluates to an error value that silences further
+ * complaints about it, so one mistake gives one diagnostic.
+ *
+ * Mutable variables become SSA: a `var` assigned inside a loop becomes a
+ * loop-carried value (iter arg + yield), one assigned inside an `if` becomes
+ * an if result. Which variables those are is found by a pre-scan of the body.
+ *
+ * Compile-time integers (literals, consts, tunables, shape symbols and their
+ * arithmetic) are evaluated as TpkDims, so `f32[BM, D]` and `B*H` are shapes.
+ * Literals are weakly typed (JAX's rule): `x * 2` keeps x's dtype.
+ */
+#include "dsl/dsl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- What names and expressions denote ---------------------------------------- */
+
+typedef enum SymKind {
+  SYM_CONST,  /* file-level const: val is V_INT or V_FLT */
+  SYM_TUNE,   /* tunable: val V_INT */
+  SYM_SHAPE,  /* shape symbol: dim */
+  SYM_REF,    /* tensor parameter, output or scratch: val V_REF */
+  SYM_SCALAR, /* scalar parameter: val V_VAL */
+  SYM_LET,    /* immutable binding */
+  SYM_VAR,    /* mutable binding: val is its current SSA value */
+  SYM_INDEX,  /* loop index from 0..N: val V_VAL i32 */
+  SYM_TILE    /* tile index from tiles(N, B): val V_TILE */
+} SymKind;
+
+typedef enum ValKind {
+  V_ERR,  /* already reported: stay silent */
+  V_NONE, /* no value (wait(c)) */
+  V_VAL,  /* an SSA value: tensor, scalar or dma handle */
+  V_INT,  /* compile-time integer, weakly typed */
+  V_FLT,  /* compile-time float, weakly typed */
+  V_REF,  /* a memory ref not yet loaded (x in `x + y`, y in `y[i] = ..`) */
+  V_TILE  /* a tile index */
+} ValKind;
+
+typedef struct Sym Sym;
+
+typedef struct Val {
+  ValKind k;
+  TpkValue *v; /* V_VAL, V_REF, V_TILE */
+  int64_t i;   /* V_INT */
+  double f;    /* V_FLT */
+  Sym *sym;    /* V_REF: the parameter/output/scratch it names */
+} Val;
+
+struct Sym {
+  SymKind kind;
+  const char *name;
+  TpkSpan span; /* the declaration */
+  Sym *next;    /* enclosing entries of the scope chain */
+  Val val;
+  const TpkDim *dim;     /* SYM_SHAPE */
+  TpkParamRole role;     /* SYM_REF: parameter role */
+  bool scratch;          /* SYM_REF: VMEM scratch */
+  const TpkType *type;   /* SYM_VAR: the declared type, fixed for life */
+  int grid_depth;        /* SYM_VAR: grid nesting where declared */
+  const TpkAst *decl;    /* SYM_CONST: the definition, evaluated lazily */
+  int state;             /* SYM_CONST: 0 pending, 1 evaluating, 2 done */
+};
+
+/* The state of checking one file. */
+typedef struct Checker {
+  TpkDiags *diags;
+  const TpkCheckOptions *opts;
+  TpkModule *m;
+  TpkBuilder b;
+  Sym *globals; /* consts */
+  Sym *scope;   /* innermost first; ends in globals */
+  /* per kernel */
+  bool in_kernel;
+  int grid_depth; /* 1 inside a grid body */
+  int grid_rank;
+  const bool *bind_used; /* parallel to opts->binds */
+  bool *bind_seen, *tune_seen;
+} Checker;
+
+static const Val ERR = {.k = V_ERR};
+
+/* ---- Small helpers ------------------------------------------------------------ */
+
+#define SHAPE_BUF 256
+
+static const char *shape_str(Checker *c, int rank, const TpkDim *const *dims) {
+  TpkStr s = {0};
+  tpk_shape_print(&s, rank, dims);
+  const char *r = tpk_arena_strdup(&c->m->arena, s.data ? s.data : "[]");
+  tpk_str_free(&s);
+  return r ? r : "[?]";
+}
+
+static const char *type_str(Checker *c, const TpkType *t) {
+  TpkStr s = {0};
+  tpk_type_print(&s, t);
+  const char *r = tpk_arena_strdup(&c->m->arena, s.data ? s.data : "?");
+  tpk_str_free(&s);
+  return r ? r : "?";
+}
+
+/* The source text of a node, for hints that quote the user's code. */
+static const char *src_text(Checker *c, const TpkAst *n) {
+  const TpkSource *src = c->diags->src;
+  if (!src || n->span.offset + n->span.len > src->len) return "...";
+  const char *r = tpk_arena_strndup(&c->m->arena, src->text + n->span.offset, n->span.len);
+  return r ? r : "...";
+}
+
+static TpkLoc loc_of(const TpkAst *n) { return (TpkLoc){n->span.line, n->span.col}; }
+
+static void at(Checker *c, const TpkAst *n) { c->b.loc = loc_of(n); }
+
+static Val val_of(TpkValue *v) { return v ? (Val){.k = V_VAL, .v = v} : ERR; }
+static Val int_val(int64_t i) { return (Val){.k = V_INT, .i = i}; }
+static Val flt_val(double f) { return (Val){.k = V_FLT, .f = f}; }
+
+static int count_list(const TpkAst *n) {
+  int k = 0;
+  for (; n; n = n->next) k++;
+  return k;
+}
+
+static unsigned edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 32 || lb > 32) return 99;
+  unsigned row[33];
+  for (size_t j = 0; j <= lb; j++) row[j] = (unsigned)j;
+  for (size_t i = 1; i <= la; i++) {
+    unsigned prev = row[0];
+    row[0] = (unsigned)i;
+    for (size_t j = 1; j <= lb; j++) {
+      unsigned cur = row[j];
+      unsigned best = prev + (a[i - 1] != b[j - 1]);
+      if (row[j] + 1 < best) best = row[j] + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      prev = cur;
+    }
+  }
+  return row[lb];
+}
+
+/* "did you mean 'x'?" among candidate names, or NULL. */
+static const char *suggest(Checker *c, const char *name, const char *const *cands, int n) {
+  const char *best = NULL;
+  unsigned best_d = 3;
+  size_t len = strlen(name);
+  for (int i = 0; i < n; i++) {
+    unsigned d = edit_distance(name, cands[i]);
+    if (d < best_d && d < len) {
+      best_d = d;
+      best = cands[i];
+    }
+  }
+  return best ? tpk_arena_printf(&c->m->arena, "did you mean '%s'?", best) : NULL;
+}
+
+/* ---- Scopes -------------------------------------------------------------------- */
+
+static Sym *lookup(Checker *c, const char *name) {
+  for (Sym *s = c->scope; s; s = s->next)
+    if (strcmp(s->name, name) == 0) return s;
+  return NULL;
+}
+
+static Sym *declare(Checker *c, SymKind kind, const char *name, TpkSpan span) {
+  Sym *s = tpk_arena_alloc(&c->m->arena, sizeof *s);
+  if (!s) return NULL;
+  s->kind = kind;
+  s->name = name;
+  s->span = span;
+  s->next = c->scope;
+  s->grid_depth = c->grid_depth;
+  c->scope = s;
+  return s;
+}
+
+static const char *sym_what(const Sym *s) {
+  switch (s->kind) {
+  case SYM_CONST: return "a const";
+  case SYM_TUNE: return "a tunable";
+  case SYM_SHAPE: return "a shape symbol";
+  case SYM_REF: return s->scratch ? "a scratch buffer" : s->role == TPK_PARAM_IN ? "an input" : "an output";
+  case SYM_SCALAR: return "a scalar parameter";
+  case SYM_LET: return "a let binding";
+  case SYM_VAR: return "a var";
+  case SYM_INDEX: return "a loop index";
+  case SYM_TILE: return "a tile index";
+  }
+  return "a name";
+}
+
+/* Declare a kernel-local name, refusing to shadow another kernel-level name
+ * of this kernel (shadowing is a classic source of kernel bugs; consts may be
+ * shadowed since they are file-wide). */
+static Sym *declare_local(Checker *c, SymKind kind, const char *name, TpkSpan span) {
+  Sym *old = lookup(c, name);
+  if (old && old->kind != SYM_CONST) {
+    tpk_diag_error(c->diags, span, "'%s' is already declared as %s", name, sym_what(old));
+    if (old->span.line) tpk_diag_note(c->diags, old->span, "'%s' was declared here", name);
+  }
+  return declare(c, kind, name, span);
+}
+
+static void unknown_name(Checker *c, const TpkAst *n) {
+  const char *cands[64];
+  int k = 0;
+  for (Sym *s = c->scope; s && k < 64; s = s->next) cands[k++] = s->name;
+  tpk_diag_error_hint(c->diags, n->span, suggest(c, n->name, cands, k), "unknown name '%s'", n->name);
+}
+
+/* ---- Compile-time evaluation ------------------------------------------------------ */
+
+static Val eval_const_decl(Checker *c, Sym *s);
+static Val eval(Checker *c, const TpkAst *n);
+
+/* Evaluate n as a dimension: an integer built from literals, consts,
+ * tunables, shape symbols and tile sizes with + - * /. In parameter and output
+ * shapes (`declare_syms`), unknown names become new shape symbols. */
+static const TpkDim *eval_dim_x(Checker *c, const TpkAst *n, bool declare_syms) {
+  switch (n->kind) {
+  case TPK_AST_INT:
+    return tpk_dim_const(c->m, n->ival);
+  case TPK_AST_NAME: {
+    Sym *s = lookup(c, n->name);
+    if (!s && declare_syms) {
+      s = declare(c, SYM_SHAPE, n->name, n->span);
+      if (!s) return NULL;
+      int64_t v = 0;
+      bool bound = false;
+      for (int i = 0; c->opts && i < c->opts->nbinds; i++)
+        if (strcmp(c->opts->binds[i].name, n->name) == 0) {
+          v = c->opts->binds[i].value;
+          bound = true;
+          c->bind_seen[i] = true;
+        }
+      if (bound && v < 0) {
+        tpk_diag_error(c->diags, n->span, "shape symbol %s is bound to %lld; sizes cannot be negative", n->name,
+                       (long long)v);
+        bound = false;
+      }
+      s->dim = bound ? tpk_dim_const(c->m, v) : tpk_dim_sym(c->m, tpk_module_intern(c->m, n->name, strlen(n->name)));
+      return s->dim;
+    }
+    if (!s) {
+      unknown_name(c, n);
+      return NULL;
+    }
+    if (s->kind == SYM_SHAPE) return s->dim;
+    Val v = s->kind == SYM_CONST ? eval_const_decl(c, s) : s->val;
+    if (v.k == V_ERR) return NULL;
+    if ((s->kind == SYM_CONST || s->kind == SYM_TUNE) && v.k == V_INT) return tpk_dim_const(c->m, v.i);
+    tpk_diag_error(c->diags, n->span, "'%s' is %s, not a compile-time integer; sizes are built from integer literals, consts, tunables and shape symbols",
+                   n->name, sym_what(s));
+    return NULL;
+  }
+  case TPK_AST_FIELD:
+    if (n->lhs->kind == TPK_AST_NAME && strcmp(n->name, "size") == 0) {
+      Sym *s = lookup(c, n->lhs->name);
+      if (s && s->kind == SYM_TILE) return tpk_dim_const(c->m, s->val.v->type->block);
+    }
+    break;
+  case TPK_AST_UNARY:
+    if (n->op == '-') {
+      const TpkDim *a = eval_dim_x(c, n->lhs, declare_syms);
+      return a ? tpk_dim_binary(c->m, TPK_DIM_SUB, tpk_dim_const(c->m, 0), a) : NULL;
+    }
+    break;
+  case TPK_AST_BINARY: {
+    TpkDimKind k;
+    switch (n->op) {
+    case '+': k = TPK_DIM_ADD; break;
+    case '-': k = TPK_DIM_SUB; break;
+    case '*': k = TPK_DIM_MUL; break;
+    case '/': k = TPK_DIM_DIV; break;
+    default: goto bad;
+    }
+    const TpkDim *a = eval_dim_x(c, n->lhs, declare_syms);
+    const TpkDim *b = eval_dim_x(c, n->rhs, declare_syms);
+    if (!a || !b) return NULL;
+    const TpkDim *r = tpk_dim_binary(c->m, k, a, b);
+    if (!r) tpk_diag_error(c->diags, n->rhs->span, "division by zero or by a negative size");
+    return r;
+  }
+  default:
+    break;
+  }
+bad:
+  tpk_diag_error(c->diags, n->span,
+                 "expected a size: an integer built from literals, consts, tunables and shape symbols with + - * /");
+  return NULL;
+}
+
+static const TpkDim *eval_dim(Checker *c, const TpkAst *n) { return eval_dim_x(c, n, false); }
+
+/* A compile-time integer (axis=, block sizes, slice bounds). */
+static bool eval_int(Checker *c, const TpkAst *n, int64_t *out) {
+  Val v = eval(c, n);
+  if (v.k == V_ERR) return false;
+  if (v.k == V_INT) {
+    *out = v.i;
+    return true;
+  }
+  tpk_diag_error(c->diags, n->span, "expected a compile-time integer (a literal, const or tunable)");
+  return false;
+}
+
+static Val eval_const_decl(Checker *c, Sym *s) {
+  if (s->state == 2) return s->val;
+  if (s->state == 1) {
+    tpk_diag_error(c->diags, s->decl->name_span, "const '%s' depends on itself", s->name);
+    s->val = ERR;
+    s->state = 2;
+    return ERR;
+  }
+  s->state = 1;
+  /* Consts see only other consts, wherever the reference came from. */
+  Sym *saved = c->scope;
+  bool saved_kernel = c->in_kernel;
+  c->scope = c->globals;
+  c->in_kernel = false;
+  Val v = eval(c, s->decl->rhs);
+  c->scope = saved;
+  c->in_kernel = saved_kernel;
+  if (v.k != V_ERR && v.k != V_INT && v.k != V_FLT) {
+    tpk_diag_error(c->diags, s->decl->rhs->span, "a const must be a compile-time number");
+    v = ERR;
+  }
+  s->val = v;
+  s->state = 2;
+  return v;
+}
+
+/* ---- Turning compile-time values into SSA values ------------------------------- */
+
+/* Ops can only be built inside a kernel; elsewhere (a const) the expression
+ * must fold. */
+static bool can_build(Checker *c, const TpkAst *n) {
+  if (c->b.block) return true;
+  tpk_diag_error(c->diags, n->span, "not a compile-time constant");
+  return false;
+}
+
+static bool int_fits(int64_t v, TpkDType dt) {
+  switch (dt) {
+  case TPK_I32: return v >= INT32_MIN && v <= INT32_MAX;
+  case TPK_I16: return v >= INT16_MIN && v <= INT16_MAX;
+  case TPK_I8: return v >= INT8_MIN && v <= INT8_MAX;
+  case TPK_U8: return v >= 0 && v <= UINT8_MAX;
+  case TPK_BOOL: return v == 0 || v == 1;
+  default: return true;
+  }
+}
+
+/* A constant of type t (a scalar, or a splat of a tensor type) from a
+ * compile-time value, checking that it fits. */
+static TpkValue *const_of_type(Checker *c, const TpkAst *n, Val v, const TpkType *t) {
+  if (!can_build(c, n)) return NULL;
+  at(c, n);
+  TpkDType dt = t->dtype;
+  if (tpk_dtype_is_float(dt)) return tpk_build_const_float(&c->b, t, v.k == V_INT ? (double)v.i : v.f);
+  int64_t i = v.i;
+  if (v.k == V_FLT) {
+    if (!isfinite(v.f) || v.f != trunc(v.f) || fabs(v.f) > 9.2e18) {
+      tpk_diag_error(c->diags, n->span, "%g is not a whole number; it cannot be %s", v.f, tpk_dtype_name(dt));
+      return NULL;
+    }
+    i = (int64_t)v.f;
+  }
+  if (!int_fits(i, dt)) {
+    tpk_diag_error(c->diags, n->span, "%lld does not fit in %s", (long long)i, tpk_dtype_name(dt));
+    return NULL;
+  }
+  return tpk_build_const_int(&c->b, t, i);
+}
+
+static TpkValue *const_scalar(Checker *c, const TpkAst *n, Val v, TpkDType dt) {
+  return const_of_type(c, n, v, tpk_type_scalar(c->m, dt));
+}
+
+/* The ref as a whole value: `w` in `d * w`. */
+static TpkValue *load_whole(Checker *c, const TpkAst *n, TpkValue *ref) {
+  if (!can_build(c, n)) return NULL;
+  at(c, n);
+  const TpkType *rt = ref->type;
+  char pattern[TPK_MAX_RANK + 1];
+  memset(pattern, ':', (size_t)rt->rank);
+  pattern[rt->rank] = 0;
+  const TpkType *t = tpk_type_tensor(c->m, rt->dtype, rt->rank, rt->dims);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_LOAD, 1, &ref, 1, &t);
+  if (!op) return NULL;
+  tpk_op_set_str(c->m, op, "index", pattern);
+  return &op->out[0];
+}
+
+static void tile_misuse(Checker *c, const TpkAst *n) {
+  const char *name = n->kind == TPK_AST_NAME ? n->name : "i";
+  tpk_diag_error_hint(c->diags, n->span,
+                      tpk_arena_printf(&c->m->arena, "use %s.id (the tile number) or %s.start (its first element)",
+                                       name, name),
+                      "'%s' is a tile index, not a number", src_text(c, n));
+}
+
+/* Any value as an SSA value. Weak constants take dtype `hint` when it is a
+ * dtype (TPK_DTYPE_COUNT: no hint): an int literal takes any numeric dtype,
+ * a float literal a float dtype, else f32. */
+static Val materialize(Checker *c, const TpkAst *n, Val v, TpkDType hint) {
+  switch (v.k) {
+  case V_ERR:
+  case V_VAL:
+    return v;
+  case V_INT:
+    return val_of(const_scalar(c, n, v, hint != TPK_DTYPE_COUNT && hint != TPK_BOOL ? hint : TPK_I32));
+  case V_FLT:
+    return val_of(const_scalar(c, n, v, tpk_dtype_is_float(hint) ? hint : TPK_F32));
+  case V_REF:
+    return val_of(load_whole(c, n, v.v));
+  case V_TILE:
+    tile_misuse(c, n);
+    return ERR;
+  case V_NONE:
+    tpk_diag_error(c->diags, n->span, "'%s' has no value", src_text(c, n));
+    return ERR;
+  }
+  return ERR;
+}
+
+/* A value that must be a tensor or scalar (not a dma handle). */
+static bool is_data(const TpkValue *v) { return v->type->kind == TPK_TYPE_TENSOR; }
+
+static Val need_data(Checker *c, const TpkAst *n, Val v, TpkDType hint) {
+  v = materialize(c, n, v, hint);
+  if (v.k == V_VAL && !is_data(v.v)) {
+    tpk_diag_error(c->diags, n->span, "'%s' is a copy handle; only wait() takes it", src_text(c, n));
+    return ERR;
+  }
+  return v;
+}
+
+static TpkValue *convert(Checker *c, TpkValue *v, TpkDType dt) {
+  if (!v || v->type->dtype == dt) return v;
+  return tpk_build_convert(&c->b, v, dt);
+}
+
+/* NumPy broadcasting of two shapes: trailing alignment, size-1 dims stretch.
+ * Dims are compared structurally; M and N are different even if they might
+ * be equal at run time. */
+static bool broadcast_shapes(int ra, const TpkDim *const *da, int rb, const TpkDim *const *db, int *rr,
+                             const TpkDim **dr) {
+  int r = ra > rb ? ra : rb;
+  for (int i = 0; i < r; i++) {
+    const TpkDim *a = i < ra ? da[ra - 1 - i] : NULL;
+    const TpkDim *b = i < rb ? db[rb - 1 - i] : NULL;
+    int64_t k;
+    const TpkDim *d;
+    if (!a) d = b;
+    else if (!b || a == b) d = a;
+    else if (tpk_dim_is_const(a, &k) && k == 1) d = b;
+    else if (tpk_dim_is_const(b, &k) && k == 1) d = a;
+    else return false;
+    dr[r - 1 - i] = d;
+  }
+  *rr = r;
+  return true;
+}
+
+static TpkValue *broadcast_to(Checker *c, TpkValue *v, int rank, const TpkDim *const *dims) {
+  if (!v) return NULL;
+  const TpkType *t = v->type;
+  if (t->rank == rank && memcmp(t->dims, dims, (size_t)rank * sizeof *dims) == 0) return v;
+  return tpk_build_broadcast(&c->b, v, rank, dims);
+}
+
+/* ---- Arithmetic -------------------------------------------------------------------- */
+
+typedef enum OpClass { ARITH, COMPARE, LOGICAL } OpClass;
+
+typedef struct BinOp {
+  int ast_op;
+  TpkOpcode opcode;
+  OpClass cls;
+  const char *text;
+} BinOp;
+
+static const BinOp BINOPS[] = {
+    {'+', TPK_OP_ADD, ARITH, "+"},        {'-', TPK_OP_SUB, ARITH, "-"},       {'*', TPK_OP_MUL, ARITH, "*"},
+    {'/', TPK_OP_DIV, ARITH, "/"},        {'%', TPK_OP_REM, ARITH, "%"},       {'<', TPK_OP_LT, COMPARE, "<"},
+    {'>', TPK_OP_GT, COMPARE, ">"},       {TPK_BIN_LE, TPK_OP_LE, COMPARE, "<="}, {TPK_BIN_GE, TPK_OP_GE, COMPARE, ">="},
+    {TPK_BIN_EQ, TPK_OP_EQ, COMPARE, "=="}, {TPK_BIN_NE, TPK_OP_NE, COMPARE, "!="}, {TPK_BIN_AND, TPK_OP_AND, LOGICAL, "&&"},
+    {TPK_BIN_OR, TPK_OP_OR, LOGICAL, "||"},
+};
+
+static const BinOp *binop_of(int ast_op) {
+  for (size_t i = 0; i < TPK_ARRAY_LEN(BINOPS); i++)
+    if (BINOPS[i].ast_op == ast_op) return &BINOPS[i];
+  return NULL;
+}
+
+/* Fold an operator over two compile-time numbers. Returns false when it does
+ * not fold (comparisons, which yield bool values). */
+static bool fold(Checker *c, const TpkAst *n, TpkOpcode op, Val a, Val b, Val *out) {
+  if (a.k == V_INT && b.k == V_INT) {
+    int64_t r = 0;
+    bool overflow = false;
+    switch (op) {
+    case TPK_OP_ADD: overflow = __builtin_add_overflow(a.i, b.i, &r); break;
+    case TPK_OP_SUB: overflow = __builtin_sub_overflow(a.i, b.i, &r); break;
+    case TPK_OP_MUL: overflow = __builtin_mul_overflow(a.i, b.i, &r); break;
+    case TPK_OP_DIV:
+    case TPK_OP_REM:
+      if (b.i == 0) {
+        tpk_diag_error(c->diags, n->span, "division by zero in a constant expression");
+        *out = ERR;
+        return true;
+      }
+      if (a.i == INT64_MIN && b.i == -1) overflow = true;
+      else r = op == TPK_OP_DIV ? a.i / b.i : a.i % b.i;
+      break;
+    default: return false;
+    }
+    if (overflow) {
+      tpk_diag_error(c->diags, n->span, "integer overflow in a constant expression");
+      *out = ERR;
+    } else {
+      *out = int_val(r);
+    }
+    return true;
+  }
+  double x = a.k == V_INT ? (double)a.i : a.f, y = b.k == V_INT ? (double)b.i : b.f;
+  switch (op) {
+  case TPK_OP_ADD: *out = flt_val(x + y); return true;
+  case TPK_OP_SUB: *out = flt_val(x - y); return true;
+  case TPK_OP_MUL: *out = flt_val(x * y); return true;
+  case TPK_OP_DIV: *out = flt_val(x / y); return true;
+  case TPK_OP_REM: *out = flt_val(fmod(x, y)); return true;
+  default: return false;
+  }
+}
+
+static bool is_const(Val v) { return v.k == V_INT || v.k == V_FLT; }
+
+/* Materialize a and b to SSA values of one dtype: a weak constant takes the
+ * other side's dtype; two values promote (bf16 + f32 -> f32). */
+static bool unify_dtypes(Checker *c, const TpkAst *na, Val *a, const TpkAst *nb, Val *b) {
+  if (is_const(*a) && !is_const(*b)) {
+    *b = need_data(c, nb, *b, TPK_DTYPE_COUNT);
+    if (b->k == V_ERR) return false;
+    TpkDType h = b->v->type->dtype;
+    *a = need_data(c, na, *a, a->k == V_FLT && !tpk_dtype_is_float(h) ? TPK_F32 : h);
+  } else {
+    *a = need_data(c, na, *a, TPK_DTYPE_COUNT);
+    if (a->k == V_ERR) return false;
+    TpkDType h = a->v->type->dtype;
+    *b = need_data(c, nb, *b, b->k == V_FLT && !tpk_dtype_is_float(h) ? TPK_F32 : h);
+  }
+  if (a->k == V_ERR || b->k == V_ERR) return false;
+  TpkDType dt = tpk_dtype_promote(a->v->type->dtype, b->v->type->dtype);
+  a->v = convert(c, a->v, dt);
+  b->v = convert(c, b->v, dt);
+  return a->v && b->v;
+}
+
+/* Broadcast both to their common shape, or report which shapes clash. */
+static bool unify_shapes(Checker *c, const TpkAst *n, const char *what, TpkValue **a, TpkValue **b) {
+  const TpkType *ta = (*a)->type, *tb = (*b)->type;
+  int r;
+  const TpkDim *dims[TPK_MAX_RANK];
+  if (!broadcast_shapes(ta->rank, ta->dims, tb->rank, tb->dims, &r, dims)) {
+    tpk_diag_error(c->diags, n->span, "cannot broadcast %s with %s in %s", shape_str(c, ta->rank, ta->dims),
+                   shape_str(c, tb->rank, tb->dims), what);
+    return false;
+  }
+  *a = broadcast_to(c, *a, r, dims);
+  *b = broadcast_to(c, *b, r, dims);
+  return *a && *b;
+}
+
+/* The elementwise binary op `opcode` over a and b, with the language's
+ * promotion and broadcasting; n is the whole expression, na/nb the operands. */
+static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *what, const TpkAst *na, Val a,
+                  const TpkAst *nb, Val b) {
+  if (a.k == V_ERR || b.k == V_ERR) return ERR;
+  const TpkOpInfo *info = tpk_op_info(opcode);
+  if (is_const(a) && is_const(b)) {
+    Val r;
+    if (opcode != TPK_OP_POW && opcode != TPK_OP_MAX && opcode != TPK_OP_MIN && fold(c, n, opcode, a, b, &r)) return r;
+  }
+  if (!can_build(c, n)) return ERR;
+  at(c, n);
+  if (!unify_dtypes(c, na, &a, nb, &b)) return ERR;
+  TpkDType dt = a.v->type->dtype;
+  bool logical = opcode == TPK_OP_AND || opcode == TPK_OP_OR;
+  if (logical && dt != TPK_BOOL) {
+    tpk_diag_error_hint(c->diags, n->span, "compare first, e.g. x != 0", "'%s' needs bool operands; got %s", what,
+                        tpk_dtype_name(dt));
+    return ERR;
+  }
+  if (!logical && !(info->flags & TPK_OPF_COMPARE) && dt == TPK_BOOL) {
+    tpk_diag_error_hint(c->diags, n->span, "convert first, e.g. (c as i32)", "'%s' is not defined on bool values",
+                        what);
+    return ERR;
+  }
+  if ((info->flags & TPK_OPF_FLOAT_ONLY) && !tpk_dtype_is_float(dt)) {
+    a.v = convert(c, a.v, TPK_F32);
+    b.v = convert(c, b.v, TPK_F32);
+  }
+  if (!unify_shapes(c, n, what, &a.v, &b.v)) return ERR;
+  return val_of(tpk_build_binary(&c->b, opcode, a.v, b.v));
+}
+
+/* exp(x) and friends: float-only functions turn integer input into f32. */
+static Val unary_fn(Checker *c, const TpkAst *n, TpkOpcode opcode, const TpkAst *na, Val a) {
+  if (a.k == V_ERR) return ERR;
+  const TpkOpInfo *info = tpk_op_info(opcode);
+  a = need_data(c, na, a, a.k == V_INT && (info->flags & TPK_OPF_FLOAT_ONLY) ? TPK_F32 : TPK_DTYPE_COUNT);
+  if (a.k == V_ERR) return ERR;
+  at(c, n);
+  TpkDType dt = a.v->type->dtype;
+  if (dt == TPK_BOOL && opcode != TPK_OP_NOT) {
+    tpk_diag_error(c->diags, n->span, "%s() is not defined on bool values", info->name);
+    return ERR;
+  }
+  if ((info->flags & TPK_OPF_FLOAT_ONLY) && !tpk_dtype_is_float(dt)) a.v = convert(c, a.v, TPK_F32);
+  return val_of(tpk_build_unary(&c->b, opcode, a.v));
+}
+
+static Val negate(Checker *c, const TpkAst *n, Val a) {
+  if (a.k == V_INT) {
+    if (a.i == INT64_MIN) {
+      tpk_diag_error(c->diags, n->span, "integer overflow in a constant expression");
+      return ERR;
+    }
+    return int_val(-a.i);
+  }
+  if (a.k == V_FLT) return flt_val(-a.f);
+  return unary_fn(c, n, TPK_OP_NEG, n->lhs, a);
+}
+
+static Val logical_not(Checker *c, const TpkAst *n, Val a) {
+  a = need_data(c, n->lhs, a, TPK_BOOL);
+  if (a.k == V_ERR) return ERR;
+  if (a.v->type->dtype != TPK_BOOL) {
+    tpk_diag_error_hint(c->diags, n->span, "compare first, e.g. x == 0", "'!' needs a bool operand; got %s",
+                        type_str(c, a.v->type));
+    return ERR;
+  }
+  at(c, n);
+  return val_of(tpk_build_unary(&c->b, TPK_OP_NOT, a.v));
+}
+
+static Val cast(Checker *c, const TpkAst *n, Val a, TpkDType to) {
+  if (a.k == V_ERR) return ERR;
+  if (is_const(a)) {
+    if (tpk_dtype_is_float(to)) return val_of(const_scalar(c, n, a, to));
+    if (a.k == V_FLT) {
+      if (!isfinite(a.f) || fabs(a.f) > 9.2e18) {
+        tpk_diag_error(c->diags, n->span, "%g cannot be converted to %s", a.f, tpk_dtype_name(to));
+        return ERR;
+      }
+      a = int_val((int64_t)a.f); /* toward zero, as C */
+    }
+    if (to == TPK_BOOL) a.i = a.i != 0;
+    return val_of(const_scalar(c, n, a, to));
+  }
+  a = need_data(c, n->lhs, a, TPK_DTYPE_COUNT);
+  if (a.k == V_ERR) return ERR;
+  at(c, n);
+  return val_of(convert(c, a.v, to));
+}
+
+/* ---- Sizes as values --------------------------------------------------------------- */
+
+/* An i32 scalar holding a dimension's value at run time. */
+static TpkValue *value_of_dim(Checker *c, const TpkAst *n, const TpkDim *d) {
+  int64_t k;
+  if (tpk_dim_is_const(d, &k)) return const_scalar(c, n, int_val(k), TPK_I32);
+  if (d->kind == TPK_DIM_SYM) return tpk_build_sym(&c->b, d->sym);
+  TpkValue *a = value_of_dim(c, n, d->a), *b = value_of_dim(c, n, d->b);
+  if (!a || !b) return NULL;
+  static const TpkOpcode OPS[] = {[TPK_DIM_ADD] = TPK_OP_ADD, [TPK_DIM_SUB] = TPK_OP_SUB, [TPK_DIM_MUL] = TPK_OP_MUL,
+                                  [TPK_DIM_DIV] = TPK_OP_DIV, [TPK_DIM_CDIV] = TPK_OP_CDIV};
+  return tpk_build_binary(&c->b, OPS[d->kind], a, b);
+}
+
+/* ---- Indexing ------------------------------------------------------------------------ */
+
+/* A block of a ref or value selected by an index expression, in the IR's
+ * index-pattern form (see frontend/ir.h). */
+typedef struct Access {
+  Sym *sym;      /* refs: the parameter/output/scratch; NULL for values */
+  TpkValue *base; /* the ref or value indexed */
+  char pattern[TPK_MAX_RANK + 1];
+  int nops;
+  TpkValue *ops[TPK_MAX_RANK];
+  int rank; /* the selected block's shape */
+  const TpkDim *dims[TPK_MAX_RANK];
+  bool gather;
+} Access;
+
+static const char *ordinal_dim(Checker *c, int i) { return tpk_arena_printf(&c->m->arena, "dimension %d", i); }
+
+/* One index item of `base[...]` against dimension `dim`; appends to acc. */
+static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *dim, Access *acc) {
+  int64_t size_k;
+  bool size_known = tpk_dim_is_const(dim, &size_k);
+  if (item->kind == TPK_AST_SLICE) {
+    if (!item->lhs && !item->rhs) {
+      acc->pattern[axis] = ':';
+      acc->dims[acc->rank++] = dim;
+      return true;
+    }
+    const TpkDim *lo = item->lhs ? eval_dim(c, item->lhs) : tpk_dim_const(c->m, 0);
+    const TpkDim *hi = item->rhs ? eval_dim(c, item->rhs) : dim;
+    if (!lo || !hi) return false;
+    const TpkDim *size = tpk_dim_binary(c->m, TPK_DIM_SUB, hi, lo);
+    int64_t l, h, s;
+    bool lo_k = tpk_dim_is_const(lo, &l), hi_k = tpk_dim_is_const(hi, &h);
+    if (tpk_dim_is_const(size, &s) && s <= 0) {
+      tpk_diag_error(c->diags, item->span, "slice %s is empty", src_text(c, item));
+      return false;
+    }
+    if ((lo_k && l < 0) || (hi_k && size_known && h > size_k)) {
+      tpk_diag_error(c->diags, item->span, "slice %s is out of bounds for %s of size %lld", src_text(c, item),
+                     ordinal_dim(c, axis), (long long)size_k);
+      return false;
+    }
+    TpkValue *start = value_of_dim(c, item, lo);
+    if (!start) return false;
+    acc->pattern[axis] = 'r';
+    acc->ops[acc->nops++] = start;
+    acc->dims[acc->rank++] = size;
+    return true;
+  }
+  Val v = eval(c, item);
+  if (v.k == V_ERR) return false;
+  if (v.k == V_TILE) {
+    acc->pattern[axis] = 't';
+    acc->ops[acc->nops++] = v.v;
+    acc->dims[acc->rank++] = tpk_dim_const(c->m, v.v->type->block);
+    return true;
+  }
+  if (v.k == V_INT && size_known && (v.i < 0 || v.i >= size_k)) {
+    tpk_diag_error(c->diags, item->span, "index %lld is out of bounds for %s of size %lld", (long long)v.i,
+                   ordinal_dim(c, axis), (long long)size_k);
+    return false;
+  }
+  if (v.k == V_FLT) {
+    tpk_diag_error(c->diags, item->span, "an index must be an integer; got a float");
+    return false;
+  }
+  v = need_data(c, item, v, TPK_I32);
+  if (v.k == V_ERR) return false;
+  const TpkType *t = v.v->type;
+  if (!tpk_dtype_is_int(t->dtype)) {
+    tpk_diag_error(c->diags, item->span, "an index must be an integer; got %s", type_str(c, t));
+    return false;
+  }
+  if (t->rank > 1) {
+    tpk_diag_error(c->diags, item->span, "a gather index must be 1-D; got %s", type_str(c, t));
+    return false;
+  }
+  if (t->rank == 1 && acc->gather) {
+    tpk_diag_error(c->diags, item->span, "only one dimension may be indexed by a vector (gather)");
+    return false;
+  }
+  at(c, item);
+  TpkValue *iv = convert(c, v.v, TPK_I32);
+  acc->ops[acc->nops++] = iv;
+  if (t->rank == 0) {
+    acc->pattern[axis] = 's';
+  } else {
+    acc->pattern[axis] = 'g';
+    acc->gather = true;
+    acc->dims[acc->rank++] = t->dims[0];
+  }
+  return true;
+}
+
+/* The index list of n (an INDEX node) against a base of the given shape. */
+static bool index_items(Checker *c, const TpkAst *n, const char *base_name, int rank, const TpkDim *const *dims,
+                        Access *acc) {
+  int given = count_list(n->args);
+  if (given > rank) {
+    const TpkAst *extra = n->args;
+    for (int i = 0; i < rank; i++) extra = extra->next;
+    tpk_diag_error(c->diags, extra->span, "'%s' has %d dimension%s but %d indices are given", base_name, rank,
+                   rank == 1 ? "" : "s", given);
+    return false;
+  }
+  int axis = 0;
+  bool ok = true;
+  for (const TpkAst *item = n->args; item; item = item->next, axis++)
+    ok = index_item(c, item, axis, dims[axis], acc) && ok;
+  for (; axis < rank; axis++) { /* missing trailing indices take the whole dimension */
+    acc->pattern[axis] = ':';
+    acc->dims[acc->rank++] = dims[axis];
+  }
+  acc->pattern[rank] = 0;
+  return ok;
+}
+
+/* Resolve `x` or `x[...]` where x names a ref (parameter, output, scratch).
+ * Returns false (silently) when n does not name a ref; *is_ref tells. */
+static bool resolve_access(Checker *c, const TpkAst *n, Access *acc, bool *is_ref) {
+  memset(acc, 0, sizeof *acc);
+  *is_ref = false;
+  const TpkAst *base = n->kind == TPK_AST_INDEX ? n->lhs : n;
+  if (base->kind != TPK_AST_NAME) return false;
+  Sym *s = lookup(c, base->name);
+  if (!s || s->kind != SYM_REF || s->val.k != V_REF) return false;
+  *is_ref = true;
+  acc->sym = s;
+  acc->base = s->val.v;
+  const TpkType *rt = acc->base->type;
+  if (n->kind != TPK_AST_INDEX) {
+    for (int i = 0; i < rt->rank; i++) {
+      acc->pattern[i] = ':';
+      acc->dims[i] = rt->dims[i];
+    }
+    acc->pattern[rt->rank] = 0;
+    acc->rank = rt->rank;
+    return true;
+  }
+  return index_items(c, n, base->name, rt->rank, rt->dims, acc);
+}
+
+static TpkValue *build_load(Checker *c, const TpkAst *n, const Access *acc, const Val *other) {
+  if (!can_build(c, n)) return NULL;
+  at(c, n);
+  TpkValue *ins[TPK_MAX_RANK + 1];
+  ins[0] = acc->base;
+  for (int i = 0; i < acc->nops; i++) ins[i + 1] = acc->ops[i];
+  const TpkType *t = tpk_type_tensor(c->m, acc->base->type->dtype, acc->rank, acc->dims);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_LOAD, acc->nops + 1, ins, 1, &t);
+  if (!op) return NULL;
+  tpk_op_set_str(c->m, op, "index", acc->pattern);
+  if (other) {
+    if (tpk_dtype_is_float(t->dtype)) tpk_op_set_float(c->m, op, "other", other->k == V_INT ? (double)other->i : other->f);
+    else tpk_op_set_int(c->m, op, "other", other->i);
+  }
+  return &op->out[0];
+}
+
+/* base[...] in an expression: a load from a ref, or a slice of a value. */
+static Val eval_index(Checker *c, const TpkAst *n) {
+  Access acc;
+  bool is_ref;
+  if (resolve_access(c, n, &acc, &is_ref)) return val_of(build_load(c, n, &acc, NULL));
+  if (is_ref) return ERR;
+  Val base = eval(c, n->lhs);
+  if (base.k == V_ERR) return ERR;
+  if (base.k != V_VAL && base.k != V_REF) {
+    tpk_diag_error(c->diags, n->lhs->span, "'%s' cannot be indexed", src_text(c, n->lhs));
+    return ERR;
+  }
+  base = need_data(c, n->lhs, base, TPK_DTYPE_COUNT);
+  if (base.k == V_ERR) return ERR;
+  const TpkType *t = base.v->type;
+  if (t->rank == 0) {
+    tpk_diag_error(c->diags, n->lhs->span, "'%s' is a scalar and cannot be indexed", src_text(c, n->lhs));
+    return ERR;
+  }
+  memset(&acc, 0, sizeof acc);
+  acc.base = base.v;
+  if (!index_items(c, n, src_text(c, n->lhs), t->rank, t->dims, &acc)) return ERR;
+  at(c, n);
+  TpkValue *ins[TPK_MAX_RANK + 1];
+  ins[0] = acc.base;
+  for (int i = 0; i < acc.nops; i++) ins[i + 1] = acc.ops[i];
+  const TpkType *rt = tpk_type_tensor(c->m, t->dtype, acc.rank, acc.dims);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_SLICE, acc.nops + 1, ins, 1, &rt);
+  if (!op) return ERR;
+  tpk_op_set_str(c->m, op, "index", acc.pattern);
+  return val_of(&op->out[0]);
+}
+
+/* ---- Builtin functions ------------------------------------------------------------- */
+
+enum { MAX_POS = 4, MAX_KW = 3 };
+
+typedef struct Args {
+  const TpkAst *pos[MAX_POS];
+  int npos;
+  const TpkAst *kw[MAX_KW]; /* by the builtin's keyword order; NULL if absent */
+} Args;
+
+typedef struct Builtin Builtin;
+typedef Val (*BuiltinFn)(Checker *c, const TpkAst *call, const Builtin *bi, const Args *a);
+
+struct Builtin {
+  const char *name;
+  int min_pos, max_pos;
+  const char *kw[MAX_KW]; /* keyword arguments it takes */
+  BuiltinFn fn;
+  TpkOpcode op; /* for the elementwise families */
+  const char *usage;
+};
+
+static Val bi_unary(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  return unary_fn(c, n, bi->op, a->pos[0], eval(c, a->pos[0]));
+}
+
+static Val bi_binary(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  Val x = eval(c, a->pos[0]), y = eval(c, a->pos[1]);
+  return binary(c, n, bi->op, tpk_arena_printf(&c->m->arena, "%s()", bi->name), a->pos[0], x, a->pos[1], y);
+}
+
+static Val bi_where(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  Val cond = need_data(c, a->pos[0], eval(c, a->pos[0]), TPK_BOOL);
+  Val x = eval(c, a->pos[1]), y = eval(c, a->pos[2]);
+  if (cond.k == V_ERR || x.k == V_ERR || y.k == V_ERR) return ERR;
+  if (cond.v->type->dtype != TPK_BOOL) {
+    tpk_diag_error_hint(c->diags, a->pos[0]->span, "compare first, e.g. where(x > 0, a, b)",
+                        "where() needs a bool condition; got %s", type_str(c, cond.v->type));
+    return ERR;
+  }
+  at(c, n);
+  if (!unify_dtypes(c, a->pos[1], &x, a->pos[2], &y)) return ERR;
+  TpkValue *cv = cond.v;
+  if (!unify_shapes(c, n, "where()", &x.v, &y.v) || !unify_shapes(c, n, "where()", &cv, &x.v) ||
+      !unify_shapes(c, n, "where()", &x.v, &y.v))
+    return ERR;
+  return val_of(tpk_build_select(&c->b, cv, x.v, y.v));
+}
+
+/* axis= as a list of axes (an int or [ints]), normalised and sorted. */
+static bool axes_arg(Checker *c, const TpkAst *kw, int rank, int64_t *axes, int *naxes) {
+  const TpkAst *items = kw->rhs->kind == TPK_AST_LIST ? kw->rhs->args : kw->rhs;
+  bool list = kw->rhs->kind == TPK_AST_LIST;
+  *naxes = 0;
+  for (const TpkAst *it = items; it; it = list ? it->next : NULL) {
+    int64_t ax;
+    if (!eval_int(c, it, &ax)) return false;
+    if (ax < -rank || ax >= rank) {
+      tpk_diag_error(c->diags, it->span, "axis %lld is out of range for a value of rank %d", (long long)ax, rank);
+      return false;
+    }
+    if (ax < 0) ax += rank;
+    for (int i = 0; i < *naxes; i++)
+      if (axes[i] == ax) {
+        tpk_diag_error(c->diags, it->span, "axis %lld is given twice", (long long)ax);
+        return false;
+      }
+    if (*naxes == TPK_MAX_RANK) return false;
+    axes[(*naxes)++] = ax;
+  }
+  for (int i = 1; i < *naxes; i++) /* insertion sort: at most 8 */
+    for (int j = i; j > 0 && axes[j - 1] > axes[j]; j--) {
+      int64_t t = axes[j];
+      axes[j] = axes[j - 1];
+      axes[j - 1] = t;
+    }
+  return true;
+}
+
+static bool bool_arg(Checker *c, const TpkAst *n, bool *out) {
+  if (n->kind == TPK_AST_BOOL) {
+    *out = n->ival != 0;
+    return true;
+  }
+  tpk_diag_error(c->diags, n->span, "expected true or false");
+  return false;
+}
+
+static Val bi_reduce(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  if (a->npos == 2) {
+    const char *ew = strcmp(bi->name, "max") == 0 ? "maximum" : "minimum";
+    tpk_diag_error_hint(c->diags, n->span,
+                        tpk_arena_printf(&c->m->arena, "for the elementwise %s of two values use %s(a, b)", ew, ew),
+                        "%s() reduces one value along axis=; it takes one positional argument", bi->name);
+    return ERR;
+  }
+  Val x = need_data(c, a->pos[0], eval(c, a->pos[0]), TPK_DTYPE_COUNT);
+  if (x.k == V_ERR) return ERR;
+  const TpkType *t = x.v->type;
+  int64_t axes[TPK_MAX_RANK];
+  int naxes = t->rank;
+  for (int i = 0; i < t->rank; i++) axes[i] = i;
+  if (a->kw[0] && !axes_arg(c, a->kw[0], t->rank, axes, &naxes)) return ERR;
+  bool keepdims = false;
+  if (a->kw[1] && !bool_arg(c, a->kw[1]->rhs, &keepdims)) return ERR;
+  at(c, n);
+  TpkDType dt = t->dtype;
+  bool is_sum = strcmp(bi->name, "sum") == 0, is_mean = strcmp(bi->name, "mean") == 0;
+  /* Integer sums accumulate in i32; a mean of integers is a float. */
+  if (is_mean && !tpk_dtype_is_float(dt)) dt = TPK_F32;
+  else if (is_sum && !tpk_dtype_is_float(dt)) dt = TPK_I32;
+  else if (dt == TPK_BOOL) {
+    tpk_diag_error(c->diags, n->span, "%s() is not defined on bool values", bi->name);
+    return ERR;
+  }
+  TpkValue *v = convert(c, x.v, dt);
+  const TpkDim *dims[TPK_MAX_RANK];
+  int rank = 0;
+  for (int i = 0, k = 0; i < t->rank; i++) {
+    bool reduced = k < naxes && axes[k] == i;
+    if (reduced) k++;
+    if (!reduced) dims[rank++] = t->dims[i];
+    else if (keepdims) dims[rank++] = tpk_dim_const(c->m, 1);
+  }
+  const TpkType *rt = tpk_type_tensor(c->m, dt, rank, dims);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_REDUCE, 1, &v, 1, &rt);
+  if (!op) return ERR;
+  tpk_op_set_str(c->m, op, "kind", bi->name);
+  tpk_op_set_ints(c->m, op, "axes", naxes, axes);
+  tpk_op_set_bool(c->m, op, "keepdims", keepdims);
+  return val_of(&op->out[0]);
+}
+
+static bool call_is(const TpkAst *n, const char *name) {
+  return n->kind == TPK_AST_CALL && strcmp(n->name, name) == 0;
+}
+
+/* dot(a, b): [M,K]x[K,N] or batched [B,M,K]x[B,K,N]. A transpose() operand
+ * is folded into the contracting dimensions, never materialised. */
+static Val bi_dot(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  const TpkAst *arg[2] = {a->pos[0], a->pos[1]};
+  bool transposed[2] = {false, false};
+  Val v[2];
+  for (int i = 0; i < 2; i++) {
+    const TpkAst *e = arg[i];
+    /* transpose(x) of a 2-D x, or transpose(x, perm=[0,2,1]) of a 3-D one. */
+    if (call_is(e, "transpose") && e->args && !e->args->next) {
+      transposed[i] = true;
+      e = e->args;
+    } else if (call_is(e, "transpose") && e->args && e->args->next && e->args->next->kind == TPK_AST_KWARG &&
+               !e->args->next->next && e->args->next->rhs->kind == TPK_AST_LIST) {
+      int64_t p[3];
+      int np = 0;
+      bool ok = true;
+      for (const TpkAst *it = e->args->next->rhs->args; it; it = it->next)
+        ok = ok && np < 3 && it->kind == TPK_AST_INT && ((p[np++] = it->ival), true);
+      if (ok && np == 3 && p[0] == 0 && p[1] == 2 && p[2] == 1) {
+        transposed[i] = true;
+        e = e->args;
+      }
+    }
+    v[i] = need_data(c, e, eval(c, e), TPK_DTYPE_COUNT);
+    arg[i] = e;
+  }
+  if (v[0].k == V_ERR || v[1].k == V_ERR) return ERR;
+  const TpkType *ta = v[0].v->type, *tb = v[1].v->type;
+  if (ta->rank != tb->rank || ta->rank < 2 || ta->rank > 3 ||
+      (transposed[0] && ta->rank != 2 && ta->rank != 3)) {
+    tpk_diag_error(c->diags, n->span, "dot() needs [M,K] x [K,N] or batched [B,M,K] x [B,K,N]; got %s x %s",
+                   shape_str(c, ta->rank, ta->dims), shape_str(c, tb->rank, tb->dims));
+    return ERR;
+  }
+  int r = ta->rank, batch = r - 2;
+  int a_k = transposed[0] ? batch : batch + 1, a_m = transposed[0] ? batch + 1 : batch;
+  int b_k = transposed[1] ? batch + 1 : batch, b_n = transposed[1] ? batch : batch + 1;
+  bool ok = ta->dims[a_k] == tb->dims[b_k] && (batch == 0 || ta->dims[0] == tb->dims[0]);
+  if (!ok) {
+    const char *want = batch ? "[B,M,K] x [B,K,N]" : "[M,K] x [K,N]";
+    const TpkDim *ad[TPK_MAX_RANK], *bd[TPK_MAX_RANK];
+    memcpy(ad, ta->dims, sizeof ad);
+    memcpy(bd, tb->dims, sizeof bd);
+    if (transposed[0]) { const TpkDim *t = ad[batch]; ad[batch] = ad[batch + 1]; ad[batch + 1] = t; }
+    if (transposed[1]) { const TpkDim *t = bd[batch]; bd[batch] = bd[batch + 1]; bd[batch + 1] = t; }
+    const char *hint = NULL;
+    if (!transposed[1] && ta->dims[a_k] == tb->dims[batch + 1])
+      hint = tpk_arena_printf(&c->m->arena, "did you mean dot(%s, transpose(%s))?", src_text(c, a->pos[0]),
+                              src_text(c, a->pos[1]));
+    tpk_diag_error_hint(c->diags, a->pos[1]->span, hint, "dot() needs %s; got %s x %s", want,
+                        shape_str(c, r, ad), shape_str(c, r, bd));
+    return ERR;
+  }
+  TpkDType common = tpk_dtype_promote(ta->dtype, tb->dtype);
+  if (common == TPK_BOOL) {
+    tpk_diag_error(c->diags, n->span, "dot() is not defined on bool values");
+    return ERR;
+  }
+  at(c, n);
+  TpkValue *x = convert(c, v[0].v, common), *y = convert(c, v[1].v, common);
+  TpkDType acc = tpk_dtype_is_float(common) ? TPK_F32 : TPK_I32;
+  const TpkDim *dims[3];
+  int k = 0;
+  if (batch) dims[k++] = ta->dims[0];
+  dims[k++] = ta->dims[a_m];
+  dims[k++] = tb->dims[b_n];
+  const TpkType *rt = tpk_type_tensor(c->m, acc, r, dims);
+  TpkValue *ins[2] = {x, y};
+  TpkOp *op = tpk_build(&c->b, TPK_OP_DOT, 2, ins, 1, &rt);
+  if (!op) return ERR;
+  int64_t lc = a_k, rc = b_k, bt = 0;
+  tpk_op_set_ints(c->m, op, "lhs_contract", 1, &lc);
+  tpk_op_set_ints(c->m, op, "rhs_contract", 1, &rc);
+  tpk_op_set_ints(c->m, op, "lhs_batch", batch, &bt);
+  tpk_op_set_ints(c->m, op, "rhs_batch", batch, &bt);
+  return val_of(&op->out[0]);
+}
+
+static Val bi_transpose(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  Val x = need_data(c, a->pos[0], eval(c, a->pos[0]), TPK_DTYPE_COUNT);
+  if (x.k == V_ERR) return ERR;
+  const TpkType *t = x.v->type;
+  int64_t perm[TPK_MAX_RANK];
+  if (!a->kw[0]) {
+    if (t->rank != 2) {
+      tpk_diag_error_hint(c->diags, n->span, "give the order of the axes, e.g. transpose(x, perm=[0, 2, 1])",
+                          "transpose() without perm= needs a 2-D value; got %s", type_str(c, t));
+      return ERR;
+    }
+    perm[0] = 1;
+    perm[1] = 0;
+  } else {
+    const TpkAst *list = a->kw[0]->rhs;
+    int np = 0;
+    if (list->kind != TPK_AST_LIST) {
+      tpk_diag_error(c->diags, list->span, "perm= takes a list of axes, e.g. [0, 2, 1]");
+      return ERR;
+    }
+    bool seen[TPK_MAX_RANK] = {false};
+    for (const TpkAst *it = list->args; it; it = it->next) {
+      int64_t p;
+      if (!eval_int(c, it, &p)) return ERR;
+      if (np >= t->rank || p < 0 || p >= t->rank || seen[p]) {
+        tpk_diag_error(c->diags, list->span, "perm= must be a permutation of 0..%d for a value of rank %d",
+                       t->rank - 1, t->rank);
+        return ERR;
+      }
+      seen[p] = true;
+      perm[np++] = p;
+    }
+    if (np != t->rank) {
+      tpk_diag_error(c->diags, list->span, "perm= must be a permutation of 0..%d for a value of rank %d",
+                     t->rank - 1, t->rank);
+      return ERR;
+    }
+  }
+  at(c, n);
+  const TpkDim *dims[TPK_MAX_RANK];
+  for (int i = 0; i < t->rank; i++) dims[i] = t->dims[perm[i]];
+  const TpkType *rt = tpk_type_tensor(c->m, t->dtype, t->rank, dims);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_TRANSPOSE, 1, &x.v, 1, &rt);
+  if (!op) return ERR;
+  tpk_op_set_ints(c->m, op, "perm", t->rank, perm);
+  return val_of(&op->out[0]);
+}
+
+/* A shape written as a list: [a, b]. */
+static bool shape_list(Checker *c, const TpkAst *list, int *rank, const TpkDim **dims) {
+  if (list->kind != TPK_AST_LIST) {
+    tpk_diag_error(c->diags, list->span, "expected a shape such as [M, 128]");
+    return false;
+  }
+  *rank = 0;
+  for (const TpkAst *it = list->args; it; it = it->next) {
+    if (*rank == TPK_MAX_RANK) {
+      tpk_diag_error(c->diags, it->span, "at most %d dimensions are supported", TPK_MAX_RANK);
+      return false;
+    }
+    const TpkDim *d = eval_dim(c, it);
+    int64_t k;
+    if (!d) return false;
+    if (tpk_dim_is_const(d, &k) && k < 0) {
+      tpk_diag_error(c->diags, it->span, "a size cannot be negative");
+      return false;
+    }
+    dims[(*rank)++] = d;
+  }
+  return true;
+}
+
+static const TpkDim *num_elements(Checker *c, int rank, const TpkDim *const *dims) {
+  const TpkDim *n = tpk_dim_const(c->m, 1);
+  for (int i = 0; i < rank; i++) n = tpk_dim_binary(c->m, TPK_DIM_MUL, n, dims[i]);
+  return n;
+}
+
+static Val bi_reshape(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  Val x = need_data(c, a->pos[0], eval(c, a->pos[0]), TPK_DTYPE_COUNT);
+  int rank;
+  const TpkDim *dims[TPK_MAX_RANK];
+  if (x.k == V_ERR || !shape_list(c, a->pos[1], &rank, dims)) return ERR;
+  const TpkType *t = x.v->type;
+  if (num_elements(c, t->rank, t->dims) != num_elements(c, rank, dims)) {
+    tpk_diag_error(c->diags, n->span, "reshape() must keep the number of elements: %s cannot become %s",
+                   shape_str(c, t->rank, t->dims), shape_str(c, rank, dims));
+    return ERR;
+  }
+  at(c, n);
+  const TpkType *rt = tpk_type_tensor(c->m, t->dtype, rank, dims);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_RESHAPE, 1, &x.v, 1, &rt);
+  return op ? val_of(&op->out[0]) : ERR;
+}
+
+static Val bi_broadcast(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  Val x = need_data(c, a->pos[0], eval(c, a->pos[0]), TPK_DTYPE_COUNT);
+  int rank, r;
+  const TpkDim *dims[TPK_MAX_RANK], *out[TPK_MAX_RANK];
+  if (x.k == V_ERR || !shape_list(c, a->pos[1], &rank, dims)) return ERR;
+  const TpkType *t = x.v->type;
+  if (!broadcast_shapes(t->rank, t->dims, rank, dims, &r, out) || r != rank ||
+      memcmp(out, dims, (size_t)rank * sizeof *dims) != 0) {
+    tpk_diag_error(c->diags, n->span, "cannot broadcast %s to %s", shape_str(c, t->rank, t->dims),
+                   shape_str(c, rank, dims));
+    return ERR;
+  }
+  at(c, n);
+  return val_of(broadcast_to(c, x.v, rank, dims));
+}
+
+/* A type argument: f32[BM, BN] or a bare dtype. */
+static const TpkType *type_arg(Checker *c, const TpkAst *n) {
+  if (n->kind != TPK_AST_TYPE) {
+    tpk_diag_error(c->diags, n->span, "expected a type such as f32[BM, BN]");
+    return NULL;
+  }
+  int rank = 0;
+  const TpkDim *dims[TPK_MAX_RANK];
+  for (const TpkAst *it = n->args; it; it = it->next) {
+    if (rank == TPK_MAX_RANK) {
+      tpk_diag_error(c->diags, it->span, "at most %d dimensions are supported", TPK_MAX_RANK);
+      return NULL;
+    }
+    const TpkDim *d = eval_dim(c, it);
+    int64_t k;
+    if (!d) return NULL;
+    if (tpk_dim_is_const(d, &k) && k <= 0) {
+      tpk_diag_error(c->diags, it->span, "a size must be positive; got %lld", (long long)k);
+      return NULL;
+    }
+    dims[rank++] = d;
+  }
+  return tpk_type_tensor(c->m, n->dtype, rank, dims);
+}
+
+/* A constant op carries its own shape: zeros(f32[BM, BN]) is one op. */
+static Val splat(Checker *c, const TpkAst *n, const TpkType *t, Val v) { return val_of(const_of_type(c, n, v, t)); }
+
+static Val bi_zeros(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  const TpkType *t = type_arg(c, a->pos[0]);
+  if (!t || !can_build(c, n)) return ERR;
+  at(c, n);
+  return splat(c, n, t, int_val(strcmp(bi->name, "ones") == 0));
+}
+
+static Val bi_full(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  const TpkType *t = type_arg(c, a->pos[0]);
+  Val v = eval(c, a->pos[1]);
+  if (!t || v.k == V_ERR || !can_build(c, n)) return ERR;
+  at(c, n);
+  if (is_const(v)) return splat(c, a->pos[1], t, v);
+  v = need_data(c, a->pos[1], v, t->dtype);
+  if (v.k == V_ERR) return ERR;
+  if (v.v->type->rank != 0) {
+    tpk_diag_error(c->diags, a->pos[1]->span, "full() takes a scalar fill value; got %s", type_str(c, v.v->type));
+    return ERR;
+  }
+  return val_of(broadcast_to(c, convert(c, v.v, t->dtype), t->rank, t->dims));
+}
+
+static Val bi_iota(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  const TpkType *t = type_arg(c, a->pos[0]);
+  if (!t || !can_build(c, n)) return ERR;
+  int64_t axis = 0;
+  if (a->kw[0]) {
+    if (!eval_int(c, a->kw[0]->rhs, &axis)) return ERR;
+  } else if (t->rank != 1) {
+    tpk_diag_error(c->diags, n->span, "iota() of a %d-D type needs axis=", t->rank);
+    return ERR;
+  }
+  if (t->rank == 0 || axis < 0 || axis >= t->rank) {
+    tpk_diag_error(c->diags, n->span, "iota() axis %lld is out of range for %s", (long long)axis, type_str(c, t));
+    return ERR;
+  }
+  if (t->dtype == TPK_BOOL) {
+    tpk_diag_error(c->diags, a->pos[0]->span, "iota() needs a numeric type");
+    return ERR;
+  }
+  at(c, n);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_IOTA, 0, NULL, 1, &t);
+  if (!op) return ERR;
+  tpk_op_set_int(c->m, op, "axis", axis);
+  return val_of(&op->out[0]);
+}
+
+static Val bi_load(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  Access acc;
+  bool is_ref;
+  if (!resolve_access(c, a->pos[0], &acc, &is_ref)) {
+    if (!is_ref)
+      tpk_diag_error(c->diags, a->pos[0]->span, "load() reads a block of a parameter, output or scratch, e.g. load(x[i, :])");
+    return ERR;
+  }
+  Val other = int_val(0);
+  if (a->kw[0]) {
+    other = eval(c, a->kw[0]->rhs);
+    if (other.k == V_ERR) return ERR;
+    if (!is_const(other)) {
+      tpk_diag_error(c->diags, a->kw[0]->rhs->span, "other= must be a compile-time number such as 0 or -inf");
+      return ERR;
+    }
+    TpkDType dt = acc.base->type->dtype;
+    if (!tpk_dtype_is_float(dt) && (other.k == V_FLT || !int_fits(other.i, dt))) {
+      tpk_diag_error(c->diags, a->kw[0]->rhs->span, "other= value %s does not fit in %s", src_text(c, a->kw[0]->rhs),
+                     tpk_dtype_name(dt));
+      return ERR;
+    }
+  }
+  return val_of(build_load(c, n, &acc, a->kw[0] ? &other : NULL));
+}
+
+static Val bi_program(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  int64_t axis;
+  if (!eval_int(c, a->pos[0], &axis)) return ERR;
+  if (!c->grid_depth) {
+    tpk_diag_error(c->diags, n->span, "%s() is only meaningful inside the grid (the outermost for loop)", bi->name);
+    return ERR;
+  }
+  if (axis < 0 || axis >= c->grid_rank) {
+    tpk_diag_error(c->diags, a->pos[0]->span, "the grid has %d ax%s; axis %lld does not exist", c->grid_rank,
+                   c->grid_rank == 1 ? "is" : "es", (long long)axis);
+    return ERR;
+  }
+  at(c, n);
+  const TpkType *t = tpk_type_scalar(c->m, TPK_I32);
+  TpkOp *op = tpk_build(&c->b, bi->op, 0, NULL, 1, &t);
+  if (!op) return ERR;
+  tpk_op_set_int(c->m, op, "axis", axis);
+  return val_of(&op->out[0]);
+}
+
+static bool writable(Checker *c, const TpkAst *n, const Access *acc) {
+  if (acc->sym->role != TPK_PARAM_IN || acc->sym->scratch) return true;
+  tpk_diag_error_hint(c->diags, n->span,
+                      tpk_arena_printf(&c->m->arena, "declare it as `inout %s: ...` to update it in place",
+                                       acc->sym->name),
+                      "'%s' is an input and cannot be written", acc->sym->name);
+  return false;
+}
+
+static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  Access src, dst;
+  bool ref0, ref1;
+  bool ok0 = resolve_access(c, a->pos[0], &src, &ref0), ok1 = resolve_access(c, a->pos[1], &dst, &ref1);
+  for (int i = 0; i < 2; i++)
+    if (!(i ? ref1 : ref0))
+      tpk_diag_error(c->diags, a->pos[i]->span, "copy_async() copies between a parameter/output block and a scratch buffer");
+  if (!ok0 || !ok1) return ERR;
+  if (src.sym->scratch == dst.sym->scratch) {
+    tpk_diag_error(c->diags, n->span, "copy_async() copies between HBM (a parameter or output) and VMEM (a scratch buffer); both sides are %s",
+                   src.sym->scratch ? "scratch" : "in HBM");
+    return ERR;
+  }
+  if (src.gather || dst.gather) {
+    tpk_diag_error(c->diags, n->span, "copy_async() cannot gather; copy a contiguous block");
+    return ERR;
+  }
+  if (!writable(c, a->pos[1], &dst)) return ERR;
+  if (src.rank != dst.rank || memcmp(src.dims, dst.dims, (size_t)src.rank * sizeof *src.dims) != 0 ||
+      src.base->type->dtype != dst.base->type->dtype) {
+    tpk_diag_error(c->diags, n->span, "copy_async() needs blocks of one type; got %s%s and %s%s",
+                   tpk_dtype_name(src.base->type->dtype), shape_str(c, src.rank, src.dims),
+                   tpk_dtype_name(dst.base->type->dtype), shape_str(c, dst.rank, dst.dims));
+    return ERR;
+  }
+  if (!can_build(c, n)) return ERR;
+  at(c, n);
+  TpkValue *ins[2 * TPK_MAX_RANK + 2];
+  int k = 0;
+  ins[k++] = src.base;
+  for (int i = 0; i < src.nops; i++) ins[k++] = src.ops[i];
+  ins[k++] = dst.base;
+  for (int i = 0; i < dst.nops; i++) ins[k++] = dst.ops[i];
+  const TpkType *t = tpk_type_dma(c->m);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_DMA_START, k, ins, 1, &t);
+  if (!op) return ERR;
+  tpk_op_set_str(c->m, op, "src_index", src.pattern);
+  tpk_op_set_str(c->m, op, "dst_index", dst.pattern);
+  return val_of(&op->out[0]);
+}
+
+static Val bi_wait(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  Val h = eval(c, a->pos[0]);
+  if (h.k == V_ERR) return ERR;
+  if (h.k != V_VAL || h.v->type->kind != TPK_TYPE_DMA) {
+    tpk_diag_error(c->diags, a->pos[0]->span, "wait() takes the handle returned by copy_async()");
+    return ERR;
+  }
+  at(c, n);
+  tpk_build(&c->b, TPK_OP_DMA_WAIT, 1, &h.v, 0, NULL);
+  return (Val){.k = V_NONE};
+}
+
+static Val bi_tiles(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  (void)a;
+  tpk_diag_error_hint(c->diags, n->span, "write `for i in tiles(N, B) { ... }`",
+                      "tiles() is only valid as the range of a for loop");
+  return ERR;
+}
+
+#define EW1(name, OP) {name, 1, 1, {0}, bi_unary, TPK_OP_##OP, name "(x)"}
+static const Builtin BUILTINS[] = {
+    EW1("exp", EXP), EW1("log", LOG), EW1("sqrt", SQRT), EW1("rsqrt", RSQRT), EW1("tanh", TANH),
+    EW1("sigmoid", SIGMOID), EW1("erf", ERF), EW1("abs", ABS), EW1("floor", FLOOR), EW1("ceil", CEIL),
+    {"maximum", 2, 2, {0}, bi_binary, TPK_OP_MAX, "maximum(a, b)"},
+    {"minimum", 2, 2, {0}, bi_binary, TPK_OP_MIN, "minimum(a, b)"},
+    {"pow", 2, 2, {0}, bi_binary, TPK_OP_POW, "pow(a, b)"},
+    {"where", 3, 3, {0}, bi_where, TPK_OP_SELECT, "where(cond, a, b)"},
+    {"sum", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "sum(x, axis=K, keepdims=false)"},
+    {"max", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "max(x, axis=K, keepdims=false)"},
+    {"min", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "min(x, axis=K, keepdims=false)"},
+    {"mean", 1, 1, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "mean(x, axis=K, keepdims=false)"},
+    {"dot", 2, 2, {0}, bi_dot, TPK_OP_DOT, "dot(a, b)"},
+    {"transpose", 1, 1, {"perm"}, bi_transpose, TPK_OP_TRANSPOSE, "transpose(x, perm=[...])"},
+    {"reshape", 2, 2, {0}, bi_reshape, TPK_OP_RESHAPE, "reshape(x, [a, b])"},
+    {"broadcast", 2, 2, {0}, bi_broadcast, TPK_OP_BROADCAST, "broadcast(x, [a, b])"},
+    {"zeros", 1, 1, {0}, bi_zeros, TPK_OP_CONST, "zeros(f32[M, N])"},
+    {"ones", 1, 1, {0}, bi_zeros, TPK_OP_CONST, "ones(f32[M, N])"},
+    {"full", 2, 2, {0}, bi_full, TPK_OP_CONST, "full(f32[M, N], value)"},
+    {"iota", 1, 1, {"axis"}, bi_iota, TPK_OP_IOTA, "iota(i32[M, N], axis=K)"},
+    {"load", 1, 1, {"other"}, bi_load, TPK_OP_LOAD, "load(x[i, :], other=0)"},
+    {"program_id", 1, 1, {0}, bi_program, TPK_OP_PROGRAM_ID, "program_id(axis)"},
+    {"num_programs", 1, 1, {0}, bi_program, TPK_OP_NUM_PROGRAMS, "num_programs(axis)"},
+    {"copy_async", 2, 2, {0}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst)"},
+    {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle)"},
+    {"tiles", 2, 2, {0}, bi_tiles, TPK_OP_COUNT, "tiles(N, B)"},
+};
+#undef EW1
+
+static Val eval_call(Checker *c, const TpkAst *n) {
+  const Builtin *bi = NULL;
+  for (size_t i = 0; i < TPK_ARRAY_LEN(BUILTINS); i++)
+    if (strcmp(BUILTINS[i].name, n->name) == 0) bi = &BUILTINS[i];
+  if (!bi) {
+    const char *cands[TPK_ARRAY_LEN(BUILTINS)];
+    for (size_t i = 0; i < TPK_ARRAY_LEN(BUILTINS); i++) cands[i] = BUILTINS[i].name;
+    const char *hint = suggest(c, n->name, cands, (int)TPK_ARRAY_LEN(BUILTINS));
+    Sym *s = lookup(c, n->name);
+    if (!hint && s) hint = tpk_arena_printf(&c->m->arena, "'%s' is %s, not a function", n->name, sym_what(s));
+    tpk_diag_error_hint(c->diags, n->span, hint, "unknown function '%s'", n->name);
+    return ERR;
+  }
+  Args a = {0};
+  bool ok = true;
+  for (const TpkAst *arg = n->args; arg; arg = arg->next) {
+    if (arg->kind != TPK_AST_KWARG) {
+      if (a.kw[0] || a.kw[1] || a.kw[2]) {
+        tpk_diag_error(c->diags, arg->span, "positional arguments must come before keyword arguments");
+        ok = false;
+      } else if (a.npos == bi->max_pos) {
+        tpk_diag_error_hint(c->diags, arg->span, tpk_arena_printf(&c->m->arena, "usage: %s", bi->usage),
+                            "too many arguments to %s()", bi->name);
+        return ERR;
+      } else {
+        a.pos[a.npos++] = arg;
+      }
+      continue;
+    }
+    int slot = -1;
+    for (int k = 0; k < MAX_KW; k++)
+      if (bi->kw[k] && strcmp(bi->kw[k], arg->name) == 0) slot = k;
+    if (slot < 0) {
+      tpk_diag_error_hint(c->diags, arg->span, tpk_arena_printf(&c->m->arena, "usage: %s", bi->usage),
+                          "%s() has no argument '%s'", bi->name, arg->name);
+      ok = false;
+    } else if (a.kw[slot]) {
+      tpk_diag_error(c->diags, arg->span, "argument '%s' is given twice", arg->name);
+      ok = false;
+    } else {
+      a.kw[slot] = arg;
+    }
+  }
+  if (!ok) return ERR;
+  if (a.npos < bi->min_pos) {
+    tpk_diag_error_hint(c->diags, n->span, tpk_arena_printf(&c->m->arena, "usage: %s", bi->usage),
+                        "%s() needs %d argument%s; got %d", bi->name, bi->min_pos, bi->min_pos == 1 ? "" : "s", a.npos);
+    return ERR;
+  }
+  return bi->fn(c, n, bi, &a);
+}
+
+/* ---- Expressions ----------------------------------------------------------------------- */
+
+static Val eval_field(Checker *c, const TpkAst *n) {
+  Val base = eval(c, n->lhs);
+  if (base.k == V_ERR) return ERR;
+  if (base.k != V_TILE) {
+    tpk_diag_error(c->diags, n->span, "'.%s' applies to tile indices (from tiles(N, B)); '%s' is not one", n->name,
+                   src_text(c, n->lhs));
+    return ERR;
+  }
+  if (strcmp(n->name, "size") == 0) return int_val(base.v->type->block);
+  TpkOpcode op = strcmp(n->name, "id") == 0 ? TPK_OP_TILE_ID : strcmp(n->name, "start") == 0 ? TPK_OP_TILE_START : TPK_OP_COUNT;
+  if (op == TPK_OP_COUNT) {
+    tpk_diag_error(c->diags, n->span, "a tile index has no field '%s'; its fields are id, start and size", n->name);
+    return ERR;
+  }
+  at(c, n);
+  const TpkType *t = tpk_type_scalar(c->m, TPK_I32);
+  TpkOp *o = tpk_build(&c->b, op, 1, &base.v, 1, &t);
+  return o ? val_of(&o->out[0]) : ERR;
+}
+
+static Val eval_name(Checker *c, const TpkAst *n) {
+  Sym *s = lookup(c, n->name);
+  if (!s) {
+    unknown_name(c, n);
+    return ERR;
+  }
+  switch (s->kind) {
+  case SYM_CONST:
+    return eval_const_decl(c, s);
+  case SYM_SHAPE: {
+    int64_t k;
+    if (tpk_dim_is_const(s->dim, &k)) return int_val(k);
+    if (!can_build(c, n)) return ERR;
+    at(c, n);
+    return val_of(value_of_dim(c, n, s->dim));
+  }
+  default:
+    return s->val;
+  }
+}
+
+static Val eval(Checker *c, const TpkAst *n) {
+  switch (n->kind) {
+  case TPK_AST_INT:
+    return int_val(n->ival);
+  case TPK_AST_FLOAT:
+    return flt_val(n->fval);
+  case TPK_AST_BOOL:
+    return val_of(const_scalar(c, n, int_val(n->ival), TPK_BOOL));
+  case TPK_AST_NAME:
+    return eval_name(c, n);
+  case TPK_AST_UNARY: {
+    Val a = eval(c, n->lhs);
+    if (a.k == V_ERR) return ERR;
+    return n->op == '-' ? negate(c, n, a) : logical_not(c, n, a);
+  }
+  case TPK_AST_BINARY: {
+    const BinOp *bop = binop_of(n->op);
+    Val a = eval(c, n->lhs), b = eval(c, n->rhs);
+    if (!bop) return ERR;
+    return binary(c, n, bop->opcode, tpk_arena_printf(&c->m->arena, "'%s'", bop->text), n->lhs, a, n->rhs, b);
+  }
+  case TPK_AST_CAST:
+    return cast(c, n, eval(c, n->lhs), n->dtype);
+  case TPK_AST_CALL:
+    return eval_call(c, n);
+  case TPK_AST_INDEX:
+    return eval_index(c, n);
+  case TPK_AST_FIELD:
+    return eval_field(c, n);
+  case TPK_AST_SLICE:
+    tpk_diag_error(c->diags, n->span, "a range '%s' is only valid inside an index or as a for-loop range", src_text(c, n));
+    return ERR;
+  case TPK_AST_TYPE:
+    tpk_diag_error(c->diags, n->span, "a type is only valid as the argument of zeros(), ones(), full() or iota()");
+    return ERR;
+  case TPK_AST_LIST:
+    tpk_diag_error(c->diags, n->span, "a list is only valid as an argument, e.g. reshape(x, [a, b])");
+    return ERR;
+  default:
+    tpk_diag_error(c->diags, n->span, "expected an expression");
+    return ERR;
+  }
+}
+
+/* ---- Assignments and stores ---------------------------------------------------------- */
+
+/* v converted to dtype dt and broadcast to shape (rank, dims) for a write
+ * into `target` (a description used in messages). */
+static TpkValue *coerce(Checker *c, const TpkAst *n, Val v, TpkDType dt, int rank, const TpkDim *const *dims,
+                        const char *target) {
+  v = need_data(c, n, v, dt);
+  if (v.k == V_ERR) return NULL;
+  const TpkType *t = v.v->type;
+  if (!tpk_dtype_widens_to(t->dtype, dt)) {
+    tpk_diag_error_hint(c->diags, n->span, tpk_arena_printf(&c->m->arena, "convert explicitly: (%s) as %s", src_text(c, n), tpk_dtype_name(dt)),
+                        "cannot write %s into %s of dtype %s without a cast", tpk_dtype_name(t->dtype), target,
+                        tpk_dtype_name(dt));
+    return NULL;
+  }
+  int r;
+  const TpkDim *out[TPK_MAX_RANK];
+  if (!broadcast_shapes(t->rank, t->dims, rank, dims, &r, out) || r != rank ||
+      memcmp(out, dims, (size_t)rank * sizeof *dims) != 0) {
+    tpk_diag_error(c->diags, n->span, "cannot write a value of shape %s into %s of shape %s",
+                   shape_str(c, t->rank, t->dims), target, shape_str(c, rank, dims));
+    return NULL;
+  }
+  at(c, n);
+  return broadcast_to(c, convert(c, v.v, dt), rank, dims);
+}
+
+static TpkOpcode compound_op(int op) {
+  switch (op) {
+  case TPK_ASSIGN_ADD: return TPK_OP_ADD;
+  case TPK_ASSIGN_SUB: return TPK_OP_SUB;
+  case TPK_ASSIGN_MUL: return TPK_OP_MUL;
+  case TPK_ASSIGN_DIV: return TPK_OP_DIV;
+  default: return TPK_OP_COUNT;
+  }
+}
+
+static const char *assign_text(int op) {
+  switch (op) {
+  case TPK_ASSIGN_ADD: return "'+='";
+  case TPK_ASSIGN_SUB: return "'-='";
+  case TPK_ASSIGN_MUL: return "'*='";
+  case TPK_ASSIGN_DIV: return "'/='";
+  default: return "'='";
+  }
+}
+
+static void assign_var(Checker *c, const TpkAst *st, Sym *s) {
+  if (c->grid_depth && !s->grid_depth) {
+    tpk_diag_error_hint(c->diags, st->lhs->span, "declare it inside the for loop",
+                        "'%s' is declared outside the grid; grid instances run in parallel and cannot update it",
+                        s->name);
+    return;
+  }
+  Val v = eval(c, st->rhs);
+  if (st->op != TPK_ASSIGN_SET)
+    v = binary(c, st, compound_op(st->op), assign_text(st->op), st->lhs, s->val, st->rhs, v);
+  if (v.k == V_ERR || s->val.k == V_ERR) return;
+  const char *target = tpk_arena_printf(&c->m->arena, "var '%s'", s->name);
+  TpkValue *nv = coerce(c, st->rhs, v, s->type->dtype, s->type->rank, s->type->dims, target);
+  if (!nv) return;
+  if (!nv->name) nv->name = s->name;
+  s->val = val_of(nv);
+}
+
+static void store(Checker *c, const TpkAst *st, const Access *acc) {
+  if (!writable(c, st->lhs, acc)) return;
+  Val v = eval(c, st->rhs);
+  if (v.k == V_ERR || !can_build(c, st)) return;
+  const TpkType *rt = acc->base->type;
+  const char *mode = "set";
+  switch (st->op) {
+  case TPK_ASSIGN_SET: break;
+  case TPK_ASSIGN_ADD: mode = "add"; break;
+  case TPK_ASSIGN_SUB:
+    mode = "add";
+    v = negate(c, st->rhs, v);
+    break;
+  default: {
+    if (acc->gather) {
+      tpk_diag_error(c->diags, st->span, "only =, += and -= may write through a gather index");
+      return;
+    }
+    Val old = val_of(build_load(c, st->lhs, acc, NULL));
+    v = binary(c, st, compound_op(st->op), assign_text(st->op), st->lhs, old, st->rhs, v);
+  }
+  }
+  if (v.k == V_ERR) return;
+  const char *target = tpk_arena_printf(&c->m->arena, "'%s'", src_text(c, st->lhs));
+  TpkValue *val = coerce(c, st->rhs, v, rt->dtype, acc->rank, acc->dims, target);
+  if (!val) return;
+  at(c, st);
+  TpkValue *ins[TPK_MAX_RANK + 2];
+  ins[0] = acc->base;
+  for (int i = 0; i < acc->nops; i++) ins[i + 1] = acc->ops[i];
+  ins[acc->nops + 1] = val;
+  TpkOp *op = tpk_build(&c->b, TPK_OP_STORE, acc->nops + 2, ins, 0, NULL);
+  if (!op) return;
+  tpk_op_set_str(c->m, op, "index", acc->pattern);
+  tpk_op_set_str(c->m, op, "mode", mode);
+}
+
+static void check_assign(Checker *c, const TpkAst *st) {
+  const TpkAst *t = st->lhs;
+  Access acc;
+  bool is_ref;
+  if (resolve_access(c, t, &acc, &is_ref)) {
+    store(c, st, &acc);
+    return;
+  }
+  if (is_ref) return; /* the index was wrong, already reported */
+  const TpkAst *base = t->kind == TPK_AST_INDEX ? t->lhs : t;
+  if (base->kind != TPK_AST_NAME) {
+    tpk_diag_error(c->diags, t->span, "cannot assign to this expression");
+    return;
+  }
+  Sym *s = lookup(c, base->name);
+  if (!s) {
+    unknown_name(c, base);
+    return;
+  }
+  if (s->kind == SYM_VAR && t == base) {
+    assign_var(c, st, s);
+    return;
+  }
+  if (s->kind == SYM_VAR) {
+    tpk_diag_error_hint(c->diags, t->span, "compute the whole new value, e.g. with where()",
+                        "a var is updated as a whole; '%s' cannot be assigned element by element", s->name);
+    return;
+  }
+  if (s->kind == SYM_LET) {
+    tpk_diag_error_hint(c->diags, t->span, tpk_arena_printf(&c->m->arena, "declare it with `var %s = ...`", s->name),
+                        "'%s' is a let binding and cannot be changed", s->name);
+    return;
+  }
+  tpk_diag_error(c->diags, t->span, "cannot assign to '%s': it is %s", s->name, sym_what(s));
+}
+
+/* ---- Statements ------------------------------------------------------------------------- */
+
+static void check_stmts(Checker *c, const TpkAst *stmts, bool top);
+
+/* Names assigned in stmts that are not declared inside them: the outer vars
+ * a loop carries or an if merges. */
+typedef struct NameNode {
+  const char *name;
+  struct NameNode *next;
+} NameNode;
+
+static bool name_in(const NameNode *l, const char *name) {
+  for (; l; l = l->next)
+    if (strcmp(l->name, name) == 0) return true;
+  return false;
+}
+
+static NameNode *name_push(Checker *c, NameNode *l, const char *name) {
+  NameNode *n = tpk_arena_alloc(&c->m->arena, sizeof *n);
+  if (!n) return l;
+  n->name = name;
+  n->next = l;
+  return n;
+}
+
+static void collect_assigned(Checker *c, const TpkAst *stmts, NameNode *declared, NameNode **out) {
+  for (const TpkAst *s = stmts; s; s = s->next) {
+    switch (s->kind) {
+    case TPK_AST_LET:
+    case TPK_AST_VAR:
+    case TPK_AST_SCRATCH:
+      declared = name_push(c, declared, s->name);
+      break;
+    case TPK_AST_ASSIGN:
+      if (s->lhs->kind == TPK_AST_NAME && !name_in(declared, s->lhs->name) && !name_in(*out, s->lhs->name))
+        *out = name_push(c, *out, s->lhs->name);
+      break;
+    case TPK_AST_IF:
+      collect_assigned(c, s->body, declared, out);
+      collect_assigned(c, s->els, declared, out);
+      break;
+    case TPK_AST_FOR: {
+      NameNode *inner = declared;
+      for (const TpkAst *r = s->ranges; r; r = r->next) inner = name_push(c, inner, r->name);
+      collect_assigned(c, s->body, inner, out);
+      break;
+    }
+    default:
+      break;
+    }
+  }
+}
+
+enum { MAX_CARRIED = 64 };
+
+/* The vars of the enclosing scopes that stmts assign. */
+static int carried_vars(Checker *c, const TpkAst *a, const TpkAst *b, Sym **out) {
+  NameNode *names = NULL;
+  collect_assigned(c, a, NULL, &names);
+  collect_assigned(c, b, NULL, &names);
+  int n = 0;
+  for (NameNode *l = names; l && n < MAX_CARRIED; l = l->next) {
+    Sym *s = lookup(c, l->name);
+    if (s && s->kind == SYM_VAR && s->val.k == V_VAL && !(c->grid_depth && !s->grid_depth)) out[n++] = s;
+  }
+  return n;
+}
+
+/* A block for code whose enclosing op could not be built (its condition or
+ * range had an error): the statements are still checked for diagnostics, and
+ * the ops go nowhere since a module with errors is discarded. */
+static TpkBlock *detached_block(Checker *c) { return tpk_arena_alloc(&c->m->arena, sizeof(TpkBlock)); }
+
+static void yield_carried(Checker *c, const TpkAst *at_node, int n, Sym **vars) {
+  TpkValue *vals[MAX_CARRIED];
+  for (int i = 0; i < n; i++) vals[i] = vars[i]->val.v;
+  at(c, at_node);
+  if (n) tpk_build_yield(&c->b, n, vals);
+}
+
+/* Check a nested statement list in its own scope, building into `block`. */
+static void check_region(Checker *c, TpkBlock *block, const TpkAst *stmts) {
+  TpkBlock *saved_block = c->b.block;
+  Sym *saved_scope = c->scope;
+  c->b.block = block;
+  check_stmts(c, stmts, false);
+  c->scope = saved_scope;
+  c->b.block = saved_block;
+}
+
+static void check_if(Checker *c, const TpkAst *st) {
+  Val cond = need_data(c, st->lhs, eval(c, st->lhs), TPK_BOOL);
+  if (cond.k == V_VAL && (cond.v->type->dtype != TPK_BOOL || cond.v->type->rank != 0)) {
+    tpk_diag_error_hint(c->diags, st->lhs->span, "use where(c, a, b) to choose elementwise",
+                        "an if condition must be a bool scalar; got %s", type_str(c, cond.v->type));
+    cond = ERR;
+  }
+  Sym *vars[MAX_CARRIED];
+  int n = carried_vars(c, st->body, st->els, vars);
+  Val before[MAX_CARRIED];
+  const TpkType *types[MAX_CARRIED];
+  for (int i = 0; i < n; i++) {
+    before[i] = vars[i]->val;
+    types[i] = vars[i]->type;
+  }
+  TpkOp *op = NULL;
+  if (cond.k == V_VAL) {
+    at(c, st);
+    op = tpk_build(&c->b, TPK_OP_IF, 1, &cond.v, n, types);
+  }
+  for (int r = 0; r < 2; r++) {
+    const TpkAst *stmts = r == 0 ? st->body : st->els;
+    TpkBlock *blk = op ? op->regions[r] : detached_block(c);
+    if (!blk) return;
+    check_region(c, blk, stmts);
+    TpkBlock *saved = c->b.block;
+    c->b.block = blk;
+    yield_carried(c, st, n, vars);
+    c->b.block = saved;
+    for (int i = 0; i < n; i++) vars[i]->val = before[i];
+  }
+  for (int i = 0; i < n; i++) {
+    vars[i]->val = op ? val_of(&op->out[i]) : ERR;
+    if (op) op->out[i].name = vars[i]->name;
+  }
+}
+
+/* The bounds and index type of one for-loop range. */
+typedef struct Range {
+  TpkValue *lo, *hi;
+  const TpkType *iv_type;
+} Range;
+
+static TpkValue *i32_scalar(Checker *c, const TpkAst *n, const char *what) {
+  Val v = eval(c, n);
+  if (v.k == V_FLT) {
+    tpk_diag_error(c->diags, n->span, "%s must be an integer; got a float", what);
+    return NULL;
+  }
+  v = need_data(c, n, v, TPK_I32);
+  if (v.k == V_ERR) return NULL;
+  if (!tpk_dtype_is_int(v.v->type->dtype) || v.v->type->rank != 0) {
+    tpk_diag_error(c->diags, n->span, "%s must be an integer scalar; got %s", what, type_str(c, v.v->type));
+    return NULL;
+  }
+  at(c, n);
+  return convert(c, v.v, TPK_I32);
+}
+
+static bool eval_range(Checker *c, const TpkAst *r, Range *out) {
+  at(c, r);
+  if (r->kind == TPK_AST_RANGE) {
+    if (!r->lhs || !r->rhs) {
+      tpk_diag_error(c->diags, r->span, "a loop range needs both bounds: lo..hi");
+      return false;
+    }
+    out->lo = i32_scalar(c, r->lhs, "a loop bound");
+    out->hi = i32_scalar(c, r->rhs, "a loop bound");
+    out->iv_type = tpk_type_scalar(c->m, TPK_I32);
+    return out->lo && out->hi;
+  }
+  TpkValue *n = i32_scalar(c, r->lhs, "the extent of tiles()");
+  int64_t b;
+  if (!eval_int(c, r->rhs, &b) || !n) return false;
+  if (b <= 0) {
+    tpk_diag_error(c->diags, r->rhs->span, "the block size of tiles() must be positive; got %lld", (long long)b);
+    return false;
+  }
+  at(c, r);
+  out->lo = const_scalar(c, r, int_val(0), TPK_I32);
+  TpkValue *bv = const_scalar(c, r->rhs, int_val(b), TPK_I32);
+  out->hi = bv ? tpk_build_binary(&c->b, TPK_OP_CDIV, n, bv) : NULL;
+  out->iv_type = tpk_type_tile(c->m, b);
+  return out->lo && out->hi;
+}
+
+static void bind_index(Checker *c, const TpkAst *r, TpkValue *iv) {
+  Sym *s = declare_local(c, iv->type->kind == TPK_TYPE_TILE ? SYM_TILE : SYM_INDEX, r->name, r->name_span);
+  if (!s) return;
+  s->val = (Val){.k = iv->type->kind == TPK_TYPE_TILE ? V_TILE : V_VAL, .v = iv};
+  iv->name = r->name;
+}
+
+/* A loop index whose range had an error still gets declared, poisoned, so
+ * its uses stay silent. */
+static void bind_index_or_poison(Checker *c, const TpkAst *r, TpkValue *iv) {
+  if (iv) {
+    bind_index(c, r, iv);
+    return;
+  }
+  Sym *s = declare_local(c, SYM_LET, r->name, r->name_span);
+  if (s) s->val = ERR;
+}
+
+/* Sequential loops: `for a in R1, b in R2 { }` nests one for op per range;
+ * every level carries the vars the body assigns. */
+static void check_for_ranges(Checker *c, const TpkAst *st, const TpkAst *r, Sym **vars, int n) {
+  if (!r) {
+    check_stmts(c, st->body, false);
+    return;
+  }
+  Range rg;
+  TpkOp *op = NULL;
+  if (eval_range(c, r, &rg)) {
+    TpkValue *ins[MAX_CARRIED + 2];
+    const TpkType *types[MAX_CARRIED];
+    ins[0] = rg.lo;
+    ins[1] = rg.hi;
+    for (int i = 0; i < n; i++) {
+      ins[i + 2] = vars[i]->val.v;
+      types[i] = vars[i]->type;
+    }
+    at(c, r);
+    op = tpk_build(&c->b, TPK_OP_FOR, n + 2, ins, n, types);
+  }
+  TpkBlock *blk = op ? op->regions[0] : detached_block(c);
+  if (!blk) return;
+  TpkBlock *saved_block = c->b.block;
+  Sym *saved_scope = c->scope;
+  c->b.block = blk;
+  TpkValue *iv = op ? tpk_block_add_arg(c->m, blk, rg.iv_type, r->name) : NULL;
+  bind_index_or_poison(c, r, iv);
+  for (int i = 0; i < n; i++) {
+    if (!op) continue;
+    TpkValue *arg = tpk_block_add_arg(c->m, blk, vars[i]->type, vars[i]->name);
+    vars[i]->val = val_of(arg);
+  }
+  check_for_ranges(c, st, r->next, vars, n);
+  yield_carried(c, st, op ? n : 0, vars);
+  c->scope = saved_scope;
+  c->b.block = saved_block;
+  for (int i = 0; i < n; i++) vars[i]->val = op ? val_of(&op->out[i]) : ERR;
+}
+
+static void check_for(Checker *c, const TpkAst *st) {
+  Sym *vars[MAX_CARRIED];
+  int n = carried_vars(c, st->body, NULL, vars);
+  check_for_ranges(c, st, st->ranges, vars, n);
+}
+
+/* The outermost loop nest: each iteration is an independent program. */
+static void check_grid(Checker *c, const TpkAst *st) {
+  TpkValue *ins[2 * TPK_MAX_RANK];
+  int nranges = count_list(st->ranges);
+  if (nranges > TPK_MAX_RANK) {
+    tpk_diag_error(c->diags, st->span, "a grid has at most %d axes; this one has %d", TPK_MAX_RANK, nranges);
+    return;
+  }
+  Range rg[TPK_MAX_RANK];
+  bool ok = true;
+  int k = 0;
+  for (const TpkAst *r = st->ranges; r; r = r->next, k++) {
+    ok = eval_range(c, r, &rg[k]) && ok;
+    ins[2 * k] = rg[k].lo;
+    ins[2 * k + 1] = rg[k].hi;
+  }
+  TpkOp *op = NULL;
+  if (ok) {
+    at(c, st);
+    op = tpk_build(&c->b, TPK_OP_GRID, 2 * nranges, ins, 0, NULL);
+  }
+  TpkBlock *blk = op ? op->regions[0] : detached_block(c);
+  if (!blk) return;
+  TpkBlock *saved_block = c->b.block;
+  Sym *saved_scope = c->scope;
+  c->b.block = blk;
+  c->grid_depth = 1;
+  c->grid_rank = nranges;
+  k = 0;
+  for (const TpkAst *r = st->ranges; r; r = r->next, k++) {
+    TpkValue *iv = op ? tpk_block_add_arg(c->m, blk, rg[k].iv_type, r->name) : NULL;
+    bind_index_or_poison(c, r, iv);
+  }
+  check_stmts(c, st->body, false);
+  c->grid_depth = 0;
+  c->grid_rank = 0;
+  c->scope = saved_scope;
+  c->b.block = saved_block;
+}
+
+static void check_binding(Checker *c, const TpkAst *st) {
+  Val v = eval(c, st->rhs);
+  if (v.k == V_NONE) {
+    tpk_diag_error(c->diags, st->rhs->span, "'%s' has no value", src_text(c, st->rhs));
+    v = ERR;
+  }
+  if (st->kind == TPK_AST_VAR && v.k != V_ERR) {
+    v = need_data(c, st->rhs, v, TPK_DTYPE_COUNT);
+  } else if (v.k == V_REF) {
+    v = materialize(c, st->rhs, v, TPK_DTYPE_COUNT);
+  }
+  Sym *s = declare_local(c, st->kind == TPK_AST_VAR ? SYM_VAR : SYM_LET, st->name, st->name_span);
+  if (!s) return;
+  s->val = v;
+  if (v.k == V_VAL) {
+    if (!v.v->name) v.v->name = st->name;
+    s->type = v.v->type;
+  }
+}
+
+static void check_scratch(Checker *c, const TpkAst *st) {
+  int rank = 0;
+  const TpkDim *dims[TPK_MAX_RANK];
+  bool ok = true;
+  for (const TpkAst *d = st->dims; d; d = d->next) {
+    const TpkDim *dim = rank < TPK_MAX_RANK ? eval_dim(c, d) : NULL;
+    int64_t k;
+    if (dim && tpk_dim_is_const(dim, &k) && k <= 0) {
+      tpk_diag_error(c->diags, d->span, "a size must be positive; got %lld", (long long)k);
+      dim = NULL;
+    }
+    ok = ok && dim;
+    if (dim) dims[rank++] = dim;
+  }
+  Sym *s = declare_local(c, SYM_REF, st->name, st->name_span);
+  if (!s) return;
+  s->scratch = true;
+  s->role = TPK_PARAM_INOUT;
+  s->val = ERR;
+  if (!ok || !can_build(c, st)) return;
+  at(c, st);
+  const TpkType *t = tpk_type_ref(c->m, st->dtype, rank, dims, TPK_MEM_VMEM);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_ALLOC, 0, NULL, 1, &t);
+  if (!op) return;
+  op->out[0].name = st->name;
+  s->val = (Val){.k = V_REF, .v = &op->out[0], .sym = s};
+}
+
+static void check_expr_stmt(Checker *c, const TpkAst *st) {
+  Val v = eval(c, st->lhs);
+  if (v.k == V_ERR || v.k == V_NONE) return;
+  if (v.k == V_VAL && v.v->type->kind == TPK_TYPE_DMA) {
+    tpk_diag_error_hint(c->diags, st->lhs->span, "bind it: `let c = copy_async(src, dst);` then `wait(c);`",
+                        "the handle of copy_async() is dropped, so the copy can never be waited for");
+    return;
+  }
+  tpk_diag_error(c->diags, st->lhs->span, "the value of this expression is unused");
+}
+
+static void check_stmt(Checker *c, const TpkAst *st, bool top) {
+  switch (st->kind) {
+  case TPK_AST_LET:
+  case TPK_AST_VAR: check_binding(c, st); break;
+  case TPK_AST_ASSIGN: check_assign(c, st); break;
+  case TPK_AST_IF: check_if(c, st); break;
+  case TPK_AST_FOR:
+    if (top) check_grid(c, st);
+    else check_for(c, st);
+    break;
+  case TPK_AST_EXPR: check_expr_stmt(c, st); break;
+  case TPK_AST_SCRATCH: check_scratch(c, st); break;
+  default: tpk_diag_error(c->diags, st->span, "expected a statement"); break;
+  }
+}
+
+static void check_stmts(Checker *c, const TpkAst *stmts, bool top) {
+  for (const TpkAst *st = stmts; st; st = st->next) {
+    check_stmt(c, st, top);
+    if (c->m->arena.exhausted) return;
+  }
+}
+
+/* ---- Kernels ---------------------------------------------------------------------------- */
+
+static bool tune_choice(Checker *c, const TpkAst *t, int64_t *choices, int *nchoices) {
+  *nchoices = 0;
+  bool ok = true;
+  for (const TpkAst *v = t->args; v; v = v->next) {
+    int64_t k;
+    if (!eval_int(c, v, &k)) {
+      ok = false;
+      continue;
+    }
+    if (k <= 0) {
+      tpk_diag_error(c->diags, v->span, "tunable values must be positive integers; got %lld", (long long)k);
+      ok = false;
+    }
+    if (*nchoices < 64) choices[(*nchoices)++] = k;
+  }
+  if (!*nchoices && ok) {
+    tpk_diag_error(c->diags, t->span, "tunable '%s' needs at least one value", t->name);
+    ok = false;
+  }
+  return ok;
+}
+
+static void check_tunables(Checker *c, const TpkAst *k, TpkFunc *f) {
+  int n = count_list(k->tunes), i = 0;
+  f->tunes = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *f->tunes);
+  if (!f->tunes) return;
+  for (const TpkAst *t = k->tunes; t; t = t->next) {
+    int64_t choices[64];
+    int nchoices;
+    bool ok = tune_choice(c, t, choices, &nchoices);
+    Sym *s = declare_local(c, SYM_TUNE, t->name, t->name_span);
+    if (!s) return;
+    s->val = ERR;
+    if (!ok) continue;
+    int64_t chosen = choices[0];
+    for (int b = 0; c->opts && b < c->opts->ntunes; b++) {
+      if (strcmp(c->opts->tunes[b].name, t->name) != 0) continue;
+      c->tune_seen[b] = true;
+      bool listed = false;
+      for (int j = 0; j < nchoices; j++) listed |= choices[j] == c->opts->tunes[b].value;
+      if (!listed) {
+        TpkStr list = {0};
+        for (int j = 0; j < nchoices; j++) tpk_str_printf(&list, "%s%lld", j ? ", " : "", (long long)choices[j]);
+        tpk_diag_error(c->diags, t->name_span, "%s=%lld is not one of the declared values [%s]", t->name,
+                       (long long)c->opts->tunes[b].value, list.data ? list.data : "");
+        tpk_str_free(&list);
+        ok = false;
+      }
+      chosen = c->opts->tunes[b].value;
+    }
+    if (!ok) continue;
+    s->val = int_val(chosen);
+    int64_t *copy = tpk_arena_alloc(&c->m->arena, (size_t)nchoices * sizeof *copy);
+    if (!copy) return;
+    memcpy(copy, choices, (size_t)nchoices * sizeof *copy);
+    f->tunes[i++] = (TpkTune){.name = t->name, .value = chosen, .nchoices = nchoices, .choices = copy};
+  }
+  f->ntunes = i;
+}
+
+/* A parameter's or output's type. Unknown names in its dims become shape
+ * symbols. */
+static const TpkType *param_type(Checker *c, const TpkAst *p, bool is_output) {
+  if (!p->dims) {
+    if (p->inout) tpk_diag_error(c->diags, p->span, "a scalar parameter cannot be inout; pass a 1-element tensor");
+    if (is_output) {
+      tpk_diag_error_hint(c->diags, p->span, tpk_arena_printf(&c->m->arena, "write `%s: %s[1]`", p->name, tpk_dtype_name(p->dtype)),
+                          "outputs are tensors; '%s' has no shape", p->name);
+      return NULL;
+    }
+    return tpk_type_scalar(c->m, p->dtype);
+  }
+  int rank = 0;
+  const TpkDim *dims[TPK_MAX_RANK];
+  bool ok = true;
+  for (const TpkAst *d = p->dims; d; d = d->next) {
+    if (rank == TPK_MAX_RANK) {
+      tpk_diag_error(c->diags, d->span, "at most %d dimensions are supported", TPK_MAX_RANK);
+      return NULL;
+    }
+    const TpkDim *dim = eval_dim_x(c, d, true);
+    int64_t k;
+    if (dim && tpk_dim_is_const(dim, &k) && k <= 0) {
+      tpk_diag_error(c->diags, d->span, "a size must be positive; got %lld", (long long)k);
+      dim = NULL;
+    }
+    if (dim && !is_output && dim->kind != TPK_DIM_CONST && dim->kind != TPK_DIM_SYM) {
+      tpk_diag_error_hint(c->diags, d->span, "name the size with a new symbol and compute outputs from it",
+                          "an input dimension must be a symbol or a constant; '%s' is an expression", src_text(c, d));
+      dim = NULL;
+    }
+    ok = ok && dim;
+    dims[rank++] = dim;
+  }
+  return ok ? tpk_type_ref(c->m, p->dtype, rank, dims, TPK_MEM_HBM) : NULL;
+}
+
+static bool is_zero_literal(const TpkAst *n) {
+  return (n->kind == TPK_AST_INT && n->ival == 0) || (n->kind == TPK_AST_FLOAT && n->fval == 0.0);
+}
+
+static void check_kernel(Checker *c, const TpkAst *k) {
+  c->scope = c->globals;
+  c->in_kernel = true;
+  c->b.block = NULL;
+  int n = count_list(k->params) + count_list(k->outputs);
+  const TpkType **types = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *types);
+  const char **names = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *names);
+  TpkParamRole *roles = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *roles);
+  const TpkAst **decls = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *decls);
+  if (!types || !names || !roles || !decls) return;
+
+  /* Tunables first: shapes may use them. They go into a function created
+   * once the parameter types are known, so collect them in a stand-in. */
+  TpkFunc tunes = {0};
+  check_tunables(c, k, &tunes);
+
+  bool ok = true;
+  int i = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (const TpkAst *p = pass ? k->outputs : k->params; p; p = p->next, i++) {
+      for (int j = 0; j < i; j++)
+        if (strcmp(names[j], p->name) == 0) {
+          tpk_diag_error(c->diags, p->name_span, "'%s' is declared twice in kernel '%s'", p->name, k->name);
+          ok = false;
+        }
+      types[i] = param_type(c, p, pass == 1);
+      names[i] = p->name;
+      decls[i] = p;
+      roles[i] = pass ? TPK_PARAM_OUT : p->inout ? TPK_PARAM_INOUT : TPK_PARAM_IN;
+      if (pass && p->rhs && !is_zero_literal(p->rhs)) {
+        tpk_diag_error(c->diags, p->rhs->span, "an output can only start zeroed (`= 0`); other initial values are not supported");
+        ok = false;
+      }
+      ok = ok && types[i];
+    }
+  }
+  /* Parameter names are declared after all shapes, so a name used as both a
+   * shape symbol and a parameter is reported. */
+  TpkFunc *f = ok ? tpk_func_new(c->m, k->name, true, n, types, names, roles) : NULL;
+  for (i = 0; i < n; i++) {
+    const TpkAst *p = decls[i];
+    bool scalar = types[i] && types[i]->kind == TPK_TYPE_TENSOR;
+    Sym *s = declare_local(c, scalar ? SYM_SCALAR : SYM_REF, p->name, p->name_span);
+    if (!s) return;
+    s->role = roles[i];
+    s->val = ERR;
+    if (!f) continue;
+    TpkValue *v = f->params[i].value;
+    f->params[i].zero_init = roles[i] == TPK_PARAM_OUT && p->rhs != NULL;
+    f->params[i].loc = loc_of(p);
+    s->val = scalar ? val_of(v) : (Val){.k = V_REF, .v = v, .sym = s};
+  }
+  if (f) {
+    f->loc = loc_of(k);
+    f->ntunes = tunes.ntunes;
+    f->tunes = tunes.tunes;
+  }
+  /* The body is checked even when the signature had errors, into a detached
+   * block, so its mistakes are reported too. */
+  c->b = (TpkBuilder){.m = c->m, .block = f ? f->body : detached_block(c)};
+  if (c->b.block) check_stmts(c, k->body, true);
+  c->b.block = NULL;
+  c->in_kernel = false;
+  c->scope = c->globals;
+}
+
+/* ---- Files ------------------------------------------------------------------------------- */
+
+static void declare_globals(Checker *c, const TpkAst *file) {
+  for (const TpkAst *d = file->body; d; d = d->next) {
+    if (d->kind != TPK_AST_CONST) continue;
+    Sym *old = lookup(c, d->name);
+    if (old) {
+      tpk_diag_error(c->diags, d->name_span, "const '%s' is defined twice", d->name);
+      tpk_diag_note(c->diags, old->span, "the first definition is here");
+      continue;
+    }
+    Sym *s = declare(c, SYM_CONST, d->name, d->name_span);
+    if (!s) return;
+    s->decl = d;
+  }
+  c->globals = c->scope;
+  for (const TpkAst *d = file->body; d; d = d->next)
+    for (const TpkAst *e = d->next; e && d->kind == TPK_AST_KERNEL; e = e->next)
+      if (e->kind == TPK_AST_KERNEL && strcmp(d->name, e->name) == 0) {
+        tpk_diag_error(c->diags, e->name_span, "kernel '%s' is defined twice", e->name);
+        tpk_diag_note(c->diags, d->name_span, "the first definition is here");
+      }
+}
+
+static void unused_options(Checker *c) {
+  for (int i = 0; c->opts && i < c->opts->nbinds; i++)
+    if (!c->bind_seen[i])
+      tpk_diag_error(c->diags, (TpkSpan){0}, "--bind %s: no kernel in this file has a shape symbol '%s'",
+                     c->opts->binds[i].name, c->opts->binds[i].name);
+  for (int i = 0; c->opts && i < c->opts->ntunes; i++)
+    if (!c->tune_seen[i])
+      tpk_diag_error(c->diags, (TpkSpan){0}, "--tune %s: no kernel in this file has a tunable '%s'",
+                     c->opts->tunes[i].name, c->opts->tunes[i].name);
+}
+
+/* Keep only the kernel asked for (tpk dump --kernel NAME). */
+static void select_kernel(Checker *c, const char *name) {
+  TpkFunc *keep = tpk_module_find(c->m, name);
+  if (keep) {
+    c->m->funcs[0] = keep;
+    c->m->nfuncs = 1;
+    return;
+  }
+  TpkStr list = {0};
+  for (int i = 0; i < c->m->nfuncs; i++) tpk_str_printf(&list, "%s%s", i ? ", " : "", c->m->funcs[i]->name);
+  tpk_diag_error(c->diags, (TpkSpan){0}, "no kernel named '%s' in this file%s%s", name,
+                 c->m->nfuncs ? "; it has: " : "", list.data ? list.data : "");
+  tpk_str_free(&list);
+}
+
+TpkStatus tpk_check(const TpkParsed *parsed, const TpkCheckOptions *opts, TpkDiags *diags, TpkModule **out) {
+  *out = NULL;
+  if (!parsed->file) return TPK_ERR_PARSE;
+  Checker c = {.diags = diags, .opts = opts};
+  c.m = tpk_module_new(diags->src && diags->src->name ? diags->src->name : "<input>");
+  if (!c.m) return TPK_ERR_NOMEM;
+  int nb = opts ? opts->nbinds : 0, nt = opts ? opts->ntunes : 0;
+  c.bind_seen = tpk_arena_alloc(&c.m->arena, (size_t)(nb + 1) * sizeof(bool));
+  c.tune_seen = tpk_arena_alloc(&c.m->arena, (size_t)(nt + 1) * sizeof(bool));
+  int errors_before = diags->errors;
+  if (c.bind_seen && c.tune_seen) {
+    declare_globals(&c, parsed->file);
+    for (const TpkAst *d = parsed->file->body; d; d = d->next) {
+      if (d->kind == TPK_AST_CONST) {
+        Sym *s = lookup(&c, d->name);
+        if (s && s->decl == d) eval_const_decl(&c, s);
+      } else if (d->kind == TPK_AST_KERNEL) {
+        check_kernel(&c, d);
+      }
+      if (c.m->arena.exhausted) break;
+    }
+    unused_options(&c);
+    if (opts && opts->only_kernel && diags->errors == errors_before) select_kernel(&c, opts->only_kernel);
+  }
+  if (c.m->arena.exhausted) tpk_diag_error(diags, (TpkSpan){0}, "out of memory: the file is too large to compile");
+  if (diags->errors == errors_before) {
+    TpkError err = {0};
+    if (tpk_ir_verify(c.m, &err) != TPK_OK)
+      tpk_diag_error(diags, (TpkSpan){0}, "internal error: the IR built for this file is invalid (%s); please report it",
+                     err.message);
+  }
+  if (diags->errors != errors_before) {
+    tpk_module_free(c.m);
+    return TPK_ERR_PARSE;
+  }
+  *out = c.m;
+  return TPK_OK;
+}
+
+TpkStatus tpk_compile_source(const TpkSource *src, const TpkCheckOptions *opts, TpkDiags *diags, TpkModule **out) {
+  *out = NULL;
+  TpkParsed parsed;
+  TpkStatus st = tpk_parse(src, &parsed, diags);
+  if (st == TPK_OK) st = tpk_check(&parsed, opts, diags, out);
+  else if (st != TPK_ERR_NOMEM) st = TPK_ERR_PARSE;
+  tpk_parsed_free(&parsed);
+  return st;
+}
