@@ -263,7 +263,8 @@ static const TpkDim *eval_dim_x(Checker *c, const TpkAst *n, bool declare_syms) 
     if (s->kind == SYM_SHAPE) return s->dim;
     Val v = s->kind == SYM_CONST ? eval_const_decl(c, s) : s->val;
     if (v.k == V_ERR) return NULL;
-    if ((s->kind == SYM_CONST || s->kind == SYM_TUNE) && v.k == V_INT) return tpk_dim_const(c->m, v.i);
+    if ((s->kind == SYM_CONST || s->kind == SYM_TUNE || s->kind == SYM_LET) && v.k == V_INT)
+      return tpk_dim_const(c->m, v.i);
     tpk_diag_error(c->diags, n->span, "'%s' is %s, not a compile-time integer; sizes are built from integer literals, consts, tunables and shape symbols",
                    n->name, sym_what(s));
     return NULL;
@@ -638,7 +639,8 @@ static Val unary_fn(Checker *c, const TpkAst *n, TpkOpcode opcode, const TpkAst 
   return val_of(tpk_build_unary(&c->b, opcode, a.v));
 }
 
-static Val negate(Checker *c, const TpkAst *n, Val a) {
+/* -a; n is the whole expression, operand the node of a. */
+static Val negate(Checker *c, const TpkAst *n, const TpkAst *operand, Val a) {
   if (a.k == V_INT) {
     if (a.i == INT64_MIN) {
       tpk_diag_error(c->diags, n->span, "integer overflow in a constant expression");
@@ -647,7 +649,7 @@ static Val negate(Checker *c, const TpkAst *n, Val a) {
     return int_val(-a.i);
   }
   if (a.k == V_FLT) return flt_val(-a.f);
-  return unary_fn(c, n, TPK_OP_NEG, n->lhs, a);
+  return unary_fn(c, n, TPK_OP_NEG, operand, a);
 }
 
 static Val logical_not(Checker *c, const TpkAst *n, Val a) {
@@ -1031,13 +1033,13 @@ static bool call_is(const TpkAst *n, const char *name) {
 static Val bi_dot(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   (void)bi;
   const TpkAst *arg[2] = {a->pos[0], a->pos[1]};
-  bool transposed[2] = {false, false};
+  bool transposed[2] = {false, false}, no_perm[2] = {false, false};
   Val v[2];
   for (int i = 0; i < 2; i++) {
     const TpkAst *e = arg[i];
     /* transpose(x) of a 2-D x, or transpose(x, perm=[0,2,1]) of a 3-D one. */
     if (call_is(e, "transpose") && e->args && !e->args->next) {
-      transposed[i] = true;
+      transposed[i] = no_perm[i] = true;
       e = e->args;
     } else if (call_is(e, "transpose") && e->args && e->args->next && e->args->next->kind == TPK_AST_KWARG &&
                !e->args->next->next && e->args->next->rhs->kind == TPK_AST_LIST) {
@@ -1056,8 +1058,13 @@ static Val bi_dot(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a)
   }
   if (v[0].k == V_ERR || v[1].k == V_ERR) return ERR;
   const TpkType *ta = v[0].v->type, *tb = v[1].v->type;
-  if (ta->rank != tb->rank || ta->rank < 2 || ta->rank > 3 ||
-      (transposed[0] && ta->rank != 2 && ta->rank != 3)) {
+  for (int i = 0; i < 2; i++)
+    if (no_perm[i] && v[i].v->type->rank != 2) {
+      tpk_diag_error_hint(c->diags, a->pos[i]->span, "give the order of the axes, e.g. transpose(x, perm=[0, 2, 1])",
+                          "transpose() without perm= needs a 2-D value; got %s", type_str(c, v[i].v->type));
+      return ERR;
+    }
+  if (ta->rank != tb->rank || ta->rank < 2 || ta->rank > 3) {
     tpk_diag_error(c->diags, n->span, "dot() needs [M,K] x [K,N] or batched [B,M,K] x [B,K,N]; got %s x %s",
                    shape_str(c, ta->rank, ta->dims), shape_str(c, tb->rank, tb->dims));
     return ERR;
@@ -1553,7 +1560,7 @@ static Val eval(Checker *c, const TpkAst *n) {
   case TPK_AST_UNARY: {
     Val a = eval(c, n->lhs);
     if (a.k == V_ERR) return ERR;
-    return n->op == '-' ? negate(c, n, a) : logical_not(c, n, a);
+    return n->op == '-' ? negate(c, n, n->lhs, a) : logical_not(c, n, a);
   }
   case TPK_AST_BINARY: {
     const BinOp *bop = binop_of(n->op);
@@ -1660,7 +1667,7 @@ static void store(Checker *c, const TpkAst *st, const Access *acc) {
   case TPK_ASSIGN_ADD: mode = "add"; break;
   case TPK_ASSIGN_SUB:
     mode = "add";
-    v = negate(c, st->rhs, v);
+    v = negate(c, st->rhs, st->rhs, v);
     break;
   default: {
     if (acc->gather) {
@@ -1970,7 +1977,7 @@ static void check_grid(Checker *c, const TpkAst *st) {
     tpk_diag_error(c->diags, st->span, "a grid has at most %d axes; this one has %d", TPK_MAX_RANK, nranges);
     return;
   }
-  Range rg[TPK_MAX_RANK];
+  Range rg[TPK_MAX_RANK] = {{0}};
   bool ok = true;
   int k = 0;
   for (const TpkAst *r = st->ranges; r; r = r->next, k++) {
