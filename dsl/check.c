@@ -171,6 +171,12 @@ static const char *suggest(Checker *c, const char *name, const char *const *cand
 
 /* ---- Scopes -------------------------------------------------------------------- */
 
+/* A name owned by the module: the AST (and its strings) is freed after
+ * checking, the IR lives on. */
+static const char *module_name(Checker *c, const char *name) {
+  return name ? tpk_module_intern(c->m, name, strlen(name)) : NULL;
+}
+
 static Sym *lookup(Checker *c, const char *name) {
   for (Sym *s = c->scope; s; s = s->next)
     if (strcmp(s->name, name) == 0) return s;
@@ -181,7 +187,8 @@ static Sym *declare(Checker *c, SymKind kind, const char *name, TpkSpan span) {
   Sym *s = tpk_arena_alloc(&c->m->arena, sizeof *s);
   if (!s) return NULL;
   s->kind = kind;
-  s->name = name;
+  s->name = module_name(c, name);
+  if (!s->name) return NULL;
   s->span = span;
   s->next = c->scope;
   s->grid_depth = c->grid_depth;
@@ -1862,8 +1869,8 @@ typedef struct Range {
   const TpkType *iv_type;
 } Range;
 
-static TpkValue *i32_scalar(Checker *c, const TpkAst *n, const char *what) {
-  Val v = eval(c, n);
+/* v (the value of n) as an i32 scalar. */
+static TpkValue *i32_from(Checker *c, const TpkAst *n, Val v, const char *what) {
   if (v.k == V_FLT) {
     tpk_diag_error(c->diags, n->span, "%s must be an integer; got a float", what);
     return NULL;
@@ -1878,6 +1885,8 @@ static TpkValue *i32_scalar(Checker *c, const TpkAst *n, const char *what) {
   return convert(c, v.v, TPK_I32);
 }
 
+static TpkValue *i32_scalar(Checker *c, const TpkAst *n, const char *what) { return i32_from(c, n, eval(c, n), what); }
+
 static bool eval_range(Checker *c, const TpkAst *r, Range *out) {
   at(c, r);
   if (r->kind == TPK_AST_RANGE) {
@@ -1890,17 +1899,22 @@ static bool eval_range(Checker *c, const TpkAst *r, Range *out) {
     out->iv_type = tpk_type_scalar(c->m, TPK_I32);
     return out->lo && out->hi;
   }
-  TpkValue *n = i32_scalar(c, r->lhs, "the extent of tiles()");
+  Val extent = eval(c, r->lhs);
+  TpkValue *n = extent.k == V_INT ? NULL : i32_from(c, r->lhs, extent, "the extent of tiles()");
   int64_t b;
-  if (!eval_int(c, r->rhs, &b) || !n) return false;
+  if (!eval_int(c, r->rhs, &b) || (!n && extent.k != V_INT)) return false;
   if (b <= 0) {
     tpk_diag_error(c->diags, r->rhs->span, "the block size of tiles() must be positive; got %lld", (long long)b);
     return false;
   }
   at(c, r);
   out->lo = const_scalar(c, r, int_val(0), TPK_I32);
-  TpkValue *bv = const_scalar(c, r->rhs, int_val(b), TPK_I32);
-  out->hi = bv ? tpk_build_binary(&c->b, TPK_OP_CDIV, n, bv) : NULL;
+  if (!n) { /* a constant extent: the tile count is known now */
+    out->hi = const_scalar(c, r->lhs, int_val(tpk_ceildiv(extent.i, b)), TPK_I32);
+  } else {
+    TpkValue *bv = const_scalar(c, r->rhs, int_val(b), TPK_I32);
+    out->hi = bv ? tpk_build_binary(&c->b, TPK_OP_CDIV, n, bv) : NULL;
+  }
   out->iv_type = tpk_type_tile(c->m, b);
   return out->lo && out->hi;
 }
@@ -1909,7 +1923,7 @@ static void bind_index(Checker *c, const TpkAst *r, TpkValue *iv) {
   Sym *s = declare_local(c, iv->type->kind == TPK_TYPE_TILE ? SYM_TILE : SYM_INDEX, r->name, r->name_span);
   if (!s) return;
   s->val = (Val){.k = iv->type->kind == TPK_TYPE_TILE ? V_TILE : V_VAL, .v = iv};
-  iv->name = r->name;
+  iv->name = module_name(c, r->name);
 }
 
 /* A loop index whose range had an error still gets declared, poisoned, so
@@ -1960,7 +1974,10 @@ static void check_for_ranges(Checker *c, const TpkAst *st, const TpkAst *r, Sym 
   yield_carried(c, st, op ? n : 0, vars);
   c->scope = saved_scope;
   c->b.block = saved_block;
-  for (int i = 0; i < n; i++) vars[i]->val = op ? val_of(&op->out[i]) : ERR;
+  for (int i = 0; i < n; i++) {
+    vars[i]->val = op ? val_of(&op->out[i]) : ERR;
+    if (op) op->out[i].name = vars[i]->name;
+  }
 }
 
 static void check_for(Checker *c, const TpkAst *st) {
@@ -2024,7 +2041,7 @@ static void check_binding(Checker *c, const TpkAst *st) {
   if (!s) return;
   s->val = v;
   if (v.k == V_VAL) {
-    if (!v.v->name) v.v->name = st->name;
+    if (!v.v->name) v.v->name = s->name;
     s->type = v.v->type;
   }
 }
@@ -2053,7 +2070,7 @@ static void check_scratch(Checker *c, const TpkAst *st) {
   const TpkType *t = tpk_type_ref(c->m, st->dtype, rank, dims, TPK_MEM_VMEM);
   TpkOp *op = tpk_build(&c->b, TPK_OP_ALLOC, 0, NULL, 1, &t);
   if (!op) return;
-  op->out[0].name = st->name;
+  op->out[0].name = s->name;
   s->val = (Val){.k = V_REF, .v = &op->out[0], .sym = s};
 }
 
@@ -2148,7 +2165,7 @@ static void check_tunables(Checker *c, const TpkAst *k, TpkFunc *f) {
     int64_t *copy = tpk_arena_alloc(&c->m->arena, (size_t)nchoices * sizeof *copy);
     if (!copy) return;
     memcpy(copy, choices, (size_t)nchoices * sizeof *copy);
-    f->tunes[i++] = (TpkTune){.name = t->name, .value = chosen, .nchoices = nchoices, .choices = copy};
+    f->tunes[i++] = (TpkTune){.name = s->name, .value = chosen, .nchoices = nchoices, .choices = copy};
   }
   f->ntunes = i;
 }
