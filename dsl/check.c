@@ -613,12 +613,12 @@ static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *wha
   TpkDType dt = a.v->type->dtype;
   bool logical = opcode == TPK_OP_AND || opcode == TPK_OP_OR;
   if (logical && dt != TPK_BOOL) {
-    tpk_diag_error_hint(c->diags, n->span, "compare first, e.g. x != 0", "'%s' needs bool operands; got %s", what,
+    tpk_diag_error_hint(c->diags, n->span, "compare first, e.g. x != 0", "%s needs bool operands; got %s", what,
                         tpk_dtype_name(dt));
     return ERR;
   }
   if (!logical && !(info->flags & TPK_OPF_COMPARE) && dt == TPK_BOOL) {
-    tpk_diag_error_hint(c->diags, n->span, "convert first, e.g. (c as i32)", "'%s' is not defined on bool values",
+    tpk_diag_error_hint(c->diags, n->span, "convert first, e.g. (c as i32)", "%s is not defined on bool values",
                         what);
     return ERR;
   }
@@ -830,8 +830,9 @@ static bool resolve_access(Checker *c, const TpkAst *n, Access *acc, bool *is_re
   const TpkAst *base = n->kind == TPK_AST_INDEX ? n->lhs : n;
   if (base->kind != TPK_AST_NAME) return false;
   Sym *s = lookup(c, base->name);
-  if (!s || s->kind != SYM_REF || s->val.k != V_REF) return false;
-  *is_ref = true;
+  if (!s || s->kind != SYM_REF) return false;
+  *is_ref = true; /* a ref whose declaration failed stays silent: V_ERR */
+  if (s->val.k != V_REF) return false;
   acc->sym = s;
   acc->base = s->val.v;
   const TpkType *rt = acc->base->type;
@@ -1422,14 +1423,6 @@ static Val bi_wait(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a
   return (Val){.k = V_NONE};
 }
 
-static Val bi_tiles(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
-  (void)bi;
-  (void)a;
-  tpk_diag_error_hint(c->diags, n->span, "write `for i in tiles(N, B) { ... }`",
-                      "tiles() is only valid as the range of a for loop");
-  return ERR;
-}
-
 #define EW1(name, OP) {name, 1, 1, {0}, bi_unary, TPK_OP_##OP, name "(x)"}
 static const Builtin BUILTINS[] = {
     EW1("exp", EXP), EW1("log", LOG), EW1("sqrt", SQRT), EW1("rsqrt", RSQRT), EW1("tanh", TANH),
@@ -1455,7 +1448,6 @@ static const Builtin BUILTINS[] = {
     {"num_programs", 1, 1, {0}, bi_program, TPK_OP_NUM_PROGRAMS, "num_programs(axis)"},
     {"copy_async", 2, 2, {0}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst)"},
     {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle)"},
-    {"tiles", 2, 2, {0}, bi_tiles, TPK_OP_COUNT, "tiles(N, B)"},
 };
 #undef EW1
 
@@ -1470,6 +1462,10 @@ static Val eval_call(Checker *c, const TpkAst *n) {
     Sym *s = lookup(c, n->name);
     if (!hint && s) hint = tpk_arena_printf(&c->m->arena, "'%s' is %s, not a function", n->name, sym_what(s));
     tpk_diag_error_hint(c->diags, n->span, hint, "unknown function '%s'", n->name);
+    return ERR;
+  }
+  if (!c->b.block) {
+    tpk_diag_error(c->diags, n->span, "not a compile-time constant: %s() is computed when the kernel runs", bi->name);
     return ERR;
   }
   Args a = {0};
@@ -1829,8 +1825,10 @@ static void check_region(Checker *c, TpkBlock *block, const TpkAst *stmts) {
 static void check_if(Checker *c, const TpkAst *st) {
   Val cond = need_data(c, st->lhs, eval(c, st->lhs), TPK_BOOL);
   if (cond.k == V_VAL && (cond.v->type->dtype != TPK_BOOL || cond.v->type->rank != 0)) {
-    tpk_diag_error_hint(c->diags, st->lhs->span, "use where(c, a, b) to choose elementwise",
-                        "an if condition must be a bool scalar; got %s", type_str(c, cond.v->type));
+    const char *hint = cond.v->type->rank ? "use where(c, a, b) to choose elementwise"
+                                          : tpk_arena_printf(&c->m->arena, "compare it, e.g. if %s != 0", src_text(c, st->lhs));
+    tpk_diag_error_hint(c->diags, st->lhs->span, hint, "an if condition must be a bool scalar; got %s",
+                        type_str(c, cond.v->type));
     cond = ERR;
   }
   Sym *vars[MAX_CARRIED];
@@ -1963,13 +1961,11 @@ static void check_for_ranges(Checker *c, const TpkAst *st, const TpkAst *r, Sym 
   TpkBlock *saved_block = c->b.block;
   Sym *saved_scope = c->scope;
   c->b.block = blk;
-  TpkValue *iv = op ? tpk_block_add_arg(c->m, blk, rg.iv_type, r->name) : NULL;
-  bind_index_or_poison(c, r, iv);
-  for (int i = 0; i < n; i++) {
-    if (!op) continue;
-    TpkValue *arg = tpk_block_add_arg(c->m, blk, vars[i]->type, vars[i]->name);
-    vars[i]->val = val_of(arg);
-  }
+  /* All arguments first: the block's argument array moves as it grows. */
+  bool args_ok = op && tpk_block_add_arg(c->m, blk, rg.iv_type, r->name);
+  for (int i = 0; i < n && args_ok; i++) args_ok = tpk_block_add_arg(c->m, blk, vars[i]->type, vars[i]->name);
+  bind_index_or_poison(c, r, args_ok ? &blk->args[0] : NULL);
+  for (int i = 0; i < n && args_ok; i++) vars[i]->val = val_of(&blk->args[i + 1]);
   check_for_ranges(c, st, r->next, vars, n);
   yield_carried(c, st, op ? n : 0, vars);
   c->scope = saved_scope;
@@ -2014,11 +2010,12 @@ static void check_grid(Checker *c, const TpkAst *st) {
   c->b.block = blk;
   c->grid_depth = 1;
   c->grid_rank = nranges;
+  bool args_ok = op != NULL; /* all arguments first: the array moves as it grows */
   k = 0;
-  for (const TpkAst *r = st->ranges; r; r = r->next, k++) {
-    TpkValue *iv = op ? tpk_block_add_arg(c->m, blk, rg[k].iv_type, r->name) : NULL;
-    bind_index_or_poison(c, r, iv);
-  }
+  for (const TpkAst *r = st->ranges; r && args_ok; r = r->next, k++)
+    args_ok = tpk_block_add_arg(c->m, blk, rg[k].iv_type, r->name) != NULL;
+  k = 0;
+  for (const TpkAst *r = st->ranges; r; r = r->next, k++) bind_index_or_poison(c, r, args_ok ? &blk->args[k] : NULL);
   check_stmts(c, st->body, false);
   c->grid_depth = 0;
   c->grid_rank = 0;
@@ -2253,6 +2250,9 @@ static void check_kernel(Checker *c, const TpkAst *k) {
   for (i = 0; i < n; i++) {
     const TpkAst *p = decls[i];
     bool scalar = types[i] && types[i]->kind == TPK_TYPE_TENSOR;
+    bool duplicate = false;
+    for (int j = 0; j < i; j++) duplicate |= strcmp(names[j], p->name) == 0;
+    if (duplicate) continue; /* reported above */
     Sym *s = declare_local(c, scalar ? SYM_SCALAR : SYM_REF, p->name, p->name_span);
     if (!s) return;
     s->role = roles[i];
@@ -2312,19 +2312,21 @@ static void unused_options(Checker *c) {
                      c->opts->tunes[i].name, c->opts->tunes[i].name);
 }
 
-/* Keep only the kernel asked for (tpk dump --kernel NAME). */
-static void select_kernel(Checker *c, const char *name) {
-  TpkFunc *keep = tpk_module_find(c->m, name);
-  if (keep) {
-    c->m->funcs[0] = keep;
-    c->m->nfuncs = 1;
-    return;
-  }
+/* --kernel NAME must name a kernel of the file. */
+static bool kernel_exists(Checker *c, const TpkAst *file, const char *name) {
   TpkStr list = {0};
-  for (int i = 0; i < c->m->nfuncs; i++) tpk_str_printf(&list, "%s%s", i ? ", " : "", c->m->funcs[i]->name);
-  tpk_diag_error(c->diags, (TpkSpan){0}, "no kernel named '%s' in this file%s%s", name,
-                 c->m->nfuncs ? "; it has: " : "", list.data ? list.data : "");
+  for (const TpkAst *d = file->body; d; d = d->next) {
+    if (d->kind != TPK_AST_KERNEL) continue;
+    if (strcmp(d->name, name) == 0) {
+      tpk_str_free(&list);
+      return true;
+    }
+    tpk_str_printf(&list, "%s%s", list.len ? ", " : "", d->name);
+  }
+  tpk_diag_error(c->diags, (TpkSpan){0}, "no kernel named '%s' in this file%s%s", name, list.len ? "; it has: " : "",
+                 list.data ? list.data : "");
   tpk_str_free(&list);
+  return false;
 }
 
 TpkStatus tpk_check(const TpkParsed *parsed, const TpkCheckOptions *opts, TpkDiags *diags, TpkModule **out) {
@@ -2337,19 +2339,19 @@ TpkStatus tpk_check(const TpkParsed *parsed, const TpkCheckOptions *opts, TpkDia
   c.bind_seen = tpk_arena_alloc(&c.m->arena, (size_t)(nb + 1) * sizeof(bool));
   c.tune_seen = tpk_arena_alloc(&c.m->arena, (size_t)(nt + 1) * sizeof(bool));
   int errors_before = diags->errors;
-  if (c.bind_seen && c.tune_seen) {
+  const char *only = opts ? opts->only_kernel : NULL;
+  if (c.bind_seen && c.tune_seen && (!only || kernel_exists(&c, parsed->file, only))) {
     declare_globals(&c, parsed->file);
     for (const TpkAst *d = parsed->file->body; d; d = d->next) {
       if (d->kind == TPK_AST_CONST) {
         Sym *s = lookup(&c, d->name);
         if (s && s->decl == d) eval_const_decl(&c, s);
-      } else if (d->kind == TPK_AST_KERNEL) {
+      } else if (d->kind == TPK_AST_KERNEL && (!only || strcmp(d->name, only) == 0)) {
         check_kernel(&c, d);
       }
       if (c.m->arena.exhausted) break;
     }
     unused_options(&c);
-    if (opts && opts->only_kernel && diags->errors == errors_before) select_kernel(&c, opts->only_kernel);
   }
   if (c.m->arena.exhausted) tpk_diag_error(diags, (TpkSpan){0}, "out of memory: the file is too large to compile");
   if (diags->errors == errors_before) {

@@ -173,7 +173,8 @@ typedef struct TpkCheckOptions {
   int nbinds;
   const TpkBinding *tunes;
   int ntunes;
-  const char *only_kernel; /* build just this kernel (NULL: all) */
+  const char *only_kernel; /* check and build just this kernel (NULL: all);
+                              --bind/--tune then apply to it alone */
 } TpkCheckOptions;
 
 /* Resolve names, infer dtypes and shapes, check every rule of the language,
