@@ -205,15 +205,22 @@ static int dim_cmp(const TpkDim *x, const TpkDim *y) {
 enum { MAX_TERMS = 64 };
 
 /* The operands of a chain of `op` (ADD or MUL), flattened; the constants are
- * folded into *k. Returns false when the chain is too long or a constant
- * overflows; the caller then falls back to a plain node. */
-static bool flatten(const TpkDim *d, TpkDimKind op, const TpkDim **terms, int *n, int64_t *k) {
-  if (d->kind == op) return flatten(d->a, op, terms, n, k) && flatten(d->b, op, terms, n, k);
-  if (d->kind == TPK_DIM_CONST)
-    return op == TPK_DIM_ADD ? !__builtin_add_overflow(*k, d->value, k) : !__builtin_mul_overflow(*k, d->value, k);
-  if (*n >= MAX_TERMS) return false;
+ * folded into *k. Returns FLAT_LONG when the chain is too long (the caller
+ * falls back to a plain node) and FLAT_OVERFLOW when a constant overflows. */
+typedef enum Flat { FLAT_OK, FLAT_LONG, FLAT_OVERFLOW } Flat;
+
+static Flat flatten(const TpkDim *d, TpkDimKind op, const TpkDim **terms, int *n, int64_t *k) {
+  if (d->kind == op) {
+    Flat f = flatten(d->a, op, terms, n, k);
+    return f != FLAT_OK ? f : flatten(d->b, op, terms, n, k);
+  }
+  if (d->kind == TPK_DIM_CONST) {
+    bool over = op == TPK_DIM_ADD ? __builtin_add_overflow(*k, d->value, k) : __builtin_mul_overflow(*k, d->value, k);
+    return over ? FLAT_OVERFLOW : FLAT_OK;
+  }
+  if (*n >= MAX_TERMS) return FLAT_LONG;
   terms[(*n)++] = d;
-  return true;
+  return FLAT_OK;
 }
 
 /* Sorted terms, left-associated, the constant last unless it is the
@@ -237,7 +244,10 @@ static const TpkDim *assoc(TpkModule *m, TpkDimKind op, const TpkDim *a, const T
   const TpkDim *terms[MAX_TERMS];
   int n = 0;
   int64_t k = op == TPK_DIM_ADD ? 0 : 1;
-  if (!flatten(a, op, terms, &n, &k) || !flatten(b, op, terms, &n, &k)) {
+  Flat f = flatten(a, op, terms, &n, &k);
+  if (f == FLAT_OK) f = flatten(b, op, terms, &n, &k);
+  if (f == FLAT_OVERFLOW) return NULL;
+  if (f == FLAT_LONG) {
     if (dim_cmp(a, b) > 0) {
       const TpkDim *t = a;
       a = b;
@@ -257,7 +267,7 @@ static const TpkDim *divide(TpkModule *m, TpkDimKind op, const TpkDim *a, int64_
     const TpkDim *terms[MAX_TERMS];
     int n = 0;
     int64_t k = 1;
-    if (flatten(a, TPK_DIM_MUL, terms, &n, &k) && k % c == 0) return rebuild(m, TPK_DIM_MUL, terms, n, k / c);
+    if (flatten(a, TPK_DIM_MUL, terms, &n, &k) == FLAT_OK && k % c == 0) return rebuild(m, TPK_DIM_MUL, terms, n, k / c);
   }
   return dim_node(m, op, 0, NULL, a, tpk_dim_const(m, c));
 }
@@ -278,7 +288,7 @@ const TpkDim *tpk_dim_binary(TpkModule *m, TpkDimKind op, const TpkDim *a, const
       const TpkDim *terms[MAX_TERMS];
       int n = 0;
       int64_t k = 0;
-      if (flatten(a, TPK_DIM_ADD, terms, &n, &k))
+      if (flatten(a, TPK_DIM_ADD, terms, &n, &k) == FLAT_OK)
         for (int i = 0; i < n; i++)
           if (terms[i] == b) {
             terms[i] = terms[--n];
