@@ -178,6 +178,12 @@ static Token peek(Parser *p) {
   return lex(p, &copy);
 }
 
+static Token peek2(Parser *p) {
+  Lexer copy = p->lx;
+  lex(p, &copy);
+  return lex(p, &copy);
+}
+
 static bool is_punct(const Token *t, char c) { return t->kind == T_PUNCT && t->text[0] == c; }
 static bool is_word(const Token *t, const char *w) {
   return t->kind == T_IDENT && t->len == strlen(w) && memcmp(t->text, w, t->len) == 0;
@@ -404,11 +410,12 @@ static TpkValue *use(Parser *p) {
 
 static bool parse_loc(Parser *p, TpkLoc *loc) {
   if (!is_word(&p->tok, "loc")) return true;
+  Token at = p->tok;
   next(p);
   int64_t line, col;
   if (!expect(p, '(') || !parse_int(p, &line) || !expect(p, ':') || !parse_int(p, &col) || !expect(p, ')')) return false;
   if (line <= 0 || col < 0 || line > INT32_MAX || col > INT32_MAX)
-    return error_at(p, p->tok.line, p->tok.col, "location out of range");
+    return error_at(p, at.line, at.col, "location out of range");
   loc->line = (int)line;
   loc->col = (int)col;
   return true;
@@ -558,14 +565,15 @@ static bool parse_op(Parser *p) {
    * (its result types come after them). `{ name =` starts attributes; any
    * other `{` starts a region. */
   TpkOp stub = {.opcode = opc};
-  Token brace = peek(p);
-  if (is_punct(&p->tok, '{') && brace.kind == T_IDENT) {
+  Token key = peek(p), eq = peek2(p);
+  if (is_punct(&p->tok, '{') && key.kind == T_IDENT && is_punct(&eq, '=')) {
     next(p);
     do {
       if (!parse_attr(p, &stub)) return false;
     } while (accept(p, ','));
     if (!expect(p, '}')) return false;
   }
+  if (keys.n && !is_punct(&p->tok, ':')) return expected(p, "':' and the result types");
   if (accept(p, ':')) do {
       const TpkType *t = parse_type(p);
       if (!t || !vec_push(p, &types, (void *)t)) return false;
@@ -573,7 +581,7 @@ static bool parse_op(Parser *p) {
   TpkLoc loc = {0, 0};
   if (!parse_loc(p, &loc)) return false;
   if (types.n != keys.n)
-    return error_at(p, start.line, start.col, "'%s' names %d results but gives %d types", tpk_op_info(opc)->name, keys.n,
+    return error_at(p, start.line, start.col, "'%s' has %d result names but %d result types", tpk_op_info(opc)->name, keys.n,
                     types.n);
   p->b.loc = loc;
   TpkOp *op = tpk_build(&p->b, opc, operands.n, (TpkValue *const *)operands.items, types.n,
