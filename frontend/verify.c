@@ -111,9 +111,9 @@ static bool check_axes(Verifier *v, const char *key, int rank, bool sorted, bool
   const TpkAttr *a = tpk_op_attr(v->op, key);
   for (int i = 0; i < a->n; i++) {
     int64_t x = a->ints[i];
-    if (x < 0 || x >= rank) return fail(v, "%s axis %" PRId64 " is out of range for rank %d", key, x, rank);
-    if (used[x]) return fail(v, "%s repeats axis %" PRId64, key, x);
-    if (sorted && i > 0 && a->ints[i - 1] > x) return fail(v, "%s axes must be sorted", key);
+    if (x < 0 || x >= rank) return fail(v, "%s: axis %" PRId64 " is out of range for rank %d", key, x, rank);
+    if (used[x]) return fail(v, "%s: axis %" PRId64 " appears twice", key, x);
+    if (sorted && i > 0 && a->ints[i - 1] > x) return fail(v, "%s must be sorted", key);
     used[x] = true;
   }
   return true;
@@ -883,6 +883,7 @@ TpkStatus tpk_ir_verify(const TpkModule *m, TpkError *err) {
   bool ok = true;
   for (int i = 0; ok && i < m->nfuncs; i++) {
     v.f = m->funcs[i];
+    irh_map_init(&v.scope, &v.scratch); /* values never cross functions */
     ok = check_func(&v);
   }
   tpk_arena_free(&v.scratch);
