@@ -308,7 +308,7 @@ const TpkDim *tpk_dim_binary(TpkModule *m, TpkDimKind op, const TpkDim *a, const
 }
 
 const TpkDim *tpk_dim_substitute(TpkModule *m, const TpkDim *d, TpkSymLookup lookup, void *ctx) {
-  if (!d) return NULL;
+  if (!d || !lookup) return d;
   int64_t v;
   switch (d->kind) {
   case TPK_DIM_CONST: return d;
