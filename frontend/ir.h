@@ -19,12 +19,13 @@
  * shape symbols (M, N, B*H). Interning makes structural equality pointer
  * equality, for dims and for types alike.
  *
- * Text form (printer and parser round-trip exactly; see tpk_ir_print):
+ * Text form (printer and parser round-trip exactly; see tpk_ir_print and
+ * frontend/README.md for the full grammar):
  *
  *   module "softmax.tpk"
  *
- *   kernel @softmax(%x: ref<f32[M,N]>, %y: out ref<f32[M,N]>) tune{BM=8} {
- *     %0 = sym {name="M"} : i32                      loc(4:3)
+ *   kernel @softmax(%x: ref<f32[M,N]>, %y: out ref<f32[M,N]>) tune{BM=8 in [8, 16, 32]} loc(1:1) {
+ *     %0 = sym {name="M"} : i32 loc(4:3)
  *     %1 = const {value=8} : i32
  *     %2 = cdiv %0, %1 : i32
  *     %3 = const {value=0} : i32
@@ -44,12 +45,17 @@
  * Grammar of one op line:
  *   [%r0, %r1 = ] NAME [%a, %b, ...] [{key=value, ...}] [: T0, T1] [loc(L:C)]
  *   followed by one `{ [^(%arg: T, ...):] ops }` per region (`{ } { }` for if).
+ * Params: `%name: [out|inout] [zero] T [loc(L:C)]`; funcs always print
+ * `-> (T, ...)`, kernels never; tunables `tune{BM=8 in [8, 16], BK=256}`.
+ * Attributes print in signature order; `//` comments are accepted.
  * Attribute values: integers (`3`), floats (always with `.`, `e`, or
  * inf/-inf/nan), `true`/`false`, strings ("..." with \" and \\ escapes),
  * integer lists `[1, 2]`. Types: `f32`, `f32[8,N]`, `f32[B*H,S]`,
  * `ref<f32[M,N]>`, `ref<f32[8,128], vmem>`, `tile<8>`, `dma`.
- * Dims print fully parenthesised only where needed: `B*H`, `(M+1)/2`.
- * Value names: `%12` or `%name` / `%name.3` from name hints.
+ * Dims print parenthesised only where needed: `B*H`, `(M+1)/2`, `M-1`,
+ * `cdiv(M,8)`.
+ * Value names: `%12` or `%name` / `%name.3` from name hints (unique per
+ * function; hints that are not identifiers print as counters).
  */
 #ifndef TPK_IR_H
 #define TPK_IR_H
@@ -91,7 +97,8 @@ typedef struct TpkDim {
 
 const TpkDim *tpk_dim_const(TpkModule *m, int64_t v);
 const TpkDim *tpk_dim_sym(TpkModule *m, const char *name);
-/* Build a op b with folding; returns NULL for division by a constant <= 0. */
+/* Build a op b with folding; returns NULL for division by a constant <= 0
+ * or when a constant overflows int64. */
 const TpkDim *tpk_dim_binary(TpkModule *m, TpkDimKind op, const TpkDim *a, const TpkDim *b);
 bool tpk_dim_is_const(const TpkDim *d, int64_t *value);
 /* Replace symbols by values where lookup returns true (binding at call time). */
@@ -380,6 +387,9 @@ typedef struct TpkBuilder {
  * for arena exhaustion (returns NULL). Result types are taken as given; the
  * verifier checks them. */
 TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int nout, const TpkType *const *out);
+/* Appends an argument. When the block's argument array grows (past 8, 16,
+ * ...) the arguments move: uses in the IR are redirected, but pointers from
+ * earlier calls go stale, so add a region's arguments before using them. */
 TpkValue *tpk_block_add_arg(TpkModule *m, TpkBlock *block, const TpkType *type, const char *name);
 
 void tpk_op_set_int(TpkModule *m, TpkOp *op, const char *key, int64_t v);
@@ -401,7 +411,7 @@ TpkValue *tpk_build_binary(TpkBuilder *b, TpkOpcode opc, TpkValue *x, TpkValue *
 TpkValue *tpk_build_convert(TpkBuilder *b, TpkValue *x, TpkDType to);
 TpkValue *tpk_build_broadcast(TpkBuilder *b, TpkValue *x, int rank, const TpkDim *const *dims);
 TpkValue *tpk_build_select(TpkBuilder *b, TpkValue *c, TpkValue *x, TpkValue *y);
-TpkValue *tpk_build_yield(TpkBuilder *b, int n, TpkValue *const *vals);
+TpkValue *tpk_build_yield(TpkBuilder *b, int n, TpkValue *const *vals); /* returns NULL: no result */
 
 /* Remove an op (it must have no remaining uses) / replace every use of a
  * value inside func. */
