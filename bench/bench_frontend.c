@@ -204,18 +204,19 @@ static void group_quant(TpkStr *s, int n) {
   tpk_str_printf(s,
                  "// Group-wise int8 quantisation #%d, groups of %d.\n"
                  "const GROUP_%d = %d;\n"
-                 "kernel quantize_groups_%d(x: f32[M, K]) -> (q: i8[M, K], scale: f32[M, K / GROUP_%d])\n"
+                 "kernel quantize_groups_%d(x: f32[M, K])\n"
+                 "    -> (q: i8[M, K], scale: f32[M, (K + GROUP_%d - 1) / GROUP_%d])\n"
                  "  tune BM in [8, 16]\n"
                  "{\n"
-                 "  for i in tiles(M, BM) {\n"
-                 "    let g = reshape(x[i, :], [BM, K / GROUP_%d, GROUP_%d]);\n"
-                 "    let amax = maximum(max(abs(g), axis=2, keepdims=true), 1e-12);\n"
-                 "    let r = floor(g * (127.0 / amax) + 0.5);\n"
-                 "    q[i, :] = reshape(minimum(maximum(r, -127.0), 127.0) as i8, [BM, K]);\n"
-                 "    scale[i, :] = reshape(amax / 127.0, [BM, K / GROUP_%d]);\n"
+                 "  for i in tiles(M, BM), g in tiles(K, GROUP_%d) {\n"
+                 "    let t = x[i, g];\n"
+                 "    let amax = maximum(max(abs(t), axis=1, keepdims=true), 1e-12);\n"
+                 "    let r = floor(t * (127.0 / amax) + 0.5);\n"
+                 "    q[i, g] = minimum(maximum(r, -127.0), 127.0) as i8;\n"
+                 "    scale[i, g.id] = reshape(amax / 127.0, [BM]);\n"
                  "  }\n"
                  "}\n\n",
-                 n, group, n, group, n, n, n, n, n);
+                 n, group, n, group, n, n, n, n);
 }
 
 static const Family FAMILIES[] = {softmax, matmul, layernorm, rmsnorm, gelu,

@@ -140,6 +140,23 @@ static void dim_names(const TpkAst *e, Names *out) {
   }
 }
 
+/* True when every kernel of the file that declares tunable `name` lists
+ * `value` among its choices. (Whether --tune applies to the kernels that
+ * --kernel did not select is the checker's business; this test does not
+ * depend on it.) */
+static bool choice_valid_everywhere(const TpkAst *file, const char *name, int64_t value) {
+  for (const TpkAst *k = file->body; k; k = k->next) {
+    if (k->kind != TPK_AST_KERNEL) continue;
+    for (const TpkAst *t = k->tunes; t; t = t->next) {
+      if (strcmp(t->name, name) != 0) continue;
+      bool listed = false;
+      for (const TpkAst *v = t->args; v; v = v->next) listed |= v->kind == TPK_AST_INT && v->ival == value;
+      if (!listed) return false;
+    }
+  }
+  return true;
+}
+
 /* Each kernel on its own, every shape symbol bound to 256 (a multiple of
  * every block size and group the corpus uses) and every tunable whose
  * choices are literals set to its last choice. */
@@ -174,7 +191,8 @@ static void test_corpus_checks_bound(void **state) {
             literal &= v->kind == TPK_AST_INT;
             last = v;
           }
-          if (literal && last && nt < 64) choices[nt++] = (TpkBinding){t->name, last->ival};
+          if (literal && last && nt < 64 && choice_valid_everywhere(parsed.file, t->name, last->ival))
+            choices[nt++] = (TpkBinding){t->name, last->ival};
         }
         for (const TpkAst *p = k->params; p; p = p->next) dim_names(p->dims, &syms);
         for (const TpkAst *p = k->outputs; p; p = p->next) dim_names(p->dims, &syms);
