@@ -156,6 +156,11 @@ static int check_names(const Dump *d, const TpkAst *file, const char *shown_name
               name, (long long)d->binds.items[i].value);
       break;
     }
+    if (names_has(&consts, name)) {
+      fprintf(stderr, "tpk: --bind: '%s' is a constant of %s (const %s = ...), not a shape symbol\n", name, shown_name,
+              name);
+      break;
+    }
     fprintf(stderr, "tpk: --bind: %s has no shape symbol '%s' (its symbols: ", where, name);
     names_print(stderr, &symbols, "none");
     const char *s = cli_suggest(name, symbols.items, symbols.count);
@@ -168,6 +173,11 @@ static int check_names(const Dump *d, const TpkAst *file, const char *shown_name
     if (names_has(&symbols, name)) {
       fprintf(stderr, "tpk: --tune: '%s' is a shape symbol, not a tunable; give its size with --bind %s=%lld\n",
               name, name, (long long)d->tunes.items[i].value);
+      break;
+    }
+    if (names_has(&consts, name)) {
+      fprintf(stderr, "tpk: --tune: '%s' is a constant of %s (const %s = ...), not a tunable\n", name, shown_name,
+              name);
       break;
     }
     fprintf(stderr, "tpk: --tune: %s has no tunable '%s' (its tunables: ", where, name);
