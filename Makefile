@@ -86,6 +86,20 @@ test-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -fno-omit-frame-pointer" \
 		SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all" test-c
 
+# ---- demo: the language contract's six examples, checked, and one IR ----
+.PHONY: demo corpus-check
+DEMO_KERNELS := $(addprefix tests/corpus/,add.tpk softmax.tpk matmul.tpk layernorm.tpk \
+	flash_attention.tpk embedding_bwd.tpk)
+demo: $(BUILD)/tpk
+	@echo "== tpk check: the six example kernels of the language contract"
+	@$(BUILD)/tpk check $(DEMO_KERNELS)
+	@echo "== tpk dump --ir: softmax for a 1024x512 input, in blocks of 16 rows"
+	@$(BUILD)/tpk dump --ir tests/corpus/softmax.tpk --bind M=1024,N=512 --tune BM=16
+
+# Every kernel of the test corpus must check clean.
+corpus-check: $(BUILD)/tpk
+	@$(BUILD)/tpk check -q tests/corpus/*.tpk && echo "corpus: every tests/corpus/*.tpk checks clean"
+
 # ---- benchmarks ----
 bench: all
 	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_frontend

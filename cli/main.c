@@ -1,0 +1,215 @@
+/*
+ * main.c — the `tpk` command: global options, help texts and dispatch
+ * through the command table. Each command lives in its own file
+ * (check.c, dump.c) and returns an exit status; see cli.h.
+ */
+#include "cli/cli.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+static int cli_help(const CliCommand *cmd, int argc, char **argv);
+
+static const char MAIN_HELP_HEAD[] =
+    "tpk " TPK_VERSION " - a kernel toolkit for TPU-style accelerators\n"
+    "\n"
+    "tpk compiles kernels written in the .tpk language: tile-level programs in\n"
+    "the spirit of Pallas, Triton and Helion. A kernel loops over tiles of its\n"
+    "tensors (`for i in tiles(M, BM)`), loads blocks, computes with dot,\n"
+    "reductions and elementwise math, and stores blocks; tunables such as BM are\n"
+    "compile-time choices. tpk parses and checks a .tpk file (names, dtypes,\n"
+    "shapes), reporting every error with its file:line:col, and turns each\n"
+    "kernel into tpk's IR, the one form every backend consumes. Today the\n"
+    "command line covers that frontend: checking files and showing what the\n"
+    "compiler sees.\n"
+    "\n"
+    "Usage: tpk COMMAND [OPTIONS] [FILE...]\n"
+    "       tpk help [COMMAND]\n"
+    "\n"
+    "Commands:\n";
+
+static const char MAIN_HELP_TAIL[] =
+    "\n"
+    "Options:\n"
+    "  -h, --help     show this help\n"
+    "  --version      print the version and exit\n"
+    "\n"
+    "Exit status: 0 on success, 1 when an input file has errors or cannot be\n"
+    "read, 2 when the command line is wrong.\n"
+    "\n"
+    "Examples:\n"
+    "  tpk check softmax.tpk                       report errors, or `softmax.tpk: ok (1 kernel)`\n"
+    "  tpk dump --ir softmax.tpk --bind M=1024,N=512 --tune BM=16\n"
+    "  tpk help dump                               every option of `dump`\n"
+    "\n"
+    "Learn more: tutorials/01-first-kernel.md (a first kernel, step by step) and\n"
+    "dsl/README.md (the language reference).\n";
+
+static const char CHECK_HELP[] =
+    "Usage: tpk check [-q] FILE...\n"
+    "\n"
+    "Parse and check each .tpk FILE against the rules of the language: syntax,\n"
+    "names, dtypes, shapes, tunables, stores. Errors go to stderr in the form\n"
+    "\n"
+    "  FILE:LINE:COL: error: what is wrong\n"
+    "     the source line\n"
+    "     ^~~~ under the culprit\n"
+    "  hint: how to fix it (when there is one)\n"
+    "\n"
+    "and a file with several errors reports all of them. For each clean file one\n"
+    "line goes to stdout: `FILE: ok (N kernels)`. Nothing is run or generated.\n"
+    "A FILE of `-` reads standard input.\n"
+    "\n"
+    "Options:\n"
+    "  -q, --quiet    print nothing for clean files; errors are still printed\n"
+    "  -h, --help     show this help\n"
+    "\n"
+    "Exit status: 0 when every file is clean, 1 when any file has an error or\n"
+    "cannot be read (the other files are still checked), 2 when the command\n"
+    "line is wrong.\n"
+    "\n"
+    "Examples:\n"
+    "  tpk check softmax.tpk                   one file\n"
+    "  tpk check -q kernels/*.tpk              many files; print only problems\n"
+    "  echo 'kernel copy(x: f32[N]) -> (y: f32[N]) { y = x; }' | tpk check -\n";
+
+static const char DUMP_HELP[] =
+    "Usage: tpk dump (--ast | --ir) FILE [--kernel NAME] [--bind LIST] [--tune LIST]\n"
+    "\n"
+    "Print what the compiler sees in FILE, on stdout:\n"
+    "\n"
+    "  --ast   the syntax tree the parser built, as an indented S-expression.\n"
+    "          Only parsing is done, so this works on files that do not check.\n"
+    "  --ir    the IR the checker builds: one `kernel @NAME(...)` per .tpk kernel,\n"
+    "          in the text form every later stage reads (frontend/ir.h describes\n"
+    "          it). Shape symbols you do not bind stay symbolic (`f32[M,N]`);\n"
+    "          tunables you do not choose take their first (default) value.\n"
+    "\n"
+    "Options (before or after FILE; a value follows as the next argument or\n"
+    "after '=', as in --bind=M=1024):\n"
+    "  --ast             print the syntax tree\n"
+    "  --ir              print the IR\n"
+    "  --kernel NAME     only the kernel NAME (default: every kernel in FILE)\n"
+    "  --bind LIST       give shape symbols sizes: LIST is NAME=INTEGER[,NAME=INTEGER...],\n"
+    "                    e.g. --bind M=1024,N=512 (--ir only; may be repeated)\n"
+    "  --tune LIST       choose tunables, e.g. --tune BM=16 (--ir only; may be\n"
+    "                    repeated)\n"
+    "  -h, --help        show this help\n"
+    "\n"
+    "A name in --bind must be a shape symbol of a dumped kernel (M in x: f32[M, N]),\n"
+    "and a name in --tune one of its tunables (BM in `tune BM in [8, 16]`).\n"
+    "\n"
+    "Exit status: 0 on success, 1 when FILE has errors or cannot be read, 2 when\n"
+    "the command line is wrong (including a --kernel, --bind or --tune name that\n"
+    "FILE does not define).\n"
+    "\n"
+    "Examples:\n"
+    "  tpk dump --ast add.tpk\n"
+    "  tpk dump --ir softmax.tpk --bind M=1024,N=512 --tune BM=16\n"
+    "  tpk dump --ir kernels.tpk --kernel matmul --tune BM=256,BN=128,BK=512\n";
+
+static const char HELP_HELP[] =
+    "Usage: tpk help [COMMAND]\n"
+    "\n"
+    "Without COMMAND, describe tpk and list its commands; with COMMAND, show that\n"
+    "command's usage, options and examples (the same as `tpk COMMAND --help`).\n"
+    "\n"
+    "Examples:\n"
+    "  tpk help\n"
+    "  tpk help check\n";
+
+/* The commands, in the order `tpk --help` lists them. */
+static const CliCommand COMMANDS[] = {
+    {"check", "parse and check .tpk files; report every error", CHECK_HELP, cli_check},
+    {"dump", "print the syntax tree (--ast) or the IR (--ir) of a .tpk file", DUMP_HELP, cli_dump},
+    {"help", "show help for tpk or for one command", HELP_HELP, cli_help},
+};
+enum { NCOMMANDS = (int)TPK_ARRAY_LEN(COMMANDS) };
+
+static void print_main_help(FILE *f) {
+  fputs(MAIN_HELP_HEAD, f);
+  for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-7s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+  fputs(MAIN_HELP_TAIL, f);
+}
+
+static const CliCommand *find_command(const char *name) {
+  for (int i = 0; i < NCOMMANDS; i++)
+    if (strcmp(COMMANDS[i].name, name) == 0) return &COMMANDS[i];
+  return NULL;
+}
+
+static int unknown_command(const char *name) {
+  const char *names[NCOMMANDS];
+  for (int i = 0; i < NCOMMANDS; i++) names[i] = COMMANDS[i].name;
+  const char *s = cli_suggest(name, names, NCOMMANDS);
+  fflush(stdout);
+  if (s)
+    fprintf(stderr, "tpk: unknown command '%s'; did you mean '%s'?\n", name, s);
+  else
+    fprintf(stderr, "tpk: unknown command '%s'\n", name);
+  fprintf(stderr, "Run 'tpk --help' for the list of commands.\n");
+  return CLI_USAGE;
+}
+
+static int cli_help(const CliCommand *cmd, int argc, char **argv) {
+  (void)cmd;
+  if (argc > 2) return cli_usage_error("help", "expects at most one command name");
+  if (argc < 2) {
+    print_main_help(stdout);
+    return CLI_OK;
+  }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    fputs(HELP_HELP, stdout);
+    return CLI_OK;
+  }
+  const CliCommand *c = find_command(argv[1]);
+  if (!c) return unknown_command(argv[1]);
+  fputs(c->help, stdout);
+  return CLI_OK;
+}
+
+/* `tpk CMD --help` anywhere before a `--`: answered here so every command
+ * gets it the same way, whatever else is on the line. */
+static bool wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) return false;
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return true;
+  }
+  return false;
+}
+
+int main(int argc, char **argv) {
+  /* A closed pipe (`tpk dump --ir x.tpk | head`) must not kill us with
+   * SIGPIPE: writes fail instead, and cli_finish_output handles that. */
+  signal(SIGPIPE, SIG_IGN);
+
+  if (argc < 2) {
+    fprintf(stderr, "Usage: tpk COMMAND [OPTIONS] [FILE...]\n\nCommands:\n");
+    for (int i = 0; i < NCOMMANDS; i++) fprintf(stderr, "  %-7s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    fprintf(stderr, "\nRun 'tpk --help' for a description of tpk and examples.\n");
+    return CLI_USAGE;
+  }
+  const char *first = argv[1];
+  if (strcmp(first, "-h") == 0 || strcmp(first, "--help") == 0) {
+    print_main_help(stdout);
+    return cli_finish_output(CLI_OK);
+  }
+  if (strcmp(first, "--version") == 0) {
+    printf("tpk %s\n", TPK_VERSION);
+    return cli_finish_output(CLI_OK);
+  }
+  if (first[0] == '-') {
+    fprintf(stderr, "tpk: unknown option '%s'; a command comes first (tpk COMMAND [OPTIONS])\n", first);
+    fprintf(stderr, "Run 'tpk --help' for the list of commands.\n");
+    return CLI_USAGE;
+  }
+  const CliCommand *cmd = find_command(first);
+  if (!cmd) return unknown_command(first);
+  if (cmd->run != cli_help && wants_help(argc - 1, argv + 1)) {
+    fputs(cmd->help, stdout);
+    return cli_finish_output(CLI_OK);
+  }
+  int status = cmd->run(cmd, argc - 1, argv + 1);
+  return cli_finish_output(status);
+}
