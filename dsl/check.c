@@ -177,9 +177,12 @@ static const char *module_name(Checker *c, const char *name) {
   return name ? tpk_module_intern(c->m, name, strlen(name)) : NULL;
 }
 
+/* Sym names are interned in the module, so a lookup interns the name once
+ * and compares pointers along the scope chain. */
 static Sym *lookup(Checker *c, const char *name) {
+  const char *key = module_name(c, name);
   for (Sym *s = c->scope; s; s = s->next)
-    if (strcmp(s->name, name) == 0) return s;
+    if (s->name == key) return s;
   return NULL;
 }
 
@@ -2279,6 +2282,12 @@ static void check_kernel(Checker *c, const TpkAst *k) {
 
 /* ---- Files ------------------------------------------------------------------------------- */
 
+static int cmp_kernel_name(const void *a, const void *b) {
+  const TpkAst *x = *(const TpkAst *const *)a, *y = *(const TpkAst *const *)b;
+  int r = strcmp(x->name, y->name);
+  return r ? r : (x->span.offset > y->span.offset) - (x->span.offset < y->span.offset);
+}
+
 static void declare_globals(Checker *c, const TpkAst *file) {
   for (const TpkAst *d = file->body; d; d = d->next) {
     if (d->kind != TPK_AST_CONST) continue;
@@ -2293,12 +2302,23 @@ static void declare_globals(Checker *c, const TpkAst *file) {
     s->decl = d;
   }
   c->globals = c->scope;
+  /* Duplicate kernels: sort by name (then position) so a file with
+   * thousands of kernels is not compared pairwise. */
+  int n = 0;
+  for (const TpkAst *d = file->body; d; d = d->next) n += d->kind == TPK_AST_KERNEL;
+  const TpkAst **ks = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *ks);
+  if (!ks) return;
+  n = 0;
   for (const TpkAst *d = file->body; d; d = d->next)
-    for (const TpkAst *e = d->next; e && d->kind == TPK_AST_KERNEL; e = e->next)
-      if (e->kind == TPK_AST_KERNEL && strcmp(d->name, e->name) == 0) {
-        tpk_diag_error(c->diags, e->name_span, "kernel '%s' is defined twice", e->name);
-        tpk_diag_note(c->diags, d->name_span, "the first definition is here");
-      }
+    if (d->kind == TPK_AST_KERNEL) ks[n++] = d;
+  qsort(ks, (size_t)n, sizeof *ks, cmp_kernel_name);
+  for (int i = 1; i < n; i++) {
+    if (strcmp(ks[i]->name, ks[i - 1]->name) != 0) continue;
+    int first = i - 1;
+    while (first > 0 && strcmp(ks[first - 1]->name, ks[i]->name) == 0) first--;
+    tpk_diag_error(c->diags, ks[i]->name_span, "kernel '%s' is defined twice", ks[i]->name);
+    tpk_diag_note(c->diags, ks[first]->name_span, "the first definition is here");
+  }
 }
 
 static void unused_options(Checker *c) {
