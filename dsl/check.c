@@ -80,8 +80,10 @@ typedef struct Checker {
   const TpkCheckOptions *opts;
   TpkModule *m;
   TpkBuilder b;
-  Sym *globals; /* consts */
-  Sym *scope;   /* innermost first; ends in globals */
+  Sym *globals;   /* consts, also in const_table */
+  Sym **const_table; /* open addressing on the interned name pointer */
+  size_t const_cap, nconsts;
+  Sym *scope;     /* innermost first; ends in globals */
   /* per kernel */
   bool in_kernel;
   int grid_depth; /* 1 inside a grid body */
@@ -177,13 +179,22 @@ static const char *module_name(Checker *c, const char *name) {
   return name ? tpk_module_intern(c->m, name, strlen(name)) : NULL;
 }
 
+static size_t const_slot(const Checker *c, const char *key) {
+  size_t h = (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15u;
+  size_t i = (h >> 17) & (c->const_cap - 1);
+  while (c->const_table[i] && c->const_table[i]->name != key) i = (i + 1) & (c->const_cap - 1);
+  return i;
+}
+
 /* Sym names are interned in the module, so a lookup interns the name once
- * and compares pointers along the scope chain. */
+ * and compares pointers: along the kernel's scope chain, then in the const
+ * table (a file may hold hundreds of consts). */
 static Sym *lookup(Checker *c, const char *name) {
   const char *key = module_name(c, name);
-  for (Sym *s = c->scope; s; s = s->next)
+  for (Sym *s = c->scope; s && s != c->globals; s = s->next)
     if (s->name == key) return s;
-  return NULL;
+  if (!c->const_cap || !key) return NULL;
+  return c->const_table[const_slot(c, key)];
 }
 
 static Sym *declare(Checker *c, SymKind kind, const char *name, TpkSpan span) {
@@ -2282,6 +2293,20 @@ static void check_kernel(Checker *c, const TpkAst *k) {
 
 /* ---- Files ------------------------------------------------------------------------------- */
 
+static bool const_table_add(Checker *c, Sym *s) {
+  if (++c->nconsts * 2 > c->const_cap) { /* grow and rehash every const declared so far */
+    size_t cap = c->const_cap ? c->const_cap * 4 : 64;
+    Sym **table = tpk_arena_alloc(&c->m->arena, cap * sizeof *table);
+    if (!table) return false;
+    c->const_table = table;
+    c->const_cap = cap;
+    for (Sym *g = c->scope; g; g = g->next) c->const_table[const_slot(c, g->name)] = g;
+    return true;
+  }
+  c->const_table[const_slot(c, s->name)] = s;
+  return true;
+}
+
 static int cmp_kernel_name(const void *a, const void *b) {
   const TpkAst *x = *(const TpkAst *const *)a, *y = *(const TpkAst *const *)b;
   int r = strcmp(x->name, y->name);
@@ -2300,6 +2325,7 @@ static void declare_globals(Checker *c, const TpkAst *file) {
     Sym *s = declare(c, SYM_CONST, d->name, d->name_span);
     if (!s) return;
     s->decl = d;
+    if (!const_table_add(c, s)) return;
   }
   c->globals = c->scope;
   /* Duplicate kernels: sort by name (then position) so a file with

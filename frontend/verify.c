@@ -23,6 +23,7 @@ typedef struct Verifier {
   const TpkOp *op; /* the op being checked, NULL for function-level checks */
   TpkArena scratch; /* type strings for messages, the scope map */
   IrhMap scope;     /* value -> IN_SCOPE / OUT_OF_SCOPE */
+  IrhMap funcs;     /* interned function name -> its function */
 } Verifier;
 
 static char IN_SCOPE, OUT_OF_SCOPE; /* their addresses tag values in `scope` */
@@ -865,9 +866,9 @@ static bool check_func(Verifier *v) {
   const TpkFunc *f = v->f;
   v->op = NULL;
   if (!f->name || !*f->name) return fail(v, "function has no name");
-  for (int i = 0; i < v->m->nfuncs && v->m->funcs[i] != f; i++)
-    if (v->m->funcs[i]->name == f->name || (v->m->funcs[i]->name && strcmp(v->m->funcs[i]->name, f->name) == 0))
-      return fail(v, "function is defined twice");
+  /* Names are interned by tpk_func_new: equal names are equal pointers. */
+  if (irh_map_get(&v->funcs, f->name)) return fail(v, "function is defined twice");
+  if (!irh_map_put(&v->funcs, f->name, (void *)f)) return fail(v, "out of memory");
   if (!check_params(v) || !check_block(v, f->body, 0)) return false;
   v->op = NULL;
   if (!f->is_kernel && f->nresults > 0 && (!f->body->last || f->body->last->opcode != TPK_OP_RETURN))
@@ -880,6 +881,7 @@ TpkStatus tpk_ir_verify(const TpkModule *m, TpkError *err) {
   Verifier v = {.m = (TpkModule *)m, .err = err}; /* see the file comment */
   tpk_arena_init(&v.scratch, 0);
   irh_map_init(&v.scope, &v.scratch);
+  irh_map_init(&v.funcs, &v.scratch);
   bool ok = true;
   for (int i = 0; ok && i < m->nfuncs; i++) {
     v.f = m->funcs[i];
