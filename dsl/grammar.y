@@ -398,8 +398,12 @@ primary(A) ::= TRUE(T). {
   A = SEAL(A);
 }
 primary(A) ::= FALSE(T). { A = SEAL(NODE(TPK_AST_BOOL, T.span)); }
-/* Parentheses make no node; the inner node keeps its own span. */
-primary(A) ::= LPAREN expr(E) RPAREN. { A = E; }
+/* Parentheses make no node, but the span grows to cover them, so the
+ * caret under (acc / l) as bf16 starts at the '('. */
+primary(A) ::= LPAREN(L) expr(E) RPAREN(R). {
+  A = E;
+  if (A != ps->dummy) A->span = tpk_span_join(L.span, R.span);
+}
 primary(A) ::= LBRACKET(L) RBRACKET(R). { A = SEAL(NODE(TPK_AST_LIST, tpk_span_join(L.span, R.span))); }
 primary(A) ::= LBRACKET(L) list_items(V) RBRACKET(R). {
   A = NODE(TPK_AST_LIST, tpk_span_join(L.span, R.span));

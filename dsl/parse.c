@@ -421,8 +421,12 @@ static void recover(TpkParseState *ps, void *parser, int *code, TpkToken *tok, b
 }
 
 TpkStatus tpk_parse(const TpkSource *src, TpkParsed *out, TpkDiags *diags) {
+  return tpk_parse_with_limit(src, out, diags, 0);
+}
+
+TpkStatus tpk_parse_with_limit(const TpkSource *src, TpkParsed *out, TpkDiags *diags, size_t arena_limit) {
   memset(out, 0, sizeof *out);
-  tpk_arena_init(&out->arena, 0);
+  tpk_arena_init(&out->arena, arena_limit);
   int errors_before = diags->errors;
 
   TpkParseState *ps = calloc(1, sizeof *ps);

@@ -71,6 +71,10 @@ typedef struct TpkParseState {
   TpkSpan open_span[TPK_PARSE_OPEN_MAX];
 } TpkParseState;
 
+/* tpk_parse with an arena limit (0: the default), so tests can run it out
+ * of memory. */
+TpkStatus tpk_parse_with_limit(const TpkSource *src, TpkParsed *out, TpkDiags *diags, size_t arena_limit);
+
 /* ---- constructors the grammar actions call (parse.c) ---- */
 TpkAst *tpk_parse_node(TpkParseState *ps, TpkAstKind kind, TpkSpan span);
 /* Compute n->depth from its children; past TPK_MAX_DEPTH report once and
