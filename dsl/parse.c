@@ -212,6 +212,18 @@ static void emit(TpkParseState *ps, TpkSpan at, const char *hint, TpkStr *msg) {
   tpk_str_free(msg);
 }
 
+static void report_eof(TpkParseState *ps, TpkSpan at) {
+  TpkStr msg = {0};
+  char hint[80] = "";
+  int open = innermost_open(ps);
+  tpk_str_puts(&msg, "unexpected end of file");
+  if (open >= 0)
+    snprintf(hint, sizeof hint, "the '%s' on line %d is never closed",
+             ps->open_code[open] == TK_LPAREN ? "(" : ps->open_code[open] == TK_LBRACKET ? "[" : "{",
+             ps->open_span[open].line);
+  emit(ps, at, hint[0] ? hint : NULL, &msg);
+}
+
 void tpk_parse_syntax_error(TpkParseState *ps, int code, const TpkToken *tok, const uint32_t *expected) {
   if (code == TK_ILLEGAL) return; /* the lexer has said why */
   if (code == 0 && ps->lex.unterminated_comment) return;
@@ -225,12 +237,7 @@ void tpk_parse_syntax_error(TpkParseState *ps, int code, const TpkToken *tok, co
   const char *tname = code >= 0 && code < TOKEN_COUNT && TOKEN_NAME[code] ? TOKEN_NAME[code] : "?";
 
   if (code == 0) {
-    tpk_str_puts(&msg, "unexpected end of file");
-    if (open >= 0)
-      snprintf(hint, sizeof hint, "the '%s' on line %d is never closed",
-               ps->open_code[open] == TK_LPAREN ? "(" : ps->open_code[open] == TK_LBRACKET ? "[" : "{",
-               ps->open_span[open].line);
-    emit(ps, tok->span, hint[0] ? hint : NULL, &msg);
+    report_eof(ps, tok->span);
     return;
   }
 
@@ -380,12 +387,25 @@ static void recover(TpkParseState *ps, void *parser, int *code, TpkToken *tok, b
   /* lemon popped back to the innermost block: forget the brackets it left. */
   int brace = innermost_brace(ps);
   ps->open_count = brace + 1;
-  if (*refeed) *code = next_token(ps, tok);
+  if (*refeed) {
+    *code = next_token(ps, tok);
+  } else if (ps->open_count > 0 && tok->span.line > ps->last_line && *code != TK_SEMI && *code != 0 &&
+             *code != TK_KERNEL && *code != TK_CONST) {
+    /* The error is at the first token of a line, as when a ';' is missing
+     * at the end of the line before: that token most likely starts the
+     * next statement, so keep it. */
+    sync(ps, parser, tok->span);
+    *refeed = true;
+    return;
+  }
   *refeed = false;
   int depth = 0; /* brackets opened while skipping */
   for (;;) {
     if (*code == 0) {
-      ps->abandoned = true; /* the error already said what went wrong */
+      /* Let the main loop close the open blocks, so what parsed is kept. */
+      if (innermost_brace(ps) >= 0) sync(ps, parser, tok->span);
+      else ps->abandoned = true;
+      *refeed = true;
       return;
     }
     if (*code == TK_KERNEL || *code == TK_CONST) {
@@ -454,7 +474,18 @@ TpkStatus tpk_parse_with_limit(const TpkSource *src, TpkParsed *out, TpkDiags *d
   TpkToken tok;
   int code = next_token(ps, &tok);
   bool refeed = false;
+  int eof_braces = 0;
   while (!ps->abandoned) {
+    if (code == 0 && innermost_brace(ps) >= 0 && eof_braces++ <= TPK_PARSE_OPEN_MAX) {
+      /* End of file inside a block: say so once, then close the blocks with
+       * synthetic '}' (errors they cause sit at the same offset and are not
+       * repeated), so the kernels that parsed are kept. */
+      if (!(ps->have_last_error && ps->last_error_offset == tok.span.offset) && !ps->lex.unterminated_comment)
+        report_eof(ps, tok.span);
+      ps->have_last_error = true;
+      ps->last_error_offset = tok.span.offset;
+      code = TK_RBRACE;
+    }
     if (is_opener(code) && ps->open_count >= TPK_PARSE_OPEN_MAX) {
       /* Checked here, before the parser's own stack or the tree can grow:
        * 100000 '(' cost one message and no recursion. */
@@ -472,6 +503,7 @@ TpkStatus tpk_parse_with_limit(const TpkSource *src, TpkParsed *out, TpkDiags *d
       continue;
     }
     track(ps, code, tok.span);
+    ps->last_line = tok.span.line;
     code = next_token(ps, &tok);
     refeed = false;
   }

@@ -59,6 +59,7 @@ typedef struct TpkParseState {
   TpkAst *dummy;       /* handed out once the arena is exhausted */
   TpkToken cur;        /* the token being fed, for diagnostics */
   int cur_code;
+  int last_line;       /* line of the last token the parser accepted */
   bool abandoned;      /* stack overflow, out of memory, absurd nesting */
   bool depth_reported; /* "nested too deeply" is said once per file */
   bool oom_reported;
