@@ -50,7 +50,7 @@ static TpkAst *binary(TpkParseState *ps, int op, TpkAst *a, TpkAst *b) {
 
 static TpkAst *named(TpkParseState *ps, TpkAstKind kind, TpkSpan span, const TpkToken *name) {
   TpkAst *n = NODE(kind, span);
-  n->name = name->v.name;
+  n->name = tpk_parse_name(ps, name);
   n->name_span = name->span;
   return n;
 }

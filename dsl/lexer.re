@@ -8,7 +8,6 @@
  * end when the cursor has reached `lim`, so a NUL inside the text is an
  * ordinary invalid character and nothing is ever read past text[len].
  */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,14 +48,13 @@ static void skip_comment_body(TpkLexer *lx, const unsigned char *p, const unsign
   }
 }
 
-static bool lex_int(TpkLexer *lx, const unsigned char *p, const unsigned char *end, int base, int64_t *out) {
+static bool lex_int(const unsigned char *p, const unsigned char *end, int base, int64_t *out) {
   uint64_t v = 0;
   for (; p < end; p++) {
     unsigned d = *p <= '9' ? (unsigned)(*p - '0') : (unsigned)((*p | 0x20) - 'a' + 10);
     if (v > ((uint64_t)INT64_MAX - d) / (uint64_t)base) return false;
     v = v * (uint64_t)base + d;
   }
-  (void)lx;
   *out = (int64_t)v;
   return true;
 }
@@ -73,7 +71,6 @@ static double lex_float(TpkLexer *lx, const unsigned char *p, size_t n, bool *ra
     memcpy(small, p, n);
     small[n] = 0;
   }
-  errno = 0;
   double v = strtod(buf, NULL);
   *range_error = isinf(v);
   return v;
@@ -146,21 +143,17 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
         tok->v.dtype = tpk_dtype_from_name((const char *)start, (size_t)(YYCURSOR - start));
         TOKEN(DTYPE);
       }
-      ident {
-        const char *name = tpk_arena_strndup(lx->arena, (const char *)start, (size_t)(YYCURSOR - start));
-        tok->v.name = name ? name : "";
-        TOKEN(NAME);
-      }
+      ident { TOKEN(NAME); } /* its text is copied only if a node keeps it */
 
       dec {
-        if (!lex_int(lx, start, YYCURSOR, 10, &tok->v.ival)) {
+        if (!lex_int(start, YYCURSOR, 10, &tok->v.ival)) {
           tpk_diag_error(lx->diags, span_of(lx, start, YYCURSOR), "integer literal is too large (the limit is 2^63-1)");
           tok->v.ival = INT64_MAX;
         }
         TOKEN(INT);
       }
       "0" [xX] [0-9a-fA-F]+ {
-        if (!lex_int(lx, start + 2, YYCURSOR, 16, &tok->v.ival)) {
+        if (!lex_int(start + 2, YYCURSOR, 16, &tok->v.ival)) {
           tpk_diag_error(lx->diags, span_of(lx, start, YYCURSOR), "integer literal is too large (the limit is 2^63-1)");
           tok->v.ival = INT64_MAX;
         }
@@ -176,7 +169,7 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
         /* `2.` is a float, but in `0..N` the first dot starts a range. */
         if (*YYCURSOR == '.') {
           YYCURSOR--;
-          if (!lex_int(lx, start, YYCURSOR, 10, &tok->v.ival)) {
+          if (!lex_int(start, YYCURSOR, 10, &tok->v.ival)) {
             tpk_diag_error(lx->diags, span_of(lx, start, YYCURSOR), "integer literal is too large (the limit is 2^63-1)");
             tok->v.ival = INT64_MAX;
           }

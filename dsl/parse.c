@@ -83,6 +83,9 @@ TpkAst *tpk_parse_seal(TpkParseState *ps, TpkAst *n) {
     n->lhs = n->rhs = n->args = n->dims = n->body = n->els = n->ranges = NULL;
     n->params = n->outputs = n->tunes = NULL;
     n->depth = 1;
+    /* A long left-leaning chain (a+a+...+a) would go on allocating nodes
+     * that are cut off again; the driver abandons the statement instead. */
+    if (is_expr_kind(n->kind)) ps->depth_poison = true;
   }
   return n;
 }
@@ -101,6 +104,13 @@ void tpk_parse_add_item(TpkParseState *ps, TpkAst *item) {
   if (ps->file_tail) ps->file_tail->next = item;
   else ps->file->body = item;
   ps->file_tail = item;
+}
+
+const char *tpk_parse_name(TpkParseState *ps, const TpkToken *tok) {
+  const char *name = tpk_arena_strndup(ps->arena, ps->src->text + tok->span.offset, tok->span.len);
+  if (name) return name;
+  report_oom(ps);
+  return "";
 }
 
 TpkSpan tpk_span_join(TpkSpan a, TpkSpan b) {
@@ -328,13 +338,17 @@ static TpkSpan end_span(const TpkSource *src) {
 
 static int next_token(TpkParseState *ps, TpkToken *tok) {
   int code = tpk_lex(&ps->lex, tok);
-  if (code == 0) tok->span = end_span(ps->src);
+  if (code == 0) {
+    /* computed once: the end of file can be asked for many times */
+    if (!ps->have_end) ps->end = end_span(ps->src);
+    ps->have_end = true;
+    tok->span = ps->end;
+  }
   return code;
 }
 
 static void feed(TpkParseState *ps, void *parser, int code, TpkToken tok) {
   ps->cur = tok;
-  ps->cur_code = code;
   tpk_grammar(parser, code, tok);
 }
 
@@ -448,6 +462,13 @@ TpkStatus tpk_parse_with_limit(const TpkSource *src, TpkParsed *out, TpkDiags *d
   memset(out, 0, sizeof *out);
   tpk_arena_init(&out->arena, arena_limit);
   int errors_before = diags->errors;
+  if (src->len > TPK_SOURCE_MAX || (!src->text && src->len)) {
+    tpk_diag_error(diags, (TpkSpan){0, 0, 0, 0}, "source is larger than %d MiB; refusing to parse it",
+                   TPK_SOURCE_MAX >> 20);
+    return TPK_ERR_INVALID;
+  }
+  TpkSource empty = {src->name, "", 0};
+  if (!src->text) src = &empty; /* a NULL text of length 0 is an empty file */
 
   TpkParseState *ps = calloc(1, sizeof *ps);
   if (!ps) {
@@ -499,6 +520,7 @@ TpkStatus tpk_parse_with_limit(const TpkSource *src, TpkParsed *out, TpkDiags *d
     feed(ps, parser, code, tok);
     if (ps->abandoned || code == 0) break;
     if (tpk_grammar_in_error(parser)) {
+      ps->depth_poison = false;
       recover(ps, parser, &code, &tok, &refeed);
       continue;
     }
@@ -506,6 +528,14 @@ TpkStatus tpk_parse_with_limit(const TpkSource *src, TpkParsed *out, TpkDiags *d
     ps->last_line = tok.span.line;
     code = next_token(ps, &tok);
     refeed = false;
+    if (ps->depth_poison) {
+      /* The error is reported; make lemon give up the statement (TK_ILLEGAL
+       * never fits and has no message of its own) and skip its rest. */
+      ps->depth_poison = false;
+      feed(ps, parser, TK_ILLEGAL, ps->cur);
+      if (ps->abandoned) break;
+      if (tpk_grammar_in_error(parser)) recover(ps, parser, &code, &tok, &refeed);
+    }
   }
   tpk_grammarFree(parser, free);
 

@@ -20,7 +20,6 @@ typedef struct TpkToken {
     int64_t ival;     /* INT */
     double fval;      /* FLOAT (also inf, nan) */
     TpkDType dtype;   /* DTYPE */
-    const char *name; /* NAME: NUL-terminated, in the arena */
   } v;
 } TpkToken;
 
@@ -58,10 +57,12 @@ typedef struct TpkParseState {
   TpkAst *file_tail;
   TpkAst *dummy;       /* handed out once the arena is exhausted */
   TpkToken cur;        /* the token being fed, for diagnostics */
-  int cur_code;
   int last_line;       /* line of the last token the parser accepted */
+  TpkSpan end;         /* where "unexpected end of file" points */
+  bool have_end;
   bool abandoned;      /* stack overflow, out of memory, absurd nesting */
   bool depth_reported; /* "nested too deeply" is said once per file */
+  bool depth_poison;   /* an expression got too deep: drop its statement */
   bool oom_reported;
   bool have_last_error;
   uint32_t last_error_offset; /* no second syntax error at one token */
@@ -83,6 +84,8 @@ TpkAst *tpk_parse_node(TpkParseState *ps, TpkAstKind kind, TpkSpan span);
 TpkAst *tpk_parse_seal(TpkParseState *ps, TpkAst *n);
 void tpk_parse_append(TpkParseState *ps, TpkAstList *l, TpkAst *n);
 void tpk_parse_add_item(TpkParseState *ps, TpkAst *item);
+/* A NAME token's text, copied into the arena ("" once it is exhausted). */
+const char *tpk_parse_name(TpkParseState *ps, const TpkToken *tok);
 TpkSpan tpk_span_join(TpkSpan a, TpkSpan b);
 
 /* ---- called from lemon's hooks (grammar.y) ---- */
