@@ -304,6 +304,8 @@ void tpk_parse_syntax_error(TpkParseState *ps, int code, const TpkToken *tok, co
       tpk_str_puts(&msg, ", found ");
     }
   }
+  if (code == TK_TILES && !hint[0])
+    snprintf(hint, sizeof hint, "tiles(N, B) is a loop range: for i in tiles(N, B) { ... }");
   describe_found(&msg, ps, code, tok);
   emit(ps, tok->span, hint[0] ? hint : NULL, &msg);
 }

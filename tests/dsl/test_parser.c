@@ -637,6 +637,11 @@ static void test_error_messages(void **state) {
                "t.tpk:1:20: error: expected a statement, found 'else'\n"
                "   kernel k() -> () { else { } }\n"
                "                      ^~~~\n");
+  assert_diags("kernel k() -> () { let t = tiles(N, 128); }",
+               "t.tpk:1:28: error: expected an expression, found 'tiles'\n"
+               "   kernel k() -> () { let t = tiles(N, 128); }\n"
+               "                              ^~~~~\n"
+               "hint: tiles(N, B) is a loop range: for i in tiles(N, B) { ... }\n");
   assert_diags("kernel k() -> () { 1 + 2 = 3; f(a=1, 2); }",
                "t.tpk:1:20: error: cannot assign to this expression\n"
                "   kernel k() -> () { 1 + 2 = 3; f(a=1, 2); }\n"
