@@ -48,15 +48,24 @@ static void skip_comment_body(TpkLexer *lx, const unsigned char *p, const unsign
   }
 }
 
-static bool lex_int(const unsigned char *p, const unsigned char *end, int base, int64_t *out) {
-  uint64_t v = 0;
-  for (; p < end; p++) {
-    unsigned d = *p <= '9' ? (unsigned)(*p - '0') : (unsigned)((*p | 0x20) - 'a' + 10);
-    if (v > ((uint64_t)INT64_MAX - d) / (uint64_t)base) return false;
-    v = v * (uint64_t)base + d;
+/* The value of a decimal or 0x literal; past 2^63-1 an error, and the
+ * largest value so parsing goes on. */
+static int64_t int_value(TpkLexer *lx, const unsigned char *start, const unsigned char *end) {
+  const unsigned char *p = start;
+  uint64_t base = 10, v = 0;
+  if (end - start > 2 && (start[1] == 'x' || start[1] == 'X')) {
+    base = 16;
+    p += 2;
   }
-  *out = (int64_t)v;
-  return true;
+  for (; p < end; p++) {
+    uint64_t d = *p <= '9' ? (uint64_t)(*p - '0') : (uint64_t)((*p | 0x20) - 'a' + 10);
+    if (v > ((uint64_t)INT64_MAX - d) / base) {
+      tpk_diag_error(lx->diags, span_of(lx, start, end), "integer literal is too large (the limit is 2^63-1)");
+      return INT64_MAX;
+    }
+    v = v * base + d;
+  }
+  return (int64_t)v;
 }
 
 /* strtod wants a NUL-terminated string; literals are short, so a small
@@ -145,20 +154,8 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
       }
       ident { TOKEN(NAME); } /* its text is copied only if a node keeps it */
 
-      dec {
-        if (!lex_int(start, YYCURSOR, 10, &tok->v.ival)) {
-          tpk_diag_error(lx->diags, span_of(lx, start, YYCURSOR), "integer literal is too large (the limit is 2^63-1)");
-          tok->v.ival = INT64_MAX;
-        }
-        TOKEN(INT);
-      }
-      "0" [xX] [0-9a-fA-F]+ {
-        if (!lex_int(start + 2, YYCURSOR, 16, &tok->v.ival)) {
-          tpk_diag_error(lx->diags, span_of(lx, start, YYCURSOR), "integer literal is too large (the limit is 2^63-1)");
-          tok->v.ival = INT64_MAX;
-        }
-        TOKEN(INT);
-      }
+      dec { tok->v.ival = int_value(lx, start, YYCURSOR); TOKEN(INT); }
+      "0" [xX] [0-9a-fA-F]+ { tok->v.ival = int_value(lx, start, YYCURSOR); TOKEN(INT); }
       dec "." dec exp? | dec exp | dec "." exp {
         bool big = false;
         tok->v.fval = lex_float(lx, start, (size_t)(YYCURSOR - start), &big);
@@ -169,10 +166,7 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
         /* `2.` is a float, but in `0..N` the first dot starts a range. */
         if (*YYCURSOR == '.') {
           YYCURSOR--;
-          if (!lex_int(start, YYCURSOR, 10, &tok->v.ival)) {
-            tpk_diag_error(lx->diags, span_of(lx, start, YYCURSOR), "integer literal is too large (the limit is 2^63-1)");
-            tok->v.ival = INT64_MAX;
-          }
+          tok->v.ival = int_value(lx, start, YYCURSOR);
           TOKEN(INT);
         }
         bool big = false;

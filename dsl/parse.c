@@ -190,7 +190,9 @@ static int closer_of(int open) { return open == TK_LPAREN ? TK_RPAREN : open == 
 static bool is_comparison(int code) { return code >= TK_EQ && code <= TK_GE; }
 /* Tokens that can continue a complete expression; left out of "expected"
  * lists, which would otherwise name every operator. */
-static bool continues_expr(int code) { return (code >= TK_OROR && code <= TK_NOT) || code == TK_AS || code == TK_LBRACKET || code == TK_DOT; }
+static bool continues_expr(int code) {
+  return (code >= TK_OROR && code <= TK_NOT) || code == TK_AS || code == TK_LBRACKET || code == TK_DOT;
+}
 
 /* "'foo'" for the token as written, or "end of file". */
 static void describe_found(TpkStr *s, const TpkParseState *ps, int code, const TpkToken *tok) {
