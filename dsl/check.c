@@ -641,6 +641,7 @@ static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *wha
     b.v = convert(c, b.v, TPK_F32);
   }
   if (!unify_shapes(c, n, what, &a.v, &b.v)) return ERR;
+  at(c, n); /* loading an operand moved the location */
   return val_of(tpk_build_binary(&c->b, opcode, a.v, b.v));
 }
 
@@ -959,6 +960,7 @@ static Val bi_where(Checker *c, const TpkAst *n, const Builtin *bi, const Args *
   if (!unify_shapes(c, n, "where()", &x.v, &y.v) || !unify_shapes(c, n, "where()", &cv, &x.v) ||
       !unify_shapes(c, n, "where()", &x.v, &y.v))
     return ERR;
+  at(c, n);
   return val_of(tpk_build_select(&c->b, cv, x.v, y.v));
 }
 
