@@ -515,15 +515,15 @@ typedef struct BinOp {
   int ast_op;
   TpkOpcode opcode;
   OpClass cls;
-  const char *text;
+  const char *text; /* quoted, as messages show it */
 } BinOp;
 
 static const BinOp BINOPS[] = {
-    {'+', TPK_OP_ADD, ARITH, "+"},        {'-', TPK_OP_SUB, ARITH, "-"},       {'*', TPK_OP_MUL, ARITH, "*"},
-    {'/', TPK_OP_DIV, ARITH, "/"},        {'%', TPK_OP_REM, ARITH, "%"},       {'<', TPK_OP_LT, COMPARE, "<"},
-    {'>', TPK_OP_GT, COMPARE, ">"},       {TPK_BIN_LE, TPK_OP_LE, COMPARE, "<="}, {TPK_BIN_GE, TPK_OP_GE, COMPARE, ">="},
-    {TPK_BIN_EQ, TPK_OP_EQ, COMPARE, "=="}, {TPK_BIN_NE, TPK_OP_NE, COMPARE, "!="}, {TPK_BIN_AND, TPK_OP_AND, LOGICAL, "&&"},
-    {TPK_BIN_OR, TPK_OP_OR, LOGICAL, "||"},
+    {'+', TPK_OP_ADD, ARITH, "'+'"},        {'-', TPK_OP_SUB, ARITH, "'-'"},       {'*', TPK_OP_MUL, ARITH, "'*'"},
+    {'/', TPK_OP_DIV, ARITH, "'/'"},        {'%', TPK_OP_REM, ARITH, "'%'"},       {'<', TPK_OP_LT, COMPARE, "'<'"},
+    {'>', TPK_OP_GT, COMPARE, "'>'"},       {TPK_BIN_LE, TPK_OP_LE, COMPARE, "'<='"}, {TPK_BIN_GE, TPK_OP_GE, COMPARE, "'>='"},
+    {TPK_BIN_EQ, TPK_OP_EQ, COMPARE, "'=='"}, {TPK_BIN_NE, TPK_OP_NE, COMPARE, "'!='"}, {TPK_BIN_AND, TPK_OP_AND, LOGICAL, "'&&'"},
+    {TPK_BIN_OR, TPK_OP_OR, LOGICAL, "'||'"},
 };
 
 static const BinOp *binop_of(int ast_op) {
@@ -933,6 +933,7 @@ struct Builtin {
   BuiltinFn fn;
   TpkOpcode op; /* for the elementwise families */
   const char *usage;
+  const char *what; /* "maximum()": the name messages use */
 };
 
 static Val bi_unary(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
@@ -941,7 +942,7 @@ static Val bi_unary(Checker *c, const TpkAst *n, const Builtin *bi, const Args *
 
 static Val bi_binary(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   Val x = eval(c, a->pos[0]), y = eval(c, a->pos[1]);
-  return binary(c, n, bi->op, tpk_arena_printf(&c->m->arena, "%s()", bi->name), a->pos[0], x, a->pos[1], y);
+  return binary(c, n, bi->op, bi->what, a->pos[0], x, a->pos[1], y);
 }
 
 static Val bi_where(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
@@ -1439,13 +1440,13 @@ static Val bi_wait(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a
   return (Val){.k = V_NONE};
 }
 
-#define EW1(name, OP) {name, 1, 1, {0}, bi_unary, TPK_OP_##OP, name "(x)"}
+#define EW1(name, OP) {name, 1, 1, {0}, bi_unary, TPK_OP_##OP, name "(x)", name "()"}
 static const Builtin BUILTINS[] = {
     EW1("exp", EXP), EW1("log", LOG), EW1("sqrt", SQRT), EW1("rsqrt", RSQRT), EW1("tanh", TANH),
     EW1("sigmoid", SIGMOID), EW1("erf", ERF), EW1("abs", ABS), EW1("floor", FLOOR), EW1("ceil", CEIL),
-    {"maximum", 2, 2, {0}, bi_binary, TPK_OP_MAX, "maximum(a, b)"},
-    {"minimum", 2, 2, {0}, bi_binary, TPK_OP_MIN, "minimum(a, b)"},
-    {"pow", 2, 2, {0}, bi_binary, TPK_OP_POW, "pow(a, b)"},
+    {"maximum", 2, 2, {0}, bi_binary, TPK_OP_MAX, "maximum(a, b)", "maximum()"},
+    {"minimum", 2, 2, {0}, bi_binary, TPK_OP_MIN, "minimum(a, b)", "minimum()"},
+    {"pow", 2, 2, {0}, bi_binary, TPK_OP_POW, "pow(a, b)", "pow()"},
     {"where", 3, 3, {0}, bi_where, TPK_OP_SELECT, "where(cond, a, b)"},
     {"sum", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "sum(x, axis=K, keepdims=false)"},
     {"max", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "max(x, axis=K, keepdims=false)"},
@@ -1585,7 +1586,7 @@ static Val eval(Checker *c, const TpkAst *n) {
     const BinOp *bop = binop_of(n->op);
     Val a = eval(c, n->lhs), b = eval(c, n->rhs);
     if (!bop) return ERR;
-    return binary(c, n, bop->opcode, tpk_arena_printf(&c->m->arena, "'%s'", bop->text), n->lhs, a, n->rhs, b);
+    return binary(c, n, bop->opcode, bop->text, n->lhs, a, n->rhs, b);
   }
   case TPK_AST_CAST:
     return cast(c, n, eval(c, n->lhs), n->dtype);
@@ -1612,14 +1613,22 @@ static Val eval(Checker *c, const TpkAst *n) {
 
 /* ---- Assignments and stores ---------------------------------------------------------- */
 
+/* How messages name the target of a write: var 'acc', or 'y[i, :]'. Built
+ * only when a message needs it. */
+static const char *target_text(Checker *c, const TpkAst *target, bool is_var) {
+  return tpk_arena_printf(&c->m->arena, is_var ? "var '%s'" : "'%s'", is_var ? target->name : src_text(c, target));
+}
+
 /* v converted to dtype dt and broadcast to shape (rank, dims) for a write
- * into `target` (a description used in messages). */
+ * into `target_node` (a var's name, or a store's left-hand side). */
 static TpkValue *coerce(Checker *c, const TpkAst *n, Val v, TpkDType dt, int rank, const TpkDim *const *dims,
-                        const char *target) {
+                        const TpkAst *target_node, bool is_var) {
   v = need_data(c, n, v, dt);
   if (v.k == V_ERR) return NULL;
   const TpkType *t = v.v->type;
+  const char *target = NULL;
   if (!tpk_dtype_widens_to(t->dtype, dt)) {
+    target = target_text(c, target_node, is_var);
     tpk_diag_error_hint(c->diags, n->span, tpk_arena_printf(&c->m->arena, "convert explicitly: (%s) as %s", src_text(c, n), tpk_dtype_name(dt)),
                         "cannot write %s into %s of dtype %s without a cast", tpk_dtype_name(t->dtype), target,
                         tpk_dtype_name(dt));
@@ -1629,6 +1638,7 @@ static TpkValue *coerce(Checker *c, const TpkAst *n, Val v, TpkDType dt, int ran
   const TpkDim *out[TPK_MAX_RANK];
   if (!broadcast_shapes(t->rank, t->dims, rank, dims, &r, out) || r != rank ||
       memcmp(out, dims, (size_t)rank * sizeof *dims) != 0) {
+    target = target_text(c, target_node, is_var);
     tpk_diag_error(c->diags, n->span, "cannot write a value of shape %s into %s of shape %s",
                    shape_str(c, t->rank, t->dims), target, shape_str(c, rank, dims));
     return NULL;
@@ -1668,8 +1678,7 @@ static void assign_var(Checker *c, const TpkAst *st, Sym *s) {
   if (st->op != TPK_ASSIGN_SET)
     v = binary(c, st, compound_op(st->op), assign_text(st->op), st->lhs, s->val, st->rhs, v);
   if (v.k == V_ERR || s->val.k == V_ERR) return;
-  const char *target = tpk_arena_printf(&c->m->arena, "var '%s'", s->name);
-  TpkValue *nv = coerce(c, st->rhs, v, s->type->dtype, s->type->rank, s->type->dims, target);
+  TpkValue *nv = coerce(c, st->rhs, v, s->type->dtype, s->type->rank, s->type->dims, st->lhs, true);
   if (!nv) return;
   if (!nv->name) nv->name = s->name;
   s->val = val_of(nv);
@@ -1698,8 +1707,7 @@ static void store(Checker *c, const TpkAst *st, const Access *acc) {
   }
   }
   if (v.k == V_ERR) return;
-  const char *target = tpk_arena_printf(&c->m->arena, "'%s'", src_text(c, st->lhs));
-  TpkValue *val = coerce(c, st->rhs, v, rt->dtype, acc->rank, acc->dims, target);
+  TpkValue *val = coerce(c, st->rhs, v, rt->dtype, acc->rank, acc->dims, st->lhs, false);
   if (!val) return;
   at(c, st);
   TpkValue *ins[TPK_MAX_RANK + 2];
