@@ -707,3 +707,28 @@ TpkValue *tpk_build_yield(TpkBuilder *b, int n, TpkValue *const *vals) {
   tpk_build(b, TPK_OP_YIELD, n, vals, 0, NULL);
   return NULL; /* yield has no result */
 }
+
+/* ---- Symbols of a function ----------------------------------------------- */
+
+static int add_dim_symbols(const TpkDim *d, const char **names, int n, int max) {
+  if (!d) return n;
+  if (d->kind == TPK_DIM_SYM) {
+    for (int i = 0; i < n && i < max; i++)
+      if (names[i] == d->sym) return n; /* interned: pointers compare */
+    if (n < max) names[n] = d->sym;
+    return n + 1;
+  }
+  return add_dim_symbols(d->b, names, add_dim_symbols(d->a, names, n, max), max);
+}
+
+int tpk_func_symbols(const TpkFunc *f, const char **names, int max) {
+  int n = 0;
+  for (int i = 0; i < f->nparams; i++) {
+    const TpkType *t = f->params[i].value ? f->params[i].value->type : NULL;
+    for (int k = 0; t && k < t->rank; k++) n = add_dim_symbols(t->dims[k], names, n, max);
+  }
+  for (int i = 0; i < f->nresults; i++)
+    for (int k = 0; f->results[i] && k < f->results[i]->rank; k++)
+      n = add_dim_symbols(f->results[i]->dims[k], names, n, max);
+  return n;
+}

@@ -413,6 +413,11 @@ TpkValue *tpk_build_broadcast(TpkBuilder *b, TpkValue *x, int rank, const TpkDim
 TpkValue *tpk_build_select(TpkBuilder *b, TpkValue *c, TpkValue *x, TpkValue *y);
 TpkValue *tpk_build_yield(TpkBuilder *b, int n, TpkValue *const *vals); /* returns NULL: no result */
 
+/* The shape symbols of a kernel or func, in order of first appearance in
+ * its parameters' types (then results): the order in which callers pass
+ * their values. Writes up to max names and returns how many there are. */
+int tpk_func_symbols(const TpkFunc *f, const char **names, int max);
+
 /* Remove an op (it must have no remaining uses) / replace every use of a
  * value inside func. */
 void tpk_op_erase(TpkOp *op);
