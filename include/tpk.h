@@ -8,6 +8,7 @@
 #ifndef TPK_H
 #define TPK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,5 +49,111 @@ size_t tpk_dtype_size(TpkDType t);
 TpkDType tpk_dtype_from_name(const char *name, size_t len);
 /* Short, stable name of a status code ("invalid argument", ...). */
 const char *tpk_status_name(TpkStatus s);
+
+/* ---- The runtime ------------------------------------------------------------
+ *
+ *   TpkContext   owns everything below, the JIT and the compilation cache
+ *   TpkDevice    "host" (generated C on this CPU); "sim:<chip>" later
+ *   TpkBuffer    a tensor on a device: dtype + shape + bytes
+ *   TpkProgram   a loaded .tpk file (checked when loaded)
+ *   TpkKernel    one kernel of a program
+ *   TpkQueue     launches run in order on a worker thread; events mark points
+ *
+ * Every fallible call returns a TpkStatus; the message of the last failure
+ * on the calling thread is tpk_last_error(). Objects are not thread-safe
+ * unless said so: a context may be used from several threads only through
+ * queues (each queue has its own worker).
+ */
+typedef struct TpkContext TpkContext;
+typedef struct TpkDevice TpkDevice;
+typedef struct TpkBuffer TpkBuffer;
+typedef struct TpkProgram TpkProgram;
+typedef struct TpkKernel TpkKernel;
+typedef struct TpkQueue TpkQueue;
+typedef struct TpkEvent TpkEvent;
+
+enum { TPK_MAX_DIMS = 8 };
+
+/* The message of the last failed call on this thread ("" if none). */
+const char *tpk_last_error(void);
+
+TpkStatus tpk_context_create(TpkContext **out);
+/* Waits for queued work, then frees every object of the context. */
+void tpk_context_destroy(TpkContext *ctx);
+
+/* "host" now; "sim:v5e" and other chips with the simulator. */
+TpkStatus tpk_device_open(TpkContext *ctx, const char *name, TpkDevice **out);
+const char *tpk_device_name(const TpkDevice *dev);
+
+TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out);
+void tpk_buffer_destroy(TpkBuffer *buf);
+TpkDType tpk_buffer_dtype(const TpkBuffer *buf);
+int tpk_buffer_rank(const TpkBuffer *buf);
+const int64_t *tpk_buffer_shape(const TpkBuffer *buf);
+size_t tpk_buffer_bytes(const TpkBuffer *buf);
+/* Copy in/out; `bytes` must equal tpk_buffer_bytes. Elements are stored as
+ * in runtime/prims.h: bf16/f16 as their 16 bits, f8 as 8 bits, bool as one
+ * byte 0/1, row-major. */
+TpkStatus tpk_buffer_write(TpkBuffer *buf, const void *src, size_t bytes);
+TpkStatus tpk_buffer_read(const TpkBuffer *buf, void *dst, size_t bytes);
+/* Host buffers only: the memory itself (NULL on other devices). */
+void *tpk_buffer_data(TpkBuffer *buf);
+
+/* Load and check a .tpk file or text. A file with errors fails with all its
+ * diagnostics (rendered as `tpk check` shows them) in tpk_last_error(). */
+TpkStatus tpk_program_load_file(TpkContext *ctx, const char *path, TpkProgram **out);
+TpkStatus tpk_program_load_source(TpkContext *ctx, const char *name, const char *text, size_t len, TpkProgram **out);
+void tpk_program_destroy(TpkProgram *prog);
+int tpk_program_kernel_count(const TpkProgram *prog);
+const char *tpk_program_kernel_name(const TpkProgram *prog, int i);
+TpkStatus tpk_program_kernel(TpkProgram *prog, const char *name, TpkKernel **out);
+
+/* What a kernel takes, for binding arguments by position or name. */
+typedef enum TpkParamKind { TPK_PARAM_KIND_INPUT, TPK_PARAM_KIND_OUTPUT, TPK_PARAM_KIND_INOUT, TPK_PARAM_KIND_SCALAR } TpkParamKind;
+int tpk_kernel_param_count(const TpkKernel *k);
+const char *tpk_kernel_param_name(const TpkKernel *k, int i);
+TpkParamKind tpk_kernel_param_kind(const TpkKernel *k, int i);
+TpkDType tpk_kernel_param_dtype(const TpkKernel *k, int i);
+int tpk_kernel_param_rank(const TpkKernel *k, int i);
+
+/* One call's arguments. `args[i]` is parameter i (inputs, then outputs, in
+ * declaration order): a buffer for tensors; scalars take `scalars[i]` (the
+ * value as a double, converted to the parameter's dtype; ints must be exact).
+ * Shape symbols are bound from the buffers' shapes; a symbol that appears
+ * only in outputs is bound from the output buffer or from `syms`.
+ * Tunables not named in `tunes` take their defaults. */
+typedef struct TpkNamedInt {
+  const char *name;
+  int64_t value;
+} TpkNamedInt;
+
+typedef struct TpkLaunch {
+  TpkBuffer *const *args; /* tpk_kernel_param_count entries; NULL for scalars */
+  const double *scalars;  /* same indexing; may be NULL if there are no scalars */
+  const TpkNamedInt *syms;
+  int nsyms;
+  const TpkNamedInt *tunes;
+  int ntunes;
+} TpkLaunch;
+
+/* Run synchronously on the device of the argument buffers. */
+TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *launch);
+
+/* Compilation tier of the kernel's last launch: "tcc", "cc", "aot". */
+const char *tpk_kernel_last_tier(const TpkKernel *k);
+
+/* Queues: launches run in submission order on the queue's worker thread.
+ * The launch is copied, so the caller's arrays may be reused at once; the
+ * buffers must stay alive until the work is done. An error in queued work is
+ * reported by the next tpk_queue_wait / tpk_event_wait. */
+TpkStatus tpk_queue_create(TpkContext *ctx, TpkQueue **out);
+void tpk_queue_destroy(TpkQueue *q); /* waits for its work first */
+TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *launch);
+TpkStatus tpk_queue_wait(TpkQueue *q);
+/* An event completes when all work queued before it has run. */
+TpkStatus tpk_queue_record(TpkQueue *q, TpkEvent **out);
+TpkStatus tpk_event_wait(TpkEvent *e);
+bool tpk_event_done(const TpkEvent *e);
+void tpk_event_destroy(TpkEvent *e);
 
 #endif

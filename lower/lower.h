@@ -1,0 +1,78 @@
+/*
+ * lower.h — from a checked IR kernel to code: passes, memory planning, and
+ * the C emitter.
+ *
+ *   kernel IR (shapes bound) ─► simplify ─► tile whole-array statements
+ *        ─► plan memory against the target's VMEM ─► emit C (host)
+ *                                                 └► sim program (later)
+ *
+ * Passes rewrite the kernel in place; the result still verifies.
+ */
+#ifndef TPK_LOWER_H
+#define TPK_LOWER_H
+
+#include "frontend/ir.h"
+
+/* What a target offers the lowering. */
+typedef struct TpkTarget {
+  const char *name;     /* "host", "v5e", ... (for messages) */
+  int64_t vmem_bytes;   /* budget for tiles and scratch of one grid instance */
+  int64_t tile_bytes;   /* preferred size of one auto-tiled block */
+} TpkTarget;
+
+/* The host target: VMEM budget from $TPK_HOST_VMEM (bytes, or with a K/M/G
+ * suffix), default 128 MiB, the VMEM of a TPU v5e, so that a kernel that
+ * would not fit on the chip fails the same way on the host. */
+TpkTarget tpk_target_host(void);
+
+/* Constant folding, common subexpression elimination and dead code
+ * elimination. */
+void tpk_simplify(TpkFunc *f);
+
+/* Wrap each maximal run of whole-array statements outside any grid into a
+ * grid over blocks of their leading dimension, sized by t->tile_bytes. Runs
+ * that cannot be tiled by rows (a reduction or transpose across the leading
+ * dimension, a dot, a gather) are left whole. Returns TPK_OK or an error. */
+TpkStatus tpk_tile_whole_arrays(TpkFunc *f, const TpkTarget *t, TpkError *err);
+
+/* Where each tensor value and scratch buffer lives in the kernel's
+ * workspace. Values are mapped by a per-function numbering (TpkPlan.index). */
+typedef struct TpkPlanSlot {
+  const TpkValue *value;
+  int64_t offset, bytes; /* bytes 0: no storage (scalars, aliases handled by `alias`) */
+  int alias;             /* >= 0: shares the storage of slot `alias` */
+} TpkPlanSlot;
+
+typedef struct TpkPlan {
+  TpkArena arena;
+  int nslots;
+  TpkPlanSlot *slots;
+  int64_t workspace_bytes; /* total, 64-byte aligned */
+  struct TpkPlanIndex *index; /* value -> slot */
+} TpkPlan;
+
+/* Plan the workspace of a kernel whose shapes are all constant. Fails with a
+ * message naming the largest buffers when the kernel needs more than
+ * t->vmem_bytes. */
+TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err);
+/* The slot of a value (following aliases), or NULL for values without
+ * storage. */
+const TpkPlanSlot *tpk_plan_slot(const TpkPlan *plan, const TpkValue *v);
+void tpk_plan_free(TpkPlan *plan);
+
+/* A dot whose only use is `x + dot(a, b)` of its own type, in its block:
+ * the emitter accumulates it into the add's result and the planner gives it
+ * no buffer. *add (if non-NULL) receives that add. */
+bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add);
+
+/* Emit readable C for kernel f (constant shapes) as a function named
+ * `entry` with the TpkKernelFn signature (runtime/jit.h). Each statement is
+ * preceded by its .tpk source line as a comment when `source` is given. */
+TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, const char *source, TpkStr *out,
+                     TpkError *err);
+
+/* Everything for the host in one call: simplify, tile, plan, emit. */
+TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, const char *source, TpkStr *out,
+                         int64_t *workspace_bytes, TpkError *err);
+
+#endif
