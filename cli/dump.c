@@ -7,15 +7,17 @@
  * Only then, for --ir, does the checker build the IR.
  */
 #include "cli/cli.h"
+#include "lower/lower.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_AST = 1, OPT_IR, OPT_KERNEL, OPT_BIND, OPT_TUNE };
+enum { OPT_AST = 1, OPT_IR, OPT_KERNEL, OPT_BIND, OPT_TUNE, OPT_LOWERED, OPT_C };
 
 static const CliOption OPTIONS[] = {
-    {"ast", 0, false, OPT_AST},         {"ir", 0, false, OPT_IR},     {"kernel", 0, true, OPT_KERNEL},
+    {"ast", 0, false, OPT_AST},         {"ir", 0, false, OPT_IR},     {"lowered", 0, false, OPT_LOWERED},
+    {"c", 0, false, OPT_C},     {"kernel", 0, true, OPT_KERNEL},
     {"bind", 0, true, OPT_BIND},        {"tune", 0, true, OPT_TUNE},
 };
 
@@ -84,14 +86,17 @@ static void kernel_tunables(const TpkAst *k, Names *out) {
   for (const TpkAst *t = k->tunes; t; t = t->next) names_add(out, t->name);
 }
 
+typedef struct Dump Dump;
+static int lower_all(TpkModule *m, const Dump *d, const TpkSource *src, TpkStr *out);
+
 /* ---- The command ---------------------------------------------------------------------- */
 
-typedef struct Dump {
-  bool ast, ir;
+struct Dump {
+  bool ast, ir, lowered, c;
   const char *path;
   const char *kernel; /* --kernel, or NULL */
   CliBindings binds, tunes;
-} Dump;
+};
 
 static int parse_args(Dump *d, const CliCommand *cmd, int argc, char **argv) {
   CliArgs args;
@@ -103,6 +108,8 @@ static int parse_args(Dump *d, const CliCommand *cmd, int argc, char **argv) {
     case CLI_ARG_ERROR: return CLI_USAGE;
     case OPT_AST: d->ast = true; break;
     case OPT_IR: d->ir = true; break;
+    case OPT_LOWERED: d->lowered = true; break;
+    case OPT_C: d->c = true; break;
     case OPT_KERNEL:
       if (d->kernel) return cli_usage_error(cmd->name, "--kernel given twice");
       d->kernel = value;
@@ -119,10 +126,12 @@ static int parse_args(Dump *d, const CliCommand *cmd, int argc, char **argv) {
       break;
     }
   }
-  if (d->ast == d->ir)
-    return cli_usage_error(cmd->name, d->ast ? "--ast and --ir are exclusive; choose one"
-                                             : "say what to print: --ast (syntax tree) or --ir (IR)");
-  if (!d->path) return cli_usage_error(cmd->name, "no input file (usage: tpk dump (--ast | --ir) FILE)");
+  int modes = d->ast + d->ir + d->lowered + d->c;
+  if (modes != 1)
+    return cli_usage_error(cmd->name, modes ? "--ast, --ir, --lowered and --c are exclusive; choose one"
+                                            : "say what to print: --ast (syntax tree), --ir (IR), --lowered (IR after "
+                                              "the host passes) or --c (generated C)");
+  if (!d->path) return cli_usage_error(cmd->name, "no input file (usage: tpk dump (--ast | --ir | --lowered | --c) FILE)");
   if (d->ast && (d->binds.count || d->tunes.count))
     return cli_usage_error(cmd->name, "--bind and --tune shape the IR; they apply to --ir only");
   return CLI_OK;
@@ -279,7 +288,11 @@ static int dump(Dump *d) {
       status = CLI_FAIL;
       goto done;
     }
-    tpk_ir_print(&out, m);
+    if (d->lowered || d->c) {
+      if ((status = lower_all(m, d, &src, &out)) != CLI_OK) goto done;
+    } else {
+      tpk_ir_print(&out, m);
+    }
     if (tpk_ir_verify(m, &err) != TPK_OK) {
       /* Print it anyway: the dump is how one finds the bad op. */
       cli_out(out.data, out.len);
@@ -303,6 +316,42 @@ done:
   tpk_diags_free(&diags);
   tpk_source_free(&src);
   return status;
+}
+
+/* --lowered and --c: the host pipeline on every kernel of m. The emitter
+ * works on constant shapes, so every shape symbol must be bound. */
+static int lower_all(TpkModule *m, const Dump *d, const TpkSource *src, TpkStr *out) {
+  TpkTarget host = tpk_target_host();
+  for (int i = 0; i < m->nfuncs; i++) {
+    TpkFunc *f = m->funcs[i];
+    const char *syms[64];
+    int n = tpk_func_symbols(f, syms, 64);
+    if (n > 0) {
+      TpkStr list = {0};
+      for (int k = 0; k < n && k < 64; k++) tpk_str_printf(&list, "%s%s=...", k ? "," : "", syms[k]);
+      fprintf(stderr, "tpk: kernel '%s' of %s has unbound shape symbols; generated code needs sizes: --bind %s\n",
+              f->name, src->name, list.data ? list.data : "");
+      tpk_str_free(&list);
+      return CLI_FAIL;
+    }
+    TpkError err = {0};
+    TpkStatus st;
+    if (d->c) {
+      char entry[160];
+      snprintf(entry, sizeof entry, "tpk_kernel_%s", f->name);
+      st = tpk_lower_to_c(f, &host, entry, src->text, out, NULL, &err);
+    } else {
+      tpk_simplify(f);
+      st = tpk_tile_whole_arrays(f, &host, &err);
+      if (st == TPK_OK) tpk_simplify(f);
+      if (st == TPK_OK) tpk_ir_print_func(out, f);
+    }
+    if (st != TPK_OK) {
+      fprintf(stderr, "tpk: %s: %s\n", src->name, err.message);
+      return CLI_FAIL;
+    }
+  }
+  return CLI_OK;
 }
 
 int cli_dump(const CliCommand *cmd, int argc, char **argv) {

@@ -1,0 +1,1331 @@
+/*
+ * emit_c.c — tile-level IR to C, for the host backend.
+ *
+ * Input: a kernel whose shapes are all constant and its workspace plan.
+ * Output: one C function with the TpkKernelFn signature (runtime/jit.h)
+ * that libtcc compiles in a millisecond and cc -O3 compiles well.
+ *
+ * The model is the TPU's: each tile (a tensor value of rank >= 1) lives at
+ * its planned offset in the workspace (VMEM); scalars are C locals (SMEM).
+ * Each op becomes a loop over its tile, or a call through the primitive
+ * table for the operations that must be fast whatever compiled this code:
+ * gemm, transcendental functions, f32 reductions, dtype conversions.
+ * `acc + dot(a, b)` is one gemm accumulating into acc's buffer.
+ *
+ * Generated code never traps: integer division by zero and out-of-range
+ * scalar or gather indices return an error naming the .tpk line.
+ * Elementwise arithmetic on bf16/f16/f8 computes in f32 and rounds to nearest
+ * even after each op, as the reference interpreter does.
+ */
+#include "lower/lower.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Emitter {
+  const TpkFunc *f;
+  const TpkPlan *plan;
+  TpkStr *out;
+  TpkError *err;
+  bool failed;
+  int indent;
+  const char *source; /* .tpk text, for line comments */
+  int last_line;
+  int tmp;            /* counter for fresh C names */
+  /* value -> C name */
+  const void **keys;
+  const char **names;
+  size_t cap, count;
+  TpkArena arena;
+  /* the grid being emitted: bounds of each axis, for num_programs */
+  const TpkOp *grid;
+} Emitter;
+
+/* ---- output helpers ---------------------------------------------------------- */
+
+static void line(Emitter *e, const char *fmt, ...) TPK_PRINTF(2, 3);
+static void line(Emitter *e, const char *fmt, ...) {
+  for (int i = 0; i < e->indent; i++) tpk_str_puts(e->out, "  ");
+  va_list ap;
+  va_start(ap, fmt);
+  tpk_str_vprintf(e->out, fmt, ap);
+  va_end(ap);
+  tpk_str_putc(e->out, '\n');
+}
+
+static bool fail(Emitter *e, const TpkOp *op, const char *fmt, ...) TPK_PRINTF(3, 4);
+static bool fail(Emitter *e, const TpkOp *op, const char *fmt, ...) {
+  if (e->failed) return false;
+  e->failed = true;
+  char msg[700];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (op && op->loc.line)
+    tpk_error(e->err, TPK_ERR_UNSUPPORTED, "kernel '%s', line %d: %s", e->f->name, op->loc.line, msg);
+  else
+    tpk_error(e->err, TPK_ERR_UNSUPPORTED, "kernel '%s': %s", e->f->name, msg);
+  return false;
+}
+
+/* The .tpk source line of op, as a comment, once per line. */
+static void source_comment(Emitter *e, const TpkOp *op) {
+  if (!e->source || !op->loc.line || op->loc.line == e->last_line) return;
+  e->last_line = op->loc.line;
+  const char *p = e->source;
+  for (int l = 1; l < op->loc.line && *p; p++)
+    if (*p == '\n') l++;
+  while (*p == ' ' || *p == '\t') p++;
+  const char *end = strchr(p, '\n');
+  size_t n = end ? (size_t)(end - p) : strlen(p);
+  if (n > 100) n = 100;
+  char text[128];
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) /* keep the comment a comment */
+    if (!(p[i] == '*' && i + 1 < n && p[i + 1] == '/') && !(p[i] == '/' && i + 1 < n && p[i + 1] == '*'))
+      text[k++] = (p[i] >= 32 && p[i] < 127) ? p[i] : '?';
+  text[k] = 0;
+  line(e, "/* %d: %s */", op->loc.line, text);
+}
+
+/* ---- names -------------------------------------------------------------------- */
+
+static size_t name_slot(const Emitter *e, const void *key) {
+  size_t h = (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15u;
+  size_t i = (h >> 20) & (e->cap - 1);
+  while (e->keys[i] && e->keys[i] != key) i = (i + 1) & (e->cap - 1);
+  return i;
+}
+
+static void set_name(Emitter *e, const TpkValue *v, const char *name) {
+  if ((e->count + 1) * 2 > e->cap) {
+    size_t cap = e->cap ? e->cap * 2 : 256;
+    const void **keys = calloc(cap, sizeof *keys);
+    const char **names = calloc(cap, sizeof *names);
+    if (!keys || !names) {
+      free(keys);
+      free(names);
+      e->failed = true;
+      return;
+    }
+    const void **ok = e->keys;
+    const char **on = e->names;
+    size_t oc = e->cap;
+    e->keys = keys;
+    e->names = names;
+    e->cap = cap;
+    for (size_t i = 0; i < oc; i++)
+      if (ok[i]) {
+        size_t s = name_slot(e, ok[i]);
+        e->keys[s] = ok[i];
+        e->names[s] = on[i];
+      }
+    free(ok);
+    free(on);
+  }
+  size_t s = name_slot(e, v);
+  if (!e->keys[s]) e->count++;
+  e->keys[s] = v;
+  e->names[s] = name;
+}
+
+/* A fresh C identifier for v, from its name hint where it has one. */
+static const char *new_name(Emitter *e, const TpkValue *v) {
+  char hint[40] = "v";
+  if (v->name) {
+    size_t k = 0;
+    for (const char *c = v->name; *c && k < 24; c++)
+      hint[k++] = ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')) ? *c : '_';
+    hint[k] = 0;
+  }
+  const char *n = tpk_arena_printf(&e->arena, "%s_%d", hint, ++e->tmp);
+  if (!n) e->failed = true;
+  set_name(e, v, n ? n : "?");
+  return n ? n : "?";
+}
+
+static const char *name_of(Emitter *e, const TpkValue *v) {
+  if (!e->cap) return "?";
+  size_t s = name_slot(e, v);
+  if (e->keys[s]) return e->names[s];
+  fail(e, NULL, "internal: a value is used before the emitter named it");
+  return "?";
+}
+
+/* ---- types -------------------------------------------------------------------- */
+
+static const char *ctype(TpkDType t) {
+  switch (t) {
+  case TPK_F32: return "float";
+  case TPK_F16:
+  case TPK_BF16: return "uint16_t";
+  case TPK_F8E4M3:
+  case TPK_F8E5M2:
+  case TPK_U8:
+  case TPK_BOOL: return "uint8_t";
+  case TPK_I32: return "int32_t";
+  case TPK_I16: return "int16_t";
+  case TPK_I8: return "int8_t";
+  default: return "?";
+  }
+}
+
+/* The type arithmetic happens in: floats in float, integers in int32_t,
+ * bool in int. */
+static const char *compute_type(TpkDType t) {
+  if (tpk_dtype_is_float(t)) return "float";
+  return t == TPK_BOOL ? "int" : "int32_t";
+}
+
+/* The TPK_PRIM_* suffix of a dtype. */
+static const char *prim_dtype(TpkDType t) {
+  static const char *const NAMES[TPK_DTYPE_COUNT] = {"F32", "F16", "BF16", "F8E4M3", "F8E5M2",
+                                                     "I32", "I16", "I8",   "U8",     "BOOL"};
+  return (unsigned)t < TPK_DTYPE_COUNT ? NAMES[t] : "F32";
+}
+
+static bool is_tile(const TpkValue *v) { return v->type->kind == TPK_TYPE_TENSOR && v->type->rank > 0; }
+
+static int64_t dim(Emitter *e, const TpkType *t, int i) {
+  int64_t d = 0;
+  if (!tpk_dim_is_const(t->dims[i], &d)) fail(e, NULL, "internal: the C emitter needs constant shapes");
+  return d;
+}
+
+static int64_t numel(Emitter *e, const TpkType *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) n *= dim(e, t, i);
+  return n;
+}
+
+/* Row-major strides of a type, in elements. */
+static void strides(Emitter *e, const TpkType *t, int64_t *s) {
+  int64_t k = 1;
+  for (int i = t->rank - 1; i >= 0; i--) {
+    s[i] = k;
+    k *= dim(e, t, i);
+  }
+}
+
+/* ---- reading and writing elements ------------------------------------------------ */
+
+/* Element `idx` of tile or scalar v, as its compute type. */
+static const char *rd(Emitter *e, const TpkValue *v, const char *idx) {
+  const char *n = name_of(e, v);
+  const char *x = is_tile(v) ? tpk_arena_printf(&e->arena, "%s[%s]", n, idx) : n;
+  switch (v->type->dtype) {
+  case TPK_BF16: return tpk_arena_printf(&e->arena, "tpk_bf16_f32(%s)", x);
+  case TPK_F16: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F16, %s)", x);
+  case TPK_F8E4M3: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F8E4M3, %s)", x);
+  case TPK_F8E5M2: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F8E5M2, %s)", x);
+  default: return x;
+  }
+}
+
+/* `expr` (of compute type) stored as dtype t. */
+static const char *narrow(Emitter *e, TpkDType t, const char *expr) {
+  switch (t) {
+  case TPK_BF16: return tpk_arena_printf(&e->arena, "tpk_f32_bf16(%s)", expr);
+  case TPK_F16: return tpk_arena_printf(&e->arena, "(uint16_t)tpk_from_f32(p, TPK_PRIM_F16, %s)", expr);
+  case TPK_F8E4M3: return tpk_arena_printf(&e->arena, "(uint8_t)tpk_from_f32(p, TPK_PRIM_F8E4M3, %s)", expr);
+  case TPK_F8E5M2: return tpk_arena_printf(&e->arena, "(uint8_t)tpk_from_f32(p, TPK_PRIM_F8E5M2, %s)", expr);
+  case TPK_BOOL: return tpk_arena_printf(&e->arena, "(uint8_t)((%s) != 0)", expr);
+  case TPK_F32: return expr;
+  default: return tpk_arena_printf(&e->arena, "(%s)(%s)", ctype(t), expr);
+  }
+}
+
+/* Declare the C name of a new value: a pointer into the workspace for
+ * tiles, a local for scalars (assigned by the caller). */
+static const char *def_tile(Emitter *e, const TpkValue *v) {
+  const char *n = new_name(e, v);
+  const TpkPlanSlot *s = tpk_plan_slot(e->plan, v);
+  if (!s) {
+    fail(e, v->def, "internal: no workspace slot for a tile");
+    return n;
+  }
+  line(e, "%s *%s = (%s *)(W + %" PRId64 "); /* %s */", ctype(v->type->dtype), n, ctype(v->type->dtype), s->offset,
+       tpk_arena_printf(&e->arena, "%" PRId64 " bytes", s->bytes));
+  return n;
+}
+
+static int64_t offset_of(Emitter *e, const TpkValue *v) {
+  const TpkPlanSlot *s = tpk_plan_slot(e->plan, v);
+  return s ? s->offset : -1 - (int64_t)(uintptr_t)(void *)e; /* never equal to a real offset */
+}
+
+/* dst = src for two tiles of one type, unless they share memory. */
+static void copy_tile(Emitter *e, const char *dst, const TpkValue *dst_v, const TpkValue *src) {
+  if (offset_of(e, dst_v) == offset_of(e, src)) return;
+  line(e, "memcpy(%s, %s, %" PRId64 ");", dst, name_of(e, src), numel(e, src->type) * (int64_t)tpk_dtype_size(src->type->dtype));
+}
+
+/* ---- scalar expressions ------------------------------------------------------------ */
+
+/* The C expression of an elementwise op over operand expressions (already
+ * in compute type). */
+static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const char *a, const char *b,
+                               const char *c) {
+  bool fl = tpk_dtype_is_float(dt);
+  bool i32 = !fl && dt != TPK_BOOL;
+  TpkArena *A = &e->arena;
+  switch (op->opcode) {
+  case TPK_OP_ADD: return fl ? tpk_arena_printf(A, "(%s + %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s + (uint32_t)%s)", a, b);
+  case TPK_OP_SUB: return fl ? tpk_arena_printf(A, "(%s - %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s - (uint32_t)%s)", a, b);
+  case TPK_OP_MUL: return fl ? tpk_arena_printf(A, "(%s * %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s * (uint32_t)%s)", a, b);
+  case TPK_OP_DIV: return fl ? tpk_arena_printf(A, "(%s / %s)", a, b) : tpk_arena_printf(A, "tpk_idiv(%s, %s, &bad)", a, b);
+  case TPK_OP_REM: return fl ? tpk_arena_printf(A, "fmodf(%s, %s)", a, b) : tpk_arena_printf(A, "tpk_irem(%s, %s, &bad)", a, b);
+  case TPK_OP_CDIV: return tpk_arena_printf(A, "tpk_icdiv(%s, %s, &bad)", a, b);
+  case TPK_OP_MAX: return fl ? tpk_arena_printf(A, "tpk_fmax(%s, %s)", a, b) : tpk_arena_printf(A, "(%s > %s ? %s : %s)", a, b, a, b);
+  case TPK_OP_MIN: return fl ? tpk_arena_printf(A, "tpk_fmin(%s, %s)", a, b) : tpk_arena_printf(A, "(%s < %s ? %s : %s)", a, b, a, b);
+  case TPK_OP_POW: return tpk_arena_printf(A, "powf(%s, %s)", a, b);
+  case TPK_OP_AND: return tpk_arena_printf(A, "(%s & %s)", a, b);
+  case TPK_OP_OR: return tpk_arena_printf(A, "(%s | %s)", a, b);
+  case TPK_OP_EQ: return tpk_arena_printf(A, "(%s == %s)", a, b);
+  case TPK_OP_NE: return tpk_arena_printf(A, "(%s != %s)", a, b);
+  case TPK_OP_LT: return tpk_arena_printf(A, "(%s < %s)", a, b);
+  case TPK_OP_LE: return tpk_arena_printf(A, "(%s <= %s)", a, b);
+  case TPK_OP_GT: return tpk_arena_printf(A, "(%s > %s)", a, b);
+  case TPK_OP_GE: return tpk_arena_printf(A, "(%s >= %s)", a, b);
+  case TPK_OP_NEG: return fl ? tpk_arena_printf(A, "(-%s)", a) : tpk_arena_printf(A, "(int32_t)(0u - (uint32_t)%s)", a);
+  case TPK_OP_NOT: return dt == TPK_BOOL ? tpk_arena_printf(A, "(!%s)", a) : tpk_arena_printf(A, "(~%s)", a);
+  case TPK_OP_ABS: return fl ? tpk_arena_printf(A, "fabsf(%s)", a) : tpk_arena_printf(A, "(int32_t)(%s < 0 ? 0u - (uint32_t)%s : (uint32_t)%s)", a, a, a);
+  case TPK_OP_EXP: return tpk_arena_printf(A, "expf(%s)", a);
+  case TPK_OP_LOG: return tpk_arena_printf(A, "logf(%s)", a);
+  case TPK_OP_SQRT: return tpk_arena_printf(A, "sqrtf(%s)", a);
+  case TPK_OP_RSQRT: return tpk_arena_printf(A, "(1.0f / sqrtf(%s))", a);
+  case TPK_OP_TANH: return tpk_arena_printf(A, "tanhf(%s)", a);
+  case TPK_OP_SIGMOID: return tpk_arena_printf(A, "(1.0f / (1.0f + expf(-%s)))", a);
+  case TPK_OP_ERF: return tpk_arena_printf(A, "erff(%s)", a);
+  case TPK_OP_FLOOR: return tpk_arena_printf(A, "floorf(%s)", a);
+  case TPK_OP_CEIL: return tpk_arena_printf(A, "ceilf(%s)", a);
+  case TPK_OP_SELECT: return tpk_arena_printf(A, "(%s ? %s : %s)", a, b, c);
+  default: (void)i32; return NULL;
+  }
+}
+
+/* Unary functions the primitive library computes on whole f32 tiles. */
+static const char *prim_unary(TpkOpcode op) {
+  switch (op) {
+  case TPK_OP_EXP: return "TPK_PRIM_EXP";
+  case TPK_OP_LOG: return "TPK_PRIM_LOG";
+  case TPK_OP_SQRT: return "TPK_PRIM_SQRT";
+  case TPK_OP_RSQRT: return "TPK_PRIM_RSQRT";
+  case TPK_OP_TANH: return "TPK_PRIM_TANH";
+  case TPK_OP_SIGMOID: return "TPK_PRIM_SIGMOID";
+  case TPK_OP_ERF: return "TPK_PRIM_ERF";
+  default: return NULL;
+  }
+}
+
+static void check_bad(Emitter *e, const TpkOp *op) {
+  line(e, "if (bad) return tpk_fail(err, \"line %d: integer division by zero\", 0);", op->loc.line);
+}
+
+/* An elementwise op (unary, binary, compare, select, convert of scalars). */
+static void emit_elementwise(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0];
+  TpkDType in_dt = op->nin ? op->in[op->nin - 1]->type->dtype : r->type->dtype;
+  if (op->opcode == TPK_OP_SELECT) in_dt = op->in[1]->type->dtype;
+  bool int_div = !tpk_dtype_is_float(in_dt) &&
+                 (op->opcode == TPK_OP_DIV || op->opcode == TPK_OP_REM || op->opcode == TPK_OP_CDIV);
+  if (!is_tile(r)) {
+    const char *a = op->nin > 0 ? rd(e, op->in[0], "0") : NULL, *b = op->nin > 1 ? rd(e, op->in[1], "0") : NULL;
+    const char *c = op->nin > 2 ? rd(e, op->in[2], "0") : NULL;
+    const char *x = op->opcode == TPK_OP_CONVERT ? a : scalar_expr(e, op, in_dt, a, b, c);
+    if (!x) {
+      fail(e, op, "'%s' on scalars is not supported by the host backend", tpk_op_info(op->opcode)->name);
+      return;
+    }
+    const char *n = new_name(e, r);
+    if (op->opcode == TPK_OP_CONVERT) { /* the primitive rounds exactly as tile conversions do */
+      line(e, "%s %s;", ctype(r->type->dtype), n);
+      line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, &%s, &%s, 1);", prim_dtype(in_dt), prim_dtype(r->type->dtype),
+           name_of(e, op->in[0]), n);
+      return;
+    }
+    if (!int_div) {
+      line(e, "%s %s = %s;", ctype(r->type->dtype), n, narrow(e, r->type->dtype, x));
+      return;
+    }
+    line(e, "%s %s;", ctype(r->type->dtype), n);
+    line(e, "{");
+    e->indent++;
+    line(e, "int bad = 0;");
+    line(e, "%s = %s;", n, narrow(e, r->type->dtype, x));
+    check_bad(e, op);
+    e->indent--;
+    line(e, "}");
+    return;
+  }
+  const char *n = def_tile(e, r);
+  int64_t count = numel(e, r->type);
+  if (op->opcode == TPK_OP_CONVERT) {
+    line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, %s, %s, %" PRId64 ");", prim_dtype(in_dt), prim_dtype(r->type->dtype),
+         name_of(e, op->in[0]), n, count);
+    return;
+  }
+  const char *prim = prim_unary(op->opcode);
+  if (prim && in_dt == TPK_F32) {
+    line(e, "p->unary_f32(%s, %s, %s, %" PRId64 ");", prim, name_of(e, op->in[0]), n, count);
+    return;
+  }
+  const char *a = op->nin > 0 ? rd(e, op->in[0], "k") : NULL, *b = op->nin > 1 ? rd(e, op->in[1], "k") : NULL;
+  const char *c = op->nin > 2 ? rd(e, op->in[2], "k") : NULL;
+  const char *x = scalar_expr(e, op, in_dt, a, b, c);
+  if (!x) {
+    fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
+    return;
+  }
+  if (!int_div) {
+    line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s;", count, n, narrow(e, r->type->dtype, x));
+    return;
+  }
+  line(e, "{");
+  e->indent++;
+  line(e, "int bad = 0;");
+  line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s;", count, n, narrow(e, r->type->dtype, x));
+  check_bad(e, op);
+  e->indent--;
+  line(e, "}");
+}
+
+/* ---- constants, symbols, indices ------------------------------------------------------- */
+
+static const char *float_literal(Emitter *e, double v) {
+  if (isnan(v)) return "(0.0f / 0.0f)";
+  if (isinf(v)) return v > 0 ? "(1.0f / 0.0f)" : "(-1.0f / 0.0f)";
+  return tpk_arena_printf(&e->arena, "%.9gf", v);
+}
+
+static void emit_const(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0];
+  const TpkAttr *a = tpk_op_attr(op, "value");
+  TpkDType dt = r->type->dtype;
+  const char *x;
+  if (tpk_dtype_is_float(dt)) x = narrow(e, dt, float_literal(e, a->kind == TPK_ATTR_FLOAT ? a->f : (double)a->i));
+  else x = tpk_arena_printf(&e->arena, "(%s)%" PRId64, ctype(dt), a->kind == TPK_ATTR_FLOAT ? (int64_t)a->f : a->i);
+  if (!is_tile(r)) {
+    line(e, "%s %s = %s;", ctype(dt), new_name(e, r), x);
+    return;
+  }
+  const char *n = def_tile(e, r);
+  line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s;", numel(e, r->type), n, x);
+}
+
+static int symbol_index(Emitter *e, const char *sym) {
+  const char *names[64];
+  int n = tpk_func_symbols(e->f, names, 64);
+  for (int i = 0; i < n && i < 64; i++)
+    if (names[i] == sym || strcmp(names[i], sym) == 0) return i;
+  return -1;
+}
+
+/* ---- shapes: broadcast, transpose, reshape, iota, slice -------------------------------- */
+
+/* Open loops i0..i{rank-1} over a shape; returns how many were opened. */
+static int open_loops(Emitter *e, const TpkType *t) {
+  for (int i = 0; i < t->rank; i++) {
+    line(e, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", i, i, dim(e, t, i), i);
+    e->indent++;
+  }
+  return t->rank;
+}
+
+static void close_loops(Emitter *e, int n) {
+  for (int i = 0; i < n; i++) {
+    e->indent--;
+    line(e, "}");
+  }
+}
+
+/* "i0*S0 + i1*S1 + ..." over the given strides (terms with stride 0 drop). */
+static const char *linear(Emitter *e, int rank, const int64_t *s, const int *which) {
+  TpkStr b = {0};
+  for (int i = 0; i < rank; i++) {
+    if (!s[i]) continue;
+    int var = which ? which[i] : i;
+    tpk_str_printf(&b, "%si%d", b.len ? " + " : "", var);
+    if (s[i] != 1) tpk_str_printf(&b, "*%" PRId64, s[i]);
+  }
+  const char *r = tpk_arena_strdup(&e->arena, b.len ? b.data : "0");
+  tpk_str_free(&b);
+  return r;
+}
+
+static void emit_broadcast(Emitter *e, const TpkOp *op) {
+  const TpkValue *x = op->in[0], *r = &op->out[0];
+  const TpkType *xt = x->type, *rt = r->type;
+  const char *n = def_tile(e, r);
+  if (xt->rank == 0) {
+    line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s;", numel(e, rt), n, name_of(e, x));
+    return;
+  }
+  int64_t xs[TPK_MAX_RANK], rs[TPK_MAX_RANK], src[TPK_MAX_RANK];
+  strides(e, xt, xs);
+  strides(e, rt, rs);
+  int shift = rt->rank - xt->rank;
+  for (int i = 0; i < rt->rank; i++) {
+    int j = i - shift;
+    src[i] = j < 0 || dim(e, xt, j) == 1 ? 0 : xs[j];
+  }
+  int k = open_loops(e, rt);
+  line(e, "%s[%s] = %s[%s];", n, linear(e, rt->rank, rs, NULL), name_of(e, x), linear(e, rt->rank, src, NULL));
+  close_loops(e, k);
+}
+
+static void emit_transpose(Emitter *e, const TpkOp *op) {
+  const TpkValue *x = op->in[0], *r = &op->out[0];
+  const TpkAttr *perm = tpk_op_attr(op, "perm");
+  int64_t xs[TPK_MAX_RANK], rs[TPK_MAX_RANK], src[TPK_MAX_RANK];
+  strides(e, x->type, xs);
+  strides(e, r->type, rs);
+  for (int i = 0; i < r->type->rank; i++) src[i] = xs[perm->ints[i]];
+  const char *n = def_tile(e, r);
+  int k = open_loops(e, r->type);
+  line(e, "%s[%s] = %s[%s];", n, linear(e, r->type->rank, rs, NULL), name_of(e, x), linear(e, r->type->rank, src, NULL));
+  close_loops(e, k);
+}
+
+static void emit_reshape(Emitter *e, const TpkOp *op) {
+  const char *n = def_tile(e, &op->out[0]);
+  copy_tile(e, n, &op->out[0], op->in[0]);
+}
+
+static void emit_iota(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0];
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  int64_t rs[TPK_MAX_RANK];
+  strides(e, r->type, rs);
+  const char *n = def_tile(e, r);
+  int k = open_loops(e, r->type);
+  line(e, "%s[%s] = %s;", n, linear(e, r->type->rank, rs, NULL),
+       narrow(e, r->type->dtype, tpk_arena_printf(&e->arena, "(%s)i%d", compute_type(r->type->dtype), axis)));
+  close_loops(e, k);
+}
+
+/* ---- blocks of memory: load, store, slice, dma ------------------------------------------ */
+
+/* One side of a block access: the memory (a ref or a value), the index
+ * pattern, and per indexed dimension the C expression of its start (or the
+ * gather vector) and the block size. */
+typedef struct Access {
+  const TpkOp *op;
+  const char *base;     /* C pointer to the memory */
+  const TpkType *mem;   /* its type (ref or tensor) */
+  const char *pattern;
+  const char *start[TPK_MAX_RANK]; /* 't' 'r' 's': first element; 'g': the index tile */
+  int64_t size[TPK_MAX_RANK];      /* block size along each dim (1 for 's') */
+  int64_t count_gather;
+} Access;
+
+/* Read the pattern's operands (starting at op->in[first]) into acc. */
+static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const TpkValue *mem, int first, Access *acc) {
+  memset(acc, 0, sizeof *acc);
+  acc->op = op;
+  acc->base = name_of(e, mem);
+  acc->mem = mem->type;
+  acc->pattern = pattern;
+  int k = first;
+  for (int d = 0; pattern[d]; d++) {
+    const TpkValue *v = NULL;
+    switch (pattern[d]) {
+    case 't':
+      v = op->in[k++];
+      acc->start[d] = tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, v), v->type->block);
+      acc->size[d] = v->type->block;
+      break;
+    case ':':
+      acc->start[d] = "0";
+      acc->size[d] = dim(e, mem->type, d);
+      break;
+    case 's':
+      v = op->in[k++];
+      acc->start[d] = tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v));
+      acc->size[d] = 1;
+      break;
+    case 'r':
+      v = op->in[k++];
+      acc->start[d] = tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v));
+      acc->size[d] = 0; /* from the block type, filled by the caller */
+      break;
+    case 'g':
+      v = op->in[k++];
+      acc->start[d] = name_of(e, v);
+      acc->size[d] = dim(e, v->type, 0);
+      break;
+    default:
+      return fail(e, op, "internal: bad index pattern '%s'", pattern);
+    }
+  }
+  return true;
+}
+
+/* Fill the 'r' sizes from the block type (the non-'s' dims in order). */
+static void access_sizes(Emitter *e, Access *acc, const TpkType *block) {
+  int j = 0;
+  for (int d = 0; acc->pattern[d]; d++) {
+    if (acc->pattern[d] == 's') continue;
+    if (acc->pattern[d] == 'r') acc->size[d] = dim(e, block, j);
+    j++;
+  }
+}
+
+/* The element of the memory at block coordinates i0.. (one per non-'s'
+ * dim, named by `var(j)`), as an offset expression; the validity condition
+ * (in range) goes to *valid. Gather indices are checked by the caller. */
+static const char *access_offset(Emitter *e, const Access *acc, const char **valid) {
+  int64_t ms[TPK_MAX_RANK];
+  strides(e, acc->mem, ms);
+  TpkStr off = {0}, ok = {0};
+  int j = 0;
+  for (int d = 0; acc->pattern[d]; d++) {
+    char c = acc->pattern[d];
+    int64_t D = dim(e, acc->mem, d);
+    const char *pos;
+    if (c == 's') pos = acc->start[d];
+    else if (c == 'g') pos = tpk_arena_printf(&e->arena, "(int64_t)%s[i%d]", acc->start[d], j++);
+    else if (c == ':') pos = tpk_arena_printf(&e->arena, "i%d", j++);
+    else pos = tpk_arena_printf(&e->arena, "(%s + i%d)", acc->start[d], j++);
+    if (c == 't' || c == 'r')
+      tpk_str_printf(&ok, "%s(uint64_t)%s < %" PRId64 "u", ok.len ? " && " : "", pos, D);
+    if (ms[d]) tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", pos, ms[d]);
+  }
+  *valid = ok.len ? tpk_arena_strdup(&e->arena, ok.data) : NULL;
+  const char *r = tpk_arena_strdup(&e->arena, off.len ? off.data : "0");
+  tpk_str_free(&off);
+  tpk_str_free(&ok);
+  return r;
+}
+
+/* Scalar and gather indices are checked once per access, before any copy. */
+static void check_indices(Emitter *e, const Access *acc) {
+  for (int d = 0; acc->pattern[d]; d++) {
+    int64_t D = dim(e, acc->mem, d);
+    if (acc->pattern[d] == 's')
+      line(e, "if ((uint64_t)%s >= %" PRId64 "u) return tpk_fail(err, \"line %d: index %%lld is out of range [0, %" PRId64 ")\", (long long)%s);",
+           acc->start[d], D, acc->op->loc.line, D, acc->start[d]);
+    if (acc->pattern[d] == 'g')
+      line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) if ((uint64_t)%s[k] >= %" PRId64 "u) return tpk_fail(err, \"line %d: gather index %%lld is out of range [0, %" PRId64 ")\", (long long)%s[k]);",
+           acc->size[d], acc->start[d], D, acc->op->loc.line, D, acc->start[d]);
+  }
+}
+
+/* Is the last dim of the access a plain contiguous run (':' 't' 'r')? */
+static bool row_contiguous(const Access *acc, int rank) {
+  int last = rank - 1;
+  return last >= 0 && acc->pattern[last] != 's' && acc->pattern[last] != 'g';
+}
+
+/* Copy a block between memory (through acc) and a tile `tile` of type bt:
+ * to_tile: tile = memory (masked elements get `fill`), else memory (op)= tile
+ * with `add` accumulating. */
+static void block_copy(Emitter *e, const Access *acc, const char *tile, const TpkType *bt, bool to_tile,
+                       const char *fill, bool add) {
+  int rank = (int)strlen(acc->pattern);
+  int brank = bt->rank;
+  int64_t bs[TPK_MAX_RANK];
+  strides(e, bt, bs);
+  TpkDType dt = bt->dtype;
+  size_t es = tpk_dtype_size(dt);
+  /* Fast path: rows of the last dimension move with memcpy (its valid part;
+   * the rest of a loaded row is filled). */
+  if (!add && brank > 0 && row_contiguous(acc, rank)) {
+    int64_t row = bs[brank - 1] ? dim(e, bt, brank - 1) : 0;
+    int last = rank - 1;
+    int64_t D = dim(e, acc->mem, last);
+    int k = 0;
+    for (int i = 0; i < brank - 1; i++) {
+      line(e, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", i, i, dim(e, bt, i), i);
+      e->indent++;
+      k++;
+    }
+    /* offset of the row start: coordinates with the last one 0 */
+    line(e, "{");
+    e->indent++;
+    line(e, "int64_t i%d = 0;", brank - 1);
+    const char *valid;
+    const char *off = access_offset(e, acc, &valid);
+    const char *dst_row = tpk_arena_printf(&e->arena, "%s + %s", tile, linear(e, brank, bs, NULL));
+    /* elements [lo, hi) of the row are inside the memory's last dim */
+    line(e, "int64_t s0 = %s, lo = s0 < 0 ? -s0 : 0, hi = %" PRId64 " - s0;", acc->start[last], D);
+    line(e, "if (hi > %" PRId64 ") hi = %" PRId64 ";", row, row);
+    /* the other dims' validity, with the last coordinate in range */
+    const char *rowok = valid ? valid : "1";
+    line(e, "int rowok = lo < hi && (%s);", rowok);
+    if (to_tile) {
+      line(e, "if (!rowok) { lo = 0; hi = 0; }");
+      line(e, "for (int64_t k = 0; k < lo; k++) (%s)[k] = %s;", dst_row, fill);
+      line(e, "if (hi > lo) memcpy(%s + lo, %s + (%s) + lo, (size_t)(hi - lo) * %zu);", dst_row, acc->base, off, es);
+      line(e, "for (int64_t k = hi > lo ? hi : lo; k < %" PRId64 "; k++) (%s)[k] = %s;", row, dst_row, fill);
+    } else {
+      line(e, "if (rowok) memcpy(%s + (%s) + lo, %s + lo, (size_t)(hi - lo) * %zu);", acc->base, off, dst_row, es);
+    }
+    e->indent--;
+    line(e, "}");
+    close_loops(e, k);
+    return;
+  }
+  /* General path: element by element. */
+  int k = open_loops(e, bt);
+  const char *valid;
+  const char *off = access_offset(e, acc, &valid);
+  const char *ti = linear(e, brank, bs, NULL);
+  if (to_tile) {
+    if (valid) line(e, "%s[%s] = (%s) ? %s[%s] : %s;", tile, ti, valid, acc->base, off, fill);
+    else line(e, "%s[%s] = %s[%s];", tile, ti, acc->base, off);
+  } else {
+    const char *dst = tpk_arena_printf(&e->arena, "%s[%s]", acc->base, off);
+    const char *val = tpk_arena_printf(&e->arena, "%s[%s]", tile, ti);
+    if (add) {
+      const char *cur = dt == TPK_BF16 ? tpk_arena_printf(&e->arena, "tpk_bf16_f32(%s)", dst)
+                        : tpk_dtype_is_float(dt) && dt != TPK_F32 ? tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_%s, %s)", prim_dtype(dt), dst)
+                                                                   : dst;
+      const char *inc = dt == TPK_BF16 ? tpk_arena_printf(&e->arena, "tpk_bf16_f32(%s)", val)
+                        : tpk_dtype_is_float(dt) && dt != TPK_F32 ? tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_%s, %s)", prim_dtype(dt), val)
+                                                                   : val;
+      const char *sum = tpk_dtype_is_float(dt) ? tpk_arena_printf(&e->arena, "%s + %s", cur, inc)
+                        : dt == TPK_BOOL ? tpk_arena_printf(&e->arena, "%s | %s", cur, inc)
+                                         : tpk_arena_printf(&e->arena, "(uint32_t)%s + (uint32_t)%s", cur, inc);
+      val = narrow(e, dt, sum);
+    }
+    if (valid) line(e, "if (%s) %s = %s;", valid, dst, val);
+    else line(e, "%s = %s;", dst, val);
+  }
+  close_loops(e, k);
+}
+
+static const char *fill_value(Emitter *e, const TpkOp *op, TpkDType dt) {
+  const TpkAttr *o = tpk_op_attr(op, "other");
+  double v = !o ? 0 : o->kind == TPK_ATTR_FLOAT ? o->f : (double)o->i;
+  if (tpk_dtype_is_float(dt)) return narrow(e, dt, float_literal(e, v));
+  return tpk_arena_printf(&e->arena, "(%s)%" PRId64, ctype(dt), (int64_t)v);
+}
+
+static void emit_load(Emitter *e, const TpkOp *op) {
+  Access acc;
+  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, op->out[0].type);
+  check_indices(e, &acc);
+  const char *n = def_tile(e, &op->out[0]);
+  if (!is_tile(&op->out[0])) return;
+  block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
+}
+
+/* A load of a single element (a scalar result) */
+static void emit_load_scalar(Emitter *e, const TpkOp *op) {
+  Access acc;
+  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  check_indices(e, &acc);
+  const char *valid;
+  const char *off = access_offset(e, &acc, &valid);
+  const TpkValue *r = &op->out[0];
+  line(e, "%s %s = %s[%s];", ctype(r->type->dtype), new_name(e, r), acc.base, off);
+}
+
+static void emit_store(Emitter *e, const TpkOp *op) {
+  Access acc;
+  const TpkValue *val = op->in[op->nin - 1];
+  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, val->type);
+  check_indices(e, &acc);
+  bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
+  if (!is_tile(val)) { /* a single element */
+    const char *valid;
+    const char *off = access_offset(e, &acc, &valid);
+    if (add) line(e, "%s[%s] = %s;", acc.base, off,
+                  narrow(e, val->type->dtype, tpk_arena_printf(&e->arena, "%s + %s", rd(e, val, "0"),
+                                                               tpk_arena_printf(&e->arena, "%s[%s]", acc.base, off))));
+    else line(e, "%s[%s] = %s;", acc.base, off, name_of(e, val));
+    return;
+  }
+  block_copy(e, &acc, name_of(e, val), val->type, false, NULL, add);
+}
+
+static void emit_slice(Emitter *e, const TpkOp *op) {
+  Access acc;
+  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  if (!is_tile(&op->out[0])) {
+    emit_load_scalar(e, op);
+    return;
+  }
+  access_sizes(e, &acc, op->out[0].type);
+  check_indices(e, &acc);
+  const char *n = def_tile(e, &op->out[0]);
+  block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
+}
+
+/* copy_async: the host copies at once; wait() has nothing left to do. */
+static void emit_dma(Emitter *e, const TpkOp *op) {
+  const char *sp = tpk_op_str(op, "src_index", ""), *dp = tpk_op_str(op, "dst_index", "");
+  int nsrc = 0;
+  for (const char *c = sp; *c; c++) nsrc += *c != ':';
+  Access src, dst;
+  if (!access_of(e, op, sp, op->in[0], 1, &src) || !access_of(e, op, dp, op->in[1 + nsrc], 2 + nsrc, &dst)) return;
+  /* the block's shape: the destination's selected dims */
+  const TpkDim *dims[TPK_MAX_RANK];
+  int rank = 0;
+  for (int d = 0; dp[d]; d++) {
+    if (dp[d] == 's') continue;
+    dims[rank++] = dp[d] == ':' ? dst.mem->dims[d] : tpk_dim_const(e->f->module, dst.size[d]);
+  }
+  const TpkType *bt = tpk_type_tensor(e->f->module, src.mem->dtype, rank, dims);
+  /* 'r' sizes come from the block */
+  access_sizes(e, &src, bt);
+  access_sizes(e, &dst, bt);
+  check_indices(e, &src);
+  check_indices(e, &dst);
+  const char *n = new_name(e, &op->out[0]);
+  line(e, "int %s = 0; /* copy_async: done at once on the host */", n);
+  line(e, "(void)%s;", n);
+  int k = open_loops(e, bt);
+  const char *sv, *dv;
+  const char *so = access_offset(e, &src, &sv), *doff = access_offset(e, &dst, &dv);
+  TpkStr cond = {0};
+  if (dv) tpk_str_puts(&cond, dv);
+  if (cond.len) line(e, "if (%s)", cond.data);
+  line(e, "%s%s[%s] = %s%s%s ? %s[%s] : 0;", cond.len ? "  " : "", dst.base, doff, sv ? "(" : "", sv ? sv : "1",
+       sv ? ")" : "", src.base, so);
+  tpk_str_free(&cond);
+  close_loops(e, k);
+}
+
+/* ---- reductions and dot ------------------------------------------------------------------ */
+
+static void emit_reduce(Emitter *e, const TpkOp *op) {
+  const TpkValue *x = op->in[0], *r = &op->out[0];
+  const char *kind = tpk_op_str(op, "kind", "sum");
+  const TpkAttr *axes = tpk_op_attr(op, "axes");
+  const TpkType *xt = x->type;
+  bool reduced[TPK_MAX_RANK] = {false};
+  int64_t len = 1;
+  for (int i = 0; i < axes->n; i++) {
+    reduced[axes->ints[i]] = true;
+    len *= dim(e, xt, (int)axes->ints[i]);
+  }
+  bool contiguous = true;
+  for (int i = 1; i < axes->n; i++) contiguous &= axes->ints[i] == axes->ints[i - 1] + 1;
+  bool is_mean = strcmp(kind, "mean") == 0;
+  const char *out = is_tile(r) ? def_tile(e, r) : NULL;
+  const char *scalar = NULL;
+  if (!out) {
+    scalar = new_name(e, r);
+    line(e, "%s %s;", ctype(r->type->dtype), scalar);
+  }
+  /* f32 over adjacent axes: the primitive. */
+  if (xt->dtype == TPK_F32 && contiguous && axes->n > 0 && strcmp(kind, "prod") != 0) {
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < axes->ints[0]; i++) outer *= dim(e, xt, i);
+    for (int i = (int)axes->ints[axes->n - 1] + 1; i < xt->rank; i++) inner *= dim(e, xt, i);
+    const char *dst = out ? out : tpk_arena_printf(&e->arena, "&%s", scalar);
+    line(e, "p->reduce_f32(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %s);",
+         strcmp(kind, "max") == 0 ? "TPK_PRIM_MAX" : strcmp(kind, "min") == 0 ? "TPK_PRIM_MIN" : "TPK_PRIM_SUM",
+         name_of(e, x), outer, len, inner, dst);
+    if (is_mean) {
+      if (out) line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s[k] / %" PRId64 ".0f;", numel(e, r->type), out, out, len);
+      else line(e, "%s = %s / %" PRId64 ".0f;", scalar, scalar, len);
+    }
+    return;
+  }
+  /* General: loops over the kept dims outside, the reduced dims inside, one
+   * accumulator per output, ascending order. */
+  TpkDType dt = xt->dtype;
+  bool fl = tpk_dtype_is_float(dt);
+  const char *acc_t = fl ? "float" : "int32_t";
+  const char *init = strcmp(kind, "max") == 0 ? (fl ? "(-1.0f / 0.0f)" : "INT32_MIN")
+                     : strcmp(kind, "min") == 0 ? (fl ? "(1.0f / 0.0f)" : "INT32_MAX")
+                     : strcmp(kind, "prod") == 0 ? "1" : "0";
+  int64_t xs[TPK_MAX_RANK];
+  strides(e, xt, xs);
+  int opened = 0;
+  for (int i = 0; i < xt->rank; i++)
+    if (!reduced[i]) {
+      line(e, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", i, i, dim(e, xt, i), i);
+      e->indent++;
+      opened++;
+    }
+  line(e, "%s acc = %s;", acc_t, init);
+  for (int i = 0; i < xt->rank; i++)
+    if (reduced[i]) {
+      line(e, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", i, i, dim(e, xt, i), i);
+      e->indent++;
+      opened++;
+    }
+  const char *xv = rd(e, x, linear(e, xt->rank, xs, NULL));
+  if (strcmp(kind, "max") == 0) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmax(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s > acc ? %s : acc)", xv, xv));
+  else if (strcmp(kind, "min") == 0) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmin(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s < acc ? %s : acc)", xv, xv));
+  else if (strcmp(kind, "prod") == 0) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc * %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc * (uint32_t)%s)", xv));
+  else line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc + %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc + (uint32_t)%s)", xv));
+  int inner = 0;
+  for (int i = 0; i < xt->rank; i++) inner += reduced[i];
+  close_loops(e, inner);
+  const char *res = is_mean ? tpk_arena_printf(&e->arena, "acc / %" PRId64 ".0f", len) : "acc";
+  if (out) {
+    /* output offset: kept dims with the output's strides (keepdims adds 1s) */
+    int64_t rs[TPK_MAX_RANK], os[TPK_MAX_RANK] = {0};
+    strides(e, r->type, rs);
+    bool keep = tpk_op_attr(op, "keepdims") && tpk_op_attr(op, "keepdims")->i;
+    for (int i = 0, j = 0; i < xt->rank; i++) {
+      if (!reduced[i]) os[i] = rs[keep ? i : j++];
+      else if (keep) os[i] = 0;
+    }
+    bool drop[TPK_MAX_RANK];
+    for (int i = 0; i < xt->rank; i++) drop[i] = reduced[i];
+    int64_t s2[TPK_MAX_RANK];
+    for (int i = 0; i < xt->rank; i++) s2[i] = drop[i] ? 0 : os[i];
+    line(e, "%s[%s] = %s;", out, linear(e, xt->rank, s2, NULL), narrow(e, r->type->dtype, res));
+  } else {
+    line(e, "%s = %s;", scalar, narrow(e, r->type->dtype, res));
+  }
+  close_loops(e, opened - inner);
+}
+
+static const char *gemm_fn(TpkDType dt) {
+  switch (dt) {
+  case TPK_F32: return "gemm_f32";
+  case TPK_BF16: return "gemm_bf16";
+  case TPK_F16: return "gemm_f16";
+  case TPK_I8: return "gemm_i8";
+  case TPK_I32: return "gemm_i32";
+  default: return NULL;
+  }
+}
+
+/* C (+)= A x B for a dot op into tile `c` (already holding the addend when
+ * accumulate). */
+static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumulate) {
+  const TpkValue *a = dot->in[0], *b = dot->in[1];
+  const char *fn = gemm_fn(a->type->dtype);
+  if (!fn) {
+    fail(e, dot, "dot of %s operands is not supported by the host backend (convert them to f32, bf16, f16, i8 or i32)",
+         tpk_dtype_name(a->type->dtype));
+    return;
+  }
+  const TpkAttr *lc = tpk_op_attr(dot, "lhs_contract"), *rc = tpk_op_attr(dot, "rhs_contract");
+  const TpkAttr *lb = tpk_op_attr(dot, "lhs_batch");
+  int batch = lb ? lb->n : 0;
+  if (lc->n != 1 || batch > 1 || a->type->rank != 2 + batch || b->type->rank != 2 + batch) {
+    fail(e, dot, "this dot's dimensions are not supported by the host backend");
+    return;
+  }
+  int ak = (int)lc->ints[0] - batch, bk = (int)rc->ints[0] - batch;
+  int64_t a0 = dim(e, a->type, batch), a1 = dim(e, a->type, batch + 1);
+  int64_t b0 = dim(e, b->type, batch), b1 = dim(e, b->type, batch + 1);
+  int64_t M = ak == 1 ? a0 : a1, K = ak == 1 ? a1 : a0, N = bk == 0 ? b1 : b0;
+  int a_trans = ak == 0, b_trans = bk == 1;
+  int64_t B = batch ? dim(e, a->type, 0) : 1;
+  if (batch) {
+    line(e, "for (int64_t b = 0; b < %" PRId64 "; b++)", B);
+    e->indent++;
+  }
+  const char *bo = batch ? "b * " : "";
+  line(e, "p->%s(%" PRId64 ", %" PRId64 ", %" PRId64 ", %s + %s%" PRId64 ", %" PRId64 ", %d, %s + %s%" PRId64 ", %" PRId64
+          ", %d, %s + %s%" PRId64 ", %" PRId64 ", %d);",
+       fn, M, N, K, name_of(e, a), bo, batch ? a0 * a1 : 0, a1, a_trans, name_of(e, b), bo, batch ? b0 * b1 : 0, b1,
+       b_trans, c, bo, batch ? M * N : 0, N, accumulate);
+  if (batch) e->indent--;
+}
+
+static void emit_dot(Emitter *e, const TpkOp *op) {
+  if (tpk_dot_fuses_into_add(op, NULL)) return; /* done by its add */
+  const char *n = def_tile(e, &op->out[0]);
+  emit_gemm(e, op, n, false);
+}
+
+/* x + dot(a, b): x into the result (in place when they share memory), then
+ * one gemm accumulating into it. */
+static bool emit_add_dot(Emitter *e, const TpkOp *add) {
+  for (int i = 0; i < 2; i++) {
+    const TpkValue *d = add->in[i], *x = add->in[1 - i];
+    if (!d->def || d->def->opcode != TPK_OP_DOT) continue;
+    const TpkOp *fused_add = NULL;
+    if (!tpk_dot_fuses_into_add(d->def, &fused_add) || fused_add != add) continue;
+    const char *n = def_tile(e, &add->out[0]);
+    copy_tile(e, n, &add->out[0], x);
+    emit_gemm(e, d->def, n, true);
+    return true;
+  }
+  return false;
+}
+
+/* ---- value-level gather, scatter, concat ---------------------------------------------------- */
+
+static void emit_gather(Emitter *e, const TpkOp *op) {
+  const TpkValue *t = op->in[0], *ids = op->in[1], *r = &op->out[0];
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  int64_t ts[TPK_MAX_RANK], rs[TPK_MAX_RANK], is[TPK_MAX_RANK];
+  strides(e, t->type, ts);
+  strides(e, r->type, rs);
+  strides(e, ids->type, is);
+  int64_t D = dim(e, t->type, axis);
+  const char *n = def_tile(e, r);
+  int k = open_loops(e, r->type);
+  /* result coords: [0,axis) table, [axis, axis+ir) ids, then table */
+  int ir = ids->type->rank;
+  TpkStr idx = {0}, src = {0};
+  for (int i = 0; i < ir; i++) tpk_str_printf(&idx, "%s i%d*%" PRId64, i ? " +" : "", axis + i, is[i]);
+  const char *id = tpk_arena_printf(&e->arena, "(int64_t)%s[%s]", name_of(e, ids), ir ? idx.data : "0");
+  line(e, "int64_t g = %s;", id);
+  line(e, "if ((uint64_t)g >= %" PRId64 "u) return tpk_fail(err, \"line %d: gather index %%lld is out of range [0, %" PRId64 ")\", (long long)g);",
+       D, op->loc.line, D);
+  for (int i = 0; i < t->type->rank; i++) {
+    const char *c = i < axis ? tpk_arena_printf(&e->arena, "i%d", i)
+                    : i == axis ? "g"
+                                : tpk_arena_printf(&e->arena, "i%d", i - 1 + ir);
+    tpk_str_printf(&src, "%s%s*%" PRId64, i ? " + " : "", c, ts[i]);
+  }
+  line(e, "%s[%s] = %s[%s];", n, linear(e, r->type->rank, rs, NULL), name_of(e, t), src.data ? src.data : "0");
+  tpk_str_free(&idx);
+  tpk_str_free(&src);
+  close_loops(e, k);
+}
+
+static void emit_scatter(Emitter *e, const TpkOp *op) {
+  const TpkValue *base = op->in[0], *ids = op->in[1], *upd = op->in[2], *r = &op->out[0];
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
+  int64_t bs[TPK_MAX_RANK], us[TPK_MAX_RANK], is[TPK_MAX_RANK];
+  strides(e, base->type, bs);
+  strides(e, upd->type, us);
+  strides(e, ids->type, is);
+  int64_t D = dim(e, base->type, axis);
+  const char *n = def_tile(e, r);
+  copy_tile(e, n, r, base);
+  int k = open_loops(e, upd->type);
+  int ir = ids->type->rank;
+  TpkStr idx = {0}, dst = {0};
+  for (int i = 0; i < ir; i++) tpk_str_printf(&idx, "%s i%d*%" PRId64, i ? " +" : "", axis + i, is[i]);
+  line(e, "int64_t g = (int64_t)%s[%s];", name_of(e, ids), ir ? idx.data : "0");
+  line(e, "if ((uint64_t)g >= %" PRId64 "u) return tpk_fail(err, \"line %d: scatter index %%lld is out of range [0, %" PRId64 ")\", (long long)g);",
+       D, op->loc.line, D);
+  for (int i = 0; i < base->type->rank; i++) {
+    const char *c = i < axis ? tpk_arena_printf(&e->arena, "i%d", i)
+                    : i == axis ? "g"
+                                : tpk_arena_printf(&e->arena, "i%d", i - 1 + ir);
+    tpk_str_printf(&dst, "%s%s*%" PRId64, i ? " + " : "", c, bs[i]);
+  }
+  const char *d = tpk_arena_printf(&e->arena, "%s[%s]", n, dst.data ? dst.data : "0");
+  const char *u = tpk_arena_printf(&e->arena, "%s[%s]", name_of(e, upd), linear(e, upd->type->rank, us, NULL));
+  TpkDType dt = r->type->dtype;
+  if (add && tpk_dtype_is_float(dt))
+    line(e, "%s = %s;", d, narrow(e, dt, tpk_arena_printf(&e->arena, "%s + %s", rd(e, r, dst.data ? dst.data : "0"), rd(e, upd, linear(e, upd->type->rank, us, NULL)))));
+  else if (add) line(e, "%s = (%s)((uint32_t)%s + (uint32_t)%s);", d, ctype(dt), d, u);
+  else line(e, "%s = %s;", d, u);
+  tpk_str_free(&idx);
+  tpk_str_free(&dst);
+  close_loops(e, k);
+}
+
+static void emit_concat(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0];
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  int64_t rs[TPK_MAX_RANK];
+  strides(e, r->type, rs);
+  const char *n = def_tile(e, r);
+  int64_t at = 0;
+  for (int i = 0; i < op->nin; i++) {
+    const TpkValue *x = op->in[i];
+    int64_t xs[TPK_MAX_RANK];
+    strides(e, x->type, xs);
+    int k = open_loops(e, x->type);
+    TpkStr dst = {0};
+    for (int d = 0; d < r->type->rank; d++)
+      if (rs[d]) tpk_str_printf(&dst, "%s(i%d%s)*%" PRId64, dst.len ? " + " : "", d,
+                                d == axis ? tpk_arena_printf(&e->arena, " + %" PRId64, at) : "", rs[d]);
+    line(e, "%s[%s] = %s[%s];", n, dst.len ? dst.data : "0", name_of(e, x), linear(e, x->type->rank, xs, NULL));
+    tpk_str_free(&dst);
+    close_loops(e, k);
+    at += dim(e, x->type, axis);
+  }
+}
+
+/* ---- control flow ------------------------------------------------------------------------- */
+
+static void emit_block(Emitter *e, const TpkBlock *b);
+
+/* Loop-carried and if-merged values: assign the yielded values to the
+ * carriers. Tiles are copied unless they already share memory; when a
+ * yielded tile lives in another carrier's buffer, everything goes through a
+ * temporary copy first so no carrier is overwritten before it is read. */
+static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *const *carriers, int n) {
+  bool clash = false;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++)
+      if (i != j && is_tile(carriers[j]) && offset_of(e, y->in[i]) == offset_of(e, carriers[j])) clash = true;
+  for (int i = 0; i < n; i++) {
+    const TpkValue *c = carriers[i], *v = y->in[i];
+    if (!is_tile(c)) {
+      line(e, "%s y%d_%d = %s;", ctype(c->type->dtype), e->tmp, i, name_of(e, v));
+      continue;
+    }
+    if (offset_of(e, v) == offset_of(e, c)) continue;
+    int64_t bytes = numel(e, c->type) * (int64_t)tpk_dtype_size(c->type->dtype);
+    if (clash) {
+      line(e, "void *y%d_%d = malloc(%" PRId64 ");", e->tmp, i, bytes);
+      line(e, "if (!y%d_%d) return tpk_fail(err, \"out of host memory\", 0);", e->tmp, i);
+      line(e, "memcpy(y%d_%d, %s, %" PRId64 ");", e->tmp, i, name_of(e, v), bytes);
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    const TpkValue *c = carriers[i], *v = y->in[i];
+    if (!is_tile(c)) {
+      line(e, "%s = y%d_%d;", name_of(e, c), e->tmp, i);
+      continue;
+    }
+    if (offset_of(e, v) == offset_of(e, c)) continue;
+    int64_t bytes = numel(e, c->type) * (int64_t)tpk_dtype_size(c->type->dtype);
+    if (clash) {
+      line(e, "memcpy(%s, y%d_%d, %" PRId64 ");", name_of(e, c), e->tmp, i, bytes);
+      line(e, "free(y%d_%d);", e->tmp, i);
+    } else {
+      line(e, "memcpy(%s, %s, %" PRId64 ");", name_of(e, c), name_of(e, v), bytes);
+    }
+  }
+  e->tmp++;
+}
+
+/* The C value of a loop bound or a grid bound. */
+static const char *bound(Emitter *e, const TpkValue *v) { return tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v)); }
+
+static void emit_for(Emitter *e, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  int n = op->nout;
+  const TpkValue *carriers[TPK_MAX_RANK * 8];
+  if (n > (int)TPK_ARRAY_LEN(carriers)) {
+    fail(e, op, "a loop carries more than %d values", (int)TPK_ARRAY_LEN(carriers));
+    return;
+  }
+  /* carriers: the block arguments; the results are the same C objects */
+  for (int i = 0; i < n; i++) {
+    const TpkValue *arg = &body->args[i + 1], *init = op->in[2 + i];
+    if (is_tile(arg)) {
+      const char *c = def_tile(e, arg);
+      copy_tile(e, c, arg, init);
+      set_name(e, &op->out[i], c);
+    } else {
+      const char *c = new_name(e, arg);
+      line(e, "%s %s = %s;", ctype(arg->type->dtype), c, name_of(e, init));
+      set_name(e, &op->out[i], c);
+    }
+    carriers[i] = arg;
+  }
+  const TpkValue *iv = &body->args[0];
+  const char *ivn = new_name(e, iv);
+  line(e, "for (int64_t %s = %s; %s < %s; %s++) {", ivn, bound(e, op->in[0]), ivn, bound(e, op->in[1]), ivn);
+  e->indent++;
+  emit_block(e, body);
+  if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, carriers, n);
+  e->indent--;
+  line(e, "}");
+}
+
+static void emit_if(Emitter *e, const TpkOp *op) {
+  int n = op->nout;
+  const TpkValue *carriers[TPK_MAX_RANK * 8];
+  if (n > (int)TPK_ARRAY_LEN(carriers)) {
+    fail(e, op, "an if merges more than %d values", (int)TPK_ARRAY_LEN(carriers));
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    const TpkValue *r = &op->out[i];
+    if (is_tile(r)) def_tile(e, r);
+    else line(e, "%s %s;", ctype(r->type->dtype), new_name(e, r));
+    carriers[i] = r;
+  }
+  line(e, "if (%s) {", name_of(e, op->in[0]));
+  for (int r = 0; r < 2; r++) {
+    e->indent++;
+    const TpkBlock *b = op->regions[r];
+    emit_block(e, b);
+    if (n && b->last && b->last->opcode == TPK_OP_YIELD) emit_yield_into(e, b->last, carriers, n);
+    e->indent--;
+    line(e, r == 0 ? "} else {" : "}");
+  }
+}
+
+static void emit_grid(Emitter *e, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  const TpkOp *outer = e->grid;
+  e->grid = op;
+  line(e, "/* grid: %d ax%s, one iteration per program instance */", body->nargs, body->nargs == 1 ? "is" : "es");
+  for (int a = 0; a < body->nargs; a++) {
+    const char *n = new_name(e, &body->args[a]);
+    line(e, "for (int64_t %s = %s; %s < %s; %s++) {", n, bound(e, op->in[2 * a]), n, bound(e, op->in[2 * a + 1]), n);
+    e->indent++;
+  }
+  emit_block(e, body);
+  for (int a = 0; a < body->nargs; a++) {
+    e->indent--;
+    line(e, "}");
+  }
+  e->grid = outer;
+}
+
+static void emit_op(Emitter *e, const TpkOp *op) {
+  source_comment(e, op);
+  const TpkOpInfo *info = tpk_op_info(op->opcode);
+  switch (op->opcode) {
+  case TPK_OP_CONST: emit_const(e, op); return;
+  case TPK_OP_SYM: {
+    int k = symbol_index(e, tpk_op_str(op, "name", ""));
+    line(e, "int32_t %s = (int32_t)syms[%d];", new_name(e, &op->out[0]), k < 0 ? 0 : k);
+    return;
+  }
+  case TPK_OP_PROGRAM_ID:
+  case TPK_OP_NUM_PROGRAMS: {
+    int axis = (int)tpk_op_int(op, "axis", 0);
+    if (!e->grid || axis >= e->grid->regions[0]->nargs) {
+      fail(e, op, "%s outside a grid", info->name);
+      return;
+    }
+    const char *x = op->opcode == TPK_OP_PROGRAM_ID
+                        ? tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", name_of(e, &e->grid->regions[0]->args[axis]), bound(e, e->grid->in[2 * axis]))
+                        : tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", bound(e, e->grid->in[2 * axis + 1]), bound(e, e->grid->in[2 * axis]));
+    line(e, "int32_t %s = %s;", new_name(e, &op->out[0]), x);
+    return;
+  }
+  case TPK_OP_TILE_ID:
+    line(e, "int32_t %s = (int32_t)%s;", new_name(e, &op->out[0]), name_of(e, op->in[0]));
+    return;
+  case TPK_OP_TILE_START:
+    line(e, "int32_t %s = (int32_t)(%s * %" PRId64 ");", new_name(e, &op->out[0]), name_of(e, op->in[0]), op->in[0]->type->block);
+    return;
+  case TPK_OP_BROADCAST: emit_broadcast(e, op); return;
+  case TPK_OP_RESHAPE: emit_reshape(e, op); return;
+  case TPK_OP_TRANSPOSE: emit_transpose(e, op); return;
+  case TPK_OP_IOTA: emit_iota(e, op); return;
+  case TPK_OP_SLICE: emit_slice(e, op); return;
+  case TPK_OP_CONCAT: emit_concat(e, op); return;
+  case TPK_OP_REDUCE: emit_reduce(e, op); return;
+  case TPK_OP_DOT: emit_dot(e, op); return;
+  case TPK_OP_GATHER: emit_gather(e, op); return;
+  case TPK_OP_SCATTER: emit_scatter(e, op); return;
+  case TPK_OP_LOAD:
+    if (is_tile(&op->out[0])) emit_load(e, op);
+    else emit_load_scalar(e, op);
+    return;
+  case TPK_OP_STORE: emit_store(e, op); return;
+  case TPK_OP_ALLOC: {
+    const char *n = new_name(e, &op->out[0]);
+    const TpkPlanSlot *s = tpk_plan_slot(e->plan, &op->out[0]);
+    const TpkType *t = op->out[0].type;
+    line(e, "%s *%s = (%s *)(W + %" PRId64 "); /* scratch */", ctype(t->dtype), n, ctype(t->dtype), s ? s->offset : 0);
+    line(e, "memset(%s, 0, %" PRId64 ");", n, numel(e, t) * (int64_t)tpk_dtype_size(t->dtype));
+    return;
+  }
+  case TPK_OP_DMA_START: emit_dma(e, op); return;
+  case TPK_OP_DMA_WAIT: line(e, "/* wait: the copy finished when it started */"); return;
+  case TPK_OP_GRID: emit_grid(e, op); return;
+  case TPK_OP_FOR: emit_for(e, op); return;
+  case TPK_OP_IF: emit_if(e, op); return;
+  case TPK_OP_YIELD: return; /* handled by the op owning the region */
+  case TPK_OP_ADD:
+    if (emit_add_dot(e, op)) return;
+    break;
+  case TPK_OP_RETURN:
+  case TPK_OP_CALL:
+    fail(e, op, "'%s' is not supported in host kernels yet", info->name);
+    return;
+  default:
+    break;
+  }
+  if ((info->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT || op->opcode == TPK_OP_CONVERT) {
+    emit_elementwise(e, op);
+    return;
+  }
+  fail(e, op, "internal: the C emitter does not handle '%s'", info->name);
+}
+
+static void emit_block(Emitter *e, const TpkBlock *b) {
+  for (const TpkOp *op = b->first; op && !e->failed; op = op->next) emit_op(e, op);
+}
+
+/* Helpers every generated kernel may use; static, so kernels linked into one
+ * object do not clash. */
+static const char PRELUDE[] =
+    "#include \"tpk_prims.h\"\n"
+    "\n"
+    "/* libm and libc, declared here so no system header is needed */\n"
+    "float expf(float); float logf(float); float sqrtf(float); float tanhf(float); float erff(float);\n"
+    "float powf(float, float); float fmodf(float, float); float fabsf(float); float floorf(float); float ceilf(float);\n"
+    "void *memcpy(void *, const void *, unsigned long); void *memset(void *, int, unsigned long);\n"
+    "void *malloc(unsigned long); void free(void *);\n"
+    "int snprintf(char *, unsigned long, const char *, ...);\n"
+    "#ifndef INT32_MIN\n"
+    "#define INT32_MIN (-2147483647 - 1)\n"
+    "#define INT32_MAX 2147483647\n"
+    "#endif\n"
+    "\n"
+    "/* A run-time error: the message goes to err, the kernel returns 1. */\n"
+    "static int tpk_fail(char *err, const char *fmt, long long value) {\n"
+    "  snprintf(err, 256, fmt, value);\n"
+    "  return 1;\n"
+    "}\n"
+    "static float tpk_bf16_f32(uint16_t h) { union { uint32_t u; float f; } c; c.u = (uint32_t)h << 16; return c.f; }\n"
+    "static uint16_t tpk_f32_bf16(float f) {\n"
+    "  union { uint32_t u; float f; } c; c.f = f;\n"
+    "  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((c.u >> 16) | 0x40u); /* quiet NaN */\n"
+    "  return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); /* round to nearest even */\n"
+    "}\n"
+    "static float tpk_to_f32(const TpkPrims *p, int from, uint32_t bits) {\n"
+    "  float r; uint16_t h = (uint16_t)bits; uint8_t b = (uint8_t)bits;\n"
+    "  p->convert(from, TPK_PRIM_F32, from == TPK_PRIM_F16 ? (const void *)&h : (const void *)&b, &r, 1);\n"
+    "  return r;\n"
+    "}\n"
+    "static uint32_t tpk_from_f32(const TpkPrims *p, int to, float f) {\n"
+    "  uint16_t h = 0; uint8_t b = 0;\n"
+    "  if (to == TPK_PRIM_F16) { p->convert(TPK_PRIM_F32, to, &f, &h, 1); return h; }\n"
+    "  p->convert(TPK_PRIM_F32, to, &f, &b, 1); return b;\n"
+    "}\n"
+    "static float tpk_fmax(float a, float b) { return a != a || b != b ? a + b : a > b ? a : b; }\n"
+    "static float tpk_fmin(float a, float b) { return a != a || b != b ? a + b : a < b ? a : b; }\n"
+    "static int32_t tpk_idiv(int32_t a, int32_t b, int *bad) {\n"
+    "  if (b == 0) { *bad = 1; return 0; }\n"
+    "  if (b == -1) return (int32_t)(0u - (uint32_t)a);\n"
+    "  return a / b;\n"
+    "}\n"
+    "static int32_t tpk_irem(int32_t a, int32_t b, int *bad) {\n"
+    "  if (b == 0) { *bad = 1; return 0; }\n"
+    "  if (b == -1) return 0;\n"
+    "  return a % b;\n"
+    "}\n"
+    "static int32_t tpk_icdiv(int32_t a, int32_t b, int *bad) {\n"
+    "  int32_t q = tpk_idiv(a, b, bad);\n"
+    "  if (b != 0 && b != -1 && a % b != 0 && ((a < 0) == (b < 0))) q++;\n"
+    "  return q;\n"
+    "}\n";
+
+TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, const char *source, TpkStr *out,
+                     TpkError *err) {
+  Emitter e = {.f = f, .plan = plan, .out = out, .err = err, .source = source};
+  tpk_arena_init(&e.arena, 0);
+  tpk_str_printf(out, "/* %s: generated by tpk from kernel '%s'; workspace %" PRId64 " bytes */\n", entry, f->name,
+                 plan->workspace_bytes);
+  tpk_str_puts(out, PRELUDE);
+  tpk_str_printf(out, "\nint %s(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n",
+                 entry);
+  e.indent = 1;
+  line(&e, "char *W = (char *)ws;");
+  line(&e, "(void)p; (void)syms; (void)W; (void)err;");
+  for (int i = 0; i < f->nparams; i++) {
+    const TpkValue *v = f->params[i].value;
+    const char *n = new_name(&e, v);
+    if (v->type->kind == TPK_TYPE_REF)
+      line(&e, "%s *%s = (%s *)args[%d]; /* %s */", ctype(v->type->dtype), n, ctype(v->type->dtype), i,
+           f->params[i].role == TPK_PARAM_IN ? "input" : f->params[i].role == TPK_PARAM_OUT ? "output" : "inout");
+    else
+      line(&e, "%s %s = *(const %s *)args[%d]; /* scalar */", ctype(v->type->dtype), n, ctype(v->type->dtype), i);
+  }
+  emit_block(&e, f->body);
+  line(&e, "return 0;");
+  tpk_str_puts(out, "}\n");
+  free(e.keys);
+  free(e.names);
+  tpk_arena_free(&e.arena);
+  if (out->failed && !e.failed) return tpk_error(err, TPK_ERR_NOMEM, "out of memory emitting '%s'", f->name);
+  return e.failed ? (err ? err->code : TPK_ERR_INTERNAL) : TPK_OK;
+}

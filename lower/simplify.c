@@ -1,0 +1,222 @@
+/*
+ * simplify.c — constant folding, common subexpression elimination and dead
+ * code elimination on one function.
+ *
+ * Folding covers scalar integer arithmetic and comparisons of constants
+ * (tile counts, bounds), which binding shapes produces in quantity. CSE
+ * merges pure ops with equal opcode, operands, attributes and result types
+ * when the first dominates the second (earlier in the same block or in an
+ * enclosing one). DCE removes pure ops whose results are unused, to a fixed
+ * point. Loads are not pure (a store may come between), so they stay.
+ */
+#include "lower/lower.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool const_int(const TpkValue *v, int64_t *out) {
+  if (!v->def || v->def->opcode != TPK_OP_CONST || v->type->rank != 0) return false;
+  const TpkAttr *a = tpk_op_attr(v->def, "value");
+  if (!a || a->kind != TPK_ATTR_INT) return false;
+  *out = a->i;
+  return true;
+}
+
+/* Fold op if all its operands are integer scalar constants; returns the
+ * folded value or NULL. Results wrap as the IR's i32 arithmetic does. */
+static bool fold_int(const TpkOp *op, int64_t *r) {
+  int64_t a, b;
+  if (op->nin != 2 || op->nout != 1 || op->out[0].type->rank != 0) return false;
+  if (!const_int(op->in[0], &a) || !const_int(op->in[1], &b)) return false;
+  TpkDType dt = op->in[0]->type->dtype;
+  if (dt != TPK_I32) return false;
+  uint32_t ua = (uint32_t)a, ub = (uint32_t)b;
+  switch (op->opcode) {
+  case TPK_OP_ADD: *r = (int32_t)(ua + ub); return true;
+  case TPK_OP_SUB: *r = (int32_t)(ua - ub); return true;
+  case TPK_OP_MUL: *r = (int32_t)(ua * ub); return true;
+  case TPK_OP_DIV:
+    if (b == 0) return false; /* the run-time error must stay */
+    *r = b == -1 ? (int32_t)(0u - ua) : a / b;
+    return true;
+  case TPK_OP_REM:
+    if (b == 0) return false;
+    *r = b == -1 ? 0 : a % b;
+    return true;
+  case TPK_OP_CDIV:
+    if (b == 0 || b == -1) return false;
+    *r = a / b + (a % b != 0 && ((a < 0) == (b < 0)));
+    return true;
+  case TPK_OP_MAX: *r = a > b ? a : b; return true;
+  case TPK_OP_MIN: *r = a < b ? a : b; return true;
+  case TPK_OP_EQ: *r = a == b; return true;
+  case TPK_OP_NE: *r = a != b; return true;
+  case TPK_OP_LT: *r = a < b; return true;
+  case TPK_OP_LE: *r = a <= b; return true;
+  case TPK_OP_GT: *r = a > b; return true;
+  case TPK_OP_GE: *r = a >= b; return true;
+  default: return false;
+  }
+}
+
+static void fold_block(TpkFunc *f, TpkBlock *b) {
+  for (TpkOp *op = b->first; op; op = op->next) {
+    for (int r = 0; r < op->nregion; r++) fold_block(f, op->regions[r]);
+    int64_t v;
+    if (!fold_int(op, &v)) continue;
+    /* Turn the op itself into the constant: same result value, no uses to
+     * rewrite. */
+    op->opcode = TPK_OP_CONST;
+    op->nin = 0;
+    op->nattr = 0;
+    op->attrs = NULL;
+    tpk_op_set_int(f->module, op, "value", v);
+  }
+}
+
+/* ---- CSE ----------------------------------------------------------------------- */
+
+static bool same_attrs(const TpkOp *a, const TpkOp *b) {
+  if (a->nattr != b->nattr) return false;
+  for (int i = 0; i < a->nattr; i++) {
+    const TpkAttr *x = &a->attrs[i], *y = tpk_op_attr(b, x->key);
+    if (!y || x->kind != y->kind) return false;
+    switch (x->kind) {
+    case TPK_ATTR_INT:
+    case TPK_ATTR_BOOL:
+      if (x->i != y->i) return false;
+      break;
+    case TPK_ATTR_FLOAT:
+      if (memcmp(&x->f, &y->f, sizeof x->f) != 0) return false; /* bitwise: -0.0 and nan payloads differ */
+      break;
+    case TPK_ATTR_STR:
+      if (strcmp(x->s, y->s) != 0) return false;
+      break;
+    case TPK_ATTR_INTS:
+      if (x->n != y->n || (x->n && memcmp(x->ints, y->ints, (size_t)x->n * sizeof *x->ints) != 0)) return false;
+      break;
+    }
+  }
+  return true;
+}
+
+static bool equivalent(const TpkOp *a, const TpkOp *b) {
+  if (a->opcode != b->opcode || a->nin != b->nin || a->nout != b->nout || a->nregion || b->nregion) return false;
+  for (int i = 0; i < a->nin; i++)
+    if (a->in[i] != b->in[i]) return false;
+  for (int i = 0; i < a->nout; i++)
+    if (a->out[i].type != b->out[i].type) return false;
+  return same_attrs(a, b);
+}
+
+typedef struct Avail {
+  const TpkOp **ops;
+  int n, cap;
+} Avail;
+
+static bool cse_candidate(const TpkOp *op) {
+  return (tpk_op_info(op->opcode)->flags & TPK_OPF_PURE) && !op->nregion && op->nout == 1;
+}
+
+static void cse_block(TpkFunc *f, TpkBlock *b, Avail *av) {
+  int mark = av->n; /* ops of this block leave scope at its end */
+  for (TpkOp *op = b->first; op; op = op->next) {
+    for (int r = 0; r < op->nregion; r++) cse_block(f, op->regions[r], av);
+    if (!cse_candidate(op)) continue;
+    const TpkOp *same = NULL;
+    for (int i = av->n - 1; i >= 0 && !same; i--)
+      if (equivalent(av->ops[i], op)) same = av->ops[i];
+    if (same) {
+      tpk_func_replace_uses(f, &op->out[0], (TpkValue *)&same->out[0]);
+      continue; /* the now unused op goes with DCE */
+    }
+    if (av->n == av->cap) {
+      int cap = av->cap ? av->cap * 2 : 64;
+      const TpkOp **ops = realloc(av->ops, (size_t)cap * sizeof *ops);
+      if (!ops) return; /* CSE is an optimisation: stop, stay correct */
+      av->ops = ops;
+      av->cap = cap;
+    }
+    av->ops[av->n++] = op;
+  }
+  av->n = mark;
+}
+
+/* ---- DCE ----------------------------------------------------------------------- */
+
+typedef struct Used {
+  const void **keys;
+  size_t cap, n;
+} Used;
+
+static size_t used_slot(const Used *u, const void *k) {
+  size_t i = ((size_t)(uintptr_t)k * 0x9E3779B97F4A7C15u >> 20) & (u->cap - 1);
+  while (u->keys[i] && u->keys[i] != k) i = (i + 1) & (u->cap - 1);
+  return i;
+}
+
+static bool used_add(Used *u, const void *k) {
+  if ((u->n + 1) * 2 > u->cap) {
+    size_t cap = u->cap ? u->cap * 2 : 256;
+    const void **keys = calloc(cap, sizeof *keys);
+    if (!keys) return false;
+    Used old = *u;
+    u->keys = keys;
+    u->cap = cap;
+    u->n = 0;
+    for (size_t i = 0; i < old.cap; i++)
+      if (old.keys[i]) {
+        u->keys[used_slot(u, old.keys[i])] = old.keys[i];
+        u->n++;
+      }
+    free(old.keys);
+  }
+  size_t s = used_slot(u, k);
+  if (!u->keys[s]) {
+    u->keys[s] = k;
+    u->n++;
+  }
+  return true;
+}
+
+static bool used_has(const Used *u, const void *k) { return u->cap && u->keys[used_slot(u, k)] == k; }
+
+static bool collect_uses(const TpkBlock *b, Used *u) {
+  for (const TpkOp *op = b->first; op; op = op->next) {
+    for (int i = 0; i < op->nin; i++)
+      if (!used_add(u, op->in[i])) return false;
+    for (int r = 0; r < op->nregion; r++)
+      if (!collect_uses(op->regions[r], u)) return false;
+  }
+  return true;
+}
+
+static int dce_block(TpkBlock *b, const Used *u) {
+  int removed = 0;
+  for (TpkOp *op = b->first, *next; op; op = next) {
+    next = op->next;
+    for (int r = 0; r < op->nregion; r++) removed += dce_block(op->regions[r], u);
+    if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_PURE) || op->nregion) continue;
+    bool live = false;
+    for (int i = 0; i < op->nout; i++) live |= used_has(u, &op->out[i]);
+    if (!live) {
+      tpk_op_erase(op);
+      removed++;
+    }
+  }
+  return removed;
+}
+
+void tpk_simplify(TpkFunc *f) {
+  fold_block(f, f->body);
+  Avail av = {0};
+  cse_block(f, f->body, &av);
+  free(av.ops);
+  for (;;) {
+    Used u = {0};
+    bool ok = collect_uses(f->body, &u);
+    int removed = ok ? dce_block(f->body, &u) : 0;
+    free(u.keys);
+    if (!removed) break;
+  }
+}

@@ -1,0 +1,595 @@
+/*
+ * runtime.c — the public C API: contexts, devices, buffers, programs,
+ * kernels, launches and queues (include/tpk.h).
+ *
+ * A program keeps its checked source. A launch binds the kernel's shape
+ * symbols from the argument buffers, then looks up the specialisation for
+ * those sizes and tunables: the kernel is checked again with every symbol
+ * bound, lowered to C with constant shapes and compiled by the JIT (libtcc
+ * at once, cc -O3 in the background). Specialisations are cached per
+ * program; the JIT keeps optimized code on disk across processes.
+ *
+ * Errors: every call returns a status; the message is kept per thread
+ * (tpk_last_error), like errno and dlerror, so concurrent queues do not
+ * overwrite each other's messages.
+ */
+#include "runtime/internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsl/dsl.h"
+#include "lower/lower.h"
+#include "runtime/jit.h"
+#include "runtime/prims.h"
+
+/* ---- errors ------------------------------------------------------------------- */
+
+static _Thread_local char last_error[4096];
+
+const char *tpk_last_error(void) { return last_error; }
+
+static TpkStatus fail(TpkStatus st, const char *fmt, ...) TPK_PRINTF(2, 3);
+static TpkStatus fail(TpkStatus st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+TpkStatus tpk_runtime_set_error(TpkStatus st, const char *message) { return fail(st, "%s", message); }
+
+static TpkStatus fail_err(const TpkError *err) { return fail(err->code ? err->code : TPK_ERR_INTERNAL, "%s", err->message); }
+
+/* ---- objects ------------------------------------------------------------------ */
+
+struct TpkDevice {
+  TpkContext *ctx;
+  char name[64];
+  TpkDevice *next;
+};
+
+struct TpkBuffer {
+  TpkDevice *dev;
+  TpkDType dtype;
+  int rank;
+  int64_t shape[TPK_MAX_DIMS];
+  size_t bytes;
+  void *data;
+};
+
+/* One compiled specialisation of a kernel: its sizes and tunables, the IR
+ * it was built from, the code and a reusable workspace. */
+typedef struct Spec {
+  char *key;
+  TpkModule *module;
+  TpkCode *code;
+  int64_t workspace_bytes;
+  void *workspace;
+  atomic_bool workspace_busy;
+  struct Spec *next;
+} Spec;
+
+struct TpkKernel {
+  TpkProgram *prog;
+  TpkFunc *f; /* the unbound IR: parameter types with symbols */
+  const char *last_tier;
+};
+
+struct TpkProgram {
+  TpkContext *ctx;
+  TpkSource src;
+  TpkModule *module; /* checked once, unbound */
+  TpkKernel *kernels;
+  int nkernels;
+  pthread_mutex_t lock; /* specs */
+  Spec *specs;
+  TpkProgram *next;
+};
+
+struct TpkContext {
+  TpkJit *jit;
+  pthread_mutex_t lock; /* the lists below */
+  TpkDevice *devices;
+  TpkProgram *programs;
+};
+
+TpkStatus tpk_context_create(TpkContext **out) {
+  *out = NULL;
+  TpkContext *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return fail(TPK_ERR_NOMEM, "out of memory creating a context");
+  TpkJitOptions o;
+  tpk_jit_options_from_env(&o);
+  TpkError err = {0};
+  if (tpk_jit_create(&o, &ctx->jit, &err) != TPK_OK) {
+    free(ctx);
+    return fail_err(&err);
+  }
+  pthread_mutex_init(&ctx->lock, NULL);
+  *out = ctx;
+  return TPK_OK;
+}
+
+static void spec_free(Spec *s) {
+  free(s->key);
+  if (s->module) tpk_module_free(s->module);
+  free(s->workspace);
+  free(s);
+}
+
+void tpk_program_destroy(TpkProgram *prog) {
+  if (!prog) return;
+  TpkContext *ctx = prog->ctx;
+  pthread_mutex_lock(&ctx->lock);
+  for (TpkProgram **p = &ctx->programs; *p; p = &(*p)->next)
+    if (*p == prog) {
+      *p = prog->next;
+      break;
+    }
+  pthread_mutex_unlock(&ctx->lock);
+  for (Spec *s = prog->specs, *n; s; s = n) {
+    n = s->next;
+    spec_free(s);
+  }
+  free(prog->kernels);
+  if (prog->module) tpk_module_free(prog->module);
+  tpk_source_free(&prog->src);
+  pthread_mutex_destroy(&prog->lock);
+  free(prog);
+}
+
+void tpk_context_destroy(TpkContext *ctx) {
+  if (!ctx) return;
+  while (ctx->programs) tpk_program_destroy(ctx->programs);
+  /* The JIT goes after the programs' specs but before nothing else runs
+   * their code: background compiles are finished or cancelled here. */
+  tpk_jit_destroy(ctx->jit);
+  for (TpkDevice *d = ctx->devices, *n; d; d = n) {
+    n = d->next;
+    free(d);
+  }
+  pthread_mutex_destroy(&ctx->lock);
+  free(ctx);
+}
+
+/* ---- devices and buffers --------------------------------------------------------- */
+
+TpkStatus tpk_device_open(TpkContext *ctx, const char *name, TpkDevice **out) {
+  *out = NULL;
+  if (!ctx || !name) return fail(TPK_ERR_INVALID, "tpk_device_open: no context or no name");
+  if (strncmp(name, "sim:", 4) == 0)
+    return fail(TPK_ERR_UNSUPPORTED, "device '%s': the TPU simulator is not part of this build yet; use \"host\"", name);
+  if (strcmp(name, "host") != 0)
+    return fail(TPK_ERR_INVALID, "unknown device '%s'; devices are \"host\" and \"sim:<chip>\" (e.g. sim:v5e)", name);
+  pthread_mutex_lock(&ctx->lock);
+  for (TpkDevice *d = ctx->devices; d; d = d->next)
+    if (strcmp(d->name, name) == 0) *out = d;
+  if (!*out) {
+    TpkDevice *d = calloc(1, sizeof *d);
+    if (d) {
+      d->ctx = ctx;
+      snprintf(d->name, sizeof d->name, "%s", name);
+      d->next = ctx->devices;
+      ctx->devices = d;
+      *out = d;
+    }
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  return *out ? TPK_OK : fail(TPK_ERR_NOMEM, "out of memory opening device '%s'", name);
+}
+
+const char *tpk_device_name(const TpkDevice *dev) { return dev ? dev->name : "?"; }
+
+TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
+  *out = NULL;
+  if (!dev) return fail(TPK_ERR_INVALID, "tpk_buffer_create: no device");
+  if ((unsigned)dtype >= TPK_DTYPE_COUNT) return fail(TPK_ERR_INVALID, "tpk_buffer_create: unknown dtype %d", (int)dtype);
+  if (rank < 0 || rank > TPK_MAX_DIMS) return fail(TPK_ERR_INVALID, "tpk_buffer_create: rank %d is not in 0..%d", rank, TPK_MAX_DIMS);
+  size_t bytes = tpk_dtype_size(dtype);
+  for (int i = 0; i < rank; i++) {
+    if (shape[i] < 0) return fail(TPK_ERR_INVALID, "tpk_buffer_create: dimension %d is negative (%lld)", i, (long long)shape[i]);
+    if (shape[i] && bytes > SIZE_MAX / 2 / (size_t)shape[i])
+      return fail(TPK_ERR_INVALID, "tpk_buffer_create: the shape's size overflows");
+    bytes *= (size_t)shape[i];
+  }
+  TpkBuffer *b = calloc(1, sizeof *b);
+  size_t alloc = (bytes + 63) / 64 * 64;
+  void *data = aligned_alloc(64, alloc ? alloc : 64);
+  if (!b || !data) {
+    free(b);
+    free(data);
+    return fail(TPK_ERR_NOMEM, "out of host memory allocating %zu bytes", bytes);
+  }
+  memset(data, 0, alloc ? alloc : 64);
+  b->dev = dev;
+  b->dtype = dtype;
+  b->rank = rank;
+  for (int i = 0; i < rank; i++) b->shape[i] = shape[i];
+  b->bytes = bytes;
+  b->data = data;
+  *out = b;
+  return TPK_OK;
+}
+
+void tpk_buffer_destroy(TpkBuffer *b) {
+  if (!b) return;
+  free(b->data);
+  free(b);
+}
+
+TpkDType tpk_buffer_dtype(const TpkBuffer *b) { return b->dtype; }
+int tpk_buffer_rank(const TpkBuffer *b) { return b->rank; }
+const int64_t *tpk_buffer_shape(const TpkBuffer *b) { return b->shape; }
+size_t tpk_buffer_bytes(const TpkBuffer *b) { return b->bytes; }
+void *tpk_buffer_data(TpkBuffer *b) { return b ? b->data : NULL; }
+
+TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
+  if (!b || (!src && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");
+  if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_write: %zu bytes given, the buffer holds %zu", bytes, b->bytes);
+  memcpy(b->data, src, bytes);
+  return TPK_OK;
+}
+
+TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
+  if (!b || (!dst && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_read: no buffer or no destination");
+  if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_read: %zu bytes asked, the buffer holds %zu", bytes, b->bytes);
+  memcpy(dst, b->data, bytes);
+  return TPK_OK;
+}
+
+/* ---- programs and kernels ---------------------------------------------------------- */
+
+static TpkStatus program_from_source(TpkContext *ctx, TpkSource src, TpkProgram **out) {
+  TpkProgram *prog = calloc(1, sizeof *prog);
+  if (!prog) {
+    tpk_source_free(&src);
+    return fail(TPK_ERR_NOMEM, "out of memory loading %s", src.name);
+  }
+  prog->ctx = ctx;
+  prog->src = src;
+  pthread_mutex_init(&prog->lock, NULL);
+  TpkDiags diags;
+  tpk_diags_init(&diags, &prog->src);
+  TpkStatus st = tpk_compile_source(&prog->src, NULL, &diags, &prog->module);
+  if (st != TPK_OK) {
+    TpkStr s = {0};
+    tpk_diags_render(&s, &diags);
+    fail(st, "%s", s.data ? s.data : "the program did not check");
+    tpk_str_free(&s);
+    tpk_diags_free(&diags);
+    tpk_program_destroy(prog);
+    return st;
+  }
+  tpk_diags_free(&diags);
+  prog->nkernels = prog->module->nfuncs;
+  prog->kernels = calloc((size_t)(prog->nkernels ? prog->nkernels : 1), sizeof *prog->kernels);
+  if (!prog->kernels) {
+    tpk_program_destroy(prog);
+    return fail(TPK_ERR_NOMEM, "out of memory loading %s", src.name);
+  }
+  for (int i = 0; i < prog->nkernels; i++)
+    prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i], .last_tier = "none"};
+  pthread_mutex_lock(&ctx->lock);
+  prog->next = ctx->programs;
+  ctx->programs = prog;
+  pthread_mutex_unlock(&ctx->lock);
+  *out = prog;
+  return TPK_OK;
+}
+
+TpkStatus tpk_program_load_file(TpkContext *ctx, const char *path, TpkProgram **out) {
+  *out = NULL;
+  if (!ctx || !path) return fail(TPK_ERR_INVALID, "tpk_program_load_file: no context or no path");
+  TpkSource src;
+  TpkError err = {0};
+  if (tpk_source_read(&src, path, &err) != TPK_OK) return fail_err(&err);
+  return program_from_source(ctx, src, out);
+}
+
+TpkStatus tpk_program_load_source(TpkContext *ctx, const char *name, const char *text, size_t len, TpkProgram **out) {
+  *out = NULL;
+  if (!ctx || (!text && len)) return fail(TPK_ERR_INVALID, "tpk_program_load_source: no context or no text");
+  if (len > TPK_SOURCE_MAX) return fail(TPK_ERR_INVALID, "source is larger than %d MiB", TPK_SOURCE_MAX >> 20);
+  char *copy = malloc(len + 1), *n = strdup(name ? name : "<source>");
+  if (!copy || !n) {
+    free(copy);
+    free(n);
+    return fail(TPK_ERR_NOMEM, "out of memory loading a program");
+  }
+  if (len) memcpy(copy, text, len);
+  copy[len] = 0;
+  TpkSource src = {.name = n, .text = copy, .len = len};
+  return program_from_source(ctx, src, out);
+}
+
+int tpk_program_kernel_count(const TpkProgram *p) { return p ? p->nkernels : 0; }
+const char *tpk_program_kernel_name(const TpkProgram *p, int i) {
+  return p && i >= 0 && i < p->nkernels ? p->kernels[i].f->name : NULL;
+}
+
+TpkStatus tpk_program_kernel(TpkProgram *p, const char *name, TpkKernel **out) {
+  *out = NULL;
+  if (!p || !name) return fail(TPK_ERR_INVALID, "tpk_program_kernel: no program or no name");
+  for (int i = 0; i < p->nkernels; i++)
+    if (strcmp(p->kernels[i].f->name, name) == 0) {
+      *out = &p->kernels[i];
+      return TPK_OK;
+    }
+  TpkStr list = {0};
+  for (int i = 0; i < p->nkernels; i++) tpk_str_printf(&list, "%s%s", i ? ", " : "", p->kernels[i].f->name);
+  fail(TPK_ERR_INVALID, "%s has no kernel '%s'; it has: %s", p->src.name, name, list.data ? list.data : "(none)");
+  tpk_str_free(&list);
+  return TPK_ERR_INVALID;
+}
+
+int tpk_kernel_param_count(const TpkKernel *k) { return k->f->nparams; }
+const char *tpk_kernel_param_name(const TpkKernel *k, int i) { return k->f->params[i].name; }
+TpkParamKind tpk_kernel_param_kind(const TpkKernel *k, int i) {
+  const TpkParam *p = &k->f->params[i];
+  if (p->value->type->kind == TPK_TYPE_TENSOR) return TPK_PARAM_KIND_SCALAR;
+  return p->role == TPK_PARAM_OUT ? TPK_PARAM_KIND_OUTPUT : p->role == TPK_PARAM_INOUT ? TPK_PARAM_KIND_INOUT : TPK_PARAM_KIND_INPUT;
+}
+TpkDType tpk_kernel_param_dtype(const TpkKernel *k, int i) { return k->f->params[i].value->type->dtype; }
+int tpk_kernel_param_rank(const TpkKernel *k, int i) { return k->f->params[i].value->type->rank; }
+const char *tpk_kernel_last_tier(const TpkKernel *k) { return k->last_tier; }
+
+/* ---- binding a launch ---------------------------------------------------------------- */
+
+enum { MAX_SYMS = 64 };
+
+typedef struct Bound {
+  const char *name[MAX_SYMS];
+  int64_t value[MAX_SYMS];
+  const char *from[MAX_SYMS]; /* "x (dimension 0)" or "syms" */
+  int n;
+} Bound;
+
+static int bound_find(const Bound *b, const char *name) {
+  for (int i = 0; i < b->n; i++)
+    if (strcmp(b->name[i], name) == 0) return i;
+  return -1;
+}
+
+static bool bound_lookup(void *ctx, const char *sym, int64_t *value) {
+  const Bound *b = ctx;
+  int i = bound_find(b, sym);
+  if (i < 0) return false;
+  *value = b->value[i];
+  return true;
+}
+
+static const char *kernel_name(const TpkKernel *k) { return k->f->name; }
+
+/* Bind symbols from buffers, check dtypes and every dimension. */
+static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*from)[96]) {
+  const TpkFunc *f = k->f;
+  b->n = 0;
+  for (int i = 0; i < L->nsyms; i++) {
+    if (!L->syms[i].name) return fail(TPK_ERR_INVALID, "kernel '%s': a shape symbol without a name", kernel_name(k));
+    if (b->n == MAX_SYMS) return fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
+    b->name[b->n] = L->syms[i].name;
+    b->value[b->n] = L->syms[i].value;
+    b->from[b->n++] = "the launch's syms";
+  }
+  /* inputs first, then outputs: sizes come from inputs where they can */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < f->nparams; i++) {
+      const TpkParam *p = &f->params[i];
+      const TpkType *t = p->value->type;
+      if (t->kind != TPK_TYPE_REF || (pass == 0) != (p->role != TPK_PARAM_OUT)) continue;
+      const TpkBuffer *buf = L->args ? L->args[i] : NULL;
+      if (!buf) return fail(TPK_ERR_INVALID, "kernel '%s': no buffer for parameter '%s'", kernel_name(k), p->name);
+      if (buf->dtype != t->dtype)
+        return fail(TPK_ERR_INVALID, "kernel '%s': parameter '%s' is %s but the buffer holds %s", kernel_name(k), p->name,
+                    tpk_dtype_name(t->dtype), tpk_dtype_name(buf->dtype));
+      if (buf->rank != t->rank)
+        return fail(TPK_ERR_INVALID, "kernel '%s': parameter '%s' has %d dimension%s but the buffer has %d", kernel_name(k),
+                    p->name, t->rank, t->rank == 1 ? "" : "s", buf->rank);
+      for (int d = 0; d < t->rank; d++) {
+        const TpkDim *dim = t->dims[d];
+        int64_t want;
+        if (dim->kind == TPK_DIM_SYM && bound_find(b, dim->sym) < 0) {
+          if (b->n == MAX_SYMS) return fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
+          snprintf(from[b->n], 96, "'%s' (dimension %d)", p->name, d);
+          b->name[b->n] = dim->sym;
+          b->value[b->n] = buf->shape[d];
+          b->from[b->n] = from[b->n];
+          b->n++;
+          continue;
+        }
+        if (!tpk_dim_eval(dim, bound_lookup, b, &want)) {
+          TpkStr s = {0};
+          tpk_dim_print(&s, dim);
+          fail(TPK_ERR_INVALID, "kernel '%s': the size %s of '%s' (dimension %d) depends on a symbol no input gives; pass it in syms",
+               kernel_name(k), s.data ? s.data : "?", p->name, d);
+          tpk_str_free(&s);
+          return TPK_ERR_INVALID;
+        }
+        if (want != buf->shape[d]) {
+          TpkStr s = {0};
+          tpk_dim_print(&s, dim);
+          if (dim->kind == TPK_DIM_SYM) {
+            int j = bound_find(b, dim->sym);
+            fail(TPK_ERR_INVALID, "kernel '%s': shape symbol %s is %lld from %s but %lld from '%s' (dimension %d)",
+                 kernel_name(k), dim->sym, (long long)b->value[j], b->from[j], (long long)buf->shape[d], p->name, d);
+          } else {
+            fail(TPK_ERR_INVALID, "kernel '%s': '%s' (dimension %d) must have size %s = %lld, the buffer has %lld",
+                 kernel_name(k), p->name, d, s.data ? s.data : "?", (long long)want, (long long)buf->shape[d]);
+          }
+          tpk_str_free(&s);
+          return TPK_ERR_INVALID;
+        }
+      }
+    }
+  const char *names[MAX_SYMS];
+  int n = tpk_func_symbols(f, names, MAX_SYMS);
+  for (int i = 0; i < n && i < MAX_SYMS; i++)
+    if (bound_find(b, names[i]) < 0)
+      return fail(TPK_ERR_INVALID, "kernel '%s': shape symbol %s is not bound; pass it in syms", kernel_name(k), names[i]);
+  for (int i = 0; i < b->n; i++) {
+    bool known = false;
+    for (int j = 0; j < n && j < MAX_SYMS; j++) known |= strcmp(names[j], b->name[i]) == 0;
+    if (!known) return fail(TPK_ERR_INVALID, "kernel '%s' has no shape symbol '%s'", kernel_name(k), b->name[i]);
+  }
+  for (int i = 0; i < L->ntunes; i++) {
+    bool known = false;
+    for (int j = 0; j < f->ntunes; j++) known |= strcmp(f->tunes[j].name, L->tunes[i].name) == 0;
+    if (!known) return fail(TPK_ERR_INVALID, "kernel '%s' has no tunable '%s'", kernel_name(k), L->tunes[i].name);
+  }
+  return TPK_OK;
+}
+
+/* Scalars in their parameter's storage. */
+static TpkStatus scalar_value(const TpkKernel *k, int i, double v, void *out) {
+  const TpkParam *p = &k->f->params[i];
+  TpkDType dt = p->value->type->dtype;
+  if (!tpk_dtype_is_float(dt)) {
+    if (v != (double)(int64_t)v) return fail(TPK_ERR_INVALID, "kernel '%s': scalar '%s' is %s; %g is not a whole number", kernel_name(k), p->name, tpk_dtype_name(dt), v);
+    int64_t x = (int64_t)v;
+    static const int64_t LO[TPK_DTYPE_COUNT] = {[TPK_I32] = INT32_MIN, [TPK_I16] = INT16_MIN, [TPK_I8] = INT8_MIN};
+    static const int64_t HI[TPK_DTYPE_COUNT] = {[TPK_I32] = INT32_MAX, [TPK_I16] = INT16_MAX, [TPK_I8] = INT8_MAX, [TPK_U8] = 255, [TPK_BOOL] = 1};
+    if (x < LO[dt] || x > HI[dt]) return fail(TPK_ERR_INVALID, "kernel '%s': scalar '%s' = %lld does not fit in %s", kernel_name(k), p->name, (long long)x, tpk_dtype_name(dt));
+    switch (dt) {
+    case TPK_I32: *(int32_t *)out = (int32_t)x; break;
+    case TPK_I16: *(int16_t *)out = (int16_t)x; break;
+    case TPK_I8: *(int8_t *)out = (int8_t)x; break;
+    default: *(uint8_t *)out = (uint8_t)x; break;
+    }
+    return TPK_OK;
+  }
+  float fv = (float)v;
+  tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &fv, out, 1);
+  return TPK_OK;
+}
+
+/* ---- specialisation and launch --------------------------------------------------------- */
+
+static char *spec_key(const TpkKernel *k, const Bound *b, const TpkLaunch *L) {
+  TpkStr s = {0};
+  tpk_str_puts(&s, k->f->name);
+  const char *names[MAX_SYMS];
+  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
+  for (int i = 0; i < n && i < MAX_SYMS; i++) tpk_str_printf(&s, "|%s=%lld", names[i], (long long)b->value[bound_find(b, names[i])]);
+  for (int j = 0; j < k->f->ntunes; j++) {
+    int64_t v = k->f->tunes[j].value;
+    for (int i = 0; i < L->ntunes; i++)
+      if (strcmp(L->tunes[i].name, k->f->tunes[j].name) == 0) v = L->tunes[i].value;
+    tpk_str_printf(&s, "|%s=%lld", k->f->tunes[j].name, (long long)v);
+  }
+  return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
+}
+
+/* Check the kernel again with every size and tunable bound, lower it and
+ * compile it. */
+static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, Spec *spec) {
+  TpkProgram *prog = k->prog;
+  TpkBinding binds[MAX_SYMS], tunes[MAX_SYMS];
+  for (int i = 0; i < b->n; i++) binds[i] = (TpkBinding){b->name[i], b->value[i]};
+  int nt = L->ntunes < MAX_SYMS ? L->ntunes : MAX_SYMS;
+  for (int i = 0; i < nt; i++) tunes[i] = (TpkBinding){L->tunes[i].name, L->tunes[i].value};
+  TpkCheckOptions o = {.binds = binds, .nbinds = b->n, .tunes = tunes, .ntunes = nt, .only_kernel = k->f->name};
+  TpkDiags diags;
+  tpk_diags_init(&diags, &prog->src);
+  TpkStatus st = tpk_compile_source(&prog->src, &o, &diags, &spec->module);
+  if (st != TPK_OK) {
+    TpkStr s = {0};
+    tpk_diags_render(&s, &diags);
+    fail(TPK_ERR_INVALID, "kernel '%s' with these sizes:\n%s", k->f->name, s.data ? s.data : "");
+    tpk_str_free(&s);
+    tpk_diags_free(&diags);
+    return TPK_ERR_INVALID;
+  }
+  tpk_diags_free(&diags);
+  TpkFunc *f = spec->module->funcs[0];
+  TpkTarget host = tpk_target_host();
+  TpkStr c = {0};
+  TpkError err = {0};
+  char entry[128];
+  snprintf(entry, sizeof entry, "tpk_kernel_%s", f->name);
+  st = tpk_lower_to_c(f, &host, entry, prog->src.text, &c, &spec->workspace_bytes, &err);
+  if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &spec->code, &err);
+  tpk_str_free(&c);
+  return st == TPK_OK ? TPK_OK : fail_err(&err);
+}
+
+static TpkStatus find_spec(TpkKernel *k, const Bound *b, const TpkLaunch *L, Spec **out) {
+  char *key = spec_key(k, b, L);
+  if (!key) return fail(TPK_ERR_NOMEM, "out of memory");
+  TpkProgram *prog = k->prog;
+  pthread_mutex_lock(&prog->lock);
+  Spec *s = prog->specs;
+  while (s && strcmp(s->key, key) != 0) s = s->next;
+  TpkStatus st = TPK_OK;
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s) st = fail(TPK_ERR_NOMEM, "out of memory");
+    else {
+      s->key = key;
+      key = NULL;
+      st = specialise(k, b, L, s);
+      if (st == TPK_OK) {
+        s->next = prog->specs;
+        prog->specs = s;
+      } else {
+        spec_free(s);
+        s = NULL;
+      }
+    }
+  }
+  pthread_mutex_unlock(&prog->lock);
+  free(key);
+  *out = s;
+  return st;
+}
+
+TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
+  if (!k || !L) return fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
+  const TpkFunc *f = k->f;
+  Bound b;
+  char from[MAX_SYMS][96];
+  TpkStatus st = bind_launch(k, L, &b, from);
+  if (st != TPK_OK) return st;
+  /* scalar arguments */
+  void *args[256];
+  uint64_t scalars[256];
+  if (f->nparams > 256) return fail(TPK_ERR_INVALID, "kernel '%s' has more than 256 parameters", f->name);
+  for (int i = 0; i < f->nparams; i++) {
+    if (f->params[i].value->type->kind == TPK_TYPE_TENSOR) {
+      if (!L->scalars) return fail(TPK_ERR_INVALID, "kernel '%s': no value for scalar '%s'", f->name, f->params[i].name);
+      st = scalar_value(k, i, L->scalars[i], &scalars[i]);
+      if (st != TPK_OK) return st;
+      args[i] = &scalars[i];
+    } else {
+      args[i] = L->args[i]->data;
+    }
+  }
+  Spec *spec;
+  st = find_spec(k, &b, L, &spec);
+  if (st != TPK_OK) return st;
+  for (int i = 0; i < f->nparams; i++)
+    if (f->params[i].zero_init) memset(L->args[i]->data, 0, L->args[i]->bytes);
+  /* the workspace: the spec's own, or a fresh one if another thread has it */
+  bool mine = !atomic_exchange(&spec->workspace_busy, true);
+  void *ws = mine ? spec->workspace : NULL;
+  size_t ws_bytes = (size_t)(spec->workspace_bytes + 63) / 64 * 64;
+  if (!ws) {
+    ws = aligned_alloc(64, ws_bytes ? ws_bytes : 64);
+    if (!ws) {
+      if (mine) atomic_store(&spec->workspace_busy, false);
+      return fail(TPK_ERR_NOMEM, "out of host memory for a %zu-byte workspace", ws_bytes);
+    }
+    if (mine) spec->workspace = ws;
+  }
+  char err[TPK_KERNEL_ERR_LEN] = {0};
+  TpkKernelFn fn = tpk_code_entry(spec->code);
+  int rc = fn(tpk_prims(), args, NULL, ws, err);
+  k->last_tier = tpk_code_tier(spec->code) == TPK_TIER_CC ? "cc" : "tcc";
+  if (mine) atomic_store(&spec->workspace_busy, false);
+  else free(ws);
+  if (rc != 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->src.name, err);
+  return TPK_OK;
+}
