@@ -75,7 +75,8 @@ static const char CHECK_HELP[] =
     "  echo 'kernel copy(x: f32[N]) -> (y: f32[N]) { y = x; }' | tpk check -\n";
 
 static const char DUMP_HELP[] =
-    "Usage: tpk dump (--ast | --ir) FILE [--kernel NAME] [--bind LIST] [--tune LIST]\n"
+    "Usage: tpk dump (--ast | --ir | --lowered | --c) FILE [--kernel NAME] [--bind LIST]\n"
+    "                [--tune LIST]\n"
     "\n"
     "Print what the compiler sees in FILE, on stdout:\n"
     "\n"
@@ -85,15 +86,21 @@ static const char DUMP_HELP[] =
     "          in the text form every later stage reads (frontend/ir.h describes\n"
     "          it). Shape symbols you do not bind stay symbolic (`f32[M,N]`);\n"
     "          tunables you do not choose take their first (default) value.\n"
+    "  --lowered  the IR after the host's passes (folding, CSE, dead code, tiling\n"
+    "          of whole-array statements); needs every shape symbol bound.\n"
+    "  --c     the C the host backend compiles, with the .tpk line of each\n"
+    "          statement as a comment; needs every shape symbol bound.\n"
     "\n"
     "Options (before or after FILE; a value follows as the next argument or\n"
     "after '=', as in --bind=M=1024):\n"
     "  --ast             print the syntax tree\n"
     "  --ir              print the IR\n"
+    "  --lowered         print the IR after the host passes\n"
+    "  --c               print the generated C\n"
     "  --kernel NAME     only the kernel NAME (default: every kernel in FILE)\n"
     "  --bind LIST       give shape symbols sizes: LIST is NAME=INTEGER[,NAME=INTEGER...],\n"
-    "                    e.g. --bind M=1024,N=512 (--ir only; may be repeated)\n"
-    "  --tune LIST       choose tunables, e.g. --tune BM=16 (--ir only; may be\n"
+    "                    e.g. --bind M=1024,N=512 (not with --ast; may be repeated)\n"
+    "  --tune LIST       choose tunables, e.g. --tune BM=16 (not with --ast; may be\n"
     "                    repeated)\n"
     "  -h, --help        show this help\n"
     "\n"
@@ -107,7 +114,42 @@ static const char DUMP_HELP[] =
     "Examples:\n"
     "  tpk dump --ast add.tpk\n"
     "  tpk dump --ir softmax.tpk --bind M=1024,N=512 --tune BM=16\n"
-    "  tpk dump --ir kernels.tpk --kernel matmul --tune BM=256,BN=128,BK=512\n";
+    "  tpk dump --ir kernels.tpk --kernel matmul --tune BM=256,BN=128,BK=512\n"
+    "  tpk dump --c softmax.tpk --bind M=1024,N=512\n";
+
+static const char RUN_HELP[] =
+    "Usage: tpk run FILE [--kernel NAME] --shape LIST [options]\n"
+    "\n"
+    "Run a kernel on a device: allocate its tensors from the sizes in --shape, fill\n"
+    "the inputs from .npy files or with seeded random data, launch it, and show the\n"
+    "time of the first call (which compiles) and of later calls (steady state).\n"
+    "\n"
+    "Options:\n"
+    "  --kernel, -k NAME    the kernel to run (may be left out if FILE has one)\n"
+    "  --shape LIST         sizes of the shape symbols: M=1024,N=512 (all are needed)\n"
+    "  --scalar LIST        values of scalar parameters: eps=1e-5,lr=0.01\n"
+    "  --tune LIST          tunables, each one of its declared values: BM=256\n"
+    "  --inputs LIST        inputs from .npy files: x=a.npy,y=b.npy; others are random\n"
+    "                       (floats uniform in [-1, 1), integers in [0, 8)); a float32\n"
+    "                       file may feed a bf16/f16/f8 parameter (rounded to nearest even)\n"
+    "  --seed S             seed of the random inputs (default 0)\n"
+    "  --check              compare outputs with the reference interpreter, within\n"
+    "                       tolerances of the output dtype; report the worst element\n"
+    "  --out DIR            write every output (and inout) as DIR/NAME.npy\n"
+    "                       (bf16 and f8 outputs are written as float32)\n"
+    "  --device NAME        host (default); sim:<chip> when the simulator exists\n"
+    "  --repeat N           timed calls for the steady state (default 10)\n"
+    "\n"
+    "Environment: TPK_TIER=tcc|cc|auto forces a compiler tier; TPK_HOST_VMEM sets the\n"
+    "host's VMEM budget (default 128M, a TPU v5e's).\n"
+    "\n"
+    "Exit status: 0 ran (and checked) fine, 1 the kernel failed or did not match, 2 a\n"
+    "wrong command line.\n"
+    "\n"
+    "Examples:\n"
+    "  tpk run softmax.tpk --shape M=1024,N=512 --check\n"
+    "  tpk run matmul.tpk --shape M=512,N=512,K=512 --tune BM=256 --repeat 20\n"
+    "  tpk run layernorm.tpk --shape M=64,N=128 --scalar eps=1e-5 --out results\n";
 
 static const char HELP_HELP[] =
     "Usage: tpk help [COMMAND]\n"
@@ -122,7 +164,8 @@ static const char HELP_HELP[] =
 /* The commands, in the order `tpk --help` lists them. */
 static const CliCommand COMMANDS[] = {
     {"check", "parse and check .tpk files; report every error", CHECK_HELP, cli_check},
-    {"dump", "print the syntax tree (--ast) or the IR (--ir) of a .tpk file", DUMP_HELP, cli_dump},
+    {"dump", "print the syntax tree, the IR or the generated C of a .tpk file", DUMP_HELP, cli_dump},
+    {"run", "run a kernel on random or .npy inputs, check it and time it", RUN_HELP, cli_run},
     {"help", "show help for tpk or for one command", HELP_HELP, cli_help},
 };
 enum { NCOMMANDS = (int)TPK_ARRAY_LEN(COMMANDS) };

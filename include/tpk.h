@@ -116,17 +116,25 @@ TpkParamKind tpk_kernel_param_kind(const TpkKernel *k, int i);
 TpkDType tpk_kernel_param_dtype(const TpkKernel *k, int i);
 int tpk_kernel_param_rank(const TpkKernel *k, int i);
 
+typedef struct TpkNamedInt {
+  const char *name;
+  int64_t value;
+} TpkNamedInt;
+
+/* The kernel's shape symbols, in the order of first appearance in its
+ * parameters. */
+int tpk_kernel_symbol_count(const TpkKernel *k);
+const char *tpk_kernel_symbol_name(const TpkKernel *k, int i);
+/* The shape of parameter i (rank tpk_kernel_param_rank) once the given
+ * symbols are bound: how a caller sizes outputs from its inputs' shapes. */
+TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *syms, int nsyms, int64_t *shape);
+
 /* One call's arguments. `args[i]` is parameter i (inputs, then outputs, in
  * declaration order): a buffer for tensors; scalars take `scalars[i]` (the
  * value as a double, converted to the parameter's dtype; ints must be exact).
  * Shape symbols are bound from the buffers' shapes; a symbol that appears
  * only in outputs is bound from the output buffer or from `syms`.
  * Tunables not named in `tunes` take their defaults. */
-typedef struct TpkNamedInt {
-  const char *name;
-  int64_t value;
-} TpkNamedInt;
-
 typedef struct TpkLaunch {
   TpkBuffer *const *args; /* tpk_kernel_param_count entries; NULL for scalars */
   const double *scalars;  /* same indexing; may be NULL if there are no scalars */
@@ -141,6 +149,9 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *launch);
 
 /* Compilation tier of the kernel's last launch: "tcc", "cc", "aot". */
 const char *tpk_kernel_last_tier(const TpkKernel *k);
+/* Block until the background (cc -O3) compiles of every kernel launched so
+ * far are done, so that later launches run optimized code (benchmarks). */
+void tpk_context_wait_compiles(TpkContext *ctx);
 
 /* Queues: launches run in submission order on the queue's worker thread.
  * The launch is copied, so the caller's arrays may be reused at once; the

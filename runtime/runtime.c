@@ -593,3 +593,49 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (rc != 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->src.name, err);
   return TPK_OK;
 }
+
+/* ---- introspection ------------------------------------------------------------------ */
+
+int tpk_kernel_symbol_count(const TpkKernel *k) {
+  const char *names[MAX_SYMS];
+  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
+  return n < MAX_SYMS ? n : MAX_SYMS;
+}
+
+const char *tpk_kernel_symbol_name(const TpkKernel *k, int i) {
+  const char *names[MAX_SYMS];
+  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
+  return i >= 0 && i < n && i < MAX_SYMS ? names[i] : NULL;
+}
+
+TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *syms, int nsyms, int64_t *shape) {
+  if (!k || i < 0 || i >= k->f->nparams) return fail(TPK_ERR_INVALID, "tpk_kernel_param_shape: no such parameter %d", i);
+  Bound b = {.n = 0};
+  for (int j = 0; j < nsyms && b.n < MAX_SYMS; j++) {
+    b.name[b.n] = syms[j].name;
+    b.value[b.n++] = syms[j].value;
+  }
+  const TpkType *t = k->f->params[i].value->type;
+  for (int d = 0; d < t->rank; d++)
+    if (!tpk_dim_eval(t->dims[d], bound_lookup, &b, &shape[d])) {
+      TpkStr s = {0};
+      tpk_dim_print(&s, t->dims[d]);
+      fail(TPK_ERR_INVALID, "kernel '%s': the size %s of '%s' (dimension %d) needs a symbol that is not bound",
+           k->f->name, s.data ? s.data : "?", k->f->params[i].name, d);
+      tpk_str_free(&s);
+      return TPK_ERR_INVALID;
+    }
+  return TPK_OK;
+}
+
+void tpk_context_wait_compiles(TpkContext *ctx) {
+  if (!ctx) return;
+  pthread_mutex_lock(&ctx->lock);
+  for (TpkProgram *p = ctx->programs; p; p = p->next) {
+    pthread_mutex_lock(&p->lock);
+    for (Spec *s = p->specs; s; s = s->next)
+      if (s->code) tpk_code_wait_optimized(s->code);
+    pthread_mutex_unlock(&p->lock);
+  }
+  pthread_mutex_unlock(&ctx->lock);
+}

@@ -1,0 +1,534 @@
+/*
+ * run.c — `tpk run FILE --kernel NAME --shape M=512,N=512 ...`: run a kernel
+ * on a device with inputs from .npy files or seeded random data, show the
+ * timing, optionally check the results against the reference interpreter
+ * and write the outputs as .npy files.
+ */
+#include "cli/cli.h"
+#include "runtime/interp.h"
+#include "runtime/npy.h"
+#include "runtime/prims.h"
+#include "tpk.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+enum { OPT_KERNEL = 1, OPT_SHAPE, OPT_SCALAR, OPT_TUNE, OPT_INPUTS, OPT_OUT, OPT_SEED, OPT_CHECK, OPT_DEVICE, OPT_REPEAT };
+
+static const CliOption OPTIONS[] = {
+    {"kernel", 'k', true, OPT_KERNEL}, {"shape", 0, true, OPT_SHAPE},   {"scalar", 0, true, OPT_SCALAR},
+    {"tune", 0, true, OPT_TUNE},       {"inputs", 0, true, OPT_INPUTS}, {"out", 0, true, OPT_OUT},
+    {"seed", 0, true, OPT_SEED},       {"check", 0, false, OPT_CHECK},  {"device", 0, true, OPT_DEVICE},
+    {"repeat", 0, true, OPT_REPEAT},
+};
+
+typedef struct NamedText {
+  char *name, *text;
+} NamedText;
+
+typedef struct Run {
+  const char *path, *kernel, *out_dir, *device;
+  CliBindings shape, tunes;
+  NamedText scalars[64], inputs[64];
+  int nscalars, ninputs;
+  uint64_t seed;
+  bool check;
+  int repeat;
+} Run;
+
+/* "a=x,b=y" into name/text pairs (heap copies). */
+static bool parse_pairs(const char *option, const char *text, NamedText *out, int *n, int max) {
+  const char *p = text;
+  while (*p) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    const char *eq = memchr(p, '=', len);
+    if (!eq || eq == p || eq + 1 == p + len || *n == max) {
+      fprintf(stderr, "tpk: --%s expects NAME=VALUE[,NAME=VALUE...], got '%.*s'\n", option, (int)len, p);
+      return false;
+    }
+    out[*n].name = strndup(p, (size_t)(eq - p));
+    out[*n].text = strndup(eq + 1, len - (size_t)(eq - p) - 1);
+    if (!out[*n].name || !out[*n].text) return false;
+    (*n)++;
+    p += len + (comma ? 1 : 0);
+  }
+  return true;
+}
+
+static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
+  CliArgs args;
+  cli_args_init(&args, cmd->name, argc, argv, OPTIONS, (int)TPK_ARRAY_LEN(OPTIONS));
+  const char *value;
+  int id;
+  r->repeat = 10;
+  r->device = "host";
+  while ((id = cli_next_arg(&args, &value)) != CLI_ARG_END) {
+    char *end;
+    switch (id) {
+    case CLI_ARG_ERROR: return CLI_USAGE;
+    case OPT_KERNEL: r->kernel = value; break;
+    case OPT_SHAPE:
+      if (!cli_bindings_parse(&r->shape, "shape", value)) return CLI_USAGE;
+      break;
+    case OPT_TUNE:
+      if (!cli_bindings_parse(&r->tunes, "tune", value)) return CLI_USAGE;
+      break;
+    case OPT_SCALAR:
+      if (!parse_pairs("scalar", value, r->scalars, &r->nscalars, 64)) return CLI_USAGE;
+      break;
+    case OPT_INPUTS:
+      if (!parse_pairs("inputs", value, r->inputs, &r->ninputs, 64)) return CLI_USAGE;
+      break;
+    case OPT_OUT: r->out_dir = value; break;
+    case OPT_DEVICE: r->device = value; break;
+    case OPT_CHECK: r->check = true; break;
+    case OPT_SEED:
+      errno = 0;
+      r->seed = strtoull(value, &end, 10);
+      if (errno || *end || end == value) return cli_usage_error(cmd->name, "--seed expects a non-negative integer, got '%s'", value);
+      break;
+    case OPT_REPEAT: {
+      errno = 0;
+      long v = strtol(value, &end, 10);
+      if (errno || *end || v < 1 || v > 1000000) return cli_usage_error(cmd->name, "--repeat expects an integer from 1 to 1000000, got '%s'", value);
+      r->repeat = (int)v;
+      break;
+    }
+    case CLI_ARG_POSITIONAL:
+      if (r->path) return cli_usage_error(cmd->name, "one FILE at a time (got '%s' and '%s')", r->path, value);
+      r->path = value;
+      break;
+    }
+  }
+  if (!r->path) return cli_usage_error(cmd->name, "no input file (usage: tpk run FILE --kernel NAME --shape M=...,N=...)");
+  return CLI_OK;
+}
+
+/* ---- data --------------------------------------------------------------------- */
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15u);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
+/* Seeded random contents: floats uniform in [-1, 1), integers in [0, 8),
+ * bools 0/1 (small integers, so they are valid indices for most kernels). */
+static void fill_random(void *data, TpkDType dt, int64_t n, uint64_t *state) {
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t r = splitmix(state);
+    if (tpk_dtype_is_float(dt)) {
+      float f = (float)((double)(r >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+      tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &f, (char *)data + i * (int64_t)tpk_dtype_size(dt), 1);
+    } else {
+      int32_t v = dt == TPK_BOOL ? (int32_t)(r & 1) : (int32_t)(r % 8);
+      tpk_prims()->convert(TPK_PRIM_I32, (int)dt, &v, (char *)data + i * (int64_t)tpk_dtype_size(dt), 1);
+    }
+  }
+}
+
+static int64_t numel(int rank, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i];
+  return n;
+}
+
+static void shape_text(char *buf, size_t n, TpkDType dt, int rank, const int64_t *shape) {
+  int k = snprintf(buf, n, "%s[", tpk_dtype_name(dt));
+  for (int i = 0; i < rank && k < (int)n; i++) k += snprintf(buf + k, n - (size_t)k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (k < (int)n) snprintf(buf + k, n - (size_t)k, "]");
+}
+
+/* An input from a .npy file: the same shape, and the same dtype or a
+ * float32 file for a bf16/f16/f8 parameter (rounded to nearest even). */
+static bool load_input(const char *pname, const char *path, TpkBuffer *b) {
+  TpkNpy npy;
+  TpkError err = {0};
+  if (tpk_npy_read(path, &npy, &err) != TPK_OK) {
+    fprintf(stderr, "tpk: %s\n", err.message);
+    return false;
+  }
+  bool ok = npy.rank == tpk_buffer_rank(b);
+  for (int i = 0; ok && i < npy.rank; i++) ok = npy.shape[i] == tpk_buffer_shape(b)[i];
+  TpkDType want = tpk_buffer_dtype(b);
+  bool convertible = npy.dtype == want || (npy.dtype == TPK_F32 && tpk_dtype_is_float(want));
+  if (!ok || !convertible) {
+    char have[128], need[128];
+    shape_text(have, sizeof have, npy.dtype, npy.rank, npy.shape);
+    shape_text(need, sizeof need, want, tpk_buffer_rank(b), tpk_buffer_shape(b));
+    fprintf(stderr, "tpk: %s holds %s but parameter '%s' needs %s\n", path, have, pname, need);
+    tpk_npy_free(&npy);
+    return false;
+  }
+  tpk_prims()->convert((int)npy.dtype, (int)want, npy.data, tpk_buffer_data(b), numel(npy.rank, npy.shape));
+  tpk_npy_free(&npy);
+  return true;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* ---- checking against the reference interpreter -------------------------------------- */
+
+/* Tolerances by dtype: about two units in the last place of the output type
+ * plus what accumulation-order-free differences (libm vs the primitives)
+ * give in f32. */
+static void tolerance(TpkDType dt, double *atol, double *rtol) {
+  switch (dt) {
+  case TPK_F32: *atol = 1e-5; *rtol = 1e-4; break;
+  case TPK_F16: *atol = 1e-3; *rtol = 2e-3; break;
+  case TPK_BF16: *atol = 1e-2; *rtol = 1.6e-2; break;
+  case TPK_F8E4M3: *atol = 0.125; *rtol = 0.13; break;
+  case TPK_F8E5M2: *atol = 0.25; *rtol = 0.26; break;
+  default: *atol = 0; *rtol = 0; break;
+  }
+}
+
+static bool compare(const char *name, TpkDType dt, int rank, const int64_t *shape, const void *got, const void *want) {
+  int64_t n = numel(rank, shape);
+  float *g = malloc((size_t)(n ? n : 1) * sizeof *g), *w = malloc((size_t)(n ? n : 1) * sizeof *w);
+  if (!g || !w) {
+    free(g);
+    free(w);
+    fprintf(stderr, "tpk: out of memory checking '%s'\n", name);
+    return false;
+  }
+  bool exact = !tpk_dtype_is_float(dt);
+  if (exact && dt != TPK_BOOL) { /* integers: compare as int32, exactly */
+    int32_t *gi = (int32_t *)(void *)g, *wi = (int32_t *)(void *)w;
+    tpk_prims()->convert((int)dt, TPK_PRIM_I32, got, gi, n);
+    tpk_prims()->convert((int)dt, TPK_PRIM_I32, want, wi, n);
+    for (int64_t i = 0; i < n; i++) {
+      g[i] = (float)gi[i];
+      w[i] = (float)wi[i];
+    }
+  } else {
+    tpk_prims()->convert((int)dt, TPK_PRIM_F32, got, g, n);
+    tpk_prims()->convert((int)dt, TPK_PRIM_F32, want, w, n);
+  }
+  double atol, rtol;
+  tolerance(dt, &atol, &rtol);
+  int64_t worst = -1, bad = 0;
+  double worst_excess = 0, max_abs = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double a = g[i], b = w[i];
+    if (isnan(a) && isnan(b)) continue;
+    double d = fabs(a - b);
+    if (isinf(a) || isinf(b)) d = a == b ? 0 : INFINITY;
+    if (d > max_abs && !isinf(d)) max_abs = d;
+    double excess = d - (atol + rtol * fabs(b));
+    if (excess > 0 || (isnan(a) != isnan(b))) {
+      bad++;
+      if (worst < 0 || excess > worst_excess || isnan(excess)) {
+        worst = i;
+        worst_excess = excess;
+      }
+    }
+  }
+  if (worst >= 0) {
+    char at[160];
+    int k = snprintf(at, sizeof at, "%s[", name);
+    int64_t rem = worst;
+    int64_t idx[TPK_MAX_DIMS];
+    for (int d = rank - 1; d >= 0; d--) {
+      idx[d] = shape[d] ? rem % shape[d] : 0;
+      rem = shape[d] ? rem / shape[d] : 0;
+    }
+    for (int d = 0; d < rank && k < (int)sizeof at; d++) k += snprintf(at + k, sizeof at - (size_t)k, "%s%lld", d ? ", " : "", (long long)idx[d]);
+    if (k < (int)sizeof at) snprintf(at + k, sizeof at - (size_t)k, "]");
+    printf("  check        FAILED: %s: %lld of %lld elements differ from the reference interpreter; worst at %s: got %.9g, expected %.9g (tolerance %g + %g*|expected|)\n",
+           name, (long long)bad, (long long)n, at, (double)g[worst], (double)w[worst], atol, rtol);
+  } else {
+    printf("  check        ok: '%s' matches the reference interpreter (%lld elements, max abs diff %.3g)\n", name,
+           (long long)n, max_abs);
+  }
+  free(g);
+  free(w);
+  return worst < 0;
+}
+
+/* Run the reference interpreter on copies of the inputs and compare every
+ * output and inout parameter. */
+static bool check_against_interpreter(const Run *r, const TpkSource *src, TpkKernel *k, TpkBuffer **bufs,
+                                      void **before, const double *scalars) {
+  TpkBinding binds[64], tunes[64];
+  for (int i = 0; i < r->shape.count && i < 64; i++) binds[i] = r->shape.items[i];
+  for (int i = 0; i < r->tunes.count && i < 64; i++) tunes[i] = r->tunes.items[i];
+  /* output-only symbols the launch bound from buffers must be bound here too */
+  TpkCheckOptions o = {.binds = binds, .nbinds = r->shape.count, .tunes = tunes, .ntunes = r->tunes.count,
+                       .only_kernel = r->kernel};
+  int np = tpk_kernel_param_count(k);
+  TpkDiags diags;
+  tpk_diags_init(&diags, src);
+  TpkModule *m = NULL;
+  TpkStatus st = tpk_compile_source(src, &o, &diags, &m);
+  tpk_diags_free(&diags);
+  if (st != TPK_OK || !m || !m->nfuncs) {
+    fprintf(stderr, "tpk: cannot build the reference for the check\n");
+    if (m) tpk_module_free(m);
+    return false;
+  }
+  TpkFunc *f = m->funcs[0];
+  void *args[256];
+  void *mem[256] = {0};
+  uint64_t svals[256];
+  bool ok = true;
+  for (int i = 0; i < np && ok; i++) {
+    if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) {
+      float fv = (float)scalars[i];
+      TpkDType dt = tpk_kernel_param_dtype(k, i);
+      if (tpk_dtype_is_float(dt)) tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &fv, &svals[i], 1);
+      else {
+        int32_t iv = (int32_t)scalars[i];
+        tpk_prims()->convert(TPK_PRIM_I32, (int)dt, &iv, &svals[i], 1);
+      }
+      args[i] = &svals[i];
+      continue;
+    }
+    size_t bytes = tpk_buffer_bytes(bufs[i]);
+    mem[i] = calloc(1, bytes ? bytes : 1);
+    if (!mem[i]) {
+      ok = false;
+      break;
+    }
+    if (before[i]) memcpy(mem[i], before[i], bytes); /* inputs and inouts as they were */
+    args[i] = mem[i];
+  }
+  TpkError err = {0};
+  if (ok && tpk_interp_run(f, args, NULL, &err) != TPK_OK) {
+    printf("  check        the reference interpreter failed: %s\n", err.message);
+    ok = false;
+  }
+  for (int i = 0; i < np && ok; i++) {
+    TpkParamKind kind = tpk_kernel_param_kind(k, i);
+    if (kind != TPK_PARAM_KIND_OUTPUT && kind != TPK_PARAM_KIND_INOUT) continue;
+    ok = compare(tpk_kernel_param_name(k, i), tpk_buffer_dtype(bufs[i]), tpk_buffer_rank(bufs[i]),
+                 tpk_buffer_shape(bufs[i]), tpk_buffer_data(bufs[i]), mem[i]) && ok;
+  }
+  for (int i = 0; i < np; i++) free(mem[i]);
+  tpk_module_free(m);
+  return ok;
+}
+
+/* ---- the command ---------------------------------------------------------------------- */
+
+static int run(Run *r) {
+  int status = CLI_FAIL;
+  TpkContext *ctx = NULL;
+  TpkDevice *dev = NULL;
+  TpkProgram *prog = NULL;
+  TpkKernel *k = NULL;
+  TpkBuffer *bufs[256] = {0};
+  void *before[256] = {0};
+  double scalars[256] = {0};
+  TpkSource src = {0};
+  TpkError err = {0};
+  int np = 0;
+  if (cli_source_read(&src, r->path, &err) != TPK_OK) {
+    fprintf(stderr, "tpk: %s\n", err.message);
+    return CLI_FAIL;
+  }
+  if (tpk_context_create(&ctx) != TPK_OK || tpk_device_open(ctx, r->device, &dev) != TPK_OK ||
+      tpk_program_load_source(ctx, src.name, src.text, src.len, &prog) != TPK_OK) {
+    /* diagnostics arrive rendered (file:line:col: error: ...); other
+     * failures get the usual prefix */
+    const char *msg = tpk_last_error();
+    fprintf(stderr, "%s%s%s", strstr(msg, ": error: ") ? "" : "tpk: ", msg, msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+    goto done;
+  }
+  if (!r->kernel) {
+    if (tpk_program_kernel_count(prog) != 1) {
+      fprintf(stderr, "tpk: %s has %d kernels; choose one with --kernel:", src.name, tpk_program_kernel_count(prog));
+      for (int i = 0; i < tpk_program_kernel_count(prog); i++) fprintf(stderr, " %s", tpk_program_kernel_name(prog, i));
+      fprintf(stderr, "\n");
+      status = CLI_USAGE;
+      goto done;
+    }
+    r->kernel = tpk_program_kernel_name(prog, 0);
+  }
+  if (tpk_program_kernel(prog, r->kernel, &k) != TPK_OK) {
+    fprintf(stderr, "tpk: %s\n", tpk_last_error());
+    goto done;
+  }
+  np = tpk_kernel_param_count(k);
+  if (np > 256) {
+    fprintf(stderr, "tpk: kernel '%s' has more than 256 parameters\n", r->kernel);
+    goto done;
+  }
+  TpkNamedInt syms[64];
+  int nsyms = 0;
+  for (int i = 0; i < r->shape.count && nsyms < 64; i++) syms[nsyms++] = (TpkNamedInt){r->shape.items[i].name, r->shape.items[i].value};
+  for (int i = 0; i < tpk_kernel_symbol_count(k); i++) {
+    const char *s = tpk_kernel_symbol_name(k, i);
+    bool have = false;
+    for (int j = 0; j < nsyms; j++) have |= strcmp(syms[j].name, s) == 0;
+    if (!have) {
+      fprintf(stderr, "tpk: kernel '%s' needs the size of %s: --shape", r->kernel, s);
+      for (int j = 0; j < tpk_kernel_symbol_count(k); j++) fprintf(stderr, "%s%s=...", j ? "," : " ", tpk_kernel_symbol_name(k, j));
+      fprintf(stderr, "\n");
+      status = CLI_USAGE;
+      goto done;
+    }
+  }
+  printf("%s: kernel %s on %s\n", src.name, r->kernel, tpk_device_name(dev));
+  uint64_t rng = r->seed;
+  for (int i = 0; i < np; i++) {
+    const char *name = tpk_kernel_param_name(k, i);
+    TpkParamKind kind = tpk_kernel_param_kind(k, i);
+    TpkDType dt = tpk_kernel_param_dtype(k, i);
+    if (kind == TPK_PARAM_KIND_SCALAR) {
+      const char *text = NULL;
+      for (int j = 0; j < r->nscalars; j++)
+        if (strcmp(r->scalars[j].name, name) == 0) text = r->scalars[j].text;
+      if (!text) {
+        fprintf(stderr, "tpk: scalar '%s' (%s) needs a value: --scalar %s=...\n", name, tpk_dtype_name(dt), name);
+        status = CLI_USAGE;
+        goto done;
+      }
+      char *end;
+      scalars[i] = strtod(text, &end);
+      if (*end || end == text) {
+        fprintf(stderr, "tpk: --scalar %s expects a number, got '%s'\n", name, text);
+        status = CLI_USAGE;
+        goto done;
+      }
+      printf("  %-12s %s = %s\n", name, tpk_dtype_name(dt), text);
+      continue;
+    }
+    int64_t shape[TPK_MAX_DIMS];
+    if (tpk_kernel_param_shape(k, i, syms, nsyms, shape) != TPK_OK ||
+        tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]) != TPK_OK) {
+      fprintf(stderr, "tpk: %s\n", tpk_last_error());
+      goto done;
+    }
+    char st[128];
+    shape_text(st, sizeof st, dt, tpk_kernel_param_rank(k, i), shape);
+    const char *file = NULL;
+    for (int j = 0; j < r->ninputs; j++)
+      if (strcmp(r->inputs[j].name, name) == 0) file = r->inputs[j].text;
+    if (kind == TPK_PARAM_KIND_OUTPUT) {
+      if (file) {
+        fprintf(stderr, "tpk: '%s' is an output; --inputs gives inputs only\n", name);
+        status = CLI_USAGE;
+        goto done;
+      }
+      printf("  %-12s %-22s output\n", name, st);
+      continue;
+    }
+    if (file) {
+      if (!load_input(name, file, bufs[i])) goto done;
+      printf("  %-12s %-22s from %s\n", name, st, file);
+    } else {
+      fill_random(tpk_buffer_data(bufs[i]), dt, numel(tpk_buffer_rank(bufs[i]), shape), &rng);
+      printf("  %-12s %-22s random (seed %llu)\n", name, st, (unsigned long long)r->seed);
+    }
+    if (r->check) { /* inouts change: keep what the reference must start from */
+      size_t bytes = tpk_buffer_bytes(bufs[i]);
+      before[i] = malloc(bytes ? bytes : 1);
+      if (!before[i]) goto done;
+      memcpy(before[i], tpk_buffer_data(bufs[i]), bytes);
+    }
+  }
+  for (int j = 0; j < r->ninputs; j++) {
+    bool known = false;
+    for (int i = 0; i < np; i++) known |= strcmp(tpk_kernel_param_name(k, i), r->inputs[j].name) == 0;
+    if (!known) {
+      fprintf(stderr, "tpk: kernel '%s' has no parameter '%s' (--inputs)\n", r->kernel, r->inputs[j].name);
+      status = CLI_USAGE;
+      goto done;
+    }
+  }
+  TpkNamedInt tunes[64];
+  for (int i = 0; i < r->tunes.count && i < 64; i++) tunes[i] = (TpkNamedInt){r->tunes.items[i].name, r->tunes.items[i].value};
+  TpkLaunch launch = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = nsyms, .tunes = tunes, .ntunes = r->tunes.count};
+  /* The first call compiles; inouts would be updated by every call, so
+   * the check compares the first call's results. */
+  double t0 = now_ms();
+  if (tpk_kernel_launch(k, &launch) != TPK_OK) {
+    fprintf(stderr, "tpk: %s\n", tpk_last_error());
+    goto done;
+  }
+  double first = now_ms() - t0;
+  printf("  first call   %.3f ms (compiled by %s)\n", first, tpk_kernel_last_tier(k));
+  bool ok = true;
+  if (r->check) ok = check_against_interpreter(r, &src, k, bufs, before, scalars);
+  if (r->out_dir) {
+    mkdir(r->out_dir, 0777);
+    for (int i = 0; i < np; i++) {
+      TpkParamKind kind = tpk_kernel_param_kind(k, i);
+      if (kind != TPK_PARAM_KIND_OUTPUT && kind != TPK_PARAM_KIND_INOUT) continue;
+      char path[4096];
+      snprintf(path, sizeof path, "%s/%s.npy", r->out_dir, tpk_kernel_param_name(k, i));
+      if (tpk_npy_write(path, tpk_buffer_dtype(bufs[i]), tpk_buffer_rank(bufs[i]), tpk_buffer_shape(bufs[i]),
+                        tpk_buffer_data(bufs[i]), &err) != TPK_OK) {
+        fprintf(stderr, "tpk: %s\n", err.message);
+        goto done;
+      }
+      printf("  wrote        %s\n", path);
+    }
+  }
+  /* Steady state: warm up past the promotion threshold, let the optimized
+   * tier land, then time. */
+  for (int i = 0; i < 3; i++)
+    if (tpk_kernel_launch(k, &launch) != TPK_OK) {
+      fprintf(stderr, "tpk: %s\n", tpk_last_error());
+      goto done;
+    }
+  tpk_context_wait_compiles(ctx);
+  double *times = malloc((size_t)r->repeat * sizeof *times);
+  if (!times) goto done;
+  for (int i = 0; i < r->repeat; i++) {
+    double s = now_ms();
+    if (tpk_kernel_launch(k, &launch) != TPK_OK) {
+      fprintf(stderr, "tpk: %s\n", tpk_last_error());
+      free(times);
+      goto done;
+    }
+    times[i] = now_ms() - s;
+  }
+  qsort(times, (size_t)r->repeat, sizeof *times, cmp_double);
+  printf("  steady       %.3f ms median of %d (min %.3f ms, tier %s)\n", times[r->repeat / 2], r->repeat, times[0],
+         tpk_kernel_last_tier(k));
+  free(times);
+  status = ok ? CLI_OK : CLI_FAIL;
+done:
+  for (int i = 0; i < np; i++) {
+    tpk_buffer_destroy(bufs[i]);
+    free(before[i]);
+  }
+  tpk_context_destroy(ctx);
+  tpk_source_free(&src);
+  return status;
+}
+
+int cli_run(const CliCommand *cmd, int argc, char **argv) {
+  Run r = {0};
+  int status = parse_args(&r, cmd, argc, argv);
+  if (status == CLI_OK) status = run(&r);
+  cli_bindings_free(&r.shape);
+  cli_bindings_free(&r.tunes);
+  for (int i = 0; i < r.nscalars; i++) {
+    free(r.scalars[i].name);
+    free(r.scalars[i].text);
+  }
+  for (int i = 0; i < r.ninputs; i++) {
+    free(r.inputs[i].name);
+    free(r.inputs[i].text);
+  }
+  return cli_finish_output(status);
+}
