@@ -1,0 +1,368 @@
+/*
+ * The host backend against the reference interpreter: every kernel of the
+ * corpus, at several shapes (ragged, tiny, aligned) and tunable choices,
+ * runs through the public runtime API and matches the interpreter run on
+ * the same inputs, or both fail with the same kind of error. Also: tiers
+ * agree bit for bit, queues keep order, and bad calls give clear errors.
+ */
+#include "support.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/interp.h"
+#include "runtime/prims.h"
+#include "tpk.h"
+
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15u);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
+/* floats in [-1, 1), integers in [0, 8), bools 0/1 */
+static void fill(void *data, TpkDType dt, int64_t n, uint64_t *s) {
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t r = rng_next(s);
+    char *at = (char *)data + i * (int64_t)tpk_dtype_size(dt);
+    if (tpk_dtype_is_float(dt)) {
+      float f = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+      tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &f, at, 1);
+    } else {
+      int32_t v = dt == TPK_BOOL ? (int32_t)(r & 1) : (int32_t)(r % 8);
+      tpk_prims()->convert(TPK_PRIM_I32, (int)dt, &v, at, 1);
+    }
+  }
+}
+
+static int64_t numel(const TpkBuffer *b) {
+  int64_t n = 1;
+  for (int i = 0; i < tpk_buffer_rank(b); i++) n *= tpk_buffer_shape(b)[i];
+  return n;
+}
+
+/* Outputs agree within the dtype's tolerance (exactly for integers). */
+static bool close_enough(TpkDType dt, const void *got, const void *want, int64_t n, char *why, size_t whylen) {
+  float *g = malloc((size_t)(n ? n : 1) * sizeof *g), *w = malloc((size_t)(n ? n : 1) * sizeof *w);
+  double atol = dt == TPK_F32 ? 1e-5 : dt == TPK_F16 ? 1e-3 : dt == TPK_BF16 ? 1e-2 : tpk_dtype_is_float(dt) ? 0.25 : 0;
+  double rtol = dt == TPK_F32 ? 1e-4 : dt == TPK_F16 ? 2e-3 : dt == TPK_BF16 ? 1.6e-2 : tpk_dtype_is_float(dt) ? 0.26 : 0;
+  tpk_prims()->convert((int)dt, TPK_PRIM_F32, got, g, n);
+  tpk_prims()->convert((int)dt, TPK_PRIM_F32, want, w, n);
+  bool ok = true;
+  for (int64_t i = 0; i < n && ok; i++) {
+    if (isnan(g[i]) && isnan(w[i])) continue;
+    double d = fabs((double)g[i] - (double)w[i]);
+    if (g[i] == w[i]) d = 0;
+    if (!(d <= atol + rtol * fabs((double)w[i]))) {
+      snprintf(why, whylen, "element %lld: host %.9g, interpreter %.9g", (long long)i, (double)g[i], (double)w[i]);
+      ok = false;
+    }
+  }
+  free(g);
+  free(w);
+  return ok;
+}
+
+typedef struct Case {
+  int passed, compared, both_failed;
+} Case;
+
+/* Run kernel `k` of `text` with every shape symbol = size (and tunables as
+ * given) on the host and in the interpreter; compare. */
+static void run_case(TpkContext *ctx, TpkDevice *dev, TpkProgram *prog, const char *file, const char *text,
+                     const char *kname, int64_t size, const TpkBinding *tunes, int ntunes, Case *tally) {
+  TpkKernel *k;
+  assert_int_equal(tpk_program_kernel(prog, kname, &k), TPK_OK);
+  int np = tpk_kernel_param_count(k);
+  TpkNamedInt syms[32];
+  TpkBinding binds[32];
+  int ns = tpk_kernel_symbol_count(k);
+  for (int i = 0; i < ns && i < 32; i++) {
+    syms[i] = (TpkNamedInt){tpk_kernel_symbol_name(k, i), size};
+    binds[i] = (TpkBinding){tpk_kernel_symbol_name(k, i), size};
+  }
+  TpkBuffer *bufs[64] = {0};
+  void *ref[64] = {0};
+  uint64_t sv[64];
+  double scalars[64] = {0};
+  void *iargs[64];
+  uint64_t seed = (uint64_t)size * 7919u + (uint64_t)strlen(kname);
+  for (int i = 0; i < np; i++) {
+    TpkDType dt = tpk_kernel_param_dtype(k, i);
+    if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) {
+      scalars[i] = tpk_dtype_is_float(dt) ? 0.5 : 3;
+      float fv = (float)scalars[i];
+      int32_t iv = (int32_t)scalars[i];
+      if (tpk_dtype_is_float(dt)) tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &fv, &sv[i], 1);
+      else tpk_prims()->convert(TPK_PRIM_I32, (int)dt, &iv, &sv[i], 1);
+      iargs[i] = &sv[i];
+      continue;
+    }
+    int64_t shape[8];
+    assert_int_equal(tpk_kernel_param_shape(k, i, syms, ns, shape), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]), TPK_OK);
+    if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT) fill(tpk_buffer_data(bufs[i]), dt, numel(bufs[i]), &seed);
+    size_t bytes = tpk_buffer_bytes(bufs[i]);
+    ref[i] = calloc(1, bytes ? bytes : 1);
+    assert_non_null(ref[i]);
+    memcpy(ref[i], tpk_buffer_data(bufs[i]), bytes);
+    iargs[i] = ref[i];
+  }
+  TpkNamedInt tn[8];
+  for (int i = 0; i < ntunes; i++) tn[i] = (TpkNamedInt){tunes[i].name, tunes[i].value};
+  TpkLaunch launch = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns, .tunes = tn, .ntunes = ntunes};
+  TpkStatus host = tpk_kernel_launch(k, &launch);
+  char host_msg[512];
+  snprintf(host_msg, sizeof host_msg, "%s", tpk_last_error());
+
+  TpkCheckOptions o = {.binds = binds, .nbinds = ns, .tunes = tunes, .ntunes = ntunes, .only_kernel = kname};
+  TestCompile c;
+  test_compile(&c, file, text, &o);
+  assert_int_equal(c.status, TPK_OK);
+  TpkError err = {0};
+  TpkStatus interp = tpk_interp_run(c.module->funcs[0], iargs, NULL, &err);
+  if (host != TPK_OK || interp != TPK_OK) {
+    /* Both must fail, for the same reason (an index out of range). */
+    if ((host == TPK_OK) != (interp == TPK_OK))
+      fail_msg("%s:%s size %lld: host %s (%s), interpreter %s (%s)", file, kname, (long long)size,
+               tpk_status_name(host), host_msg, tpk_status_name(interp), err.message);
+    assert_non_null(strstr(host_msg, "out of range"));
+    tally->both_failed++;
+  } else {
+    for (int i = 0; i < np; i++) {
+      TpkParamKind kind = tpk_kernel_param_kind(k, i);
+      if (kind != TPK_PARAM_KIND_OUTPUT && kind != TPK_PARAM_KIND_INOUT) continue;
+      char why[256];
+      if (!close_enough(tpk_buffer_dtype(bufs[i]), tpk_buffer_data(bufs[i]), ref[i], numel(bufs[i]), why, sizeof why))
+        fail_msg("%s:%s size %lld, output '%s': %s", file, kname, (long long)size, tpk_kernel_param_name(k, i), why);
+      tally->compared++;
+    }
+    tally->passed++;
+  }
+  test_compile_free(&c);
+  for (int i = 0; i < np; i++) {
+    tpk_buffer_destroy(bufs[i]);
+    free(ref[i]);
+  }
+  (void)ctx;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void test_corpus_matches_interpreter(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  DIR *d = opendir(test_path("tests/corpus"));
+  assert_non_null(d);
+  char *names[128];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 128) {
+    size_t len = strlen(e->d_name);
+    if (len > 4 && strcmp(e->d_name + len - 4, ".tpk") == 0) names[n++] = strdup(e->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)n, sizeof *names, cmp_str);
+  Case tally = {0};
+  static const int64_t SIZES[] = {1, 37, 130}; /* tiny, ragged, past one 128-block */
+  for (int f = 0; f < n; f++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/corpus/%s", names[f]);
+    char *text = test_read_file(test_path(rel), NULL);
+    assert_non_null(text);
+    TpkProgram *prog;
+    if (tpk_program_load_source(ctx, names[f], text, strlen(text), &prog) != TPK_OK)
+      fail_msg("%s: %s", names[f], tpk_last_error());
+    for (int ki = 0; ki < tpk_program_kernel_count(prog); ki++) {
+      const char *kname = tpk_program_kernel_name(prog, ki);
+      for (size_t s = 0; s < TPK_ARRAY_LEN(SIZES); s++) run_case(ctx, dev, prog, names[f], text, kname, SIZES[s], NULL, 0, &tally);
+    }
+    tpk_program_destroy(prog);
+    free(text);
+    free(names[f]);
+  }
+  fprintf(stderr, "host vs interpreter: %d launches matched (%d outputs), %d failed alike\n", tally.passed,
+          tally.compared, tally.both_failed);
+  assert_true(tally.passed >= 150);
+  tpk_context_destroy(ctx);
+}
+
+/* Tunables change blocks, not results. */
+static void test_tunables_do_not_change_results(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  char *text = test_read_file(test_path("tests/corpus/matmul.tpk"), NULL);
+  TpkProgram *prog;
+  assert_int_equal(tpk_program_load_source(ctx, "matmul.tpk", text, strlen(text), &prog), TPK_OK);
+  Case tally = {0};
+  TpkBinding t1[] = {{"BM", 256}, {"BN", 256}, {"BK", 512}};
+  run_case(ctx, dev, prog, "matmul.tpk", text, "matmul", 300, t1, 3, &tally);
+  run_case(ctx, dev, prog, "matmul.tpk", text, "matmul", 300, NULL, 0, &tally);
+  assert_int_equal(tally.passed, 2);
+  tpk_program_destroy(prog);
+  free(text);
+  tpk_context_destroy(ctx);
+}
+
+static const char *ADD = "kernel add(x: f32[N], y: f32[N]) -> (o: f32[N]) { o = x + y; }\n"
+                         "kernel scale(inout x: f32[N], a: f32) -> () { x = x * a; }\n";
+
+static void test_bad_calls(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  TpkKernel *k;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "tpu9", &dev), TPK_ERR_INVALID);
+  assert_non_null(strstr(tpk_last_error(), "unknown device 'tpu9'"));
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "bad.tpk", "kernel f(x: f32[N]) -> (o: f32[N]) { o = y; }", 45, &prog),
+                   TPK_ERR_PARSE);
+  assert_non_null(strstr(tpk_last_error(), "bad.tpk:1:40: error: unknown name 'y'"));
+  assert_int_equal(tpk_program_load_source(ctx, "add.tpk", ADD, strlen(ADD), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "ad", &k), TPK_ERR_INVALID);
+  assert_non_null(strstr(tpk_last_error(), "has no kernel 'ad'; it has: add, scale"));
+  assert_int_equal(tpk_program_kernel(prog, "add", &k), TPK_OK);
+  TpkBuffer *x, *y, *o, *h;
+  int64_t n8 = 8, n9 = 9;
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n8, &x), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n9, &y), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n8, &o), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 1, &n8, &h), TPK_OK);
+  TpkBuffer *args[] = {x, y, o};
+  TpkLaunch L = {.args = args};
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
+  assert_string_equal(tpk_last_error(), "kernel 'add': shape symbol N is 8 from 'x' (dimension 0) but 9 from 'y' (dimension 0)");
+  TpkBuffer *args2[] = {x, h, o};
+  L.args = args2;
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
+  assert_string_equal(tpk_last_error(), "kernel 'add': parameter 'y' is f32 but the buffer holds bf16");
+  TpkBuffer *args3[] = {x, x, o};
+  L.args = args3;
+  TpkNamedInt bogus = {"Q", 3};
+  L.syms = &bogus;
+  L.nsyms = 1;
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
+  assert_string_equal(tpk_last_error(), "kernel 'add' has no shape symbol 'Q'");
+  L.nsyms = 0;
+  float in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+  assert_int_equal(tpk_buffer_write(x, in, sizeof in), TPK_OK);
+  assert_int_equal(tpk_buffer_write(x, in, 4), TPK_ERR_INVALID);
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+  assert_int_equal(tpk_buffer_read(o, out, sizeof out), TPK_OK);
+  for (int i = 0; i < 8; i++) assert_true(out[i] == 2 * in[i]);
+  /* inout and scalars */
+  assert_int_equal(tpk_program_kernel(prog, "scale", &k), TPK_OK);
+  TpkBuffer *sargs[] = {x, NULL};
+  double sc[] = {0, 3.0};
+  TpkLaunch S = {.args = sargs, .scalars = sc};
+  assert_int_equal(tpk_kernel_launch(k, &S), TPK_OK);
+  assert_int_equal(tpk_buffer_read(x, out, sizeof out), TPK_OK);
+  for (int i = 0; i < 8; i++) assert_true(out[i] == 3 * in[i]);
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+  tpk_buffer_destroy(o);
+  tpk_buffer_destroy(h);
+  tpk_context_destroy(ctx);
+}
+
+/* A queue runs its launches in order: scale x by 2, then add 1, many times. */
+static void test_queue_order(void **state) {
+  (void)state;
+  const char *src = "kernel mul2(inout x: f32[N]) -> () { x = x * 2.0; }\n"
+                    "kernel add1(inout x: f32[N]) -> () { x = x + 1.0; }\n";
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  TpkKernel *mul2, *add1;
+  TpkQueue *q;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "q.tpk", src, strlen(src), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "mul2", &mul2), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "add1", &add1), TPK_OK);
+  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  TpkBuffer *x;
+  int64_t n = 4;
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &x), TPK_OK);
+  TpkBuffer *args[] = {x};
+  TpkLaunch L = {.args = args};
+  double expect = 0;
+  for (int i = 0; i < 10; i++) {
+    assert_int_equal(tpk_queue_launch(q, mul2, &L), TPK_OK);
+    assert_int_equal(tpk_queue_launch(q, add1, &L), TPK_OK);
+    expect = expect * 2 + 1;
+  }
+  TpkEvent *ev;
+  assert_int_equal(tpk_queue_record(q, &ev), TPK_OK);
+  assert_int_equal(tpk_event_wait(ev), TPK_OK);
+  assert_true(tpk_event_done(ev));
+  float out[4];
+  assert_int_equal(tpk_buffer_read(x, out, sizeof out), TPK_OK);
+  for (int i = 0; i < 4; i++) assert_true(out[i] == (float)expect);
+  /* an error in queued work surfaces at the next wait */
+  TpkBuffer *none[] = {NULL};
+  TpkLaunch bad = {.args = none};
+  assert_int_equal(tpk_queue_launch(q, mul2, &bad), TPK_OK);
+  assert_int_equal(tpk_queue_wait(q), TPK_ERR_INVALID);
+  assert_non_null(strstr(tpk_last_error(), "no buffer for parameter 'x'"));
+  assert_int_equal(tpk_queue_wait(q), TPK_OK);
+  tpk_event_destroy(ev);
+  tpk_queue_destroy(q);
+  tpk_buffer_destroy(x);
+  tpk_context_destroy(ctx);
+}
+
+/* A kernel whose tiles cannot fit the target's VMEM is refused, naming the
+ * buffers. */
+static void test_vmem_budget(void **state) {
+  (void)state;
+  const char *src = "kernel big(x: f32[M, N]) -> (y: f32[M, N]) tune BM in [1024] {\n"
+                    "  for i in tiles(M, BM) { let t = x[i, :]; y[i, :] = t * t; }\n"
+                    "}\n";
+  setenv("TPK_HOST_VMEM", "1M", 1);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  TpkKernel *k;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "big.tpk", src, strlen(src), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "big", &k), TPK_OK);
+  TpkBuffer *x, *y;
+  int64_t shape[2] = {2048, 1024};
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, shape, &x), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, shape, &y), TPK_OK);
+  TpkBuffer *args[] = {x, y};
+  TpkLaunch L = {.args = args};
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_NOMEM);
+  assert_non_null(strstr(tpk_last_error(), "kernel 'big' needs 4.0 MiB of VMEM for one grid instance but host has 1.0 MiB"));
+  assert_non_null(strstr(tpk_last_error(), "%t f32[1024,1024] (4.0 MiB, line 2)"));
+  unsetenv("TPK_HOST_VMEM");
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+  tpk_context_destroy(ctx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_calls),
+      cmocka_unit_test(test_queue_order),
+      cmocka_unit_test(test_vmem_budget),
+      cmocka_unit_test(test_tunables_do_not_change_results),
+      cmocka_unit_test(test_corpus_matches_interpreter),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
