@@ -70,6 +70,9 @@ TpkKernelFn tpk_code_entry(TpkCode *c);
 TpkTier tpk_code_tier(const TpkCode *c);
 /* Block until a pending cc promotion of c has finished (tests, benchmarks). */
 void tpk_code_wait_optimized(TpkCode *c);
+/* Why the background cc build of c failed (the compiler's output), or NULL
+ * when it did not fail or has not finished. */
+const char *tpk_code_cc_error(const TpkCode *c);
 
 /* Counters for tests: how many times each compiler was invoked. */
 typedef struct TpkJitStats {
