@@ -32,6 +32,7 @@
  */
 #include "runtime/jit.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -649,36 +650,81 @@ done:
   return ok;
 }
 
-/* Removes a build folder and what cc may have left in it. */
+/* Removes a build folder and everything in it (cc's own temporary files
+ * land there too: TMPDIR points at it). */
 static void remove_build_dir(const char *dir) {
-  static const char *const files[] = {"tpk_prims.h", "kernel.c", "kernel.so", "cc.log"};
-  for (size_t i = 0; i < TPK_ARRAY_LEN(files); i++) {
-    char *p = path_join(dir, files[i]);
-    if (p) unlink(p);
-    free(p);
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+      char *p = path_join(dir, e->d_name);
+      if (p) unlink(p);
+      free(p);
+    }
+    closedir(d);
   }
   rmdir(dir);
 }
 
-/* Runs the compiler, output to `log`. When `tracked`, the worker records the
- * child so that tpk_jit_destroy can kill it. Returns the wait status, or -1
- * when the process could not be started. */
-static int run_cc(TpkJit *j, char **argv, const char *log, bool tracked) {
+/* The environment for cc: ours with TMPDIR set to the build folder, so
+ * that nothing cc writes outlives the build. Frees with free_env. */
+static char **env_for_cc(const char *dir) {
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = calloc(n + 2, sizeof *env);
+  size_t len = strlen(dir);
+  char *tmp = malloc(len + 8);
+  if (!env || !tmp) {
+    free(env);
+    free(tmp);
+    return NULL;
+  }
+  memcpy(tmp, "TMPDIR=", 7);
+  memcpy(tmp + 7, dir, len + 1);
+  env[0] = tmp;
+  for (size_t i = 0, k = 1; i < n; i++)
+    if (strncmp(environ[i], "TMPDIR=", 7) != 0) env[k++] = environ[i];
+  return env;
+}
+
+static void free_env(char **env) {
+  if (env) free(env[0]);
+  free(env);
+}
+
+/* Runs the compiler in its own process group, output to `log`. When
+ * `tracked`, the worker records the child so that tpk_jit_destroy can stop
+ * the group with SIGTERM (the gcc driver then removes its temporary files;
+ * SIGKILL would orphan cc1 and as). Returns the wait status, or -1 when the
+ * process could not be started. */
+static int run_cc(TpkJit *j, char **argv, char **env, const char *log, bool tracked) {
   posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
   if (posix_spawn_file_actions_init(&fa) != 0) return -1;
+  if (posix_spawnattr_init(&attr) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    return -1;
+  }
   pid_t pid;
-  int rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  int rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  if (!rc) rc = posix_spawnattr_setpgroup(&attr, 0);
+  if (!rc) rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   if (!rc) rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  if (!rc) rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  if (!rc) rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, env);
   posix_spawn_file_actions_destroy(&fa);
-  if (rc) return -1;
+  posix_spawnattr_destroy(&attr);
+  if (rc) {
+    errno = rc;
+    return -1;
+  }
   if (tracked) {
-    /* Waiting without reaping (WNOWAIT) keeps the pid ours until `child` is
-     * cleared, so destroy never signals a recycled pid. */
+    /* Waiting without reaping (WNOWAIT) keeps the pid, and so the group id,
+     * ours until `child` is cleared: destroy never signals a recycled one. */
     pthread_mutex_lock(&j->mu);
     j->child = pid;
-    if (j->shutdown) kill(pid, SIGKILL);
+    if (j->shutdown) kill(-pid, SIGTERM);
     pthread_mutex_unlock(&j->mu);
     siginfo_t info;
     while (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
@@ -701,7 +747,7 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
   *msg = NULL;
   TpkStr m = {0};
   char *dir = path_join(j->cache_dir ? j->cache_dir : j->tmp_root, "tpk-build-XXXXXX");
-  char *hdr = NULL, *src = NULL, *so = NULL, *log = NULL, *out = NULL, **argv = NULL;
+  char *hdr = NULL, *src = NULL, *so = NULL, *log = NULL, *out = NULL, **argv = NULL, **env = NULL;
   if (!dir || !mkdtemp(dir)) {
     tpk_str_printf(&m, "cc: cannot create a build folder in %s: %s", j->cache_dir ? j->cache_dir : j->tmp_root,
                    strerror(errno));
@@ -730,8 +776,12 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
   argv[nargs + 1] = so;
   argv[nargs + 2] = src;
   argv[nargs + 3] = "-lm";
+  if (!(env = env_for_cc(dir))) {
+    tpk_str_puts(&m, "cc: out of memory");
+    goto done;
+  }
   atomic_fetch_add(&j->n_cc, 1);
-  int status = run_cc(j, argv, log, tracked);
+  int status = run_cc(j, argv, env, log, tracked);
   if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     char *text = read_text(log, MAX_LOG);
     if (status == -1) tpk_str_printf(&m, "cc: cannot run '%s': %s", j->cc_argv[0], strerror(errno));
@@ -797,6 +847,7 @@ done:
   free(log);
   free(out);
   free(argv);
+  free_env(env);
   if (!ok) *msg = tpk_str_take(&m);
   else tpk_str_free(&m);
   return ok;
@@ -981,7 +1032,7 @@ void tpk_jit_destroy(TpkJit *j) {
   if (!j) return;
   pthread_mutex_lock(&j->mu);
   j->shutdown = true;
-  if (j->child > 0) kill(j->child, SIGKILL); /* a cancelled -O3 build need not finish */
+  if (j->child > 0) kill(-j->child, SIGTERM); /* a cancelled -O3 build need not finish */
   pthread_cond_broadcast(&j->work_cv);
   bool started = j->worker_started;
   pthread_mutex_unlock(&j->mu);
