@@ -783,8 +783,9 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
   atomic_fetch_add(&j->n_cc, 1);
   int status = run_cc(j, argv, env, log, tracked);
   if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    int why = errno;
     char *text = read_text(log, MAX_LOG);
-    if (status == -1) tpk_str_printf(&m, "cc: cannot run '%s': %s", j->cc_argv[0], strerror(errno));
+    if (status == -1) tpk_str_printf(&m, "cc: cannot run '%s': %s", j->cc_argv[0], strerror(why));
     else if (WIFSIGNALED(status)) tpk_str_printf(&m, "cc: '%s' killed by signal %d", j->cc_command, WTERMSIG(status));
     else tpk_str_printf(&m, "cc: '%s' failed (exit %d)", j->cc_command, WEXITSTATUS(status));
     if (text && *text) tpk_str_printf(&m, ":\n%s", text);

@@ -775,6 +775,43 @@ static void test_concurrent_compiles(void **state) {
   tpk_jit_destroy(j);
 }
 
+typedef struct RaceJob {
+  const char *dir;
+  TpkStatus status;
+} RaceJob;
+
+static void *build_same_kernel(void *arg) {
+  RaceJob *job = arg;
+  TpkJitOptions o = {.tier = TPK_TIER_CC, .hot_calls = -1, .cache_dir = job->dir};
+  TpkJit *j = NULL;
+  TpkCode *c = NULL;
+  TpkError err;
+  char src[2048];
+  add_source(src, sizeof src, 13);
+  job->status = tpk_jit_create(&o, &j, &err);
+  if (job->status == TPK_OK) job->status = tpk_jit_compile(j, src, "add_kernel", &c, &err);
+  if (job->status == TPK_OK) run_add(c, 13, NULL);
+  tpk_jit_destroy(j);
+  return NULL;
+}
+
+/* Two compilers (as if two processes) build the same kernel into one cache:
+ * both succeed, one file remains, no temporary is left. */
+static void test_racing_builds_share_the_cache(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  pthread_t th[2];
+  RaceJob jobs[2] = {{dir, TPK_ERR_INTERNAL}, {dir, TPK_ERR_INTERNAL}};
+  for (int t = 0; t < 2; t++) assert_int_equal(pthread_create(&th[t], NULL, build_same_kernel, &jobs[t]), 0);
+  for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < 2; t++) assert_int_equal(jobs[t].status, TPK_OK);
+  int others;
+  assert_int_equal(count_entries(dir, NULL, 0, &others), 1);
+  assert_int_equal(others, 0);
+  remove_tree(dir);
+  free(dir);
+}
+
 typedef struct CallJob {
   TpkCode *code;
   int calls;
@@ -969,6 +1006,7 @@ int main(void) {
       cmocka_unit_test(test_compile_errors_carry_the_compiler_message),
       cmocka_unit_test(test_cc_failure_keeps_the_tcc_entry),
       cmocka_unit_test(test_concurrent_compiles),
+      cmocka_unit_test(test_racing_builds_share_the_cache),
       cmocka_unit_test(test_calls_during_promotion),
       cmocka_unit_test(test_destroy_with_pending_work),
       cmocka_unit_test(test_options_from_env),
