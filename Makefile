@@ -22,12 +22,19 @@ CFLAGS := -std=c11 -g $(OPT) -fPIC -Wall -Wextra -Werror -Wshadow -Wno-missing-f
 GEN_CFLAGS := $(filter-out -Wshadow,$(CFLAGS)) -Wno-unused-parameter -Wno-unused-variable \
 	-Wno-unused-but-set-variable -Wno-implicit-fallthrough -Wno-sign-compare
 LDFLAGS += $(SANITIZE)
-LDLIBS := -lm -lpthread
+# runtime/jit.c links libtcc statically; libtcc needs -ldl.
+LDLIBS := -ltcc -ldl -lm -lpthread
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+# libtcc's own folder (include/, libtcc1.a), from the tcc package.
+TCC_LIB_PATH ?= $(patsubst %/libtcc1.a,%,$(firstword $(wildcard /usr/lib/$(MULTIARCH)/tcc/libtcc1.a \
+	/usr/lib/tcc/libtcc1.a /usr/local/lib/tcc/libtcc1.a /usr/lib64/tcc/libtcc1.a)))
+LIBTCC_A ?= $(firstword $(wildcard /usr/lib/$(MULTIARCH)/libtcc.a /usr/lib/libtcc.a /usr/local/lib/libtcc.a \
+	/usr/lib64/libtcc.a))
 
 MODULES := frontend dsl lower runtime sim
 LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 GEN_SRC := $(BUILD)/dsl/lexer.c $(BUILD)/dsl/grammar.c
-LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o) $(BUILD)/runtime/prims_h.o
 CLI_SRC := $(wildcard cli/*.c)
 CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
 TEST_SRC := $(wildcard tests/*/test_*.c)
@@ -48,6 +55,17 @@ $(BUILD)/dsl/lexer.c: dsl/lexer.re $(BUILD)/dsl/grammar.h
 	@mkdir -p $(BUILD)/dsl
 	re2c -W --no-generation-date -o $@ dsl/lexer.re
 
+# runtime/prims.h as a C string, the header the JIT gives generated code
+# (escapes \ " and ?, the last against trigraphs).
+$(BUILD)/runtime/prims_h.c: runtime/prims.h
+	@mkdir -p $(dir $@)
+	{ echo '/* generated from runtime/prims.h by the Makefile */'; \
+	  echo 'extern const char tpk_jit_prims_h[];'; echo 'const char tpk_jit_prims_h[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; echo ';'; } > $@
+$(BUILD)/runtime/prims_h.o: $(BUILD)/runtime/prims_h.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/runtime/jit.o: CPPFLAGS += $(if $(TCC_LIB_PATH),-DTPK_TCC_LIB_PATH='"$(TCC_LIB_PATH)"')
+
 $(GEN_SRC:.c=.o): %.o: %.c
 	$(CC) $(CPPFLAGS) $(GEN_CFLAGS) -MMD -MP -c $< -o $@
 
@@ -63,8 +81,18 @@ $(BUILD)/%.o: %.c
 $(BUILD)/libtpk.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
-$(BUILD)/libtpk.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# Debian ships libtcc only as a static, non-PIC archive whose references to
+# libc's stdout, stderr and environ a shared object cannot hold. libtpk.so
+# links a copy that refers to hidden stand-ins in runtime/jit.c instead, with
+# libtcc's symbols kept local to libtpk.so (--exclude-libs).
+$(BUILD)/tcc/libtcc_local.a: $(LIBTCC_A)
+	@rm -rf $(BUILD)/tcc && mkdir -p $(BUILD)/tcc
+	cd $(BUILD)/tcc && ar x $(abspath $<) && for o in *.o; do objcopy --redefine-sym stdout=tpk_tcc_stdout \
+		--redefine-sym stderr=tpk_tcc_stderr --redefine-sym environ=tpk_tcc_environ $$o || exit 1; done && \
+		ar rcs libtcc_local.a *.o
+$(BUILD)/libtpk.so: $(LIB_OBJ) $(BUILD)/tcc/libtcc_local.a
+	$(CC) -shared $(LDFLAGS) -o $@ $(LIB_OBJ) -Wl,--exclude-libs,libtcc_local.a $(BUILD)/tcc/libtcc_local.a \
+		$(filter-out -ltcc,$(LDLIBS))
 $(BUILD)/tpk: $(CLI_OBJ) $(BUILD)/libtpk.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtpk.a $(LDLIBS)
 

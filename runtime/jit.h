@@ -20,8 +20,13 @@
  * Shared objects built by cc are kept in a cache folder keyed by a hash of
  * the source and the compiler command ($TPK_CACHE_DIR, else
  * $XDG_CACHE_HOME/tpk, else ~/.cache/tpk), so a later process loads them
- * without compiling. A corrupt or unloadable cache file is removed and
- * rebuilt, never trusted.
+ * without compiling: in the auto and cc tiers a cached build is used at
+ * once, without tcc. A corrupt or unloadable cache file is removed and
+ * rebuilt, never trusted; a file (or folder) another user owns or others
+ * can write is never loaded (kernels are then compiled as if it were absent).
+ *
+ * Thread safety: compile, entry, tier, wait and stats may be called from any
+ * thread. tpk_jit_destroy must come after the last kernel call returned.
  */
 #ifndef TPK_JIT_H
 #define TPK_JIT_H
@@ -60,7 +65,9 @@ void tpk_jit_destroy(TpkJit *j);
 
 /* Compile `source` whose entry point is the function named `entry`. With
  * the tcc tier this returns when tcc is done; with cc when cc is done. The
- * error message of a failed compile includes the compiler's output. */
+ * error message of a failed compile includes the compiler's output; a
+ * source that does not compile is TPK_ERR_INTERNAL (generated code always
+ * should). */
 TpkStatus tpk_jit_compile(TpkJit *j, const char *source, const char *entry, TpkCode **out, TpkError *err);
 
 /* The best entry point available now (atomic), counting the call toward
@@ -70,6 +77,9 @@ TpkKernelFn tpk_code_entry(TpkCode *c);
 TpkTier tpk_code_tier(const TpkCode *c);
 /* Block until a pending cc promotion of c has finished (tests, benchmarks). */
 void tpk_code_wait_optimized(TpkCode *c);
+/* Why the background cc build of c failed (the compiler's output), or NULL
+ * when it did not fail or has not finished. */
+const char *tpk_code_cc_error(const TpkCode *c);
 
 /* Counters for tests: how many times each compiler was invoked. */
 typedef struct TpkJitStats {

@@ -10,6 +10,7 @@ need() { # need PACKAGE FILE-THAT-PROVES-IT
 need re2c /usr/bin/re2c
 need lemon /usr/bin/lemon
 need libtcc-dev /usr/include/libtcc.h
+need tcc /usr/bin/tcc # libtcc1.a and tcc's include/, which libtcc needs at run time
 need libcmocka-dev /usr/include/cmocka.h
 need clang /usr/bin/clang
 need make /usr/bin/make
