@@ -660,10 +660,10 @@ static void block_copy(Emitter *e, const Access *acc, const char *tile, const Tp
     if (to_tile) {
       line(e, "if (!rowok) { lo = 0; hi = 0; }");
       line(e, "for (int64_t k = 0; k < lo; k++) (%s)[k] = %s;", dst_row, fill);
-      line(e, "if (hi > lo) memcpy(%s + lo, %s + (%s) + lo, (size_t)(hi - lo) * %zu);", dst_row, acc->base, off, es);
+      line(e, "if (hi > lo) memcpy(%s + lo, %s + (%s) + lo, (unsigned long)(hi - lo) * %zu);", dst_row, acc->base, off, es);
       line(e, "for (int64_t k = hi > lo ? hi : lo; k < %" PRId64 "; k++) (%s)[k] = %s;", row, dst_row, fill);
     } else {
-      line(e, "if (rowok) memcpy(%s + (%s) + lo, %s + lo, (size_t)(hi - lo) * %zu);", acc->base, off, dst_row, es);
+      line(e, "if (rowok) memcpy(%s + (%s) + lo, %s + lo, (unsigned long)(hi - lo) * %zu);", acc->base, off, dst_row, es);
     }
     e->indent--;
     line(e, "}");
