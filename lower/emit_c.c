@@ -399,7 +399,10 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
 static const char *float_literal(Emitter *e, double v) {
   if (isnan(v)) return "(0.0f / 0.0f)";
   if (isinf(v)) return v > 0 ? "(1.0f / 0.0f)" : "(-1.0f / 0.0f)";
-  return tpk_arena_printf(&e->arena, "%.9gf", v);
+  char buf[48];
+  snprintf(buf, sizeof buf, "%.9g", v);
+  /* a C float literal needs a point or an exponent: 0 -> 0.0f */
+  return tpk_arena_printf(&e->arena, "%s%sf", buf, strpbrk(buf, ".e") ? "" : ".0");
 }
 
 static void emit_const(Emitter *e, const TpkOp *op) {
