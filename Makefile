@@ -76,6 +76,9 @@ $(BUILD)/dsl/%.o: dsl/%.c | $(BUILD)/dsl/grammar.h
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+# The primitive library (prims.h) is every kernel's hot loop: always -O3,
+# whatever OPT says (the last -O wins).
+$(BUILD)/runtime/prims.o: CFLAGS += -O3
 
 # ---- library and command line ----
 $(BUILD)/libtpk.a: $(LIB_OBJ)
