@@ -225,8 +225,9 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   if (!grid) goto oom;
   TpkValue *tile = tpk_block_add_arg(m, grid->regions[0], tpk_type_tile(m, B), "rows");
   if (!tile) goto oom;
-  /* the grid goes where the first row op was */
-  TpkOp *anchor = rows.ops[0];
+  /* The grid goes where the last row op was: every invariant op the rows
+   * use comes before some row op, hence before it. */
+  TpkOp *anchor = rows.ops[rows.n - 1];
   move_before(lo, anchor);
   move_before(hi, anchor);
   move_before(grid, anchor);
