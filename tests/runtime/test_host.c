@@ -230,7 +230,7 @@ static void test_bad_calls(void **state) {
   assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
   assert_int_equal(tpk_program_load_source(ctx, "bad.tpk", "kernel f(x: f32[N]) -> (o: f32[N]) { o = y; }", 45, &prog),
                    TPK_ERR_PARSE);
-  assert_non_null(strstr(tpk_last_error(), "bad.tpk:1:40: error: unknown name 'y'"));
+  assert_non_null(strstr(tpk_last_error(), "bad.tpk:1:42: error: unknown name 'y'"));
   assert_int_equal(tpk_program_load_source(ctx, "add.tpk", ADD, strlen(ADD), &prog), TPK_OK);
   assert_int_equal(tpk_program_kernel(prog, "ad", &k), TPK_ERR_INVALID);
   assert_non_null(strstr(tpk_last_error(), "has no kernel 'ad'; it has: add, scale"));
