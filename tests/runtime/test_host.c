@@ -94,7 +94,7 @@ static void run_case(TpkContext *ctx, TpkDevice *dev, TpkProgram *prog, const ch
   for (int i = 0; i < np; i++) {
     TpkDType dt = tpk_kernel_param_dtype(k, i);
     if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) {
-      scalars[i] = tpk_dtype_is_float(dt) ? 0.5 : 3;
+      scalars[i] = tpk_dtype_is_float(dt) ? 0.5 : dt == TPK_BOOL ? 1 : 3;
       float fv = (float)scalars[i];
       int32_t iv = (int32_t)scalars[i];
       if (tpk_dtype_is_float(dt)) tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &fv, &sv[i], 1);
