@@ -254,6 +254,18 @@ static bool next_index(int rank, const int64_t *dims, int64_t *idx) {
   return false;
 }
 
+/* Element count of a shape, or -1 when it does not fit int64. */
+static int64_t count_of(int rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] != 0 && n > INT64_MAX / dims[i]) return -1;
+    n *= dims[i];
+  }
+  for (int i = 0; i < rank; i++)
+    if (dims[i] == 0) return 0;
+  return n;
+}
+
 static bool same_dims(int rank, const int64_t *a, const int64_t *b) {
   for (int i = 0; i < rank; i++)
     if (a[i] != b[i]) return false;
@@ -293,7 +305,7 @@ static bool new_buffer(Interp *I, const TpkOp *op, const TpkValue *v, TpkDType d
   out->kind = kind;
   out->dt = dt;
   out->rank = rank;
-  memcpy(out->dims, dims, sizeof(int64_t) * (size_t)rank);
+  if (rank) memcpy(out->dims, dims, sizeof(int64_t) * (size_t)rank);
   out->n = n;
   out->buf = b;
   out->data = (unsigned char *)b->data;
@@ -576,9 +588,9 @@ static TpkStatus exec_reshape(Interp *I, const TpkOp *op) {
   Val *x = operand(I, op, 0, V_TENSOR);
   if (!x) return status(I);
   const TpkType *t = op->out[0].type;
-  int64_t dims[TPK_MAX_RANK], n = 1;
+  int64_t dims[TPK_MAX_RANK];
   if (!eval_dims(I, op, t, dims)) return status(I);
-  for (int i = 0; i < t->rank; i++) n *= dims[i]; /* bounded: equals x->n when it matters */
+  int64_t n = count_of(t->rank, dims);
   if (t->kind != TPK_TYPE_TENSOR || t->dtype != x->dt || n != x->n)
     return fail(I, op, TPK_ERR_INVALID, "cannot reshape %" PRId64 " elements into %" PRId64, x->n, n);
   /* Row-major data is unchanged: share the buffer under the new shape. */
@@ -785,27 +797,40 @@ static TpkStatus exec_dot(Interp *I, const TpkOp *op) {
     free(ta), free(tb), val_release(&r);
     return fail(I, op, TPK_ERR_NOMEM, "out of memory");
   }
+  /* Widen both operands once (exactly: f32 for floats, int32 for integers,
+   * which all fit) so the inner loop reads plain arrays. */
   bool isf = tpk_dtype_is_float(a->dt);
+  size_t w = isf ? sizeof(float) : sizeof(int32_t);
+  void *wa = malloc(w * (size_t)(a->n ? a->n : 1)), *wb = malloc(w * (size_t)(b->n ? b->n : 1));
+  if (!wa || !wb) {
+    free(ta), free(tb), free(wa), free(wb), val_release(&r);
+    return fail(I, op, TPK_ERR_NOMEM, "out of memory");
+  }
+  for (int64_t i = 0; i < a->n; i++)
+    if (isf) ((float *)wa)[i] = (float)tpk_ref_get(a->dt, a->data, i);
+    else ((int32_t *)wa)[i] = (int32_t)tpk_ref_get_int(a->dt, a->data, i);
+  for (int64_t i = 0; i < b->n; i++)
+    if (isf) ((float *)wb)[i] = (float)tpk_ref_get(b->dt, b->data, i);
+    else ((int32_t *)wb)[i] = (int32_t)tpk_ref_get_int(b->dt, b->data, i);
+  const float *fa = wa, *fb = wb;
+  const int32_t *ia = wa, *ib = wb;
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t o = 0; o < r.n; o++, next_index(orank, odims, idx)) {
     int64_t abase = 0, bbase = 0;
     for (int d = 0; d < orank; d++) abase += idx[d] * oa[d], bbase += idx[d] * ob[d];
     if (isf) {
-      /* One f32 accumulator, k ascending, fused multiply-add; narrow floats
-       * are widened to f32 exactly first. */
+      /* One f32 accumulator, k ascending, fused multiply-add. */
       float acc = 0.0f;
-      for (int64_t c = 0; c < count; c++)
-        acc = fmaf((float)tpk_ref_get(a->dt, a->data, abase + ta[c]), (float)tpk_ref_get(b->dt, b->data, bbase + tb[c]),
-                   acc);
+      for (int64_t c = 0; c < count; c++) acc = fmaf(fa[abase + ta[c]], fb[bbase + tb[c]], acc);
       tpk_ref_set(r.dt, r.data, o, acc);
     } else {
       uint64_t acc = 0; /* wraps; stored modulo 2^32 */
-      for (int64_t c = 0; c < count; c++)
-        acc += (uint64_t)tpk_ref_get_int(a->dt, a->data, abase + ta[c]) *
-               (uint64_t)tpk_ref_get_int(b->dt, b->data, bbase + tb[c]);
+      for (int64_t c = 0; c < count; c++) acc += (uint64_t)(int64_t)ia[abase + ta[c]] * (uint64_t)(int64_t)ib[bbase + tb[c]];
       tpk_ref_set_int(r.dt, r.data, o, acc);
     }
   }
+  free(wa);
+  free(wb);
   free(ta);
   free(tb);
   return set_result(I, op, 0, &r);
@@ -1061,8 +1086,8 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
       return fail(I, op, TPK_ERR_INVALID, "source block dim %d (%" PRId64 ") and destination (%" PRId64 ") differ", j,
                   s.dims[j], d.dims[j]);
   }
-  int64_t n = 1;
-  for (int j = 0; j < s.rank; j++) n *= s.dims[j];
+  int64_t n = count_of(s.rank, s.dims);
+  if (n < 0) return fail(I, op, TPK_ERR_INVALID, "the copied block is too large");
   size_t es = tpk_dtype_size(src->dt);
   static const unsigned char zero[8];
   int64_t idx[TPK_MAX_RANK] = {0};
@@ -1308,9 +1333,9 @@ static TpkStatus bind_param(Interp *I, int i) {
     for (int d = 0; d < t->rank; d++)
       if (!tpk_dim_eval(t->dims[d], sym_lookup, I, &dims[d]) || dims[d] < 0)
         return fail(I, NULL, TPK_ERR_INVALID, "parameter %s: dimension %d has no valid value", name, d);
-    Val v = {.kind = V_REF, .dt = t->dtype, .rank = t->rank, .n = 1};
+    Val v = {.kind = V_REF, .dt = t->dtype, .rank = t->rank, .n = count_of(t->rank, dims)};
     memcpy(v.dims, dims, sizeof(int64_t) * (size_t)t->rank);
-    for (int d = 0; d < t->rank; d++) v.n *= dims[d];
+    if (v.n < 0) return fail(I, NULL, TPK_ERR_INVALID, "parameter %s: the shape's element count overflows", name);
     v.data = I->args[i];
     if (!v.data && v.n > 0) return fail(I, NULL, TPK_ERR_INVALID, "parameter %s: no data (NULL argument)", name);
     val_move(s, &v);
