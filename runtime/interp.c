@@ -289,8 +289,8 @@ static bool new_buffer(Interp *I, const TpkOp *op, const TpkValue *v, TpkDType d
     tpk_str_printf(&s, "%s[", tpk_dtype_name(dt));
     for (int i = 0; i < rank; i++) tpk_str_printf(&s, "%s%" PRId64, i ? "," : "", dims[i]);
     tpk_str_puts(&s, "]");
-    fail(I, op, TPK_ERR_NOMEM, "value %s%s (%s) is larger than the interpreter's limit of 1 GiB",
-         v && v->name ? "%" : "", v && v->name ? v->name : "", s.data ? s.data : "?");
+    fail(I, op, TPK_ERR_NOMEM, "%s%s %s is larger than the interpreter's limit of 1 GiB per value",
+         v && v->name ? "value %" : "the result", v && v->name ? v->name : "", s.data ? s.data : "?");
     tpk_str_free(&s);
     return false;
   }

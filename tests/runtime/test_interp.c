@@ -459,6 +459,50 @@ static void test_i8_dot_wraps(void **state) {
   release(&k);
 }
 
+/* NaN: max/min propagate it (elementwise and in reduce); comparisons are
+ * false except ne. */
+static void test_nan_semantics(void **state) {
+  (void)state;
+  Kernel k;
+  compile(&k,
+          "kernel nanops(x: f32[N], y: f32[N]) -> (mx: f32[N], mn: f32[N], lt: bool[N], ne: bool[N], rm: f32[1]) {\n"
+          "  mx = maximum(x, y); mn = minimum(x, y); lt = x < y; ne = x != y; rm = reshape(max(x), [1]);\n"
+          "}\n",
+          "nanops", NULL);
+  float x[3] = {1, NAN, 3}, y[3] = {NAN, 2, 4}, mx[3], mn[3], rm[1];
+  uint8_t lt[3], ne[3];
+  run_ok(&k, (void *[]){x, y, mx, mn, lt, ne, rm}, "N=3");
+  assert_true(isnan(mx[0]) && isnan(mx[1]) && mx[2] == 4);
+  assert_true(isnan(mn[0]) && isnan(mn[1]) && mn[2] == 3);
+  assert_true(lt[0] == 0 && lt[1] == 0 && lt[2] == 1);
+  assert_true(ne[0] == 1 && ne[1] == 1 && ne[2] == 1);
+  assert_true(isnan(rm[0]));
+  release(&k);
+}
+
+/* Batched dot and dot against a transposed operand (contracting both last
+ * dims), bit-exact against fmaf chains. */
+static void test_batched_dots(void **state) {
+  (void)state;
+  Kernel k;
+  compile_file(&k, "tests/corpus/batched_dot.tpk", "batched_scores", "BG=2,BQ=128");
+  int BH = 3, S = 5, T = 6, D = 7;
+  uint16_t *q = malloc(2u * (size_t)(BH * S * D)), *kk = malloc(2u * (size_t)(BH * T * D));
+  for (int i = 0; i < BH * S * D; i++) q[i] = bf16_of((float)urand(-1, 1));
+  for (int i = 0; i < BH * T * D; i++) kk[i] = bf16_of((float)urand(-1, 1));
+  float *sc = calloc((size_t)(BH * S * T), sizeof *sc);
+  run_ok(&k, (void *[]){q, kk, sc}, "BH=3,S=5,T=6,D=7");
+  for (int g = 0; g < BH; g++)
+    for (int i = 0; i < S; i++)
+      for (int j = 0; j < T; j++) {
+        float acc = 0;
+        for (int e = 0; e < D; e++) acc = fmaf(f32_of_bf16(q[(g * S + i) * D + e]), f32_of_bf16(kk[(g * T + j) * D + e]), acc);
+        assert_true(bits_of(sc[(g * S + i) * T + j]) == bits_of(acc));
+      }
+  free(q), free(kk), free(sc);
+  release(&k);
+}
+
 /* ---- control flow, memory, indexing --------------------------------------------- */
 
 static const char *MISC =
@@ -835,6 +879,8 @@ int main(void) {
       cmocka_unit_test(test_bf16_add_rounds),
       cmocka_unit_test(test_int_wrap_and_division),
       cmocka_unit_test(test_i8_dot_wraps),
+      cmocka_unit_test(test_nan_semantics),
+      cmocka_unit_test(test_batched_dots),
       cmocka_unit_test(test_if_else_and_loop_carried),
       cmocka_unit_test(test_static_slice_and_masking),
       cmocka_unit_test(test_load_other_at_ragged_edge),
