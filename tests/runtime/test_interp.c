@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "runtime/interp.h"
+#include "runtime/refnum.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -379,6 +380,53 @@ static void test_float_to_int_and_wrap(void **state) {
   float bin[] = {0.0f, -0.0f, 0.5f, NAN};
   uint8_t bwant[] = {0, 0, 1, 1};
   check_cast("to_bool", bin, 4, bwant, 1);
+}
+
+/* The reference conversions against independent ones: bf16 against the
+ * usual rounding bit trick, f16 against the compiler's _Float16 (where it
+ * has one), f8 against a brute-force nearest-code search with ties to even.
+ * (Checked once exhaustively over all 2^32 floats for bf16 and f16; here a
+ * sample, to stay fast.) */
+static void test_refnum_against_brute_force(void **state) {
+  (void)state;
+  for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
+    uint32_t b = (uint32_t)u;
+    float f;
+    memcpy(&f, &b, 4);
+    if (isnan(f)) continue;
+    uint32_t t = b + 0x7fff + ((b >> 16) & 1);
+    assert_int_equal(tpk_ref_encode(TPK_BF16, f), t >> 16);
+    assert_true(tpk_ref_decode(TPK_BF16, t >> 16) == f32_of_bf16((uint16_t)(t >> 16)));
+#ifdef __FLT16_MAX__
+    _Float16 h = (_Float16)f;
+    uint16_t hb;
+    memcpy(&hb, &h, 2);
+    assert_int_equal(tpk_ref_encode(TPK_F16, f), hb);
+#endif
+  }
+  double tab[2][128];
+  for (int k = 0; k < 2; k++)
+    for (int c = 0; c < 128; c++) tab[k][c] = tpk_ref_decode(k ? TPK_F8E5M2 : TPK_F8E4M3, (uint32_t)c);
+  float lo = 0x1p-20f, hi = 0x1p17f;
+  uint32_t ulo = bits_of(lo), uhi = bits_of(hi);
+  for (uint32_t u = ulo; u < uhi; u += 997) {
+    float f;
+    memcpy(&f, &u, 4);
+    for (int k = 0; k < 2; k++) {
+      double best = INFINITY;
+      uint32_t want = 0;
+      for (int c = 0; c < 128; c++) {
+        double d = fabs(tab[k][c] - f);
+        if (isfinite(tab[k][c]) && (d < best || (d == best && (c & 1) == 0))) best = d, want = (uint32_t)c;
+      }
+      /* past max + half an ulp: NaN (e4m3) / inf (e5m2, whose max has an odd mantissa so the tie goes up too) */
+      if (k == 0 && f > 464.0f) want = 0x7f;
+      if (k == 1 && f >= 61440.0f) want = 0x7c;
+      TpkDType dt = k ? TPK_F8E5M2 : TPK_F8E4M3;
+      assert_int_equal(tpk_ref_encode(dt, f), want);
+      assert_int_equal(tpk_ref_encode(dt, -f), want | 0x80);
+    }
+  }
 }
 
 /* bf16 arithmetic: computed in f32, rounded once per op. */
@@ -852,10 +900,24 @@ static void test_corpus_smoke(void **state) {
           n *= v;
         }
         args[p] = calloc((size_t)n + 1, 8);
+        /* inputs: small values, so integer ones are valid indices (< 3) */
+        for (int64_t e = 0; e < n || (t->rank == 0 && e == 0); e++) {
+          double v = urand(0, 3);
+          unsigned char *q = (unsigned char *)args[p] + e * (int64_t)tpk_dtype_size(t->dtype);
+          switch (t->dtype) {
+          case TPK_F32: *(float *)(void *)q = (float)(v - 1.5); break;
+          case TPK_BF16: *(uint16_t *)(void *)q = bf16_of((float)(v - 1.5)); break;
+          case TPK_F16: *(uint16_t *)(void *)q = 0x3c00; break;
+          case TPK_I32: *(int32_t *)(void *)q = (int32_t)v; break;
+          case TPK_BOOL: *q = v > 1.5; break;
+          default: *q = (unsigned char)v; break;
+          }
+        }
       }
       TpkError err;
       TpkStatus st = tpk_interp_run(f, args, sv, &err);
       if (st != TPK_OK && st != TPK_ERR_INVALID) fail_msg("%s @%s: %s", rel, f->name, err.message);
+      if (getenv("TPK_TEST_VERBOSE") && st != TPK_OK) print_message("%s @%s: %s\n", rel, f->name, err.message);
       ran += st == TPK_OK;
       for (int p = 0; p < f->nparams; p++) free(args[p]);
     }
@@ -876,6 +938,7 @@ int main(void) {
       cmocka_unit_test(test_flash_attention),
       cmocka_unit_test(test_bf16_rounding_ties),
       cmocka_unit_test(test_float_to_int_and_wrap),
+      cmocka_unit_test(test_refnum_against_brute_force),
       cmocka_unit_test(test_bf16_add_rounds),
       cmocka_unit_test(test_int_wrap_and_division),
       cmocka_unit_test(test_i8_dot_wraps),
