@@ -571,7 +571,14 @@ static const char *MISC =
     "  for i in tiles(N, BN) { y[i] = program_id(0) * 100 + num_programs(0) + iota(i32[BN], axis=0); }\n"
     "}\n"
     "kernel vgather(t: f32[V, D], ids: i32[T]) -> (y: f32[T, D]) { for i in 0..1 { let tt = t[:, :]; y[:, :] = tt[ids[:], :]; } }\n"
-    "kernel big(x: f32[M, N]) -> (y: f32[M, N]) { y = x * 2.0; }\n";
+    "kernel big(x: f32[M, N]) -> (y: f32[M, N]) { y = x * 2.0; }\n"
+    "kernel loopgather(t: f32[V], ids: i32[T], n: i32) -> (y: f32[T]) {\n"
+    "  for i in 0..1 {\n"
+    "    var acc = zeros(f32[T]);\n"
+    "    for r in 0..n { if r >= 0 { acc = acc + t[ids[:]]; } }\n"
+    "    y[:] = acc;\n"
+    "  }\n"
+    "}\n";
 
 static void test_if_else_and_loop_carried(void **state) {
   (void)state;
@@ -792,10 +799,22 @@ static void test_value_gather_and_limits(void **state) {
   for (int i = 0; i < 4; i++)
     for (int d = 0; d < 3; d++) assert_true(y[i * 3 + d] == t[ids[i] * 3 + d]);
   release(&k);
+  /* an error deep inside loop, if and carried values frees everything
+   * (checked by ASan in test-asan) */
+  compile(&k, MISC, "loopgather", NULL);
+  int32_t n = 3, lids[3] = {0, 2, 1};
+  float lt[3] = {1, 2, 3}, ly[3];
+  run_ok(&k, (void *[]){lt, lids, &n, ly}, "V=3,T=3");
+  assert_true(ly[0] == 3 && ly[1] == 9 && ly[2] == 6);
+  lids[2] = 3;
+  TpkError err;
+  assert_int_equal(run(&k, (void *[]){lt, lids, &n, ly}, "V=3,T=3", &err), TPK_ERR_INVALID);
+  assert_non_null(strstr(err.message, "@loopgather: line 22:"));
+  assert_non_null(strstr(err.message, "gather index 3 (element 2 of the index vector) is out of range for dimension 0 of size 3"));
+  release(&k);
   /* a 40 GB value is refused with its name, not attempted */
   compile(&k, MISC, "big", NULL);
   float dummy[1];
-  TpkError err;
   assert_int_equal(run(&k, (void *[]){dummy, dummy}, "M=100000,N=100000", &err), TPK_ERR_NOMEM);
   assert_non_null(strstr(err.message, "f32[100000,100000]"));
   assert_non_null(strstr(err.message, "1 GiB"));
