@@ -6,7 +6,9 @@
  * primitive library beyond the IR itself: it is the oracle that `tpk run
  * --check` and the tests compare the backends against. It favours clarity
  * over speed (every value is a heap tensor; elements are computed one at a
- * time in double or int64 and rounded to the value's dtype after each op).
+ * time, floats in f32 and integers in 64-bit wrapping arithmetic, and
+ * rounded or wrapped to the value's dtype after each op). The decisions it
+ * makes where the IR reference leaves room are listed in interp.c.
  *
  * Numerics follow the same contract as the backends: elementwise ops on
  * bf16/f16/f8 compute in f32 and round to nearest even after each op; dot
