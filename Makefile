@@ -59,6 +59,10 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# The primitive library is the hot path of generated kernels: -O3 there,
+# whatever OPT says (the later -O3 on the command line wins).
+$(BUILD)/runtime/gemm.o $(BUILD)/runtime/prims.o: CFLAGS += -O3
+
 # ---- library and command line ----
 $(BUILD)/libtpk.a: $(LIB_OBJ)
 	@rm -f $@
