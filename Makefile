@@ -106,11 +106,13 @@ corpus-check: $(BUILD)/tpk
 
 # ---- benchmarks ----
 bench: all
-	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_frontend
+	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_frontend $(BUILD)/bench/bench_gemm
 	@$(PYTHON) bench/run.py --build $(BUILD)
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtpk.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libtpk.a $(LDFLAGS) $(LDLIBS)
+# bench_gemm measures against OpenBLAS (libopenblas-dev, see tools/deps.sh).
+$(BUILD)/bench/bench_gemm: LDLIBS += -lopenblas
 
 # ---- fuzzing (clang's libFuzzer) ----
 FUZZ_SECONDS ?= 60

@@ -83,41 +83,60 @@ static inline int32_t u32_to_i32(uint32_t u) {
 
 /* ---- packing ------------------------------------------------------------ */
 
-/* Pack a `w`-wide sliver for the micro-kernel: dst[k*w + t] = src element
- * (t, k) converted, for t < n_w and k < kc, where element (t, k) is at
- * src[t*s_w + k*s_k]; columns t >= n_w are zero (their results are dropped).
- * The loop order follows whichever source stride is 1. */
-typedef void (*PackFn)(void *dst, int64_t w, const void *src, int64_t s_w, int64_t s_k, int64_t n_w, int64_t kc);
+/* Pack n columns of width-major source into ceil(n/w) panels for the
+ * micro-kernel: panel p (at dst + p*kc*w) holds dst[k*w + t] = element
+ * (p*w + t, k) converted, zero where p*w + t >= n (results there are
+ * dropped). Element (t, k) is at src[t*s_w + k*s_k].
+ *
+ * The loops follow the source: when the width is contiguous (s_w == 1) each
+ * source row segment is read once, front to back, and scattered into the
+ * panels; when k is contiguous (s_k == 1, a transpose) 8 source rows are
+ * walked together so each k writes 8 adjacent values and the 8 rows' cache
+ * lines stay in L1 (rows ld apart often share a cache set: more at once
+ * would evict each other). */
+typedef void (*PackFn)(void *dst, int64_t w, const void *src, int64_t s_w, int64_t s_k, int64_t n, int64_t kc);
 
 #define DEFINE_PACK(NAME, SRC_T, DST_T, CONV)                                                                  \
-  static void NAME(void *dstv, int64_t w, const void *srcv, int64_t s_w, int64_t s_k, int64_t n_w,             \
-                   int64_t kc) {                                                                               \
+  static void NAME(void *dstv, int64_t w, const void *srcv, int64_t s_w, int64_t s_k, int64_t n, int64_t kc) { \
     DST_T *restrict dst = dstv;                                                                                \
     const SRC_T *src = srcv;                                                                                   \
+    int64_t panels = (n + w - 1) / w;                                                                          \
     if (s_w == 1) {                                                                                            \
       for (int64_t k = 0; k < kc; k++) {                                                                       \
         const SRC_T *s = src + k * s_k;                                                                        \
-        DST_T *d = dst + k * w;                                                                                \
-        for (int64_t t = 0; t < n_w; t++) d[t] = CONV(s[t]);                                                   \
-        for (int64_t t = n_w; t < w; t++) d[t] = 0;                                                            \
+        for (int64_t p = 0; p < panels; p++) {                                                                 \
+          DST_T *d = dst + (p * kc + k) * w;                                                                   \
+          int64_t nv = n - p * w < w ? n - p * w : w;                                                          \
+          for (int64_t t = 0; t < nv; t++) d[t] = CONV(s[p * w + t]);                                          \
+          for (int64_t t = nv; t < w; t++) d[t] = 0;                                                           \
+        }                                                                                                      \
       }                                                                                                        \
       return;                                                                                                  \
     }                                                                                                          \
-    for (int64_t t = 0; t < n_w; t++) {                                                                        \
-      const SRC_T *s = src + t * s_w;                                                                          \
-      for (int64_t k = 0; k < kc; k++) dst[k * w + t] = CONV(s[k * s_k]);                                      \
+    for (int64_t p = 0; p < panels; p++) {                                                                     \
+      DST_T *d = dst + p * kc * w;                                                                             \
+      int64_t nv = n - p * w < w ? n - p * w : w;                                                              \
+      int64_t t0 = 0;                                                                                          \
+      for (; t0 + 8 <= nv; t0 += 8) {                                                                          \
+        const SRC_T *s = src + (p * w + t0) * s_w;                                                             \
+        for (int64_t k = 0; k < kc; k++)                                                                       \
+          for (int64_t t = 0; t < 8; t++) d[k * w + t0 + t] = CONV(s[t * s_w + k * s_k]);                      \
+      }                                                                                                        \
+      for (int64_t k = 0; k < kc; k++) {                                                                       \
+        const SRC_T *s = src + (p * w) * s_w + k * s_k;                                                        \
+        for (int64_t t = t0; t < nv; t++) d[k * w + t] = CONV(s[t * s_w]);                                     \
+        for (int64_t t = nv; t < w; t++) d[k * w + t] = 0;                                                     \
+      }                                                                                                        \
     }                                                                                                          \
-    for (int64_t t = n_w; t < w; t++)                                                                          \
-      for (int64_t k = 0; k < kc; k++) dst[k * w + t] = 0;                                                     \
   }
 
 #define CONV_SAME(x) (x)
 #define CONV_I8(x) ((int32_t)(x))
-DEFINE_PACK(pack_f32, float, float, CONV_SAME)
+/* f32 and i32 are both copied as bits */
+DEFINE_PACK(pack_b32, uint32_t, uint32_t, CONV_SAME)
 DEFINE_PACK(pack_bf16, uint16_t, float, bf16_to_f32)
 DEFINE_PACK(pack_f16, uint16_t, float, f16_to_f32)
 DEFINE_PACK(pack_i8, int8_t, int32_t, CONV_I8)
-DEFINE_PACK(pack_i32, int32_t, int32_t, CONV_SAME)
 
 /* ---- the driver: blocking around a micro-kernel --------------------------- */
 
@@ -129,7 +148,8 @@ typedef void (*KernelFn)(int64_t kc, const void *a, const void *b, void *c, int6
 /* One instruction set's micro-kernels and blocking. */
 typedef struct Shape {
   int64_t mr, nr; /* micro-tile: rows of A per sliver, columns of B per panel */
-  int64_t kc;     /* K block: the A sliver (MR x KC) stays in L1 across the jr loop */
+  int64_t kc;     /* K block: an A sliver (MR x KC) stays in L1 across the jr loop */
+  int64_t mc;     /* M block (a multiple of MR): the packed A block (MC x KC) */
   int64_t nc;     /* N block: the packed B block (KC x NC) stays in L2 across the ir loop */
   KernelFn f32, i32;
 } Shape;
@@ -159,8 +179,8 @@ static void drive(const Shape *sh, KernelFn kern, int64_t M, int64_t N, int64_t 
     return;
   }
   const int64_t mr = sh->mr, nr = sh->nr;
-  int64_t kc_max = min64(K, sh->kc), nc_max = min64(round_up(N, nr), sh->nc);
-  int64_t a_bytes = round_up(mr * kc_max * 4, 64);
+  int64_t kc_max = min64(K, sh->kc), mc_max = min64(round_up(M, mr), sh->mc), nc_max = min64(round_up(N, nr), sh->nc);
+  int64_t a_bytes = round_up(mc_max * kc_max * 4, 64);
   alignas(64) unsigned char stack[STACK_BYTES];
   unsigned char *buf = stack, *heap = NULL;
   if (a_bytes + kc_max * nc_max * 4 > STACK_BYTES) {
@@ -169,6 +189,7 @@ static void drive(const Shape *sh, KernelFn kern, int64_t M, int64_t N, int64_t 
       buf = heap;
     } else { /* no memory: smaller blocks that fit the stack buffer; same results */
       kc_max = (STACK_BYTES - 64) / (4 * (mr + nr));
+      mc_max = mr;
       nc_max = nr;
       a_bytes = round_up(mr * kc_max * 4, 64);
     }
@@ -179,28 +200,31 @@ static void drive(const Shape *sh, KernelFn kern, int64_t M, int64_t N, int64_t 
     int64_t nc = min64(nc_max, N - jc);
     for (int64_t pc = 0; pc < K; pc += kc_max) {
       int64_t kc = min64(kc_max, K - pc);
-      for (int64_t jr = 0; jr < nc; jr += nr)
-        b->pack(b_buf + jr * kc * 4, nr, at(b, pc, jc + jr), b->cs, b->rs, min64(nr, nc - jr), kc);
+      b->pack(b_buf, nr, at(b, pc, jc), b->cs, b->rs, nc, kc);
       /* after the first K block, the tile carries the accumulator over */
       int load = accumulate || pc > 0;
-      for (int64_t ir = 0; ir < M; ir += mr) {
-        int64_t mv = min64(mr, M - ir);
-        a->pack(a_buf, mr, at(a, ir, pc), a->rs, a->cs, mv, kc);
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          int64_t nv = min64(nr, nc - jr);
-          char *c = C + (ir * ldc + jc + jr) * 4;
-          const unsigned char *bp = b_buf + jr * kc * 4;
-          if (mv == mr && nv == nr) {
-            kern(kc, a_buf, bp, c, ldc, load);
-            continue;
+      for (int64_t ic = 0; ic < M; ic += mc_max) {
+        int64_t mc = min64(mc_max, M - ic);
+        a->pack(a_buf, mr, at(a, ic, pc), a->rs, a->cs, mc, kc);
+        for (int64_t ir = 0; ir < mc; ir += mr) {
+          int64_t mv = min64(mr, mc - ir);
+          const unsigned char *ap = a_buf + ir * kc * 4;
+          for (int64_t jr = 0; jr < nc; jr += nr) {
+            int64_t nv = min64(nr, nc - jr);
+            char *c = C + ((ic + ir) * ldc + jc + jr) * 4;
+            const unsigned char *bp = b_buf + jr * kc * 4;
+            if (mv == mr && nv == nr) {
+              kern(kc, ap, bp, c, ldc, load);
+              continue;
+            }
+            /* an edge tile: run the full-size kernel on a copy */
+            alignas(64) char tmp[MAX_MR * MAX_NR * 4];
+            memset(tmp, 0, sizeof tmp);
+            if (load)
+              for (int64_t i = 0; i < mv; i++) memcpy(tmp + i * nr * 4, c + i * ldc * 4, (size_t)nv * 4);
+            kern(kc, ap, bp, tmp, nr, load);
+            for (int64_t i = 0; i < mv; i++) memcpy(c + i * ldc * 4, tmp + i * nr * 4, (size_t)nv * 4);
           }
-          /* an edge tile: run the full-size kernel on a copy */
-          alignas(64) char tmp[MAX_MR * MAX_NR * 4];
-          memset(tmp, 0, sizeof tmp);
-          if (load)
-            for (int64_t i = 0; i < mv; i++) memcpy(tmp + i * nr * 4, c + i * ldc * 4, (size_t)nv * 4);
-          kern(kc, a_buf, bp, tmp, nr, load);
-          for (int64_t i = 0; i < mv; i++) memcpy(c + i * ldc * 4, tmp + i * nr * 4, (size_t)nv * 4);
         }
       }
     }
@@ -215,11 +239,12 @@ static Operand operand(const void *p, int64_t ld, int trans, int64_t esize, Pack
   return o;
 }
 
-/* One instruction set's five entry points, from its Shape. */
-#define DEFINE_GEMMS(ISA, SH)                                                                                  \
+/* One instruction set's five entry points, from its Shape and its packing
+ * of 4-byte elements. */
+#define DEFINE_GEMMS(ISA, SH, PACK32)                                                                                \
   static void gemm_f32_##ISA(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int a_trans,        \
                              const float *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int accumulate) { \
-    Operand a = operand(A, lda, a_trans, 4, pack_f32), b = operand(B, ldb, b_trans, 4, pack_f32);             \
+    Operand a = operand(A, lda, a_trans, 4, PACK32), b = operand(B, ldb, b_trans, 4, PACK32);                 \
     drive(&SH, SH.f32, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
   }                                                                                                            \
   static void gemm_bf16_##ISA(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, int a_trans,    \
@@ -242,7 +267,7 @@ static Operand operand(const void *p, int64_t ld, int trans, int64_t esize, Pack
   static void gemm_i32_##ISA(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t lda, int a_trans,      \
                              const int32_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc,             \
                              int accumulate) {                                                                 \
-    Operand a = operand(A, lda, a_trans, 4, pack_i32), b = operand(B, ldb, b_trans, 4, pack_i32);             \
+    Operand a = operand(A, lda, a_trans, 4, PACK32), b = operand(B, ldb, b_trans, 4, PACK32);                 \
     drive(&SH, SH.i32, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
   }                                                                                                            \
   static const TpkGemmImpl IMPL_##ISA = {#ISA, gemm_f32_##ISA, gemm_bf16_##ISA, gemm_f16_##ISA, gemm_i8_##ISA,  \
@@ -286,10 +311,93 @@ static void kern_i32_generic(int64_t kc, const void *av, const void *bv, void *c
 }
 
 /* KC 256 x MR 4 floats = 4 KiB of A in L1; KC x NC 256 x 256 = 256 KiB of B. */
-static const Shape SHAPE_generic = {G_MR, G_NR, 256, 256, kern_f32_generic, kern_i32_generic};
-DEFINE_GEMMS(generic, SHAPE_generic)
+static const Shape SHAPE_generic = {G_MR, G_NR, 256, 64, 256, kern_f32_generic, kern_i32_generic};
+DEFINE_GEMMS(generic, SHAPE_generic, pack_b32)
 
 #if TPK_GEMM_X86
+/* ---- packing 4-byte elements with AVX2 ---------------------------------------
+ * The transposing case (k contiguous in the source: A not transposed, or B
+ * transposed) is the costly one in C, one element at a time. Here 8 source
+ * rows x 8 k are loaded as 8 vectors, transposed in registers and stored as
+ * 8 k-rows of the panel; each source cache line is used up in two
+ * consecutive blocks, so rows ld apart sharing cache sets do not matter.
+ * Everything else goes to the portable packing. */
+
+__attribute__((target("avx2"))) static void transpose8(__m256 r[8]) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+__attribute__((target("avx2"))) static void pack_b32_avx2(void *dstv, int64_t w, const void *srcv, int64_t s_w,
+                                                           int64_t s_k, int64_t n, int64_t kc) {
+  float *dst = dstv; /* the bits move through float registers unchanged */
+  const float *src = srcv;
+  int64_t panels = (n + w - 1) / w;
+  if (s_w == 1) {
+    /* Rows of the source (one per k) scatter into the panels. Short row
+     * segments far apart defeat the hardware prefetcher: fetch a few rows
+     * ahead. */
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t k = 0; k < kc; k++) {
+      const float *s = src + k * s_k;
+      if (k + 8 < kc)
+        for (int64_t t = 0; t < n; t += 16) _mm_prefetch((const char *)(s + 8 * s_k + t), _MM_HINT_T0);
+      for (int64_t p = 0; p < panels; p++) {
+        float *d = dst + (p * kc + k) * w;
+        int64_t nv = min64(w, n - p * w);
+        for (int64_t t = 0; t < w; t += 8) {
+          __m256i load = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nv - t)), lane);
+          __m256i store = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w - t)), lane);
+          /* masked-off lanes read nothing (no fault) and load zeros */
+          __m256 v = _mm256_maskload_ps(s + p * w + min64(t, nv), load);
+          _mm256_maskstore_ps(d + t, store, v);
+        }
+      }
+    }
+    return;
+  }
+  if (s_k != 1) {
+    pack_b32(dstv, w, srcv, s_w, s_k, n, kc);
+    return;
+  }
+  for (int64_t p = 0; p < panels; p++) {
+    float *d = dst + p * kc * w;
+    int64_t nv = min64(w, n - p * w);
+    for (int64_t t0 = 0; t0 < w; t0 += 8) {
+      int64_t lanes = min64(8, w - t0); /* panel columns this group fills */
+      int64_t rows = nv - t0 < 0 ? 0 : min64(8, nv - t0); /* of which exist in the source */
+      __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      const float *s = rows ? src + (p * w + t0) * s_w : src;
+      int64_t k = 0;
+      for (; k + 8 <= kc; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; i++) r[i] = i < rows ? _mm256_loadu_ps(s + i * s_w + k) : _mm256_setzero_ps();
+        transpose8(r);
+        if (lanes == 8)
+          for (int i = 0; i < 8; i++) _mm256_storeu_ps(d + (k + i) * w + t0, r[i]);
+        else
+          for (int i = 0; i < 8; i++) _mm256_maskstore_ps(d + (k + i) * w + t0, mask, r[i]);
+      }
+      for (; k < kc; k++)
+        for (int64_t t = 0; t < lanes; t++) d[k * w + t0 + t] = t < rows ? s[t * s_w + k] : 0.0f;
+    }
+  }
+}
+
 /* ---- AVX2 + FMA: 6 x 16 (two ymm per row) ---------------------------------
  * 12 accumulators + 2 B vectors + 1 broadcast = 15 of the 16 ymm registers.
  * Per k: 2 loads of B, 6 broadcasts, 12 FMAs (two FMA ports: 6 cycles). */
@@ -357,8 +465,8 @@ __attribute__((target("avx2"))) static void kern_i32_avx2(int64_t kc, const void
 }
 
 /* KC 256: A sliver 6 KiB in L1; B block 256 x 512 floats = 512 KiB in L2. */
-static const Shape SHAPE_avx2 = {6, 16, 256, 512, kern_f32_avx2, kern_i32_avx2};
-DEFINE_GEMMS(avx2, SHAPE_avx2)
+static const Shape SHAPE_avx2 = {6, 16, 256, 96, 512, kern_f32_avx2, kern_i32_avx2};
+DEFINE_GEMMS(avx2, SHAPE_avx2, pack_b32_avx2)
 
 /* ---- AVX-512F: 14 x 32 (two zmm per row) ----------------------------------
  * 28 accumulators + 2 B vectors + 1 broadcast = 31 of the 32 zmm registers.
@@ -427,8 +535,8 @@ __attribute__((target("avx512f"))) static void kern_i32_avx512(int64_t kc, const
 /* KC 256: A sliver 14 x 256 floats = 14 KiB, half of a 32 KiB L1, beside
  * the streamed B panel lines; B block 256 x 512 floats = 512 KiB, half of a
  * 1 MiB L2 (Skylake-SP and later), leaving room for C tiles. */
-static const Shape SHAPE_avx512 = {14, 32, 256, 512, kern_f32_avx512, kern_i32_avx512};
-DEFINE_GEMMS(avx512, SHAPE_avx512)
+static const Shape SHAPE_avx512 = {14, 32, 256, 112, 512, kern_f32_avx512, kern_i32_avx512};
+DEFINE_GEMMS(avx512, SHAPE_avx512, pack_b32_avx2)
 #endif
 
 /* ---- choosing an instruction set ------------------------------------------ */
