@@ -315,6 +315,14 @@ static const Shape SHAPE_generic = {G_MR, G_NR, 256, 64, 256, kern_f32_generic, 
 DEFINE_GEMMS(generic, SHAPE_generic, pack_b32)
 
 #if TPK_GEMM_X86
+/* Prefetch `lines` cache lines from `bytes` past p into L1. The address is
+ * computed as an integer: it may lie past the array (prefetches never
+ * fault), and pointer arithmetic there would be undefined. */
+static inline void prefetch_lines(const void *p, uintptr_t bytes, int lines) {
+  uintptr_t q = (uintptr_t)p + bytes;
+  for (int i = 0; i < lines; i++) _mm_prefetch((const char *)(q + 64 * (uintptr_t)i), _MM_HINT_T0);
+}
+
 /* ---- packing 4-byte elements with AVX2 ---------------------------------------
  * The transposing case (k contiguous in the source: A not transposed, or B
  * transposed) is the costly one in C, one element at a time. Here 8 source
@@ -419,6 +427,7 @@ __attribute__((target("avx2,fma"))) static void kern_f32_avx2(int64_t kc, const 
                                                                void *cv, int64_t ldc, int load_c) {
   const float *a = av, *b = bv;
   float *c = cv;
+  for (int i = 0; i < 6; i++) prefetch_lines(c + i * ldc, 64, 1); /* the next call's C */
   ROWS6(Y_DECL)
   if (load_c) {
     ROWS6(Y_LOAD)
@@ -426,6 +435,7 @@ __attribute__((target("avx2,fma"))) static void kern_f32_avx2(int64_t kc, const 
     ROWS6(Y_ZERO)
   }
   for (int64_t k = 0; k < kc; k++, a += 6, b += 16) {
+    prefetch_lines(b, 512, 1); /* B, 8 k ahead */
     __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
     ROWS6(Y_FMA)
   }
@@ -491,6 +501,8 @@ __attribute__((target("avx512f"))) static void kern_f32_avx512(int64_t kc, const
                                                                 void *cv, int64_t ldc, int load_c) {
   const float *a = av, *b = bv;
   float *c = cv;
+  /* The next tile to the right is the next call's C: start fetching it. */
+  for (int i = 0; i < 14; i++) prefetch_lines(c + i * ldc, 128, 2);
   ROWS14(Z_DECL)
   if (load_c) {
     ROWS14(Z_LOAD)
@@ -498,6 +510,8 @@ __attribute__((target("avx512f"))) static void kern_f32_avx512(int64_t kc, const
     ROWS14(Z_ZERO)
   }
   for (int64_t k = 0; k < kc; k++, a += 14, b += 32) {
+    /* B streams from L2: ask for it 8 k ahead */
+    prefetch_lines(b, 1024, 2);
     __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
     ROWS14(Z_FMA)
   }
