@@ -8,15 +8,20 @@
  * values adjacent), loading the tile, doing kc rank-1 updates in registers,
  * and storing it. Around it, cache blocking:
  *
- *   for jc over N by NC           B block (kc x NC) packed once, lives in L2
+ *   for jc over N by NC
  *     for pc over K by KC
- *       pack B[pc.., jc..]
- *       for ir over M by MR       A sliver (MR x kc) packed, lives in L1
- *         pack A[ir.., pc..]
- *         for jr over NC by NR    micro-kernel on C[ir.., jc+jr..]
+ *       pack B[pc.., jc..]           B block (kc x NC), stays in L2
+ *       for ic over M by MC
+ *         pack A[ic.., pc..]         A block (MC x kc): MC/MR slivers
+ *         for ir over MC by MR       one A sliver (MR x kc), stays in L1
+ *           for jr over NC by NR     micro-kernel on C[ic+ir.., jc+jr..],
+ *                                    B panels streaming from L2
  *
  * The vector dimension is NR, along C's rows (C is row-major), so the
  * micro-kernel loads and stores whole vectors of C; A values are broadcast.
+ * A is packed N/NC times and B once; packing whole blocks (not one sliver at
+ * a time) reads the source in long runs, which matters when a transposed
+ * operand's rows are far apart.
  *
  * Numerics (prims.h): each C element has one accumulator, products added in
  * ascending k with fused multiply-add. The micro-kernel keeps one register
@@ -310,7 +315,8 @@ static void kern_i32_generic(int64_t kc, const void *av, const void *bv, void *c
     for (int j = 0; j < G_NR; j++) c[i * ldc + j] = u32_to_i32(acc[i][j]);
 }
 
-/* KC 256 x MR 4 floats = 4 KiB of A in L1; KC x NC 256 x 256 = 256 KiB of B. */
+/* KC 256 x MR 4 floats = 4 KiB of A in L1; KC x NC 256 x 256 = 256 KiB of B
+ * in L2, modest enough for most CPUs. */
 static const Shape SHAPE_generic = {G_MR, G_NR, 256, 64, 256, kern_f32_generic, kern_i32_generic};
 DEFINE_GEMMS(generic, SHAPE_generic, pack_b32)
 
@@ -474,7 +480,9 @@ __attribute__((target("avx2"))) static void kern_i32_avx2(int64_t kc, const void
   ROWS6(YI_STORE)
 }
 
-/* KC 256: A sliver 6 KiB in L1; B block 256 x 512 floats = 512 KiB in L2. */
+/* KC 256: A sliver 6 KiB in L1; B block 256 x 512 floats = 512 KiB in L2
+ * (Haswell's L2 is 256 KiB: B then streams from L3, whose bandwidth the
+ * 6-row reuse of each B line covers); A block 96 x 256 = 96 KiB. */
 static const Shape SHAPE_avx2 = {6, 16, 256, 96, 512, kern_f32_avx2, kern_i32_avx2};
 DEFINE_GEMMS(avx2, SHAPE_avx2, pack_b32_avx2)
 
@@ -546,9 +554,12 @@ __attribute__((target("avx512f"))) static void kern_i32_avx512(int64_t kc, const
   ROWS14(ZI_STORE)
 }
 
-/* KC 256: A sliver 14 x 256 floats = 14 KiB, half of a 32 KiB L1, beside
- * the streamed B panel lines; B block 256 x 512 floats = 512 KiB, half of a
- * 1 MiB L2 (Skylake-SP and later), leaving room for C tiles. */
+/* KC 256: A sliver 14 x 256 floats = 14 KiB, under half of a 32 KiB L1,
+ * beside the streamed B panel lines; B block 256 x 512 floats = 512 KiB,
+ * half of a 1 MiB L2 (Skylake-SP and later), leaving room for the A block
+ * (112 x 256 floats = 112 KiB) and C tiles. Measured on a Cascade Lake
+ * Xeon at 1024^3: KC 384 or NC 1024 were no better, NC 256 was worse (A is
+ * packed N/NC times); MC from 56 to 448 made no measurable difference. */
 static const Shape SHAPE_avx512 = {14, 32, 256, 112, 512, kern_f32_avx512, kern_i32_avx512};
 DEFINE_GEMMS(avx512, SHAPE_avx512, pack_b32_avx2)
 #endif
@@ -558,7 +569,8 @@ DEFINE_GEMMS(avx512, SHAPE_avx512, pack_b32_avx2)
 static const TpkGemmImpl *choose(void) {
 #if TPK_GEMM_X86
   /* libgcc's check includes the OS enabling the AVX/AVX-512 register state */
-  if (__builtin_cpu_supports("avx512f"))
+  /* (the AVX-512 path packs with AVX2) */
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2"))
     return &IMPL_avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     return &IMPL_avx2;
@@ -583,7 +595,7 @@ const TpkGemmImpl *tpk_gemm_impl(const char *isa) {
 #if TPK_GEMM_X86
   if (strcmp(isa, "avx2") == 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     return &IMPL_avx2;
-  if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f"))
+  if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2"))
     return &IMPL_avx512;
 #endif
   return NULL;
