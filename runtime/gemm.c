@@ -149,6 +149,9 @@ DEFINE_PACK(pack_i8, int8_t, int32_t, CONV_I8)
  * rank-1 updates of packed a (kc x MR) and b (kc x NR). Elements are 4 bytes
  * (float, or int32_t for the integer kernels). */
 typedef void (*KernelFn)(int64_t kc, const void *a, const void *b, void *c, int64_t ldc, int load_c);
+/* The same for an edge tile: only C's first mv rows and nv columns exist. */
+typedef void (*EdgeFn)(int64_t kc, const void *a, const void *b, void *c, int64_t ldc, int load_c, int64_t mv,
+                       int64_t nv);
 
 /* One instruction set's micro-kernels and blocking. */
 typedef struct Shape {
@@ -157,6 +160,7 @@ typedef struct Shape {
   int64_t mc;     /* M block (a multiple of MR): the packed A block (MC x KC) */
   int64_t nc;     /* N block: the packed B block (KC x NC) stays in L2 across the ir loop */
   KernelFn f32, i32;
+  EdgeFn f32_edge, i32_edge; /* or NULL: edge tiles then run the kernel on a copy */
 } Shape;
 
 enum { MAX_MR = 14, MAX_NR = 32, STACK_BYTES = 16384 };
@@ -174,7 +178,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* C (4-byte elements) = (accumulate ? C : 0) + A x B, with A M x K and B K x N. */
-static void drive(const Shape *sh, KernelFn kern, int64_t M, int64_t N, int64_t K, const Operand *a,
+static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_t N, int64_t K, const Operand *a,
                   const Operand *b, char *C, int64_t ldc, int accumulate) {
   if (M <= 0 || N <= 0)
     return;
@@ -222,6 +226,10 @@ static void drive(const Shape *sh, KernelFn kern, int64_t M, int64_t N, int64_t 
               kern(kc, ap, bp, c, ldc, load);
               continue;
             }
+            if (edge) {
+              edge(kc, ap, bp, c, ldc, load, mv, nv);
+              continue;
+            }
             /* an edge tile: run the full-size kernel on a copy */
             alignas(64) char tmp[MAX_MR * MAX_NR * 4];
             memset(tmp, 0, sizeof tmp);
@@ -250,30 +258,30 @@ static Operand operand(const void *p, int64_t ld, int trans, int64_t esize, Pack
   static void gemm_f32_##ISA(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int a_trans,        \
                              const float *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int accumulate) { \
     Operand a = operand(A, lda, a_trans, 4, PACK32), b = operand(B, ldb, b_trans, 4, PACK32);                 \
-    drive(&SH, SH.f32, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
   }                                                                                                            \
   static void gemm_bf16_##ISA(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, int a_trans,    \
                               const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc,             \
                               int accumulate) {                                                                \
     Operand a = operand(A, lda, a_trans, 2, pack_bf16), b = operand(B, ldb, b_trans, 2, pack_bf16);           \
-    drive(&SH, SH.f32, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
   }                                                                                                            \
   static void gemm_f16_##ISA(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, int a_trans,     \
                              const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc,              \
                              int accumulate) {                                                                 \
     Operand a = operand(A, lda, a_trans, 2, pack_f16), b = operand(B, ldb, b_trans, 2, pack_f16);             \
-    drive(&SH, SH.f32, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
   }                                                                                                            \
   static void gemm_i8_##ISA(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, int a_trans,        \
                             const int8_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int accumulate) { \
     Operand a = operand(A, lda, a_trans, 1, pack_i8), b = operand(B, ldb, b_trans, 1, pack_i8);               \
-    drive(&SH, SH.i32, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
   }                                                                                                            \
   static void gemm_i32_##ISA(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t lda, int a_trans,      \
                              const int32_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc,             \
                              int accumulate) {                                                                 \
     Operand a = operand(A, lda, a_trans, 4, PACK32), b = operand(B, ldb, b_trans, 4, PACK32);                 \
-    drive(&SH, SH.i32, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
   }                                                                                                            \
   static const TpkGemmImpl IMPL_##ISA = {#ISA, gemm_f32_##ISA, gemm_bf16_##ISA, gemm_f16_##ISA, gemm_i8_##ISA,  \
                                          gemm_i32_##ISA};
@@ -317,7 +325,7 @@ static void kern_i32_generic(int64_t kc, const void *av, const void *bv, void *c
 
 /* KC 256 x MR 4 floats = 4 KiB of A in L1; KC x NC 256 x 256 = 256 KiB of B
  * in L2, modest enough for most CPUs. */
-static const Shape SHAPE_generic = {G_MR, G_NR, 256, 64, 256, kern_f32_generic, kern_i32_generic};
+static const Shape SHAPE_generic = {G_MR, G_NR, 256, 64, 256, kern_f32_generic, kern_i32_generic, NULL, NULL};
 DEFINE_GEMMS(generic, SHAPE_generic, pack_b32)
 
 #if TPK_GEMM_X86
@@ -374,6 +382,10 @@ __attribute__((target("avx2"))) static void pack_b32_avx2(void *dstv, int64_t w,
         float *d = dst + (p * kc + k) * w;
         int64_t nv = min64(w, n - p * w);
         for (int64_t t = 0; t < w; t += 8) {
+          if (t + 8 <= nv) {
+            _mm256_storeu_ps(d + t, _mm256_loadu_ps(s + p * w + t));
+            continue;
+          }
           __m256i load = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nv - t)), lane);
           __m256i store = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w - t)), lane);
           /* masked-off lanes read nothing (no fault) and load zeros */
@@ -483,7 +495,7 @@ __attribute__((target("avx2"))) static void kern_i32_avx2(int64_t kc, const void
 /* KC 256: A sliver 6 KiB in L1; B block 256 x 512 floats = 512 KiB in L2
  * (Haswell's L2 is 256 KiB: B then streams from L3, whose bandwidth the
  * 6-row reuse of each B line covers); A block 96 x 256 = 96 KiB. */
-static const Shape SHAPE_avx2 = {6, 16, 256, 96, 512, kern_f32_avx2, kern_i32_avx2};
+static const Shape SHAPE_avx2 = {6, 16, 256, 96, 512, kern_f32_avx2, kern_i32_avx2, NULL, NULL};
 DEFINE_GEMMS(avx2, SHAPE_avx2, pack_b32_avx2)
 
 /* ---- AVX-512F: 14 x 32 (two zmm per row) ----------------------------------
@@ -526,6 +538,40 @@ __attribute__((target("avx512f"))) static void kern_f32_avx512(int64_t kc, const
   ROWS14(Z_STORE)
 }
 
+/* Edge tiles with masks instead of a copy of C: rows from mv on are neither
+ * read nor written, nor columns from nv on (m0, m1 cover the two vectors).
+ * The k loop is the full kernel's. */
+#define ZE_LOAD(i)                                                                                             \
+  if ((i) < mv) {                                                                                              \
+    c##i##a = _mm512_maskz_loadu_ps(m0, c + (i) * ldc);                                                        \
+    c##i##b = m1 ? _mm512_maskz_loadu_ps(m1, c + (i) * ldc + 16) : _mm512_setzero_ps();                        \
+  }
+#define ZE_STORE(i)                                                                                            \
+  if ((i) < mv) {                                                                                              \
+    _mm512_mask_storeu_ps(c + (i) * ldc, m0, c##i##a);                                                         \
+    if (m1)                                                                                                    \
+      _mm512_mask_storeu_ps(c + (i) * ldc + 16, m1, c##i##b);                                                  \
+  }
+
+__attribute__((target("avx512f"))) static void kern_f32_avx512_edge(int64_t kc, const void *av, const void *bv,
+                                                                     void *cv, int64_t ldc, int load_c,
+                                                                     int64_t mv, int64_t nv) {
+  const float *a = av, *b = bv;
+  float *c = cv;
+  __mmask16 m0 = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1);
+  __mmask16 m1 = (__mmask16)(nv >= 32 ? 0xffffu : nv > 16 ? (1u << (nv - 16)) - 1 : 0u);
+  ROWS14(Z_DECL)
+  ROWS14(Z_ZERO)
+  if (load_c) {
+    ROWS14(ZE_LOAD)
+  }
+  for (int64_t k = 0; k < kc; k++, a += 14, b += 32) {
+    __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    ROWS14(Z_FMA)
+  }
+  ROWS14(ZE_STORE)
+}
+
 #define ZI_DECL(i) __m512i c##i##a, c##i##b;
 #define ZI_ZERO(i) c##i##a = _mm512_setzero_si512(), c##i##b = _mm512_setzero_si512();
 #define ZI_LOAD(i) c##i##a = _mm512_loadu_si512(c + (i) * ldc), c##i##b = _mm512_loadu_si512(c + (i) * ldc + 16);
@@ -560,7 +606,7 @@ __attribute__((target("avx512f"))) static void kern_i32_avx512(int64_t kc, const
  * (112 x 256 floats = 112 KiB) and C tiles. Measured on a Cascade Lake
  * Xeon at 1024^3: KC 384 or NC 1024 were no better, NC 256 was worse (A is
  * packed N/NC times); MC from 56 to 448 made no measurable difference. */
-static const Shape SHAPE_avx512 = {14, 32, 256, 112, 512, kern_f32_avx512, kern_i32_avx512};
+static const Shape SHAPE_avx512 = {14, 32, 256, 112, 512, kern_f32_avx512, kern_i32_avx512, kern_f32_avx512_edge, NULL};
 DEFINE_GEMMS(avx512, SHAPE_avx512, pack_b32_avx2)
 #endif
 
