@@ -151,8 +151,8 @@ int main(int argc, char **argv) {
   Job bf[2] = {{BF16, n, NULL, NULL, a16, b16, c_tpk}, {BLAS, n, a_r, b_r, NULL, NULL, c_blas}};
   measure(bf, 2, runs, t);
   double tbf = flop / t[0] * 1e-9, blas_bf = flop / t[1] * 1e-9;
-  fprintf(stderr, "bf16 -> f32 %d^3: tpk %.1f GFLOP/s, OpenBLAS sgemm on the f32 values %.1f GFLOP/s; max rel diff %.2g\n",
-          n, tbf, blas_bf, max_rel_diff(c_tpk, c_blas, nn));
+  fprintf(stderr, "bf16 -> f32 %d^3: tpk %.1f GFLOP/s, OpenBLAS sgemm on the f32 values %.1f GFLOP/s; "
+          "max rel diff %.2g\n", n, tbf, blas_bf, max_rel_diff(c_tpk, c_blas, nn));
   snprintf(name, sizeof name, "bf16 matmul %d^3 -> f32, one thread (gemm primitive)", n);
   row(name, tbf, "OpenBLAS sgemm", blas_bf);
 

@@ -254,34 +254,31 @@ static Operand operand(const void *p, int64_t ld, int trans, int64_t esize, Pack
 
 /* One instruction set's five entry points, from its Shape and its packing
  * of 4-byte elements. */
-#define DEFINE_GEMMS(ISA, SH, PACK32)                                                                                \
+#define DEFINE_GEMMS(ISA, SH, PACK32)                                                                          \
   static void gemm_f32_##ISA(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int a_trans,        \
-                             const float *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int accumulate) { \
+                             const float *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int acc) {       \
     Operand a = operand(A, lda, a_trans, 4, PACK32), b = operand(B, ldb, b_trans, 4, PACK32);                 \
-    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_bf16_##ISA(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, int a_trans,    \
-                              const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc,             \
-                              int accumulate) {                                                                \
+                              const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int acc) {   \
     Operand a = operand(A, lda, a_trans, 2, pack_bf16), b = operand(B, ldb, b_trans, 2, pack_bf16);           \
-    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_f16_##ISA(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, int a_trans,     \
-                             const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc,              \
-                             int accumulate) {                                                                 \
+                             const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int acc) {    \
     Operand a = operand(A, lda, a_trans, 2, pack_f16), b = operand(B, ldb, b_trans, 2, pack_f16);             \
-    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_i8_##ISA(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, int a_trans,        \
-                            const int8_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int accumulate) { \
+                            const int8_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int acc) {     \
     Operand a = operand(A, lda, a_trans, 1, pack_i8), b = operand(B, ldb, b_trans, 1, pack_i8);               \
-    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_i32_##ISA(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t lda, int a_trans,      \
-                             const int32_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc,             \
-                             int accumulate) {                                                                 \
+                             const int32_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int acc) {   \
     Operand a = operand(A, lda, a_trans, 4, PACK32), b = operand(B, ldb, b_trans, 4, PACK32);                 \
-    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, (char *)C, ldc, accumulate);                                            \
+    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static const TpkGemmImpl IMPL_##ISA = {#ISA, gemm_f32_##ISA, gemm_bf16_##ISA, gemm_f16_##ISA, gemm_i8_##ISA,  \
                                          gemm_i32_##ISA};
