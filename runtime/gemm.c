@@ -253,8 +253,8 @@ static Operand operand(const void *p, int64_t ld, int trans, int64_t esize, Pack
 }
 
 /* One instruction set's five entry points, from its Shape and its packing
- * of 4-byte elements. */
-#define DEFINE_GEMMS(ISA, SH, PACK32)                                                                          \
+ * functions (4-byte elements, bf16, f16, i8). */
+#define DEFINE_GEMMS(ISA, SH, PACK32, PACK_BF16, PACK_F16, PACK_I8)                                        \
   static void gemm_f32_##ISA(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int a_trans,        \
                              const float *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int acc) {       \
     Operand a = operand(A, lda, a_trans, 4, PACK32), b = operand(B, ldb, b_trans, 4, PACK32);                 \
@@ -262,17 +262,17 @@ static Operand operand(const void *p, int64_t ld, int trans, int64_t esize, Pack
   }                                                                                                            \
   static void gemm_bf16_##ISA(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, int a_trans,    \
                               const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int acc) {   \
-    Operand a = operand(A, lda, a_trans, 2, pack_bf16), b = operand(B, ldb, b_trans, 2, pack_bf16);           \
+    Operand a = operand(A, lda, a_trans, 2, PACK_BF16), b = operand(B, ldb, b_trans, 2, PACK_BF16);           \
     drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_f16_##ISA(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, int a_trans,     \
                              const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int acc) {    \
-    Operand a = operand(A, lda, a_trans, 2, pack_f16), b = operand(B, ldb, b_trans, 2, pack_f16);             \
+    Operand a = operand(A, lda, a_trans, 2, PACK_F16), b = operand(B, ldb, b_trans, 2, PACK_F16);             \
     drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_i8_##ISA(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, int a_trans,        \
                             const int8_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int acc) {     \
-    Operand a = operand(A, lda, a_trans, 1, pack_i8), b = operand(B, ldb, b_trans, 1, pack_i8);               \
+    Operand a = operand(A, lda, a_trans, 1, PACK_I8), b = operand(B, ldb, b_trans, 1, PACK_I8);               \
     drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_i32_##ISA(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t lda, int a_trans,      \
@@ -323,7 +323,7 @@ static void kern_i32_generic(int64_t kc, const void *av, const void *bv, void *c
 /* KC 256 x MR 4 floats = 4 KiB of A in L1; KC x NC 256 x 256 = 256 KiB of B
  * in L2, modest enough for most CPUs. */
 static const Shape SHAPE_generic = {G_MR, G_NR, 256, 64, 256, kern_f32_generic, kern_i32_generic, NULL, NULL};
-DEFINE_GEMMS(generic, SHAPE_generic, pack_b32)
+DEFINE_GEMMS(generic, SHAPE_generic, pack_b32, pack_bf16, pack_f16, pack_i8)
 
 #if TPK_GEMM_X86
 /* Prefetch `lines` cache lines from `bytes` past p into L1. The address is
@@ -334,13 +334,14 @@ static inline void prefetch_lines(const void *p, uintptr_t bytes, int lines) {
   for (int i = 0; i < lines; i++) _mm_prefetch((const char *)(q + 64 * (uintptr_t)i), _MM_HINT_T0);
 }
 
-/* ---- packing 4-byte elements with AVX2 ---------------------------------------
- * The transposing case (k contiguous in the source: A not transposed, or B
- * transposed) is the costly one in C, one element at a time. Here 8 source
- * rows x 8 k are loaded as 8 vectors, transposed in registers and stored as
- * 8 k-rows of the panel; each source cache line is used up in two
- * consecutive blocks, so rows ld apart sharing cache sets do not matter.
- * Everything else goes to the portable packing. */
+/* ---- packing with AVX2 --------------------------------------------------------
+ * The same panels as the portable packing, 8 elements at a time, converting
+ * on the way (bf16, f16 and i8 widen to 32 bits with the exact conversions
+ * of the scalar code). The transposing case (k contiguous in the source: A
+ * not transposed, or B transposed) loads 8 source rows x 8 k, transposes
+ * them in registers and stores 8 k-rows of the panel; each source cache
+ * line is used up in consecutive blocks, so rows ld apart sharing cache sets
+ * do not matter. */
 
 __attribute__((target("avx2"))) static void transpose8(__m256 r[8]) {
   __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -361,65 +362,111 @@ __attribute__((target("avx2"))) static void transpose8(__m256 r[8]) {
   r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-__attribute__((target("avx2"))) static void pack_b32_avx2(void *dstv, int64_t w, const void *srcv, int64_t s_w,
-                                                           int64_t s_k, int64_t n, int64_t kc) {
-  float *dst = dstv; /* the bits move through float registers unchanged */
-  const float *src = srcv;
-  int64_t panels = (n + w - 1) / w;
-  if (s_w == 1) {
-    /* Rows of the source (one per k) scatter into the panels. Short row
-     * segments far apart defeat the hardware prefetcher: fetch a few rows
-     * ahead. */
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int64_t k = 0; k < kc; k++) {
-      const float *s = src + k * s_k;
-      if (k + 8 < kc)
-        for (int64_t t = 0; t < n; t += 16) _mm_prefetch((const char *)(s + 8 * s_k + t), _MM_HINT_T0);
-      for (int64_t p = 0; p < panels; p++) {
-        float *d = dst + (p * kc + k) * w;
-        int64_t nv = min64(w, n - p * w);
-        for (int64_t t = 0; t < w; t += 8) {
-          if (t + 8 <= nv) {
-            _mm256_storeu_ps(d + t, _mm256_loadu_ps(s + p * w + t));
-            continue;
-          }
-          __m256i load = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nv - t)), lane);
-          __m256i store = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w - t)), lane);
-          /* masked-off lanes read nothing (no fault) and load zeros */
-          __m256 v = _mm256_maskload_ps(s + p * w + min64(t, nv), load);
-          _mm256_maskstore_ps(d + t, store, v);
-        }
-      }
-    }
+/* Store the first `lanes` (1..8) of v at d. */
+__attribute__((target("avx2"))) static inline void store_lanes(uint32_t *d, __m256 v, int64_t lanes) {
+  if (lanes == 8) {
+    _mm256_storeu_ps((float *)d, v);
     return;
   }
-  if (s_k != 1) {
-    pack_b32(dstv, w, srcv, s_w, s_k, n, kc);
-    return;
-  }
-  for (int64_t p = 0; p < panels; p++) {
-    float *d = dst + p * kc * w;
-    int64_t nv = min64(w, n - p * w);
-    for (int64_t t0 = 0; t0 < w; t0 += 8) {
-      int64_t lanes = min64(8, w - t0); /* panel columns this group fills */
-      int64_t rows = nv - t0 < 0 ? 0 : min64(8, nv - t0); /* of which exist in the source */
-      __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-      const float *s = rows ? src + (p * w + t0) * s_w : src;
-      int64_t k = 0;
-      for (; k + 8 <= kc; k += 8) {
-        __m256 r[8];
-        for (int i = 0; i < 8; i++) r[i] = i < rows ? _mm256_loadu_ps(s + i * s_w + k) : _mm256_setzero_ps();
-        transpose8(r);
-        if (lanes == 8)
-          for (int i = 0; i < 8; i++) _mm256_storeu_ps(d + (k + i) * w + t0, r[i]);
-        else
-          for (int i = 0; i < 8; i++) _mm256_maskstore_ps(d + (k + i) * w + t0, mask, r[i]);
-      }
-      for (; k < kc; k++)
-        for (int64_t t = 0; t < lanes; t++) d[k * w + t0 + t] = t < rows ? s[t * s_w + k] : 0.0f;
-    }
-  }
+  __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  _mm256_maskstore_ps((float *)d, mask, v);
 }
+
+/* 8 halves to f32 bits, as f16_to_f32 does it: normal numbers rebiased,
+ * subnormals as man * 2^-24 (an exact product with a normal result, so
+ * MXCSR's flush-to-zero modes cannot touch it), inf and NaN kept. */
+__attribute__((target("avx2"))) static inline __m256 f16x8_to_f32(__m128i h8) {
+  __m256i h = _mm256_cvtepu16_epi32(h8);
+  __m256i sign = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16);
+  __m256i exp = _mm256_and_si256(_mm256_srli_epi32(h, 10), _mm256_set1_epi32(0x1f));
+  __m256i man13 = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x3ff)), 13);
+  __m256i normal = _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(exp, _mm256_set1_epi32(112)), 23), man13);
+  __m256i infnan = _mm256_or_si256(_mm256_set1_epi32(0x7f800000), man13);
+  __m256 man = _mm256_cvtepi32_ps(_mm256_and_si256(h, _mm256_set1_epi32(0x3ff)));
+  __m256i sub = _mm256_castps_si256(_mm256_mul_ps(man, _mm256_set1_ps(0x1p-24f)));
+  __m256i r = _mm256_blendv_epi8(normal, sub, _mm256_cmpeq_epi32(exp, _mm256_setzero_si256()));
+  r = _mm256_blendv_epi8(r, infnan, _mm256_cmpeq_epi32(exp, _mm256_set1_epi32(0x1f)));
+  return _mm256_castsi256_ps(_mm256_or_si256(r, sign));
+}
+
+/* 8 consecutive source elements as 32-bit values (bits in a __m256). */
+#define LOAD8_B32(p) _mm256_loadu_ps((const float *)(p))
+#define LOAD8_BF16(p)                                                                                          \
+  _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define LOAD8_F16(p) f16x8_to_f32(_mm_loadu_si128((const __m128i *)(p)))
+#define LOAD8_I8(p) _mm256_castsi256_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+
+/* One element's 32 bits, for the scalar tails. */
+static inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+#define BITS_B32(x) (x)
+#define BITS_BF16(x) ((uint32_t)(x) << 16)
+#define BITS_F16(x) f32_bits(f16_to_f32(x))
+#define BITS_I8(x) ((uint32_t)(int32_t)(x))
+
+#define DEFINE_PACK_AVX2(NAME, SRC_T, LOAD8, BITS, PORTABLE)                                                   \
+  /* the first m (1..7) elements at p, the rest zero */                                                       \
+  __attribute__((target("avx2"))) static inline __m256 NAME##_part(const SRC_T *p, int64_t m) {                \
+    SRC_T buf[8] = {0};                                                                                        \
+    memcpy(buf, p, (size_t)m * sizeof *p);                                                                     \
+    return LOAD8(buf);                                                                                         \
+  }                                                                                                            \
+  __attribute__((target("avx2"))) static void NAME(void *dstv, int64_t w, const void *srcv, int64_t s_w,       \
+                                                   int64_t s_k, int64_t n, int64_t kc) {                       \
+    uint32_t *dst = dstv;                                                                                      \
+    const SRC_T *src = srcv;                                                                                   \
+    int64_t panels = (n + w - 1) / w;                                                                          \
+    if (s_w == 1) {                                                                                            \
+      /* Source rows (one per k) scatter into the panels. Short row segments                                   \
+       * far apart defeat the hardware prefetcher: fetch 8 rows ahead. */                                      \
+      for (int64_t k = 0; k < kc; k++) {                                                                       \
+        const SRC_T *s = src + k * s_k;                                                                        \
+        if (k + 8 < kc)                                                                                        \
+          for (int64_t t = 0; t < n; t += 64 / (int64_t)sizeof(SRC_T))                                         \
+            _mm_prefetch((const char *)(s + 8 * s_k + t), _MM_HINT_T0);                                        \
+        for (int64_t p = 0; p < panels; p++) {                                                                 \
+          uint32_t *d = dst + (p * kc + k) * w;                                                                \
+          const SRC_T *sp = s + p * w;                                                                         \
+          int64_t nv = min64(w, n - p * w);                                                                    \
+          for (int64_t t = 0; t < w; t += 8) {                                                                 \
+            __m256 v = t + 8 <= nv ? LOAD8(sp + t) : t < nv ? NAME##_part(sp + t, nv - t) : _mm256_setzero_ps(); \
+            store_lanes(d + t, v, min64(8, w - t));                                                            \
+          }                                                                                                    \
+        }                                                                                                      \
+      }                                                                                                        \
+      return;                                                                                                  \
+    }                                                                                                          \
+    if (s_k != 1) { /* neither stride 1: not a layout prims.h produces */                                      \
+      PORTABLE(dstv, w, srcv, s_w, s_k, n, kc);                                                                \
+      return;                                                                                                  \
+    }                                                                                                          \
+    for (int64_t p = 0; p < panels; p++) {                                                                     \
+      uint32_t *d = dst + p * kc * w;                                                                          \
+      int64_t nv = min64(w, n - p * w);                                                                        \
+      for (int64_t t0 = 0; t0 < w; t0 += 8) {                                                                  \
+        int64_t lanes = min64(8, w - t0);                      /* panel columns this group fills */            \
+        int64_t rows = nv - t0 < 0 ? 0 : min64(8, nv - t0);    /* of which exist in the source */              \
+        const SRC_T *s = rows ? src + (p * w + t0) * s_w : src;                                                \
+        int64_t k = 0;                                                                                         \
+        for (; k + 8 <= kc; k += 8) {                                                                          \
+          __m256 r[8];                                                                                         \
+          for (int i = 0; i < 8; i++) r[i] = i < rows ? LOAD8(s + i * s_w + k) : _mm256_setzero_ps();           \
+          transpose8(r);                                                                                       \
+          for (int i = 0; i < 8; i++) store_lanes(d + (k + i) * w + t0, r[i], lanes);                          \
+        }                                                                                                      \
+        for (; k < kc; k++)                                                                                    \
+          for (int64_t t = 0; t < lanes; t++) d[k * w + t0 + t] = t < rows ? BITS(s[t * s_w + k]) : 0u;        \
+      }                                                                                                        \
+    }                                                                                                          \
+  }
+
+DEFINE_PACK_AVX2(pack_b32_avx2, uint32_t, LOAD8_B32, BITS_B32, pack_b32)
+DEFINE_PACK_AVX2(pack_bf16_avx2, uint16_t, LOAD8_BF16, BITS_BF16, pack_bf16)
+DEFINE_PACK_AVX2(pack_f16_avx2, uint16_t, LOAD8_F16, BITS_F16, pack_f16)
+DEFINE_PACK_AVX2(pack_i8_avx2, int8_t, LOAD8_I8, BITS_I8, pack_i8)
 
 /* ---- AVX2 + FMA: 6 x 16 (two ymm per row) ---------------------------------
  * 12 accumulators + 2 B vectors + 1 broadcast = 15 of the 16 ymm registers.
@@ -493,7 +540,7 @@ __attribute__((target("avx2"))) static void kern_i32_avx2(int64_t kc, const void
  * (Haswell's L2 is 256 KiB: B then streams from L3, whose bandwidth the
  * 6-row reuse of each B line covers); A block 96 x 256 = 96 KiB. */
 static const Shape SHAPE_avx2 = {6, 16, 256, 96, 512, kern_f32_avx2, kern_i32_avx2, NULL, NULL};
-DEFINE_GEMMS(avx2, SHAPE_avx2, pack_b32_avx2)
+DEFINE_GEMMS(avx2, SHAPE_avx2, pack_b32_avx2, pack_bf16_avx2, pack_f16_avx2, pack_i8_avx2)
 
 /* ---- AVX-512F: 14 x 32 (two zmm per row) ----------------------------------
  * 28 accumulators + 2 B vectors + 1 broadcast = 31 of the 32 zmm registers.
@@ -604,7 +651,7 @@ __attribute__((target("avx512f"))) static void kern_i32_avx512(int64_t kc, const
  * Xeon at 1024^3: KC 384 or NC 1024 were no better, NC 256 was worse (A is
  * packed N/NC times); MC from 56 to 448 made no measurable difference. */
 static const Shape SHAPE_avx512 = {14, 32, 256, 112, 512, kern_f32_avx512, kern_i32_avx512, kern_f32_avx512_edge, NULL};
-DEFINE_GEMMS(avx512, SHAPE_avx512, pack_b32_avx2)
+DEFINE_GEMMS(avx512, SHAPE_avx512, pack_b32_avx2, pack_bf16_avx2, pack_f16_avx2, pack_i8_avx2)
 #endif
 
 /* ---- choosing an instruction set ------------------------------------------ */
