@@ -33,10 +33,15 @@
  * reuse the f32 and i32 micro-kernels. Integer sums wrap modulo 2^32
  * (unsigned arithmetic in C, vpmulld/vpaddd in SIMD).
  *
- * Three implementations, chosen at run time: AVX-512F, AVX2+FMA and
- * portable C. The SIMD micro-kernels carry __attribute__((target)), so this
- * file builds with the project's generic flags and runs on any x86-64; on
- * other architectures only the portable path is compiled.
+ * Three implementations, chosen at run time: AVX-512F (14 x 32 micro-tile),
+ * AVX2+FMA (6 x 16) and portable C (4 x 16); both SIMD paths pack with AVX2.
+ * The SIMD functions carry __attribute__((target)), so this file builds with
+ * the project's generic flags and runs on any x86-64; on other
+ * architectures only the portable path is compiled.
+ *
+ * Edge tiles (M or N not a multiple of the micro-tile) run the same k loop:
+ * with masked loads and stores of C on AVX-512 f32, else on a copy of the
+ * tile. Packed operands are zero-padded to whole panels.
  *
  * Packing buffers come from the heap per call (from the stack for small
  * problems, or, should allocation fail, with smaller blocks), so the

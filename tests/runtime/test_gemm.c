@@ -213,9 +213,9 @@ static void float_case(int type, const TpkGemmImpl *impl, Shape3 sh, int at, int
  * (4x16, 6x16, 14x32), exact tiles, and K and N crossing the KC = 256 and
  * NC = 256/512 blocks. */
 static const Shape3 SHAPES[] = {
-    {1, 1, 1},   {0, 5, 3},     {5, 0, 3},    {5, 3, 0},    {0, 0, 0},   {17, 33, 65}, {14, 32, 16},
-    {28, 64, 7}, {6, 16, 9},    {4, 16, 300}, {1000, 7, 129}, {7, 1000, 5}, {15, 33, 257}, {29, 65, 513},
-    {3, 530, 20}, {2, 1030, 3}, {1, 50, 600},
+    {1, 1, 1},     {0, 5, 3},    {5, 0, 3},     {5, 3, 0},     {0, 0, 0},    {17, 33, 65},
+    {14, 32, 16},  {28, 64, 7},  {6, 16, 9},    {4, 16, 300},  {1000, 7, 129}, {7, 1000, 5},
+    {15, 33, 257}, {29, 65, 513}, {3, 530, 20}, {2, 1030, 3},  {1, 50, 600},
 };
 
 static void float_shapes(int type, int special) {
@@ -458,11 +458,16 @@ static void test_i32_wraps(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_f32_shapes),       cmocka_unit_test(test_f32_specials),
-      cmocka_unit_test(test_bf16_shapes),      cmocka_unit_test(test_f16_shapes),
-      cmocka_unit_test(test_isas_match_generic), cmocka_unit_test(test_half_conversions),
-      cmocka_unit_test(test_k_zero),           cmocka_unit_test(test_i8_shapes),
-      cmocka_unit_test(test_i32_shapes),       cmocka_unit_test(test_i8_wraps),
+      cmocka_unit_test(test_f32_shapes),
+      cmocka_unit_test(test_f32_specials),
+      cmocka_unit_test(test_bf16_shapes),
+      cmocka_unit_test(test_f16_shapes),
+      cmocka_unit_test(test_isas_match_generic),
+      cmocka_unit_test(test_half_conversions),
+      cmocka_unit_test(test_k_zero),
+      cmocka_unit_test(test_i8_shapes),
+      cmocka_unit_test(test_i32_shapes),
+      cmocka_unit_test(test_i8_wraps),
       cmocka_unit_test(test_i32_wraps),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
