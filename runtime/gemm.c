@@ -348,7 +348,7 @@ static inline void prefetch_lines(const void *p, uintptr_t bytes, int lines) {
  * line is used up in consecutive blocks, so rows ld apart sharing cache sets
  * do not matter. */
 
-__attribute__((target("avx2"))) static void transpose8(__m256 r[8]) {
+__attribute__((target("avx2"), always_inline)) static inline void transpose8(__m256 r[8]) {
   __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
   __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
