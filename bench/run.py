@@ -12,8 +12,9 @@ line on stdout (other lines and stderr are passed through):
   value     the measurement, in `unit`
   baseline  what was measured beside tpk in the same run (e.g. "numpy",
             "torch eager"), or null
-  ratio     baseline / tpk for times (> 1 means tpk did better), null
-            without a baseline
+  ratio     baseline / tpk for times, tpk / baseline for rates such as
+            GFLOP/s (either way > 1 means tpk did better), null without a
+            baseline
 
 To add a benchmark: build another bench/bench_*.c (the Makefile's `bench`
 target builds them) that prints such rows, and add its target to TARGETS.
@@ -30,10 +31,13 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# name -> (target as shown, predicate on the row's value). Rows without a
-# target are reported without a verdict.
+# name -> (target as shown, predicate on the row's value[, the row field the
+# predicate reads instead of "value"]). Rows without a target are reported
+# without a verdict.
 TARGETS = {
     "frontend: parse+check a 10,000-line file": ("< 50 ms", lambda v: v < 50.0),
+    "f32 matmul 1024^3, one thread (gemm primitive)": (">= 0.8x OpenBLAS", lambda r: r is not None and r >= 0.8,
+                                                       "ratio"),
 }
 
 ROW_KEYS = ("name", "device", "value", "unit", "baseline", "ratio")
@@ -117,8 +121,8 @@ def verdict(row):
     t = TARGETS.get(row["name"])
     if not t:
         return "", ""
-    text, ok = t
-    return text, ("met" if ok(row["value"]) else "**missed**")
+    text, ok, field = (t + ("value",))[:3]
+    return text, ("met" if ok(row[field]) else "**missed**")
 
 
 def write_markdown(path, rows, mach, failed):
@@ -137,9 +141,10 @@ def write_markdown(path, rows, mach, failed):
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         lines.append(f"| {r['name']} | {r['device']} | {fmt_value(r['value'])} {r['unit']} | "
                      f"{r['baseline'] or ''} | {ratio} | {target} | {result} |")
-    lines += ["", "Ratio is baseline / tpk for times, so above 1 means tpk did better.", ""]
+    lines += ["", "Ratio is baseline / tpk for times and tpk / baseline for rates, so above 1 means tpk did "
+              "better.", ""]
     lines += ["## Targets", ""]
-    lines += [f"- {name}: {text}" for name, (text, _) in TARGETS.items()]
+    lines += [f"- {name}: {t[0]}" for name, t in TARGETS.items()]
     if failed:
         lines += ["", "## Benchmarks that failed", ""] + [f"- `{f}`" for f in failed]
     with open(path, "w") as f:

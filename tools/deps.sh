@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install what the build and tests need and is missing; safe to run twice.
 # Debian packages: re2c (lexer), lemon (parser), libtcc (JIT), cmocka (tests),
-# clang (libFuzzer, for `make fuzz`).
+# clang (libFuzzer, for `make fuzz`), OpenBLAS (the baseline of bench_gemm).
 set -e
 missing=""
 need() { # need PACKAGE FILE-THAT-PROVES-IT
@@ -15,6 +15,8 @@ need libcmocka-dev /usr/include/cmocka.h
 need clang /usr/bin/clang
 need make /usr/bin/make
 need gcc /usr/bin/gcc
+multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+need libopenblas-dev "/usr/include/$multiarch/openblas-pthread/cblas.h"
 if [ -n "$missing" ]; then
   echo "deps: installing$missing"
   SUDO=""
@@ -22,4 +24,4 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-echo "deps: all present (re2c $(re2c --version | cut -d' ' -f2), lemon, libtcc, cmocka, clang)"
+echo "deps: all present (re2c $(re2c --version | cut -d' ' -f2), lemon, libtcc, cmocka, clang, OpenBLAS)"
