@@ -137,13 +137,14 @@ corpus-check: $(BUILD)/tpk
 
 # ---- benchmarks ----
 bench: all
-	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_frontend $(BUILD)/bench/bench_gemm
+	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_frontend $(BUILD)/bench/bench_gemm $(BUILD)/bench/bench_host
 	@$(PYTHON) bench/run.py --build $(BUILD)
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtpk.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libtpk.a $(LDFLAGS) $(LDLIBS)
 # bench_gemm measures against OpenBLAS (libopenblas-dev, see tools/deps.sh).
 $(BUILD)/bench/bench_gemm: LDLIBS += -lopenblas
+$(BUILD)/bench/bench_host: LDLIBS += -lopenblas
 
 # ---- fuzzing (clang's libFuzzer) ----
 FUZZ_SECONDS ?= 60

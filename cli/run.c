@@ -517,6 +517,8 @@ done:
 }
 
 int cli_run(const CliCommand *cmd, int argc, char **argv) {
+  /* progress lines and errors interleave in order, even through a pipe */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   Run r = {0};
   int status = parse_args(&r, cmd, argc, argv);
   if (status == CLI_OK) status = run(&r);

@@ -24,4 +24,10 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-echo "deps: all present (re2c $(re2c --version | cut -d' ' -f2), lemon, libtcc, cmocka, clang, OpenBLAS)"
+# Python: NumPy reads and writes the .npy files of the tutorials and tests.
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c "import numpy" 2>/dev/null; then
+  echo "deps: installing numpy"
+  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet numpy
+fi
+echo "deps: all present (re2c $(re2c --version | cut -d' ' -f2), lemon, libtcc, cmocka, clang, OpenBLAS, numpy)"
