@@ -125,11 +125,16 @@ test-asan:
 .PHONY: demo corpus-check
 DEMO_KERNELS := $(addprefix tests/corpus/,add.tpk softmax.tpk matmul.tpk layernorm.tpk \
 	flash_attention.tpk embedding_bwd.tpk)
+# The main job: check the language's example kernels, then run three of them
+# on the host, each checked against the reference interpreter and timed.
 demo: $(BUILD)/tpk
 	@echo "== tpk check: the six example kernels of the language contract"
 	@$(BUILD)/tpk check $(DEMO_KERNELS)
-	@echo "== tpk dump --ir: softmax for a 1024x512 input, in blocks of 16 rows"
-	@$(BUILD)/tpk dump --ir tests/corpus/softmax.tpk --bind M=1024,N=512 --tune BM=16
+	@echo "== tpk run on the host, checked against the reference interpreter"
+	@$(BUILD)/tpk run tests/corpus/matmul.tpk --shape M=1000,N=512,K=768 --check
+	@$(BUILD)/tpk run tests/corpus/softmax.tpk --shape M=4096,N=1000 --check
+	@$(BUILD)/tpk run tests/corpus/flash_attention.tpk --kernel flash_attention --shape BH=4,S=500,T=500,D=64 \
+		--scalar scale=0.125 --check
 
 # Every kernel of the test corpus must check clean.
 corpus-check: $(BUILD)/tpk
