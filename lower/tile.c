@@ -250,7 +250,7 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
     if (!c) goto oom_map;
     c->attrs = tpk_arena_alloc(&m->arena, (size_t)(op->nattr ? op->nattr : 1) * sizeof *c->attrs);
     if (!c->attrs) goto oom_map;
-    memcpy(c->attrs, op->attrs, (size_t)op->nattr * sizeof *c->attrs);
+    if (op->nattr) memcpy(c->attrs, op->attrs, (size_t)op->nattr * sizeof *c->attrs);
     c->nattr = op->nattr;
     if (rows_ref) {
       char pattern[TPK_MAX_RANK + 1];
