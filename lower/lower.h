@@ -51,9 +51,9 @@ typedef struct TpkPlan {
   struct TpkPlanIndex *index; /* value -> slot */
 } TpkPlan;
 
-/* Plan the workspace of a kernel whose shapes are all constant. Fails with a
- * message naming the largest buffers when the kernel needs more than
- * t->vmem_bytes. */
+/* Plan the workspace of a kernel whose shapes are all constant. Fails, with
+ * nothing left to free, with a message naming the largest buffers when the
+ * kernel needs more than t->vmem_bytes. */
 TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err);
 /* The slot of a value (following aliases), or NULL for values without
  * storage. */

@@ -524,13 +524,7 @@ done:
   free(p.ops);
   free(p.opix.keys);
   free(p.opix.vals);
-  if (st != TPK_OK) {
-    free(ix->keys);
-    free(ix->vals);
-    ix->keys = NULL;
-    ix->vals = NULL;
-    ix->cap = 0;
-  }
+  if (st != TPK_OK) tpk_plan_free(plan); /* a failed plan owns nothing */
   return st;
 }
 
