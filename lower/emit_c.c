@@ -417,6 +417,11 @@ static void emit_const(Emitter *e, const TpkOp *op) {
     return;
   }
   const char *n = def_tile(e, r);
+  bool zero = a->kind == TPK_ATTR_FLOAT ? (a->f == 0 && !signbit(a->f)) : a->i == 0;
+  if (zero) { /* all-zero bits in every dtype: memset is fast whoever compiled us */
+    line(e, "memset(%s, 0, %" PRId64 ");", n, numel(e, r->type) * (int64_t)tpk_dtype_size(dt));
+    return;
+  }
   line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s;", numel(e, r->type), n, x);
 }
 
@@ -709,6 +714,31 @@ static const char *fill_value(Emitter *e, const TpkOp *op, TpkDType dt) {
   return tpk_arena_printf(&e->arena, "(%s)%" PRId64, ctype(dt), (int64_t)v);
 }
 
+/* A 2-D block loaded only to feed a dot: gemm can read it where it lies, with
+ * the tensor's row stride, whenever the block is fully in range, so the copy
+ * into the workspace is only made for ragged edge blocks. The block's rows
+ * must come from one dimension and its columns from the contiguous last one. */
+static bool load_feeds_dot(const TpkOp *load) {
+  const TpkValue *v = &load->out[0];
+  if (v->type->rank != 2 || load->in[0]->type->kind != TPK_TYPE_REF) return false;
+  const char *pat = tpk_op_str(load, "index", "");
+  size_t n = strlen(pat);
+  if (n < 2 || pat[n - 1] == 's') return false;
+  for (size_t i = 0; i < n; i++)
+    if (pat[i] == 'g') return false;
+  const TpkOp *use = NULL;
+  int uses = 0;
+  for (const TpkOp *op = load->next; op; op = op->next) { /* uses in this block */
+    for (int i = 0; i < op->nin; i++)
+      if (op->in[i] == v) {
+        use = op;
+        uses++;
+      }
+    if (op->nregion) return false; /* a use could hide in a region: keep it simple */
+  }
+  return uses == 1 && use->opcode == TPK_OP_DOT && use->in[0] != use->in[1];
+}
+
 static void emit_load(Emitter *e, const TpkOp *op) {
   Access acc;
   if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
@@ -716,7 +746,38 @@ static void emit_load(Emitter *e, const TpkOp *op) {
   check_indices(e, &acc);
   const char *n = def_tile(e, &op->out[0]);
   if (!is_tile(&op->out[0])) return;
+  if (!load_feeds_dot(op)) {
+    block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
+    return;
+  }
+  /* in range: point at the tensor; ragged: copy with masking */
+  int64_t ms[TPK_MAX_RANK];
+  strides(e, acc.mem, ms);
+  TpkStr inrange = {0};
+  int rowdim = -1;
+  for (int d = 0; acc.pattern[d]; d++) {
+    char c = acc.pattern[d];
+    if (c != 's' && rowdim < 0) rowdim = d;
+    if (c == 't' || c == 'r')
+      tpk_str_printf(&inrange, "%s%s + %" PRId64 " <= %" PRId64, inrange.len ? " && " : "", acc.start[d], acc.size[d],
+                     dim(e, acc.mem, d));
+  }
+  line(e, "int64_t %s_ld = %" PRId64 ";", n, dim(e, op->out[0].type, 1));
+  line(e, "if (%s) {", inrange.len ? inrange.data : "1");
+  e->indent++;
+  TpkStr off = {0};
+  for (int d = 0; acc.pattern[d]; d++)
+    if (ms[d] && strcmp(acc.start[d], "0") != 0) tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", acc.start[d], ms[d]);
+  line(e, "%s = %s + %s;", n, acc.base, off.len ? off.data : "0");
+  line(e, "%s_ld = %" PRId64 ";", n, ms[rowdim]);
+  e->indent--;
+  line(e, "} else {");
+  e->indent++;
   block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
+  e->indent--;
+  line(e, "}");
+  tpk_str_free(&inrange);
+  tpk_str_free(&off);
 }
 
 /* A load of a single element (a scalar result) */
@@ -926,9 +987,14 @@ static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumula
     e->indent++;
   }
   const char *bo = batch ? "b * " : "";
-  line(e, "p->%s(%" PRId64 ", %" PRId64 ", %" PRId64 ", %s + %s%" PRId64 ", %" PRId64 ", %d, %s + %s%" PRId64 ", %" PRId64
+  /* an operand loaded in place has its tensor's row stride */
+  const char *lda = a->def && a->def->opcode == TPK_OP_LOAD && load_feeds_dot(a->def)
+                        ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, a)) : tpk_arena_printf(&e->arena, "%" PRId64, a1);
+  const char *ldb = b->def && b->def->opcode == TPK_OP_LOAD && load_feeds_dot(b->def)
+                        ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, b)) : tpk_arena_printf(&e->arena, "%" PRId64, b1);
+  line(e, "p->%s(%" PRId64 ", %" PRId64 ", %" PRId64 ", %s + %s%" PRId64 ", %s, %d, %s + %s%" PRId64 ", %s"
           ", %d, %s + %s%" PRId64 ", %" PRId64 ", %d);",
-       fn, M, N, K, name_of(e, a), bo, batch ? a0 * a1 : 0, a1, a_trans, name_of(e, b), bo, batch ? b0 * b1 : 0, b1,
+       fn, M, N, K, name_of(e, a), bo, batch ? a0 * a1 : 0, lda, a_trans, name_of(e, b), bo, batch ? b0 * b1 : 0, ldb,
        b_trans, c, bo, batch ? M * N : 0, N, accumulate);
   if (batch) e->indent--;
 }
