@@ -367,12 +367,89 @@ static void test_vmem_budget(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* Run `kname` of a corpus file with every symbol = size in a context whose
+ * JIT tier is `tier`; return the bytes of every output, concatenated. */
+static char *run_tier(const char *tier, const char *file, const char *kname, int64_t size, size_t *len) {
+  setenv("TPK_TIER", tier, 1);
+  char cache[] = "/tmp/tpk-test-tiers-XXXXXX"; /* a private cache: cc must really compile */
+  assert_non_null(mkdtemp(cache));
+  setenv("TPK_CACHE_DIR", cache, 1);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  TpkKernel *k;
+  char rel[256];
+  snprintf(rel, sizeof rel, "tests/corpus/%s", file);
+  char *text = test_read_file(test_path(rel), NULL);
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, file, text, strlen(text), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, kname, &k), TPK_OK);
+  int np = tpk_kernel_param_count(k), ns = tpk_kernel_symbol_count(k);
+  TpkNamedInt syms[32];
+  for (int i = 0; i < ns; i++) syms[i] = (TpkNamedInt){tpk_kernel_symbol_name(k, i), size};
+  TpkBuffer *bufs[64] = {0};
+  double scalars[64] = {0};
+  uint64_t seed = 42;
+  for (int i = 0; i < np; i++) {
+    TpkDType dt = tpk_kernel_param_dtype(k, i);
+    if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) {
+      scalars[i] = tpk_dtype_is_float(dt) ? 0.5 : 1;
+      continue;
+    }
+    int64_t shape[8];
+    assert_int_equal(tpk_kernel_param_shape(k, i, syms, ns, shape), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]), TPK_OK);
+    if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT) fill(tpk_buffer_data(bufs[i]), dt, numel(bufs[i]), &seed);
+  }
+  TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns};
+  if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s:%s on %s: %s", file, kname, tier, tpk_last_error());
+  assert_string_equal(tpk_kernel_last_tier(k), tier);
+  TpkStr out = {0};
+  for (int i = 0; i < np; i++) {
+    TpkParamKind kind = tpk_kernel_param_kind(k, i);
+    if (kind == TPK_PARAM_KIND_OUTPUT || kind == TPK_PARAM_KIND_INOUT)
+      tpk_str_putn(&out, tpk_buffer_data(bufs[i]), tpk_buffer_bytes(bufs[i]));
+    tpk_buffer_destroy(bufs[i]);
+  }
+  tpk_context_destroy(ctx);
+  free(text);
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_DIR");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+  assert_int_equal(system(cmd), 0);
+  *len = out.len;
+  return tpk_str_take(&out);
+}
+
+/* libtcc and cc -O3 compile the same C; the results must be the same bits
+ * (cc runs with -ffp-contract=off so it does not fuse what tcc does not). */
+static void test_tiers_agree_bitwise(void **state) {
+  (void)state;
+  static const struct { const char *file, *kernel; int64_t size; } CASES[] = {
+      {"softmax.tpk", "softmax", 37},          {"layernorm.tpk", "layernorm", 130},
+      {"flash_attention.tpk", "flash_attention", 40}, {"gelu.tpk", "gelu_tanh", 130},
+      {"matmul.tpk", "matmul", 130},
+  };
+  for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
+    size_t n1, n2;
+    char *a = run_tier("tcc", CASES[i].file, CASES[i].kernel, CASES[i].size, &n1);
+    char *b = run_tier("cc", CASES[i].file, CASES[i].kernel, CASES[i].size, &n2);
+    assert_int_equal(n1, n2);
+    if (memcmp(a, b, n1) != 0) fail_msg("%s: the tcc and cc tiers computed different bits", CASES[i].kernel);
+    free(a);
+    free(b);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_calls),
       cmocka_unit_test(test_queue_order),
       cmocka_unit_test(test_vmem_budget),
       cmocka_unit_test(test_tunables_do_not_change_results),
+      cmocka_unit_test(test_tiers_agree_bitwise),
       cmocka_unit_test(test_corpus_matches_interpreter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
