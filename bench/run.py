@@ -38,6 +38,11 @@ TARGETS = {
     "frontend: parse+check a 10,000-line file": ("< 50 ms", lambda v: v < 50.0),
     "f32 matmul 1024^3, one thread (gemm primitive)": (">= 0.8x OpenBLAS", lambda r: r is not None and r >= 0.8,
                                                        "ratio"),
+    "f32 matmul 1024^3 kernel, one thread, tcc tier": (">= 0.8x OpenBLAS", lambda r: r is not None and r >= 0.8,
+                                                       "ratio"),
+    "f32 matmul 1024^3 kernel, one thread, cc tier": (">= 0.8x OpenBLAS", lambda r: r is not None and r >= 0.8,
+                                                      "ratio"),
+    "compile a softmax kernel with libtcc": ("< 5 ms", lambda v: v < 5.0),
 }
 
 ROW_KEYS = ("name", "device", "value", "unit", "baseline", "ratio")
