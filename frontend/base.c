@@ -140,6 +140,59 @@ char *tpk_str_take(TpkStr *s) {
   return p;
 }
 
+/* ---- Pointer map ---------------------------------------------------------- */
+
+static size_t ptrmap_slot(const TpkPtrMap *m, const void *key) {
+  size_t h = (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15u; /* Fibonacci hashing */
+  size_t i = (h >> 20) & (m->cap - 1);
+  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+bool tpk_ptrmap_put(TpkPtrMap *m, const void *key, void *val) {
+  if ((m->count + 1) * 2 > m->cap) { /* at most half full */
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    const void **keys = calloc(cap, sizeof *keys);
+    void **vals = calloc(cap, sizeof *vals);
+    if (!keys || !vals) {
+      free(keys);
+      free(vals);
+      return false;
+    }
+    TpkPtrMap old = *m;
+    m->keys = keys;
+    m->vals = vals;
+    m->cap = cap;
+    for (size_t i = 0; i < old.cap; i++)
+      if (old.keys[i]) {
+        size_t s = ptrmap_slot(m, old.keys[i]);
+        m->keys[s] = old.keys[i];
+        m->vals[s] = old.vals[i];
+      }
+    free(old.keys);
+    free(old.vals);
+  }
+  size_t s = ptrmap_slot(m, key);
+  if (!m->keys[s]) m->count++;
+  m->keys[s] = key;
+  m->vals[s] = val;
+  return true;
+}
+
+bool tpk_ptrmap_get(const TpkPtrMap *m, const void *key, void **val) {
+  if (!m->cap) return false;
+  size_t s = ptrmap_slot(m, key);
+  if (!m->keys[s]) return false;
+  if (val) *val = m->vals[s];
+  return true;
+}
+
+void tpk_ptrmap_free(TpkPtrMap *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
 /* ---- Errors --------------------------------------------------------------- */
 
 TpkStatus tpk_error(TpkError *err, TpkStatus code, const char *fmt, ...) {

@@ -61,6 +61,21 @@ void tpk_str_free(TpkStr *s);
  * caller frees the result with free(). */
 char *tpk_str_take(TpkStr *s);
 
+/* ---- Pointer map ----------------------------------------------------------
+ * Open addressing from pointers (IR values, ops) to pointers; heap memory.
+ * Passes keep their per-value facts here instead of growing IR structs. */
+typedef struct TpkPtrMap {
+  const void **keys;
+  void **vals;
+  size_t cap, count;
+} TpkPtrMap;
+
+/* false when memory ran out (the map is unchanged) */
+bool tpk_ptrmap_put(TpkPtrMap *m, const void *key, void *val);
+/* true and *val when key is present (val may be NULL) */
+bool tpk_ptrmap_get(const TpkPtrMap *m, const void *key, void **val);
+void tpk_ptrmap_free(TpkPtrMap *m);
+
 /* ---- Errors as values ---------------------------------------------------- */
 typedef struct TpkError {
   TpkStatus code;

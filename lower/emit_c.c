@@ -35,10 +35,7 @@ typedef struct Emitter {
   const char *source; /* .tpk text, for line comments */
   int last_line;
   int tmp;            /* counter for fresh C names */
-  /* value -> C name */
-  const void **keys;
-  const char **names;
-  size_t cap, count;
+  TpkPtrMap names; /* value -> its C name */
   TpkArena arena;
   /* the grid being emitted: bounds of each axis, for num_programs */
   const TpkOp *grid;
@@ -94,43 +91,8 @@ static void source_comment(Emitter *e, const TpkOp *op) {
 
 /* ---- names -------------------------------------------------------------------- */
 
-static size_t name_slot(const Emitter *e, const void *key) {
-  size_t h = (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15u;
-  size_t i = (h >> 20) & (e->cap - 1);
-  while (e->keys[i] && e->keys[i] != key) i = (i + 1) & (e->cap - 1);
-  return i;
-}
-
 static void set_name(Emitter *e, const TpkValue *v, const char *name) {
-  if ((e->count + 1) * 2 > e->cap) {
-    size_t cap = e->cap ? e->cap * 2 : 256;
-    const void **keys = calloc(cap, sizeof *keys);
-    const char **names = calloc(cap, sizeof *names);
-    if (!keys || !names) {
-      free(keys);
-      free(names);
-      e->failed = true;
-      return;
-    }
-    const void **ok = e->keys;
-    const char **on = e->names;
-    size_t oc = e->cap;
-    e->keys = keys;
-    e->names = names;
-    e->cap = cap;
-    for (size_t i = 0; i < oc; i++)
-      if (ok[i]) {
-        size_t s = name_slot(e, ok[i]);
-        e->keys[s] = ok[i];
-        e->names[s] = on[i];
-      }
-    free(ok);
-    free(on);
-  }
-  size_t s = name_slot(e, v);
-  if (!e->keys[s]) e->count++;
-  e->keys[s] = v;
-  e->names[s] = name;
+  if (!tpk_ptrmap_put(&e->names, v, (void *)name)) e->failed = true;
 }
 
 /* A fresh C identifier for v, from its name hint where it has one. */
@@ -149,9 +111,8 @@ static const char *new_name(Emitter *e, const TpkValue *v) {
 }
 
 static const char *name_of(Emitter *e, const TpkValue *v) {
-  if (!e->cap) return "?";
-  size_t s = name_slot(e, v);
-  if (e->keys[s]) return e->names[s];
+  void *name;
+  if (tpk_ptrmap_get(&e->names, v, &name)) return name;
   fail(e, NULL, "internal: a value is used before the emitter named it");
   return "?";
 }
@@ -1392,8 +1353,7 @@ TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, c
   emit_block(&e, f->body);
   line(&e, "return 0;");
   tpk_str_puts(out, "}\n");
-  free(e.keys);
-  free(e.names);
+  tpk_ptrmap_free(&e.names);
   tpk_arena_free(&e.arena);
   if (out->failed && !e.failed) return tpk_error(err, TPK_ERR_NOMEM, "out of memory emitting '%s'", f->name);
   return e.failed ? (err ? err->code : TPK_ERR_INTERNAL) : TPK_OK;

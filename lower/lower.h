@@ -48,7 +48,7 @@ typedef struct TpkPlan {
   int nslots;
   TpkPlanSlot *slots;
   int64_t workspace_bytes; /* total, 64-byte aligned */
-  struct TpkPlanIndex *index; /* value -> slot */
+  TpkPtrMap index; /* value -> slot number */
 } TpkPlan;
 
 /* Plan the workspace of a kernel whose shapes are all constant. Fails, with

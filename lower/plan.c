@@ -27,26 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- value -> index map (open addressing on the pointer) ------------------ */
+/* ---- value -> index ------------------------------------------------------------ */
 
-typedef struct TpkPlanIndex {
-  const void **keys;
-  int *vals;
-  size_t cap;
-} PlanIndex;
-
-static size_t slot_of(const PlanIndex *ix, const void *key) {
-  size_t h = (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15u;
-  size_t i = (h >> 20) & (ix->cap - 1);
-  while (ix->keys[i] && ix->keys[i] != key) i = (i + 1) & (ix->cap - 1);
-  return i;
+static int index_get(const TpkPtrMap *m, const void *key) {
+  void *v;
+  return m && tpk_ptrmap_get(m, key, &v) ? (int)(intptr_t)v : -1;
 }
 
-static int index_get(const PlanIndex *ix, const void *key) {
-  if (!ix || !ix->cap) return -1;
-  size_t i = slot_of(ix, key);
-  return ix->keys[i] ? ix->vals[i] : -1;
-}
+static bool index_put(TpkPtrMap *m, const void *key, int i) { return tpk_ptrmap_put(m, key, (void *)(intptr_t)i); }
 
 /* ---- liveness --------------------------------------------------------------- */
 
@@ -60,14 +48,14 @@ typedef struct Info {
 
 typedef struct Planner {
   TpkPlan *plan;
-  PlanIndex *ix;
+  TpkPtrMap *ix; /* value -> index into info */
   Info *info;
   int n, cap;
   int *group_parent;
   TpkError *err;
   bool failed;
   int pos;
-  PlanIndex opix; /* op -> index into ops */
+  TpkPtrMap opix; /* op -> index into ops */
   struct OpPos { int pos, end; } *ops; /* program position of each op and of the end of its regions */
   int nops, capops;
 } Planner;
@@ -80,36 +68,6 @@ static bool grow(void **p, int *cap, int need, size_t elem) {
   if (!q) return false;
   *p = q;
   *cap = c;
-  return true;
-}
-
-static bool map_put(PlanIndex *ix, const void *key, int val, int count) {
-  if ((size_t)(count + 1) * 2 > ix->cap) {
-    size_t cap = ix->cap ? ix->cap * 2 : 256;
-    while ((size_t)(count + 1) * 2 > cap) cap *= 2;
-    const void **keys = calloc(cap, sizeof *keys);
-    int *vals = calloc(cap, sizeof *vals);
-    if (!keys || !vals) {
-      free(keys);
-      free(vals);
-      return false;
-    }
-    PlanIndex old = *ix;
-    ix->keys = keys;
-    ix->vals = vals;
-    ix->cap = cap;
-    for (size_t i = 0; i < old.cap; i++)
-      if (old.keys[i]) {
-        size_t s = slot_of(ix, old.keys[i]);
-        ix->keys[s] = old.keys[i];
-        ix->vals[s] = old.vals[i];
-      }
-    free(old.keys);
-    free(old.vals);
-  }
-  size_t s = slot_of(ix, key);
-  ix->keys[s] = key;
-  ix->vals[s] = val;
   return true;
 }
 
@@ -136,7 +94,7 @@ static bool needs_storage(const TpkValue *v) {
 static int track(Planner *p, const TpkValue *v) {
   int i = index_get(p->ix, v);
   if (i >= 0 || !needs_storage(v)) return i;
-  if (!grow((void **)&p->info, &p->cap, p->n + 1, sizeof *p->info) || !map_put(p->ix, v, p->n, p->n)) {
+  if (!grow((void **)&p->info, &p->cap, p->n + 1, sizeof *p->info) || !index_put(p->ix, v, p->n)) {
     p->failed = true;
     return -1;
   }
@@ -193,7 +151,7 @@ static void number_block(Planner *p, const TpkBlock *b);
 
 static void number_op(Planner *p, const TpkOp *op) {
   int k = p->nops;
-  if (!grow((void **)&p->ops, &p->capops, k + 1, sizeof *p->ops) || !map_put(&p->opix, op, k, k)) {
+  if (!grow((void **)&p->ops, &p->capops, k + 1, sizeof *p->ops) || !index_put(&p->opix, op, k)) {
     p->failed = true;
     return;
   }
@@ -442,10 +400,7 @@ static TpkStatus too_big(Planner *p, const int *roots, int nroots, int64_t peak,
 TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err) {
   memset(plan, 0, sizeof *plan);
   tpk_arena_init(&plan->arena, 0);
-  PlanIndex *ix = tpk_arena_alloc(&plan->arena, sizeof *ix);
-  if (!ix) return tpk_error(err, TPK_ERR_NOMEM, "out of memory planning '%s'", f->name);
-  plan->index = ix;
-  Planner p = {.plan = plan, .ix = ix, .err = err};
+  Planner p = {.plan = plan, .ix = &plan->index, .err = err};
   number_block(&p, f->body);
   p.pos = 0;
   if (!p.failed) scan_block(&p, f->body);
@@ -522,23 +477,19 @@ done:
   free(p.info);
   free(p.group_parent);
   free(p.ops);
-  free(p.opix.keys);
-  free(p.opix.vals);
+  tpk_ptrmap_free(&p.opix);
   if (st != TPK_OK) tpk_plan_free(plan); /* a failed plan owns nothing */
   return st;
 }
 
 const TpkPlanSlot *tpk_plan_slot(const TpkPlan *plan, const TpkValue *v) {
-  int i = index_get(plan->index, v);
+  int i = index_get(&plan->index, v);
   if (i < 0 || !plan->slots) return NULL;
   return &plan->slots[i];
 }
 
 void tpk_plan_free(TpkPlan *plan) {
-  if (plan->index) {
-    free(plan->index->keys);
-    free(plan->index->vals);
-  }
+  tpk_ptrmap_free(&plan->index);
   tpk_arena_free(&plan->arena);
   memset(plan, 0, sizeof *plan);
 }

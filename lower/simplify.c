@@ -144,61 +144,25 @@ static void cse_block(TpkFunc *f, TpkBlock *b, Avail *av) {
 
 /* ---- DCE ----------------------------------------------------------------------- */
 
-typedef struct Used {
-  const void **keys;
-  size_t cap, n;
-} Used;
-
-static size_t used_slot(const Used *u, const void *k) {
-  size_t i = ((size_t)(uintptr_t)k * 0x9E3779B97F4A7C15u >> 20) & (u->cap - 1);
-  while (u->keys[i] && u->keys[i] != k) i = (i + 1) & (u->cap - 1);
-  return i;
-}
-
-static bool used_add(Used *u, const void *k) {
-  if ((u->n + 1) * 2 > u->cap) {
-    size_t cap = u->cap ? u->cap * 2 : 256;
-    const void **keys = calloc(cap, sizeof *keys);
-    if (!keys) return false;
-    Used old = *u;
-    u->keys = keys;
-    u->cap = cap;
-    u->n = 0;
-    for (size_t i = 0; i < old.cap; i++)
-      if (old.keys[i]) {
-        u->keys[used_slot(u, old.keys[i])] = old.keys[i];
-        u->n++;
-      }
-    free(old.keys);
-  }
-  size_t s = used_slot(u, k);
-  if (!u->keys[s]) {
-    u->keys[s] = k;
-    u->n++;
-  }
-  return true;
-}
-
-static bool used_has(const Used *u, const void *k) { return u->cap && u->keys[used_slot(u, k)] == k; }
-
-static bool collect_uses(const TpkBlock *b, Used *u) {
+/* The set of values some op uses (map values are unused). */
+static bool collect_uses(const TpkBlock *b, TpkPtrMap *u) {
   for (const TpkOp *op = b->first; op; op = op->next) {
     for (int i = 0; i < op->nin; i++)
-      if (!used_add(u, op->in[i])) return false;
+      if (!tpk_ptrmap_put(u, op->in[i], NULL)) return false;
     for (int r = 0; r < op->nregion; r++)
       if (!collect_uses(op->regions[r], u)) return false;
   }
   return true;
 }
 
-static int dce_block(TpkBlock *b, const Used *u) {
+static int dce_block(TpkBlock *b, const TpkPtrMap *u) {
   int removed = 0;
   for (TpkOp *op = b->first, *next; op; op = next) {
     next = op->next;
     for (int r = 0; r < op->nregion; r++) removed += dce_block(op->regions[r], u);
     if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_PURE) || op->nregion) continue;
     bool live = false;
-    for (int i = 0; i < op->nout; i++) live |= used_has(u, &op->out[i]);
+    for (int i = 0; i < op->nout; i++) live |= tpk_ptrmap_get(u, &op->out[i], NULL);
     if (!live) {
       tpk_op_erase(op);
       removed++;
@@ -213,10 +177,10 @@ void tpk_simplify(TpkFunc *f) {
   cse_block(f, f->body, &av);
   free(av.ops);
   for (;;) {
-    Used u = {0};
+    TpkPtrMap u = {0};
     bool ok = collect_uses(f->body, &u);
     int removed = ok ? dce_block(f->body, &u) : 0;
-    free(u.keys);
+    tpk_ptrmap_free(&u);
     if (!removed) break;
   }
 }
