@@ -287,6 +287,88 @@ static void check_bad(Emitter *e, const TpkOp *op) {
   line(e, "if (bad) return tpk_fail(err, \"line %d: integer division by zero\", 0);", op->loc.line);
 }
 
+/* `expr` (stored as dtype t) read back as its compute type: the rounding an
+ * elementwise op on bf16/f16/f8 does after every op. */
+static const char *widen(Emitter *e, TpkDType t, const char *expr) {
+  switch (t) {
+  case TPK_BF16: return tpk_arena_printf(&e->arena, "tpk_bf16_f32(%s)", expr);
+  case TPK_F16: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F16, %s)", expr);
+  case TPK_F8E4M3: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F8E4M3, %s)", expr);
+  case TPK_F8E5M2: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F8E5M2, %s)", expr);
+  default: return expr;
+  }
+}
+
+static const char *linear(Emitter *e, int rank, const int64_t *s, const int *which);
+static int open_loops(Emitter *e, const TpkType *t);
+static void close_loops(Emitter *e, int n);
+
+/* The element of v at coordinates `at` (one C expression per dimension of
+ * v), in its compute type. Fused values are computed right here: a
+ * broadcast maps the coordinates to its input's, an elementwise op combines
+ * its operands' elements. */
+static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *at) {
+  if (!is_tile(v)) return rd(e, v, "0");
+  const TpkType *t = v->type;
+  if (!tpk_value_is_fused(v)) {
+    TpkStr off = {0};
+    int64_t vs[TPK_MAX_RANK];
+    strides(e, t, vs);
+    for (int d = 0; d < t->rank; d++)
+      if (vs[d] && strcmp(at[d], "0") != 0) tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", at[d], vs[d]);
+    const char *o = tpk_arena_strdup(&e->arena, off.len ? off.data : "0");
+    tpk_str_free(&off);
+    return rd(e, v, o);
+  }
+  const TpkOp *op = v->def;
+  if (op->opcode == TPK_OP_BROADCAST) { /* NumPy: trailing alignment, size-1 dims stretch */
+    const TpkValue *x = op->in[0];
+    const char *xat[TPK_MAX_RANK];
+    int shift = t->rank - x->type->rank;
+    for (int d = 0; d < x->type->rank; d++) xat[d] = dim(e, x->type, d) == 1 ? "0" : at[d + shift];
+    return elem_expr(e, x, xat);
+  }
+  const char *a[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
+  TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
+  const char *x = scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
+  if (!x) {
+    fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
+    return "0";
+  }
+  return widen(e, t->dtype, narrow(e, t->dtype, x)); /* round as the stored value would be */
+}
+
+/* One loop nest over r's elements computing op's result from its operands
+ * (and everything fused into them). */
+static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n) {
+  const TpkValue *r = &op->out[0];
+  const char *at[TPK_MAX_RANK];
+  for (int d = 0; d < r->type->rank; d++) at[d] = tpk_arena_printf(&e->arena, "i%d", d);
+  const char *x;
+  if (op->opcode == TPK_OP_BROADCAST) {
+    const TpkValue *in = op->in[0];
+    const char *xat[TPK_MAX_RANK];
+    int shift = r->type->rank - in->type->rank;
+    for (int d = 0; d < in->type->rank; d++) xat[d] = dim(e, in->type, d) == 1 ? "0" : at[d + shift];
+    x = elem_expr(e, in, xat);
+  } else {
+    const char *a[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
+    TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
+    x = scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
+    if (!x) {
+      fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
+      return;
+    }
+  }
+  int64_t rs[TPK_MAX_RANK];
+  strides(e, r->type, rs);
+  int k = open_loops(e, r->type);
+  line(e, "%s[%s] = %s;", n, linear(e, r->type->rank, rs, NULL), narrow(e, r->type->dtype, x));
+  close_loops(e, k);
+}
+
 /* An elementwise op (unary, binary, compare, select, convert of scalars). */
 static void emit_elementwise(Emitter *e, const TpkOp *op) {
   const TpkValue *r = &op->out[0];
@@ -335,21 +417,14 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
     line(e, "p->unary_f32(%s, %s, %s, %" PRId64 ");", prim, name_of(e, op->in[0]), n, count);
     return;
   }
-  const char *a = op->nin > 0 ? rd(e, op->in[0], "k") : NULL, *b = op->nin > 1 ? rd(e, op->in[1], "k") : NULL;
-  const char *c = op->nin > 2 ? rd(e, op->in[2], "k") : NULL;
-  const char *x = scalar_expr(e, op, in_dt, a, b, c);
-  if (!x) {
-    fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
-    return;
-  }
   if (!int_div) {
-    line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s;", count, n, narrow(e, r->type->dtype, x));
+    emit_element_loop(e, op, n);
     return;
   }
   line(e, "{");
   e->indent++;
   line(e, "int bad = 0;");
-  line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s;", count, n, narrow(e, r->type->dtype, x));
+  emit_element_loop(e, op, n);
   check_bad(e, op);
   e->indent--;
   line(e, "}");
@@ -426,26 +501,7 @@ static const char *linear(Emitter *e, int rank, const int64_t *s, const int *whi
   return r;
 }
 
-static void emit_broadcast(Emitter *e, const TpkOp *op) {
-  const TpkValue *x = op->in[0], *r = &op->out[0];
-  const TpkType *xt = x->type, *rt = r->type;
-  const char *n = def_tile(e, r);
-  if (xt->rank == 0) {
-    line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s;", numel(e, rt), n, name_of(e, x));
-    return;
-  }
-  int64_t xs[TPK_MAX_RANK], rs[TPK_MAX_RANK], src[TPK_MAX_RANK];
-  strides(e, xt, xs);
-  strides(e, rt, rs);
-  int shift = rt->rank - xt->rank;
-  for (int i = 0; i < rt->rank; i++) {
-    int j = i - shift;
-    src[i] = j < 0 || dim(e, xt, j) == 1 ? 0 : xs[j];
-  }
-  int k = open_loops(e, rt);
-  line(e, "%s[%s] = %s[%s];", n, linear(e, rt->rank, rs, NULL), name_of(e, x), linear(e, rt->rank, src, NULL));
-  close_loops(e, k);
-}
+static void emit_broadcast(Emitter *e, const TpkOp *op) { emit_element_loop(e, op, def_tile(e, &op->out[0])); }
 
 static void emit_transpose(Emitter *e, const TpkOp *op) {
   const TpkValue *x = op->in[0], *r = &op->out[0];
@@ -1197,6 +1253,7 @@ static void emit_grid(Emitter *e, const TpkOp *op) {
 
 static void emit_op(Emitter *e, const TpkOp *op) {
   source_comment(e, op);
+  if (op->nout == 1 && tpk_value_is_fused(&op->out[0])) return; /* computed inside its consumer's loop */
   const TpkOpInfo *info = tpk_op_info(op->opcode);
   switch (op->opcode) {
   case TPK_OP_CONST: emit_const(e, op); return;

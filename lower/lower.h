@@ -65,6 +65,16 @@ void tpk_plan_free(TpkPlan *plan);
  * no buffer. *add (if non-NULL) receives that add. */
 bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add);
 
+/* Fusion (fuse.c): is v computed inside its single consumer's loop rather
+ * than stored? The planner and the emitter both ask this. */
+bool tpk_value_is_fused(const TpkValue *v);
+/* Is op computed one element at a time (so values may fuse into it)? */
+bool tpk_op_is_element_loop(const TpkOp *op);
+/* The op whose loop computes v's elements (v's op unless v is fused). */
+const TpkOp *tpk_fused_root(const TpkValue *v);
+/* Uses of v in b and its regions; *last gets the last using op. */
+int tpk_count_uses(const TpkBlock *b, const TpkValue *v, const TpkOp **last);
+
 /* Emit readable C for kernel f (constant shapes) as a function named
  * `entry` with the TpkKernelFn signature (runtime/jit.h). Each statement is
  * preceded by its .tpk source line as a comment when `source` is given. */

@@ -170,7 +170,9 @@ static void scan_block(Planner *p, const TpkBlock *b);
 
 static void scan_op(Planner *p, const TpkOp *op) {
   int pos = pos_of(p, op);
-  for (int i = 0; i < op->nin; i++) use_value(p, op->in[i], op, pos);
+  /* a fused op's operands are read where its consumer's loop runs */
+  const TpkOp *reader = op->nout == 1 ? tpk_fused_root(&op->out[0]) : op;
+  for (int i = 0; i < op->nin; i++) use_value(p, op->in[i], reader, pos_of(p, reader));
   p->pos = pos;
   for (int i = 0; i < op->nout; i++) track(p, &op->out[i]);
   for (int r = 0; r < op->nregion; r++) {
@@ -423,7 +425,8 @@ TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, T
   for (int i = 0; i < p.n; i++) {
     p.group_parent[i] = i;
     const TpkOp *d = p.info[i].v->def;
-    if (d && d->opcode == TPK_OP_DOT && tpk_dot_fuses_into_add(d, NULL)) p.info[i].bytes = 0; /* never materialised */
+    if ((d && d->opcode == TPK_OP_DOT && tpk_dot_fuses_into_add(d, NULL)) || tpk_value_is_fused(p.info[i].v))
+      p.info[i].bytes = 0; /* never materialised */
   }
   merge_block(&p, f->body);
 
@@ -494,26 +497,13 @@ void tpk_plan_free(TpkPlan *plan) {
   memset(plan, 0, sizeof *plan);
 }
 
-static int count_uses(const TpkBlock *b, const TpkValue *v, const TpkOp **last) {
-  int n = 0;
-  for (const TpkOp *op = b->first; op; op = op->next) {
-    for (int i = 0; i < op->nin; i++)
-      if (op->in[i] == v) {
-        n++;
-        *last = op;
-      }
-    for (int r = 0; r < op->nregion; r++) n += count_uses(op->regions[r], v, last);
-  }
-  return n;
-}
-
 /* A dot whose single use is an add of the same type in its own block
  * (acc + dot(a, b)) is computed by accumulating into the add's result: it
  * needs no buffer of its own. */
 bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add_out) {
   const TpkValue *d = &dot->out[0];
   const TpkOp *use = NULL;
-  if (count_uses(dot->parent, d, &use) != 1 || use->parent != dot->parent) return false;
+  if (tpk_count_uses(dot->parent, d, &use) != 1 || use->parent != dot->parent) return false;
   if (use->opcode != TPK_OP_ADD || use->in[0] == use->in[1] || use->out[0].type != d->type) return false;
   if (add_out) *add_out = use;
   return true;
