@@ -62,7 +62,12 @@ void tpk_plan_free(TpkPlan *plan);
 
 /* A dot whose only use is `x + dot(a, b)` of its own type, in its block:
  * the emitter accumulates it into the add's result and the planner gives it
- * no buffer. *add (if non-NULL) receives that add. */
+ * no buffer. *add (if non-NULL) receives that add.
+ * Numerics: the products then continue x's FMA chain (k ascending), as an
+ * MXU accumulates into its result buffer, instead of summing from 0 and
+ * adding x once (what the IR says literally, and what the reference
+ * interpreter does). The two differ by rounding only; the simulator must
+ * follow the host's order to match it bit for bit. */
 bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add);
 
 /* Fusion (fuse.c): is v computed inside its single consumer's loop rather
