@@ -214,9 +214,15 @@ static const char *def_tile(Emitter *e, const TpkValue *v) {
   return n;
 }
 
+static bool load_is_view(const TpkOp *load);
+
+/* Where v's bytes are, for deciding that two values share memory: a load
+ * that may be a view of its tensor is never known to share anything. */
 static int64_t offset_of(Emitter *e, const TpkValue *v) {
   const TpkPlanSlot *s = tpk_plan_slot(e->plan, v);
-  return s ? s->offset : -1 - (int64_t)(uintptr_t)(void *)e; /* never equal to a real offset */
+  if (!s || (v->def && v->def->opcode == TPK_OP_LOAD && load_is_view(v->def)))
+    return -1 - (int64_t)(uintptr_t)(const void *)v; /* unique, never a real offset */
+  return s->offset;
 }
 
 /* dst = src for two tiles of one type, unless they share memory. */
@@ -756,6 +762,19 @@ static bool load_feeds_dot(const TpkOp *load) {
   return uses == 1 && use->opcode == TPK_OP_DOT && use->in[0] != use->in[1];
 }
 
+/* A block that is one contiguous run of its tensor (leading scalar indices,
+ * then at most one blocked dimension, then whole dimensions: x[i, :],
+ * q[h, i, :]) has the tile's layout where it lies: when it is in range the
+ * load is a view and nothing is copied. */
+static bool load_is_view(const TpkOp *load) {
+  if (load->in[0]->type->kind != TPK_TYPE_REF || load->out[0].type->rank == 0 || load_feeds_dot(load)) return false;
+  const char *p = tpk_op_str(load, "index", "");
+  while (*p == 's') p++;
+  if (*p == 't' || *p == 'r' || *p == ':') p++;
+  while (*p == ':') p++;
+  return *p == 0;
+}
+
 static void emit_load(Emitter *e, const TpkOp *op) {
   Access acc;
   if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
@@ -763,6 +782,29 @@ static void emit_load(Emitter *e, const TpkOp *op) {
   check_indices(e, &acc);
   const char *n = def_tile(e, &op->out[0]);
   if (!is_tile(&op->out[0])) return;
+  if (load_is_view(op)) {
+    TpkStr inrange = {0}, off = {0};
+    int64_t ms[TPK_MAX_RANK];
+    strides(e, acc.mem, ms);
+    for (int d = 0; acc.pattern[d]; d++) {
+      char c = acc.pattern[d];
+      if (c == 't' || c == 'r')
+        tpk_str_printf(&inrange, "%s%s + %" PRId64 " <= %" PRId64, inrange.len ? " && " : "", acc.start[d],
+                       acc.size[d], dim(e, acc.mem, d));
+      if (ms[d] && strcmp(acc.start[d], "0") != 0)
+        tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", acc.start[d], ms[d]);
+    }
+    line(e, "if (%s) {", inrange.len ? inrange.data : "1");
+    line(e, "  %s = %s + %s; /* in range: the tile is the tensor's own rows */", n, acc.base, off.len ? off.data : "0");
+    line(e, "} else {");
+    e->indent++;
+    block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
+    e->indent--;
+    line(e, "}");
+    tpk_str_free(&inrange);
+    tpk_str_free(&off);
+    return;
+  }
   if (!load_feeds_dot(op)) {
     block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
     return;
