@@ -111,7 +111,7 @@ $(TEST_SUPPORT): tests/support.c tests/support.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -c $< -o $@
 
-test-c: $(TEST_BIN) $(BUILD)/tpk
+test-c: $(TEST_BIN) $(BUILD)/tpk $(BUILD)/libtpk.so
 	@sh tools/run-tests.sh $(BUILD) $(TEST_BIN)
 
 test: test-c
