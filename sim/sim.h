@@ -161,4 +161,36 @@ const char *tpk_sim_field_name(TpkSimField f);
  * chip's largest slice. */
 TpkStatus tpk_sim_topology_parse(const char *name, TpkSimTopology *out, TpkError *err);
 
+/* ---- Costs (sim/cost.c) ---------------------------------------------------
+ * What one TensorCore's units take, in cycles of the chip's clock, from first
+ * principles and the chip's figures. Every assumption is a named constant in
+ * cost.c with its reason, and listed in sim/README.md. */
+
+/* [M,K] x [K,N] with operands of dtype dt on one TensorCore's MXUs: weight
+ * tiles of rows x cols (K and N padded up to them) are spread over the MXUs;
+ * each streams the M rows of the left operand, one per cycle per
+ * multiply-add a cell does, or waits for its next weights when M is shorter
+ * than their load; plus one systolic fill and drain. f32 takes the bf16
+ * passes of XLA's HIGHEST precision; int8 and fp8 run at their published
+ * rate relative to bf16. */
+double tpk_sim_matmul_cycles(const TpkChip *c, int64_t M, int64_t K, int64_t N, TpkDType dt);
+/* VPU: `elements` elements through `ops` vreg instructions each (a vreg holds
+ * sublanes x lanes 32-bit elements; narrower types are computed unpacked). */
+double tpk_sim_vpu_cycles(const TpkChip *c, int64_t elements, double ops);
+/* The vreg instructions one element of an elementwise IR op costs. */
+double tpk_sim_vpu_ops(int opcode);
+/* A reduction of `elements` elements to `outputs` results: one elementwise
+ * combine per input vreg, then a cross-lane tree per output vreg. */
+double tpk_sim_reduce_cycles(const TpkChip *c, int64_t elements, int64_t outputs);
+/* DMA: cycles from issue to the first byte, and cycles `bytes` take at the
+ * chip's HBM bandwidth (shared by its TensorCores and DMA engines). */
+double tpk_sim_dma_latency_cycles(const TpkChip *c);
+double tpk_sim_hbm_cycles(const TpkChip *c, int64_t bytes);
+/* The chip's peak for matmuls in dtype dt, FLOP/s (bf16's for types with no
+ * faster published rate). */
+double tpk_sim_peak_flops(const TpkChip *c, TpkDType dt);
+/* The roofline: the least time `flops` of dt matmul work and `bytes` of HBM
+ * traffic take on the whole chip, seconds. */
+double tpk_sim_roofline_seconds(const TpkChip *c, double flops, double bytes, TpkDType dt);
+
 #endif
