@@ -51,6 +51,18 @@ static double mxu_passes(const TpkChip *c, TpkDType dt) {
 
 double tpk_sim_matmul_cycles(const TpkChip *c, int64_t M, int64_t K, int64_t N, TpkDType dt) {
   if (M <= 0 || K <= 0 || N <= 0) return 0;
+  return tpk_sim_matmul_busy_cycles(c, M, K, N, dt) + tpk_sim_matmul_latency_cycles(c, dt);
+}
+
+/* The systolic fill and drain: the first result leaves rows + cols cycles
+ * after the first row enters. It is latency, not occupancy: the next
+ * matmul's rows can follow right behind. */
+double tpk_sim_matmul_latency_cycles(const TpkChip *c, TpkDType dt) {
+  return (double)(c->mxu_rows + c->mxu_cols) * mxu_passes(c, dt);
+}
+
+double tpk_sim_matmul_busy_cycles(const TpkChip *c, int64_t M, int64_t K, int64_t N, TpkDType dt) {
+  if (M <= 0 || K <= 0 || N <= 0) return 0;
   int64_t rows = c->mxu_rows, cols = c->mxu_cols;
   int64_t tiles = ((K + rows - 1) / rows) * ((N + cols - 1) / cols);
   int64_t rounds = (tiles + c->mxus_per_core - 1) / c->mxus_per_core;
@@ -59,8 +71,7 @@ double tpk_sim_matmul_cycles(const TpkChip *c, int64_t M, int64_t K, int64_t N, 
    * costs whichever is longer. */
   double stream = (double)M / c->mxu_macs_per_cell;
   double per_tile = stream > (double)rows ? stream : (double)rows;
-  double fill_drain = (double)(rows + cols);
-  return (rounds * per_tile + fill_drain) * mxu_passes(c, dt);
+  return rounds * per_tile * mxu_passes(c, dt);
 }
 
 double tpk_sim_vpu_cycles(const TpkChip *c, int64_t elements, double ops) {

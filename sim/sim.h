@@ -174,6 +174,10 @@ TpkStatus tpk_sim_topology_parse(const char *name, TpkSimTopology *out, TpkError
  * passes of XLA's HIGHEST precision; int8 and fp8 run at their published
  * rate relative to bf16. */
 double tpk_sim_matmul_cycles(const TpkChip *c, int64_t M, int64_t K, int64_t N, TpkDType dt);
+/* ... of which the MXUs are occupied (the next matmul may follow) ... */
+double tpk_sim_matmul_busy_cycles(const TpkChip *c, int64_t M, int64_t K, int64_t N, TpkDType dt);
+/* ... and the fill and drain latency until the last result is out. */
+double tpk_sim_matmul_latency_cycles(const TpkChip *c, TpkDType dt);
 /* VPU: `elements` elements through `ops` vreg instructions each (a vreg holds
  * sublanes x lanes 32-bit elements; narrower types are computed unpacked). */
 double tpk_sim_vpu_cycles(const TpkChip *c, int64_t elements, double ops);
@@ -192,5 +196,32 @@ double tpk_sim_peak_flops(const TpkChip *c, TpkDType dt);
 /* The roofline: the least time `flops` of dt matmul work and `bytes` of HBM
  * traffic take on the whole chip, seconds. */
 double tpk_sim_roofline_seconds(const TpkChip *c, double flops, double bytes, TpkDType dt);
+
+/* ---- Timing a kernel (sim/schedule.c) ---------------------------------------
+ * The simulator program is the lowered tile-level IR (the host's passes,
+ * shapes bound). tpk_sim_schedule walks it grid step by grid step onto a
+ * timeline of the chip's units, with Pallas-style double-buffered DMAs. */
+
+typedef struct TpkFunc TpkFunc;
+typedef struct TpkTimeline TpkTimeline;
+
+typedef struct TpkSimReport {
+  const TpkChip *chip;
+  double cycles, seconds; /* the kernel's makespan, and at the chip's clock */
+  double flops;           /* matmul FLOPs (2MNK) + one per element of elementwise ops and reductions */
+  double matmul_flops;    /* the matmul part alone */
+  TpkDType matmul_dtype;  /* operand dtype of the first matmul (sets the roofline's peak) */
+  double hbm_bytes;       /* bytes moved between HBM and VMEM */
+  double roofline_seconds; /* max(matmul FLOPs / peak, bytes / HBM bandwidth) */
+  bool memory_bound;      /* the bytes term of the roofline is the larger */
+  double mxu_utilisation, vpu_utilisation, hbm_utilisation; /* busy fraction (core 0's units, HBM) */
+} TpkSimReport;
+
+/* Time kernel f (lowered, every shape constant) on one chip. *timeline, when
+ * given, receives the timeline (for a trace; the caller destroys it). Errors:
+ * a loop or grid bound that depends on data, an op the simulator does not
+ * model yet. */
+TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *rep, TpkTimeline **timeline,
+                           TpkError *err);
 
 #endif

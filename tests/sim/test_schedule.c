@@ -1,0 +1,155 @@
+/*
+ * Timing kernels on simulated chips (sim/schedule.c): large matmuls and
+ * memory-bound kernels land near the roofline and never beat it, doubling
+ * the work doubles the time, chips compare by their published ratios, and
+ * blocks that stay put are not copied again.
+ */
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lower/lower.h"
+#include "sim/sim.h"
+#include "sim/timeline.h"
+
+static const char *MATMUL = "kernel matmul(a: bf16[M, K], b: bf16[K, N]) -> (c: f32[M, N])\n"
+                            "  tune BM in [1024, 512, 2048], BN in [1024, 512, 2048], BK in [512, 1024]\n"
+                            "{\n"
+                            "  for i in tiles(M, BM), j in tiles(N, BN) {\n"
+                            "    var acc = zeros(f32[BM, BN]);\n"
+                            "    for k in tiles(K, BK) { acc += dot(a[i, k], b[k, j]); }\n"
+                            "    c[i, j] = acc;\n"
+                            "  }\n"
+                            "}\n";
+
+static const char *SOFTMAX = "kernel softmax(x: f32[M, N]) -> (y: f32[M, N]) tune BM in [64, 8] {\n"
+                             "  for i in tiles(M, BM) {\n"
+                             "    let t = load(x[i, :], other=-inf);\n"
+                             "    let e = exp(t - max(t, axis=1, keepdims=true));\n"
+                             "    y[i, :] = e / sum(e, axis=1, keepdims=true);\n"
+                             "  }\n"
+                             "}\n";
+
+/* Compile with sizes, lower as for the chip, time it. */
+static TpkSimReport time_on(const char *text, const char *chip_name, const TpkBinding *binds, int nbinds,
+                            const TpkBinding *tunes, int ntunes) {
+  const TpkChip *chip = tpk_sim_chip_find(chip_name);
+  assert_non_null(chip);
+  TpkCheckOptions o = {.binds = binds, .nbinds = nbinds, .tunes = tunes, .ntunes = ntunes};
+  TestCompile c;
+  test_compile(&c, "k.tpk", text, &o);
+  assert_int_equal(c.status, TPK_OK);
+  TpkFunc *f = c.module->funcs[0];
+  TpkTarget t = {.name = chip->name, .vmem_bytes = (int64_t)chip->vmem_bytes, .tile_bytes = 1 << 20};
+  TpkError err = {0};
+  tpk_simplify(f);
+  assert_int_equal(tpk_tile_whole_arrays(f, &t, &err), TPK_OK);
+  tpk_simplify(f);
+  TpkPlan plan;
+  if (tpk_plan_memory(f, &t, &plan, &err) != TPK_OK) fail_msg("%s", err.message);
+  tpk_plan_free(&plan);
+  TpkSimReport rep;
+  if (tpk_sim_schedule(f, chip, &rep, NULL, &err) != TPK_OK) fail_msg("%s", err.message);
+  test_compile_free(&c);
+  return rep;
+}
+
+static void test_large_matmul_near_roofline(void **state) {
+  (void)state;
+  TpkBinding b[] = {{"M", 4096}, {"N", 4096}, {"K", 4096}};
+  TpkSimReport r = time_on(MATMUL, "v5e", b, 3, NULL, 0);
+  double peak = tpk_sim_peak_flops(r.chip, TPK_BF16);
+  double achieved = r.matmul_flops / r.seconds;
+  fprintf(stderr, "v5e bf16 4096^3: %.1f TFLOP/s, %.1f%% of peak; roofline %.3f ms, simulated %.3f ms\n",
+          achieved / 1e12, 100 * achieved / peak, r.roofline_seconds * 1e3, r.seconds * 1e3);
+  assert_true(r.seconds >= r.roofline_seconds);
+  assert_true(r.seconds <= 1.10 * r.roofline_seconds);
+  assert_false(r.memory_bound);
+  assert_true(r.mxu_utilisation > 0.85);
+}
+
+static void test_memory_bound_near_roofline(void **state) {
+  (void)state;
+  TpkBinding b[] = {{"M", 4096}, {"N", 4096}};
+  TpkSimReport r = time_on(SOFTMAX, "v5e", b, 2, NULL, 0);
+  fprintf(stderr, "v5e softmax 4096^2 f32: %.1f GB/s of %.1f; roofline %.3f ms, simulated %.3f ms\n",
+          r.hbm_bytes / r.seconds / 1e9, r.chip->hbm_bytes_per_s / 1e9, r.roofline_seconds * 1e3, r.seconds * 1e3);
+  assert_true(r.memory_bound);
+  assert_true(fabs(r.hbm_bytes - 2.0 * 4096 * 4096 * 4) < 1); /* x read once, y written once */
+  assert_true(r.seconds >= r.roofline_seconds);
+  assert_true(r.seconds <= 1.10 * r.roofline_seconds);
+  /* tiny blocks pay the per-step overhead: BM = 8 is slower */
+  TpkBinding t[] = {{"BM", 8}};
+  TpkSimReport small = time_on(SOFTMAX, "v5e", b, 2, t, 1);
+  assert_true(small.seconds > 1.2 * r.seconds);
+}
+
+static void test_doubling_work_doubles_time(void **state) {
+  (void)state;
+  TpkBinding b1[] = {{"M", 4096}, {"N", 4096}, {"K", 4096}}, b2[] = {{"M", 8192}, {"N", 4096}, {"K", 4096}};
+  TpkSimReport r1 = time_on(MATMUL, "v5e", b1, 3, NULL, 0), r2 = time_on(MATMUL, "v5e", b2, 3, NULL, 0);
+  assert_true(fabs(r2.seconds / r1.seconds - 2.0) < 0.10);
+  TpkBinding s1[] = {{"M", 4096}, {"N", 4096}}, s2[] = {{"M", 8192}, {"N", 4096}};
+  TpkSimReport m1 = time_on(SOFTMAX, "v5e", s1, 2, NULL, 0), m2 = time_on(SOFTMAX, "v5e", s2, 2, NULL, 0);
+  assert_true(fabs(m2.seconds / m1.seconds - 2.0) < 0.10);
+}
+
+static void test_v6e_over_v5e(void **state) {
+  (void)state;
+  /* Blocks of 2048x2048 give 1024 FLOP/byte, above both chips' ridge points
+   * (v5e 240, v6e 560): both compute bound, as the comparison needs. */
+  TpkBinding b[] = {{"M", 8192}, {"N", 8192}, {"K", 8192}};
+  TpkBinding t[] = {{"BM", 2048}, {"BN", 2048}};
+  TpkSimReport a = time_on(MATMUL, "v5e", b, 3, t, 2), c = time_on(MATMUL, "v6e", b, 3, t, 2);
+  double published = c.chip->peak_bf16_flops / a.chip->peak_bf16_flops, got = a.seconds / c.seconds;
+  fprintf(stderr, "v6e / v5e on bf16 8192^3: %.2fx (published peaks: %.2fx)\n", got, published);
+  assert_true(fabs(got / published - 1.0) < 0.10);
+}
+
+static void test_unchanged_blocks_not_copied(void **state) {
+  (void)state;
+  /* c[i, j] over j with a[i, :] fixed: with BN < N the a block is loaded
+   * once per i, not once per (i, j). */
+  const char *text = "kernel rowscale(a: f32[M, K], b: f32[M, N]) -> (c: f32[M, N]) tune BM in [8], BN in [128] {\n"
+                     "  for i in tiles(M, BM), j in tiles(N, BN) {\n"
+                     "    let s = sum(a[i, :], axis=1, keepdims=true);\n"
+                     "    c[i, j] = b[i, j] * s;\n"
+                     "  }\n"
+                     "}\n";
+  TpkBinding bind[] = {{"M", 64}, {"K", 1024}, {"N", 1024}};
+  TpkSimReport r = time_on(text, "v5e", bind, 3, NULL, 0);
+  double a_once = 64.0 * 1024 * 4, b_and_c = 2.0 * 64 * 1024 * 4;
+  assert_true(fabs(r.hbm_bytes - (a_once + b_and_c)) < 1);
+}
+
+static void test_trace(void **state) {
+  (void)state;
+  TpkBinding b[] = {{"M", 256}, {"N", 512}};
+  TestCompile c;
+  TpkCheckOptions o = {.binds = b, .nbinds = 2};
+  test_compile(&c, "k.tpk", SOFTMAX, &o);
+  TpkFunc *f = c.module->funcs[0];
+  TpkSimReport r;
+  TpkTimeline *tl;
+  TpkError err = {0};
+  assert_int_equal(tpk_sim_schedule(f, tpk_sim_chip_find("v5p"), &r, &tl, &err), TPK_OK);
+  TpkStr json = {0};
+  assert_int_equal(tpk_timeline_trace_json(tl, r.chip->clock_hz, "softmax on v5p", &json), TPK_OK);
+  assert_non_null(strstr(json.data, "\"traceEvents\""));
+  assert_non_null(strstr(json.data, "hbm"));
+  assert_non_null(strstr(json.data, "(core 1)")); /* megacore: both TensorCores work */
+  tpk_str_free(&json);
+  tpk_timeline_destroy(tl);
+  test_compile_free(&c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_large_matmul_near_roofline), cmocka_unit_test(test_memory_bound_near_roofline),
+      cmocka_unit_test(test_doubling_work_doubles_time), cmocka_unit_test(test_v6e_over_v5e),
+      cmocka_unit_test(test_unchanged_blocks_not_copied), cmocka_unit_test(test_trace),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
