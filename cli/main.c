@@ -137,7 +137,11 @@ static const char RUN_HELP[] =
     "                       tolerances of the output dtype; report the worst element\n"
     "  --out DIR            write every output (and inout) as DIR/NAME.npy\n"
     "                       (bf16 and f8 outputs are written as float32)\n"
-    "  --device NAME        host (default); sim:<chip> when the simulator exists\n"
+    "  --device NAME        host (default), or sim:<chip> (v4, v5e, v5p, v6e, v7): the\n"
+    "                       host computes the values and the simulator times the\n"
+    "                       kernel on that TPU: cycles, FLOP/s, % of peak, the bound\n"
+    "  --trace FILE         with sim:<chip>: write the timeline as Chrome-trace JSON,\n"
+    "                       one track per unit (open it in ui.perfetto.dev)\n"
     "  --repeat N           timed calls for the steady state (default 10)\n"
     "\n"
     "Environment: TPK_TIER=tcc|cc|auto forces a compiler tier; TPK_HOST_VMEM sets the\n"
@@ -149,7 +153,8 @@ static const char RUN_HELP[] =
     "Examples:\n"
     "  tpk run softmax.tpk --shape M=1024,N=512 --check\n"
     "  tpk run matmul.tpk --shape M=512,N=512,K=512 --tune BM=256 --repeat 20\n"
-    "  tpk run layernorm.tpk --shape M=64,N=128 --scalar eps=1e-5 --out results\n";
+    "  tpk run layernorm.tpk --shape M=64,N=128 --scalar eps=1e-5 --out results\n"
+    "  tpk run matmul.tpk --shape M=4096,N=4096,K=4096 --device sim:v5e --trace mm.json\n";
 
 static const char HELP_HELP[] =
     "Usage: tpk help [COMMAND]\n"

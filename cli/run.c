@@ -18,13 +18,14 @@
 #include <sys/stat.h>
 #include <time.h>
 
-enum { OPT_KERNEL = 1, OPT_SHAPE, OPT_SCALAR, OPT_TUNE, OPT_INPUTS, OPT_OUT, OPT_SEED, OPT_CHECK, OPT_DEVICE, OPT_REPEAT };
+enum { OPT_KERNEL = 1, OPT_SHAPE, OPT_SCALAR, OPT_TUNE, OPT_INPUTS, OPT_OUT, OPT_SEED, OPT_CHECK, OPT_DEVICE, OPT_REPEAT,
+       OPT_TRACE };
 
 static const CliOption OPTIONS[] = {
     {"kernel", 'k', true, OPT_KERNEL}, {"shape", 0, true, OPT_SHAPE},   {"scalar", 0, true, OPT_SCALAR},
     {"tune", 0, true, OPT_TUNE},       {"inputs", 0, true, OPT_INPUTS}, {"out", 0, true, OPT_OUT},
     {"seed", 0, true, OPT_SEED},       {"check", 0, false, OPT_CHECK},  {"device", 0, true, OPT_DEVICE},
-    {"repeat", 0, true, OPT_REPEAT},
+    {"repeat", 0, true, OPT_REPEAT},   {"trace", 0, true, OPT_TRACE},
 };
 
 typedef struct NamedText {
@@ -32,7 +33,7 @@ typedef struct NamedText {
 } NamedText;
 
 typedef struct Run {
-  const char *path, *kernel, *out_dir, *device;
+  const char *path, *kernel, *out_dir, *device, *trace;
   CliBindings shape, tunes;
   NamedText scalars[64], inputs[64];
   int nscalars, ninputs;
@@ -87,6 +88,7 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
       break;
     case OPT_OUT: r->out_dir = value; break;
     case OPT_DEVICE: r->device = value; break;
+    case OPT_TRACE: r->trace = value; break;
     case OPT_CHECK: r->check = true; break;
     case OPT_SEED:
       errno = 0;
@@ -107,6 +109,8 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
     }
   }
   if (!r->path) return cli_usage_error(cmd->name, "no input file (usage: tpk run FILE --kernel NAME --shape M=...,N=...)");
+  if (r->trace && strncmp(r->device, "sim:", 4) != 0)
+    return cli_usage_error(cmd->name, "--trace records the simulator's timeline: use it with --device sim:<chip>");
   return CLI_OK;
 }
 
@@ -465,6 +469,26 @@ static int run(Run *r) {
   }
   double first = now_ms() - t0;
   printf("  first call   %.3f ms (compiled by %s)\n", first, tpk_kernel_last_tier(k));
+  TpkSimStats sim;
+  if (tpk_kernel_last_sim_stats(k, &sim) == TPK_OK) {
+    double flops = sim.matmul_flops ? sim.matmul_flops : sim.flops;
+    printf("  simulated    %s: %.3f ms (%.0f cycles at %.2f GHz)\n", sim.chip, sim.seconds * 1e3, sim.cycles, sim.clock_hz / 1e9);
+    printf("               %.1f TFLOP/s = %.1f%% of peak, %.1f GB/s = %.1f%% of HBM\n", flops / sim.seconds / 1e12,
+           100 * flops / sim.seconds / sim.peak_flops, sim.hbm_bytes / sim.seconds / 1e9,
+           100 * sim.hbm_bytes / sim.seconds / sim.hbm_bytes_per_s);
+    printf("               %s-bound: the roofline is %.3f ms (%.0f%% of it reached)\n",
+           sim.memory_bound ? "memory" : "compute", sim.roofline_seconds * 1e3,
+           100 * sim.roofline_seconds / sim.seconds);
+    printf("               busy: MXU %.0f%%, VPU %.0f%%, HBM %.0f%%\n", 100 * sim.mxu_utilisation,
+           100 * sim.vpu_utilisation, 100 * sim.hbm_utilisation);
+    if (r->trace) {
+      if (tpk_kernel_write_trace(k, r->trace) != TPK_OK) {
+        fprintf(stderr, "tpk: %s\n", tpk_last_error());
+        goto done;
+      }
+      printf("  trace        %s (open it in ui.perfetto.dev or chrome://tracing)\n", r->trace);
+    }
+  }
   bool ok = true;
   if (r->check) ok = check_against_interpreter(r, &src, k, bufs, before, scalars);
   if (r->out_dir) {

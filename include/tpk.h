@@ -53,7 +53,7 @@ const char *tpk_status_name(TpkStatus s);
 /* ---- The runtime ------------------------------------------------------------
  *
  *   TpkContext   owns everything below, the JIT and the compilation cache
- *   TpkDevice    "host" (generated C on this CPU); "sim:<chip>" later
+ *   TpkDevice    "host" (generated C on this CPU), "sim:<chip>" (timed on a TPU)
  *   TpkBuffer    a tensor on a device: dtype + shape + bytes
  *   TpkProgram   a loaded .tpk file (checked when loaded)
  *   TpkKernel    one kernel of a program
@@ -81,7 +81,10 @@ TpkStatus tpk_context_create(TpkContext **out);
 /* Waits for queued work, then frees every object of the context. */
 void tpk_context_destroy(TpkContext *ctx);
 
-/* "host" now; "sim:v5e" and other chips with the simulator. */
+/* "host" (this CPU), or "sim:<chip>" (v4, v5e, v5p, v6e, v7): kernels run
+ * with the host's code, so results are the host's, and each launch is also
+ * timed on the chip (tpk_kernel_last_sim_stats). Buffers on a sim device
+ * count against the chip's HBM. */
 TpkStatus tpk_device_open(TpkContext *ctx, const char *name, TpkDevice **out);
 const char *tpk_device_name(const TpkDevice *dev);
 
@@ -149,6 +152,26 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *launch);
 
 /* Compilation tier of the kernel's last launch: "tcc", "cc", "aot". */
 const char *tpk_kernel_last_tier(const TpkKernel *k);
+/* What the simulator says about the kernel's last launch on a "sim:<chip>"
+ * device: the time it would take on the chip, and why. */
+typedef struct TpkSimStats {
+  const char *chip;          /* "v5e" */
+  double cycles, seconds;    /* the kernel on the chip, and at its clock */
+  double clock_hz;
+  double flops;              /* matmul FLOPs (2MNK) + one per element of elementwise ops */
+  double matmul_flops;
+  double hbm_bytes;          /* bytes moved between HBM and VMEM */
+  double peak_flops;         /* the chip's peak for the kernel's matmul dtype */
+  double hbm_bytes_per_s;    /* the chip's HBM bandwidth */
+  double roofline_seconds;   /* the least time the work could take */
+  bool memory_bound;         /* HBM traffic, not matmul work, sets the roofline */
+  double mxu_utilisation, vpu_utilisation, hbm_utilisation; /* busy fractions */
+} TpkSimStats;
+
+TpkStatus tpk_kernel_last_sim_stats(const TpkKernel *k, TpkSimStats *out);
+/* The Chrome-trace / Perfetto JSON of that launch: one track per unit. */
+TpkStatus tpk_kernel_write_trace(const TpkKernel *k, const char *path);
+
 /* Block until the background (cc -O3) compiles of every kernel launched so
  * far are done, so that later launches run optimized code (benchmarks). */
 void tpk_context_wait_compiles(TpkContext *ctx);

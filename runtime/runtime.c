@@ -25,6 +25,8 @@
 #include "lower/lower.h"
 #include "runtime/jit.h"
 #include "runtime/prims.h"
+#include "sim/sim.h"
+#include "sim/timeline.h"
 
 /* ---- errors ------------------------------------------------------------------- */
 
@@ -50,6 +52,8 @@ static TpkStatus fail_err(const TpkError *err) { return fail(err->code ? err->co
 struct TpkDevice {
   TpkContext *ctx;
   char name[64];
+  const TpkChip *chip; /* sim devices: the chip; NULL for the host */
+  uint64_t hbm_used;   /* sim devices: bytes of live buffers (under ctx->lock) */
   TpkDevice *next;
 };
 
@@ -68,6 +72,8 @@ typedef struct Spec {
   char *key;
   TpkModule *module;
   TpkCode *code;
+  TpkSimReport sim;      /* sim devices: the launch timed on the chip */
+  TpkTimeline *timeline; /* ... and its timeline, for traces */
   int64_t workspace_bytes;
   void *workspace;
   atomic_bool workspace_busy;
@@ -78,6 +84,7 @@ struct TpkKernel {
   TpkProgram *prog;
   TpkFunc *f; /* the unbound IR: parameter types with symbols */
   const char *last_tier;
+  const Spec *last_sim; /* the specialisation of the last launch on a sim device */
 };
 
 struct TpkProgram {
@@ -116,6 +123,7 @@ TpkStatus tpk_context_create(TpkContext **out) {
 
 static void spec_free(Spec *s) {
   free(s->key);
+  tpk_timeline_destroy(s->timeline);
   if (s->module) tpk_module_free(s->module);
   free(s->workspace);
   free(s);
@@ -161,9 +169,16 @@ void tpk_context_destroy(TpkContext *ctx) {
 TpkStatus tpk_device_open(TpkContext *ctx, const char *name, TpkDevice **out) {
   *out = NULL;
   if (!ctx || !name) return fail(TPK_ERR_INVALID, "tpk_device_open: no context or no name");
-  if (strncmp(name, "sim:", 4) == 0)
-    return fail(TPK_ERR_UNSUPPORTED, "device '%s': the TPU simulator is not part of this build yet; use \"host\"", name);
-  if (strcmp(name, "host") != 0)
+  const TpkChip *chip = NULL;
+  if (strncmp(name, "sim:", 4) == 0) {
+    TpkSimTopology topo;
+    TpkError err = {0};
+    if (tpk_sim_topology_parse(name + 4, &topo, &err) != TPK_OK) return fail(err.code, "device '%s': %s", name, err.message);
+    if (topo.chips != 1)
+      return fail(TPK_ERR_UNSUPPORTED, "device '%s': simulating %lld chips over ICI is not supported yet; use one chip, e.g. sim:%s",
+                  name, (long long)topo.chips, topo.chip->name);
+    chip = topo.chip;
+  } else if (strcmp(name, "host") != 0)
     return fail(TPK_ERR_INVALID, "unknown device '%s'; devices are \"host\" and \"sim:<chip>\" (e.g. sim:v5e)", name);
   pthread_mutex_lock(&ctx->lock);
   for (TpkDevice *d = ctx->devices; d; d = d->next)
@@ -172,6 +187,7 @@ TpkStatus tpk_device_open(TpkContext *ctx, const char *name, TpkDevice **out) {
     TpkDevice *d = calloc(1, sizeof *d);
     if (d) {
       d->ctx = ctx;
+      d->chip = chip;
       snprintf(d->name, sizeof d->name, "%s", name);
       d->next = ctx->devices;
       ctx->devices = d;
@@ -196,12 +212,27 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
       return fail(TPK_ERR_INVALID, "tpk_buffer_create: the shape's size overflows");
     bytes *= (size_t)shape[i];
   }
+  if (dev->chip) { /* the chip's HBM is finite */
+    pthread_mutex_lock(&dev->ctx->lock);
+    bool fits = dev->hbm_used + bytes <= dev->chip->hbm_bytes;
+    if (fits) dev->hbm_used += bytes;
+    uint64_t used = dev->hbm_used;
+    pthread_mutex_unlock(&dev->ctx->lock);
+    if (!fits)
+      return fail(TPK_ERR_NOMEM, "%s: out of HBM: a %.1f MiB buffer does not fit (%.1f of %.1f GiB in use)", dev->name,
+                  (double)bytes / (1 << 20), (double)used / (1 << 30), (double)dev->chip->hbm_bytes / (1 << 30));
+  }
   TpkBuffer *b = calloc(1, sizeof *b);
   size_t alloc = (bytes + 63) / 64 * 64;
   void *data = aligned_alloc(64, alloc ? alloc : 64);
   if (!b || !data) {
     free(b);
     free(data);
+    if (dev->chip) {
+      pthread_mutex_lock(&dev->ctx->lock);
+      dev->hbm_used -= bytes;
+      pthread_mutex_unlock(&dev->ctx->lock);
+    }
     return fail(TPK_ERR_NOMEM, "out of host memory allocating %zu bytes", bytes);
   }
   memset(data, 0, alloc ? alloc : 64);
@@ -217,6 +248,11 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
 
 void tpk_buffer_destroy(TpkBuffer *b) {
   if (!b) return;
+  if (b->dev->chip) {
+    pthread_mutex_lock(&b->dev->ctx->lock);
+    b->dev->hbm_used -= b->bytes;
+    pthread_mutex_unlock(&b->dev->ctx->lock);
+  }
   free(b->data);
   free(b);
 }
@@ -364,6 +400,24 @@ static bool bound_lookup(void *ctx, const char *sym, int64_t *value) {
 
 static const char *kernel_name(const TpkKernel *k) { return k->f->name; }
 
+/* The device a launch runs on: its buffers', which must agree. */
+static TpkStatus launch_device(const TpkKernel *k, const TpkLaunch *L, TpkDevice **out) {
+  *out = NULL;
+  const char *first = NULL;
+  for (int i = 0; i < k->f->nparams; i++) {
+    if (k->f->params[i].value->type->kind != TPK_TYPE_REF || !L->args || !L->args[i]) continue;
+    TpkDevice *d = L->args[i]->dev;
+    if (!*out) {
+      *out = d;
+      first = k->f->params[i].name;
+    } else if (d != *out) {
+      return fail(TPK_ERR_INVALID, "kernel '%s': '%s' is on %s but '%s' is on %s; a launch runs on one device",
+                  k->f->name, k->f->params[i].name, d->name, first, (*out)->name);
+    }
+  }
+  return TPK_OK;
+}
+
 /* Bind symbols from buffers, check dtypes and every dimension. */
 static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*from)[96]) {
   const TpkFunc *f = k->f;
@@ -468,9 +522,10 @@ static TpkStatus scalar_value(const TpkKernel *k, int i, double v, void *out) {
 
 /* ---- specialisation and launch --------------------------------------------------------- */
 
-static char *spec_key(const TpkKernel *k, const Bound *b, const TpkLaunch *L) {
+static char *spec_key(const TpkKernel *k, const Bound *b, const TpkLaunch *L, const TpkDevice *dev) {
   TpkStr s = {0};
-  tpk_str_puts(&s, k->f->name);
+  /* the device shapes the lowering (its VMEM), so it is part of the key */
+  tpk_str_printf(&s, "%s|%s", dev && dev->chip ? dev->chip->name : "host", k->f->name);
   const char *names[MAX_SYMS];
   int n = tpk_func_symbols(k->f, names, MAX_SYMS);
   for (int i = 0; i < n && i < MAX_SYMS; i++) tpk_str_printf(&s, "|%s=%lld", names[i], (long long)b->value[bound_find(b, names[i])]);
@@ -485,7 +540,7 @@ static char *spec_key(const TpkKernel *k, const Bound *b, const TpkLaunch *L) {
 
 /* Check the kernel again with every size and tunable bound, lower it and
  * compile it. */
-static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, Spec *spec) {
+static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, const TpkDevice *dev, Spec *spec) {
   TpkProgram *prog = k->prog;
   TpkBinding binds[MAX_SYMS], tunes[MAX_SYMS];
   for (int i = 0; i < b->n; i++) binds[i] = (TpkBinding){b->name[i], b->value[i]};
@@ -505,19 +560,25 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, Sp
   }
   tpk_diags_free(&diags);
   TpkFunc *f = spec->module->funcs[0];
-  TpkTarget host = tpk_target_host();
+  /* On a sim device the kernel is lowered, tiled and planned for the chip's
+   * VMEM; the host runs that same code for the values. */
+  TpkTarget target = tpk_target_host();
+  if (dev && dev->chip)
+    target = (TpkTarget){.name = dev->name, .vmem_bytes = (int64_t)dev->chip->vmem_bytes, .tile_bytes = 1 << 20};
   TpkStr c = {0};
   TpkError err = {0};
   char entry[128];
   snprintf(entry, sizeof entry, "tpk_kernel_%s", f->name);
-  st = tpk_lower_to_c(f, &host, entry, prog->src.text, &c, &spec->workspace_bytes, &err);
+  st = tpk_lower_to_c(f, &target, entry, prog->src.text, &c, &spec->workspace_bytes, &err);
   if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &spec->code, &err);
   tpk_str_free(&c);
+  /* shapes are bound, so the chip's timing is the same for every launch */
+  if (st == TPK_OK && dev && dev->chip) st = tpk_sim_schedule(f, dev->chip, &spec->sim, &spec->timeline, &err);
   return st == TPK_OK ? TPK_OK : fail_err(&err);
 }
 
-static TpkStatus find_spec(TpkKernel *k, const Bound *b, const TpkLaunch *L, Spec **out) {
-  char *key = spec_key(k, b, L);
+static TpkStatus find_spec(TpkKernel *k, const Bound *b, const TpkLaunch *L, const TpkDevice *dev, Spec **out) {
+  char *key = spec_key(k, b, L, dev);
   if (!key) return fail(TPK_ERR_NOMEM, "out of memory");
   TpkProgram *prog = k->prog;
   pthread_mutex_lock(&prog->lock);
@@ -530,7 +591,7 @@ static TpkStatus find_spec(TpkKernel *k, const Bound *b, const TpkLaunch *L, Spe
     else {
       s->key = key;
       key = NULL;
-      st = specialise(k, b, L, s);
+      st = specialise(k, b, L, dev, s);
       if (st == TPK_OK) {
         s->next = prog->specs;
         prog->specs = s;
@@ -551,7 +612,9 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   const TpkFunc *f = k->f;
   Bound b;
   char from[MAX_SYMS][96];
-  TpkStatus st = bind_launch(k, L, &b, from);
+  TpkDevice *dev;
+  TpkStatus st = launch_device(k, L, &dev);
+  if (st == TPK_OK) st = bind_launch(k, L, &b, from);
   if (st != TPK_OK) return st;
   /* scalar arguments */
   void *args[256];
@@ -568,7 +631,7 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
     }
   }
   Spec *spec;
-  st = find_spec(k, &b, L, &spec);
+  st = find_spec(k, &b, L, dev, &spec);
   if (st != TPK_OK) return st;
   for (int i = 0; i < f->nparams; i++)
     if (f->params[i].zero_init) memset(L->args[i]->data, 0, L->args[i]->bytes);
@@ -588,6 +651,7 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   TpkKernelFn fn = tpk_code_entry(spec->code);
   int rc = fn(tpk_prims(), args, NULL, ws, err);
   k->last_tier = tpk_code_tier(spec->code) == TPK_TIER_CC ? "cc" : "tcc";
+  k->last_sim = dev && dev->chip ? spec : NULL;
   if (mine) atomic_store(&spec->workspace_busy, false);
   else free(ws);
   if (rc != 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->src.name, err);
@@ -638,4 +702,31 @@ void tpk_context_wait_compiles(TpkContext *ctx) {
     pthread_mutex_unlock(&p->lock);
   }
   pthread_mutex_unlock(&ctx->lock);
+}
+
+/* ---- the simulator's view of a launch --------------------------------------------- */
+
+TpkStatus tpk_kernel_last_sim_stats(const TpkKernel *k, TpkSimStats *out) {
+  memset(out, 0, sizeof *out);
+  if (!k || !k->last_sim) return fail(TPK_ERR_INVALID, "kernel '%s' has not run on a sim device", k ? k->f->name : "?");
+  const TpkSimReport *r = &k->last_sim->sim;
+  TpkDType dt = r->matmul_flops ? r->matmul_dtype : TPK_BF16;
+  *out = (TpkSimStats){.chip = r->chip->name, .cycles = r->cycles, .seconds = r->seconds, .clock_hz = r->chip->clock_hz,
+                       .flops = r->flops, .matmul_flops = r->matmul_flops, .hbm_bytes = r->hbm_bytes,
+                       .peak_flops = tpk_sim_peak_flops(r->chip, dt), .hbm_bytes_per_s = r->chip->hbm_bytes_per_s,
+                       .roofline_seconds = r->roofline_seconds, .memory_bound = r->memory_bound,
+                       .mxu_utilisation = r->mxu_utilisation, .vpu_utilisation = r->vpu_utilisation,
+                       .hbm_utilisation = r->hbm_utilisation};
+  return TPK_OK;
+}
+
+TpkStatus tpk_kernel_write_trace(const TpkKernel *k, const char *path) {
+  if (!k || !k->last_sim || !k->last_sim->timeline)
+    return fail(TPK_ERR_INVALID, "kernel '%s' has not run on a sim device", k ? k->f->name : "?");
+  char name[160];
+  snprintf(name, sizeof name, "%s on %s", k->f->name, k->last_sim->sim.chip->name);
+  TpkError err = {0};
+  if (tpk_timeline_write_trace(k->last_sim->timeline, path, k->last_sim->sim.chip->clock_hz, name, &err) != TPK_OK)
+    return fail_err(&err);
+  return TPK_OK;
 }
