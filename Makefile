@@ -126,7 +126,8 @@ test-asan:
 DEMO_KERNELS := $(addprefix tests/corpus/,add.tpk softmax.tpk matmul.tpk layernorm.tpk \
 	flash_attention.tpk embedding_bwd.tpk)
 # The main job: check the language's example kernels, then run three of them
-# on the host, each checked against the reference interpreter and timed.
+# on the host and one on a simulated v5e, each checked against the reference
+# interpreter and timed.
 demo: $(BUILD)/tpk
 	@echo "== tpk check: the six example kernels of the language contract"
 	@$(BUILD)/tpk check $(DEMO_KERNELS)
@@ -135,6 +136,9 @@ demo: $(BUILD)/tpk
 	@$(BUILD)/tpk run tests/corpus/softmax.tpk --shape M=4096,N=1000 --check
 	@$(BUILD)/tpk run tests/corpus/flash_attention.tpk --kernel flash_attention --shape BH=4,S=500,T=500,D=64 \
 		--scalar scale=0.125 --check
+	@echo "== tpk run on a simulated TPU v5e: the same results, and the time the chip would take"
+	@$(BUILD)/tpk run tests/corpus/matmul.tpk --shape M=2048,N=2048,K=2048 --tune BM=256,BN=256,BK=512 \
+		--device sim:v5e --check --repeat 3
 
 # Every kernel of the test corpus must check clean.
 corpus-check: $(BUILD)/tpk
