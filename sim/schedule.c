@@ -514,8 +514,10 @@ TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *
     w.cores[c].vpu = tpk_timeline_add_unit(w.tl, name, 1);
     snprintf(name, sizeof name, "dma%s", sfx);
     w.cores[c].dma = tpk_timeline_add_unit(w.tl, name, chip->dma_engines);
+    /* a matmul's fill and drain overlap the next one's streaming: about two
+     * in flight per MXU */
     snprintf(name, sizeof name, "mxu drain%s", sfx);
-    w.cores[c].mxu_out = tpk_timeline_add_unit(w.tl, name, 4096);
+    w.cores[c].mxu_out = tpk_timeline_add_unit(w.tl, name, 2 * chip->mxus_per_core);
     w.cores[c].last = w.cores[c].step = TPK_TASK_NONE;
   }
   w.hbm = tpk_timeline_add_unit(w.tl, "hbm", 1);
