@@ -371,9 +371,10 @@ static void test_vmem_budget(void **state) {
   tpk_context_destroy(ctx);
 }
 
-/* Run `kname` of a corpus file with every symbol = size in a context whose
- * JIT tier is `tier`; return the bytes of every output, concatenated. */
-static char *run_tier(const char *tier, const char *file, const char *kname, int64_t size, size_t *len) {
+/* Run `kname` of a corpus file with every symbol = size on `device` in a
+ * context whose JIT tier is `tier`; return the bytes of every output,
+ * concatenated. On a sim device the launch must also have been timed. */
+static char *run_on(const char *device, const char *tier, const char *file, const char *kname, int64_t size, size_t *len) {
   setenv("TPK_TIER", tier, 1);
   char cache[] = "/tmp/tpk-test-tiers-XXXXXX"; /* a private cache: cc must really compile */
   assert_non_null(mkdtemp(cache));
@@ -386,7 +387,7 @@ static char *run_tier(const char *tier, const char *file, const char *kname, int
   snprintf(rel, sizeof rel, "tests/corpus/%s", file);
   char *text = test_read_file(test_path(rel), NULL);
   assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, device, &dev), TPK_OK);
   assert_int_equal(tpk_program_load_source(ctx, file, text, strlen(text), &prog), TPK_OK);
   assert_int_equal(tpk_program_kernel(prog, kname, &k), TPK_OK);
   int np = tpk_kernel_param_count(k), ns = tpk_kernel_symbol_count(k);
@@ -407,8 +408,14 @@ static char *run_tier(const char *tier, const char *file, const char *kname, int
     if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT) fill(tpk_buffer_data(bufs[i]), dt, numel(bufs[i]), &seed);
   }
   TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns};
-  if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s:%s on %s: %s", file, kname, tier, tpk_last_error());
+  if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s:%s on %s (%s): %s", file, kname, device, tier, tpk_last_error());
   assert_string_equal(tpk_kernel_last_tier(k), tier);
+  TpkSimStats stats;
+  if (strncmp(device, "sim:", 4) == 0) {
+    assert_int_equal(tpk_kernel_last_sim_stats(k, &stats), TPK_OK);
+    if (!(stats.seconds > 0 && stats.seconds >= stats.roofline_seconds))
+      fail_msg("%s:%s on %s: simulated %g s, roofline %g s", file, kname, device, stats.seconds, stats.roofline_seconds);
+  }
   TpkStr out = {0};
   for (int i = 0; i < np; i++) {
     TpkParamKind kind = tpk_kernel_param_kind(k, i);
@@ -438,13 +445,61 @@ static void test_tiers_agree_bitwise(void **state) {
   };
   for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
     size_t n1, n2;
-    char *a = run_tier("tcc", CASES[i].file, CASES[i].kernel, CASES[i].size, &n1);
-    char *b = run_tier("cc", CASES[i].file, CASES[i].kernel, CASES[i].size, &n2);
+    char *a = run_on("host", "tcc", CASES[i].file, CASES[i].kernel, CASES[i].size, &n1);
+    char *b = run_on("host", "cc", CASES[i].file, CASES[i].kernel, CASES[i].size, &n2);
     assert_int_equal(n1, n2);
     if (memcmp(a, b, n1) != 0) fail_msg("%s: the tcc and cc tiers computed different bits", CASES[i].kernel);
     free(a);
     free(b);
   }
+}
+
+/* Every corpus kernel can be timed on a chip (v5e, and v5p, whose two
+ * TensorCores split the grid), and the values are the host's, to the bit. */
+static void test_corpus_on_simulated_chips(void **state) {
+  (void)state;
+  DIR *d = opendir(test_path("tests/corpus"));
+  assert_non_null(d);
+  char *names[128];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 128) {
+    size_t len = strlen(e->d_name);
+    if (len > 4 && strcmp(e->d_name + len - 4, ".tpk") == 0) names[n++] = strdup(e->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)n, sizeof *names, cmp_str);
+  int timed = 0;
+  for (int f = 0; f < n; f++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/corpus/%s", names[f]);
+    char *text = test_read_file(test_path(rel), NULL);
+    TpkContext *ctx;
+    TpkProgram *prog;
+    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+    assert_int_equal(tpk_program_load_source(ctx, names[f], text, strlen(text), &prog), TPK_OK);
+    for (int ki = 0; ki < tpk_program_kernel_count(prog); ki++) {
+      const char *kname = tpk_program_kernel_name(prog, ki);
+      size_t n1, n2, n3;
+      /* ids in the corpus's gathers are < 8: sizes of 40 keep them valid */
+      char *host = run_on("host", "tcc", names[f], kname, 40, &n1);
+      char *v5e = run_on("sim:v5e", "tcc", names[f], kname, 40, &n2);
+      char *v5p = run_on("sim:v5p", "tcc", names[f], kname, 40, &n3);
+      assert_int_equal(n1, n2);
+      assert_int_equal(n1, n3);
+      if (memcmp(host, v5e, n1) != 0 || memcmp(host, v5p, n1) != 0)
+        fail_msg("%s:%s: the simulated chips computed other values than the host", names[f], kname);
+      free(host);
+      free(v5e);
+      free(v5p);
+      timed++;
+    }
+    tpk_context_destroy(ctx);
+    free(text);
+    free(names[f]);
+  }
+  fprintf(stderr, "%d corpus kernels timed on v5e and v5p, values equal to the host's\n", timed);
+  assert_true(timed >= 80);
 }
 
 int main(void) {
@@ -454,6 +509,7 @@ int main(void) {
       cmocka_unit_test(test_vmem_budget),
       cmocka_unit_test(test_tunables_do_not_change_results),
       cmocka_unit_test(test_tiers_agree_bitwise),
+      cmocka_unit_test(test_corpus_on_simulated_chips),
       cmocka_unit_test(test_corpus_matches_interpreter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
