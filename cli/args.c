@@ -5,6 +5,8 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <unistd.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,12 +244,20 @@ void cli_err(const char *s, size_t len) {
   fflush(stderr);
 }
 
+/* Is stdout a pipe whose reader has gone? (The errno of the write that failed
+ * may be long gone when the failure is noticed.) */
+static bool reader_gone(void) {
+  struct pollfd p = {.fd = STDOUT_FILENO, .events = POLLOUT};
+  return poll(&p, 1, 0) == 1 && (p.revents & POLLERR);
+}
+
 int cli_finish_output(int status) {
   errno = 0;
   if (fflush(stdout) == 0 && !ferror(stdout)) return status;
   /* A reader that went away (`tpk dump --ir x.tpk | head`) is not an error
    * worth a message; anything else (a full disk) is. */
-  if (errno != EPIPE) fprintf(stderr, "tpk: cannot write output: %s\n", errno ? strerror(errno) : "write error");
+  if (errno != EPIPE && !reader_gone())
+    fprintf(stderr, "tpk: cannot write output: %s\n", errno ? strerror(errno) : "write error");
   return status == CLI_OK ? CLI_FAIL : status;
 }
 

@@ -158,6 +158,24 @@ static const char RUN_HELP[] =
     "  tpk run layernorm.tpk --shape M=64,N=128 --scalar eps=1e-5 --out results\n"
     "  tpk run matmul.tpk --shape M=4096,N=4096,K=4096 --device sim:v5e --trace mm.json\n";
 
+static const char BENCH_HELP[] =
+    "Usage: tpk bench FILE [--kernel NAME] --shape LIST --device LIST [options]\n"
+    "\n"
+    "Time one kernel on several devices with the same inputs, one row per device:\n"
+    "on the host, the measured steady-state time (after the optimized compile);\n"
+    "on a simulated chip (sim:v5e, ...), the time it would take there, its matmul\n"
+    "TFLOP/s, HBM GB/s, share of the chip's peak, and whether compute or memory\n"
+    "bounds it.\n"
+    "\n"
+    "Options: --kernel, --shape, --scalar, --tune, --inputs, --seed and --repeat as\n"
+    "for `tpk run`, and:\n"
+    "  --device LIST        comma-separated devices (default: host)\n"
+    "  --json               one JSON object per row, as bench/run.py reads them\n"
+    "\n"
+    "Examples:\n"
+    "  tpk bench matmul.tpk --shape M=4096,N=4096,K=4096 --tune BM=1024,BN=1024 \\\n"
+    "      --device host,sim:v5e,sim:v6e\n";
+
 static const char HELP_HELP[] =
     "Usage: tpk help [COMMAND]\n"
     "\n"
@@ -173,6 +191,7 @@ static const CliCommand COMMANDS[] = {
     {"check", "parse and check .tpk files; report every error", CHECK_HELP, cli_check},
     {"dump", "print the syntax tree, the IR or the generated C of a .tpk file", DUMP_HELP, cli_dump},
     {"run", "run a kernel on random or .npy inputs, check it and time it", RUN_HELP, cli_run},
+    {"bench", "time a kernel on the host and on simulated TPUs, one row per device", BENCH_HELP, cli_bench},
     {"help", "show help for tpk or for one command", HELP_HELP, cli_help},
 };
 enum { NCOMMANDS = (int)TPK_ARRAY_LEN(COMMANDS) };

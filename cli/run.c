@@ -11,6 +11,7 @@
 #include "tpk.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,21 +20,32 @@
 #include <time.h>
 
 enum { OPT_KERNEL = 1, OPT_SHAPE, OPT_SCALAR, OPT_TUNE, OPT_INPUTS, OPT_OUT, OPT_SEED, OPT_CHECK, OPT_DEVICE, OPT_REPEAT,
-       OPT_TRACE };
+       OPT_TRACE, OPT_JSON };
 
 static const CliOption OPTIONS[] = {
     {"kernel", 'k', true, OPT_KERNEL}, {"shape", 0, true, OPT_SHAPE},   {"scalar", 0, true, OPT_SCALAR},
     {"tune", 0, true, OPT_TUNE},       {"inputs", 0, true, OPT_INPUTS}, {"out", 0, true, OPT_OUT},
     {"seed", 0, true, OPT_SEED},       {"check", 0, false, OPT_CHECK},  {"device", 0, true, OPT_DEVICE},
-    {"repeat", 0, true, OPT_REPEAT},   {"trace", 0, true, OPT_TRACE},
+    {"repeat", 0, true, OPT_REPEAT},   {"trace", 0, true, OPT_TRACE},   {"json", 0, false, OPT_JSON},
 };
 
 typedef struct NamedText {
   char *name, *text;
 } NamedText;
 
+/* What one run measured, for `tpk bench`. */
+typedef struct RunResult {
+  double first_ms, steady_ms;
+  bool has_sim;
+  TpkSimStats sim;
+} RunResult;
+
 typedef struct Run {
   const char *path, *kernel, *out_dir, *device, *trace;
+  bool quiet;        /* tpk bench: measure without the running commentary */
+  bool bench;        /* parsing `tpk bench` options */
+  bool json;         /* tpk bench --json */
+  RunResult result;
   CliBindings shape, tunes;
   NamedText scalars[64], inputs[64];
   int nscalars, ninputs;
@@ -89,6 +101,10 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
     case OPT_OUT: r->out_dir = value; break;
     case OPT_DEVICE: r->device = value; break;
     case OPT_TRACE: r->trace = value; break;
+    case OPT_JSON:
+      if (!r->bench) return cli_usage_error(cmd->name, "--json belongs to `tpk bench`");
+      r->json = true;
+      break;
     case OPT_CHECK: r->check = true; break;
     case OPT_SEED:
       errno = 0;
@@ -109,9 +125,21 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
     }
   }
   if (!r->path) return cli_usage_error(cmd->name, "no input file (usage: tpk run FILE --kernel NAME --shape M=...,N=...)");
-  if (r->trace && strncmp(r->device, "sim:", 4) != 0)
+  if (r->bench && (r->check || r->out_dir || r->trace))
+    return cli_usage_error(cmd->name, "--check, --out and --trace belong to `tpk run`");
+  if (!r->bench && r->trace && strncmp(r->device, "sim:", 4) != 0)
     return cli_usage_error(cmd->name, "--trace records the simulator's timeline: use it with --device sim:<chip>");
   return CLI_OK;
+}
+
+/* The running commentary of `tpk run` (silent under `tpk bench`). */
+static void say(const Run *r, const char *fmt, ...) TPK_PRINTF(2, 3);
+static void say(const Run *r, const char *fmt, ...) {
+  if (r->quiet) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
 }
 
 /* ---- data --------------------------------------------------------------------- */
@@ -394,7 +422,7 @@ static int run(Run *r) {
       goto done;
     }
   }
-  printf("%s: kernel %s on %s\n", src.name, r->kernel, tpk_device_name(dev));
+  say(r, "%s: kernel %s on %s\n", src.name, r->kernel, tpk_device_name(dev));
   uint64_t rng = r->seed;
   for (int i = 0; i < np; i++) {
     const char *name = tpk_kernel_param_name(k, i);
@@ -416,7 +444,7 @@ static int run(Run *r) {
         status = CLI_USAGE;
         goto done;
       }
-      printf("  %-12s %s = %s\n", name, tpk_dtype_name(dt), text);
+      say(r, "  %-12s %s = %s\n", name, tpk_dtype_name(dt), text);
       continue;
     }
     int64_t shape[TPK_MAX_DIMS];
@@ -436,15 +464,15 @@ static int run(Run *r) {
         status = CLI_USAGE;
         goto done;
       }
-      printf("  %-12s %-22s output\n", name, st);
+      say(r, "  %-12s %-22s output\n", name, st);
       continue;
     }
     if (file) {
       if (!load_input(name, file, bufs[i])) goto done;
-      printf("  %-12s %-22s from %s\n", name, st, file);
+      say(r, "  %-12s %-22s from %s\n", name, st, file);
     } else {
       fill_random(tpk_buffer_data(bufs[i]), dt, numel(tpk_buffer_rank(bufs[i]), shape), &rng);
-      printf("  %-12s %-22s random (seed %llu)\n", name, st, (unsigned long long)r->seed);
+      say(r, "  %-12s %-22s random (seed %llu)\n", name, st, (unsigned long long)r->seed);
     }
     if (r->check) { /* inouts change: keep what the reference must start from */
       size_t bytes = tpk_buffer_bytes(bufs[i]);
@@ -473,25 +501,28 @@ static int run(Run *r) {
     goto done;
   }
   double first = now_ms() - t0;
-  printf("  first call   %.3f ms (compiled by %s)\n", first, tpk_kernel_last_tier(k));
+  r->result.first_ms = first;
+  say(r, "  first call   %.3f ms (compiled by %s)\n", first, tpk_kernel_last_tier(k));
   TpkSimStats sim;
   if (tpk_kernel_last_sim_stats(k, &sim) == TPK_OK) {
+    r->result.has_sim = true;
+    r->result.sim = sim;
     double flops = sim.matmul_flops ? sim.matmul_flops : sim.flops;
-    printf("  simulated    %s: %.3f ms (%.0f cycles at %.2f GHz)\n", sim.chip, sim.seconds * 1e3, sim.cycles, sim.clock_hz / 1e9);
-    printf("               %.1f TFLOP/s = %.1f%% of peak, %.1f GB/s = %.1f%% of HBM\n", flops / sim.seconds / 1e12,
+    say(r, "  simulated    %s: %.3f ms (%.0f cycles at %.2f GHz)\n", sim.chip, sim.seconds * 1e3, sim.cycles, sim.clock_hz / 1e9);
+    say(r, "               %.1f TFLOP/s = %.1f%% of peak, %.1f GB/s = %.1f%% of HBM\n", flops / sim.seconds / 1e12,
            100 * flops / sim.seconds / sim.peak_flops, sim.hbm_bytes / sim.seconds / 1e9,
            100 * sim.hbm_bytes / sim.seconds / sim.hbm_bytes_per_s);
-    printf("               %s-bound: the roofline is %.3f ms (%.0f%% of it reached)\n",
+    say(r, "               %s-bound: the roofline is %.3f ms (%.0f%% of it reached)\n",
            sim.memory_bound ? "memory" : "compute", sim.roofline_seconds * 1e3,
            100 * sim.roofline_seconds / sim.seconds);
-    printf("               busy: MXU %.0f%%, VPU %.0f%%, HBM %.0f%%\n", 100 * sim.mxu_utilisation,
+    say(r, "               busy: MXU %.0f%%, VPU %.0f%%, HBM %.0f%%\n", 100 * sim.mxu_utilisation,
            100 * sim.vpu_utilisation, 100 * sim.hbm_utilisation);
     if (r->trace) {
       if (tpk_kernel_write_trace(k, r->trace) != TPK_OK) {
         fprintf(stderr, "tpk: %s\n", tpk_last_error());
         goto done;
       }
-      printf("  trace        %s (open it in ui.perfetto.dev or chrome://tracing)\n", r->trace);
+      say(r, "  trace        %s (open it in ui.perfetto.dev or chrome://tracing)\n", r->trace);
     }
   }
   bool ok = true;
@@ -508,7 +539,7 @@ static int run(Run *r) {
         fprintf(stderr, "tpk: %s\n", err.message);
         goto done;
       }
-      printf("  wrote        %s\n", path);
+      say(r, "  wrote        %s\n", path);
     }
   }
   /* Steady state: warm up past the promotion threshold, let the optimized
@@ -531,7 +562,8 @@ static int run(Run *r) {
     times[i] = now_ms() - s;
   }
   qsort(times, (size_t)r->repeat, sizeof *times, cmp_double);
-  printf("  steady       %.3f ms median of %d (min %.3f ms, tier %s)\n", times[r->repeat / 2], r->repeat, times[0],
+  r->result.steady_ms = times[r->repeat / 2];
+  say(r, "  steady       %.3f ms median of %d (min %.3f ms, tier %s)\n", times[r->repeat / 2], r->repeat, times[0],
          tpk_kernel_last_tier(k));
   free(times);
   status = ok ? CLI_OK : CLI_FAIL;
@@ -561,5 +593,58 @@ int cli_run(const CliCommand *cmd, int argc, char **argv) {
     free(r.inputs[i].name);
     free(r.inputs[i].text);
   }
-  return cli_finish_output(status);
+  return status;
+}
+
+/* ---- tpk bench ---------------------------------------------------------------------- */
+
+/* `tpk bench FILE --kernel K --shape ... --device host,sim:v5e,sim:v6e`: the
+ * same inputs on every device, one row each: measured time on the host,
+ * simulated time and rates on the chips. */
+int cli_bench(const CliCommand *cmd, int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  Run r = {.bench = true};
+  int status = parse_args(&r, cmd, argc, argv);
+  char *devices = status == CLI_OK ? strdup(r.device) : NULL;
+  if (status == CLI_OK && !devices) status = CLI_FAIL;
+  if (status == CLI_OK && !r.json)
+    printf("%-10s %12s %12s %10s %10s %9s %8s\n", "device", "time", "first call", "TFLOP/s", "GB/s", "of peak", "bound");
+  for (char *dev = devices ? strtok(devices, ",") : NULL; dev && status == CLI_OK; dev = strtok(NULL, ",")) {
+    Run one = r;
+    one.device = dev;
+    one.quiet = true;
+    status = run(&one);
+    if (status != CLI_OK) break;
+    const RunResult *res = &one.result;
+    const TpkSimStats *st = &res->sim;
+    double flops = st->matmul_flops ? st->matmul_flops : st->flops;
+    if (r.json) {
+      if (res->has_sim)
+        printf("{\"name\": \"%s %s\", \"device\": \"%s\", \"value\": %.6g, \"unit\": \"ms\", \"baseline\": null, "
+               "\"ratio\": null, \"tflops\": %.4g, \"gbps\": %.4g, \"peak_fraction\": %.4f, \"bound\": \"%s\"}\n",
+               one.kernel, one.path, dev, st->seconds * 1e3, flops / st->seconds / 1e12, st->hbm_bytes / st->seconds / 1e9,
+               flops / st->seconds / st->peak_flops, st->memory_bound ? "memory" : "compute");
+      else
+        printf("{\"name\": \"%s %s\", \"device\": \"%s\", \"value\": %.6g, \"unit\": \"ms\", \"baseline\": null, "
+               "\"ratio\": null}\n", one.kernel, one.path, dev, res->steady_ms);
+    } else if (res->has_sim) {
+      printf("%-10s %9.3f ms %9.3f ms %10.1f %10.1f %8.1f%% %8s\n", dev, st->seconds * 1e3, res->first_ms,
+             flops / st->seconds / 1e12, st->hbm_bytes / st->seconds / 1e9, 100 * flops / st->seconds / st->peak_flops,
+             st->memory_bound ? "memory" : "compute");
+    } else {
+      printf("%-10s %9.3f ms %9.3f ms %10s %10s %9s %8s\n", dev, res->steady_ms, res->first_ms, "-", "-", "-", "-");
+    }
+  }
+  free(devices);
+  cli_bindings_free(&r.shape);
+  cli_bindings_free(&r.tunes);
+  for (int i = 0; i < r.nscalars; i++) {
+    free(r.scalars[i].name);
+    free(r.scalars[i].text);
+  }
+  for (int i = 0; i < r.ninputs; i++) {
+    free(r.inputs[i].name);
+    free(r.inputs[i].text);
+  }
+  return status;
 }

@@ -40,6 +40,7 @@ enum { MAX_CORES = 2 };
 
 typedef struct Core {
   int scalar, vpu, mxu, dma; /* unit ids */
+  int hbm;                   /* this core's share of HBM (see tpk_sim_schedule) */
   int mxu_out;               /* the MXUs' fill and drain: latency, many in flight */
   TpkTaskId last;            /* the latest compute task on this core */
   TpkTaskId step;            /* the current grid step's overhead: compute waits for it */
@@ -73,7 +74,6 @@ typedef struct Walker {
   bool failed;
   Core cores[MAX_CORES];
   int ncores, core; /* the core the current grid step runs on */
-  int hbm;          /* shared unit */
   TpkPtrMap known;  /* value -> int64_t* (scalar values the walk can compute) */
   TpkPtrMap task;   /* value -> task that produces it (as intptr_t + 2) */
   TpkPtrMap prev;   /* load op -> char* key of its block in the previous step */
@@ -229,7 +229,7 @@ static TpkTaskId dma(Walker *w, int64_t bytes, TpkTaskId after, const char *labe
   Core *c = &w->cores[w->core];
   TpkTaskId issue = tpk_timeline_add(w->tl, c->dma, tpk_sim_dma_latency_cycles(w->chip), deps, n, label, "dma");
   w->rep->hbm_bytes += (double)bytes;
-  return tpk_timeline_add(w->tl, w->hbm, tpk_sim_hbm_cycles(w->chip, bytes), &issue, 1, label, "hbm");
+  return tpk_timeline_add(w->tl, c->hbm, w->ncores * tpk_sim_hbm_cycles(w->chip, bytes), &issue, 1, label, "hbm");
 }
 
 /* The block index of a load, as a string key, or NULL if some index is not
@@ -277,7 +277,8 @@ static void issue_store(Walker *w, const PendingStore *p) {
   TpkTaskId issue = tpk_timeline_add(w->tl, w->cores[p->core].dma, tpk_sim_dma_latency_cycles(w->chip),
                                      v == TPK_TASK_NONE ? NULL : &v, v == TPK_TASK_NONE ? 0 : 1, "store", "dma");
   w->rep->hbm_bytes += (double)p->bytes;
-  tpk_timeline_add(w->tl, w->hbm, tpk_sim_hbm_cycles(w->chip, p->bytes), &issue, 1, "store", "hbm");
+  tpk_timeline_add(w->tl, w->cores[p->core].hbm, w->ncores * tpk_sim_hbm_cycles(w->chip, p->bytes), &issue, 1, "store",
+                   "hbm");
 }
 
 /* Submit held-back stores: generation 0 (the previous stage's), or both. */
@@ -345,10 +346,14 @@ static TpkTaskId stage_marker(Walker *w) {
 
 static bool push_stage(Walker *w, const TpkOp *loop) {
   if (w->depth == MAX_DEPTH) return fail(w, loop, "loops nested deeper than the simulator follows", NULL);
+  /* one stage per loop and TensorCore: each core double-buffers its own
+   * blocks (the key is the op's address plus the core, distinct since an op
+   * is larger than MAX_CORES bytes) */
+  const void *key = (const char *)loop + w->core;
   void *p;
-  if (!tpk_ptrmap_get(&w->stage_of, loop, &p)) {
+  if (!tpk_ptrmap_get(&w->stage_of, key, &p)) {
     Stage *s = tpk_arena_alloc(&w->arena, sizeof *s);
-    if (!s || !tpk_ptrmap_put(&w->stage_of, loop, s)) {
+    if (!s || !tpk_ptrmap_put(&w->stage_of, key, s)) {
       w->failed = true;
       tpk_error(w->err, TPK_ERR_NOMEM, "simulator: out of memory");
       return false;
@@ -516,11 +521,15 @@ TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *
     w.cores[c].dma = tpk_timeline_add_unit(w.tl, name, chip->dma_engines);
     /* a matmul's fill and drain overlap the next one's streaming: about two
      * in flight per MXU */
+    /* Assumed: on megacore chips each TensorCore streams at half the HBM
+     * bandwidth. One in-order HBM queue shared by both would let one core's
+     * copies, waiting for its compute, hold back the other's. */
+    snprintf(name, sizeof name, "hbm%s", sfx);
+    w.cores[c].hbm = tpk_timeline_add_unit(w.tl, name, 1);
     snprintf(name, sizeof name, "mxu drain%s", sfx);
     w.cores[c].mxu_out = tpk_timeline_add_unit(w.tl, name, 2 * chip->mxus_per_core);
     w.cores[c].last = w.cores[c].step = TPK_TASK_NONE;
   }
-  w.hbm = tpk_timeline_add_unit(w.tl, "hbm", 1);
   for (int i = 0; i < f->nparams; i++) set_task(&w, f->params[i].value, TPK_TASK_NONE);
   walk_block(&w, f->body);
   flush_stores(&w, 1);
@@ -535,7 +544,7 @@ TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *
     rep->seconds = rep->cycles / chip->clock_hz;
     rep->mxu_utilisation = tpk_timeline_unit_utilisation(w.tl, w.cores[0].mxu);
     rep->vpu_utilisation = tpk_timeline_unit_utilisation(w.tl, w.cores[0].vpu);
-    rep->hbm_utilisation = tpk_timeline_unit_utilisation(w.tl, w.hbm);
+    rep->hbm_utilisation = tpk_timeline_unit_utilisation(w.tl, w.cores[0].hbm);
     /* the roofline counts the matmul work at its dtype's peak */
     TpkDType dt = rep->matmul_flops ? rep->matmul_dtype : TPK_BF16;
     rep->roofline_seconds = tpk_sim_roofline_seconds(chip, rep->matmul_flops, rep->hbm_bytes, dt);

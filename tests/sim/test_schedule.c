@@ -108,6 +108,19 @@ static void test_v6e_over_v5e(void **state) {
   assert_true(fabs(got / published - 1.0) < 0.10);
 }
 
+/* Megacore chips split the grid between their two TensorCores: both must
+ * work (they once waited on each other's copies in one HBM queue). */
+static void test_megacore_uses_both_cores(void **state) {
+  (void)state;
+  TpkBinding b[] = {{"M", 4096}, {"N", 4096}, {"K", 4096}};
+  const char *chips[] = {"v4", "v5p"};
+  for (int i = 0; i < 2; i++) {
+    TpkSimReport r = time_on(MATMUL, chips[i], b, 3, NULL, 0);
+    double fraction = r.matmul_flops / r.seconds / tpk_sim_peak_flops(r.chip, TPK_BF16);
+    if (fraction < 0.8 || fraction > 1.0) fail_msg("%s: %.1f%% of peak", chips[i], 100 * fraction);
+  }
+}
+
 static void test_unchanged_blocks_not_copied(void **state) {
   (void)state;
   /* c[i, j] over j with a[i, :] fixed: with BN < N the a block is loaded
@@ -150,6 +163,7 @@ int main(void) {
       cmocka_unit_test(test_large_matmul_near_roofline), cmocka_unit_test(test_memory_bound_near_roofline),
       cmocka_unit_test(test_doubling_work_doubles_time), cmocka_unit_test(test_v6e_over_v5e),
       cmocka_unit_test(test_unchanged_blocks_not_copied), cmocka_unit_test(test_trace),
+      cmocka_unit_test(test_megacore_uses_both_cores),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
