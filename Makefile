@@ -146,7 +146,8 @@ corpus-check: $(BUILD)/tpk
 
 # ---- benchmarks ----
 bench: all
-	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_frontend $(BUILD)/bench/bench_gemm $(BUILD)/bench/bench_host
+	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_frontend $(BUILD)/bench/bench_gemm $(BUILD)/bench/bench_host \
+		$(BUILD)/bench/bench_sim
 	@$(PYTHON) bench/run.py --build $(BUILD)
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtpk.a
 	@mkdir -p $(dir $@)
