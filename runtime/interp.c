@@ -78,7 +78,8 @@ typedef struct Val {
   int64_t n;                  /* element count */
   Buf *buf;                   /* owner of data; NULL for parameter memory */
   unsigned char *data;        /* row-major elements */
-  int64_t id, block;          /* tiles */
+  int64_t id, block;          /* tiles; dma handles: id is the copy's serial */
+  struct Shadow *sh;          /* checked mode: refs' (dma handles': the destination's) shadow state */
 } Val;
 
 static void val_release(Val *v) {
@@ -102,6 +103,32 @@ static void val_move(Val *dst, Val *src) {
   memset(src, 0, sizeof *src);
 }
 
+/* ---- Checked mode: shadow state ---------------------------------------------- */
+
+/* Per ref buffer (a parameter, or an alloc op's scratch, reused each time the
+ * alloc runs): which elements were written, which grid instance last wrote
+ * each output element, and the copies into it not yet waited for. */
+typedef struct Shadow {
+  const void *key; /* the TpkParam or the alloc TpkOp */
+  const char *name;
+  int rank;
+  int64_t dims[TPK_MAX_RANK];
+  int64_t n;
+  unsigned char *init; /* 1 per written element; NULL: all initialised */
+  int64_t *writer;     /* outputs: grid instance (linear id + 1) that last wrote; 0 none */
+  int64_t *pending;    /* serials of started, not waited copies into it */
+  const TpkOp **pending_op;
+  int npending, cappending;
+} Shadow;
+
+typedef struct Reported {
+  const TpkOp *op;
+  const Shadow *sh;
+  int kind;
+} Reported;
+
+enum { REP_UNINIT, REP_RACE, REP_CONFLICT };
+
 /* ---- Interpreter state ------------------------------------------------------ */
 
 typedef struct Interp {
@@ -120,6 +147,18 @@ typedef struct Interp {
   /* the enclosing grid instance */
   int grid_axes; /* 0: not in a grid */
   int64_t grid_pos[MAX_GRID_AXES], grid_count[MAX_GRID_AXES];
+  /* checked mode */
+  bool checked;
+  int max_reports, nviol;
+  TpkStr *report;
+  Shadow **shadows;
+  int nshadows, capshadows;
+  Reported *reported;
+  int nreported, capreported;
+  int64_t dma_serial;
+  int64_t grid_lo[MAX_GRID_AXES];
+  int64_t instance; /* linear id + 1 of the running grid instance; 0 outside a grid */
+  const TpkBlock *grid_body;
 } Interp;
 
 static const char *op_name(const TpkOp *op) { return tpk_op_info(op->opcode)->name; }
@@ -347,6 +386,153 @@ static TpkStatus scalar_result(Interp *I, const TpkOp *op, int64_t value) {
 
 /* The status of the last failure (helpers return bool and leave it in err). */
 static TpkStatus status(Interp *I) { return I->err && I->err->code != TPK_OK ? I->err->code : TPK_ERR_INTERNAL; }
+
+/* ---- Checked mode: reports ------------------------------------------------------ */
+
+/* Record one violation: a line "line L:C: <what>" while under max_reports. */
+static void violation(Interp *I, const TpkOp *op, const char *fmt, ...) TPK_PRINTF(3, 4);
+static void violation(Interp *I, const TpkOp *op, const char *fmt, ...) {
+  if (++I->nviol > I->max_reports || !I->report) return;
+  va_list ap;
+  va_start(ap, fmt);
+  if (op && op->loc.line > 0)
+    tpk_str_printf(I->report, "line %d:%d: ", op->loc.line, op->loc.col);
+  else
+    tpk_str_puts(I->report, "line ?: ");
+  tpk_str_vprintf(I->report, fmt, ap);
+  va_end(ap);
+  tpk_str_putc(I->report, '\n');
+}
+
+/* True the first time (op, sh, kind) is seen: such reports are made once. */
+static bool first_report(Interp *I, const TpkOp *op, const Shadow *sh, int kind) {
+  for (int i = 0; i < I->nreported; i++)
+    if (I->reported[i].op == op && I->reported[i].sh == sh && I->reported[i].kind == kind) return false;
+  if (I->nreported == I->capreported) {
+    int cap = I->capreported ? 2 * I->capreported : 16;
+    Reported *r = realloc(I->reported, sizeof *r * (size_t)cap);
+    if (!r) return true; /* report again rather than fail */
+    I->reported = r, I->capreported = cap;
+  }
+  I->reported[I->nreported++] = (Reported){op, sh, kind};
+  return true;
+}
+
+/* "name[3, 5]": element `off` of the buffer sh shadows. */
+static void put_elem(TpkStr *s, const Shadow *sh, int64_t off) {
+  int64_t st[TPK_MAX_RANK];
+  strides_of(sh->rank, sh->dims, st);
+  tpk_str_printf(s, "%s[", sh->name);
+  for (int d = 0; d < sh->rank; d++) {
+    tpk_str_printf(s, "%s%" PRId64, d ? ", " : "", st[d] ? off / st[d] : 0);
+    if (st[d]) off %= st[d];
+  }
+  tpk_str_putc(s, ']');
+}
+
+/* "(i=0, j=1)": grid instance `inst` (linear id + 1) of the running grid. */
+static void put_instance(TpkStr *s, const Interp *I, int64_t inst) {
+  int64_t pos[MAX_GRID_AXES], lin = inst - 1;
+  for (int a = I->grid_axes - 1; a >= 0; a--) {
+    pos[a] = I->grid_count[a] ? lin % I->grid_count[a] : 0;
+    lin = I->grid_count[a] ? lin / I->grid_count[a] : 0;
+  }
+  tpk_str_putc(s, '(');
+  for (int a = 0; a < I->grid_axes; a++) {
+    const char *name = I->grid_body && I->grid_body->args[a].name ? I->grid_body->args[a].name : NULL;
+    if (name)
+      tpk_str_printf(s, "%s%s=%" PRId64, a ? ", " : "", name, I->grid_lo[a] + pos[a]);
+    else
+      tpk_str_printf(s, "%saxis%d=%" PRId64, a ? ", " : "", a, I->grid_lo[a] + pos[a]);
+  }
+  tpk_str_putc(s, ')');
+}
+
+/* A read of ref element `off` (op reads it as `what`): uninitialised? */
+static void check_read(Interp *I, const TpkOp *op, const Val *ref, int64_t off) {
+  Shadow *sh = ref->sh;
+  if (!I->checked || !sh || !sh->init || sh->init[off]) return;
+  if (!first_report(I, op, sh, REP_UNINIT)) return;
+  TpkStr e = {0};
+  put_elem(&e, sh, off);
+  violation(I, op, "%s reads uninitialized %s", op_name(op), e.data ? e.data : "?");
+  tpk_str_free(&e);
+}
+
+/* A write of ref element `off` by op: mark it written; a different grid
+ * instance's earlier write of an output element is a conflict. */
+static void note_write(Interp *I, const TpkOp *op, const Val *ref, int64_t off) {
+  Shadow *sh = ref->sh;
+  if (!I->checked || !sh) return;
+  if (sh->init) sh->init[off] = 1;
+  if (!sh->writer || !I->instance) return;
+  int64_t prev = sh->writer[off];
+  sh->writer[off] = I->instance;
+  if (!prev || prev == I->instance || !first_report(I, op, sh, REP_CONFLICT)) return;
+  TpkStr m = {0};
+  tpk_str_puts(&m, "grid instances ");
+  put_instance(&m, I, prev);
+  tpk_str_puts(&m, " and ");
+  put_instance(&m, I, I->instance);
+  tpk_str_puts(&m, " both write ");
+  put_elem(&m, sh, off);
+  violation(I, op, "%s", m.data ? m.data : "?");
+  tpk_str_free(&m);
+}
+
+/* An access (`reads` or `writes`) of ref while a copy into it is in flight. */
+static void check_pending(Interp *I, const TpkOp *op, const Val *ref, const char *how) {
+  Shadow *sh = ref->sh;
+  if (!I->checked || !sh || !sh->npending || !first_report(I, op, sh, REP_RACE)) return;
+  const TpkOp *d = sh->pending_op[0];
+  violation(I, op, "%s %s %s before the wait of its copy_async (line %d:%d)", op_name(op), how, sh->name,
+            d ? d->loc.line : 0, d ? d->loc.col : 0);
+}
+
+static void shadow_free(Shadow *sh) {
+  if (!sh) return;
+  free(sh->init);
+  free(sh->writer);
+  free(sh->pending);
+  free(sh->pending_op);
+  free(sh);
+}
+
+/* The shadow of key (created on first use), sized for n elements of dims;
+ * every element uninitialised when `uninit`, else all initialised; a writer
+ * map when `track_writer`. Returns NULL on allocation failure (err set). */
+static Shadow *shadow_for(Interp *I, const TpkOp *op, const void *key, const char *name, int rank, const int64_t *dims,
+                          int64_t n, bool uninit, bool track_writer) {
+  Shadow *sh = NULL;
+  for (int i = 0; i < I->nshadows && !sh; i++)
+    if (I->shadows[i]->key == key) sh = I->shadows[i];
+  if (!sh) {
+    if (I->nshadows == I->capshadows) {
+      int cap = I->capshadows ? 2 * I->capshadows : 8;
+      Shadow **a = realloc(I->shadows, sizeof *a * (size_t)cap);
+      if (!a) goto nomem;
+      I->shadows = a, I->capshadows = cap;
+    }
+    sh = calloc(1, sizeof *sh);
+    if (!sh) goto nomem;
+    I->shadows[I->nshadows++] = sh;
+    sh->key = key;
+  }
+  sh->name = name ? name : "?";
+  sh->rank = rank;
+  if (rank) memcpy(sh->dims, dims, sizeof(int64_t) * (size_t)rank);
+  sh->npending = 0;
+  free(sh->init), sh->init = NULL;
+  free(sh->writer), sh->writer = NULL;
+  sh->n = n;
+  size_t m = (size_t)(n ? n : 1);
+  if (uninit && !(sh->init = calloc(m, 1))) goto nomem;
+  if (track_writer && !(sh->writer = calloc(m, sizeof *sh->writer))) goto nomem;
+  return sh;
+nomem:
+  fail(I, op, TPK_ERR_NOMEM, "out of memory for checked mode's shadow state");
+  return NULL;
+}
 
 /* ---- Elementwise ops -------------------------------------------------------- */
 
@@ -861,9 +1047,14 @@ static TpkStatus take(Interp *I, const TpkOp *op, const Val *table, const Val *i
     int64_t ii = 0, ti = 0;
     for (int d = 0; d < ids->rank; d++) ii += idx[axis + d] * is[d];
     int64_t id = tpk_ref_get_int(ids->dt, ids->data, ii);
-    if (id < 0 || id >= table->dims[axis])
-      return fail(I, op, TPK_ERR_INVALID, "%s index %" PRId64 " is out of range for dimension %" PRId64 " of size %" PRId64,
-                  upd ? "scatter" : "gather", id, axis, table->dims[axis]);
+    if (id < 0 || id >= table->dims[axis]) {
+      if (!I->checked)
+        return fail(I, op, TPK_ERR_INVALID, "%s index %" PRId64 " is out of range for dimension %" PRId64 " of size %" PRId64,
+                    upd ? "scatter" : "gather", id, axis, table->dims[axis]);
+      violation(I, op, "%s index %" PRId64 " (element %" PRId64 " of the index tensor) is out of range for dimension %" PRId64
+                " of size %" PRId64, upd ? "scatter" : "gather", id, ii, axis, table->dims[axis]);
+      continue; /* skipped: a gather reads 0, a scatter drops it */
+    }
     for (int d = 0; d < axis; d++) ti += idx[d] * ts[d];
     ti += id * ts[axis];
     for (int d = (int)axis + 1; d < table->rank; d++) ti += idx[d - 1 + ids->rank] * ts[d];
@@ -925,6 +1116,7 @@ typedef struct Sel {
   int64_t fixed;              /* element offset of the 's' indices */
   const Val *base;
   int64_t bstride[TPK_MAX_RANK];
+  bool dead; /* checked mode: an 's' index was out of range, every element is skipped */
 } Sel;
 
 /* Parse pattern `key` of op against base, consuming operands from `first`.
@@ -958,9 +1150,15 @@ static int select_block(Interp *I, const TpkOp *op, const char *key, const Val *
       int64_t v;
       if (!scalar_int(I, op, k++, &v)) return -1;
       if (v < 0 || v >= base->dims[i]) {
-        fail(I, op, TPK_ERR_INVALID, "index %" PRId64 " is out of range for dimension %d of size %" PRId64, v, i,
-             base->dims[i]);
-        return -1;
+        if (!I->checked) {
+          fail(I, op, TPK_ERR_INVALID, "index %" PRId64 " is out of range for dimension %d of size %" PRId64, v, i,
+               base->dims[i]);
+          return -1;
+        }
+        violation(I, op, "%s index %" PRId64 " is out of range for dimension %d of %s (size %" PRId64 ")", op_name(op), v, i,
+                  base->sh ? base->sh->name : "the operand", base->dims[i]);
+        s->dead = true;
+        break;
       }
       s->fixed += v * s->bstride[i];
       break;
@@ -981,7 +1179,11 @@ static int select_block(Interp *I, const TpkOp *op, const char *key, const Val *
       }
       for (int64_t e = 0; e < g->n; e++) {
         int64_t v = tpk_ref_get_int(g->dt, g->data, e);
-        if (v < 0 || v >= base->dims[i]) {
+        if ((v < 0 || v >= base->dims[i]) && I->checked) { /* masked by sel_offset */
+          violation(I, op, "%s index %" PRId64 " (element %" PRId64 " of the index vector) is out of range for dimension %d of %s (size %" PRId64 ")",
+                    op->opcode == TPK_OP_STORE ? "scatter" : "gather", v, e, i, base->sh ? base->sh->name : "the operand",
+                    base->dims[i]);
+        } else if (v < 0 || v >= base->dims[i]) {
           fail(I, op, TPK_ERR_INVALID,
                "%s index %" PRId64 " (element %" PRId64 " of the index vector) is out of range for dimension %d of size %" PRId64,
                op->opcode == TPK_OP_STORE ? "scatter" : "gather", v, e, i, base->dims[i]);
@@ -1001,6 +1203,7 @@ static int select_block(Interp *I, const TpkOp *op, const char *key, const Val *
 
 /* Base element offset of selected multi-index idx, or -1 when masked. */
 static int64_t sel_offset(const Sel *s, const int64_t *idx) {
+  if (s->dead) return -1;
   int64_t off = s->fixed;
   for (int j = 0; j < s->rank; j++) {
     int64_t b = s->g[j] ? tpk_ref_get_int(s->g[j]->dt, s->g[j]->data, idx[j]) : s->start[j] + idx[j];
@@ -1036,9 +1239,11 @@ static TpkStatus exec_load(Interp *I, const TpkOp *op) {
   Val ov = {.dt = r.dt, .n = 1, .data = other};
   fill_attr(&ov, op->opcode == TPK_OP_LOAD ? tpk_op_attr(op, "other") : NULL);
   size_t es = ESIZE(&r);
+  if (op->opcode == TPK_OP_LOAD) check_pending(I, op, base, "reads");
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t i = 0; i < r.n; i++, next_index(r.rank, r.dims, idx)) {
     int64_t off = sel_offset(&s, idx);
+    if (off >= 0 && op->opcode == TPK_OP_LOAD) check_read(I, op, base, off);
     memcpy(ELEM(&r, i), off < 0 ? other : ELEM(base, off), es);
   }
   return set_result(I, op, 0, &r);
@@ -1054,10 +1259,16 @@ static TpkStatus exec_store(Interp *I, const TpkOp *op) {
   bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
   bool isf = tpk_dtype_is_float(v->dt);
   size_t es = ESIZE(v);
+  check_pending(I, op, ref, "writes");
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t i = 0; i < v->n; i++, next_index(v->rank, v->dims, idx)) {
     int64_t off = sel_offset(&s, idx);
     if (off < 0) continue; /* masked: dropped */
+    if (add) check_read(I, op, ref, off);
+    /* Adding 0 leaves the element as it was: not a write that can conflict
+     * (the padding lanes of a ragged scatter-add, whose ids read 0, add 0). */
+    if (!add || (isf ? tpk_ref_get(v->dt, v->data, i) != 0 : tpk_ref_get_int(v->dt, v->data, i) != 0))
+      note_write(I, op, ref, off);
     if (!add)
       memcpy(ELEM(ref, off), ELEM(v, i), es);
     else if (isf)
@@ -1090,13 +1301,47 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
   if (n < 0) return fail(I, op, TPK_ERR_INVALID, "the copied block is too large");
   size_t es = tpk_dtype_size(src->dt);
   static const unsigned char zero[8];
+  check_pending(I, op, src, "reads");
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t i = 0; i < n; i++, next_index(s.rank, s.dims, idx)) {
     int64_t so = sel_offset(&s, idx), dof = sel_offset(&d, idx);
+    if (so >= 0 && dof >= 0) check_read(I, op, src, so);
+    if (dof >= 0) note_write(I, op, dst, dof);
     if (dof >= 0) memcpy(ELEM(dst, dof), so < 0 ? zero : ELEM(src, so), es);
   }
-  Val h = {.kind = V_DMA};
+  Val h = {.kind = V_DMA, .id = ++I->dma_serial};
+  Shadow *sh = I->checked ? dst->sh : NULL;
+  if (sh) { /* in flight until its wait */
+    if (sh->npending == sh->cappending) {
+      int cap = sh->cappending ? 2 * sh->cappending : 4;
+      int64_t *p = realloc(sh->pending, sizeof *p * (size_t)cap);
+      if (p) sh->pending = p;
+      const TpkOp **po = p ? realloc(sh->pending_op, sizeof *po * (size_t)cap) : NULL;
+      if (po) sh->pending_op = po;
+      if (!p || !po) return fail(I, op, TPK_ERR_NOMEM, "out of memory");
+      sh->cappending = cap;
+    }
+    sh->pending[sh->npending] = h.id;
+    sh->pending_op[sh->npending++] = op;
+    h.sh = sh;
+  }
   return set_result(I, op, 0, &h);
+}
+
+/* The copy is already done; checked mode takes it off its destination's
+ * in-flight list. */
+static TpkStatus exec_dma_wait(Interp *I, const TpkOp *op) {
+  Val *h = operand(I, op, 0, V_DMA);
+  if (!h) return status(I);
+  Shadow *sh = h->sh;
+  for (int i = 0; sh && i < sh->npending; i++)
+    if (sh->pending[i] == h->id) {
+      memmove(&sh->pending[i], &sh->pending[i + 1], sizeof *sh->pending * (size_t)(sh->npending - i - 1));
+      memmove(&sh->pending_op[i], &sh->pending_op[i + 1], sizeof *sh->pending_op * (size_t)(sh->npending - i - 1));
+      sh->npending--;
+      break;
+    }
+  return TPK_OK;
 }
 
 static TpkStatus exec_alloc(Interp *I, const TpkOp *op) {
@@ -1106,6 +1351,13 @@ static TpkStatus exec_alloc(Interp *I, const TpkOp *op) {
   if (!eval_dims(I, op, t, dims)) return status(I);
   Val r;
   if (!new_buffer(I, op, &op->out[0], t->dtype, t->rank, dims, &r, V_REF)) return status(I);
+  if (I->checked) { /* scratch starts uninitialised */
+    const char *name = op->out[0].name ? op->out[0].name : "scratch";
+    if (!(r.sh = shadow_for(I, op, op, name, r.rank, r.dims, r.n, true, false))) {
+      val_release(&r);
+      return status(I);
+    }
+  }
   return set_result(I, op, 0, &r);
 }
 
@@ -1145,7 +1397,13 @@ static TpkStatus exec_grid(Interp *I, const TpkOp *op) {
   if (empty) return TPK_OK;
   TpkStatus st = TPK_OK;
   I->grid_axes = axes;
+  I->grid_body = op->regions[0];
+  for (int a = 0; a < axes; a++) I->grid_lo[a] = lo[a];
+  for (int i = 0; i < I->nshadows; i++) /* writers are compared within one grid */
+    if (I->shadows[i]->writer) memset(I->shadows[i]->writer, 0, sizeof(int64_t) * (size_t)(I->shadows[i]->n ? I->shadows[i]->n : 1));
+  I->instance = 0;
   do {
+    I->instance++;
     for (int a = 0; a < axes && st == TPK_OK; a++) {
       I->grid_pos[a] = lo[a] + pos[a];
       I->grid_count[a] = count[a];
@@ -1155,6 +1413,8 @@ static TpkStatus exec_grid(Interp *I, const TpkOp *op) {
     if (st == TPK_OK) st = exec_block(I, op->regions[0], &term);
   } while (st == TPK_OK && next_index(axes, count, pos));
   I->grid_axes = 0;
+  I->instance = 0;
+  I->grid_body = NULL;
   return st;
 }
 
@@ -1292,7 +1552,7 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_STORE: return exec_store(I, op);
   case TPK_OP_ALLOC: return exec_alloc(I, op);
   case TPK_OP_DMA_START: return exec_dma_start(I, op);
-  case TPK_OP_DMA_WAIT: return operand(I, op, 0, V_DMA) ? TPK_OK : status(I); /* the copy is already done */
+  case TPK_OP_DMA_WAIT: return exec_dma_wait(I, op);
   case TPK_OP_GRID: return exec_grid(I, op);
   case TPK_OP_FOR: return exec_for(I, op);
   case TPK_OP_IF: return exec_if(I, op);
@@ -1338,6 +1598,11 @@ static TpkStatus bind_param(Interp *I, int i) {
     if (v.n < 0) return fail(I, NULL, TPK_ERR_INVALID, "parameter %s: the shape's element count overflows", name);
     v.data = I->args[i];
     if (!v.data && v.n > 0) return fail(I, NULL, TPK_ERR_INVALID, "parameter %s: no data (NULL argument)", name);
+    if (I->checked) {
+      bool out = p->role != TPK_PARAM_IN;
+      v.sh = shadow_for(I, NULL, p, name, v.rank, v.dims, v.n, p->role == TPK_PARAM_OUT && !p->zero_init, out);
+      if (!v.sh) return status(I);
+    }
     val_move(s, &v);
     return TPK_OK;
   }
@@ -1354,12 +1619,36 @@ static TpkStatus bind_param(Interp *I, int i) {
 }
 
 TpkStatus tpk_interp_run(const TpkFunc *f, void *const *args, const int64_t *syms, TpkError *err) {
-  Interp in = {.f = f, .args = args, .syms = syms, .err = err};
+  return tpk_interp_run_checked(f, args, syms, NULL, NULL, NULL, err);
+}
+
+static TpkStatus run(Interp *I);
+
+TpkStatus tpk_interp_run_checked(const TpkFunc *f, void *const *args, const int64_t *syms, const TpkInterpOptions *o,
+                                 TpkStr *report, int *violations, TpkError *err) {
+  Interp in = {.f = f, .args = args, .syms = syms, .err = err, .report = report};
   Interp *I = &in;
   TpkError local;
   if (!I->err) I->err = &local; /* errors still flow through err->code */
   I->err->code = TPK_OK;
   I->err->message[0] = 0;
+  I->checked = o && o->checked;
+  I->max_reports = o && o->max_reports > 0 ? o->max_reports : 20;
+  if (violations) *violations = 0;
+  TpkStatus st = run(I);
+  if (I->checked && report && I->nviol > I->max_reports)
+    tpk_str_printf(report, "(%d more violations not listed)\n", I->nviol - I->max_reports);
+  if (violations) *violations = I->nviol;
+  for (int i = 0; i < I->nshadows; i++) shadow_free(I->shadows[i]);
+  free(I->shadows);
+  free(I->reported);
+  return st;
+}
+
+static TpkStatus run(Interp *I) {
+  const TpkFunc *f = I->f;
+  void *const *args = I->args;
+  const int64_t *syms = I->syms;
   if (!f || !f->body) return fail(I, NULL, TPK_ERR_INVALID, "no kernel given");
   if (!f->is_kernel) return fail(I, NULL, TPK_ERR_UNSUPPORTED, "running a func (rather than a kernel) is not supported yet");
   if (f->nparams > 0 && !args) return fail(I, NULL, TPK_ERR_INVALID, "no arguments given");
