@@ -20,13 +20,14 @@
 #include <time.h>
 
 enum { OPT_KERNEL = 1, OPT_SHAPE, OPT_SCALAR, OPT_TUNE, OPT_INPUTS, OPT_OUT, OPT_SEED, OPT_CHECK, OPT_DEVICE, OPT_REPEAT,
-       OPT_TRACE, OPT_JSON };
+       OPT_TRACE, OPT_JSON, OPT_CHECKED };
 
 static const CliOption OPTIONS[] = {
     {"kernel", 'k', true, OPT_KERNEL}, {"shape", 0, true, OPT_SHAPE},   {"scalar", 0, true, OPT_SCALAR},
     {"tune", 0, true, OPT_TUNE},       {"inputs", 0, true, OPT_INPUTS}, {"out", 0, true, OPT_OUT},
     {"seed", 0, true, OPT_SEED},       {"check", 0, false, OPT_CHECK},  {"device", 0, true, OPT_DEVICE},
     {"repeat", 0, true, OPT_REPEAT},   {"trace", 0, true, OPT_TRACE},   {"json", 0, false, OPT_JSON},
+    {"checked", 0, false, OPT_CHECKED},
 };
 
 typedef struct NamedText {
@@ -50,7 +51,7 @@ typedef struct Run {
   NamedText scalars[64], inputs[64];
   int nscalars, ninputs;
   uint64_t seed;
-  bool check;
+  bool check, checked;
   int repeat;
 } Run;
 
@@ -106,6 +107,7 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
       r->json = true;
       break;
     case OPT_CHECK: r->check = true; break;
+    case OPT_CHECKED: r->checked = true; break;
     case OPT_SEED:
       errno = 0;
       r->seed = strtoull(value, &end, 10);
@@ -125,8 +127,8 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
     }
   }
   if (!r->path) return cli_usage_error(cmd->name, "no input file (usage: tpk run FILE --kernel NAME --shape M=...,N=...)");
-  if (r->bench && (r->check || r->out_dir || r->trace))
-    return cli_usage_error(cmd->name, "--check, --out and --trace belong to `tpk run`");
+  if (r->bench && (r->check || r->checked || r->out_dir || r->trace))
+    return cli_usage_error(cmd->name, "--check, --checked, --out and --trace belong to `tpk run`");
   if (!r->bench && r->trace && strncmp(r->device, "sim:", 4) != 0)
     return cli_usage_error(cmd->name, "--trace records the simulator's timeline: use it with --device sim:<chip>");
   return CLI_OK;
@@ -299,8 +301,9 @@ static bool compare(const char *name, TpkDType dt, int rank, const int64_t *shap
   return worst < 0;
 }
 
-/* Run the reference interpreter on copies of the inputs and compare every
- * output and inout parameter. */
+/* Run the reference interpreter on copies of the inputs: with --check,
+ * compare every output and inout parameter; with --checked, in checked mode,
+ * report the kernel bugs it finds. */
 static bool check_against_interpreter(const Run *r, const TpkSource *src, TpkKernel *k, TpkBuffer **bufs,
                                       void **before, const double *scalars) {
   TpkBinding binds[64], tunes[64];
@@ -347,11 +350,28 @@ static bool check_against_interpreter(const Run *r, const TpkSource *src, TpkKer
     args[i] = mem[i];
   }
   TpkError err = {0};
-  if (ok && tpk_interp_run(f, args, NULL, &err) != TPK_OK) {
+  TpkInterpOptions io = {.checked = r->checked};
+  TpkStr report = {0};
+  int violations = 0;
+  if (ok && tpk_interp_run_checked(f, args, NULL, &io, &report, &violations, &err) != TPK_OK) {
     printf("  check        the reference interpreter failed: %s\n", err.message);
     ok = false;
   }
-  for (int i = 0; i < np && ok; i++) {
+  if (ok && r->checked) {
+    if (!violations) {
+      printf("  checked      no out-of-range index, grid write race, read before wait or uninitialized read\n");
+    } else {
+      printf("  checked      %d violation%s:\n", violations, violations == 1 ? "" : "s");
+      for (char *line = report.data; line && *line;) {
+        char *end = strchr(line, '\n');
+        printf("               %.*s\n", end ? (int)(end - line) : (int)strlen(line), line);
+        line = end ? end + 1 : NULL;
+      }
+      ok = false;
+    }
+  }
+  tpk_str_free(&report);
+  for (int i = 0; i < np && ok && r->check; i++) {
     TpkParamKind kind = tpk_kernel_param_kind(k, i);
     if (kind != TPK_PARAM_KIND_OUTPUT && kind != TPK_PARAM_KIND_INOUT) continue;
     ok = compare(tpk_kernel_param_name(k, i), tpk_buffer_dtype(bufs[i]), tpk_buffer_rank(bufs[i]),
@@ -474,7 +494,7 @@ static int run(Run *r) {
       fill_random(tpk_buffer_data(bufs[i]), dt, numel(tpk_buffer_rank(bufs[i]), shape), &rng);
       say(r, "  %-12s %-22s random (seed %llu)\n", name, st, (unsigned long long)r->seed);
     }
-    if (r->check) { /* inouts change: keep what the reference must start from */
+    if (r->check || r->checked) { /* inouts change: keep what the reference must start from */
       size_t bytes = tpk_buffer_bytes(bufs[i]);
       before[i] = malloc(bytes ? bytes : 1);
       if (!before[i]) goto done;
@@ -526,7 +546,7 @@ static int run(Run *r) {
     }
   }
   bool ok = true;
-  if (r->check) ok = check_against_interpreter(r, &src, k, bufs, before, scalars);
+  if (r->check || r->checked) ok = check_against_interpreter(r, &src, k, bufs, before, scalars);
   if (r->out_dir) {
     mkdir(r->out_dir, 0777);
     for (int i = 0; i < np; i++) {
