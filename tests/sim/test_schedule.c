@@ -90,10 +90,12 @@ static void test_doubling_work_doubles_time(void **state) {
   (void)state;
   TpkBinding b1[] = {{"M", 4096}, {"N", 4096}, {"K", 4096}}, b2[] = {{"M", 8192}, {"N", 4096}, {"K", 4096}};
   TpkSimReport r1 = time_on(MATMUL, "v5e", b1, 3, NULL, 0), r2 = time_on(MATMUL, "v5e", b2, 3, NULL, 0);
-  assert_true(fabs(r2.seconds / r1.seconds - 2.0) < 0.10);
   TpkBinding s1[] = {{"M", 4096}, {"N", 4096}}, s2[] = {{"M", 8192}, {"N", 4096}};
   TpkSimReport m1 = time_on(SOFTMAX, "v5e", s1, 2, NULL, 0), m2 = time_on(SOFTMAX, "v5e", s2, 2, NULL, 0);
-  assert_true(fabs(m2.seconds / m1.seconds - 2.0) < 0.10);
+  fprintf(stderr, "twice the work: matmul %.3fx the time, softmax %.3fx\n", r2.seconds / r1.seconds,
+          m2.seconds / m1.seconds);
+  assert_true(fabs(r2.seconds / r1.seconds / 2.0 - 1.0) < 0.05);
+  assert_true(fabs(m2.seconds / m1.seconds / 2.0 - 1.0) < 0.05);
 }
 
 static void test_v6e_over_v5e(void **state) {
