@@ -45,3 +45,33 @@ const char *test_path(const char *rel) {
   snprintf(buf, sizeof buf, "%s/%s", test_root(), rel);
   return buf;
 }
+
+TpkFunc *test_compile_kernel(TestCompile *c, const char *text, const char *name, const char *tunes) {
+  TpkBinding tb[8];
+  int nt = 0;
+  char buf[256];
+  if (tunes) {
+    snprintf(buf, sizeof buf, "%s", tunes);
+    for (char *tok = strtok(buf, ","); tok && nt < 8; tok = strtok(NULL, ",")) {
+      char *eq = strchr(tok, '=');
+      if (!eq) fail_msg("tunes must be NAME=VALUE lists, got '%s'", tunes);
+      *eq = 0;
+      tb[nt].name = tok;
+      tb[nt++].value = atoll(eq + 1);
+    }
+  }
+  TpkCheckOptions opts = {.tunes = tb, .ntunes = nt, .only_kernel = name};
+  test_compile(c, "test.tpk", text, &opts);
+  if (!c->module) fail_msg("compile failed:\n%s", c->rendered);
+  TpkFunc *f = tpk_module_find(c->module, name);
+  assert_non_null(f);
+  return f;
+}
+
+TpkFunc *test_compile_kernel_file(TestCompile *c, const char *rel, const char *name, const char *tunes) {
+  char *text = test_read_file(test_path(rel), NULL);
+  assert_non_null(text);
+  TpkFunc *f = test_compile_kernel(c, text, name, tunes);
+  free(text); /* the module keeps no pointer into the text */
+  return f;
+}

@@ -27,6 +27,12 @@ typedef struct TestCompile {
 void test_compile(TestCompile *c, const char *name, const char *text, const TpkCheckOptions *opts);
 void test_compile_free(TestCompile *c);
 
+/* Compile .tpk text that must check clean and return its kernel `name`;
+ * tunes like "BM=128,BN=8" or NULL. Fails the test otherwise; free c with
+ * test_compile_free. The _file form reads a file under the root. */
+TpkFunc *test_compile_kernel(TestCompile *c, const char *text, const char *name, const char *tunes);
+TpkFunc *test_compile_kernel_file(TestCompile *c, const char *rel, const char *name, const char *tunes);
+
 /* Read a whole file (heap, NUL-terminated), or NULL. `*len` may be NULL. */
 char *test_read_file(const char *path, size_t *len);
 

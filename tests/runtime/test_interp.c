@@ -21,33 +21,14 @@ typedef struct Kernel {
   TpkFunc *f;
 } Kernel;
 
-/* Compile .tpk text and find kernel `name`; tunes like "BM=128,BN=8" or NULL. */
 static void compile(Kernel *k, const char *text, const char *name, const char *tunes) {
   memset(k, 0, sizeof *k);
-  TpkBinding tb[8];
-  int nt = 0;
-  char buf[256];
-  if (tunes) {
-    snprintf(buf, sizeof buf, "%s", tunes);
-    for (char *tok = strtok(buf, ","); tok && nt < 8; tok = strtok(NULL, ",")) {
-      char *eq = strchr(tok, '=');
-      *eq = 0;
-      tb[nt].name = tok;
-      tb[nt++].value = atoll(eq + 1);
-    }
-  }
-  TpkCheckOptions opts = {.tunes = tb, .ntunes = nt, .only_kernel = name};
-  test_compile(&k->c, "test.tpk", text, &opts);
-  if (!k->c.module) fail_msg("compile failed:\n%s", k->c.rendered);
-  k->f = tpk_module_find(k->c.module, name);
-  assert_non_null(k->f);
+  k->f = test_compile_kernel(&k->c, text, name, tunes);
 }
 
 static void compile_file(Kernel *k, const char *rel, const char *name, const char *tunes) {
-  char *text = test_read_file(test_path(rel), NULL);
-  assert_non_null(text);
-  compile(k, text, name, tunes);
-  free(text);
+  memset(k, 0, sizeof *k);
+  k->f = test_compile_kernel_file(&k->c, rel, name, tunes);
 }
 
 static void compile_ir(Kernel *k, const char *text, const char *name) {
