@@ -66,6 +66,11 @@ typedef struct PendingStore {
 
 enum { MAX_DEPTH = 16, MAX_PENDING = 64 };
 
+/* The walk visits every op of every grid step and loop iteration; past this
+ * many (about a second and 640 MB of timeline) it stops with an error rather
+ * than run for minutes: bigger blocks time the same work in fewer steps. */
+static const int64_t MAX_WALKED_OPS = 20000000;
+
 typedef struct Walker {
   const TpkChip *chip;
   TpkTimeline *tl;
@@ -85,6 +90,8 @@ typedef struct Walker {
   int npending[2];
   const TpkOp *grid;
   int64_t grid_ids[TPK_MAX_RANK], grid_lo[TPK_MAX_RANK], grid_hi[TPK_MAX_RANK];
+  int64_t walked; /* ops visited so far */
+  const char *func_name;
 } Walker;
 
 static bool fail(Walker *w, const TpkOp *op, const char *fmt, const char *what) {
@@ -442,6 +449,15 @@ static void walk_grid(Walker *w, const TpkOp *op) {
 
 static void walk_op(Walker *w, const TpkOp *op) {
   const TpkOpInfo *info = tpk_op_info(op->opcode);
+  if (++w->walked > MAX_WALKED_OPS) {
+    if (!w->failed)
+      tpk_error(w->err, TPK_ERR_UNSUPPORTED,
+                "simulator: kernel '%s' takes more than %lld ops to walk (grid steps x loop iterations x ops); "
+                "use larger blocks (tunables) to time it",
+                w->func_name, (long long)MAX_WALKED_OPS);
+    w->failed = true;
+    return;
+  }
   Core *c = &w->cores[w->core];
   if (op->nout == 1 && op->out[0].type->kind == TPK_TYPE_TENSOR && op->out[0].type->rank == 0 &&
       op->opcode != TPK_OP_LOAD && op->opcode != TPK_OP_REDUCE) {
@@ -504,7 +520,7 @@ TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *
   memset(rep, 0, sizeof *rep);
   rep->chip = chip;
   if (timeline) *timeline = NULL;
-  Walker w = {.chip = chip, .rep = rep, .err = err};
+  Walker w = {.chip = chip, .rep = rep, .err = err, .func_name = f->name};
   tpk_arena_init(&w.arena, 0);
   if (tpk_timeline_create(&w.tl) != TPK_OK) return tpk_error(err, TPK_ERR_NOMEM, "simulator: out of memory");
   w.ncores = chip->megacore && chip->tensorcores > 1 ? (chip->tensorcores < MAX_CORES ? chip->tensorcores : MAX_CORES) : 1;

@@ -123,6 +123,22 @@ static void test_megacore_uses_both_cores(void **state) {
   }
 }
 
+/* A grid too large to walk step by step is an error, not a long hang. */
+static void test_walk_budget(void **state) {
+  (void)state;
+  TpkBinding b[] = {{"M", 2000000000}, {"N", 8}};
+  TpkBinding t[] = {{"BM", 8}};
+  TpkCheckOptions o = {.binds = b, .nbinds = 2, .tunes = t, .ntunes = 1};
+  TestCompile c;
+  test_compile(&c, "k.tpk", SOFTMAX, &o);
+  assert_int_equal(c.status, TPK_OK);
+  TpkSimReport r;
+  TpkError err = {0};
+  assert_int_equal(tpk_sim_schedule(c.module->funcs[0], tpk_sim_chip_find("v5e"), &r, NULL, &err), TPK_ERR_UNSUPPORTED);
+  assert_non_null(strstr(err.message, "kernel 'softmax' takes more than 20000000 ops to walk"));
+  test_compile_free(&c);
+}
+
 static void test_unchanged_blocks_not_copied(void **state) {
   (void)state;
   /* c[i, j] over j with a[i, :] fixed: with BN < N the a block is loaded
@@ -165,7 +181,7 @@ int main(void) {
       cmocka_unit_test(test_large_matmul_near_roofline), cmocka_unit_test(test_memory_bound_near_roofline),
       cmocka_unit_test(test_doubling_work_doubles_time), cmocka_unit_test(test_v6e_over_v5e),
       cmocka_unit_test(test_unchanged_blocks_not_copied), cmocka_unit_test(test_trace),
-      cmocka_unit_test(test_megacore_uses_both_cores),
+      cmocka_unit_test(test_megacore_uses_both_cores),   cmocka_unit_test(test_walk_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
