@@ -597,22 +597,26 @@ done:
   return status;
 }
 
+static void run_free(Run *r) {
+  cli_bindings_free(&r->shape);
+  cli_bindings_free(&r->tunes);
+  for (int i = 0; i < r->nscalars; i++) {
+    free(r->scalars[i].name);
+    free(r->scalars[i].text);
+  }
+  for (int i = 0; i < r->ninputs; i++) {
+    free(r->inputs[i].name);
+    free(r->inputs[i].text);
+  }
+}
+
 int cli_run(const CliCommand *cmd, int argc, char **argv) {
   /* progress lines and errors interleave in order, even through a pipe */
   setvbuf(stdout, NULL, _IOLBF, 0);
   Run r = {0};
   int status = parse_args(&r, cmd, argc, argv);
   if (status == CLI_OK) status = run(&r);
-  cli_bindings_free(&r.shape);
-  cli_bindings_free(&r.tunes);
-  for (int i = 0; i < r.nscalars; i++) {
-    free(r.scalars[i].name);
-    free(r.scalars[i].text);
-  }
-  for (int i = 0; i < r.ninputs; i++) {
-    free(r.inputs[i].name);
-    free(r.inputs[i].text);
-  }
+  run_free(&r);
   return status;
 }
 
@@ -656,15 +660,6 @@ int cli_bench(const CliCommand *cmd, int argc, char **argv) {
     }
   }
   free(devices);
-  cli_bindings_free(&r.shape);
-  cli_bindings_free(&r.tunes);
-  for (int i = 0; i < r.nscalars; i++) {
-    free(r.scalars[i].name);
-    free(r.scalars[i].text);
-  }
-  for (int i = 0; i < r.ninputs; i++) {
-    free(r.inputs[i].name);
-    free(r.inputs[i].text);
-  }
+  run_free(&r);
   return status;
 }
