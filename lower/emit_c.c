@@ -1179,13 +1179,13 @@ static void emit_block(Emitter *e, const TpkBlock *b);
  * carriers. Tiles are copied unless they already share memory; when a
  * yielded tile lives in another carrier's buffer, everything goes through a
  * temporary copy first so no carrier is overwritten before it is read. */
-static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *const *carriers, int n) {
+static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *carriers, int n) {
   bool clash = false;
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++)
-      if (i != j && is_tile(carriers[j]) && offset_of(e, y->in[i]) == offset_of(e, carriers[j])) clash = true;
+      if (i != j && is_tile(&carriers[j]) && offset_of(e, y->in[i]) == offset_of(e, &carriers[j])) clash = true;
   for (int i = 0; i < n; i++) {
-    const TpkValue *c = carriers[i], *v = y->in[i];
+    const TpkValue *c = &carriers[i], *v = y->in[i];
     if (!is_tile(c)) {
       line(e, "%s y%d_%d = %s;", ctype(c->type->dtype), e->tmp, i, name_of(e, v));
       continue;
@@ -1199,7 +1199,7 @@ static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *const *c
     }
   }
   for (int i = 0; i < n; i++) {
-    const TpkValue *c = carriers[i], *v = y->in[i];
+    const TpkValue *c = &carriers[i], *v = y->in[i];
     if (!is_tile(c)) {
       line(e, "%s = y%d_%d;", name_of(e, c), e->tmp, i);
       continue;
@@ -1222,12 +1222,7 @@ static const char *bound(Emitter *e, const TpkValue *v) { return tpk_arena_print
 static void emit_for(Emitter *e, const TpkOp *op) {
   const TpkBlock *body = op->regions[0];
   int n = op->nout;
-  const TpkValue *carriers[TPK_MAX_RANK * 8];
-  if (n > (int)TPK_ARRAY_LEN(carriers)) {
-    fail(e, op, "a loop carries more than %d values", (int)TPK_ARRAY_LEN(carriers));
-    return;
-  }
-  /* carriers: the block arguments; the results are the same C objects */
+  /* the carriers are the block arguments; the results are the same C objects */
   for (int i = 0; i < n; i++) {
     const TpkValue *arg = &body->args[i + 1], *init = op->in[2 + i];
     if (is_tile(arg)) {
@@ -1239,37 +1234,30 @@ static void emit_for(Emitter *e, const TpkOp *op) {
       line(e, "%s %s = %s;", ctype(arg->type->dtype), c, name_of(e, init));
       set_name(e, &op->out[i], c);
     }
-    carriers[i] = arg;
   }
   const TpkValue *iv = &body->args[0];
   const char *ivn = new_name(e, iv);
   line(e, "for (int64_t %s = %s; %s < %s; %s++) {", ivn, bound(e, op->in[0]), ivn, bound(e, op->in[1]), ivn);
   e->indent++;
   emit_block(e, body);
-  if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, carriers, n);
+  if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, &body->args[1], n);
   e->indent--;
   line(e, "}");
 }
 
 static void emit_if(Emitter *e, const TpkOp *op) {
   int n = op->nout;
-  const TpkValue *carriers[TPK_MAX_RANK * 8];
-  if (n > (int)TPK_ARRAY_LEN(carriers)) {
-    fail(e, op, "an if merges more than %d values", (int)TPK_ARRAY_LEN(carriers));
-    return;
-  }
   for (int i = 0; i < n; i++) {
     const TpkValue *r = &op->out[i];
     if (is_tile(r)) def_tile(e, r);
     else line(e, "%s %s;", ctype(r->type->dtype), new_name(e, r));
-    carriers[i] = r;
   }
   line(e, "if (%s) {", name_of(e, op->in[0]));
   for (int r = 0; r < 2; r++) {
     e->indent++;
     const TpkBlock *b = op->regions[r];
     emit_block(e, b);
-    if (n && b->last && b->last->opcode == TPK_OP_YIELD) emit_yield_into(e, b->last, carriers, n);
+    if (n && b->last && b->last->opcode == TPK_OP_YIELD) emit_yield_into(e, b->last, op->out, n);
     e->indent--;
     line(e, r == 0 ? "} else {" : "}");
   }
