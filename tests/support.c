@@ -75,3 +75,25 @@ TpkFunc *test_compile_kernel_file(TestCompile *c, const char *rel, const char *n
   free(text); /* the module keeps no pointer into the text */
   return f;
 }
+
+void test_symbol_values(const TpkFunc *f, const char *spec, int64_t *out) {
+  const char *names[16];
+  int n = tpk_func_symbols(f, names, 16);
+  for (int i = 0; i < n; i++) {
+    size_t len = strlen(names[i]);
+    bool found = false;
+    for (const char *p = spec; p && *p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+      if (strncmp(p, names[i], len) == 0 && p[len] == '=') {
+        out[i] = atoll(p + len + 1);
+        found = true;
+        break;
+      }
+    if (!found) fail_msg("no value for symbol %s", names[i]);
+  }
+}
+
+bool test_small_symbol(void *ctx, const char *sym, int64_t *value) {
+  (void)ctx;
+  *value = 3 + (int64_t)(strlen(sym) + (unsigned char)sym[0]) % 3;
+  return true;
+}

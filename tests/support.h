@@ -33,6 +33,14 @@ void test_compile_free(TestCompile *c);
 TpkFunc *test_compile_kernel(TestCompile *c, const char *text, const char *name, const char *tunes);
 TpkFunc *test_compile_kernel_file(TestCompile *c, const char *rel, const char *name, const char *tunes);
 
+/* Values of f's shape symbols, in tpk_func_symbols order, from a spec like
+ * "M=1000,N=64"; fails the test when one is missing. */
+void test_symbol_values(const TpkFunc *f, const char *spec, int64_t *out);
+
+/* A TpkSymLookup giving every symbol a small size (3..5), ragged against
+ * every block size. */
+bool test_small_symbol(void *ctx, const char *sym, int64_t *value);
+
 /* Read a whole file (heap, NUL-terminated), or NULL. `*len` may be NULL. */
 char *test_read_file(const char *path, size_t *len);
 

@@ -26,27 +26,10 @@ static void compile_file(Kernel *k, const char *rel, const char *name, const cha
   k->f = test_compile_kernel_file(&k->c, rel, name, tunes);
 }
 
-/* Symbol values by name ("M=1000,N=64") in tpk_func_symbols order. */
-static void syms_of(const TpkFunc *f, const char *spec, int64_t *out) {
-  const char *names[16];
-  int n = tpk_func_symbols(f, names, 16);
-  for (int i = 0; i < n; i++) {
-    size_t len = strlen(names[i]);
-    bool found = false;
-    for (const char *p = spec; p && *p; p = strchr(p, ','), p = p ? p + 1 : NULL)
-      if (strncmp(p, names[i], len) == 0 && p[len] == '=') {
-        out[i] = atoll(p + len + 1);
-        found = true;
-        break;
-      }
-    if (!found) fail_msg("no value for symbol %s", names[i]);
-  }
-}
-
 /* Run k checked; the report is returned (heap, "" when clean). */
 static char *run_checked(const Kernel *k, void *const *args, const char *syms, int max_reports, int *nviol) {
   int64_t sv[16] = {0};
-  syms_of(k->f, syms, sv);
+  test_symbol_values(k->f, syms, sv);
   TpkError err = {0};
   TpkStr rep = {0};
   TpkInterpOptions o = {.checked = true, .max_reports = max_reports};
@@ -266,13 +249,6 @@ static void test_clean_corpus(void **state) {
   free(g), free(grad);
 }
 
-/* Symbol values 3, 4 or 5 by name: small and ragged against every block. */
-static bool lookup_small(void *ctx, const char *sym, int64_t *value) {
-  (void)ctx;
-  *value = 3 + (int64_t)(strlen(sym) + (unsigned char)sym[0]) % 3;
-  return true;
-}
-
 /* Corpus kernels without scatters (masks.tpk's write_kv_cache is left out:
  * with these made-up page tables two batch rows do write one cache slot) run clean on small ragged shapes, inputs
  * holding 0, 1 or 2 (valid indices), outputs not `= 0` filled with garbage. */
@@ -298,14 +274,14 @@ static void test_clean_corpus_ragged(void **state) {
       const char *names[16];
       int ns = tpk_func_symbols(f, names, 16);
       int64_t sv[16];
-      for (int s = 0; s < ns; s++) lookup_small(NULL, names[s], &sv[s]);
+      for (int s = 0; s < ns; s++) test_small_symbol(NULL, names[s], &sv[s]);
       void *args[32] = {0};
       for (int p = 0; p < f->nparams; p++) {
         const TpkType *t = f->params[p].value->type;
         int64_t n = 1;
         for (int d = 0; d < t->rank; d++) {
           int64_t v = 0;
-          assert_true(tpk_dim_eval(t->dims[d], lookup_small, NULL, &v));
+          assert_true(tpk_dim_eval(t->dims[d], test_small_symbol, NULL, &v));
           n *= v;
         }
         size_t es = tpk_dtype_size(t->dtype);

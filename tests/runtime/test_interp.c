@@ -45,30 +45,9 @@ static void release(Kernel *k) {
   if (k->ir) tpk_module_free(k->ir);
 }
 
-/* Symbol values by name ("M=1000,N=64") in tpk_func_symbols order. */
-static void syms_of(const TpkFunc *f, const char *spec, int64_t *out) {
-  const char *names[16];
-  int n = tpk_func_symbols(f, names, 16);
-  for (int i = 0; i < n; i++) {
-    const char *p = spec;
-    bool found = false;
-    size_t len = strlen(names[i]);
-    while (p && *p) {
-      if (strncmp(p, names[i], len) == 0 && p[len] == '=') {
-        out[i] = atoll(p + len + 1);
-        found = true;
-        break;
-      }
-      p = strchr(p, ',');
-      if (p) p++;
-    }
-    if (!found) fail_msg("no value for symbol %s", names[i]);
-  }
-}
-
 static TpkStatus run(const Kernel *k, void *const *args, const char *syms, TpkError *err) {
   int64_t sv[16] = {0};
-  syms_of(k->f, syms, sv);
+  test_symbol_values(k->f, syms, sv);
   memset(err, 0, sizeof *err);
   return tpk_interp_run(k->f, args, sv, err);
 }
@@ -858,13 +837,6 @@ static void test_ir_only_ops(void **state) {
   release(&k);
 }
 
-/* Symbol values of the corpus smoke test: 3, 4 or 5 by name. */
-static bool lookup_small(void *ctx, const char *sym, int64_t *value) {
-  (void)ctx;
-  *value = 3 + (int64_t)(strlen(sym) + (unsigned char)sym[0]) % 3;
-  return true;
-}
-
 /* Every corpus kernel runs on small ragged shapes without error (or with a
  * clean gather/index error for random ids), under ASan in test-asan. */
 static void test_corpus_smoke(void **state) {
@@ -889,14 +861,14 @@ static void test_corpus_smoke(void **state) {
       const char *names[16];
       int ns = tpk_func_symbols(f, names, 16);
       int64_t sv[16];
-      for (int s = 0; s < ns; s++) lookup_small(NULL, names[s], &sv[s]); /* small, ragged against every block */
+      for (int s = 0; s < ns; s++) test_small_symbol(NULL, names[s], &sv[s]); /* small, ragged against every block */
       void *args[32] = {0};
       for (int p = 0; p < f->nparams; p++) {
         const TpkType *t = f->params[p].value->type;
         int64_t n = 1;
         for (int d = 0; d < t->rank; d++) {
           int64_t v = 0;
-          assert_true(tpk_dim_eval(t->dims[d], lookup_small, NULL, &v));
+          assert_true(tpk_dim_eval(t->dims[d], test_small_symbol, NULL, &v));
           n *= v;
         }
         args[p] = calloc((size_t)n + 1, 8);
