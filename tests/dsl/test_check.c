@@ -140,33 +140,8 @@ static void test_softmax_tune_and_bind(void **state) {
 
 static void test_flash_attention_transpose_folded(void **state) {
   (void)state;
-  const char *text =
-      "kernel fa(q: bf16[BH, S, D], k: bf16[BH, T, D], v: bf16[BH, T, D], scale: f32) -> (o: bf16[BH, S, D])\n"
-      "  tune BQ in [128, 256], BKV in [128, 256]\n"
-      "{\n"
-      "  for h in 0..BH, i in tiles(S, BQ) {\n"
-      "    let qb = q[h, i, :];\n"
-      "    var m = full(f32[BQ, 1], -inf);\n"
-      "    var l = zeros(f32[BQ, 1]);\n"
-      "    var acc = zeros(f32[BQ, D]);\n"
-      "    for j in tiles(T, BKV) {\n"
-      "      let s = dot(qb, transpose(k[h, j, :])) * scale;\n"
-      "      let rows = i.start + iota(i32[BQ, BKV], axis=0);\n"
-      "      let cols = j.start + iota(i32[BQ, BKV], axis=1);\n"
-      "      let sm = where(cols <= rows, s, -inf);\n"
-      "      let m2 = maximum(m, max(sm, axis=1, keepdims=true));\n"
-      "      let p = exp(sm - m2);\n"
-      "      let alpha = exp(m - m2);\n"
-      "      l = l * alpha + sum(p, axis=1, keepdims=true);\n"
-      "      acc = acc * alpha + dot(p as bf16, v[h, j, :]);\n"
-      "      m = m2;\n"
-      "    }\n"
-      "    o[h, i, :] = (acc / l) as bf16;\n"
-      "  }\n"
-      "}\n";
   TestCompile c;
-  compile_ok(&c, text, NULL);
-  TpkFunc *f = tpk_module_find(c.module, "fa");
+  TpkFunc *f = test_compile_kernel_file(&c, "tests/corpus/flash_attention.tpk", "flash_attention", NULL);
   assert_int_equal(count_ops(f, TPK_OP_TRANSPOSE), 0); /* never materialised */
   TpkOp *dot = find_op(f, TPK_OP_DOT, 0);
   assert_int_equal(tpk_op_attr(dot, "rhs_contract")->ints[0], 1);
@@ -184,14 +159,8 @@ static void test_flash_attention_transpose_folded(void **state) {
 
 static void test_embedding_bwd_scatter(void **state) {
   (void)state;
-  const char *text = "kernel embedding_bwd(ids: i32[T], g: f32[T, D]) -> (grad: f32[V, D] = 0)\n"
-                     "  tune BT in [64, 128]\n"
-                     "{\n"
-                     "  for t in tiles(T, BT) { grad[ids[t], :] += g[t, :]; }\n"
-                     "}\n";
   TestCompile c;
-  compile_ok(&c, text, NULL);
-  TpkFunc *f = tpk_module_find(c.module, "embedding_bwd");
+  TpkFunc *f = test_compile_kernel_file(&c, "tests/corpus/embedding_bwd.tpk", "embedding_bwd", NULL);
   assert_true(f->params[2].zero_init);
   TpkOp *st = find_op(f, TPK_OP_STORE, 0);
   assert_string_equal(tpk_op_str(st, "index", ""), "g:");
