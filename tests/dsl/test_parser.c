@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dsl/parse_int.h"
+#include "support.h"
 
 typedef struct Parsed {
   TpkSource src;
@@ -75,73 +76,14 @@ static int check_depth(const TpkAst *n) {
 
 /* ---- the contract's §7 examples ---------------------------------------------- */
 
-static const char *const EXAMPLES[] = {
-    "kernel add(x: f32[N], y: f32[N]) -> (o: f32[N]) { o = x + y; }\n",
+/* The contract's examples live in tests/corpus, one kernel a file; the
+ * last one gathers the §1 and §6 constructs. Loaded by load_examples. */
+static const char *const EXAMPLE_FILES[] = {"add", "softmax", "matmul", "layernorm", "flash_attention",
+                                            "embedding_bwd"};
+enum { NEXAMPLES = TPK_ARRAY_LEN(EXAMPLE_FILES) + 1 };
+static char *EXAMPLES[NEXAMPLES];
 
-    "kernel softmax(x: f32[M, N]) -> (y: f32[M, N])\n"
-    "  tune BM in [8, 16, 32]\n"
-    "{\n"
-    "  for i in tiles(M, BM) {\n"
-    "    let t = load(x[i, :], other=-inf);\n"
-    "    let e = exp(t - max(t, axis=1, keepdims=true));\n"
-    "    y[i, :] = e / sum(e, axis=1, keepdims=true);\n"
-    "  }\n"
-    "}\n",
-
-    "kernel matmul(a: bf16[M, K], b: bf16[K, N]) -> (c: f32[M, N])\n"
-    "  tune BM in [128, 256], BN in [128, 256], BK in [256, 512]\n"
-    "{\n"
-    "  for i in tiles(M, BM), j in tiles(N, BN) {\n"
-    "    var acc = zeros(f32[BM, BN]);\n"
-    "    for k in tiles(K, BK) { acc += dot(a[i, k], b[k, j]); }\n"
-    "    c[i, j] = acc;\n"
-    "  }\n"
-    "}\n",
-
-    "kernel layernorm(x: f32[M, N], w: f32[N], b: f32[N], eps: f32) -> (y: f32[M, N])\n"
-    "  tune BM in [8, 16]\n"
-    "{\n"
-    "  for i in tiles(M, BM) {\n"
-    "    let t = x[i, :];\n"
-    "    let mu = mean(t, axis=1, keepdims=true);\n"
-    "    let d = t - mu;\n"
-    "    let r = rsqrt(mean(d * d, axis=1, keepdims=true) + eps);\n"
-    "    y[i, :] = d * r * w + b;\n"
-    "  }\n"
-    "}\n",
-
-    "kernel flash_attention(q: bf16[BH, S, D], k: bf16[BH, T, D], v: bf16[BH, T, D],\n"
-    "                       scale: f32) -> (o: bf16[BH, S, D])\n"
-    "  tune BQ in [128, 256], BKV in [128, 256]\n"
-    "{\n"
-    "  for h in 0..BH, i in tiles(S, BQ) {\n"
-    "    let qb = q[h, i, :];\n"
-    "    var m = full(f32[BQ, 1], -inf);\n"
-    "    var l = zeros(f32[BQ, 1]);\n"
-    "    var acc = zeros(f32[BQ, D]);\n"
-    "    for j in tiles(T, BKV) {\n"
-    "      let s = dot(qb, transpose(k[h, j, :])) * scale;\n"
-    "      let rows = i.start + iota(i32[BQ, BKV], axis=0);\n"
-    "      let cols = j.start + iota(i32[BQ, BKV], axis=1);\n"
-    "      let sm = where(cols <= rows, s, -inf);           // causal mask\n"
-    "      let m2 = maximum(m, max(sm, axis=1, keepdims=true));\n"
-    "      let p = exp(sm - m2);\n"
-    "      let alpha = exp(m - m2);\n"
-    "      l = l * alpha + sum(p, axis=1, keepdims=true);\n"
-    "      acc = acc * alpha + dot(p as bf16, v[h, j, :]);\n"
-    "      m = m2;\n"
-    "    }\n"
-    "    o[h, i, :] = (acc / l) as bf16;\n"
-    "  }\n"
-    "}\n",
-
-    "kernel embedding_bwd(ids: i32[T], g: f32[T, D]) -> (grad: f32[V, D] = 0)\n"
-    "  tune BT in [64, 128]\n"
-    "{\n"
-    "  for t in tiles(T, BT) { grad[ids[t], :] += g[t, :]; }\n"
-    "}\n",
-
-    /* §1 and §6 constructs */
+static const char CONSTRUCTS[] =
     "// line comment            /* block comment */\n"
     "const LANES = 128;                       // integer compile-time constant\n"
     "kernel update(inout p: f32[N], g: f32[N], lr: f32) -> ()\n"
@@ -153,13 +95,30 @@ static const char *const EXAMPLES[] = {
     "    wait(c);\n"
     "    if program_id(0) == 0 { p[i] -= lr * buf; } else if lr > 0.5 { p[i] *= 1.; } else { p[i] /= 2; }\n"
     "  }\n"
-    "}\n",
-};
+    "}\n";
+
+static int load_examples(void **state) {
+  (void)state;
+  for (size_t i = 0; i < TPK_ARRAY_LEN(EXAMPLE_FILES); i++) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "tests/corpus/%s.tpk", EXAMPLE_FILES[i]);
+    EXAMPLES[i] = test_read_file(test_path(rel), NULL);
+    if (!EXAMPLES[i]) return -1;
+  }
+  EXAMPLES[NEXAMPLES - 1] = strdup(CONSTRUCTS);
+  return EXAMPLES[NEXAMPLES - 1] ? 0 : -1;
+}
+
+static int free_examples(void **state) {
+  (void)state;
+  for (int i = 0; i < NEXAMPLES; i++) free(EXAMPLES[i]);
+  return 0;
+}
 
 static void test_examples_parse(void **state) {
   (void)state;
   TpkStr all = {0};
-  for (size_t i = 0; i < TPK_ARRAY_LEN(EXAMPLES); i++) {
+  for (size_t i = 0; i < NEXAMPLES; i++) {
     Parsed p;
     parse(&p, EXAMPLES[i]);
     if (p.rendered[0]) fprintf(stderr, "example %zu:\n%s", i, p.rendered);
@@ -173,7 +132,7 @@ static void test_examples_parse(void **state) {
   Parsed p;
   parse(&p, all.data);
   assert_string_equal(p.rendered, "");
-  assert_int_equal(count_items(&p, TPK_AST_KERNEL), (int)TPK_ARRAY_LEN(EXAMPLES));
+  assert_int_equal(count_items(&p, TPK_AST_KERNEL), (int)NEXAMPLES);
   assert_int_equal(count_items(&p, TPK_AST_CONST), 1);
   parsed_free(&p);
   tpk_str_free(&all);
@@ -811,5 +770,5 @@ int main(void) {
       cmocka_unit_test(test_random_input),
       cmocka_unit_test(test_arena_exhaustion),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, load_examples, free_examples);
 }
