@@ -17,6 +17,7 @@
  * --write saves the generated source (to look at it or `tpk check` it).
  */
 #include "dsl/dsl.h"
+#include "bench/timing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,17 +263,6 @@ static char *generate(size_t lines, size_t *len, int *nkernels) {
 
 /* ---- Timing ------------------------------------------------------------------------ */
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* One parse + check; returns false (after printing the diagnostics) when
  * the generated source does not compile, which is a bug to fix first. */
 static bool compile_once(const TpkSource *src, double *ms, int *kernels) {
@@ -280,9 +270,9 @@ static bool compile_once(const TpkSource *src, double *ms, int *kernels) {
   tpk_diags_init(&diags, src);
   TpkModule *m = NULL;
   TpkCheckOptions opts = {0};
-  double t0 = now_ms();
+  double t0 = (bench_now() * 1e3);
   TpkStatus st = tpk_compile_source(src, &opts, &diags, &m);
-  double t1 = now_ms();
+  double t1 = (bench_now() * 1e3);
   bool ok = st == TPK_OK && m;
   if (!ok) {
     TpkStr r = {0};
@@ -343,7 +333,7 @@ int main(int argc, char **argv) {
   bool ok = times && compile_once(&src, &warm, &kernels);
   for (int r = 0; ok && r < runs; r++) ok = compile_once(&src, &times[r], &kernels);
   if (ok) {
-    qsort(times, (size_t)runs, sizeof *times, cmp_double);
+    qsort(times, (size_t)runs, sizeof *times, bench_cmp_double);
     double median = runs % 2 ? times[runs / 2] : (times[runs / 2 - 1] + times[runs / 2]) / 2;
     fprintf(stderr, "bench_frontend: %ld lines, %zu bytes, %d kernels; median of %d runs %.2f ms (min %.2f, max %.2f)\n",
             lines, len, kernels, runs, median, times[0], times[runs - 1]);

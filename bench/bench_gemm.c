@@ -16,6 +16,7 @@
  */
 #include "runtime/gemm.h"
 #include "runtime/prims.h"
+#include "bench/timing.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -23,22 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* What one timed run does. */
 typedef struct Job {
@@ -52,7 +37,7 @@ enum { TPK, BLAS, GENERIC, BF16 };
 
 static double run(const Job *j) {
   int n = j->n;
-  double t = now();
+  double t = bench_now();
   switch (j->kind) {
   case TPK:
     tpk_gemm_f32(n, n, n, j->a, n, 0, j->b, n, 0, j->c, n, 0);
@@ -67,7 +52,7 @@ static double run(const Job *j) {
     tpk_gemm_bf16(n, n, n, j->a16, n, 0, j->b16, n, 0, j->c, n, 0);
     break;
   }
-  return now() - t;
+  return bench_now() - t;
 }
 
 /* Median seconds of `runs` timed runs of each job, interleaved, after one
@@ -77,7 +62,7 @@ static void measure(const Job *jobs, int njobs, int runs, double *out) {
   for (int j = 0; j < njobs; j++) run(&jobs[j]);
   for (int r = 0; r < runs; r++)
     for (int j = 0; j < njobs; j++) t[j * runs + r] = run(&jobs[j]);
-  for (int j = 0; j < njobs; j++) out[j] = median(t + j * runs, runs);
+  for (int j = 0; j < njobs; j++) out[j] = bench_median(t + j * runs, runs);
   free(t);
 }
 

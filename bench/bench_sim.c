@@ -18,17 +18,7 @@
 #include "sim/sim.h"
 #include "sim/timeline.h"
 #include "tpk.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "bench/timing.h"
 
 static void die(const char *what) {
   fprintf(stderr, "bench_sim: %s: %s\n", what, tpk_last_error());
@@ -69,9 +59,9 @@ static void open_side(TpkContext *ctx, const char *device, Side *s) {
 }
 
 static double once(Side *s) {
-  double t = now();
+  double t = bench_now();
   if (tpk_kernel_launch(s->k, &s->launch)) die("launch");
-  return now() - t;
+  return bench_now() - t;
 }
 
 static void bench_wall_time(void) {
@@ -87,8 +77,8 @@ static void bench_wall_time(void) {
     th[i] = once(&host);
     ts[i] = once(&sim);
   }
-  qsort(th, REPS, sizeof *th, cmp);
-  qsort(ts, REPS, sizeof *ts, cmp);
+  qsort(th, REPS, sizeof *th, bench_cmp_double);
+  qsort(ts, REPS, sizeof *ts, bench_cmp_double);
   TpkSimStats st;
   if (tpk_kernel_last_sim_stats(sim.k, &st)) die("stats");
   double h = th[REPS / 2], s = ts[REPS / 2];
@@ -128,9 +118,9 @@ static void bench_schedule(void) {
   double best = 1e9;
   TpkSimReport rep;
   for (int i = 0; i < 3; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     if (tpk_sim_schedule(m->funcs[0], chip, &rep, NULL, &err)) die(err.message);
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     if (dt < best) best = dt;
   }
   tpk_module_free(m);
