@@ -775,6 +775,38 @@ static bool load_is_view(const TpkOp *load) {
   return *p == 0;
 }
 
+/* A block load that may read the tensor in place: when the block is in
+ * range, tile n points at it; a ragged block is copied with padding. A gemm
+ * operand also gets its leading dimension, n_ld. */
+static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, const char *n, bool gemm_operand) {
+  int64_t ms[TPK_MAX_RANK];
+  strides(e, acc->mem, ms);
+  TpkStr inrange = {0}, off = {0};
+  int rowdim = -1;
+  for (int d = 0; acc->pattern[d]; d++) {
+    char c = acc->pattern[d];
+    if (c != 's' && rowdim < 0) rowdim = d;
+    if (c == 't' || c == 'r')
+      tpk_str_printf(&inrange, "%s%s + %" PRId64 " <= %" PRId64, inrange.len ? " && " : "", acc->start[d],
+                     acc->size[d], dim(e, acc->mem, d));
+    if (ms[d] && strcmp(acc->start[d], "0") != 0)
+      tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", acc->start[d], ms[d]);
+  }
+  if (gemm_operand) line(e, "int64_t %s_ld = %" PRId64 ";", n, dim(e, op->out[0].type, 1));
+  line(e, "if (%s) {", inrange.len ? inrange.data : "1");
+  e->indent++;
+  line(e, "%s = %s + %s; /* in range: a view of the tensor, no copy */", n, acc->base, off.len ? off.data : "0");
+  if (gemm_operand) line(e, "%s_ld = %" PRId64 ";", n, ms[rowdim]);
+  e->indent--;
+  line(e, "} else {");
+  e->indent++;
+  block_copy(e, acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
+  e->indent--;
+  line(e, "}");
+  tpk_str_free(&inrange);
+  tpk_str_free(&off);
+}
+
 static void emit_load(Emitter *e, const TpkOp *op) {
   Access acc;
   if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
@@ -782,61 +814,9 @@ static void emit_load(Emitter *e, const TpkOp *op) {
   check_indices(e, &acc);
   const char *n = def_tile(e, &op->out[0]);
   if (!is_tile(&op->out[0])) return;
-  if (load_is_view(op)) {
-    TpkStr inrange = {0}, off = {0};
-    int64_t ms[TPK_MAX_RANK];
-    strides(e, acc.mem, ms);
-    for (int d = 0; acc.pattern[d]; d++) {
-      char c = acc.pattern[d];
-      if (c == 't' || c == 'r')
-        tpk_str_printf(&inrange, "%s%s + %" PRId64 " <= %" PRId64, inrange.len ? " && " : "", acc.start[d],
-                       acc.size[d], dim(e, acc.mem, d));
-      if (ms[d] && strcmp(acc.start[d], "0") != 0)
-        tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", acc.start[d], ms[d]);
-    }
-    line(e, "if (%s) {", inrange.len ? inrange.data : "1");
-    line(e, "  %s = %s + %s; /* in range: the tile is the tensor's own rows */", n, acc.base, off.len ? off.data : "0");
-    line(e, "} else {");
-    e->indent++;
-    block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
-    e->indent--;
-    line(e, "}");
-    tpk_str_free(&inrange);
-    tpk_str_free(&off);
-    return;
-  }
-  if (!load_feeds_dot(op)) {
-    block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
-    return;
-  }
-  /* in range: point at the tensor; ragged: copy with masking */
-  int64_t ms[TPK_MAX_RANK];
-  strides(e, acc.mem, ms);
-  TpkStr inrange = {0};
-  int rowdim = -1;
-  for (int d = 0; acc.pattern[d]; d++) {
-    char c = acc.pattern[d];
-    if (c != 's' && rowdim < 0) rowdim = d;
-    if (c == 't' || c == 'r')
-      tpk_str_printf(&inrange, "%s%s + %" PRId64 " <= %" PRId64, inrange.len ? " && " : "", acc.start[d], acc.size[d],
-                     dim(e, acc.mem, d));
-  }
-  line(e, "int64_t %s_ld = %" PRId64 ";", n, dim(e, op->out[0].type, 1));
-  line(e, "if (%s) {", inrange.len ? inrange.data : "1");
-  e->indent++;
-  TpkStr off = {0};
-  for (int d = 0; acc.pattern[d]; d++)
-    if (ms[d] && strcmp(acc.start[d], "0") != 0) tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", acc.start[d], ms[d]);
-  line(e, "%s = %s + %s;", n, acc.base, off.len ? off.data : "0");
-  line(e, "%s_ld = %" PRId64 ";", n, ms[rowdim]);
-  e->indent--;
-  line(e, "} else {");
-  e->indent++;
-  block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
-  e->indent--;
-  line(e, "}");
-  tpk_str_free(&inrange);
-  tpk_str_free(&off);
+  if (load_is_view(op)) emit_view_or_copy(e, op, &acc, n, false);
+  else if (load_feeds_dot(op)) emit_view_or_copy(e, op, &acc, n, true);
+  else block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
 }
 
 /* A load of a single element (a scalar result) */
