@@ -1,5 +1,6 @@
 #include "support.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,4 +97,30 @@ bool test_small_symbol(void *ctx, const char *sym, int64_t *value) {
   (void)ctx;
   *value = 3 + (int64_t)(strlen(sym) + (unsigned char)sym[0]) % 3;
   return true;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int test_list_tpk(const char *rel, char **names, int max) {
+  DIR *d = opendir(test_path(rel));
+  if (!d) fail_msg("cannot open %s (run from the repository root or set TPK_ROOT)", test_path(rel));
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (len <= 4 || strcmp(e->d_name + len - 4, ".tpk") != 0) continue;
+    if (n == max) {
+      closedir(d);
+      test_names_free(names, n);
+      fail_msg("%s holds more than %d .tpk files", rel, max);
+    }
+    names[n++] = strdup(e->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)n, sizeof *names, cmp_str);
+  return n;
+}
+
+void test_names_free(char **names, int n) {
+  for (int i = 0; i < n; i++) free(names[i]);
 }

@@ -41,6 +41,12 @@ void test_symbol_values(const TpkFunc *f, const char *spec, int64_t *out);
  * every block size. */
 bool test_small_symbol(void *ctx, const char *sym, int64_t *value);
 
+/* The .tpk files of folder `rel` under the root, sorted by name, as heap
+ * strings ("softmax.tpk"); fails the test when the folder cannot be read or
+ * holds more than `max`. Free with test_names_free. */
+int test_list_tpk(const char *rel, char **names, int max);
+void test_names_free(char **names, int n);
+
 /* Read a whole file (heap, NUL-terminated), or NULL. `*len` may be NULL. */
 char *test_read_file(const char *path, size_t *len);
 

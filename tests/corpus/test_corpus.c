@@ -9,7 +9,6 @@
  */
 #include "support.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,23 +20,13 @@ typedef struct Corpus {
   int count;
 } Corpus;
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static void corpus_list(Corpus *c) {
   memset(c, 0, sizeof *c);
-  DIR *d = opendir(test_path("tests/corpus"));
-  if (!d) fail_msg("cannot open %s (run from the repository root or set TPK_ROOT)", test_path("tests/corpus"));
-  struct dirent *e;
-  while ((e = readdir(d)) && c->count < MAX_FILES) {
-    size_t n = strlen(e->d_name);
-    if (n > 4 && strcmp(e->d_name + n - 4, ".tpk") == 0) c->names[c->count++] = strdup(e->d_name);
-  }
-  closedir(d);
-  qsort(c->names, (size_t)c->count, sizeof c->names[0], cmp_str);
+  c->count = test_list_tpk("tests/corpus", c->names, MAX_FILES);
 }
 
 static void corpus_free(Corpus *c) {
-  for (int i = 0; i < c->count; i++) free(c->names[i]);
+  test_names_free(c->names, c->count);
   c->count = 0;
 }
 

@@ -6,7 +6,6 @@
  */
 #include "support.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,21 +279,10 @@ static void test_errors_do_not_cascade(void **state) {
 
 /* ---- the corpus: every valid kernel checks, verifies and round-trips ---- */
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static void test_corpus_checks_and_round_trips(void **state) {
   (void)state;
-  DIR *d = opendir(test_path("tests/corpus"));
-  assert_non_null(d);
   char *names[256];
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < 256) {
-    size_t len = strlen(e->d_name);
-    if (len > 4 && strcmp(e->d_name + len - 4, ".tpk") == 0) names[n++] = strdup(e->d_name);
-  }
-  closedir(d);
-  qsort(names, (size_t)n, sizeof *names, cmp_str);
+  int n = test_list_tpk("tests/corpus", names, 256);
   assert_true(n >= 16);
   int failures = 0;
   for (int i = 0; i < n; i++) {

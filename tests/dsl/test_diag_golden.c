@@ -10,7 +10,6 @@
  */
 #include "support.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,26 +57,10 @@ static void read_options(const char *text, Options *o) {
   o->check.only_kernel = o->kernel[0] ? o->kernel : NULL;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static int list_cases(char **names) {
-  DIR *d = opendir(test_path("tests/diag"));
-  if (!d) return 0;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < MAX_CASES) {
-    size_t len = strlen(e->d_name);
-    if (len > 4 && strcmp(e->d_name + len - 4, ".tpk") == 0) names[n++] = strdup(e->d_name);
-  }
-  closedir(d);
-  qsort(names, (size_t)n, sizeof *names, cmp_str);
-  return n;
-}
-
 static void test_golden_diagnostics(void **state) {
   (void)state;
   char *names[MAX_CASES];
-  int n = list_cases(names);
+  int n = test_list_tpk("tests/diag", names, MAX_CASES);
   /* The issue asks for at least 40 invalid inputs; fewer means the corpus
    * was lost, not that the compiler got better. */
   assert_true(n >= 40);

@@ -7,7 +7,6 @@
  */
 #include "support.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,25 +154,14 @@ static void run_case(TpkContext *ctx, TpkDevice *dev, TpkProgram *prog, const ch
   (void)ctx;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static void test_corpus_matches_interpreter(void **state) {
   (void)state;
   TpkContext *ctx;
   TpkDevice *dev;
   assert_int_equal(tpk_context_create(&ctx), TPK_OK);
   assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
-  DIR *d = opendir(test_path("tests/corpus"));
-  assert_non_null(d);
   char *names[128];
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < 128) {
-    size_t len = strlen(e->d_name);
-    if (len > 4 && strcmp(e->d_name + len - 4, ".tpk") == 0) names[n++] = strdup(e->d_name);
-  }
-  closedir(d);
-  qsort(names, (size_t)n, sizeof *names, cmp_str);
+  int n = test_list_tpk("tests/corpus", names, 128);
   Case tally = {0};
   static const int64_t SIZES[] = {1, 37, 130}; /* tiny, ragged, past one 128-block */
   for (int f = 0; f < n; f++) {
@@ -458,17 +446,8 @@ static void test_tiers_agree_bitwise(void **state) {
  * TensorCores split the grid), and the values are the host's, to the bit. */
 static void test_corpus_on_simulated_chips(void **state) {
   (void)state;
-  DIR *d = opendir(test_path("tests/corpus"));
-  assert_non_null(d);
   char *names[128];
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < 128) {
-    size_t len = strlen(e->d_name);
-    if (len > 4 && strcmp(e->d_name + len - 4, ".tpk") == 0) names[n++] = strdup(e->d_name);
-  }
-  closedir(d);
-  qsort(names, (size_t)n, sizeof *names, cmp_str);
+  int n = test_list_tpk("tests/corpus", names, 128);
   int timed = 0;
   for (int f = 0; f < n; f++) {
     char rel[256];
