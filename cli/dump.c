@@ -137,6 +137,40 @@ static int parse_args(Dump *d, const CliCommand *cmd, int argc, char **argv) {
   return CLI_OK;
 }
 
+/* What --bind or --tune names: a kind of kernel name, and the names of that
+ * kind the selected kernels have. */
+typedef struct NameKind {
+  const char *flag;   /* "--bind" */
+  const char *noun;   /* "shape symbol" */
+  const char *plural; /* "symbols" */
+  const char *how;    /* "give its size with" */
+  const Names *names;
+} NameKind;
+
+/* Each name given to own.flag must be of kind `own`; a name of the other kind
+ * or a constant gets a message that points at the right option. */
+static int check_kind(const CliBindings *given, const NameKind *own, const NameKind *other, const Names *consts,
+                      const char *shown_name, const char *where) {
+  for (int i = 0; i < given->count; i++) {
+    const char *name = given->items[i].name;
+    if (names_has(own->names, name)) continue;
+    if (names_has(other->names, name)) {
+      fprintf(stderr, "tpk: %s: '%s' is a %s, not a %s; %s %s %s=%lld\n", own->flag, name, other->noun, own->noun,
+              other->how, other->flag, name, (long long)given->items[i].value);
+    } else if (names_has(consts, name)) {
+      fprintf(stderr, "tpk: %s: '%s' is a constant of %s (const %s = ...), not a %s\n", own->flag, name, shown_name,
+              name, own->noun);
+    } else {
+      fprintf(stderr, "tpk: %s: %s has no %s '%s' (its %s: ", own->flag, where, own->noun, name, own->plural);
+      names_print(stderr, own->names, "none");
+      const char *s = cli_suggest(name, own->names->items, own->names->count);
+      fprintf(stderr, ")%s%s%s\n", s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+    }
+    return CLI_USAGE;
+  }
+  return CLI_OK;
+}
+
 /* Every --bind and --tune name must exist in one of the selected kernels. */
 static int check_names(const Dump *d, const TpkAst *file, const char *shown_name) {
   Names consts = {0}, symbols = {0}, tunables = {0};
@@ -154,46 +188,11 @@ static int check_names(const Dump *d, const TpkAst *file, const char *shown_name
   else
     snprintf(where, sizeof where, "%s", shown_name);
 
-  int status = CLI_OK;
+  const NameKind symbol = {"--bind", "shape symbol", "symbols", "give its size with", &symbols};
+  const NameKind tunable = {"--tune", "tunable", "tunables", "choose it with", &tunables};
   fflush(stdout);
-  for (int i = 0; i < d->binds.count && status == CLI_OK; i++) {
-    const char *name = d->binds.items[i].name;
-    if (names_has(&symbols, name)) continue;
-    status = CLI_USAGE;
-    if (names_has(&tunables, name)) {
-      fprintf(stderr, "tpk: --bind: '%s' is a tunable, not a shape symbol; choose it with --tune %s=%lld\n", name,
-              name, (long long)d->binds.items[i].value);
-      break;
-    }
-    if (names_has(&consts, name)) {
-      fprintf(stderr, "tpk: --bind: '%s' is a constant of %s (const %s = ...), not a shape symbol\n", name, shown_name,
-              name);
-      break;
-    }
-    fprintf(stderr, "tpk: --bind: %s has no shape symbol '%s' (its symbols: ", where, name);
-    names_print(stderr, &symbols, "none");
-    const char *s = cli_suggest(name, symbols.items, symbols.count);
-    fprintf(stderr, ")%s%s%s\n", s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
-  }
-  for (int i = 0; i < d->tunes.count && status == CLI_OK; i++) {
-    const char *name = d->tunes.items[i].name;
-    if (names_has(&tunables, name)) continue;
-    status = CLI_USAGE;
-    if (names_has(&symbols, name)) {
-      fprintf(stderr, "tpk: --tune: '%s' is a shape symbol, not a tunable; give its size with --bind %s=%lld\n",
-              name, name, (long long)d->tunes.items[i].value);
-      break;
-    }
-    if (names_has(&consts, name)) {
-      fprintf(stderr, "tpk: --tune: '%s' is a constant of %s (const %s = ...), not a tunable\n", name, shown_name,
-              name);
-      break;
-    }
-    fprintf(stderr, "tpk: --tune: %s has no tunable '%s' (its tunables: ", where, name);
-    names_print(stderr, &tunables, "none");
-    const char *s = cli_suggest(name, tunables.items, tunables.count);
-    fprintf(stderr, ")%s%s%s\n", s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
-  }
+  int status = check_kind(&d->binds, &symbol, &tunable, &consts, shown_name, where);
+  if (status == CLI_OK) status = check_kind(&d->tunes, &tunable, &symbol, &consts, shown_name, where);
   names_free(&consts);
   names_free(&symbols);
   names_free(&tunables);
