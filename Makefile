@@ -35,6 +35,15 @@ MODULES := frontend dsl lower runtime sim
 LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 GEN_SRC := $(BUILD)/dsl/lexer.c $(BUILD)/dsl/grammar.c
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o) $(BUILD)/runtime/prims_h.o
+# The standard kernel library, compiled ahead of time (runtime/std.h): one C
+# file per kernels/*.tpk, written by kernels/aot.c, plus the registry.
+STD_TPK := $(sort $(wildcard kernels/*.tpk))
+STD_GEN := $(patsubst kernels/%.tpk,$(BUILD)/kernels/%.c,$(STD_TPK)) $(BUILD)/kernels/registry.c
+STD_OBJ := $(STD_GEN:.c=.o)
+# The list of standard files, rewritten only when it changes, so that adding
+# or removing a kernel file rebuilds the registry and the library.
+STD_LIST := $(BUILD)/kernels/files
+$(shell mkdir -p $(BUILD)/kernels && (echo '$(STD_TPK)' | cmp -s - $(STD_LIST) || echo '$(STD_TPK)' > $(STD_LIST)))
 CLI_SRC := $(wildcard cli/*.c)
 CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
 TEST_SRC := $(wildcard tests/*/test_*.c)
@@ -84,10 +93,30 @@ $(BUILD)/runtime/prims.o: CFLAGS += -O3
 # whatever OPT says (the later -O3 on the command line wins).
 $(BUILD)/runtime/gemm.o $(BUILD)/runtime/prims.o: CFLAGS += -O3
 
-# ---- library and command line ----
-$(BUILD)/libtpk.a: $(LIB_OBJ)
+# ---- the standard kernels, ahead of time ----
+# The compiler core (everything but the standard kernels) links the build's
+# kernel compiler, kernels/aot.c, which has no kernels of its own yet.
+$(BUILD)/libtpk_core.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+$(BUILD)/kernels/aot: kernels/aot.c $(BUILD)/kernels/registry_none.o $(BUILD)/libtpk_core.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/kernels/registry_none.o $(BUILD)/libtpk_core.a $(LDFLAGS) $(LDLIBS)
+$(BUILD)/kernels/%.c: kernels/%.tpk $(BUILD)/kernels/aot
+	$(BUILD)/kernels/aot c $< $@
+$(BUILD)/kernels/registry.c: $(STD_TPK) $(STD_LIST) $(BUILD)/kernels/aot
+	$(BUILD)/kernels/aot registry $@ $(STD_TPK)
+$(BUILD)/kernels/tpk_prims.h: runtime/prims.h
+	@mkdir -p $(dir $@)
+	cp $< $@
+# Generated code: the JIT's cc-tier flags (-ffp-contract=off keeps the bits
+# of every tier equal), without -Werror: its helpers are not all used.
+$(STD_OBJ): %.o: %.c $(BUILD)/kernels/tpk_prims.h
+	$(CC) $(CPPFLAGS) -I$(BUILD)/kernels -std=c11 -g -O3 -fPIC -ffp-contract=off $(SANITIZE) -w -c $< -o $@
+
+# ---- library and command line ----
+$(BUILD)/libtpk.a: $(LIB_OBJ) $(STD_OBJ) $(STD_LIST)
+	@rm -f $@
+	ar rcs $@ $(LIB_OBJ) $(STD_OBJ)
 # Debian ships libtcc only as a static, non-PIC archive whose references to
 # libc's stdout, stderr and environ a shared object cannot hold. libtpk.so
 # links a copy that refers to hidden stand-ins in runtime/jit.c instead, with
@@ -97,8 +126,8 @@ $(BUILD)/tcc/libtcc_local.a: $(LIBTCC_A)
 	cd $(BUILD)/tcc && ar x $(abspath $<) && for o in *.o; do objcopy --redefine-sym stdout=tpk_tcc_stdout \
 		--redefine-sym stderr=tpk_tcc_stderr --redefine-sym environ=tpk_tcc_environ $$o || exit 1; done && \
 		ar rcs libtcc_local.a *.o
-$(BUILD)/libtpk.so: $(LIB_OBJ) $(BUILD)/tcc/libtcc_local.a
-	$(CC) -shared $(LDFLAGS) -o $@ $(LIB_OBJ) -Wl,--exclude-libs,libtcc_local.a $(BUILD)/tcc/libtcc_local.a \
+$(BUILD)/libtpk.so: $(LIB_OBJ) $(STD_OBJ) $(STD_LIST) $(BUILD)/tcc/libtcc_local.a
+	$(CC) -shared $(LDFLAGS) -o $@ $(LIB_OBJ) $(STD_OBJ) -Wl,--exclude-libs,libtcc_local.a $(BUILD)/tcc/libtcc_local.a \
 		$(filter-out -ltcc,$(LDLIBS))
 $(BUILD)/tpk: $(CLI_OBJ) $(BUILD)/libtpk.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtpk.a $(LDLIBS)

@@ -202,7 +202,7 @@ static char *kernel_c(const char *src, const char *kname, int64_t m, int64_t n) 
   TpkTarget host = tpk_target_host();
   TpkStr out = {0};
   TpkError err = {0};
-  if (tpk_lower_to_c(mod->funcs[0], &host, "tpk_kernel_softmax", src, &out, NULL, &err)) {
+  if (tpk_lower_to_c(mod->funcs[0], &host, "tpk_kernel_softmax", src, 0, &out, NULL, &err)) {
     fprintf(stderr, "bench_host: %s\n", err.message);
     exit(1);
   }

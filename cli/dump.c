@@ -317,28 +317,18 @@ done:
   return status;
 }
 
-/* --lowered and --c: the host pipeline on every kernel of m. The emitter
- * works on constant shapes, so every shape symbol must be bound. */
+/* --lowered and --c: the host pipeline on every kernel of m. Unbound shape
+ * symbols give the code that serves every shape (read from syms[]). */
 static int lower_all(TpkModule *m, const Dump *d, const TpkSource *src, TpkStr *out) {
   TpkTarget host = tpk_target_host();
   for (int i = 0; i < m->nfuncs; i++) {
     TpkFunc *f = m->funcs[i];
-    const char *syms[64];
-    int n = tpk_func_symbols(f, syms, 64);
-    if (n > 0) {
-      TpkStr list = {0};
-      for (int k = 0; k < n && k < 64; k++) tpk_str_printf(&list, "%s%s=...", k ? "," : "", syms[k]);
-      fprintf(stderr, "tpk: kernel '%s' of %s has unbound shape symbols; generated code needs sizes: --bind %s\n",
-              f->name, src->name, list.data ? list.data : "");
-      tpk_str_free(&list);
-      return CLI_FAIL;
-    }
     TpkError err = {0};
     TpkStatus st;
     if (d->c) {
       char entry[160];
       snprintf(entry, sizeof entry, "tpk_kernel_%s", f->name);
-      st = tpk_lower_to_c(f, &host, entry, src->text, out, NULL, &err);
+      st = tpk_lower_to_c(f, &host, entry, src->text, i ? TPK_EMIT_NO_PRELUDE : 0, out, NULL, &err);
     } else {
       tpk_simplify(f);
       st = tpk_tile_whole_arrays(f, &host, &err);

@@ -175,6 +175,21 @@ TpkStatus tpk_kernel_write_trace(const TpkKernel *k, const char *path);
 /* Block until the background (cc -O3) compiles of every kernel launched so
  * far are done, so that later launches run optimized code (benchmarks). */
 void tpk_context_wait_compiles(TpkContext *ctx);
+/* How many times this context has run a compiler (libtcc or cc, not counting
+ * builds loaded from the disk cache). Standard kernels add nothing. */
+int tpk_context_compiler_runs(const TpkContext *ctx);
+
+/* The standard kernel library (kernels/ in the source tree): compiled into
+ * tpk ahead of time for every shape, so a launch on the host never waits on
+ * a compiler. Kernel names are unique across the library. A program loaded
+ * from a file whose text is exactly a standard file's uses the same code. */
+int tpk_std_kernel_count(void);
+const char *tpk_std_kernel_name(int i); /* "softmax" */
+const char *tpk_std_kernel_file(int i); /* "softmax.tpk" */
+/* The kernel `name` of the library, in ctx (its program lives as long as ctx). */
+TpkStatus tpk_std_kernel(TpkContext *ctx, const char *name, TpkKernel **out);
+/* The source text of a standard file ("softmax.tpk"), or NULL. */
+const char *tpk_std_source(const char *file);
 
 /* Queues: launches run in submission order on the queue's worker thread.
  * The launch is copied, so the caller's arrays may be reused at once; the

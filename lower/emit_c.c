@@ -151,24 +151,96 @@ static const char *prim_dtype(TpkDType t) {
 
 static bool is_tile(const TpkValue *v) { return v->type->kind == TPK_TYPE_TENSOR && v->type->rank > 0; }
 
-static int64_t dim(Emitter *e, const TpkType *t, int i) {
-  int64_t d = 0;
-  if (!tpk_dim_is_const(t->dims[i], &d)) fail(e, NULL, "internal: the C emitter needs constant shapes");
-  return d;
+/* ---- sizes ------------------------------------------------------------------- */
+
+/* A size or offset in generated code: a C expression of type int64_t,
+ * folded to a literal whenever it is constant. Shapes are constant when a
+ * kernel is compiled for one launch; symbols read syms[] when it is compiled
+ * once for every shape (the ahead-of-time standard library). */
+typedef const char *Sz;
+
+static bool sz_value(Sz s, int64_t *v) {
+  char *end;
+  if (!s || !*s) return false;
+  long long x = strtoll(s, &end, 10);
+  if (*end) return false;
+  *v = x;
+  return true;
 }
 
-static int64_t numel(Emitter *e, const TpkType *t) {
-  int64_t n = 1;
-  for (int i = 0; i < t->rank; i++) n *= dim(e, t, i);
+static bool sz_is(Sz s, int64_t k) {
+  int64_t v;
+  return sz_value(s, &v) && v == k;
+}
+
+static Sz sz_int(Emitter *e, int64_t v) { return tpk_arena_printf(&e->arena, "%" PRId64, v); }
+
+static Sz sz_mul(Emitter *e, Sz a, Sz b) {
+  int64_t x, y;
+  bool ca = sz_value(a, &x), cb = sz_value(b, &y);
+  if (ca && cb) return sz_int(e, x * y);
+  if ((ca && x == 0) || (cb && y == 0)) return "0";
+  if (ca && x == 1) return b;
+  if (cb && y == 1) return a;
+  return tpk_arena_printf(&e->arena, "(%s * %s)", a, b);
+}
+
+static Sz sz_add(Emitter *e, Sz a, Sz b) {
+  int64_t x, y;
+  bool ca = sz_value(a, &x), cb = sz_value(b, &y);
+  if (ca && cb) return sz_int(e, x + y);
+  if (ca && x == 0) return b;
+  if (cb && y == 0) return a;
+  return tpk_arena_printf(&e->arena, "(%s + %s)", a, b);
+}
+
+static int symbol_index(Emitter *e, const char *sym);
+
+/* A dimension as C: symbols are the launch's shape symbols, in the order of
+ * tpk_func_symbols. */
+static Sz sz_dim(Emitter *e, const TpkDim *d) {
+  int64_t v;
+  if (tpk_dim_is_const(d, &v)) return sz_int(e, v);
+  switch (d->kind) {
+  case TPK_DIM_SYM: {
+    int k = symbol_index(e, d->sym);
+    if (k < 0) fail(e, NULL, "internal: shape symbol %s is not a parameter's", d->sym);
+    return tpk_arena_printf(&e->arena, "syms[%d]", k < 0 ? 0 : k);
+  }
+  case TPK_DIM_ADD: return sz_add(e, sz_dim(e, d->a), sz_dim(e, d->b));
+  case TPK_DIM_MUL: return sz_mul(e, sz_dim(e, d->a), sz_dim(e, d->b));
+  case TPK_DIM_SUB: return tpk_arena_printf(&e->arena, "(%s - %s)", sz_dim(e, d->a), sz_dim(e, d->b));
+  case TPK_DIM_DIV: return tpk_arena_printf(&e->arena, "tpk_floordiv(%s, %s)", sz_dim(e, d->a), sz_dim(e, d->b));
+  case TPK_DIM_CDIV: return tpk_arena_printf(&e->arena, "tpk_ceildiv(%s, %s)", sz_dim(e, d->a), sz_dim(e, d->b));
+  default: fail(e, NULL, "internal: a dimension the C emitter does not know"); return "0";
+  }
+}
+
+static Sz dim(Emitter *e, const TpkType *t, int i) { return sz_dim(e, t->dims[i]); }
+
+static Sz numel(Emitter *e, const TpkType *t) {
+  Sz n = "1";
+  for (int i = 0; i < t->rank; i++) n = sz_mul(e, n, dim(e, t, i));
   return n;
 }
 
+static Sz byte_size(Emitter *e, const TpkType *t) {
+  return sz_mul(e, numel(e, t), sz_int(e, (int64_t)tpk_dtype_size(t->dtype)));
+}
+
+/* A size as a float literal or conversion (for mean). */
+static const char *float_size(Emitter *e, Sz s) {
+  int64_t v;
+  if (sz_value(s, &v)) return tpk_arena_printf(&e->arena, "%" PRId64 ".0f", v);
+  return tpk_arena_printf(&e->arena, "(float)%s", s);
+}
+
 /* Row-major strides of a type, in elements. */
-static void strides(Emitter *e, const TpkType *t, int64_t *s) {
-  int64_t k = 1;
+static void strides(Emitter *e, const TpkType *t, Sz *s) {
+  Sz k = "1";
   for (int i = t->rank - 1; i >= 0; i--) {
     s[i] = k;
-    k *= dim(e, t, i);
+    k = sz_mul(e, k, dim(e, t, i));
   }
 }
 
@@ -200,6 +272,21 @@ static const char *narrow(Emitter *e, TpkDType t, const char *expr) {
   }
 }
 
+/* Where a slot's storage starts in the workspace: its planned offset, or
+ * with symbolic sizes its group's place, computed when the kernel starts. */
+static const char *slot_offset(Emitter *e, const TpkPlanSlot *s) {
+  if (!e->plan->symbolic) return sz_int(e, s->offset);
+  if (s->group < 0) {
+    fail(e, NULL, "internal: a tile without storage");
+    return "0";
+  }
+  return tpk_arena_printf(&e->arena, "wo[%d]", s->group);
+}
+
+static const char *slot_bytes(Emitter *e, const TpkPlanSlot *s) {
+  return e->plan->symbolic ? (s->bytes_dim ? sz_dim(e, s->bytes_dim) : "0") : sz_int(e, s->bytes);
+}
+
 /* Declare the C name of a new value: a pointer into the workspace for
  * tiles, a local for scalars (assigned by the caller). */
 static const char *def_tile(Emitter *e, const TpkValue *v) {
@@ -209,8 +296,8 @@ static const char *def_tile(Emitter *e, const TpkValue *v) {
     fail(e, v->def, "internal: no workspace slot for a tile");
     return n;
   }
-  line(e, "%s *%s = (%s *)(W + %" PRId64 "); /* %s */", ctype(v->type->dtype), n, ctype(v->type->dtype), s->offset,
-       tpk_arena_printf(&e->arena, "%" PRId64 " bytes", s->bytes));
+  line(e, "%s *%s = (%s *)(W + %s); /* %s bytes */", ctype(v->type->dtype), n, ctype(v->type->dtype), slot_offset(e, s),
+       slot_bytes(e, s));
   return n;
 }
 
@@ -222,13 +309,13 @@ static int64_t offset_of(Emitter *e, const TpkValue *v) {
   const TpkPlanSlot *s = tpk_plan_slot(e->plan, v);
   if (!s || (v->def && v->def->opcode == TPK_OP_LOAD && load_is_view(v->def)))
     return -1 - (int64_t)(uintptr_t)(const void *)v; /* unique, never a real offset */
-  return s->offset;
+  return e->plan->symbolic ? s->group : s->offset; /* groups are laid out apart */
 }
 
 /* dst = src for two tiles of one type, unless they share memory. */
 static void copy_tile(Emitter *e, const char *dst, const TpkValue *dst_v, const TpkValue *src) {
   if (offset_of(e, dst_v) == offset_of(e, src)) return;
-  line(e, "memcpy(%s, %s, %" PRId64 ");", dst, name_of(e, src), numel(e, src->type) * (int64_t)tpk_dtype_size(src->type->dtype));
+  line(e, "memcpy(%s, %s, %s);", dst, name_of(e, src), byte_size(e, src->type));
 }
 
 /* ---- scalar expressions ------------------------------------------------------------ */
@@ -305,7 +392,7 @@ static const char *widen(Emitter *e, TpkDType t, const char *expr) {
   }
 }
 
-static const char *linear(Emitter *e, int rank, const int64_t *s, const int *which);
+static const char *linear(Emitter *e, int rank, const Sz *s, const int *which);
 static int open_loops(Emitter *e, const TpkType *t);
 static void close_loops(Emitter *e, int n);
 
@@ -318,10 +405,10 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
   const TpkType *t = v->type;
   if (!tpk_value_is_fused(v)) {
     TpkStr off = {0};
-    int64_t vs[TPK_MAX_RANK];
+    Sz vs[TPK_MAX_RANK];
     strides(e, t, vs);
     for (int d = 0; d < t->rank; d++)
-      if (vs[d] && strcmp(at[d], "0") != 0) tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", at[d], vs[d]);
+      if (!sz_is(vs[d], 0) && strcmp(at[d], "0") != 0) tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", at[d], vs[d]);
     const char *o = tpk_arena_strdup(&e->arena, off.len ? off.data : "0");
     tpk_str_free(&off);
     return rd(e, v, o);
@@ -331,7 +418,7 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
     const TpkValue *x = op->in[0];
     const char *xat[TPK_MAX_RANK];
     int shift = t->rank - x->type->rank;
-    for (int d = 0; d < x->type->rank; d++) xat[d] = dim(e, x->type, d) == 1 ? "0" : at[d + shift];
+    for (int d = 0; d < x->type->rank; d++) xat[d] = sz_is(dim(e, x->type, d), 1) ? "0" : at[d + shift];
     return elem_expr(e, x, xat);
   }
   const char *a[3] = {NULL, NULL, NULL};
@@ -356,7 +443,7 @@ static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n) {
     const TpkValue *in = op->in[0];
     const char *xat[TPK_MAX_RANK];
     int shift = r->type->rank - in->type->rank;
-    for (int d = 0; d < in->type->rank; d++) xat[d] = dim(e, in->type, d) == 1 ? "0" : at[d + shift];
+    for (int d = 0; d < in->type->rank; d++) xat[d] = sz_is(dim(e, in->type, d), 1) ? "0" : at[d + shift];
     x = elem_expr(e, in, xat);
   } else {
     const char *a[3] = {NULL, NULL, NULL};
@@ -368,7 +455,7 @@ static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n) {
       return;
     }
   }
-  int64_t rs[TPK_MAX_RANK];
+  Sz rs[TPK_MAX_RANK];
   strides(e, r->type, rs);
   int k = open_loops(e, r->type);
   line(e, "%s[%s] = %s;", n, linear(e, r->type->rank, rs, NULL), narrow(e, r->type->dtype, x));
@@ -412,15 +499,15 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
     return;
   }
   const char *n = def_tile(e, r);
-  int64_t count = numel(e, r->type);
+  Sz count = numel(e, r->type);
   if (op->opcode == TPK_OP_CONVERT) {
-    line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, %s, %s, %" PRId64 ");", prim_dtype(in_dt), prim_dtype(r->type->dtype),
+    line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, %s, %s, %s);", prim_dtype(in_dt), prim_dtype(r->type->dtype),
          name_of(e, op->in[0]), n, count);
     return;
   }
   const char *prim = prim_unary(op->opcode);
   if (prim && in_dt == TPK_F32) {
-    line(e, "p->unary_f32(%s, %s, %s, %" PRId64 ");", prim, name_of(e, op->in[0]), n, count);
+    line(e, "p->unary_f32(%s, %s, %s, %s);", prim, name_of(e, op->in[0]), n, count);
     return;
   }
   if (!int_div) {
@@ -461,10 +548,10 @@ static void emit_const(Emitter *e, const TpkOp *op) {
   const char *n = def_tile(e, r);
   bool zero = a->kind == TPK_ATTR_FLOAT ? (a->f == 0 && !signbit(a->f)) : a->i == 0;
   if (zero) { /* all-zero bits in every dtype: memset is fast whoever compiled us */
-    line(e, "memset(%s, 0, %" PRId64 ");", n, numel(e, r->type) * (int64_t)tpk_dtype_size(dt));
+    line(e, "memset(%s, 0, %s);", n, byte_size(e, r->type));
     return;
   }
-  line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s;", numel(e, r->type), n, x);
+  line(e, "for (int64_t k = 0; k < %s; k++) %s[k] = %s;", numel(e, r->type), n, x);
 }
 
 static int symbol_index(Emitter *e, const char *sym) {
@@ -480,7 +567,7 @@ static int symbol_index(Emitter *e, const char *sym) {
 /* Open loops i0..i{rank-1} over a shape; returns how many were opened. */
 static int open_loops(Emitter *e, const TpkType *t) {
   for (int i = 0; i < t->rank; i++) {
-    line(e, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", i, i, dim(e, t, i), i);
+    line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, t, i), i);
     e->indent++;
   }
   return t->rank;
@@ -494,13 +581,13 @@ static void close_loops(Emitter *e, int n) {
 }
 
 /* "i0*S0 + i1*S1 + ..." over the given strides (terms with stride 0 drop). */
-static const char *linear(Emitter *e, int rank, const int64_t *s, const int *which) {
+static const char *linear(Emitter *e, int rank, const Sz *s, const int *which) {
   TpkStr b = {0};
   for (int i = 0; i < rank; i++) {
-    if (!s[i]) continue;
+    if (sz_is(s[i], 0)) continue;
     int var = which ? which[i] : i;
     tpk_str_printf(&b, "%si%d", b.len ? " + " : "", var);
-    if (s[i] != 1) tpk_str_printf(&b, "*%" PRId64, s[i]);
+    if (!sz_is(s[i], 1)) tpk_str_printf(&b, "*%s", s[i]);
   }
   const char *r = tpk_arena_strdup(&e->arena, b.len ? b.data : "0");
   tpk_str_free(&b);
@@ -512,7 +599,7 @@ static void emit_broadcast(Emitter *e, const TpkOp *op) { emit_element_loop(e, o
 static void emit_transpose(Emitter *e, const TpkOp *op) {
   const TpkValue *x = op->in[0], *r = &op->out[0];
   const TpkAttr *perm = tpk_op_attr(op, "perm");
-  int64_t xs[TPK_MAX_RANK], rs[TPK_MAX_RANK], src[TPK_MAX_RANK];
+  Sz xs[TPK_MAX_RANK], rs[TPK_MAX_RANK], src[TPK_MAX_RANK];
   strides(e, x->type, xs);
   strides(e, r->type, rs);
   for (int i = 0; i < r->type->rank; i++) src[i] = xs[perm->ints[i]];
@@ -530,7 +617,7 @@ static void emit_reshape(Emitter *e, const TpkOp *op) {
 static void emit_iota(Emitter *e, const TpkOp *op) {
   const TpkValue *r = &op->out[0];
   int axis = (int)tpk_op_int(op, "axis", 0);
-  int64_t rs[TPK_MAX_RANK];
+  Sz rs[TPK_MAX_RANK];
   strides(e, r->type, rs);
   const char *n = def_tile(e, r);
   int k = open_loops(e, r->type);
@@ -550,8 +637,7 @@ typedef struct Access {
   const TpkType *mem;   /* its type (ref or tensor) */
   const char *pattern;
   const char *start[TPK_MAX_RANK]; /* 't' 'r' 's': first element; 'g': the index tile */
-  int64_t size[TPK_MAX_RANK];      /* block size along each dim (1 for 's') */
-  int64_t count_gather;
+  Sz size[TPK_MAX_RANK];           /* block size along each dim (1 for 's') */
 } Access;
 
 /* Read the pattern's operands (starting at op->in[first]) into acc. */
@@ -568,7 +654,7 @@ static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const Tp
     case 't':
       v = op->in[k++];
       acc->start[d] = tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, v), v->type->block);
-      acc->size[d] = v->type->block;
+      acc->size[d] = sz_int(e, v->type->block);
       break;
     case ':':
       acc->start[d] = "0";
@@ -577,12 +663,12 @@ static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const Tp
     case 's':
       v = op->in[k++];
       acc->start[d] = tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v));
-      acc->size[d] = 1;
+      acc->size[d] = "1";
       break;
     case 'r':
       v = op->in[k++];
       acc->start[d] = tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v));
-      acc->size[d] = 0; /* from the block type, filled by the caller */
+      acc->size[d] = NULL; /* from the block type, filled by the caller */
       break;
     case 'g':
       v = op->in[k++];
@@ -610,21 +696,21 @@ static void access_sizes(Emitter *e, Access *acc, const TpkType *block) {
  * dim, named by `var(j)`), as an offset expression; the validity condition
  * (in range) goes to *valid. Gather indices are checked by the caller. */
 static const char *access_offset(Emitter *e, const Access *acc, const char **valid) {
-  int64_t ms[TPK_MAX_RANK];
+  Sz ms[TPK_MAX_RANK];
   strides(e, acc->mem, ms);
   TpkStr off = {0}, ok = {0};
   int j = 0;
   for (int d = 0; acc->pattern[d]; d++) {
     char c = acc->pattern[d];
-    int64_t D = dim(e, acc->mem, d);
+    Sz D = dim(e, acc->mem, d);
     const char *pos;
     if (c == 's') pos = acc->start[d];
     else if (c == 'g') pos = tpk_arena_printf(&e->arena, "(int64_t)%s[i%d]", acc->start[d], j++);
     else if (c == ':') pos = tpk_arena_printf(&e->arena, "i%d", j++);
     else pos = tpk_arena_printf(&e->arena, "(%s + i%d)", acc->start[d], j++);
     if (c == 't' || c == 'r')
-      tpk_str_printf(&ok, "%s(uint64_t)%s < %" PRId64 "u", ok.len ? " && " : "", pos, D);
-    if (ms[d]) tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", pos, ms[d]);
+      tpk_str_printf(&ok, "%s(uint64_t)%s < (uint64_t)%s", ok.len ? " && " : "", pos, D);
+    if (!sz_is(ms[d], 0)) tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", pos, ms[d]);
   }
   *valid = ok.len ? tpk_arena_strdup(&e->arena, ok.data) : NULL;
   const char *r = tpk_arena_strdup(&e->arena, off.len ? off.data : "0");
@@ -636,13 +722,13 @@ static const char *access_offset(Emitter *e, const Access *acc, const char **val
 /* Scalar and gather indices are checked once per access, before any copy. */
 static void check_indices(Emitter *e, const Access *acc) {
   for (int d = 0; acc->pattern[d]; d++) {
-    int64_t D = dim(e, acc->mem, d);
+    Sz D = dim(e, acc->mem, d);
     if (acc->pattern[d] == 's')
-      line(e, "if ((uint64_t)%s >= %" PRId64 "u) return tpk_fail(err, \"line %d: index %%lld is out of range [0, %" PRId64 ")\", (long long)%s);",
-           acc->start[d], D, acc->op->loc.line, D, acc->start[d]);
+      line(e, "if ((uint64_t)%s >= (uint64_t)%s) return tpk_fail2(err, \"line %d: index %%lld is out of range [0, %%lld)\", (long long)%s, (long long)%s);",
+           acc->start[d], D, acc->op->loc.line, acc->start[d], D);
     if (acc->pattern[d] == 'g')
-      line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) if ((uint64_t)%s[k] >= %" PRId64 "u) return tpk_fail(err, \"line %d: gather index %%lld is out of range [0, %" PRId64 ")\", (long long)%s[k]);",
-           acc->size[d], acc->start[d], D, acc->op->loc.line, D, acc->start[d]);
+      line(e, "for (int64_t k = 0; k < %s; k++) if ((uint64_t)%s[k] >= (uint64_t)%s) return tpk_fail2(err, \"line %d: gather index %%lld is out of range [0, %%lld)\", (long long)%s[k], (long long)%s);",
+           acc->size[d], acc->start[d], D, acc->op->loc.line, acc->start[d], D);
   }
 }
 
@@ -659,19 +745,19 @@ static void block_copy(Emitter *e, const Access *acc, const char *tile, const Tp
                        const char *fill, bool add) {
   int rank = (int)strlen(acc->pattern);
   int brank = bt->rank;
-  int64_t bs[TPK_MAX_RANK];
+  Sz bs[TPK_MAX_RANK];
   strides(e, bt, bs);
   TpkDType dt = bt->dtype;
   size_t es = tpk_dtype_size(dt);
   /* Fast path: rows of the last dimension move with memcpy (its valid part;
    * the rest of a loaded row is filled). */
   if (!add && brank > 0 && row_contiguous(acc, rank)) {
-    int64_t row = bs[brank - 1] ? dim(e, bt, brank - 1) : 0;
+    Sz row = sz_is(bs[brank - 1], 0) ? "0" : dim(e, bt, brank - 1);
     int last = rank - 1;
-    int64_t D = dim(e, acc->mem, last);
+    Sz D = dim(e, acc->mem, last);
     int k = 0;
     for (int i = 0; i < brank - 1; i++) {
-      line(e, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", i, i, dim(e, bt, i), i);
+      line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, bt, i), i);
       e->indent++;
       k++;
     }
@@ -683,8 +769,8 @@ static void block_copy(Emitter *e, const Access *acc, const char *tile, const Tp
     const char *off = access_offset(e, acc, &valid);
     const char *dst_row = tpk_arena_printf(&e->arena, "%s + %s", tile, linear(e, brank, bs, NULL));
     /* elements [lo, hi) of the row are inside the memory's last dim */
-    line(e, "int64_t s0 = %s, lo = s0 < 0 ? -s0 : 0, hi = %" PRId64 " - s0;", acc->start[last], D);
-    line(e, "if (hi > %" PRId64 ") hi = %" PRId64 ";", row, row);
+    line(e, "int64_t s0 = %s, lo = s0 < 0 ? -s0 : 0, hi = %s - s0;", acc->start[last], D);
+    line(e, "if (hi > %s) hi = %s;", row, row);
     /* the other dims' validity, with the last coordinate in range */
     const char *rowok = valid ? valid : "1";
     line(e, "int rowok = lo < hi && (%s);", rowok);
@@ -692,7 +778,7 @@ static void block_copy(Emitter *e, const Access *acc, const char *tile, const Tp
       line(e, "if (!rowok) { lo = 0; hi = 0; }");
       line(e, "for (int64_t k = 0; k < lo; k++) (%s)[k] = %s;", dst_row, fill);
       line(e, "if (hi > lo) memcpy(%s + lo, %s + (%s) + lo, (unsigned long)(hi - lo) * %zu);", dst_row, acc->base, off, es);
-      line(e, "for (int64_t k = hi > lo ? hi : lo; k < %" PRId64 "; k++) (%s)[k] = %s;", row, dst_row, fill);
+      line(e, "for (int64_t k = hi > lo ? hi : lo; k < %s; k++) (%s)[k] = %s;", row, dst_row, fill);
     } else {
       line(e, "if (rowok) memcpy(%s + (%s) + lo, %s + lo, (unsigned long)(hi - lo) * %zu);", acc->base, off, dst_row, es);
     }
@@ -779,7 +865,7 @@ static bool load_is_view(const TpkOp *load) {
  * range, tile n points at it; a ragged block is copied with padding. A gemm
  * operand also gets its leading dimension, n_ld. */
 static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, const char *n, bool gemm_operand) {
-  int64_t ms[TPK_MAX_RANK];
+  Sz ms[TPK_MAX_RANK];
   strides(e, acc->mem, ms);
   TpkStr inrange = {0}, off = {0};
   int rowdim = -1;
@@ -787,16 +873,16 @@ static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, co
     char c = acc->pattern[d];
     if (c != 's' && rowdim < 0) rowdim = d;
     if (c == 't' || c == 'r')
-      tpk_str_printf(&inrange, "%s%s + %" PRId64 " <= %" PRId64, inrange.len ? " && " : "", acc->start[d],
+      tpk_str_printf(&inrange, "%s%s + %s <= %s", inrange.len ? " && " : "", acc->start[d],
                      acc->size[d], dim(e, acc->mem, d));
-    if (ms[d] && strcmp(acc->start[d], "0") != 0)
-      tpk_str_printf(&off, "%s%s*%" PRId64, off.len ? " + " : "", acc->start[d], ms[d]);
+    if (!sz_is(ms[d], 0) && strcmp(acc->start[d], "0") != 0)
+      tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", acc->start[d], ms[d]);
   }
-  if (gemm_operand) line(e, "int64_t %s_ld = %" PRId64 ";", n, dim(e, op->out[0].type, 1));
+  if (gemm_operand) line(e, "int64_t %s_ld = %s;", n, dim(e, op->out[0].type, 1));
   line(e, "if (%s) {", inrange.len ? inrange.data : "1");
   e->indent++;
   line(e, "%s = %s + %s; /* in range: a view of the tensor, no copy */", n, acc->base, off.len ? off.data : "0");
-  if (gemm_operand) line(e, "%s_ld = %" PRId64 ";", n, ms[rowdim]);
+  if (gemm_operand) line(e, "%s_ld = %s;", n, ms[rowdim]);
   e->indent--;
   line(e, "} else {");
   e->indent++;
@@ -874,7 +960,12 @@ static void emit_dma(Emitter *e, const TpkOp *op) {
   int rank = 0;
   for (int d = 0; dp[d]; d++) {
     if (dp[d] == 's') continue;
-    dims[rank++] = dp[d] == ':' ? dst.mem->dims[d] : tpk_dim_const(e->f->module, dst.size[d]);
+    int64_t size = 0;
+    if (dp[d] != ':' && !sz_value(dst.size[d], &size)) {
+      fail(e, op, "internal: copy_async of a block whose size is not constant");
+      return;
+    }
+    dims[rank++] = dp[d] == ':' ? dst.mem->dims[d] : tpk_dim_const(e->f->module, size);
   }
   const TpkType *bt = tpk_type_tensor(e->f->module, src.mem->dtype, rank, dims);
   /* 'r' sizes come from the block */
@@ -905,10 +996,10 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   const TpkAttr *axes = tpk_op_attr(op, "axes");
   const TpkType *xt = x->type;
   bool reduced[TPK_MAX_RANK] = {false};
-  int64_t len = 1;
+  Sz len = "1";
   for (int i = 0; i < axes->n; i++) {
     reduced[axes->ints[i]] = true;
-    len *= dim(e, xt, (int)axes->ints[i]);
+    len = sz_mul(e, len, dim(e, xt, (int)axes->ints[i]));
   }
   bool contiguous = true;
   for (int i = 1; i < axes->n; i++) contiguous &= axes->ints[i] == axes->ints[i - 1] + 1;
@@ -921,16 +1012,16 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   }
   /* f32 over adjacent axes: the primitive. */
   if (xt->dtype == TPK_F32 && contiguous && axes->n > 0 && strcmp(kind, "prod") != 0) {
-    int64_t outer = 1, inner = 1;
-    for (int i = 0; i < axes->ints[0]; i++) outer *= dim(e, xt, i);
-    for (int i = (int)axes->ints[axes->n - 1] + 1; i < xt->rank; i++) inner *= dim(e, xt, i);
+    Sz outer = "1", inner = "1";
+    for (int i = 0; i < axes->ints[0]; i++) outer = sz_mul(e, outer, dim(e, xt, i));
+    for (int i = (int)axes->ints[axes->n - 1] + 1; i < xt->rank; i++) inner = sz_mul(e, inner, dim(e, xt, i));
     const char *dst = out ? out : tpk_arena_printf(&e->arena, "&%s", scalar);
-    line(e, "p->reduce_f32(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %s);",
+    line(e, "p->reduce_f32(%s, %s, %s, %s, %s, %s);",
          strcmp(kind, "max") == 0 ? "TPK_PRIM_MAX" : strcmp(kind, "min") == 0 ? "TPK_PRIM_MIN" : "TPK_PRIM_SUM",
          name_of(e, x), outer, len, inner, dst);
     if (is_mean) {
-      if (out) line(e, "for (int64_t k = 0; k < %" PRId64 "; k++) %s[k] = %s[k] / %" PRId64 ".0f;", numel(e, r->type), out, out, len);
-      else line(e, "%s = %s / %" PRId64 ".0f;", scalar, scalar, len);
+      if (out) line(e, "for (int64_t k = 0; k < %s; k++) %s[k] = %s[k] / %s;", numel(e, r->type), out, out, float_size(e, len));
+      else line(e, "%s = %s / %s;", scalar, scalar, float_size(e, len));
     }
     return;
   }
@@ -942,19 +1033,19 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   const char *init = strcmp(kind, "max") == 0 ? (fl ? "(-1.0f / 0.0f)" : "INT32_MIN")
                      : strcmp(kind, "min") == 0 ? (fl ? "(1.0f / 0.0f)" : "INT32_MAX")
                      : strcmp(kind, "prod") == 0 ? "1" : "0";
-  int64_t xs[TPK_MAX_RANK];
+  Sz xs[TPK_MAX_RANK];
   strides(e, xt, xs);
   int opened = 0;
   for (int i = 0; i < xt->rank; i++)
     if (!reduced[i]) {
-      line(e, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", i, i, dim(e, xt, i), i);
+      line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
       e->indent++;
       opened++;
     }
   line(e, "%s acc = %s;", acc_t, init);
   for (int i = 0; i < xt->rank; i++)
     if (reduced[i]) {
-      line(e, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", i, i, dim(e, xt, i), i);
+      line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
       e->indent++;
       opened++;
     }
@@ -966,21 +1057,14 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   int inner = 0;
   for (int i = 0; i < xt->rank; i++) inner += reduced[i];
   close_loops(e, inner);
-  const char *res = is_mean ? tpk_arena_printf(&e->arena, "acc / %" PRId64 ".0f", len) : "acc";
+  const char *res = is_mean ? tpk_arena_printf(&e->arena, "acc / %s", float_size(e, len)) : "acc";
   if (out) {
     /* output offset: kept dims with the output's strides (keepdims adds 1s) */
-    int64_t rs[TPK_MAX_RANK], os[TPK_MAX_RANK] = {0};
+    Sz rs[TPK_MAX_RANK], os[TPK_MAX_RANK];
     strides(e, r->type, rs);
     bool keep = tpk_op_attr(op, "keepdims") && tpk_op_attr(op, "keepdims")->i;
-    for (int i = 0, j = 0; i < xt->rank; i++) {
-      if (!reduced[i]) os[i] = rs[keep ? i : j++];
-      else if (keep) os[i] = 0;
-    }
-    bool drop[TPK_MAX_RANK];
-    for (int i = 0; i < xt->rank; i++) drop[i] = reduced[i];
-    int64_t s2[TPK_MAX_RANK];
-    for (int i = 0; i < xt->rank; i++) s2[i] = drop[i] ? 0 : os[i];
-    line(e, "%s[%s] = %s;", out, linear(e, xt->rank, s2, NULL), narrow(e, r->type->dtype, res));
+    for (int i = 0, j = 0; i < xt->rank; i++) os[i] = reduced[i] ? "0" : rs[keep ? i : j++];
+    line(e, "%s[%s] = %s;", out, linear(e, xt->rank, os, NULL), narrow(e, r->type->dtype, res));
   } else {
     line(e, "%s = %s;", scalar, narrow(e, r->type->dtype, res));
   }
@@ -1016,25 +1100,23 @@ static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumula
     return;
   }
   int ak = (int)lc->ints[0] - batch, bk = (int)rc->ints[0] - batch;
-  int64_t a0 = dim(e, a->type, batch), a1 = dim(e, a->type, batch + 1);
-  int64_t b0 = dim(e, b->type, batch), b1 = dim(e, b->type, batch + 1);
-  int64_t M = ak == 1 ? a0 : a1, K = ak == 1 ? a1 : a0, N = bk == 0 ? b1 : b0;
+  Sz a0 = dim(e, a->type, batch), a1 = dim(e, a->type, batch + 1);
+  Sz b0 = dim(e, b->type, batch), b1 = dim(e, b->type, batch + 1);
+  Sz M = ak == 1 ? a0 : a1, K = ak == 1 ? a1 : a0, N = bk == 0 ? b1 : b0;
   int a_trans = ak == 0, b_trans = bk == 1;
-  int64_t B = batch ? dim(e, a->type, 0) : 1;
   if (batch) {
-    line(e, "for (int64_t b = 0; b < %" PRId64 "; b++)", B);
+    line(e, "for (int64_t b = 0; b < %s; b++)", dim(e, a->type, 0));
     e->indent++;
   }
   const char *bo = batch ? "b * " : "";
   /* an operand loaded in place has its tensor's row stride */
   const char *lda = a->def && a->def->opcode == TPK_OP_LOAD && load_feeds_dot(a->def)
-                        ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, a)) : tpk_arena_printf(&e->arena, "%" PRId64, a1);
+                        ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, a)) : a1;
   const char *ldb = b->def && b->def->opcode == TPK_OP_LOAD && load_feeds_dot(b->def)
-                        ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, b)) : tpk_arena_printf(&e->arena, "%" PRId64, b1);
-  line(e, "p->%s(%" PRId64 ", %" PRId64 ", %" PRId64 ", %s + %s%" PRId64 ", %s, %d, %s + %s%" PRId64 ", %s"
-          ", %d, %s + %s%" PRId64 ", %" PRId64 ", %d);",
-       fn, M, N, K, name_of(e, a), bo, batch ? a0 * a1 : 0, lda, a_trans, name_of(e, b), bo, batch ? b0 * b1 : 0, ldb,
-       b_trans, c, bo, batch ? M * N : 0, N, accumulate);
+                        ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, b)) : b1;
+  line(e, "p->%s(%s, %s, %s, %s + %s%s, %s, %d, %s + %s%s, %s, %d, %s + %s%s, %s, %d);", fn, M, N, K, name_of(e, a), bo,
+       batch ? sz_mul(e, a0, a1) : "0", lda, a_trans, name_of(e, b), bo, batch ? sz_mul(e, b0, b1) : "0", ldb, b_trans, c,
+       bo, batch ? sz_mul(e, M, N) : "0", N, accumulate);
   if (batch) e->indent--;
 }
 
@@ -1065,26 +1147,26 @@ static bool emit_add_dot(Emitter *e, const TpkOp *add) {
 static void emit_gather(Emitter *e, const TpkOp *op) {
   const TpkValue *t = op->in[0], *ids = op->in[1], *r = &op->out[0];
   int axis = (int)tpk_op_int(op, "axis", 0);
-  int64_t ts[TPK_MAX_RANK], rs[TPK_MAX_RANK], is[TPK_MAX_RANK];
+  Sz ts[TPK_MAX_RANK], rs[TPK_MAX_RANK], is[TPK_MAX_RANK];
   strides(e, t->type, ts);
   strides(e, r->type, rs);
   strides(e, ids->type, is);
-  int64_t D = dim(e, t->type, axis);
+  Sz D = dim(e, t->type, axis);
   const char *n = def_tile(e, r);
   int k = open_loops(e, r->type);
   /* result coords: [0,axis) table, [axis, axis+ir) ids, then table */
   int ir = ids->type->rank;
   TpkStr idx = {0}, src = {0};
-  for (int i = 0; i < ir; i++) tpk_str_printf(&idx, "%s i%d*%" PRId64, i ? " +" : "", axis + i, is[i]);
+  for (int i = 0; i < ir; i++) tpk_str_printf(&idx, "%s i%d*%s", i ? " +" : "", axis + i, is[i]);
   const char *id = tpk_arena_printf(&e->arena, "(int64_t)%s[%s]", name_of(e, ids), ir ? idx.data : "0");
   line(e, "int64_t g = %s;", id);
-  line(e, "if ((uint64_t)g >= %" PRId64 "u) return tpk_fail(err, \"line %d: gather index %%lld is out of range [0, %" PRId64 ")\", (long long)g);",
+  line(e, "if ((uint64_t)g >= (uint64_t)%s) return tpk_fail2(err, \"line %d: gather index %%lld is out of range [0, %%lld)\", (long long)g, (long long)%s);",
        D, op->loc.line, D);
   for (int i = 0; i < t->type->rank; i++) {
     const char *c = i < axis ? tpk_arena_printf(&e->arena, "i%d", i)
                     : i == axis ? "g"
                                 : tpk_arena_printf(&e->arena, "i%d", i - 1 + ir);
-    tpk_str_printf(&src, "%s%s*%" PRId64, i ? " + " : "", c, ts[i]);
+    tpk_str_printf(&src, "%s%s*%s", i ? " + " : "", c, ts[i]);
   }
   line(e, "%s[%s] = %s[%s];", n, linear(e, r->type->rank, rs, NULL), name_of(e, t), src.data ? src.data : "0");
   tpk_str_free(&idx);
@@ -1096,25 +1178,25 @@ static void emit_scatter(Emitter *e, const TpkOp *op) {
   const TpkValue *base = op->in[0], *ids = op->in[1], *upd = op->in[2], *r = &op->out[0];
   int axis = (int)tpk_op_int(op, "axis", 0);
   bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
-  int64_t bs[TPK_MAX_RANK], us[TPK_MAX_RANK], is[TPK_MAX_RANK];
+  Sz bs[TPK_MAX_RANK], us[TPK_MAX_RANK], is[TPK_MAX_RANK];
   strides(e, base->type, bs);
   strides(e, upd->type, us);
   strides(e, ids->type, is);
-  int64_t D = dim(e, base->type, axis);
+  Sz D = dim(e, base->type, axis);
   const char *n = def_tile(e, r);
   copy_tile(e, n, r, base);
   int k = open_loops(e, upd->type);
   int ir = ids->type->rank;
   TpkStr idx = {0}, dst = {0};
-  for (int i = 0; i < ir; i++) tpk_str_printf(&idx, "%s i%d*%" PRId64, i ? " +" : "", axis + i, is[i]);
+  for (int i = 0; i < ir; i++) tpk_str_printf(&idx, "%s i%d*%s", i ? " +" : "", axis + i, is[i]);
   line(e, "int64_t g = (int64_t)%s[%s];", name_of(e, ids), ir ? idx.data : "0");
-  line(e, "if ((uint64_t)g >= %" PRId64 "u) return tpk_fail(err, \"line %d: scatter index %%lld is out of range [0, %" PRId64 ")\", (long long)g);",
+  line(e, "if ((uint64_t)g >= (uint64_t)%s) return tpk_fail2(err, \"line %d: scatter index %%lld is out of range [0, %%lld)\", (long long)g, (long long)%s);",
        D, op->loc.line, D);
   for (int i = 0; i < base->type->rank; i++) {
     const char *c = i < axis ? tpk_arena_printf(&e->arena, "i%d", i)
                     : i == axis ? "g"
                                 : tpk_arena_printf(&e->arena, "i%d", i - 1 + ir);
-    tpk_str_printf(&dst, "%s%s*%" PRId64, i ? " + " : "", c, bs[i]);
+    tpk_str_printf(&dst, "%s%s*%s", i ? " + " : "", c, bs[i]);
   }
   const char *d = tpk_arena_printf(&e->arena, "%s[%s]", n, dst.data ? dst.data : "0");
   const char *u = tpk_arena_printf(&e->arena, "%s[%s]", name_of(e, upd), linear(e, upd->type->rank, us, NULL));
@@ -1131,23 +1213,24 @@ static void emit_scatter(Emitter *e, const TpkOp *op) {
 static void emit_concat(Emitter *e, const TpkOp *op) {
   const TpkValue *r = &op->out[0];
   int axis = (int)tpk_op_int(op, "axis", 0);
-  int64_t rs[TPK_MAX_RANK];
+  Sz rs[TPK_MAX_RANK];
   strides(e, r->type, rs);
   const char *n = def_tile(e, r);
-  int64_t at = 0;
+  Sz at = "0";
   for (int i = 0; i < op->nin; i++) {
     const TpkValue *x = op->in[i];
-    int64_t xs[TPK_MAX_RANK];
+    Sz xs[TPK_MAX_RANK];
     strides(e, x->type, xs);
     int k = open_loops(e, x->type);
     TpkStr dst = {0};
     for (int d = 0; d < r->type->rank; d++)
-      if (rs[d]) tpk_str_printf(&dst, "%s(i%d%s)*%" PRId64, dst.len ? " + " : "", d,
-                                d == axis ? tpk_arena_printf(&e->arena, " + %" PRId64, at) : "", rs[d]);
+      if (!sz_is(rs[d], 0))
+        tpk_str_printf(&dst, "%s(i%d%s)*%s", dst.len ? " + " : "", d, d == axis ? tpk_arena_printf(&e->arena, " + %s", at) : "",
+                       rs[d]);
     line(e, "%s[%s] = %s[%s];", n, dst.len ? dst.data : "0", name_of(e, x), linear(e, x->type->rank, xs, NULL));
     tpk_str_free(&dst);
     close_loops(e, k);
-    at += dim(e, x->type, axis);
+    at = sz_add(e, at, dim(e, x->type, axis));
   }
 }
 
@@ -1171,11 +1254,11 @@ static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *carriers
       continue;
     }
     if (offset_of(e, v) == offset_of(e, c)) continue;
-    int64_t bytes = numel(e, c->type) * (int64_t)tpk_dtype_size(c->type->dtype);
+    Sz bytes = byte_size(e, c->type);
     if (clash) {
-      line(e, "void *y%d_%d = malloc(%" PRId64 ");", e->tmp, i, bytes);
+      line(e, "void *y%d_%d = malloc(%s);", e->tmp, i, bytes);
       line(e, "if (!y%d_%d) return tpk_fail(err, \"out of host memory\", 0);", e->tmp, i);
-      line(e, "memcpy(y%d_%d, %s, %" PRId64 ");", e->tmp, i, name_of(e, v), bytes);
+      line(e, "memcpy(y%d_%d, %s, %s);", e->tmp, i, name_of(e, v), bytes);
     }
   }
   for (int i = 0; i < n; i++) {
@@ -1185,12 +1268,12 @@ static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *carriers
       continue;
     }
     if (offset_of(e, v) == offset_of(e, c)) continue;
-    int64_t bytes = numel(e, c->type) * (int64_t)tpk_dtype_size(c->type->dtype);
+    Sz bytes = byte_size(e, c->type);
     if (clash) {
-      line(e, "memcpy(%s, y%d_%d, %" PRId64 ");", name_of(e, c), e->tmp, i, bytes);
+      line(e, "memcpy(%s, y%d_%d, %s);", name_of(e, c), e->tmp, i, bytes);
       line(e, "free(y%d_%d);", e->tmp, i);
     } else {
-      line(e, "memcpy(%s, %s, %" PRId64 ");", name_of(e, c), name_of(e, v), bytes);
+      line(e, "memcpy(%s, %s, %s);", name_of(e, c), name_of(e, v), bytes);
     }
   }
   e->tmp++;
@@ -1310,8 +1393,8 @@ static void emit_op(Emitter *e, const TpkOp *op) {
     const char *n = new_name(e, &op->out[0]);
     const TpkPlanSlot *s = tpk_plan_slot(e->plan, &op->out[0]);
     const TpkType *t = op->out[0].type;
-    line(e, "%s *%s = (%s *)(W + %" PRId64 "); /* scratch */", ctype(t->dtype), n, ctype(t->dtype), s ? s->offset : 0);
-    line(e, "memset(%s, 0, %" PRId64 ");", n, numel(e, t) * (int64_t)tpk_dtype_size(t->dtype));
+    line(e, "%s *%s = (%s *)(W + %s); /* scratch */", ctype(t->dtype), n, ctype(t->dtype), s ? slot_offset(e, s) : "0");
+    line(e, "memset(%s, 0, %s);", n, byte_size(e, t));
     return;
   }
   case TPK_OP_DMA_START: emit_dma(e, op); return;
@@ -1362,6 +1445,14 @@ static const char PRELUDE[] =
     "  snprintf(err, 256, fmt, value);\n"
     "  return 1;\n"
     "}\n"
+    "static int tpk_fail2(char *err, const char *fmt, long long a, long long b) {\n"
+    "  snprintf(err, 256, fmt, a, b);\n"
+    "  return 1;\n"
+    "}\n"
+    "/* sizes of kernels compiled for every shape (divisors are > 0) */\n"
+    "static int64_t tpk_floordiv(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }\n"
+    "static int64_t tpk_ceildiv(int64_t a, int64_t b) { return -tpk_floordiv(-a, b); }\n"
+    "static int64_t tpk_align64(int64_t n) { return (n + 63) & ~(int64_t)63; }\n"
     "static float tpk_bf16_f32(uint16_t h) { union { uint32_t u; float f; } c; c.u = (uint32_t)h << 16; return c.f; }\n"
     "static uint16_t tpk_f32_bf16(float f) {\n"
     "  union { uint32_t u; float f; } c; c.f = f;\n"
@@ -1396,18 +1487,45 @@ static const char PRELUDE[] =
     "  return q;\n"
     "}\n";
 
-TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, const char *source, TpkStr *out,
-                     TpkError *err) {
+/* <entry>_workspace(syms): the workspace bytes a launch needs. With
+ * symbolic sizes, <entry>_layout places the storage groups one after
+ * another, 64-byte aligned, and returns the total. */
+static void emit_layout(Emitter *e, const char *entry) {
+  const TpkPlan *plan = e->plan;
+  if (!plan->symbolic) {
+    tpk_str_printf(e->out, "\nint64_t %s_workspace(const int64_t *syms) {\n  (void)syms;\n  return %" PRId64 ";\n}\n", entry,
+                   plan->workspace_bytes);
+    return;
+  }
+  tpk_str_printf(e->out, "\nstatic int64_t %s_layout(const int64_t *syms, int64_t *wo) {\n  (void)syms;\n  wo[0] = 0;\n",
+                 entry);
+  for (int g = 0; g < plan->ngroups; g++)
+    tpk_str_printf(e->out, "  wo[%d] = wo[%d] + tpk_align64(%s);\n", g + 1, g, sz_dim(e, plan->group_bytes[g]));
+  tpk_str_printf(e->out, "  return wo[%d];\n}\n", plan->ngroups);
+  tpk_str_printf(e->out, "\nint64_t %s_workspace(const int64_t *syms) {\n  int64_t wo[%d];\n  return %s_layout(syms, wo);\n}\n",
+                 entry, plan->ngroups + 1, entry);
+}
+
+TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, const char *source, unsigned flags,
+                     TpkStr *out, TpkError *err) {
   Emitter e = {.f = f, .plan = plan, .out = out, .err = err, .source = source};
   tpk_arena_init(&e.arena, 0);
-  tpk_str_printf(out, "/* %s: generated by tpk from kernel '%s'; workspace %" PRId64 " bytes */\n", entry, f->name,
-                 plan->workspace_bytes);
-  tpk_str_puts(out, PRELUDE);
+  if (plan->symbolic)
+    tpk_str_printf(out, "/* %s: generated by tpk from kernel '%s' for every shape */\n", entry, f->name);
+  else
+    tpk_str_printf(out, "/* %s: generated by tpk from kernel '%s'; workspace %" PRId64 " bytes */\n", entry, f->name,
+                   plan->workspace_bytes);
+  if (!(flags & TPK_EMIT_NO_PRELUDE)) tpk_str_puts(out, PRELUDE);
+  emit_layout(&e, entry);
   tpk_str_printf(out, "\nint %s(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n",
                  entry);
   e.indent = 1;
   line(&e, "char *W = (char *)ws;");
   line(&e, "(void)p; (void)syms; (void)W; (void)err;");
+  if (plan->symbolic) {
+    line(&e, "int64_t wo[%d];", plan->ngroups + 1);
+    line(&e, "%s_layout(syms, wo);", entry);
+  }
   for (int i = 0; i < f->nparams; i++) {
     const TpkValue *v = f->params[i].value;
     const char *n = new_name(&e, v);

@@ -28,8 +28,8 @@ TpkTarget tpk_target_host(void) {
   return t;
 }
 
-TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, const char *source, TpkStr *out,
-                         int64_t *workspace_bytes, TpkError *err) {
+TpkStatus tpk_lower(TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err) {
+  memset(plan, 0, sizeof *plan);
   tpk_simplify(f);
   TpkStatus st = tpk_tile_whole_arrays(f, t, err);
   if (st != TPK_OK) return st;
@@ -38,10 +38,15 @@ TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, cons
   if (tpk_ir_verify(f->module, &verr) != TPK_OK)
     return tpk_error(err, TPK_ERR_INTERNAL, "internal error: lowering '%s' produced invalid IR: %s", f->name,
                      verr.message);
+  return tpk_plan_memory(f, t, plan, err);
+}
+
+TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, const char *source, unsigned flags,
+                         TpkStr *out, int64_t *workspace_bytes, TpkError *err) {
   TpkPlan plan;
-  st = tpk_plan_memory(f, t, &plan, err);
+  TpkStatus st = tpk_lower(f, t, &plan, err);
   if (st != TPK_OK) return st;
-  st = tpk_emit_c(f, &plan, entry, source, out, err);
+  st = tpk_emit_c(f, &plan, entry, source, flags, out, err);
   if (workspace_bytes) *workspace_bytes = plan.workspace_bytes;
   tpk_plan_free(&plan);
   return st;

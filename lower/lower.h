@@ -39,21 +39,31 @@ TpkStatus tpk_tile_whole_arrays(TpkFunc *f, const TpkTarget *t, TpkError *err);
  * workspace. Values are mapped by a per-function numbering (TpkPlan.index). */
 typedef struct TpkPlanSlot {
   const TpkValue *value;
-  int64_t offset, bytes; /* bytes 0: no storage (scalars, aliases handled by `alias`) */
-  int alias;             /* >= 0: shares the storage of slot `alias` */
+  int64_t offset, bytes;   /* bytes 0: no storage (scalars, aliases handled by `alias`); -1 when symbolic */
+  const TpkDim *bytes_dim; /* the storage's size as a dimension (NULL: no storage) */
+  int group;               /* symbolic plans: the storage group (-1: none), placed by the generated code */
+  int alias;               /* >= 0: shares the storage of slot `alias` */
 } TpkPlanSlot;
 
 typedef struct TpkPlan {
   TpkArena arena;
   int nslots;
   TpkPlanSlot *slots;
-  int64_t workspace_bytes; /* total, 64-byte aligned */
+  int64_t workspace_bytes; /* total, 64-byte aligned; -1 when symbolic */
   TpkPtrMap index; /* value -> slot number */
+  /* Sizes that depend on shape symbols: storage groups are numbered, not
+   * placed; group g needs group_bytes[g] bytes (64-byte aligned by whoever
+   * lays them out one after another). */
+  bool symbolic;
+  int ngroups;
+  const TpkDim **group_bytes;
 } TpkPlan;
 
-/* Plan the workspace of a kernel whose shapes are all constant. Fails, with
- * nothing left to free, with a message naming the largest buffers when the
- * kernel needs more than t->vmem_bytes. */
+/* Plan the workspace of a kernel. With constant shapes, offsets are packed
+ * by liveness and the total is checked: fails, with nothing left to free,
+ * with a message naming the largest buffers when the kernel needs more than
+ * t->vmem_bytes. With symbolic shapes the plan is symbolic (see TpkPlan) and
+ * the budget is checked per launch, on the kernel with its shapes bound. */
 TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err);
 /* The slot of a value (following aliases), or NULL for values without
  * storage. */
@@ -80,14 +90,24 @@ const TpkOp *tpk_fused_root(const TpkValue *v);
 /* Uses of v in b and its regions; *last gets the last using op. */
 int tpk_count_uses(const TpkBlock *b, const TpkValue *v, const TpkOp **last);
 
-/* Emit readable C for kernel f (constant shapes) as a function named
- * `entry` with the TpkKernelFn signature (runtime/jit.h). Each statement is
- * preceded by its .tpk source line as a comment when `source` is given. */
-TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, const char *source, TpkStr *out,
-                     TpkError *err);
+/* Emit readable C for kernel f as a function named `entry` with the
+ * TpkKernelFn signature (runtime/jit.h), and `<entry>_workspace`, which
+ * returns the workspace bytes a launch needs (TpkWorkspaceFn). Shapes may be
+ * constant (one launch's) or symbolic: then the code reads the shape symbols
+ * from syms[], in the order of tpk_func_symbols(f), and serves every shape.
+ * Each statement is preceded by its .tpk source line as a comment when
+ * `source` is given. */
+enum { TPK_EMIT_NO_PRELUDE = 1 }; /* leave out the helpers (for a second kernel in one C file) */
+TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, const char *source, unsigned flags,
+                     TpkStr *out, TpkError *err);
 
-/* Everything for the host in one call: simplify, tile, plan, emit. */
-TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, const char *source, TpkStr *out,
-                         int64_t *workspace_bytes, TpkError *err);
+/* The lowering passes for a target: simplify, tile whole-array statements,
+ * verify, plan memory (see tpk_plan_memory). */
+TpkStatus tpk_lower(TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err);
+
+/* Everything for the host in one call: tpk_lower, then emit (flags as for
+ * tpk_emit_c). *workspace_bytes is -1 for symbolic shapes. */
+TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, const char *source, unsigned flags,
+                         TpkStr *out, int64_t *workspace_bytes, TpkError *err);
 
 #endif

@@ -20,6 +20,12 @@
  *
  * Groups get offsets first-fit in order of their start, 64-byte aligned, and
  * the peak is checked against the target's VMEM budget.
+ *
+ * A kernel compiled once for every shape (symbolic sizes) cannot be packed
+ * here: its groups are numbered instead, each with its size as a dimension
+ * expression, and the generated code lays them out one after another when it
+ * starts (the emitter's layout function). Grouping only merges values whose
+ * sizes are provably equal, so it is the same for every shape.
  */
 #include "lower/lower.h"
 
@@ -40,13 +46,16 @@ static bool index_put(TpkPtrMap *m, const void *key, int i) { return tpk_ptrmap_
 
 typedef struct Info {
   const TpkValue *v;
-  int64_t bytes;
+  int64_t bytes;           /* constant sizes; 0 when symbolic or never materialised */
+  const TpkDim *bytes_dim; /* the size as a dimension (interned: equal sizes, equal pointers) */
   int start, end; /* program positions */
   int group;
   int last_user_pos; /* position of the last op using it directly (no loop extension) */
 } Info;
 
 typedef struct Planner {
+  TpkModule *module;
+  bool symbolic; /* some size depends on a shape symbol */
   TpkPlan *plan;
   TpkPtrMap *ix; /* value -> index into info */
   Info *info;
@@ -71,17 +80,11 @@ static bool grow(void **p, int *cap, int need, size_t elem) {
   return true;
 }
 
-static int64_t value_bytes(const TpkValue *v, bool *symbolic) {
+/* v's size in bytes as a dimension; NULL if it overflows. */
+static const TpkDim *value_bytes(TpkModule *m, const TpkValue *v) {
   const TpkType *t = v->type;
-  int64_t n = (int64_t)tpk_dtype_size(t->dtype);
-  for (int i = 0; i < t->rank; i++) {
-    int64_t d;
-    if (!tpk_dim_is_const(t->dims[i], &d)) {
-      *symbolic = true;
-      return 0;
-    }
-    n *= d;
-  }
+  const TpkDim *n = tpk_dim_const(m, (int64_t)tpk_dtype_size(t->dtype));
+  for (int i = 0; i < t->rank && n; i++) n = tpk_dim_binary(m, TPK_DIM_MUL, n, t->dims[i]);
   return n;
 }
 
@@ -98,20 +101,19 @@ static int track(Planner *p, const TpkValue *v) {
     p->failed = true;
     return -1;
   }
-  bool symbolic = false;
   Info *in = &p->info[p->n];
   memset(in, 0, sizeof *in);
   in->v = v;
-  in->bytes = value_bytes(v, &symbolic);
+  in->bytes_dim = value_bytes(p->module, v);
+  if (in->bytes_dim && !tpk_dim_is_const(in->bytes_dim, &in->bytes)) p->symbolic = true;
   in->start = p->pos;
   in->end = p->pos;
   in->group = p->n;
   in->last_user_pos = p->pos;
-  if (symbolic && !p->failed) {
+  if (!in->bytes_dim && !p->failed) {
     TpkStr s = {0};
     tpk_type_print(&s, v->type);
-    tpk_error(p->err, TPK_ERR_INTERNAL, "memory planning needs constant shapes; a value has type %s",
-              s.data ? s.data : "?");
+    tpk_error(p->err, TPK_ERR_NOMEM, "a value of type %s is too large", s.data ? s.data : "?");
     tpk_str_free(&s);
     p->failed = true;
   }
@@ -209,8 +211,19 @@ static void unite(Planner *p, int a, int b) {
   }
   p->group_parent[b] = a;
   if (p->info[b].end > p->info[a].end) p->info[a].end = p->info[b].end;
-  if (p->info[b].bytes > p->info[a].bytes) p->info[a].bytes = p->info[b].bytes;
+  if (p->info[b].bytes > p->info[a].bytes) {
+    p->info[a].bytes = p->info[b].bytes;
+    p->info[a].bytes_dim = p->info[b].bytes_dim;
+  }
 }
+
+/* May a and b share storage as far as their sizes go? Symbolic sizes only
+ * when provably equal. */
+static bool sizes_fit(Planner *p, int a, int b) {
+  return p->symbolic ? p->info[a].bytes_dim == p->info[b].bytes_dim : true;
+}
+
+static bool same_size(Planner *p, int a, int b) { return p->info[a].bytes_dim == p->info[b].bytes_dim; }
 
 /* Does value v die at op (its last direct use is op, and no loop keeps it)? */
 static bool dies_at(Planner *p, const TpkValue *v, const TpkOp *op) {
@@ -229,7 +242,7 @@ static void merge_in_place(Planner *p, const TpkOp *op) {
   if (r < 0) return;
   if (op->opcode == TPK_OP_RESHAPE) {
     int a = index_get(p->ix, op->in[0]);
-    if (a >= 0 && dies_at(p, op->in[0], op)) unite(p, a, r);
+    if (a >= 0 && dies_at(p, op->in[0], op) && sizes_fit(p, a, r)) unite(p, a, r);
     return;
   }
   bool elementwise = (info->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT ||
@@ -239,7 +252,7 @@ static void merge_in_place(Planner *p, const TpkOp *op) {
     const TpkValue *u = op->in[i];
     int a = index_get(p->ix, u);
     if (a < 0 || is_param(u) || u->type->rank != op->out[0].type->rank) continue;
-    if (p->info[a].bytes != p->info[r].bytes) continue;
+    if (!same_size(p, a, r)) continue;
     if (u->def && u->def->opcode == TPK_OP_DOT && tpk_dot_fuses_into_add(u->def, NULL)) continue;
     if (dies_at(p, u, op)) {
       unite(p, a, r);
@@ -288,7 +301,7 @@ static void merge_region_results(Planner *p, const TpkOp *op) {
         const TpkValue *yv = y->in[i];
         int yi = index_get(p->ix, yv);
         if (yi >= 0 && yv->def && yv->def->parent == body && find(p, yi) != find(p, arg) &&
-            p->info[find(p, yi)].end == pos_of(p, y) && p->info[yi].bytes == p->info[arg].bytes &&
+            p->info[find(p, yi)].end == pos_of(p, y) && same_size(p, yi, arg) &&
             can_take_loop_buffer(p, find(p, yi), &body->args[i + 1], p->info[arg].last_user_pos))
           unite(p, yi, arg);
       }
@@ -299,7 +312,7 @@ static void merge_region_results(Planner *p, const TpkOp *op) {
         const TpkValue *yv = y->in[i];
         int yi = index_get(p->ix, yv);
         if (yi >= 0 && yv->def && yv->def->parent == op->regions[r] && find(p, yi) == yi &&
-            p->info[yi].end == pos_of(p, y) && p->info[yi].bytes == p->info[res].bytes)
+            p->info[yi].end == pos_of(p, y) && same_size(p, yi, res))
           unite(p, yi, res);
       }
     }
@@ -399,10 +412,39 @@ static TpkStatus too_big(Planner *p, const int *roots, int nroots, int64_t peak,
   return st;
 }
 
+/* Symbolic sizes: number the storage groups in order of their start; the
+ * generated code places them. */
+static TpkStatus number_groups(Planner *p, const TpkFunc *f, const int *roots, int nroots) {
+  TpkPlan *plan = p->plan;
+  plan->symbolic = true;
+  plan->workspace_bytes = -1;
+  plan->ngroups = nroots;
+  plan->group_bytes = tpk_arena_alloc(&plan->arena, (size_t)(nroots ? nroots : 1) * sizeof *plan->group_bytes);
+  plan->slots = tpk_arena_alloc(&plan->arena, (size_t)(p->n ? p->n : 1) * sizeof *plan->slots);
+  int *number = malloc((size_t)(p->n ? p->n : 1) * sizeof *number);
+  if (!plan->group_bytes || !plan->slots || !number) {
+    free(number);
+    return tpk_error(p->err, TPK_ERR_NOMEM, "out of memory planning '%s'", f->name);
+  }
+  for (int i = 0; i < p->n; i++) number[i] = -1;
+  for (int r = 0; r < nroots; r++) {
+    number[roots[r]] = r;
+    plan->group_bytes[r] = p->info[roots[r]].bytes_dim;
+  }
+  for (int i = 0; i < p->n; i++) {
+    int g = find(p, i);
+    plan->slots[i] = (TpkPlanSlot){.value = p->info[i].v, .offset = -1, .bytes = -1, .bytes_dim = p->info[g].bytes_dim,
+                                   .group = number[g], .alias = g == i ? -1 : g};
+  }
+  plan->nslots = p->n;
+  free(number);
+  return TPK_OK;
+}
+
 TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err) {
   memset(plan, 0, sizeof *plan);
   tpk_arena_init(&plan->arena, 0);
-  Planner p = {.plan = plan, .ix = &plan->index, .err = err};
+  Planner p = {.module = f->module, .plan = plan, .ix = &plan->index, .err = err};
   number_block(&p, f->body);
   p.pos = 0;
   if (!p.failed) scan_block(&p, f->body);
@@ -425,15 +467,24 @@ TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, T
   for (int i = 0; i < p.n; i++) {
     p.group_parent[i] = i;
     const TpkOp *d = p.info[i].v->def;
-    if ((d && d->opcode == TPK_OP_DOT && tpk_dot_fuses_into_add(d, NULL)) || tpk_value_is_fused(p.info[i].v))
+    if ((d && d->opcode == TPK_OP_DOT && tpk_dot_fuses_into_add(d, NULL)) || tpk_value_is_fused(p.info[i].v)) {
       p.info[i].bytes = 0; /* never materialised */
+      p.info[i].bytes_dim = NULL;
+    }
   }
   merge_block(&p, f->body);
 
   int nroots = 0;
-  for (int i = 0; i < p.n; i++)
-    if (find(&p, i) == i && p.info[i].bytes > 0) roots[nroots++] = i;
+  for (int i = 0; i < p.n; i++) {
+    int64_t zero;
+    const TpkDim *b = p.info[i].bytes_dim;
+    if (find(&p, i) == i && b && !(tpk_dim_is_const(b, &zero) && zero == 0)) roots[nroots++] = i;
+  }
   sort_by_start(roots, nroots, p.info);
+  if (p.symbolic) {
+    st = number_groups(&p, f, roots, nroots);
+    goto placed;
+  }
   /* First fit among the groups still live at each start. */
   int nactive = 0;
   int64_t peak = 0;
@@ -469,10 +520,11 @@ TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, T
     for (int i = 0; plan->slots && i < p.n; i++) {
       int g = find(&p, i);
       plan->slots[i] = (TpkPlanSlot){.value = p.info[i].v, .offset = group_offset[g], .bytes = p.info[g].bytes,
-                                     .alias = g == i ? -1 : g};
+                                     .bytes_dim = p.info[g].bytes_dim, .group = -1, .alias = g == i ? -1 : g};
     }
     plan->nslots = p.n;
   }
+placed:
   free(roots);
   free(active);
   free(group_offset);

@@ -9,6 +9,13 @@
  * at once, cc -O3 in the background). Specialisations are cached per
  * program; the JIT keeps optimized code on disk across processes.
  *
+ * Code that serves every shape (a Generic) replaces the per-shape compile
+ * when there is some: the standard library's, compiled ahead of time
+ * (runtime/std.h), or with TPK_GENERIC=1 one JIT compile per kernel and
+ * tunable setting. The specialisation then still checks the kernel with its
+ * sizes (same errors), plans it against the device's VMEM and times it on a
+ * sim device, but compiles nothing.
+ *
  * Errors: every call returns a status; the message is kept per thread
  * (tpk_last_error), like errno and dlerror, so concurrent queues do not
  * overwrite each other's messages.
@@ -25,6 +32,7 @@
 #include "lower/lower.h"
 #include "runtime/jit.h"
 #include "runtime/prims.h"
+#include "runtime/std.h"
 #include "sim/sim.h"
 #include "sim/timeline.h"
 
@@ -66,12 +74,28 @@ struct TpkBuffer {
   void *data;
 };
 
+enum { MAX_SYMS = 64 };
+
+/* Code serving every shape of one kernel at one tunable setting on the host:
+ * the standard library's, or compiled once by the JIT (TPK_GENERIC=1). */
+typedef struct Generic {
+  const char *kernel;     /* its name */
+  char *tunes;            /* the canonical setting, "BM=8,BN=128" */
+  const TpkStdEntry *aot; /* ahead-of-time code, or: */
+  TpkCode *code;          /* JIT-compiled code, */
+  TpkModule *module;      /* the kernel it was compiled from */
+  TpkPlan plan;           /* and its symbolic plan (workspace sizes) */
+  struct Generic *next;
+} Generic;
+
 /* One compiled specialisation of a kernel: its sizes and tunables, the IR
  * it was built from, the code and a reusable workspace. */
 typedef struct Spec {
   char *key;
   TpkModule *module;
   TpkCode *code;
+  const Generic *generic; /* instead of code */
+  int64_t syms[MAX_SYMS]; /* the shape symbols, in tpk_func_symbols order */
   TpkSimReport sim;      /* sim devices: the launch timed on the chip */
   TpkTimeline *timeline; /* ... and its timeline, for traces */
   int64_t workspace_bytes;
@@ -93,16 +117,20 @@ struct TpkProgram {
   TpkModule *module; /* checked once, unbound */
   TpkKernel *kernels;
   int nkernels;
-  pthread_mutex_t lock; /* specs */
+  pthread_mutex_t lock; /* specs and generics */
   Spec *specs;
+  Generic *generics;
+  int std_file; /* the standard file this program's text is, or -1 */
   TpkProgram *next;
 };
 
 struct TpkContext {
   TpkJit *jit;
+  bool generic_jit; /* TPK_GENERIC=1: compile each kernel once for every shape */
   pthread_mutex_t lock; /* the lists below */
   TpkDevice *devices;
   TpkProgram *programs;
+  TpkProgram **std_programs; /* per standard file, loaded on first use */
 };
 
 TpkStatus tpk_context_create(TpkContext **out) {
@@ -115,6 +143,14 @@ TpkStatus tpk_context_create(TpkContext **out) {
   if (tpk_jit_create(&o, &ctx->jit, &err) != TPK_OK) {
     free(ctx);
     return fail_err(&err);
+  }
+  const char *g = getenv("TPK_GENERIC");
+  ctx->generic_jit = g && strcmp(g, "1") == 0;
+  ctx->std_programs = calloc((size_t)(tpk_std_nfiles ? tpk_std_nfiles : 1), sizeof *ctx->std_programs);
+  if (!ctx->std_programs) {
+    tpk_jit_destroy(ctx->jit);
+    free(ctx);
+    return fail(TPK_ERR_NOMEM, "out of memory creating a context");
   }
   pthread_mutex_init(&ctx->lock, NULL);
   *out = ctx;
@@ -138,11 +174,21 @@ void tpk_program_destroy(TpkProgram *prog) {
       *p = prog->next;
       break;
     }
+  for (int i = 0; i < tpk_std_nfiles; i++)
+    if (ctx->std_programs[i] == prog) ctx->std_programs[i] = NULL;
   pthread_mutex_unlock(&ctx->lock);
   for (Spec *s = prog->specs, *n; s; s = n) {
     n = s->next;
     spec_free(s);
   }
+  for (Generic *g = prog->generics, *n; g; g = n) {
+    n = g->next;
+    tpk_plan_free(&g->plan);
+    if (g->module) tpk_module_free(g->module);
+    free(g->tunes);
+    free(g);
+  }
+
   free(prog->kernels);
   if (prog->module) tpk_module_free(prog->module);
   tpk_source_free(&prog->src);
@@ -161,6 +207,7 @@ void tpk_context_destroy(TpkContext *ctx) {
     free(d);
   }
   pthread_mutex_destroy(&ctx->lock);
+  free(ctx->std_programs);
   free(ctx);
 }
 
@@ -287,6 +334,7 @@ static TpkStatus program_from_source(TpkContext *ctx, TpkSource src, TpkProgram 
   }
   prog->ctx = ctx;
   prog->src = src;
+  prog->std_file = tpk_std_file_of(src.text, src.len);
   pthread_mutex_init(&prog->lock, NULL);
   TpkDiags diags;
   tpk_diags_init(&diags, &prog->src);
@@ -374,8 +422,6 @@ int tpk_kernel_param_rank(const TpkKernel *k, int i) { return k->f->params[i].va
 const char *tpk_kernel_last_tier(const TpkKernel *k) { return k->last_tier; }
 
 /* ---- binding a launch ---------------------------------------------------------------- */
-
-enum { MAX_SYMS = 64 };
 
 typedef struct Bound {
   const char *name[MAX_SYMS];
@@ -538,8 +584,115 @@ static char *spec_key(const TpkKernel *k, const Bound *b, const TpkLaunch *L, co
   return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
 }
 
+/* The launch's tunable setting in canonical form: every tunable in
+ * declaration order, "BM=8,BN=128" (what kernels/aot.c names entries by). */
+static char *tunes_text(const TpkKernel *k, const TpkLaunch *L) {
+  TpkStr s = {0};
+  tpk_str_puts(&s, "");
+  for (int j = 0; j < k->f->ntunes; j++) {
+    int64_t v = k->f->tunes[j].value;
+    for (int i = 0; i < L->ntunes; i++)
+      if (strcmp(L->tunes[i].name, k->f->tunes[j].name) == 0) v = L->tunes[i].value;
+    tpk_str_printf(&s, "%s%s=%lld", j ? "," : "", k->f->tunes[j].name, (long long)v);
+  }
+  return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
+}
+
+static TpkStatus check_failed(const TpkKernel *k, const char *what, TpkDiags *diags) {
+  TpkStr s = {0};
+  tpk_diags_render(&s, diags);
+  fail(TPK_ERR_INVALID, "kernel '%s' %s:\n%s", k->f->name, what, s.data ? s.data : "");
+  tpk_str_free(&s);
+  tpk_diags_free(diags);
+  return TPK_ERR_INVALID;
+}
+
+/* Compile k once for every shape at the launch's tunables (TPK_GENERIC=1). */
+static TpkStatus compile_generic(TpkKernel *k, const TpkLaunch *L, Generic *g) {
+  TpkProgram *prog = k->prog;
+  TpkBinding tunes[MAX_SYMS];
+  int nt = L->ntunes < MAX_SYMS ? L->ntunes : MAX_SYMS;
+  for (int i = 0; i < nt; i++) tunes[i] = (TpkBinding){L->tunes[i].name, L->tunes[i].value};
+  TpkCheckOptions o = {.tunes = tunes, .ntunes = nt, .only_kernel = k->f->name};
+  TpkDiags diags;
+  tpk_diags_init(&diags, &prog->src);
+  if (tpk_compile_source(&prog->src, &o, &diags, &g->module) != TPK_OK) return check_failed(k, "with these tunables", &diags);
+  tpk_diags_free(&diags);
+  TpkTarget host = tpk_target_host();
+  TpkError err = {0};
+  char entry[128];
+  snprintf(entry, sizeof entry, "tpk_generic_%s", k->f->name);
+  TpkStr c = {0};
+  TpkStatus st = tpk_lower(g->module->funcs[0], &host, &g->plan, &err);
+  if (st == TPK_OK) st = tpk_emit_c(g->module->funcs[0], &g->plan, entry, prog->src.text, 0, &c, &err);
+  if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &g->code, &err);
+  tpk_str_free(&c);
+  return st == TPK_OK ? TPK_OK : fail_err(&err);
+}
+
+/* The code serving every shape of k at the launch's tunables, if there is
+ * some: NULL when the launch must be specialised. Under prog->lock. */
+static TpkStatus find_generic(TpkKernel *k, const TpkLaunch *L, Generic **out) {
+  *out = NULL;
+  TpkProgram *prog = k->prog;
+  if (prog->std_file < 0 && !prog->ctx->generic_jit) return TPK_OK;
+  char *tunes = tunes_text(k, L);
+  if (!tunes) return fail(TPK_ERR_NOMEM, "out of memory");
+  for (Generic *g = prog->generics; g; g = g->next)
+    if (strcmp(g->kernel, k->f->name) == 0 && strcmp(g->tunes, tunes) == 0) {
+      free(tunes);
+      *out = g;
+      return TPK_OK;
+    }
+  const TpkStdEntry *aot = prog->std_file >= 0 ? tpk_std_find(prog->std_file, k->f->name, tunes) : NULL;
+  if (!aot && !prog->ctx->generic_jit) {
+    free(tunes);
+    return TPK_OK;
+  }
+  Generic *g = calloc(1, sizeof *g);
+  if (!g) {
+    free(tunes);
+    return fail(TPK_ERR_NOMEM, "out of memory");
+  }
+  g->kernel = k->f->name;
+  g->tunes = tunes;
+  g->aot = aot;
+  TpkStatus st = aot ? TPK_OK : compile_generic(k, L, g);
+  if (st != TPK_OK) {
+    tpk_plan_free(&g->plan);
+    if (g->module) tpk_module_free(g->module);
+    free(g->tunes);
+    free(g);
+    return st;
+  }
+  g->next = prog->generics;
+  prog->generics = g;
+  *out = g;
+  return TPK_OK;
+}
+
+/* The workspace a generic code needs for one launch's sizes. */
+static int64_t generic_workspace(const Generic *g, const Spec *spec, const TpkKernel *k) {
+  if (g->aot) return g->aot->workspace(spec->syms);
+  if (!g->plan.symbolic) return g->plan.workspace_bytes;
+  Bound b = {.n = 0};
+  const char *names[MAX_SYMS];
+  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
+  for (int i = 0; i < n && i < MAX_SYMS; i++) {
+    b.name[b.n] = names[i];
+    b.value[b.n++] = spec->syms[i];
+  }
+  int64_t total = 0;
+  for (int i = 0; i < g->plan.ngroups; i++) {
+    int64_t bytes = 0;
+    tpk_dim_eval(g->plan.group_bytes[i], bound_lookup, &b, &bytes);
+    total += (bytes + 63) / 64 * 64;
+  }
+  return total;
+}
+
 /* Check the kernel again with every size and tunable bound, lower it and
- * compile it. */
+ * compile it (unless code serving every shape exists). */
 static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, const TpkDevice *dev, Spec *spec) {
   TpkProgram *prog = k->prog;
   TpkBinding binds[MAX_SYMS], tunes[MAX_SYMS];
@@ -550,15 +703,14 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, co
   TpkDiags diags;
   tpk_diags_init(&diags, &prog->src);
   TpkStatus st = tpk_compile_source(&prog->src, &o, &diags, &spec->module);
-  if (st != TPK_OK) {
-    TpkStr s = {0};
-    tpk_diags_render(&s, &diags);
-    fail(TPK_ERR_INVALID, "kernel '%s' with these sizes:\n%s", k->f->name, s.data ? s.data : "");
-    tpk_str_free(&s);
-    tpk_diags_free(&diags);
-    return TPK_ERR_INVALID;
-  }
+  if (st != TPK_OK) return check_failed(k, "with these sizes", &diags);
   tpk_diags_free(&diags);
+  const char *names[MAX_SYMS];
+  int nsyms = tpk_func_symbols(k->f, names, MAX_SYMS);
+  for (int i = 0; i < nsyms && i < MAX_SYMS; i++) spec->syms[i] = b->value[bound_find(b, names[i])];
+  Generic *g;
+  st = find_generic(k, L, &g);
+  if (st != TPK_OK) return st;
   TpkFunc *f = spec->module->funcs[0];
   /* On a sim device the kernel is lowered, tiled and planned for the chip's
    * VMEM; the host runs that same code for the values. */
@@ -569,8 +721,16 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, co
   TpkError err = {0};
   char entry[128];
   snprintf(entry, sizeof entry, "tpk_kernel_%s", f->name);
-  st = tpk_lower_to_c(f, &target, entry, prog->src.text, &c, &spec->workspace_bytes, &err);
-  if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &spec->code, &err);
+  if (g) { /* plan (the VMEM budget) and time it; the code exists */
+    TpkPlan plan;
+    st = tpk_lower(f, &target, &plan, &err);
+    tpk_plan_free(&plan);
+    spec->generic = g;
+    spec->workspace_bytes = generic_workspace(g, spec, k);
+  } else {
+    st = tpk_lower_to_c(f, &target, entry, prog->src.text, 0, &c, &spec->workspace_bytes, &err);
+    if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &spec->code, &err);
+  }
   tpk_str_free(&c);
   /* shapes are bound, so the chip's timing is the same for every launch */
   if (st == TPK_OK && dev && dev->chip) st = tpk_sim_schedule(f, dev->chip, &spec->sim, &spec->timeline, &err);
@@ -648,9 +808,11 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
     if (mine) spec->workspace = ws;
   }
   char err[TPK_KERNEL_ERR_LEN] = {0};
-  TpkKernelFn fn = tpk_code_entry(spec->code);
-  int rc = fn(tpk_prims(), args, NULL, ws, err);
-  k->last_tier = tpk_code_tier(spec->code) == TPK_TIER_CC ? "cc" : "tcc";
+  const Generic *g = spec->generic;
+  TpkCode *code = g ? g->code : spec->code;
+  TpkKernelFn fn = g && g->aot ? g->aot->fn : tpk_code_entry(code);
+  int rc = fn(tpk_prims(), args, spec->syms, ws, err);
+  k->last_tier = g && g->aot ? "aot" : tpk_code_tier(code) == TPK_TIER_CC ? "cc" : "tcc";
   k->last_sim = dev && dev->chip ? spec : NULL;
   if (mine) atomic_store(&spec->workspace_busy, false);
   else free(ws);
@@ -699,6 +861,8 @@ void tpk_context_wait_compiles(TpkContext *ctx) {
     pthread_mutex_lock(&p->lock);
     for (Spec *s = p->specs; s; s = s->next)
       if (s->code) tpk_code_wait_optimized(s->code);
+    for (Generic *g = p->generics; g; g = g->next)
+      if (g->code) tpk_code_wait_optimized(g->code);
     pthread_mutex_unlock(&p->lock);
   }
   pthread_mutex_unlock(&ctx->lock);
@@ -729,4 +893,79 @@ TpkStatus tpk_kernel_write_trace(const TpkKernel *k, const char *path) {
   if (tpk_timeline_write_trace(k->last_sim->timeline, path, k->last_sim->sim.chip->clock_hz, name, &err) != TPK_OK)
     return fail_err(&err);
   return TPK_OK;
+}
+
+/* ---- the standard library ------------------------------------------------------------ */
+
+int tpk_context_compiler_runs(const TpkContext *ctx) {
+  if (!ctx) return 0;
+  TpkJitStats s = tpk_jit_stats(ctx->jit);
+  return s.tcc_compiles + s.cc_compiles;
+}
+
+/* The registry lists each kernel once per tunable setting, settings of one
+ * kernel next to each other: kernel i is the i-th first setting. */
+static const TpkStdEntry *std_kernel_entry(int i) {
+  for (int e = 0, n = 0; e < tpk_std_nentries; e++) {
+    const TpkStdEntry *x = &tpk_std_entries[e];
+    bool first = e == 0 || x->file != x[-1].file || strcmp(x->kernel, x[-1].kernel) != 0;
+    if (first && n++ == i) return x;
+  }
+  return NULL;
+}
+
+int tpk_std_kernel_count(void) {
+  int n = 0;
+  while (std_kernel_entry(n)) n++;
+  return n;
+}
+
+const char *tpk_std_kernel_name(int i) {
+  const TpkStdEntry *e = std_kernel_entry(i);
+  return e ? e->kernel : NULL;
+}
+
+const char *tpk_std_kernel_file(int i) {
+  const TpkStdEntry *e = std_kernel_entry(i);
+  return e ? tpk_std_files[e->file].name : NULL;
+}
+
+const char *tpk_std_source(const char *file) {
+  for (int i = 0; file && i < tpk_std_nfiles; i++)
+    if (strcmp(tpk_std_files[i].name, file) == 0) return tpk_std_files[i].source;
+  return NULL;
+}
+
+TpkStatus tpk_std_kernel(TpkContext *ctx, const char *name, TpkKernel **out) {
+  *out = NULL;
+  if (!ctx || !name) return fail(TPK_ERR_INVALID, "tpk_std_kernel: no context or no name");
+  const TpkStdEntry *e = NULL;
+  for (int i = 0; (e = std_kernel_entry(i)) && strcmp(e->kernel, name) != 0; i++) {
+  }
+  if (!e) {
+    TpkStr list = {0};
+    for (int i = 0; std_kernel_entry(i); i++) tpk_str_printf(&list, "%s%s", i ? ", " : "", std_kernel_entry(i)->kernel);
+    fail(TPK_ERR_INVALID, "the standard library has no kernel '%s'; it has: %s", name, list.data ? list.data : "(none)");
+    tpk_str_free(&list);
+    return TPK_ERR_INVALID;
+  }
+  pthread_mutex_lock(&ctx->lock);
+  TpkProgram *prog = ctx->std_programs[e->file];
+  pthread_mutex_unlock(&ctx->lock);
+  if (!prog) { /* load outside the lock (loading takes it); keep the first */
+    const TpkStdFile *f = &tpk_std_files[e->file];
+    char label[160];
+    snprintf(label, sizeof label, "std:%s", f->name);
+    TpkStatus st = tpk_program_load_source(ctx, label, f->source, f->len, &prog);
+    if (st != TPK_OK) return st;
+    pthread_mutex_lock(&ctx->lock);
+    TpkProgram *first = ctx->std_programs[e->file];
+    if (!first) ctx->std_programs[e->file] = prog;
+    pthread_mutex_unlock(&ctx->lock);
+    if (first) {
+      tpk_program_destroy(prog);
+      prog = first;
+    }
+  }
+  return tpk_program_kernel(prog, name, out);
 }

@@ -360,9 +360,15 @@ static void test_vmem_budget(void **state) {
 }
 
 /* Run `kname` of a corpus file with every symbol = size on `device` in a
- * context whose JIT tier is `tier`; return the bytes of every output,
- * concatenated. On a sim device the launch must also have been timed. */
+ * context whose JIT tier is `tier` ("generic": tcc, compiling the kernel once
+ * for every shape); return the bytes of every output, concatenated. On a sim
+ * device the launch must also have been timed. */
 static char *run_on(const char *device, const char *tier, const char *file, const char *kname, int64_t size, size_t *len) {
+  bool generic = strcmp(tier, "generic") == 0;
+  if (generic) {
+    setenv("TPK_GENERIC", "1", 1);
+    tier = "tcc";
+  }
   setenv("TPK_TIER", tier, 1);
   char cache[] = "/tmp/tpk-test-tiers-XXXXXX"; /* a private cache: cc must really compile */
   assert_non_null(mkdtemp(cache));
@@ -415,6 +421,7 @@ static char *run_on(const char *device, const char *tier, const char *file, cons
   free(text);
   unsetenv("TPK_TIER");
   unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_GENERIC");
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
   assert_int_equal(system(cmd), 0);
@@ -440,6 +447,52 @@ static void test_tiers_agree_bitwise(void **state) {
     free(a);
     free(b);
   }
+}
+
+/* Code compiled once for every shape (what the standard library is built
+ * as) computes the bits the code specialised for one shape computes: every
+ * corpus kernel at a tiny, a ragged and a multi-block size. */
+static void test_generic_code_matches_specialised(void **state) {
+  (void)state;
+  char *names[128];
+  int n = test_list_tpk("tests/corpus", names, 128);
+  int compared = 0;
+  static const int64_t SIZES[] = {9, 37, 130}; /* >= 8: the corpus's gather ids are < 8 */
+  for (int f = 0; f < n; f++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/corpus/%s", names[f]);
+    char *text = test_read_file(test_path(rel), NULL);
+    TpkContext *ctx;
+    TpkProgram *prog;
+    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+    assert_int_equal(tpk_program_load_source(ctx, names[f], text, strlen(text), &prog), TPK_OK);
+    for (int ki = 0; ki < tpk_program_kernel_count(prog); ki++) {
+      const char *kname = tpk_program_kernel_name(prog, ki);
+      TpkKernel *k;
+      assert_int_equal(tpk_program_kernel(prog, kname, &k), TPK_OK);
+      int max_rank = 0;
+      for (int i = 0; i < tpk_kernel_param_count(k); i++)
+        if (tpk_kernel_param_rank(k, i) > max_rank) max_rank = tpk_kernel_param_rank(k, i);
+      for (size_t s = 0; s < TPK_ARRAY_LEN(SIZES); s++) {
+        int64_t size = max_rank >= 3 && SIZES[s] > 48 ? 48 : SIZES[s];
+        size_t n1, n2;
+        char *one = run_on("host", "tcc", names[f], kname, size, &n1);
+        char *every = run_on("host", "generic", names[f], kname, size, &n2);
+        assert_int_equal(n1, n2);
+        if (memcmp(one, every, n1) != 0)
+          fail_msg("%s:%s size %lld: the code for every shape computed other bits than the code for this shape",
+                   names[f], kname, (long long)size);
+        free(one);
+        free(every);
+        compared++;
+      }
+    }
+    tpk_context_destroy(ctx);
+    free(text);
+    free(names[f]);
+  }
+  fprintf(stderr, "%d corpus launches: code for every shape == code for one shape, bit for bit\n", compared);
+  assert_true(compared >= 240);
 }
 
 /* Every corpus kernel can be timed on a chip (v5e, and v5p, whose two
@@ -489,6 +542,7 @@ int main(void) {
       cmocka_unit_test(test_tunables_do_not_change_results),
       cmocka_unit_test(test_tiers_agree_bitwise),
       cmocka_unit_test(test_corpus_on_simulated_chips),
+      cmocka_unit_test(test_generic_code_matches_specialised),
       cmocka_unit_test(test_corpus_matches_interpreter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

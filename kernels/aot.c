@@ -1,0 +1,203 @@
+/*
+ * aot.c — the build's compiler for the standard kernel library.
+ *
+ *   aot c FILE.tpk OUT.c            C for every kernel of FILE, serving every
+ *                                   shape, once per tunable setting
+ *   aot registry OUT.c FILE.tpk...  the table runtime/std.h declares: the
+ *                                   files' text, and kernel -> entry points
+ *
+ * A tunable setting is the declared defaults, plus each setting
+ * kernels/tuned.tsv ships for the kernel (see tune_settings). Entry points
+ * are named tpk_std_<file>_<kernel>_<n>, n counting the settings; both
+ * commands enumerate them the same way, from the same files.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsl/dsl.h"
+#include "lower/lower.h"
+
+enum { MAX_SETTINGS = 32, MAX_TUNES = 16 };
+
+/* One tunable setting of one kernel: values in declaration order. */
+typedef struct Setting {
+  int n;
+  TpkBinding tunes[MAX_TUNES];
+  char text[256]; /* canonical "BM=8,BN=128" */
+} Setting;
+
+static int fail(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "aot: ");
+  fprintf(stderr, fmt, a, b);
+  fputc('\n', stderr);
+  return 1;
+}
+
+/* "kernels/softmax.tpk" -> "softmax" (letters, digits, _ only). */
+static void file_id(const char *path, char *out, size_t n) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t k = 0;
+  for (const char *c = base; *c && *c != '.' && k + 1 < n; c++)
+    out[k++] = ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')) ? *c : '_';
+  out[k] = 0;
+}
+
+static const char *base_name(const char *path) {
+  const char *b = strrchr(path, '/');
+  return b ? b + 1 : path;
+}
+
+static void canonical(Setting *s) {
+  size_t k = 0;
+  s->text[0] = 0;
+  for (int i = 0; i < s->n && k < sizeof s->text; i++)
+    k += (size_t)snprintf(s->text + k, sizeof s->text - k, "%s%s=%lld", i ? "," : "", s->tunes[i].name,
+                          (long long)s->tunes[i].value);
+}
+
+/* The settings of kernel f: its defaults first. (Shipped tuned settings are
+ * added here when kernels/tuned.tsv lists some.) */
+static int tune_settings(const TpkFunc *f, Setting *out) {
+  Setting *d = &out[0];
+  d->n = f->ntunes < MAX_TUNES ? f->ntunes : MAX_TUNES;
+  for (int i = 0; i < d->n; i++) d->tunes[i] = (TpkBinding){f->tunes[i].name, f->tunes[i].value};
+  canonical(d);
+  return 1;
+}
+
+static TpkStatus load(const char *path, TpkSource *src, TpkModule **m, const TpkCheckOptions *o) {
+  TpkError err = {0};
+  if (tpk_source_read(src, path, &err) != TPK_OK) {
+    fail("%s%s", err.message, "");
+    return err.code;
+  }
+  TpkDiags diags;
+  tpk_diags_init(&diags, src);
+  TpkStatus st = tpk_compile_source(src, o, &diags, m);
+  if (st != TPK_OK) {
+    TpkStr s = {0};
+    tpk_diags_render(&s, &diags);
+    fail("%s%s", s.data ? s.data : "the file did not check", "");
+    tpk_str_free(&s);
+  }
+  tpk_diags_free(&diags);
+  return st;
+}
+
+static int emit_file(const char *path, const char *out_path) {
+  TpkSource src;
+  TpkModule *m = NULL;
+  if (load(path, &src, &m, NULL) != TPK_OK) return 1;
+  char id[64];
+  file_id(path, id, sizeof id);
+  TpkStr out = {0};
+  int status = 0, emitted = 0;
+  for (int i = 0; i < m->nfuncs && !status; i++) {
+    Setting settings[MAX_SETTINGS];
+    int ns = tune_settings(m->funcs[i], settings);
+    for (int s = 0; s < ns && !status; s++) {
+      /* Each setting is checked again with its tunables bound; shapes stay
+       * symbolic. */
+      TpkSource again;
+      TpkModule *one = NULL;
+      TpkCheckOptions o = {.tunes = settings[s].tunes, .ntunes = settings[s].n, .only_kernel = m->funcs[i]->name};
+      if (load(path, &again, &one, &o) != TPK_OK) {
+        status = 1;
+        break;
+      }
+      char entry[200];
+      snprintf(entry, sizeof entry, "tpk_std_%s_%s_%d", id, m->funcs[i]->name, s);
+      TpkTarget host = tpk_target_host();
+      TpkError err = {0};
+      int64_t ws;
+      if (tpk_lower_to_c(one->funcs[0], &host, entry, again.text, emitted ? TPK_EMIT_NO_PRELUDE : 0, &out, &ws,
+                         &err) != TPK_OK)
+        status = fail("%s: %s", path, err.message);
+      emitted++;
+      tpk_module_free(one);
+      tpk_source_free(&again);
+    }
+  }
+  if (!status) {
+    FILE *f = fopen(out_path, "w");
+    if (!f || fwrite(out.data ? out.data : "", 1, out.len, f) != out.len || fclose(f) != 0)
+      status = fail("cannot write %s%s", out_path, "");
+  }
+  tpk_str_free(&out);
+  tpk_module_free(m);
+  tpk_source_free(&src);
+  return status;
+}
+
+/* text as a C string literal, split into lines. */
+static void c_string(TpkStr *s, const char *text, size_t len) {
+  tpk_str_puts(s, "\"");
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)text[i];
+    if (c == '\n') tpk_str_puts(s, i + 1 < len ? "\\n\"\n    \"" : "\\n");
+    else if (c == '\\' || c == '"') tpk_str_printf(s, "\\%c", c);
+    else if (c == '?') tpk_str_puts(s, "\\?"); /* no trigraphs */
+    else if (c < 32 || c >= 127) tpk_str_printf(s, "\\%03o", c);
+    else tpk_str_putc(s, (char)c);
+  }
+  tpk_str_puts(s, "\"");
+}
+
+static int emit_registry(const char *out_path, int nfiles, char **paths) {
+  TpkStr decl = {0}, files = {0}, entries = {0};
+  int status = 0, nentries = 0;
+  tpk_str_puts(&decl, "/* generated by kernels/aot.c: the standard kernels compiled ahead of time */\n"
+                      "#include \"runtime/std.h\"\n\n");
+  for (int fi = 0; fi < nfiles && !status; fi++) {
+    TpkSource src;
+    TpkModule *m = NULL;
+    if (load(paths[fi], &src, &m, NULL) != TPK_OK) {
+      status = 1;
+      break;
+    }
+    char id[64];
+    file_id(paths[fi], id, sizeof id);
+    tpk_str_printf(&files, "  {\"%s\", ", base_name(paths[fi]));
+    c_string(&files, src.text, src.len);
+    tpk_str_printf(&files, ", %zu},\n", src.len);
+    for (int i = 0; i < m->nfuncs; i++) {
+      Setting settings[MAX_SETTINGS];
+      int ns = tune_settings(m->funcs[i], settings);
+      for (int s = 0; s < ns; s++) {
+        char entry[200];
+        snprintf(entry, sizeof entry, "tpk_std_%s_%s_%d", id, m->funcs[i]->name, s);
+        tpk_str_printf(&decl, "int %s(const TpkPrims *, void *const *, const int64_t *, void *, char *);\n", entry);
+        tpk_str_printf(&decl, "int64_t %s_workspace(const int64_t *);\n", entry);
+        tpk_str_printf(&entries, "  {%d, \"%s\", \"%s\", %s, %s_workspace},\n", fi, m->funcs[i]->name,
+                       settings[s].text, entry, entry);
+        nentries++;
+      }
+    }
+    tpk_module_free(m);
+    tpk_source_free(&src);
+  }
+  if (!status) {
+    TpkStr all = {0};
+    tpk_str_printf(&all, "%s\nconst TpkStdFile tpk_std_files[] = {\n%s  {0, 0, 0}\n};\nconst int tpk_std_nfiles = %d;\n\n",
+                   decl.data ? decl.data : "", files.data ? files.data : "", nfiles);
+    tpk_str_printf(&all, "const TpkStdEntry tpk_std_entries[] = {\n%s  {0, 0, 0, 0, 0}\n};\nconst int tpk_std_nentries = %d;\n",
+                   entries.data ? entries.data : "", nentries);
+    FILE *f = fopen(out_path, "w");
+    if (all.failed || !f || fwrite(all.data, 1, all.len, f) != all.len || fclose(f) != 0)
+      status = fail("cannot write %s%s", out_path, "");
+    tpk_str_free(&all);
+  }
+  tpk_str_free(&decl);
+  tpk_str_free(&files);
+  tpk_str_free(&entries);
+  return status;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "c") == 0) return emit_file(argv[2], argv[3]);
+  if (argc >= 3 && strcmp(argv[1], "registry") == 0) return emit_registry(argv[2], argc - 3, argv + 3);
+  fprintf(stderr, "usage: aot c FILE.tpk OUT.c | aot registry OUT.c FILE.tpk...\n");
+  return 2;
+}
