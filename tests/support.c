@@ -1,9 +1,13 @@
 #include "support.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/interp.h"
+#include "runtime/prims.h"
 
 void test_compile(TestCompile *c, const char *name, const char *text, const TpkCheckOptions *opts) {
   memset(c, 0, sizeof *c);
@@ -124,3 +128,136 @@ int test_list_tpk(const char *rel, char **names, int max) {
 void test_names_free(char **names, int n) {
   for (int i = 0; i < n; i++) free(names[i]);
 }
+
+/* ---- launches against the reference interpreter ------------------------------ */
+
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15u);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
+void test_fill_random(void *data, TpkDType dt, int64_t n, uint64_t *s) {
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t r = rng_next(s);
+    char *at = (char *)data + i * (int64_t)tpk_dtype_size(dt);
+    if (tpk_dtype_is_float(dt)) {
+      float f = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+      tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &f, at, 1);
+    } else {
+      int32_t v = dt == TPK_BOOL ? (int32_t)(r & 1) : (int32_t)(r % 8);
+      tpk_prims()->convert(TPK_PRIM_I32, (int)dt, &v, at, 1);
+    }
+  }
+}
+
+int64_t test_buffer_numel(const TpkBuffer *b) {
+  int64_t n = 1;
+  for (int i = 0; i < tpk_buffer_rank(b); i++) n *= tpk_buffer_shape(b)[i];
+  return n;
+}
+
+bool test_outputs_close(TpkDType dt, const void *got, const void *want, int64_t n, char *why, size_t whylen) {
+  float *g = malloc((size_t)(n ? n : 1) * sizeof *g), *w = malloc((size_t)(n ? n : 1) * sizeof *w);
+  double atol = dt == TPK_F32 ? 1e-5 : dt == TPK_F16 ? 1e-3 : dt == TPK_BF16 ? 1e-2 : tpk_dtype_is_float(dt) ? 0.25 : 0;
+  double rtol = dt == TPK_F32 ? 1e-4 : dt == TPK_F16 ? 2e-3 : dt == TPK_BF16 ? 1.6e-2 : tpk_dtype_is_float(dt) ? 0.26 : 0;
+  tpk_prims()->convert((int)dt, TPK_PRIM_F32, got, g, n);
+  tpk_prims()->convert((int)dt, TPK_PRIM_F32, want, w, n);
+  double scale = 0; /* accumulation order: absolute error grows with the terms (as tpk run --check) */
+  for (int64_t i = 0; i < n; i++)
+    if (isfinite(w[i]) && fabs((double)w[i]) > scale) scale = fabs((double)w[i]);
+  if (scale > 1) atol *= scale;
+  bool ok = true;
+  for (int64_t i = 0; i < n && ok; i++) {
+    if (isnan(g[i]) && isnan(w[i])) continue;
+    double d = fabs((double)g[i] - (double)w[i]);
+    if (g[i] == w[i]) d = 0;
+    if (!(d <= atol + rtol * fabs((double)w[i]))) {
+      snprintf(why, whylen, "element %lld: host %.9g, interpreter %.9g", (long long)i, (double)g[i], (double)w[i]);
+      ok = false;
+    }
+  }
+  free(g);
+  free(w);
+  return ok;
+}
+
+
+void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *file, const char *text,
+                     const char *kname, int64_t size, const TpkBinding *tunes, int ntunes, TestTally *tally) {
+  TpkKernel *k;
+  assert_int_equal(tpk_program_kernel(prog, kname, &k), TPK_OK);
+  int np = tpk_kernel_param_count(k);
+  TpkNamedInt syms[32];
+  TpkBinding binds[32];
+  int ns = tpk_kernel_symbol_count(k);
+  for (int i = 0; i < ns && i < 32; i++) {
+    syms[i] = (TpkNamedInt){tpk_kernel_symbol_name(k, i), size};
+    binds[i] = (TpkBinding){tpk_kernel_symbol_name(k, i), size};
+  }
+  TpkBuffer *bufs[64] = {0};
+  void *ref[64] = {0};
+  uint64_t sv[64];
+  double scalars[64] = {0};
+  void *iargs[64];
+  uint64_t seed = (uint64_t)size * 7919u + (uint64_t)strlen(kname);
+  for (int i = 0; i < np; i++) {
+    TpkDType dt = tpk_kernel_param_dtype(k, i);
+    if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) {
+      scalars[i] = tpk_dtype_is_float(dt) ? 0.5 : dt == TPK_BOOL ? 1 : 3;
+      float fv = (float)scalars[i];
+      int32_t iv = (int32_t)scalars[i];
+      if (tpk_dtype_is_float(dt)) tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &fv, &sv[i], 1);
+      else tpk_prims()->convert(TPK_PRIM_I32, (int)dt, &iv, &sv[i], 1);
+      iargs[i] = &sv[i];
+      continue;
+    }
+    int64_t shape[8];
+    assert_int_equal(tpk_kernel_param_shape(k, i, syms, ns, shape), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]), TPK_OK);
+    if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT) test_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
+    size_t bytes = tpk_buffer_bytes(bufs[i]);
+    ref[i] = calloc(1, bytes ? bytes : 1);
+    assert_non_null(ref[i]);
+    memcpy(ref[i], tpk_buffer_data(bufs[i]), bytes);
+    iargs[i] = ref[i];
+  }
+  TpkNamedInt tn[8];
+  for (int i = 0; i < ntunes; i++) tn[i] = (TpkNamedInt){tunes[i].name, tunes[i].value};
+  TpkLaunch launch = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns, .tunes = tn, .ntunes = ntunes};
+  TpkStatus host = tpk_kernel_launch(k, &launch);
+  char host_msg[512];
+  snprintf(host_msg, sizeof host_msg, "%s", tpk_last_error());
+
+  TpkCheckOptions o = {.binds = binds, .nbinds = ns, .tunes = tunes, .ntunes = ntunes, .only_kernel = kname};
+  TestCompile c;
+  test_compile(&c, file, text, &o);
+  assert_int_equal(c.status, TPK_OK);
+  TpkError err = {0};
+  TpkStatus interp = tpk_interp_run(c.module->funcs[0], iargs, NULL, &err);
+  if (host != TPK_OK || interp != TPK_OK) {
+    /* Both must fail, for the same reason (an index out of range). */
+    if ((host == TPK_OK) != (interp == TPK_OK))
+      fail_msg("%s:%s size %lld: host %s (%s), interpreter %s (%s)", file, kname, (long long)size,
+               tpk_status_name(host), host_msg, tpk_status_name(interp), err.message);
+    assert_non_null(strstr(host_msg, "out of range"));
+    tally->both_failed++;
+  } else {
+    for (int i = 0; i < np; i++) {
+      TpkParamKind kind = tpk_kernel_param_kind(k, i);
+      if (kind != TPK_PARAM_KIND_OUTPUT && kind != TPK_PARAM_KIND_INOUT) continue;
+      char why[256];
+      if (!test_outputs_close(tpk_buffer_dtype(bufs[i]), tpk_buffer_data(bufs[i]), ref[i], test_buffer_numel(bufs[i]), why, sizeof why))
+        fail_msg("%s:%s size %lld, output '%s': %s", file, kname, (long long)size, tpk_kernel_param_name(k, i), why);
+      tally->compared++;
+    }
+    tally->passed++;
+  }
+  test_compile_free(&c);
+  for (int i = 0; i < np; i++) {
+    tpk_buffer_destroy(bufs[i]);
+    free(ref[i]);
+  }
+}
+

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "dsl/dsl.h"
+#include "tpk.h"
 
 /* Result of compiling one source text. */
 typedef struct TestCompile {
@@ -54,5 +55,26 @@ char *test_read_file(const char *path, size_t *len);
 const char *test_root(void);
 /* Path under the root, in a static buffer (valid until the next call). */
 const char *test_path(const char *rel);
+
+/* ---- launches against the reference interpreter ---- */
+
+/* Seeded random contents: floats in [-1, 1), integers in [0, 8), bools 0/1. */
+void test_fill_random(void *data, TpkDType dt, int64_t n, uint64_t *seed);
+int64_t test_buffer_numel(const TpkBuffer *b);
+/* Do n elements of dtype dt agree within its tolerance (integers exactly)?
+ * The absolute part scales with the largest value, since accumulation
+ * orders differ. Otherwise `why` names the first element that does not. */
+bool test_outputs_close(TpkDType dt, const void *got, const void *want, int64_t n, char *why, size_t whylen);
+
+typedef struct TestTally {
+  int passed, compared, both_failed;
+} TestTally;
+/* Launch kernel `kname` of prog (whose text is `text`, named `file`) on dev
+ * with every shape symbol = size, random inputs and scalars 0.5 (floats) or 3
+ * (integers), and the reference interpreter on the same inputs; outputs must
+ * agree, or both fail with an out-of-range error. */
+void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *file, const char *text,
+                                const char *kname, int64_t size, const TpkBinding *tunes, int ntunes,
+                                TestTally *tally);
 
 #endif
