@@ -30,6 +30,7 @@ int cli_check(const CliCommand *cmd, int argc, char **argv);
 int cli_dump(const CliCommand *cmd, int argc, char **argv);
 int cli_run(const CliCommand *cmd, int argc, char **argv);
 int cli_bench(const CliCommand *cmd, int argc, char **argv);
+int cli_tune(const CliCommand *cmd, int argc, char **argv);
 
 /* ---- Options -----------------------------------------------------------------
  * Long options `--name`, `--name=value`, `--name value`; short `-q`; `--` ends

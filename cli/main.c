@@ -180,6 +180,61 @@ static const char BENCH_HELP[] =
     "  tpk bench matmul.tpk --shape M=4096,N=4096,K=4096 --tune BM=1024,BN=1024 \\\n"
     "      --device host,sim:v5e,sim:v6e\n";
 
+static const char TUNE_HELP[] =
+    "Usage: tpk tune FILE [--kernel NAME] --shape LIST [--device NAME] [options]\n"
+    "\n"
+    "Find the fastest values of a kernel's tunables (`tune BM in [128, 256]`) for\n"
+    "the sizes in --shape on one device, showing each configuration as it is timed,\n"
+    "and remember the winner: later launches of the kernel with these sizes on this\n"
+    "device use it.\n"
+    "\n"
+    "On a simulated chip (--device sim:v5e, ...) each configuration is checked,\n"
+    "lowered and planned for the chip's VMEM and timed on the simulator's timeline,\n"
+    "without generating or compiling code: milliseconds per configuration. On the\n"
+    "host each configuration is compiled with cc -O3 (TPK_TIER=cc unless set) and\n"
+    "run on seeded random inputs; its time is the median of --repeat launches.\n"
+    "Configurations that do not fit in VMEM, or that the checker rejects, are\n"
+    "skipped with the reason.\n"
+    "\n"
+    "Every combination of the declared values is timed, the defaults first, when\n"
+    "there are at most --max-configs of them; a larger space is searched by\n"
+    "coordinate descent from the defaults (sweep one tunable at a time, keep the\n"
+    "fastest, repeat until nothing improves), timing at most --max-configs.\n"
+    "\n"
+    "Options:\n"
+    "  --kernel, -k NAME    the kernel to tune (may be left out if FILE has one)\n"
+    "  --shape LIST         sizes of every shape symbol: M=4096,N=4096,K=4096\n"
+    "  --device NAME        host (default), or sim:<chip> (v4, v5e, v5p, v6e, v7)\n"
+    "  --tune LIST          hold these tunables at one of their values and search the\n"
+    "                       others: --tune BK=512\n"
+    "  --max-configs N      search every combination up to N of them (default 512)\n"
+    "  --scalar LIST        host: values of scalar parameters (default 1): eps=1e-5\n"
+    "  --repeat N           host: timed launches per configuration (default 5)\n"
+    "  --seed S             host: seed of the random inputs (default 0)\n"
+    "  --no-cache           do not remember the winner\n"
+    "  --save-default FILE  also add or update the winner's row in FILE, a table of\n"
+    "                       shipped defaults such as kernels/tuned.tsv\n"
+    "  --cached             do not search: show the configuration launches would use\n"
+    "                       for these sizes (exit status 1 when none is known)\n"
+    "  --defaults FILE      with --cached: also look in FILE (kernels/tuned.tsv)\n"
+    "  -q, --quiet          only the summary, not a line per configuration\n"
+    "\n"
+    "The cache holds one small file per kernel, sizes and device in the tune/ folder\n"
+    "of tpk's cache ($TPK_CACHE_DIR, else $XDG_CACHE_HOME/tpk, else ~/.cache/tpk;\n"
+    "TPK_CACHE_DIR= disables it). Entries are keyed by a hash of the kernel's checked\n"
+    "IR: after an edit to the kernel it is tuned afresh.\n"
+    "\n"
+    "Exit status: 0 a winner was found (with --cached: one is known), 1 FILE has\n"
+    "errors, no configuration ran, or nothing is known, 2 a wrong command line\n"
+    "(including a --kernel, --shape or --tune name that FILE does not define).\n"
+    "\n"
+    "Examples:\n"
+    "  tpk tune matmul.tpk --shape M=4096,N=4096,K=4096 --device sim:v5e\n"
+    "  tpk tune matmul.tpk --shape M=4096,N=4096,K=4096 --device sim:v5e --cached\n"
+    "  tpk tune softmax.tpk --shape M=4096,N=1024 --device host --repeat 10\n"
+    "  tpk tune matmul.tpk --shape M=8192,N=8192,K=8192 --device sim:v6e --tune BK=512 \\\n"
+    "      --save-default kernels/tuned.tsv\n";
+
 static const char HELP_HELP[] =
     "Usage: tpk help [COMMAND]\n"
     "\n"
@@ -196,6 +251,7 @@ static const CliCommand COMMANDS[] = {
     {"dump", "print the syntax tree, the IR or the generated C of a .tpk file", DUMP_HELP, cli_dump},
     {"run", "run a kernel on random or .npy inputs, check it and time it", RUN_HELP, cli_run},
     {"bench", "time a kernel on the host and on simulated TPUs, one row per device", BENCH_HELP, cli_bench},
+    {"tune", "search a kernel's tunables on a simulated TPU or the host; remember the winner", TUNE_HELP, cli_tune},
     {"help", "show help for tpk or for one command", HELP_HELP, cli_help},
 };
 enum { NCOMMANDS = (int)TPK_ARRAY_LEN(COMMANDS) };

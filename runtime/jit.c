@@ -593,6 +593,18 @@ static void remove_if_same(const char *path, const struct stat *st) {
   if (lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino) unlink(path);
 }
 
+/* Does an object loaded earlier go by this name? */
+static bool name_is_loaded(const char *name) {
+#ifdef RTLD_NOLOAD
+  void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+  if (h) dlclose(h);
+  return h != NULL;
+#else
+  (void)name;
+  return true; /* cannot tell: use the path */
+#endif
+}
+
 /* Loads cache file `key` and finds `entry` in it. Returns false on a miss;
  * a damaged file is removed, a file this user does not own or others can
  * write is left alone and never loaded (a rebuild renames over it). */
@@ -626,10 +638,14 @@ static bool cache_load(TpkJit *j, const char *key, const char *entry, void **han
   }
   free(buf);
   if (!damaged) {
-    /* Load what was checked: the descriptor, not the name, when /proc allows. */
+    /* Load what was checked: the descriptor, not the name, when /proc
+     * allows and the name is free. The loader matches loaded objects by
+     * name first, and an earlier load through this descriptor number (closed
+     * since) would be handed back: another build's code. The path names
+     * this build alone. */
     char fdpath[64];
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
-    void *h = dlopen(access(fdpath, F_OK) == 0 ? fdpath : path, RTLD_LOCAL | RTLD_NOW);
+    void *h = dlopen(access(fdpath, F_OK) == 0 && !name_is_loaded(fdpath) ? fdpath : path, RTLD_LOCAL | RTLD_NOW);
     if (!h) {
       damaged = true;
     } else {

@@ -224,4 +224,18 @@ typedef struct TpkSimReport {
 TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *rep, TpkTimeline **timeline,
                            TpkError *err);
 
+/* ---- Timing without values (sim/timing.c) ---------------------------------
+ * Check kernel `kernel` of src with its shape symbols and tunables bound,
+ * lower and plan it for the chip's VMEM as a launch on "sim:<chip>" does, and
+ * schedule it: the same report as that launch, without generating or
+ * compiling C (what `tpk tune` calls per configuration). Errors:
+ * TPK_ERR_PARSE when the kernel does not check with these values (the
+ * rendered diagnostics), TPK_ERR_NOMEM when its blocks do not fit the
+ * chip's VMEM (the planner's message), and tpk_sim_schedule's. */
+typedef struct TpkSource TpkSource;
+typedef struct TpkBinding TpkBinding;
+TpkStatus tpk_sim_time_kernel(const TpkSource *src, const char *kernel, const TpkBinding *binds, int nbinds,
+                              const TpkBinding *tunes, int ntunes, const TpkChip *chip, TpkSimReport *rep,
+                              TpkError *err);
+
 #endif

@@ -595,6 +595,31 @@ static void damage_file(const char *path, Damage how) {
   }
 }
 
+/* Builds loaded from the cache in one process, with one entry name and
+ * different code (one kernel at several sizes or tunables), each keep their
+ * own code. (They were once loaded through the same /proc/self/fd/N name,
+ * which the dynamic loader took for the object it had already loaded.) */
+static void test_cached_builds_of_one_entry_stay_apart(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048];
+  TpkCode *c[3];
+  for (int round = 0; round < 2; round++) {
+    /* built and stored, then loaded from the cache by a second JIT */
+    TpkJit *j = new_jit(round == 0 ? TPK_TIER_CC : TPK_TIER_AUTO, -1, dir, NULL);
+    for (int i = 0; i < 3; i++) {
+      add_source(src, sizeof src, 20 + i);
+      c[i] = compile_ok(j, src, "add_kernel");
+      assert_int_equal(tpk_code_tier(c[i]), TPK_TIER_CC);
+    }
+    for (int i = 0; i < 3; i++) run_add(c[i], 20 + i, NULL);
+    assert_stats(j, 0, round == 0 ? 3 : 0, round == 0 ? 0 : 3, 0);
+    tpk_jit_destroy(j);
+  }
+  remove_tree(dir);
+  free(dir);
+}
+
 static void test_damaged_cache_file_is_rebuilt(void **state) {
   (void)state;
   const Damage kinds[] = {TRUNCATE, GARBAGE, FLIP_BYTE, EMPTY, DROP_TRAILER};
@@ -1001,6 +1026,7 @@ int main(void) {
       cmocka_unit_test(test_cc_tier_without_cache_leaves_nothing),
       cmocka_unit_test(test_auto_promotes_after_hot_calls),
       cmocka_unit_test(test_cache_hit_in_second_jit),
+      cmocka_unit_test(test_cached_builds_of_one_entry_stay_apart),
       cmocka_unit_test(test_damaged_cache_file_is_rebuilt),
       cmocka_unit_test(test_insecure_cache_is_not_loaded),
       cmocka_unit_test(test_compile_errors_carry_the_compiler_message),
