@@ -101,10 +101,10 @@ $(BUILD)/libtpk_core.a: $(LIB_OBJ)
 	ar rcs $@ $^
 $(BUILD)/kernels/aot: kernels/aot.c $(BUILD)/kernels/registry_none.o $(BUILD)/libtpk_core.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/kernels/registry_none.o $(BUILD)/libtpk_core.a $(LDFLAGS) $(LDLIBS)
-$(BUILD)/kernels/%.c: kernels/%.tpk $(BUILD)/kernels/aot
-	$(BUILD)/kernels/aot c $< $@
-$(BUILD)/kernels/registry.c: $(STD_TPK) $(STD_LIST) $(BUILD)/kernels/aot
-	$(BUILD)/kernels/aot registry $@ $(STD_TPK)
+$(BUILD)/kernels/%.c: kernels/%.tpk kernels/tuned.tsv $(BUILD)/kernels/aot
+	$(BUILD)/kernels/aot c kernels/tuned.tsv $< $@
+$(BUILD)/kernels/registry.c: $(STD_TPK) $(STD_LIST) kernels/tuned.tsv $(BUILD)/kernels/aot
+	$(BUILD)/kernels/aot registry kernels/tuned.tsv $@ $(STD_TPK)
 $(BUILD)/kernels/tpk_prims.h: runtime/prims.h
 	@mkdir -p $(dir $@)
 	cp $< $@

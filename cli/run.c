@@ -522,7 +522,11 @@ static int run(Run *r) {
   }
   double first = now_ms() - t0;
   r->result.first_ms = first;
-  say(r, "  first call   %.3f ms (compiled by %s)\n", first, tpk_kernel_last_tier(k));
+  if (strcmp(tpk_kernel_last_tier(k), "aot") == 0)
+    say(r, "  first call   %.3f ms (the standard library's code: nothing compiled)\n", first);
+  else
+    say(r, "  first call   %.3f ms (compiled by %s)\n", first, tpk_kernel_last_tier(k));
+  if (*tpk_kernel_last_tunes(k) != ' ') say(r, "  tunables     %s\n", tpk_kernel_last_tunes(k)); /* " (..)": none */
   TpkSimStats sim;
   if (tpk_kernel_last_sim_stats(k, &sim) == TPK_OK) {
     r->result.has_sim = true;

@@ -137,7 +137,8 @@ TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *s
  * value as a double, converted to the parameter's dtype; ints must be exact).
  * Shape symbols are bound from the buffers' shapes; a symbol that appears
  * only in outputs is bound from the output buffer or from `syms`.
- * Tunables not named in `tunes` take their defaults. */
+ * Tunables not named in `tunes` take their declared defaults; a launch that
+ * names none takes tuned ones when there are (tpk_kernel_last_tunes). */
 typedef struct TpkLaunch {
   TpkBuffer *const *args; /* tpk_kernel_param_count entries; NULL for scalars */
   const double *scalars;  /* same indexing; may be NULL if there are no scalars */
@@ -152,6 +153,13 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *launch);
 
 /* Compilation tier of the kernel's last launch: "tcc", "cc", "aot". */
 const char *tpk_kernel_last_tier(const TpkKernel *k);
+/* The tunables of the kernel's last launch and where they came from:
+ * "BM=256,BN=128 (tuning cache)"; the others are "(given)" by the launch,
+ * "(shipped defaults)" (kernels/tuned.tsv) and "(declared defaults)".
+ * A launch that names no tunables takes the first of `tpk tune`'s cache, the
+ * shipped defaults and the declared defaults that knows its sizes and
+ * device. Empty before the first launch. */
+const char *tpk_kernel_last_tunes(const TpkKernel *k);
 /* What the simulator says about the kernel's last launch on a "sim:<chip>"
  * device: the time it would take on the chip, and why. */
 typedef struct TpkSimStats {

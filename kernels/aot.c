@@ -1,15 +1,19 @@
 /*
  * aot.c — the build's compiler for the standard kernel library.
  *
- *   aot c FILE.tpk OUT.c            C for every kernel of FILE, serving every
- *                                   shape, once per tunable setting
- *   aot registry OUT.c FILE.tpk...  the table runtime/std.h declares: the
- *                                   files' text, and kernel -> entry points
+ *   aot c TUNED.tsv FILE.tpk OUT.c            C for every kernel of FILE,
+ *                                             serving every shape, once per
+ *                                             tunable setting
+ *   aot registry TUNED.tsv OUT.c FILE.tpk...  the table runtime/std.h
+ *                                             declares: the files' text,
+ *                                             kernel -> entry points, and
+ *                                             TUNED.tsv's text
  *
- * A tunable setting is the declared defaults, plus each setting
- * kernels/tuned.tsv ships for the kernel (see tune_settings). Entry points
- * are named tpk_std_<file>_<kernel>_<n>, n counting the settings; both
- * commands enumerate them the same way, from the same files.
+ * A kernel's tunable settings are its declared defaults, then each distinct
+ * setting TUNED.tsv (kernels/tuned.tsv) ships for it (rows of its name and
+ * IR hash, any device or sizes: a sim device's values are the host code's).
+ * Entry points are named tpk_std_<file>_<kernel>_<n>, n counting the
+ * settings; both commands enumerate them the same way, from the same files.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +21,7 @@
 
 #include "dsl/dsl.h"
 #include "lower/lower.h"
+#include "runtime/tune.h"
 
 enum { MAX_SETTINGS = 32, MAX_TUNES = 16 };
 
@@ -57,14 +62,50 @@ static void canonical(Setting *s) {
                           (long long)s->tunes[i].value);
 }
 
-/* The settings of kernel f: its defaults first. (Shipped tuned settings are
- * added here when kernels/tuned.tsv lists some.) */
+static TpkTuneTable tuned; /* kernels/tuned.tsv */
+static char *tuned_text;
+
+/* The settings of kernel f (unbound, as checked): its defaults first, then
+ * the distinct settings the table ships for it. */
 static int tune_settings(const TpkFunc *f, Setting *out) {
   Setting *d = &out[0];
   d->n = f->ntunes < MAX_TUNES ? f->ntunes : MAX_TUNES;
   for (int i = 0; i < d->n; i++) d->tunes[i] = (TpkBinding){f->tunes[i].name, f->tunes[i].value};
   canonical(d);
-  return 1;
+  int n = 1;
+  if (f->ntunes == 0) return n;
+  uint64_t hash = tpk_tune_ir_hash(f);
+  for (int r = 0; r < tuned.nrows && n < MAX_SETTINGS; r++) {
+    const TpkTuneRow *row = &tuned.rows[r];
+    int64_t values[TPK_TUNE_MAX_TUNABLES];
+    if (row->text || strcmp(row->kernel, f->name) != 0 || row->ir_hash != hash ||
+        !tpk_tune_parse(f, row->tunes, strlen(row->tunes), values))
+      continue;
+    Setting *s = &out[n];
+    s->n = d->n;
+    for (int i = 0; i < s->n; i++) s->tunes[i] = (TpkBinding){f->tunes[i].name, values[i]};
+    canonical(s);
+    bool seen = false;
+    for (int k = 0; k < n; k++) seen |= strcmp(out[k].text, s->text) == 0;
+    if (!seen) n++;
+  }
+  return n;
+}
+
+static int load_tuned(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return fail("cannot read %s%s", path, "");
+  TpkStr s = {0};
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) tpk_str_putn(&s, buf, got);
+  fclose(f);
+  tpk_str_puts(&s, "");
+  tuned_text = tpk_str_take(&s);
+  TpkError err = {0};
+  if (!tuned_text || tpk_tune_table_parse(&tuned, tuned_text, strlen(tuned_text), path, &err) != TPK_OK)
+    return fail("%s%s", err.message, "");
+  return 0;
 }
 
 static TpkStatus load(const char *path, TpkSource *src, TpkModule **m, const TpkCheckOptions *o) {
@@ -184,6 +225,9 @@ static int emit_registry(const char *out_path, int nfiles, char **paths) {
                    decl.data ? decl.data : "", files.data ? files.data : "", nfiles);
     tpk_str_printf(&all, "const TpkStdEntry tpk_std_entries[] = {\n%s  {0, 0, 0, 0, 0}\n};\nconst int tpk_std_nentries = %d;\n",
                    entries.data ? entries.data : "", nentries);
+    tpk_str_puts(&all, "\nconst char tpk_std_tuned_tsv[] =\n    ");
+    c_string(&all, tuned_text, strlen(tuned_text));
+    tpk_str_puts(&all, ";\n");
     FILE *f = fopen(out_path, "w");
     if (all.failed || !f || fwrite(all.data, 1, all.len, f) != all.len || fclose(f) != 0)
       status = fail("cannot write %s%s", out_path, "");
@@ -196,8 +240,12 @@ static int emit_registry(const char *out_path, int nfiles, char **paths) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4 && strcmp(argv[1], "c") == 0) return emit_file(argv[2], argv[3]);
-  if (argc >= 3 && strcmp(argv[1], "registry") == 0) return emit_registry(argv[2], argc - 3, argv + 3);
-  fprintf(stderr, "usage: aot c FILE.tpk OUT.c | aot registry OUT.c FILE.tpk...\n");
-  return 2;
+  int status = 2;
+  if (argc == 5 && strcmp(argv[1], "c") == 0) status = load_tuned(argv[2]) ? 1 : emit_file(argv[3], argv[4]);
+  else if (argc >= 4 && strcmp(argv[1], "registry") == 0)
+    status = load_tuned(argv[2]) ? 1 : emit_registry(argv[3], argc - 4, argv + 4);
+  else fprintf(stderr, "usage: aot c TUNED.tsv FILE.tpk OUT.c | aot registry TUNED.tsv OUT.c FILE.tpk...\n");
+  tpk_tune_table_free(&tuned);
+  free(tuned_text);
+  return status;
 }

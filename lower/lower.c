@@ -51,20 +51,3 @@ TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, cons
   tpk_plan_free(&plan);
   return st;
 }
-
-TpkStatus tpk_lower_passes(TpkFunc *f, const TpkTarget *t, int64_t *workspace_bytes, TpkError *err) {
-  tpk_simplify(f);
-  TpkStatus st = tpk_tile_whole_arrays(f, t, err);
-  if (st != TPK_OK) return st;
-  tpk_simplify(f);
-  TpkError verr = {0};
-  if (tpk_ir_verify(f->module, &verr) != TPK_OK)
-    return tpk_error(err, TPK_ERR_INTERNAL, "internal error: lowering '%s' produced invalid IR: %s", f->name,
-                     verr.message);
-  TpkPlan plan;
-  st = tpk_plan_memory(f, t, &plan, err);
-  if (st != TPK_OK) return st;
-  if (workspace_bytes) *workspace_bytes = plan.workspace_bytes;
-  tpk_plan_free(&plan);
-  return TPK_OK;
-}

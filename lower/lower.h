@@ -110,10 +110,4 @@ TpkStatus tpk_lower(TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err
 TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, const char *source, unsigned flags,
                          TpkStr *out, int64_t *workspace_bytes, TpkError *err);
 
-/* The passes of tpk_lower_to_c without the C: simplify, tile, verify, and
- * plan memory against t's VMEM (TPK_ERR_NOMEM from the planner, naming the
- * largest buffers, when the kernel does not fit). What the simulator times
- * when no values are computed (tpk tune). *workspace_bytes may be NULL. */
-TpkStatus tpk_lower_passes(TpkFunc *f, const TpkTarget *t, int64_t *workspace_bytes, TpkError *err);
-
 #endif

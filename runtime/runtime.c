@@ -33,6 +33,7 @@
 #include "runtime/jit.h"
 #include "runtime/prims.h"
 #include "runtime/std.h"
+#include "runtime/tune.h"
 #include "sim/sim.h"
 #include "sim/timeline.h"
 
@@ -104,9 +105,20 @@ typedef struct Spec {
   struct Spec *next;
 } Spec;
 
+/* The tunables chosen for launches that name none, per device and sizes. */
+typedef struct TuneMemo {
+  char *key; /* "sim:v5e|M=4096,N=4096" */
+  int n;     /* 0: the declared defaults */
+  TpkNamedInt tunes[TPK_TUNE_MAX_TUNABLES];
+  const char *from; /* "tuning cache", "shipped defaults", "declared defaults" */
+  struct TuneMemo *next;
+} TuneMemo;
+
 struct TpkKernel {
   TpkProgram *prog;
   TpkFunc *f; /* the unbound IR: parameter types with symbols */
+  TuneMemo *tuned; /* under prog->lock */
+  char last_tunes[256]; /* "BM=256,BN=128 (tuning cache)" */
   const char *last_tier;
   const Spec *last_sim; /* the specialisation of the last launch on a sim device */
 };
@@ -181,6 +193,12 @@ void tpk_program_destroy(TpkProgram *prog) {
     n = s->next;
     spec_free(s);
   }
+  for (int i = 0; prog->kernels && i < prog->nkernels; i++)
+    for (TuneMemo *t = prog->kernels[i].tuned, *n; t; t = n) {
+      n = t->next;
+      free(t->key);
+      free(t);
+    }
   for (Generic *g = prog->generics, *n; g; g = n) {
     n = g->next;
     tpk_plan_free(&g->plan);
@@ -420,6 +438,7 @@ TpkParamKind tpk_kernel_param_kind(const TpkKernel *k, int i) {
 TpkDType tpk_kernel_param_dtype(const TpkKernel *k, int i) { return k->f->params[i].value->type->dtype; }
 int tpk_kernel_param_rank(const TpkKernel *k, int i) { return k->f->params[i].value->type->rank; }
 const char *tpk_kernel_last_tier(const TpkKernel *k) { return k->last_tier; }
+const char *tpk_kernel_last_tunes(const TpkKernel *k) { return k->last_tunes; }
 
 /* ---- binding a launch ---------------------------------------------------------------- */
 
@@ -715,8 +734,7 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, co
   /* On a sim device the kernel is lowered, tiled and planned for the chip's
    * VMEM; the host runs that same code for the values. */
   TpkTarget target = tpk_target_host();
-  if (dev && dev->chip)
-    target = (TpkTarget){.name = dev->name, .vmem_bytes = (int64_t)dev->chip->vmem_bytes, .tile_bytes = 1 << 20};
+  if (dev && dev->chip) target = tpk_sim_target(dev->chip, dev->name);
   TpkStr c = {0};
   TpkError err = {0};
   char entry[128];
@@ -767,6 +785,63 @@ static TpkStatus find_spec(TpkKernel *k, const Bound *b, const TpkLaunch *L, con
   return st;
 }
 
+/* kernels/tuned.tsv as the build saw it (build/kernels/registry.c), parsed
+ * once. A table that does not parse is left empty (its test fails). */
+static TpkTuneTable shipped_tunes;
+static pthread_once_t shipped_once = PTHREAD_ONCE_INIT;
+static void parse_shipped_tunes(void) {
+  TpkError err = {0};
+  if (tpk_tune_table_parse(&shipped_tunes, tpk_std_tuned_tsv, strlen(tpk_std_tuned_tsv), "kernels/tuned.tsv", &err) != TPK_OK)
+    memset(&shipped_tunes, 0, sizeof shipped_tunes);
+}
+
+/* A launch that names no tunables takes the tuning cache's winner for its
+ * sizes and device (`tpk tune`), else the shipped defaults for them, else the
+ * declared defaults. Looked up once per kernel, device and sizes. */
+static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *dev, const TuneMemo **out) {
+  TpkStr key = {0};
+  const char *names[MAX_SYMS];
+  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
+  tpk_str_printf(&key, "%s|", dev ? dev->name : "host");
+  TpkBinding syms[MAX_SYMS];
+  for (int i = 0; i < n && i < MAX_SYMS; i++) {
+    syms[i] = (TpkBinding){names[i], b->value[bound_find(b, names[i])]};
+    tpk_str_printf(&key, "%s%s=%lld", i ? "," : "", names[i], (long long)syms[i].value);
+  }
+  if (key.failed) return tpk_str_free(&key), fail(TPK_ERR_NOMEM, "out of memory");
+  TpkProgram *prog = k->prog;
+  pthread_mutex_lock(&prog->lock);
+  TuneMemo *m = k->tuned;
+  while (m && strcmp(m->key, key.data) != 0) m = m->next;
+  pthread_mutex_unlock(&prog->lock);
+  if (m) {
+    tpk_str_free(&key);
+    *out = m;
+    return TPK_OK;
+  }
+  m = calloc(1, sizeof *m);
+  if (!m) return tpk_str_free(&key), fail(TPK_ERR_NOMEM, "out of memory");
+  m->key = tpk_str_take(&key);
+  pthread_once(&shipped_once, parse_shipped_tunes);
+  TpkTuneKey tk;
+  TpkTuneConfig cfg;
+  TpkError err = {0};
+  if (k->f->ntunes > 0 && tpk_tune_key(&tk, k->f, tpk_tune_ir_hash(k->f), syms, n, dev ? dev->name : "host", &err) == TPK_OK &&
+      tpk_tune_lookup(&tk, k->f, NULL, &shipped_tunes, &cfg)) {
+    m->n = cfg.n;
+    for (int i = 0; i < cfg.n; i++) m->tunes[i] = (TpkNamedInt){cfg.tunes[i].name, cfg.tunes[i].value};
+    m->from = strcmp(cfg.from, "cache") == 0 ? "tuning cache" : "shipped defaults";
+  } else {
+    m->from = "declared defaults";
+  }
+  pthread_mutex_lock(&prog->lock);
+  m->next = k->tuned;
+  k->tuned = m;
+  pthread_mutex_unlock(&prog->lock);
+  *out = m;
+  return TPK_OK;
+}
+
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (!k || !L) return fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
   const TpkFunc *f = k->f;
@@ -790,8 +865,18 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
       args[i] = L->args[i]->data;
     }
   }
+  TpkLaunch tuned = *L;
+  const char *tunes_from = L->ntunes ? "given" : "declared defaults";
+  if (L->ntunes == 0 && f->ntunes > 0) {
+    const TuneMemo *m = NULL;
+    st = resolve_tunes(k, &b, dev, &m);
+    if (st != TPK_OK) return st;
+    tuned.tunes = m->tunes;
+    tuned.ntunes = m->n;
+    tunes_from = m->from;
+  }
   Spec *spec;
-  st = find_spec(k, &b, L, dev, &spec);
+  st = find_spec(k, &b, &tuned, dev, &spec);
   if (st != TPK_OK) return st;
   for (int i = 0; i < f->nparams; i++)
     if (f->params[i].zero_init) memset(L->args[i]->data, 0, L->args[i]->bytes);
@@ -814,6 +899,9 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   int rc = fn(tpk_prims(), args, spec->syms, ws, err);
   k->last_tier = g && g->aot ? "aot" : tpk_code_tier(code) == TPK_TIER_CC ? "cc" : "tcc";
   k->last_sim = dev && dev->chip ? spec : NULL;
+  char *tunes = tunes_text(k, &tuned);
+  snprintf(k->last_tunes, sizeof k->last_tunes, "%s (%s)", tunes ? tunes : "?", tunes_from);
+  free(tunes);
   if (mine) atomic_store(&spec->workspace_busy, false);
   else free(ws);
   if (rc != 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->src.name, err);

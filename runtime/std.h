@@ -35,6 +35,8 @@ extern const TpkStdFile tpk_std_files[];
 extern const int tpk_std_nfiles;
 extern const TpkStdEntry tpk_std_entries[];
 extern const int tpk_std_nentries;
+/* kernels/tuned.tsv: the tuned settings the library ships (runtime/tune.h). */
+extern const char tpk_std_tuned_tsv[];
 
 /* The file whose text is exactly text[0..len), or -1. */
 int tpk_std_file_of(const char *text, size_t len);

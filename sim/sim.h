@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "frontend/base.h"
+#include "lower/lower.h"
 
 /* ---- Where a figure comes from ------------------------------------------ */
 typedef enum TpkSimProvenance {
@@ -223,6 +224,10 @@ typedef struct TpkSimReport {
  * model yet. */
 TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *rep, TpkTimeline **timeline,
                            TpkError *err);
+
+/* The lowering target of a launch on a chip: its VMEM, 1 MiB auto-tiles.
+ * `device` ("sim:v5e") names it in messages and must outlive the target. */
+TpkTarget tpk_sim_target(const TpkChip *chip, const char *device);
 
 /* ---- Timing without values (sim/timing.c) ---------------------------------
  * Check kernel `kernel` of src with its shape symbols and tunables bound,

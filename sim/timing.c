@@ -40,11 +40,16 @@ TpkStatus tpk_sim_time_kernel(const TpkSource *src, const char *kernel, const Tp
   tpk_diags_free(&diags);
   char device[64];
   snprintf(device, sizeof device, "sim:%s", chip->name);
-  /* the target of a sim device's launch (runtime.c, specialise) */
-  TpkTarget target = {.name = device, .vmem_bytes = (int64_t)chip->vmem_bytes, .tile_bytes = 1 << 20};
+  TpkTarget target = tpk_sim_target(chip, device);
   TpkFunc *f = m->funcs[0];
-  st = tpk_lower_passes(f, &target, NULL, err);
+  TpkPlan plan;
+  st = tpk_lower(f, &target, &plan, err);
+  tpk_plan_free(&plan);
   if (st == TPK_OK) st = tpk_sim_schedule(f, chip, rep, NULL, err);
   tpk_module_free(m);
   return st;
+}
+
+TpkTarget tpk_sim_target(const TpkChip *chip, const char *device) {
+  return (TpkTarget){.name = device, .vmem_bytes = (int64_t)chip->vmem_bytes, .tile_bytes = 1 << 20};
 }

@@ -741,6 +741,44 @@ static void test_host_search(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* Launches that name no tunables take the cache's winner for their sizes and
+ * device; other sizes keep the declared defaults; named tunables win. */
+static void test_launches_use_the_cache(void **state) {
+  (void)state;
+  TestCompile c;
+  const TpkFunc *f = unbound(&c, MATMUL, "matmul");
+  TpkTuneKey key;
+  key_of(&key, f, "sim:v5e", 300, 200, 100);
+  int64_t values[] = {256, 128, 256};
+  TpkError err = {0};
+  assert_int_equal(tpk_tune_cache_store(tmp_root, &key, f, values, 1e-4, NULL, &err), TPK_OK);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  TpkKernel *k;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "sim:v5e", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "matmul.tpk", MATMUL, strlen(MATMUL), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "matmul", &k), TPK_OK);
+  for (int run = 0; run < 3; run++) {
+    int64_t m = run == 1 ? 301 : 300; /* run 1: sizes nobody tuned */
+    TpkBuffer *b[3];
+    int64_t sa[] = {m, 100}, sb[] = {100, 200}, sc[] = {m, 200};
+    assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 2, sa, &b[0]), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 2, sb, &b[1]), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, sc, &b[2]), TPK_OK);
+    TpkNamedInt given[] = {{"BK", 128}};
+    TpkLaunch L = {.args = b, .tunes = run == 2 ? given : NULL, .ntunes = run == 2 ? 1 : 0};
+    assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+    const char *want[] = {"BM=256,BN=128,BK=256 (tuning cache)", "BM=128,BN=128,BK=128 (declared defaults)",
+                          "BM=128,BN=128,BK=128 (given)"};
+    assert_string_equal(tpk_kernel_last_tunes(k), want[run]);
+    for (int i = 0; i < 3; i++) tpk_buffer_destroy(b[i]);
+  }
+  tpk_context_destroy(ctx);
+  test_compile_free(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ir_hash),
@@ -755,6 +793,7 @@ int main(void) {
       cmocka_unit_test(test_held_tunables),
       cmocka_unit_test(test_search_errors),
       cmocka_unit_test(test_host_search),
+      cmocka_unit_test(test_launches_use_the_cache),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
