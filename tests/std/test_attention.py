@@ -25,10 +25,10 @@ FILE = "attention.tpk"
 # name, shape, tunables. Ragged: S and T not multiples of BQ / BKV.
 CASES = [
     ("tiny", dict(B=1, H=1, HKV=1, S=1, T=1, D=1), None),
-    ("ragged_gqa", dict(B=2, H=4, HKV=2, S=150, T=130, D=24), None),
+    ("ragged_gqa", dict(B=2, H=4, HKV=2, S=150, T=130, D=24), dict(BQ=128, BKV=128)),
     ("mqa_small_blocks", dict(B=1, H=3, HKV=1, S=200, T=200, D=64), dict(BQ=64, BKV=64)),
     ("s_longer_than_t", dict(B=1, H=2, HKV=1, S=70, T=33, D=16), dict(BQ=64, BKV=64)),
-    ("moderate_mha", dict(B=1, H=2, HKV=2, S=300, T=257, D=64), dict(BQ=256, BKV=256)),
+    ("moderate_gqa", dict(B=1, H=4, HKV=2, S=600, T=530, D=64), None),
 ]
 
 
