@@ -169,9 +169,9 @@ def test_bmm_small_blocks(device):
 
 # ---- activations.tpk ----
 
-# [M, N]: tiny, small, ragged against the default 8 x 1024 block in both
-# dimensions (and spanning three column blocks), aligned.
-ACT_SHAPES = [dict(M=1, N=1), dict(M=3, N=5), dict(M=37, N=130), dict(M=64, N=256), dict(M=19, N=2100)]
+# [M, N]: tiny, small, aligned, and ragged against the default 32 x 1024
+# block in both dimensions, spanning two row and three column blocks.
+ACT_SHAPES = [dict(M=1, N=1), dict(M=3, N=5), dict(M=37, N=130), dict(M=64, N=256), dict(M=37, N=2100)]
 EXTREMES = np.array([-1e4, 1e4, -50, 50, -12, 12, -6, 6, -3, 3, 0], dtype=np.float32)
 
 
@@ -237,4 +237,4 @@ def test_activation(kernel, shape, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kernel", ACT_KERNELS)
 def test_activation_other_blocks(kernel, device):
-    _check_activation(kernel, dict(M=70, N=1100), device, tune=dict(BM=32, BN=512))
+    _check_activation(kernel, dict(M=70, N=1100), device, tune=dict(BM=8, BN=512))
