@@ -77,6 +77,13 @@ enum { TPK_MAX_DIMS = 8 };
 /* The message of the last failed call on this thread ("" if none). */
 const char *tpk_last_error(void);
 
+/* A context: devices, programs, compiled code. The environment shapes how
+ * it compiles (read once, here):
+ *   TPK_TIER=tcc|cc|auto   the JIT's tiers (runtime/jit.h)
+ *   TPK_CACHE_DIR=DIR      compiled code and tuning results on disk ("": none)
+ *   TPK_HOST_VMEM=128M     the host's VMEM budget per grid instance
+ *   TPK_GENERIC=1          compile each kernel once for every shape, not per shape
+ *   TPK_AOT=0              compile the standard kernels too (debugging tpk) */
 TpkStatus tpk_context_create(TpkContext **out);
 /* Waits for queued work, then frees every object of the context. */
 void tpk_context_destroy(TpkContext *ctx);

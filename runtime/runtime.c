@@ -139,6 +139,7 @@ struct TpkProgram {
 struct TpkContext {
   TpkJit *jit;
   bool generic_jit; /* TPK_GENERIC=1: compile each kernel once for every shape */
+  bool use_aot;     /* the standard library's code (TPK_AOT=0: compile it too) */
   pthread_mutex_t lock; /* the lists below */
   TpkDevice *devices;
   TpkProgram *programs;
@@ -158,6 +159,8 @@ TpkStatus tpk_context_create(TpkContext **out) {
   }
   const char *g = getenv("TPK_GENERIC");
   ctx->generic_jit = g && strcmp(g, "1") == 0;
+  const char *aot = getenv("TPK_AOT");
+  ctx->use_aot = !aot || strcmp(aot, "0") != 0;
   ctx->std_programs = calloc((size_t)(tpk_std_nfiles ? tpk_std_nfiles : 1), sizeof *ctx->std_programs);
   if (!ctx->std_programs) {
     tpk_jit_destroy(ctx->jit);
@@ -352,7 +355,7 @@ static TpkStatus program_from_source(TpkContext *ctx, TpkSource src, TpkProgram 
   }
   prog->ctx = ctx;
   prog->src = src;
-  prog->std_file = tpk_std_file_of(src.text, src.len);
+  prog->std_file = ctx->use_aot ? tpk_std_file_of(src.text, src.len) : -1;
   pthread_mutex_init(&prog->lock, NULL);
   TpkDiags diags;
   tpk_diags_init(&diags, &prog->src);

@@ -1,0 +1,151 @@
+/*
+ * The standard kernel library (kernels/), compiled ahead of time: it holds
+ * every .tpk file of kernels/ as the build saw it, and every kernel runs on the
+ * host and on a simulated v5e at tiny and ragged sizes without running a
+ * compiler. (NumPy/PyTorch references for each kernel are in tests/std/.)
+ */
+#include "support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpk.h"
+
+/* The library is the source tree's kernels/, byte for byte. */
+static void test_library_is_the_kernels_folder(void **state) {
+  (void)state;
+  char *names[128];
+  int n = test_list_tpk("kernels", names, 128);
+  assert_true(n >= 10);
+  for (int i = 0; i < n; i++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "kernels/%s", names[i]);
+    char *text = test_read_file(test_path(rel), NULL);
+    const char *built = tpk_std_source(names[i]);
+    if (!built) fail_msg("%s is not in the library: rebuild (make)", names[i]);
+    if (strcmp(text, built) != 0) fail_msg("%s changed since the library was built: rebuild (make)", names[i]);
+    free(text);
+  }
+  int files_of_kernels = 0;
+  for (int k = 0; k < tpk_std_kernel_count(); k++) {
+    bool listed = false;
+    for (int i = 0; i < n; i++) listed |= strcmp(names[i], tpk_std_kernel_file(k)) == 0;
+    files_of_kernels += listed;
+  }
+  assert_int_equal(files_of_kernels, tpk_std_kernel_count());
+  test_names_free(names, n);
+}
+
+/* Launch `name` in ctx on device `devname` with every symbol = size, seeded
+ * random inputs and scalars 0.5 (floats) or 3 (integers); the bytes of its
+ * outputs. *tier gets the tier that ran. */
+static char *launch(TpkContext *ctx, const char *devname, const char *name, int64_t size, size_t *len,
+                    const char **tier) {
+  TpkDevice *dev;
+  TpkKernel *k;
+  assert_int_equal(tpk_device_open(ctx, devname, &dev), TPK_OK);
+  if (tpk_std_kernel(ctx, name, &k) != TPK_OK) fail_msg("%s: %s", name, tpk_last_error());
+  int np = tpk_kernel_param_count(k), ns = tpk_kernel_symbol_count(k);
+  TpkNamedInt syms[32];
+  for (int i = 0; i < ns; i++) syms[i] = (TpkNamedInt){tpk_kernel_symbol_name(k, i), size};
+  TpkBuffer *bufs[64] = {0};
+  double scalars[64] = {0};
+  uint64_t seed = 7;
+  for (int i = 0; i < np; i++) {
+    TpkDType dt = tpk_kernel_param_dtype(k, i);
+    if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) {
+      scalars[i] = tpk_dtype_is_float(dt) ? 0.5 : 3;
+      continue;
+    }
+    int64_t shape[8];
+    assert_int_equal(tpk_kernel_param_shape(k, i, syms, ns, shape), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]), TPK_OK);
+    if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT)
+      test_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
+  }
+  TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns};
+  if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s on %s, size %lld: %s", name, devname, (long long)size, tpk_last_error());
+  *tier = tpk_kernel_last_tier(k);
+  TpkStr out = {0};
+  for (int i = 0; i < np; i++) {
+    TpkParamKind kind = tpk_kernel_param_kind(k, i);
+    if (kind == TPK_PARAM_KIND_OUTPUT || kind == TPK_PARAM_KIND_INOUT)
+      tpk_str_putn(&out, tpk_buffer_data(bufs[i]), tpk_buffer_bytes(bufs[i]));
+    tpk_buffer_destroy(bufs[i]);
+  }
+  *len = out.len;
+  return tpk_str_take(&out);
+}
+
+/* Every standard kernel on the host and on sim:v5e, at a tiny and a ragged
+ * size: the library's code runs, no compiler ever does, and the results are
+ * the bits the JIT's code for those very shapes computes (TPK_AOT=0), which
+ * tests/runtime/test_host.c holds to the reference interpreter. */
+static void test_every_kernel_runs_without_a_compiler(void **state) {
+  (void)state;
+  TpkContext *aot, *jit;
+  assert_int_equal(tpk_context_create(&aot), TPK_OK);
+  setenv("TPK_AOT", "0", 1);
+  setenv("TPK_TIER", "tcc", 1);
+  assert_int_equal(tpk_context_create(&jit), TPK_OK);
+  unsetenv("TPK_AOT");
+  unsetenv("TPK_TIER");
+  int kernels = tpk_std_kernel_count(), compared = 0;
+  assert_true(kernels >= 40);
+  static const char *const DEVICES[] = {"host", "sim:v5e"};
+  for (int i = 0; i < kernels; i++) {
+    const char *name = tpk_std_kernel_name(i);
+    TpkKernel *k;
+    assert_int_equal(tpk_std_kernel(aot, name, &k), TPK_OK);
+    int max_rank = 0;
+    for (int p = 0; p < tpk_kernel_param_count(k); p++)
+      if (tpk_kernel_param_rank(k, p) > max_rank) max_rank = tpk_kernel_param_rank(k, p);
+    /* every symbol takes the size; >= 8, the largest random index */
+    const int64_t sizes[] = {9, max_rank >= 3 ? 13 : 37};
+    for (size_t d = 0; d < TPK_ARRAY_LEN(DEVICES); d++)
+      for (size_t s = 0; s < TPK_ARRAY_LEN(sizes); s++) {
+        size_t n1, n2;
+        const char *t1, *t2;
+        char *a = launch(aot, DEVICES[d], name, sizes[s], &n1, &t1);
+        if (strcmp(t1, "aot") != 0) fail_msg("%s on %s ran code from '%s', not the library's", name, DEVICES[d], t1);
+        char *b = launch(jit, DEVICES[d], name, sizes[s], &n2, &t2);
+        assert_string_equal(t2, "tcc");
+        assert_int_equal(n1, n2);
+        if (memcmp(a, b, n1) != 0)
+          fail_msg("%s on %s, size %lld: the library's code and the JIT's computed other bits", name, DEVICES[d],
+                   (long long)sizes[s]);
+        free(a);
+        free(b);
+        compared++;
+      }
+  }
+  fprintf(stderr, "%d standard kernels: %d launches, the library's bits == the JIT's, no compiler run\n", kernels,
+          compared);
+  assert_int_equal(tpk_context_compiler_runs(aot), 0);
+  assert_true(tpk_context_compiler_runs(jit) > 0);
+  tpk_context_destroy(aot);
+  tpk_context_destroy(jit);
+}
+
+/* Unknown names get the list of what there is. */
+static void test_unknown_kernel(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkKernel *k;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_std_kernel(ctx, "sofmax", &k), TPK_ERR_INVALID);
+  assert_non_null(strstr(tpk_last_error(), "the standard library has no kernel 'sofmax'; it has: "));
+  assert_non_null(strstr(tpk_last_error(), "softmax"));
+  assert_null(tpk_std_source("nope.tpk"));
+  tpk_context_destroy(ctx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_library_is_the_kernels_folder),
+      cmocka_unit_test(test_unknown_kernel),
+      cmocka_unit_test(test_every_kernel_runs_without_a_compiler),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
