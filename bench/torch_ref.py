@@ -17,7 +17,8 @@ Request:
               | "f16", "scalars": {name: value}, "int_max": SYMBOL or null,
               "repeat": N}; KEY is one of OPS below; integer inputs (targets,
               ids) are uniform in [0, sym[int_max]) (or [0, 8) without one),
-              floats uniform in [-1, 1) (variances in [0, 1))
+              floats uniform in [-1, 1); "warmup": W
+              untimed calls before the timed ones (default 0)
 
 Answer:
     {"torch": "2.13.0+cpu", "threads": 1, "results": [{"op": KEY, "name":
@@ -299,7 +300,7 @@ def measure(spec):
     try:
         if key not in OPS:
             raise KeyError(f"unknown op '{key}'")
-        ident = json.dumps({k: v for k, v in spec.items() if k != "repeat"}, sort_keys=True)
+        ident = json.dumps({k: v for k, v in spec.items() if k not in ("repeat", "warmup")}, sort_keys=True)
         if _built["key"] != ident:
             _built["key"], _built["call"] = None, None  # free the previous op's tensors first
             call = OPS[key][1](Inputs(spec))
@@ -307,6 +308,8 @@ def measure(spec):
             call()
             _built["key"], _built["call"] = ident, call
         call = _built["call"]
+        for _ in range(max(0, int(spec.get("warmup", 0)))):
+            call()
         times = []
         for _ in range(max(1, int(spec.get("repeat", 5)))):
             t0 = time.perf_counter()
