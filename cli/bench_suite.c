@@ -274,6 +274,8 @@ static int parse_options(Options *o, const CliCommand *cmd, int argc, char **arg
     }
     }
   }
+  if (!suite) /* --suite was the value of another option */
+    return cli_usage_error(cmd->name, "--suite NAME chooses the suite (suites: std)");
   for (int i = 0; i < (int)TPK_ARRAY_LEN(SUITES); i++)
     if (strcmp(SUITES[i].name, suite) == 0) o->suite = &SUITES[i];
   if (!o->suite) {
@@ -1013,7 +1015,10 @@ static void run_row(const SuiteRow *row, const Options *o, const char *kernels_d
     goto done;
   }
   if (tpk_context_create(&ctx) != TPK_OK || tpk_program_load_file(ctx, path, &prog) != TPK_OK) {
-    row_fail(r, ROW_ERROR, "%s", tpk_last_error());
+    const char *msg = tpk_last_error(); /* diagnostics: the first line, then where to see them all */
+    int len = (int)strcspn(msg, "\n");
+    if (msg[len] && msg[len + 1]) row_fail(r, ROW_ERROR, "%.*s (all of it: tpk check %s)", len, msg, path);
+    else row_fail(r, ROW_ERROR, "%s", msg);
     goto done;
   }
   if (tpk_program_kernel(prog, row->kernel, &k) != TPK_OK) {

@@ -164,8 +164,8 @@ static const char RUN_HELP[] =
 
 static const char BENCH_HELP[] =
     "Usage: tpk bench FILE [--kernel NAME] --shape LIST --device LIST [options]\n"
-    "       tpk bench --suite std [--device LIST] [--json FILE] [--only NAMES] [--repeat N]\n"
-    "                 [--smoke] [--list] [--kernels DIR]\n"
+    "       tpk bench --suite std [--device LIST] [--json FILE] [--only NAMES]\n"
+    "                 [--repeat N] [--smoke] [--list] [--kernels DIR]\n"
     "\n"
     "Time one kernel on several devices with the same inputs, one row per device:\n"
     "on the host, the measured steady-state time (after the optimized compile);\n"
@@ -193,7 +193,7 @@ static const char BENCH_HELP[] =
     "  --smoke              tiny shapes, 2 calls: checks that the suite runs\n"
     "  --list               print the rows (kernel, file, shape, reference, goal)\n"
     "  --kernels DIR        where the .tpk files are; else $TPK_KERNELS_DIR, else the\n"
-    "                       nearest kernels/ folder above the tpk binary, else ./kernels\n"
+    "                       nearest kernels/ above the tpk binary, else ./kernels\n"
     "$PYTHON (default python3) runs bench/torch_ref.py (found like kernels/, or\n"
     "$TPK_TORCH_REF); without PyTorch or OpenBLAS their columns say n/a. The exit\n"
     "status is 1 when a kernel is missing or fails; a missed goal does not change it.\n"

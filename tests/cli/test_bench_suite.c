@@ -162,6 +162,7 @@ static void test_usage_errors(void **state) {
       {{"--suite", "std", "--repeat", "0"}, "--repeat expects an integer from 1 to 10000, got '0'"},
       {{"--suite", "std", "--shape", "M=3"}, "unknown option '--shape'"},
       {{"--suite=std", "--json"}, "option '--json' needs a value"},
+      {{"--only", "--suite"}, "--suite NAME chooses the suite (suites: std)"},
   };
   for (size_t i = 0; i < TPK_ARRAY_LEN(cases); i++) {
     const char *args[8] = {"bench"};
@@ -328,6 +329,29 @@ static void test_row_mismatch(void **state) {
   rmdir(dir);
 }
 
+/* A kernel file that does not check: its row shows the first diagnostic
+ * and where to see them all. */
+static void test_kernel_with_errors(void **state) {
+  (void)state;
+  char dir[800], path[900];
+  snprintf(dir, sizeof dir, "%s/broken", tmpdir);
+  assert_int_equal(mkdir(dir, 0777), 0);
+  snprintf(path, sizeof path, "%s/softmax.tpk", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("kernel softmax(x: f32[M, N]) -> (y: f32[M, N]) {\n  y = x + q;\n  y = z;\n}\n", f);
+  fclose(f);
+  Run r = run_env(NULL, NULL, ARGS("bench", "--suite", "std", "--only", "softmax", "--kernels", dir, "--device",
+                                   "host", "--smoke"));
+  assert_int_equal(r.status, 1);
+  char want[2048];
+  snprintf(want, sizeof want, "error: %s:2:11: error: unknown name 'q' (all of it: tpk check %s)\n", path, path);
+  assert_contains(r.out, want);
+  run_free(&r);
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -335,6 +359,7 @@ int main(void) {
       cmocka_unit_test(test_list),         cmocka_unit_test(test_json_host),
       cmocka_unit_test(test_json_torch),   cmocka_unit_test(test_json_sim),
       cmocka_unit_test(test_missing),      cmocka_unit_test(test_row_mismatch),
+      cmocka_unit_test(test_kernel_with_errors),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
