@@ -215,6 +215,19 @@ def embedding_bwd(x):
     return lambda: torch.ops.aten.embedding_dense_backward(g, ids, v, -1, False)
 
 
+def index_add(x):
+    v, d, t = x.s("V", "D", "T")
+    dst, src, ids = x.floats(v, d), x.floats(t, d), x.ints(t)
+    return lambda: dst.index_add_(0, ids, src)
+
+
+def whole(fn):
+    def build(x):
+        t = x.floats(x.s("N"))
+        return lambda: fn(t)
+    return build
+
+
 def transpose(x):
     m, n = x.s("M", "N")
     t = x.floats(m, n)
@@ -235,12 +248,14 @@ def adamw(x):
     return opt.step
 
 
-def conv2d(x):
-    n, h, w, c, f, kh, kw = x.s("N", "H", "W", "C", "F", "KH", "KW")
-    inp = x.floats(n, c, h, w).contiguous(memory_format=torch.channels_last)  # NHWC in memory
-    weight = x.floats(f, c, kh, kw).contiguous(memory_format=torch.channels_last)
-    bias = x.floats(f)
-    return lambda: F.conv2d(inp, weight, bias, padding="same")
+def conv2d(padding):
+    def build(x):
+        n, h, w, c, f, kh, kw = x.s("N", "H", "W", "C", "F", "KH", "KW")
+        inp = x.floats(n, c, h, w).contiguous(memory_format=torch.channels_last)  # NHWC in memory
+        weight = x.floats(f, c, kh, kw).contiguous(memory_format=torch.channels_last)
+        bias = x.floats(f)
+        return lambda: F.conv2d(inp, weight, bias, padding=padding)
+    return build
 
 
 def topk(x):
@@ -281,12 +296,16 @@ OPS = {
     "sdpa_causal_bwd": ("F.sdpa causal bwd", sdpa_bwd(True)),
     "embedding": ("F.embedding", embedding),
     "embedding_bwd": ("embedding bwd", embedding_bwd),
+    "index_add": ("index_add_", index_add),
     "sum_rows": ("torch.sum", rowwise(lambda t: t.sum(1))),
     "mean_rows": ("torch.mean", rowwise(lambda t: t.mean(1))),
     "max_rows": ("torch.amax", rowwise(lambda t: t.amax(1))),
+    "sum_all": ("torch.sum", whole(lambda t: t.sum())),
+    "max_all": ("torch.amax", whole(lambda t: t.amax())),
     "transpose": ("t().contiguous()", transpose),
     "adamw": ("optim.AdamW", adamw),
-    "conv2d": ("F.conv2d NHWC", conv2d),
+    "conv2d_same": ("F.conv2d NHWC", conv2d("same")),
+    "conv2d_valid": ("F.conv2d NHWC", conv2d("valid")),
     "topk": ("torch.topk", topk),
 }
 

@@ -82,6 +82,8 @@ typedef struct SuiteRow {
 #define ATTN "B=1,H=8,HKV=8,S=1024,T=1024,D=64"
 #define ATTN_SMOKE "B=1,H=4,HKV=2,S=37,T=50,D=16"
 #define ATTN_FLOPS "4*B*H*S*T*D" /* QK^T and PV */
+#define CONV "N=8,H=56,W=56,C=64,F=64,KH=3,KW=3"
+#define CONV_SMOKE "N=1,H=9,W=7,C=5,F=6,KH=3,KW=3"
 #define ADAMW_SCALARS "lr=1e-3,beta1=0.9,beta2=0.999,eps=1e-8,weight_decay=0.01,step=10"
 
 /* Shapes: matmuls at 1024^3 on the host (the issue's OpenBLAS goal) and
@@ -133,20 +135,29 @@ static const SuiteRow STD_SUITE[] = {
     /* backward: 2.5x the forward's matmul work (FlashAttention-2's count) */
     {"attention.tpk", "flash_attention_bwd", ATTN, ATTN_SMOKE, "scale=0.125", .flops = "10*B*H*S*T*D",
      .rate = RATE_FLOPS, .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "sdpa_bwd"},
+    {"attention.tpk", "flash_attention_causal_bwd", ATTN, ATTN_SMOKE, "scale=0.125", .flops = "5*B*H*S*T*D",
+     .rate = RATE_FLOPS, .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "sdpa_causal_bwd"},
     /* a gather reads T rows of the table, not all of it (f32) */
     {"embedding.tpk", "embedding", "V=32000,D=1024,T=4096", "V=37,D=20,T=50", .bytes = "8*T*D+4*T",
      .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "embedding", .int_max = "V"},
     {"embedding.tpk", "embedding_bwd", "V=32000,D=1024,T=4096", "V=37,D=20,T=50", .devices = ON_BOTH,
      .ref = REF_TORCH, .ref_op = "embedding_bwd", .int_max = "V"},
+    /* in place: reads and writes T rows of dst, reads ids and src (f32) */
+    {"embedding.tpk", "scatter_add", "V=32000,D=1024,T=4096", "V=37,D=20,T=50", .bytes = "12*T*D+4*T",
+     .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "index_add", .int_max = "V"},
     {"reductions.tpk", "sum_rows", ROWS, ROWS_SMOKE, .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "sum_rows"},
     {"reductions.tpk", "mean_rows", ROWS, ROWS_SMOKE, .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "mean_rows"},
     {"reductions.tpk", "max_rows", ROWS, ROWS_SMOKE, .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "max_rows"},
+    {"reductions.tpk", "sum_all", "N=16777216", "N=1000", .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "sum_all"},
+    {"reductions.tpk", "max_all", "N=16777216", "N=1000", .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "max_all"},
     {"transpose.tpk", "transpose", ROWS, ROWS_SMOKE, .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "transpose"},
     {"adamw.tpk", "adamw", "N=4194304", "N=1000", ADAMW_SCALARS, .devices = ON_BOTH, .ref = REF_TORCH,
      .ref_op = "adamw", .nonneg = "exp_avg_sq"},
-    /* 3x3 'same' convolution, ResNet's 56x56x64 stage */
-    {"conv2d.tpk", "conv2d_nhwc", "N=8,H=56,W=56,C=64,F=64,KH=3,KW=3", "N=1,H=9,W=7,C=5,F=6,KH=3,KW=3",
-     .flops = "2*N*H*W*F*C*KH*KW", .rate = RATE_FLOPS, .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "conv2d"},
+    /* 3x3 convolutions of ResNet's 56x56x64 stage */
+    {"conv2d.tpk", "conv2d_nhwc_same", CONV, CONV_SMOKE, .flops = "2*N*H*W*F*C*KH*KW", .rate = RATE_FLOPS,
+     .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "conv2d_same"},
+    {"conv2d.tpk", "conv2d_nhwc_valid", CONV, CONV_SMOKE, .flops = "2*N*(H-KH+1)*(W-KW+1)*F*C*KH*KW",
+     .rate = RATE_FLOPS, .devices = ON_BOTH, .ref = REF_TORCH, .ref_op = "conv2d_valid"},
     {"topk.tpk", "topk", "M=4096,N=1024,K=8", "M=37,N=130,K=5", .devices = ON_BOTH, .ref = REF_TORCH,
      .ref_op = "topk"},
 };
@@ -330,6 +341,7 @@ static bool find_near_binary(const char *what, bool want_file, char *out, size_t
 /* A row's sizes and scalar values, parsed once and shared by every device. */
 typedef struct RowSetup {
   const SuiteRow *row;
+  const char *shape_text; /* the documented shape, or the --smoke one */
   CliBindings shape;
   TpkNamedInt syms[MAX_SYMS];
   int nsyms;
@@ -697,7 +709,6 @@ static void prepared_free(Prepared *p) {
 /* Check the row against the kernel: every shape symbol and scalar given, no
  * name the kernel does not have (a row to fix when a kernel changes). */
 static bool setup_check(const RowSetup *s, TpkKernel *k, RowResult *r) {
-  const SuiteRow *row = s->row;
   if (tpk_kernel_param_count(k) > MAX_PARAMS) {
     row_fail(r, ROW_ERROR, "more than %d parameters", MAX_PARAMS);
     return false;
@@ -706,7 +717,7 @@ static bool setup_check(const RowSetup *s, TpkKernel *k, RowResult *r) {
     double v;
     const char *name = tpk_kernel_symbol_name(k, i);
     if (!sym_value(s, name, strlen(name), &v)) {
-      row_fail(r, ROW_ERROR, "the row gives no size for the kernel's shape symbol %s (row: %s)", name, row->shape);
+      row_fail(r, ROW_ERROR, "the row gives no size for the kernel's shape symbol %s (row: %s)", name, s->shape_text);
       return false;
     }
   }
@@ -975,7 +986,7 @@ static void measure_sim(TpkContext *ctx, TpkKernel *k, const RowSetup *s, const 
 }
 
 static bool setup_parse(RowSetup *s, const SuiteRow *row, bool smoke, RowResult *r) {
-  const char *shape = smoke ? row->smoke : row->shape;
+  const char *shape = s->shape_text = smoke ? row->smoke : row->shape;
   if (!cli_bindings_parse(&s->shape, "shape", shape) || s->shape.count > MAX_SYMS) {
     row_fail(r, ROW_ERROR, "bad shape in the suite's table: '%s'", shape);
     return false;
@@ -1078,7 +1089,7 @@ static double row_rate(const SuiteRow *row, const RowResult *r, const char **uni
 
 /* Padding that counts the two bytes of "µ" as one column. */
 static void print_header(const Options *o) {
-  printf("%-22s %-34s %9s %14s  %-18s %9s %7s", "kernel", "shape", "host ms", "host rate", "reference", "ref ms",
+  printf("%-26s %-34s %9s %14s  %-20s %9s %7s", "kernel", "shape", "host ms", "host rate", "reference", "ref ms",
          "ratio");
   for (int d = 0; d < o->ndevices; d++)
     if (strncmp(o->devices[d], "sim:", 4) == 0) {
@@ -1090,7 +1101,7 @@ static void print_header(const Options *o) {
 }
 
 static void print_row(const SuiteRow *row, const RowResult *r, const Options *o) {
-  printf("%-22s %-34s ", row->kernel, row_shape(row, o));
+  printf("%-26s %-34s ", row->kernel, row_shape(row, o));
   if (r->status == ROW_MISSING || r->status == ROW_ERROR) {
     printf("%s: %s\n", r->status == ROW_MISSING ? "missing" : "error", r->message);
     return;
@@ -1108,7 +1119,7 @@ static void print_row(const SuiteRow *row, const RowResult *r, const Options *o)
       snprintf(ref_ms, sizeof ref_ms, "n/a");
     }
   }
-  printf("%9s %14s  %-18.18s %9s %7s", host, rate, r->host_ran ? r->ref_name : "-", ref_ms, ratio);
+  printf("%9s %14s  %-20.20s %9s %7s", host, rate, r->host_ran ? r->ref_name : "-", ref_ms, ratio);
   for (int d = 0; d < o->ndevices; d++) {
     if (strncmp(o->devices[d], "sim:", 4) != 0) continue;
     const SimResult *sr = &r->sim[d];
@@ -1122,7 +1133,7 @@ static void print_row(const SuiteRow *row, const RowResult *r, const Options *o)
   }
   printf("\n");
   if (r->host_ran && r->ref_name[0] && !r->ref_ran && r->ref_note[0] && strcmp(r->ref_note, "PyTorch n/a") != 0)
-    printf("%-22s   reference n/a: %s\n", "", r->ref_note);
+    printf("%-26s   reference n/a: %s\n", "", r->ref_note);
 }
 
 /* ---- Goals ------------------------------------------------------------------------- */
@@ -1331,7 +1342,7 @@ static bool write_json(const char *path, const Options *o, const char *kernels_d
 
 static void list_rows(const Options *o, const char *kernels_dir) {
   const Suite *s = o->suite;
-  printf("%-22s %-18s %-34s %-8s %-24s %-18s %s\n", "kernel", "file", "shape", "devices", "reference", "goal",
+  printf("%-26s %-18s %-34s %-8s %-24s %-18s %s\n", "kernel", "file", "shape", "devices", "reference", "goal",
          "scalars");
   for (int i = 0; i < s->nrows; i++) {
     if (!o->selected[i]) continue;
@@ -1342,7 +1353,7 @@ static void list_rows(const Options *o, const char *kernels_dir) {
              row->ref == REF_TORCH ? row->ref_op : "");
     if (row->goal == GOAL_HOST_RATIO) snprintf(goal, sizeof goal, ">= %.2fx", row->goal_at);
     if (row->goal == GOAL_SIM_PEAK) snprintf(goal, sizeof goal, ">= %.0f%% of peak", 100 * row->goal_at);
-    printf("%-22s %-18s %-34s %-8s %-24s %-18s %s%s\n", row->kernel, row->file, row_shape(row, o),
+    printf("%-26s %-18s %-34s %-8s %-24s %-18s %s%s\n", row->kernel, row->file, row_shape(row, o),
            row->devices == ON_BOTH ? "host,sim" : row->devices == ON_HOST ? "host" : "sim", ref, goal,
            row->scalars ? row->scalars : "-", present ? "" : "  (file missing)");
   }

@@ -198,7 +198,7 @@ static void test_list(void **state) {
   snprintf(want, sizeof want, "kernels from %s (--kernels)", kernels);
   assert_contains(r.out, want);
   /* the documented shapes, the references and the goals */
-  assert_contains(r.out, "matmul                 matmul.tpk         M=1024,N=1024,K=1024");
+  assert_contains(r.out, "matmul                     matmul.tpk         M=1024,N=1024,K=1024");
   assert_contains(r.out, "OpenBLAS sgemm");
   assert_contains(r.out, ">= 85% of peak");
   /* present files are not flagged, absent ones are */
@@ -223,7 +223,7 @@ static void test_json_host(void **state) {
   if (r.status != 0) fail_msg("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
   assert_contains(r.out, "2 kernels from");
   assert_contains(r.out, "PyTorch n/a (cannot run /nonexistent/python3");
-  assert_contains(r.out, "softmax                M=37,N=130");
+  assert_contains(r.out, "softmax                    M=37,N=130");
   assert_contains(r.out, "2 rows: 2 measured, 0 missing, 0 failed");
   assert_contains(r.out, "n/a   softmax M=4096,N=4096 on the host >= 1.00x PyTorch CPU eager (1 thread): not judged");
   check_json("assert d['suite'] == 'std' and d['smoke'] is True and d['threads'] == 1\n"
@@ -320,9 +320,10 @@ static void test_row_mismatch(void **state) {
         f);
   fclose(f);
   snprintf(env, sizeof env, "TPK_KERNELS_DIR=%s", dir);
-  Run r = run_env(NULL, ENV(env), ARGS("bench", "--suite", "std", "--only", "softmax", "--device", "host", "--smoke"));
+  Run r = run_env(NULL, ENV(env, "PYTHON=/nonexistent/python3"),
+                  ARGS("bench", "--suite", "std", "--only", "softmax", "--device", "host", "--smoke"));
   assert_int_equal(r.status, 1);
-  assert_contains(r.out, "error: the row gives no size for the kernel's shape symbol R (row: M=4096,N=4096)");
+  assert_contains(r.out, "error: the row gives no size for the kernel's shape symbol R (row: M=37,N=130)");
   assert_contains(r.out, "1 row: 0 measured, 0 missing, 1 failed");
   run_free(&r);
   unlink(path);
@@ -341,8 +342,8 @@ static void test_kernel_with_errors(void **state) {
   assert_non_null(f);
   fputs("kernel softmax(x: f32[M, N]) -> (y: f32[M, N]) {\n  y = x + q;\n  y = z;\n}\n", f);
   fclose(f);
-  Run r = run_env(NULL, NULL, ARGS("bench", "--suite", "std", "--only", "softmax", "--kernels", dir, "--device",
-                                   "host", "--smoke"));
+  Run r = run_env(NULL, ENV("PYTHON=/nonexistent/python3"), ARGS("bench", "--suite", "std", "--only", "softmax",
+                                                                  "--kernels", dir, "--device", "host", "--smoke"));
   assert_int_equal(r.status, 1);
   char want[2048];
   snprintf(want, sizeof want, "error: %s:2:11: error: unknown name 'q' (all of it: tpk check %s)\n", path, path);
