@@ -19,7 +19,15 @@ line on stdout (other lines and stderr are passed through):
 To add a benchmark: build another bench/bench_*.c (the Makefile's `bench`
 target builds them) that prints such rows, and add its target to TARGETS.
 
-    python3 bench/run.py --build build [--only NAME-SUBSTRING]
+Then the standard-kernel suite: `tpk bench --suite std --json FILE` (see
+bench/README.md). Its rows join the others, one per kernel and device
+("std: softmax M=4096,N=4096"; host rows in ms with the reference's ratio,
+simulator rows in us), with extra fields (kernel, shape, rate, rate_unit,
+roofline_fraction, peak_fraction) and, for the rows the suite states goals
+for, the goal (target) and whether it was met (met). RESULTS.md gets the
+suite's own table as one more section.
+
+    python3 bench/run.py --build build [--only NAME-SUBSTRING] [--no-suite]
 """
 import argparse
 import datetime
@@ -28,6 +36,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -119,6 +128,56 @@ def run_bench(path, timeout):
     return parse_rows(p.stdout, path)
 
 
+SUITE = "suite_std"  # the name --only matches for the suite
+
+
+def run_suite(build, timeout):
+    """Run `tpk bench --suite std`; returns its JSON document, or None."""
+    tpk = os.path.join(build, "tpk")
+    print(f"run.py: {os.path.relpath(tpk)} bench --suite std", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "suite.json")
+        try:
+            p = subprocess.run([tpk, "bench", "--suite", "std", "--json", path], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            print(f"run.py: the suite took more than {timeout} s; no rows from it", file=sys.stderr)
+            return None
+        for line in p.stdout.splitlines():
+            print(f"  {line}")
+        # status 1 = some kernels missing or failed: their rows say so, the rest stand
+        if p.returncode not in (0, 1) or not os.path.exists(path):
+            print(f"run.py: the suite failed (exit status {p.returncode})", file=sys.stderr)
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+
+def suite_rows(suite):
+    """The suite's measurements as rows of this script's format."""
+    goals = {(g["kernel"], g["device"]): g for g in suite["goals"]}
+    rows = []
+    for r in suite["rows"]:
+        if r["status"] != "ok":
+            continue
+        name = f"std: {r['kernel']} {r['shape']}"
+        extra = {"suite": suite["suite"], "kernel": r["kernel"], "shape": r["shape"]}
+        if r["host"]:
+            ref = r["reference"] or {}
+            rows.append({"name": name, "device": "host", "value": r["host"]["ms"], "unit": "ms",
+                         "baseline": ref.get("name"), "ratio": ref.get("ratio"), **extra,
+                         "rate": r["host"]["rate"], "rate_unit": r["rate_unit"]})
+        for s in r["sim"]:
+            rows.append({"name": name, "device": s["device"], "value": s["us"], "unit": "us", "baseline": None,
+                         "ratio": None, **extra, "roofline_fraction": s["roofline_fraction"],
+                         "peak_fraction": s["peak_fraction"]})
+    for row in rows:
+        g = goals.get((row["kernel"], row["device"]))
+        if g:
+            row["target"], row["met"] = g["target"], g["met"]
+    return rows
+
+
 def fmt_value(v):
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
@@ -126,6 +185,8 @@ def fmt_value(v):
 
 
 def verdict(row):
+    if "target" in row:  # the suite judged it
+        return row["target"], ("met" if row["met"] else "n/a" if row["met"] is None else "**missed**")
     t = TARGETS.get(row["name"])
     if not t:
         return "", ""
@@ -133,7 +194,54 @@ def verdict(row):
     return text, ("met" if ok(row[field]) else "**missed**")
 
 
-def write_markdown(path, rows, mach, failed):
+def pct(v):
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def suite_markdown(suite):
+    """The suite's table, as `tpk bench --suite std` prints it."""
+    sims = [d for d in suite["devices"] if d.startswith("sim:")]
+    refs = suite["references"]
+    lines = ["## Standard kernels (`tpk bench --suite std`)", "",
+             f"Kernels from `{suite['kernels_dir']}`; the host on {suite['threads']} thread"
+             f"{'' if suite['threads'] == 1 else 's'}, the references on as many: "
+             f"{refs['openblas'] or 'OpenBLAS n/a (' + str(refs['openblas_note']) + ')'}, "
+             f"PyTorch {refs['torch'] or 'n/a (' + str(refs['torch_note']) + ')'}. Host time: median of "
+             f"{suite['repeat']} calls, interleaved with the reference's; ratio = reference time / tpk time "
+             "(> 1: tpk is faster).", ""]
+    head = ["kernel", "shape", "host ms", "host rate", "reference", "ref ms", "ratio"]
+    for d in sims:
+        head += [f"{d} µs", "roofline", "peak"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in suite["rows"]:
+        cells = [r["kernel"], r["shape"]]
+        if r["status"] != "ok":
+            cells += [f"{r['status']}: {r['message']}"] + [""] * (len(head) - 3)
+        else:
+            h, ref = r["host"], r["reference"]
+            cells += [f"{h['ms']:.3f}" if h else "-",
+                      f"{h['rate']:.3g} {r['rate_unit']}" if h and h["rate"] is not None else "-",
+                      ref["name"] if ref else "-",
+                      f"{ref['ms']:.3f}" if ref and ref["ms"] is not None else ("n/a" if ref else "-"),
+                      f"{ref['ratio']:.2f}x" if ref and ref["ratio"] is not None else "-"]
+            by_dev = {s["device"]: s for s in r["sim"]}
+            for d in sims:
+                s = by_dev.get(d)
+                cells += [f"{s['us']:.1f}", pct(s["roofline_fraction"]), pct(s["peak_fraction"])] if s else ["-"] * 3
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "Goals:", ""]
+    for g in suite["goals"]:
+        if g["met"] is None:
+            lines.append(f"- n/a: {g['goal']} ({g['note']})")
+        else:
+            v = f"{100 * g['value']:.1f}%" if g["kind"] == "peak_fraction" else f"{g['value']:.2f}x"
+            lines.append(f"- {'PASS' if g['met'] else '**FAIL**'}: {g['goal']}: {v}")
+    s = suite["summary"]
+    lines += ["", f"{s['rows']} rows: {s['ok']} measured, {s['missing']} missing, {s['errors']} failed.", ""]
+    return lines
+
+
+def write_markdown(path, rows, mach, failed, suite=None):
     lines = [
         "# tpk benchmark results",
         "",
@@ -153,6 +261,8 @@ def write_markdown(path, rows, mach, failed):
               "better.", ""]
     lines += ["## Targets", ""]
     lines += [f"- {name}: {t[0]}" for name, t in TARGETS.items()]
+    if suite:
+        lines += ["- the standard kernels' goals: see below", ""] + suite_markdown(suite)
     if failed:
         lines += ["", "## Benchmarks that failed", ""] + [f"- `{f}`" for f in failed]
     with open(path, "w") as f:
@@ -165,24 +275,33 @@ def main():
     ap.add_argument("--out", default=HERE, help="where results.json and RESULTS.md go (default: bench/)")
     ap.add_argument("--only", default=None, help="run only benchmarks whose file name contains this")
     ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per benchmark binary")
+    ap.add_argument("--suite-timeout", type=float, default=3600, help="seconds allowed for the suite")
+    ap.add_argument("--no-suite", action="store_true", help=f"skip `tpk bench --suite std` ({SUITE})")
     args = ap.parse_args()
 
     benches = [b for b in find_benches(args.build) if not args.only or args.only in os.path.basename(b)]
-    if not benches:
+    with_suite = not args.no_suite and (not args.only or args.only in SUITE)
+    if not benches and not with_suite:
         raise SystemExit(f"run.py: no benchmark binaries in {args.build}/bench (run `make bench`)")
-    rows, failed = [], []
+    rows, failed, suite = [], [], None
     for b in benches:
         got = run_bench(b, args.timeout)
         if got is None:
             failed.append(os.path.basename(b))
         else:
             rows += got
+    if with_suite:
+        suite = run_suite(args.build, args.suite_timeout)
+        if suite is None:
+            failed.append("tpk bench --suite std")
+        else:
+            rows += suite_rows(suite)
 
     mach = machine()
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(rows, f, indent=2)
         f.write("\n")
-    write_markdown(os.path.join(args.out, "RESULTS.md"), rows, mach, failed)
+    write_markdown(os.path.join(args.out, "RESULTS.md"), rows, mach, failed, suite)
 
     width = max([len(r["name"]) for r in rows] + [9])
     for r in rows:

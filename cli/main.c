@@ -164,6 +164,8 @@ static const char RUN_HELP[] =
 
 static const char BENCH_HELP[] =
     "Usage: tpk bench FILE [--kernel NAME] --shape LIST --device LIST [options]\n"
+    "       tpk bench --suite std [--device LIST] [--json FILE] [--only NAMES]\n"
+    "                 [--repeat N] [--smoke] [--list] [--kernels DIR]\n"
     "\n"
     "Time one kernel on several devices with the same inputs, one row per device:\n"
     "on the host, the measured steady-state time (after the optimized compile);\n"
@@ -176,9 +178,31 @@ static const char BENCH_HELP[] =
     "  --device LIST        comma-separated devices (default: host)\n"
     "  --json               one JSON object per row, as bench/run.py reads them\n"
     "\n"
+    "With --suite std, measure every kernel of the standard library at its\n"
+    "documented shape (see --list) and print one table: host time and GFLOP/s or\n"
+    "GB/s, the best CPU reference measured in the same run (OpenBLAS sgemm for\n"
+    "matmul, PyTorch CPU eager through bench/torch_ref.py for the rest), the ratio\n"
+    "reference time / tpk time (> 1: tpk is faster), and per simulated chip the\n"
+    "time in µs and the share of the roofline and of the matmul peak reached. The\n"
+    "references run on as many threads as tpk's host device (1). The suite's goals\n"
+    "follow, one pass/fail line each.\n"
+    "  --device LIST        devices to run (default: host,sim:v5e)\n"
+    "  --json FILE          also write every figure to FILE as JSON\n"
+    "  --only NAMES         only these kernels: --only softmax,layernorm\n"
+    "  --repeat N           timed calls of tpk and of the reference each (default 10)\n"
+    "  --smoke              tiny shapes, 2 calls: checks that the suite runs\n"
+    "  --list               print the rows (kernel, file, shape, reference, goal)\n"
+    "  --kernels DIR        the .tpk files from DIR (else $TPK_KERNELS_DIR, else the\n"
+    "                       standard library built into tpk, compiled ahead of time)\n"
+    "$PYTHON (default python3) runs bench/torch_ref.py (found near the tpk binary, or\n"
+    "$TPK_TORCH_REF); without PyTorch or OpenBLAS their columns say n/a. The exit\n"
+    "status is 1 when a kernel is missing or fails; a missed goal does not change it.\n"
+    "\n"
     "Examples:\n"
     "  tpk bench matmul.tpk --shape M=4096,N=4096,K=4096 --tune BM=1024,BN=1024 \\\n"
-    "      --device host,sim:v5e,sim:v6e\n";
+    "      --device host,sim:v5e,sim:v6e\n"
+    "  tpk bench --suite std --json results.json\n"
+    "  tpk bench --suite std --only softmax,layernorm --device host\n";
 
 static const char TUNE_HELP[] =
     "Usage: tpk tune FILE [--kernel NAME] --shape LIST [--device NAME] [options]\n"

@@ -630,6 +630,7 @@ int cli_run(const CliCommand *cmd, int argc, char **argv) {
  * same inputs on every device, one row each: measured time on the host,
  * simulated time and rates on the chips. */
 int cli_bench(const CliCommand *cmd, int argc, char **argv) {
+  if (cli_bench_wants_suite(argc, argv)) return cli_bench_suite(cmd, argc, argv);
   setvbuf(stdout, NULL, _IOLBF, 0);
   Run r = {.bench = true};
   int status = parse_args(&r, cmd, argc, argv);
