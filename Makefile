@@ -2,7 +2,8 @@
 #
 #   make deps        install what is missing (Debian packages, Python packages); safe to rerun
 #   make             build/libtpk.a, build/libtpk.so, build/tpk
-#   make test        every test (C unit tests, golden diagnostics, tutorials)
+#   make test        every test (C unit tests, golden diagnostics, tutorials, the
+#                    standard kernels against NumPy and PyTorch)
 #   make test-asan   the C tests under AddressSanitizer + UBSan
 #   make bench       benchmarks -> bench/results.json and bench/RESULTS.md
 #   make fuzz        the frontend fuzzer (FUZZ_SECONDS=60 by default)
@@ -145,6 +146,8 @@ test-c: $(TEST_BIN) $(BUILD)/tpk $(BUILD)/libtpk.so
 
 test: test-c
 	@sh tools/run-tutorials.sh $(BUILD)
+	@echo "standard kernels against NumPy and PyTorch (tests/std):"
+	@TPK_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/std
 
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -fno-omit-frame-pointer" \

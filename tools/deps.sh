@@ -24,10 +24,16 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-# Python: NumPy reads and writes the .npy files of the tutorials and tests.
+# Python: NumPy reads and writes the .npy files of the tutorials and tests;
+# PyTorch (CPU build, pinned) and pytest are the standard kernels' references
+# (tests/std) and the benchmarks' baseline.
 PYTHON=${PYTHON:-python3}
-if ! "$PYTHON" -c "import numpy" 2>/dev/null; then
-  echo "deps: installing numpy"
-  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet numpy
-fi
-echo "deps: all present (re2c $(re2c --version | cut -d' ' -f2), lemon, libtcc, cmocka, clang, OpenBLAS, numpy)"
+pip_install() {
+  echo "deps: installing $*"
+  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet "$@"
+}
+"$PYTHON" -c "import numpy" 2>/dev/null || pip_install numpy
+"$PYTHON" -c "import pytest" 2>/dev/null || pip_install pytest
+"$PYTHON" -c "import torch; assert torch.__version__.startswith('2.13.0')" 2>/dev/null || pip_install torch==2.13.0
+echo "deps: all present (re2c $(re2c --version | cut -d' ' -f2), lemon, libtcc, cmocka, clang, OpenBLAS," \
+  "numpy, pytest, torch $("$PYTHON" -c "import torch; print(torch.__version__)"))"
