@@ -119,6 +119,9 @@ def run_tutorial(path, build, fill, verbose):
     ok, ran, fills = True, 0, []
     with tempfile.TemporaryDirectory(prefix="tpk-tutorial-") as tmp:
         work = os.path.join(tmp, "work")
+        # A fresh cache per tutorial: what the reader's earlier `tpk tune`
+        # runs remember must not change the output shown.
+        env["TPK_CACHE_DIR"] = os.path.join(tmp, "cache")
         shipped = os.path.splitext(path)[0]
         if os.path.isdir(shipped):
             shutil.copytree(shipped, work)
