@@ -3,6 +3,7 @@
  * NAME=INTEGER lists, typo suggestions, output and reading sources.
  */
 #include "cli/cli.h"
+#include "tpk.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -292,8 +293,45 @@ static TpkStatus read_stdin(TpkSource *src, TpkError *err) {
   return TPK_OK;
 }
 
+/* "std:softmax.tpk", "std:softmax" (a file) or "std:flash_attention" (a
+ * kernel): the text of a file of the standard library built into tpk. */
+static TpkStatus read_std(TpkSource *src, const char *what, TpkError *err) {
+  memset(src, 0, sizeof *src);
+  char file[256];
+  snprintf(file, sizeof file, "%s%s", what, strstr(what, ".tpk") ? "" : ".tpk");
+  const char *text = tpk_std_source(file);
+  for (int i = 0; !text && i < tpk_std_kernel_count(); i++)
+    if (strcmp(tpk_std_kernel_name(i), what) == 0) {
+      snprintf(file, sizeof file, "%s", tpk_std_kernel_file(i));
+      text = tpk_std_source(file);
+    }
+  if (!text) {
+    TpkStr list = {0};
+    for (int i = 0; i < tpk_std_kernel_count(); i++) { /* kernels of one file are listed together */
+      const char *f = tpk_std_kernel_file(i);
+      if (i == 0 || strcmp(f, tpk_std_kernel_file(i - 1)) != 0) tpk_str_printf(&list, "%s%s", i ? ", " : "", f);
+    }
+    TpkStatus st = tpk_error(err, TPK_ERR_IO, "the standard library has no file or kernel '%s'; its files: %s", what,
+                             list.data ? list.data : "(none)");
+    tpk_str_free(&list);
+    return st;
+  }
+  size_t len = strlen(text);
+  char *copy = malloc(len + 1), *name = malloc(strlen(file) + 5);
+  if (!copy || !name) {
+    free(copy);
+    free(name);
+    return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  }
+  memcpy(copy, text, len + 1);
+  sprintf(name, "std:%s", file);
+  *src = (TpkSource){.name = name, .text = copy, .len = len};
+  return TPK_OK;
+}
+
 TpkStatus cli_source_read(TpkSource *src, const char *path, TpkError *err) {
   if (strcmp(path, "-") == 0) return read_stdin(src, err);
+  if (strncmp(path, "std:", 4) == 0) return read_std(src, path + 4, err);
   struct stat st;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
     memset(src, 0, sizeof *src);

@@ -258,6 +258,20 @@ static void test_check_ok(void **state) {
   run_free(&r);
 }
 
+static void test_check_std(void **state) {
+  (void)state;
+  Run r = RUN("check", "std:softmax.tpk", "std:layernorm", "std:flash_attention_bwd");
+  assert_string_equal(r.err, "");
+  assert_string_equal(r.out, "std:softmax.tpk: ok (2 kernels)\nstd:layernorm.tpk: ok (2 kernels)\n"
+                             "std:attention.tpk: ok (4 kernels)\n");
+  assert_int_equal(r.status, 0);
+  run_free(&r);
+  r = RUN("check", "std:softmx");
+  assert_int_equal(r.status, 1);
+  assert_non_null(strstr(r.err, "tpk: the standard library has no file or kernel 'softmx'; its files: activations.tpk, "));
+  run_free(&r);
+}
+
 static void test_check_stdin(void **state) {
   (void)state;
   Run r = run_full("kernel copy(x: f32[N]) -> (y: f32[N]) { y = x; }\n", false,
@@ -379,6 +393,7 @@ int main(void) {
       cmocka_unit_test(test_command_help),      cmocka_unit_test(test_usage_errors),
       cmocka_unit_test(test_malformed_bindings), cmocka_unit_test(test_check_missing_file),
       cmocka_unit_test(test_check_ok),          cmocka_unit_test(test_check_stdin),
+      cmocka_unit_test(test_check_std),
       cmocka_unit_test(test_check_errors),      cmocka_unit_test(test_dump_ir),
       cmocka_unit_test(test_dump_ast),          cmocka_unit_test(test_dump_unknown_names),
       cmocka_unit_test(test_closed_stdout),
