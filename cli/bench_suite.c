@@ -1390,10 +1390,11 @@ int cli_bench_suite(const CliCommand *cmd, int argc, char **argv) {
     from = "$TPK_KERNELS_DIR";
   } else {
     kernels_dir[0] = 0;
-    from = "built into tpk, compiled ahead of time";
+    from = "the standard library built into tpk";
   }
   if (o.list) {
-    printf("the %s suite; kernels from %s (%s)\n", o.suite->name, kernels_dir, from);
+    printf("the %s suite; kernels from %s%s%s%s\n", o.suite->name, kernels_dir, *kernels_dir ? " (" : "", from,
+           *kernels_dir ? ")" : "");
     list_rows(&o, kernels_dir);
     goto done;
   }
@@ -1412,8 +1413,8 @@ int cli_bench_suite(const CliCommand *cmd, int argc, char **argv) {
     const char *python = getenv("PYTHON");
     torch_start(&torch, python && *python ? python : "python3");
   }
-  printf("tpk bench --suite %s%s: %d kernel%s from %s (%s) on", suite->name, o.smoke ? " --smoke" : "", nselected,
-         nselected == 1 ? "" : "s", kernels_dir, from);
+  printf("tpk bench --suite %s%s: %d kernel%s from %s%s%s%s on", suite->name, o.smoke ? " --smoke" : "", nselected,
+         nselected == 1 ? "" : "s", kernels_dir, *kernels_dir ? " (" : "", from, *kernels_dir ? ")" : "");
   for (int d = 0; d < o.ndevices; d++) printf("%s%s", d ? ", " : " ", o.devices[d]);
   printf("\n");
   if (o.on_host) {
