@@ -31,6 +31,7 @@
  * the trailer check first and is removed and rebuilt.
  */
 #include "runtime/jit.h"
+#include "runtime/files.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -215,60 +216,15 @@ static char *dup_str(const char *s) {
   return d;
 }
 
-static char *path_join(const char *dir, const char *name) {
-  size_t a = strlen(dir), b = strlen(name);
-  char *p = malloc(a + b + 2);
-  if (!p) return NULL;
-  memcpy(p, dir, a);
-  p[a] = '/';
-  memcpy(p + a + 1, name, b + 1);
-  return p;
-}
-
 static bool is_file(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* A folder only this user can write: the cache is loaded as code. */
-static bool dir_is_private(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
-         !(st.st_mode & (S_IWGRP | S_IWOTH));
-}
-
-/* mkdir -p, new folders private. */
-static bool make_dirs(const char *path) {
-  char *p = dup_str(path);
-  if (!p) return false;
-  bool ok = true;
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s) continue;
-    char c = *s;
-    *s = 0;
-    if (mkdir(p, 0700) != 0 && errno != EEXIST) ok = false;
-    *s = c;
-    if (!c || !ok) break;
-  }
-  free(p);
-  return ok;
-}
-
-static bool write_all(int fd, const void *data, size_t n) {
-  const char *p = data;
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w, n -= (size_t)w;
-  }
-  return true;
-}
-
 static bool write_file(const char *path, const char *text) {
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return false;
-  bool ok = write_all(fd, text, strlen(text));
+  bool ok = tpk_write_all(fd, text, strlen(text));
   return close(fd) == 0 && ok;
 }
 
@@ -326,18 +282,6 @@ void tpk_jit_options_from_env(TpkJitOptions *o) {
   o->cache_dir = getenv("TPK_CACHE_DIR"); /* "" disables the cache, as in the options */
   const char *cc = getenv("CC");
   o->cc = cc && *cc ? cc : NULL;
-}
-
-/* $TPK_CACHE_DIR, else $XDG_CACHE_HOME/tpk, else ~/.cache/tpk (heap), or NULL
- * when disabled or no home is known. */
-static char *default_cache_dir(void) {
-  const char *d = getenv("TPK_CACHE_DIR");
-  if (d) return *d ? dup_str(d) : NULL;
-  d = getenv("XDG_CACHE_HOME");
-  if (d && d[0] == '/') return path_join(d, "tpk"); /* the spec ignores relative values */
-  d = getenv("HOME");
-  if (d && d[0] == '/') return path_join(d, ".cache/tpk");
-  return NULL;
 }
 
 static const char *tcc_lib_dir(void) {
@@ -454,8 +398,8 @@ TpkStatus tpk_jit_create(const TpkJitOptions *o, TpkJit **out, TpkError *err) {
   bool ok = j->tmp_root && j->tcc_lib && build_cc_argv(j, cc && *cc ? cc : "cc");
   if (ok && j->tier != TPK_TIER_TCC) {
     /* An unusable cache folder is not an error: kernels still compile. */
-    char *dir = o->cache_dir ? (*o->cache_dir ? dup_str(o->cache_dir) : NULL) : default_cache_dir();
-    if (dir && make_dirs(dir) && dir_is_private(dir)) j->cache_dir = dir;
+    char *dir = o->cache_dir ? (*o->cache_dir ? dup_str(o->cache_dir) : NULL) : tpk_cache_root();
+    if (dir && tpk_make_dirs(dir) && tpk_dir_is_private(dir)) j->cache_dir = dir;
     else free(dir);
   }
   if (!ok || pthread_mutex_init(&j->mu, NULL) != 0) goto fail;
@@ -611,7 +555,7 @@ static bool name_is_loaded(const char *name) {
 static bool cache_load(TpkJit *j, const char *key, const char *entry, void **handle, TpkKernelFn *fn) {
   char name[80];
   snprintf(name, sizeof name, "%s.so", key);
-  char *path = path_join(j->cache_dir, name);
+  char *path = tpk_path_join(j->cache_dir, name);
   if (!path) return false;
   bool ok = false;
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -674,7 +618,7 @@ static void remove_build_dir(const char *dir) {
     struct dirent *e;
     while ((e = readdir(d))) {
       if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-      char *p = path_join(dir, e->d_name);
+      char *p = tpk_path_join(dir, e->d_name);
       if (p) unlink(p);
       free(p);
     }
@@ -762,7 +706,7 @@ static int run_cc(TpkJit *j, char **argv, char **env, const char *log, bool trac
 static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
   *msg = NULL;
   TpkStr m = {0};
-  char *dir = path_join(j->cache_dir ? j->cache_dir : j->tmp_root, "tpk-build-XXXXXX");
+  char *dir = tpk_path_join(j->cache_dir ? j->cache_dir : j->tmp_root, "tpk-build-XXXXXX");
   char *hdr = NULL, *src = NULL, *so = NULL, *log = NULL, *out = NULL, **argv = NULL, **env = NULL;
   if (!dir || !mkdtemp(dir)) {
     tpk_str_printf(&m, "cc: cannot create a build folder in %s: %s", j->cache_dir ? j->cache_dir : j->tmp_root,
@@ -771,10 +715,10 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
     *msg = tpk_str_take(&m);
     return false;
   }
-  hdr = path_join(dir, "tpk_prims.h");
-  src = path_join(dir, "kernel.c");
-  so = path_join(dir, "kernel.so");
-  log = path_join(dir, "cc.log");
+  hdr = tpk_path_join(dir, "tpk_prims.h");
+  src = tpk_path_join(dir, "kernel.c");
+  so = tpk_path_join(dir, "kernel.so");
+  log = tpk_path_join(dir, "cc.log");
   size_t nargs = 0;
   while (j->cc_argv[nargs]) nargs++;
   argv = calloc(nargs + 5, sizeof *argv);
@@ -814,7 +758,7 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
     /* Trailer, then an atomic rename: a racing process renames an equal file. */
     char name[80];
     snprintf(name, sizeof name, "%s.so", c->key);
-    out = path_join(j->cache_dir, name);
+    out = tpk_path_join(j->cache_dir, name);
     Sha256 s;
     unsigned char trailer[TRAILER_LEN];
     char *body = NULL;
@@ -827,7 +771,7 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
       sha_update(&s, body, (size_t)st.st_size);
       memcpy(trailer, trailer_magic, 8);
       sha_final(&s, trailer + 8);
-      stored = write_all(fd, trailer, sizeof trailer) && fchmod(fd, 0600) == 0;
+      stored = tpk_write_all(fd, trailer, sizeof trailer) && fchmod(fd, 0600) == 0;
     }
     free(body);
     if (fd >= 0 && close(fd) != 0) stored = false;

@@ -9,6 +9,7 @@
  * the ordinary launch path and measured.
  */
 #include "runtime/tune.h"
+#include "runtime/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -204,40 +205,6 @@ static void config_from_values(TpkTuneConfig *out, const TpkFunc *f, const int64
 
 /* ---- Files ------------------------------------------------------------------------------ */
 
-static char *join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *s = malloc(n);
-  if (s) snprintf(s, n, "%s/%s", a, b);
-  return s;
-}
-
-/* mkdir -p, new folders private (as the JIT's cache). */
-static bool make_dirs(const char *path) {
-  char *p = strdup(path);
-  if (!p) return false;
-  bool ok = true;
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s) continue;
-    char c = *s;
-    *s = 0;
-    if (mkdir(p, 0700) != 0 && errno != EEXIST) ok = false;
-    *s = c;
-    if (!c || !ok) break;
-  }
-  free(p);
-  return ok;
-}
-
-static bool write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w, n -= (size_t)w;
-  }
-  return true;
-}
-
 /* Write `text` to `path` through a temporary file in the same folder and a
  * rename: a reader sees the old file or the new one, whole. */
 static TpkStatus write_atomic(const char *path, const char *text, TpkError *err) {
@@ -251,7 +218,7 @@ static TpkStatus write_atomic(const char *path, const char *text, TpkError *err)
     free(tmp);
     return TPK_ERR_IO;
   }
-  bool ok = write_all(fd, text, strlen(text));
+  bool ok = tpk_write_all(fd, text, strlen(text));
   ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {
     tpk_error(err, TPK_ERR_IO, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
@@ -297,16 +264,7 @@ done:
 
 /* ---- The cache ---------------------------------------------------------------------------- */
 
-char *tpk_tune_cache_root(void) {
-  /* the JIT's rule (runtime/jit.c), so both caches live side by side */
-  const char *d = getenv("TPK_CACHE_DIR");
-  if (d) return *d ? strdup(d) : NULL;
-  d = getenv("XDG_CACHE_HOME");
-  if (d && d[0] == '/') return join(d, "tpk");
-  d = getenv("HOME");
-  if (d && d[0] == '/') return join(d, ".cache/tpk");
-  return NULL;
-}
+char *tpk_tune_cache_root(void) { return tpk_cache_root(); }
 
 /* What identifies an entry, written at the top of its file and compared
  * whole when it is read back. */
@@ -326,14 +284,14 @@ char *tpk_tune_cache_path(const char *root, const TpkTuneKey *key) {
   char name[64];
   snprintf(name, sizeof name, "tune/%016llx.tune", (unsigned long long)fnv_add(FNV_OFFSET, head.data, head.len));
   tpk_str_free(&head);
-  return join(root, name);
+  return tpk_path_join(root, name);
 }
 
 TpkStatus tpk_tune_cache_store(const char *root, const TpkTuneKey *key, const TpkFunc *f, const int64_t *values,
                                double seconds, char **path_out, TpkError *err) {
   if (path_out) *path_out = NULL;
   if (!root || !*root) return tpk_error(err, TPK_ERR_INVALID, "no tuning cache folder (TPK_CACHE_DIR is empty and no home is known)");
-  char *dir = join(root, "tune");
+  char *dir = tpk_path_join(root, "tune");
   char *path = tpk_tune_cache_path(root, key);
   TpkStr text = {0};
   cache_head(&text, key);
@@ -342,7 +300,7 @@ TpkStatus tpk_tune_cache_store(const char *root, const TpkTuneKey *key, const Tp
   tpk_str_printf(&text, "\nseconds %.9g\nend\n", seconds);
   TpkStatus st = TPK_OK;
   if (!dir || !path || text.failed) st = tpk_error(err, TPK_ERR_NOMEM, "out of memory writing the tuning cache");
-  else if (!make_dirs(dir)) st = tpk_error(err, TPK_ERR_IO, "cannot create the tuning cache folder %s: %s", dir, strerror(errno));
+  else if (!tpk_make_dirs(dir)) st = tpk_error(err, TPK_ERR_IO, "cannot create the tuning cache folder %s: %s", dir, strerror(errno));
   else st = write_atomic(path, text.data, err);
   tpk_str_free(&text);
   free(dir);
