@@ -1,6 +1,9 @@
 #include "support.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,3 +264,74 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
   }
 }
 
+
+/* ---- running the tpk command ------------------------------------------------------- */
+
+static char *slurp_fd(int fd) {
+  TpkStr s = {0};
+  char buf[4096];
+  ssize_t n;
+  lseek(fd, 0, SEEK_SET);
+  while ((n = read(fd, buf, sizeof buf)) > 0) tpk_str_putn(&s, buf, (size_t)n);
+  tpk_str_puts(&s, "");
+  return tpk_str_take(&s);
+}
+
+TestRun test_run(const TestRunOptions *o, const char *const *args) {
+  TestRunOptions none = {0};
+  if (!o) o = &none;
+  char out_name[] = "/tmp/tpk-test-out-XXXXXX", err_name[] = "/tmp/tpk-test-err-XXXXXX",
+       in_name[] = "/tmp/tpk-test-in-XXXXXX";
+  int out = mkstemp(out_name), err = mkstemp(err_name), in = mkstemp(in_name);
+  assert_true(out >= 0 && err >= 0 && in >= 0);
+  if (o->input) assert_int_equal(write(in, o->input, strlen(o->input)), (ssize_t)strlen(o->input));
+  lseek(in, 0, SEEK_SET);
+  int dead[2] = {-1, -1};
+  if (o->close_stdout) {
+    assert_int_equal(pipe(dead), 0);
+    close(dead[0]);
+  }
+  char tpk[4096];
+  const char *b = getenv("TPK_BUILD");
+  snprintf(tpk, sizeof tpk, "%s/tpk", b && *b ? b : "build");
+  const char *argv[64] = {o->prog ? o->prog : tpk};
+  int n = 1;
+  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(in, 0);
+    dup2(o->close_stdout ? dead[1] : out, 1);
+    dup2(err, 2);
+    setenv("LC_ALL", "C", 1);
+    for (int i = 0; o->env && o->env[i]; i++) {
+      const char *eq = strchr(o->env[i], '=');
+      char name[64];
+      snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - o->env[i]) : 0, o->env[i]);
+      if (eq) setenv(name, eq + 1, 1);
+    }
+    execvp(argv[0], (char *const *)argv);
+    fprintf(stderr, "cannot run %s\n", argv[0]);
+    _exit(127);
+  }
+  int ws = 0;
+  assert_int_equal(waitpid(pid, &ws, 0), pid);
+  if (o->close_stdout) close(dead[1]);
+  TestRun r = {.out = slurp_fd(out), .err = slurp_fd(err)};
+  close(out), close(err), close(in);
+  unlink(out_name), unlink(err_name), unlink(in_name);
+  if (WIFSIGNALED(ws)) fail_msg("%s was killed by signal %d; stderr:\n%s", argv[0], WTERMSIG(ws), r.err);
+  assert_true(WIFEXITED(ws));
+  r.status = WEXITSTATUS(ws);
+  if (r.status == 127 && strstr(r.err, "cannot run")) fail_msg("%s", r.err);
+  return r;
+}
+
+void test_run_free(TestRun *r) {
+  free(r->out);
+  free(r->err);
+  r->out = r->err = NULL;
+}

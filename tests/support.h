@@ -77,4 +77,30 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
                                 const char *kname, int64_t size, const TpkBinding *tunes, int ntunes,
                                 TestTally *tally);
 
+/* ---- running the tpk command ---- */
+
+typedef struct TestRun {
+  int status;     /* exit status */
+  char *out, *err; /* what it wrote (heap) */
+} TestRun;
+
+typedef struct TestRunOptions {
+  const char *prog;       /* NULL: build/tpk, or $TPK_BUILD/tpk (found on PATH otherwise) */
+  const char *const *env; /* NAME=VALUE settings, NULL-terminated; may be NULL */
+  const char *input;      /* standard input (NULL: empty) */
+  bool close_stdout;      /* stdout is a pipe nobody reads (a closed `| head`) */
+} TestRunOptions;
+
+/* Run a program (o may be NULL) with args (NULL-terminated) and LC_ALL=C;
+ * fails the test when it is killed by a signal or cannot be started. */
+TestRun test_run(const TestRunOptions *o, const char *const *args);
+void test_run_free(TestRun *r);
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define RUN(...) test_run(NULL, ARGS(__VA_ARGS__))
+
+#define assert_contains(hay, needle)                                                  \
+  do {                                                                                \
+    if (!strstr((hay), (needle))) fail_msg("expected '%s' in:\n%s", (needle), (hay)); \
+  } while (0)
+
 #endif

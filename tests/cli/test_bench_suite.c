@@ -14,75 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct Run {
-  int status;
-  char *out, *err;
-} Run;
-
 static char tmpdir[] = "/tmp/tpk-test-suite-XXXXXX";
 
-static const char *tpk_path(void) {
-  static char buf[4096];
-  const char *b = getenv("TPK_BUILD");
-  snprintf(buf, sizeof buf, "%s/tpk", b && *b ? b : "build");
-  return buf;
-}
-
-static char *slurp(const char *path) {
-  char *s = test_read_file(path, NULL);
-  if (!s) fail_msg("cannot read %s", path);
-  return s;
-}
-
-/* Run argv[0] (tpk when NULL) with the arguments and NAME=VALUE settings in
- * env (NULL-terminated lists); stdout and stderr are captured. */
-static Run run_env(const char *prog, const char *const *env, const char *const *args) {
-  char out_path[600], err_path[600];
-  snprintf(out_path, sizeof out_path, "%s/stdout", tmpdir);
-  snprintf(err_path, sizeof err_path, "%s/stderr", tmpdir);
-  const char *argv[40] = {prog ? prog : tpk_path()};
-  int n = 1;
-  for (; args[n - 1] && n < 39; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    if (!freopen(out_path, "w", stdout) || !freopen(err_path, "w", stderr) || !freopen("/dev/null", "r", stdin)) _exit(126);
-    setenv("LC_ALL", "C", 1);
-    for (int i = 0; env && env[i]; i++) {
-      const char *eq = strchr(env[i], '=');
-      char name[64];
-      snprintf(name, sizeof name, "%.*s", (int)(eq - env[i]), env[i]);
-      setenv(name, eq + 1, 1);
-    }
-    execvp(argv[0], (char *const *)argv);
-    fprintf(stderr, "cannot run %s\n", argv[0]);
-    _exit(127);
-  }
-  int ws = 0;
-  assert_int_equal(waitpid(pid, &ws, 0), pid);
-  Run r = {.out = slurp(out_path), .err = slurp(err_path)};
-  unlink(out_path);
-  unlink(err_path);
-  if (WIFSIGNALED(ws)) fail_msg("%s was killed by signal %d; stderr:\n%s", argv[0], WTERMSIG(ws), r.err);
-  r.status = WEXITSTATUS(ws);
-  if (r.status == 127 && strstr(r.err, "cannot run")) fail_msg("%s", r.err);
-  return r;
-}
-
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
-
-static void run_free(Run *r) {
-  free(r->out);
-  free(r->err);
-}
-
-#define assert_contains(hay, needle)                                                  \
-  do {                                                                                \
-    if (!strstr((hay), (needle))) fail_msg("expected '%s' in:\n%s", (needle), (hay)); \
-  } while (0)
 
 /* The line of text that starts with prefix (heap); fails when there is none. */
 static char *line_starting(const char *text, const char *prefix) {
@@ -138,9 +72,9 @@ static void check_json(const char *checks) {
            "rows = {r['kernel']: r for r in d['rows']}\n"
            "%s\n",
            checks);
-  Run r = run_env("python3", NULL, ARGS("-c", script, json_path));
+  TestRun r = test_run(&(TestRunOptions){.prog = "python3"}, ARGS("-c", script, json_path));
   if (r.status != 0) fail_msg("the JSON check failed:\n%s\nJSON:\n%s", r.err, test_read_file(json_path, NULL));
-  run_free(&r);
+  test_run_free(&r);
 }
 
 /* ---- option errors ----------------------------------------------------------------- */
@@ -169,30 +103,30 @@ static void test_usage_errors(void **state) {
     int n = 1;
     for (int j = 0; cases[i].args[j]; j++) args[n++] = cases[i].args[j];
     args[n] = NULL;
-    Run r = run_env(NULL, NULL, args);
+    TestRun r = test_run(NULL, args);
     if (r.status != 2) fail_msg("case %zu: exit status %d, stderr:\n%s", i, r.status, r.err);
     assert_contains(r.err, cases[i].message);
     assert_contains(r.err, "Run 'tpk bench --help' for usage.");
     assert_string_equal(r.out, "");
-    run_free(&r);
+    test_run_free(&r);
   }
 }
 
 static void test_help_mentions_suite(void **state) {
   (void)state;
-  Run r = run_env(NULL, NULL, ARGS("help", "bench"));
+  TestRun r = test_run(NULL, ARGS("help", "bench"));
   assert_int_equal(r.status, 0);
   assert_contains(r.out, "--suite std");
   assert_contains(r.out, "TPK_KERNELS_DIR");
   assert_contains(r.out, "--json FILE");
-  run_free(&r);
+  test_run_free(&r);
 }
 
 /* ---- listing ------------------------------------------------------------------------- */
 
 static void test_list(void **state) {
   (void)state;
-  Run r = run_env(NULL, NULL, ARGS("bench", "--suite", "std", "--list", "--kernels", kernels));
+  TestRun r = test_run(NULL, ARGS("bench", "--suite", "std", "--list", "--kernels", kernels));
   assert_int_equal(r.status, 0);
   char want[900];
   snprintf(want, sizeof want, "kernels from %s (--kernels)", kernels);
@@ -207,7 +141,7 @@ static void test_list(void **state) {
   assert_non_null(strstr(matmul, "(file missing)"));
   free(softmax);
   free(matmul);
-  run_free(&r);
+  test_run_free(&r);
 }
 
 /* ---- running ------------------------------------------------------------------------- */
@@ -217,7 +151,7 @@ static void test_list(void **state) {
  * status is 0 since every selected kernel ran. */
 static void test_json_host(void **state) {
   (void)state;
-  Run r = run_env(NULL, ENV(kernels_env, "PYTHON=/nonexistent/python3", "TPK_TIER=tcc"),
+  TestRun r = test_run(&(TestRunOptions){.env = ENV(kernels_env, "PYTHON=/nonexistent/python3", "TPK_TIER=tcc")},
                   ARGS("bench", "--suite", "std", "--only", "softmax,layernorm", "--device", "host", "--smoke",
                        "--json", json_path));
   if (r.status != 0) fail_msg("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
@@ -243,17 +177,17 @@ static void test_json_host(void **state) {
              "goals = {g['goal'].split()[0]: g for g in d['goals']}\n"
              "assert sorted(goals) == ['layernorm', 'softmax'] and all(g['met'] is None for g in goals.values())\n"
              "assert d['summary'] == {'rows': 2, 'ok': 2, 'missing': 0, 'errors': 0, 'goals': 2, 'goals_met': 0}");
-  run_free(&r);
+  test_run_free(&r);
 }
 
 /* With python3: the PyTorch column is measured when torch imports, else
  * it says how to get it. */
 static void test_json_torch(void **state) {
   (void)state;
-  Run probe = run_env("python3", NULL, ARGS("-c", "import torch"));
+  TestRun probe = test_run(&(TestRunOptions){.prog = "python3"}, ARGS("-c", "import torch"));
   bool have_torch = probe.status == 0;
-  run_free(&probe);
-  Run r = run_env(NULL, ENV(kernels_env, "PYTHON=python3", "TPK_TIER=tcc"),
+  test_run_free(&probe);
+  TestRun r = test_run(&(TestRunOptions){.env = ENV(kernels_env, "PYTHON=python3", "TPK_TIER=tcc")},
                   ARGS("bench", "--suite", "std", "--only", "softmax", "--device", "host", "--smoke", "--json",
                        json_path));
   if (r.status != 0) fail_msg("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
@@ -267,13 +201,13 @@ static void test_json_torch(void **state) {
     assert_contains(r.out, "pip install torch");
     check_json("assert 'pip install torch' in d['references']['torch_note']");
   }
-  run_free(&r);
+  test_run_free(&r);
 }
 
 /* The simulator alone: time, roofline share, no host columns. */
 static void test_json_sim(void **state) {
   (void)state;
-  Run r = run_env(NULL, ENV(kernels_env), ARGS("bench", "--suite", "std", "--only", "softmax", "--device", "sim:v5e",
+  TestRun r = test_run(&(TestRunOptions){.env = ENV(kernels_env)}, ARGS("bench", "--suite", "std", "--only", "softmax", "--device", "sim:v5e",
                                                "--smoke", "--json", json_path));
   if (r.status != 0) fail_msg("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
   assert_contains(r.out, "v5e µs");
@@ -282,13 +216,13 @@ static void test_json_sim(void **state) {
              "(s,) = r['sim']\n"
              "assert s['device'] == 'sim:v5e' and s['us'] > 0 and 0 < s['roofline_fraction'] <= 1.0001, s\n"
              "assert s['bound'] in ('memory', 'compute') and s['peak_fraction'] is None, s");
-  run_free(&r);
+  test_run_free(&r);
 }
 
 /* Missing files and kernels are rows of their own and fail the run. */
 static void test_missing(void **state) {
   (void)state;
-  Run r = run_env(NULL, ENV(kernels_env, "PYTHON=/nonexistent/python3", "TPK_TIER=tcc"),
+  TestRun r = test_run(&(TestRunOptions){.env = ENV(kernels_env, "PYTHON=/nonexistent/python3", "TPK_TIER=tcc")},
                   ARGS("bench", "--suite", "std", "--only", "matmul,log_softmax,softmax", "--device", "host",
                        "--smoke", "--json", json_path));
   assert_int_equal(r.status, 1);
@@ -301,7 +235,7 @@ static void test_missing(void **state) {
              "assert rows['log_softmax']['status'] == 'missing' and rows['log_softmax']['host'] is None\n"
              "assert rows['softmax']['status'] == 'ok'\n"
              "assert d['summary']['missing'] == 2 and d['summary']['ok'] == 1");
-  run_free(&r);
+  test_run_free(&r);
 }
 
 /* A kernel whose shape symbols differ from the row's is an error that says
@@ -320,12 +254,12 @@ static void test_row_mismatch(void **state) {
         f);
   fclose(f);
   snprintf(env, sizeof env, "TPK_KERNELS_DIR=%s", dir);
-  Run r = run_env(NULL, ENV(env, "PYTHON=/nonexistent/python3"),
+  TestRun r = test_run(&(TestRunOptions){.env = ENV(env, "PYTHON=/nonexistent/python3")},
                   ARGS("bench", "--suite", "std", "--only", "softmax", "--device", "host", "--smoke"));
   assert_int_equal(r.status, 1);
   assert_contains(r.out, "error: the row gives no size for the kernel's shape symbol R (row: M=37,N=130)");
   assert_contains(r.out, "1 row: 0 measured, 0 missing, 1 failed");
-  run_free(&r);
+  test_run_free(&r);
   unlink(path);
   rmdir(dir);
 }
@@ -342,13 +276,13 @@ static void test_kernel_with_errors(void **state) {
   assert_non_null(f);
   fputs("kernel softmax(x: f32[M, N]) -> (y: f32[M, N]) {\n  y = x + q;\n  y = z;\n}\n", f);
   fclose(f);
-  Run r = run_env(NULL, ENV("PYTHON=/nonexistent/python3"), ARGS("bench", "--suite", "std", "--only", "softmax",
+  TestRun r = test_run(&(TestRunOptions){.env = ENV("PYTHON=/nonexistent/python3")}, ARGS("bench", "--suite", "std", "--only", "softmax",
                                                                   "--kernels", dir, "--device", "host", "--smoke"));
   assert_int_equal(r.status, 1);
   char want[2048];
   snprintf(want, sizeof want, "error: %s:2:11: error: unknown name 'q' (all of it: tpk check %s)\n", path, path);
   assert_contains(r.out, want);
-  run_free(&r);
+  test_run_free(&r);
   unlink(path);
   rmdir(dir);
 }

@@ -13,67 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct Run {
-  int status;
-  char *out, *err;
-} Run;
-
 static char tmpdir[] = "/tmp/tpk-test-tune-cli-XXXXXX";
 
-static char *slurp(const char *path) {
-  char *s = test_read_file(path, NULL);
-  unlink(path);
-  return s ? s : strdup("");
-}
-
-/* Run tpk with args (NULL-terminated); fails the test if it was killed. */
-static Run run_args(const char *const *args) {
-  char out[256], err[256];
-  snprintf(out, sizeof out, "%s/stdout", tmpdir);
-  snprintf(err, sizeof err, "%s/stderr", tmpdir);
-  const char *b = getenv("TPK_BUILD");
-  char tpk[4096];
-  snprintf(tpk, sizeof tpk, "%s/tpk", b && *b ? b : "build");
-  const char *argv[64] = {tpk};
-  int n = 1;
-  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr) || !freopen("/dev/null", "r", stdin)) _exit(126);
-    setenv("LC_ALL", "C", 1);
-    execv(argv[0], (char *const *)argv);
-    fprintf(stderr, "cannot run %s\n", argv[0]);
-    _exit(127);
-  }
-  int ws = 0;
-  assert_int_equal(waitpid(pid, &ws, 0), pid);
-  Run r = {.out = slurp(out), .err = slurp(err)};
-  if (WIFSIGNALED(ws)) fail_msg("tpk was killed by signal %d; stderr:\n%s", WTERMSIG(ws), r.err);
-  r.status = WEXITSTATUS(ws);
-  if (r.status == 127 && strstr(r.err, "cannot run")) fail_msg("%s", r.err);
-  return r;
-}
-
-#define RUN(...) run_args((const char *const[]){__VA_ARGS__, NULL})
-
-static void run_free(Run *r) {
-  free(r->out);
-  free(r->err);
-}
-
-#define assert_contains(hay, needle)                                                  \
-  do {                                                                                \
-    if (!strstr((hay), (needle))) fail_msg("expected '%s' in:\n%s", (needle), (hay)); \
-  } while (0)
-
 /* Expect exit status `status` with `needle` in stderr. */
-static void expect_error(Run r, int status, const char *needle) {
+static void expect_error(TestRun r, int status, const char *needle) {
   if (r.status != status) fail_msg("exit %d, expected %d; stderr:\n%s\nstdout:\n%s", r.status, status, r.err, r.out);
   assert_contains(r.err, needle);
-  run_free(&r);
+  test_run_free(&r);
 }
 
 static const char *MATMUL = "kernel matmul(a: bf16[M, K], b: bf16[K, N]) -> (c: f32[M, N])\n"
@@ -125,7 +71,7 @@ static int teardown(void **state) {
 
 static void test_help(void **state) {
   (void)state;
-  Run a = RUN("help", "tune"), b = RUN("tune", "--help");
+  TestRun a = RUN("help", "tune"), b = RUN("tune", "--help");
   assert_int_equal(a.status, 0);
   assert_string_equal(a.out, b.out);
   assert_contains(a.out, "Usage: tpk tune FILE");
@@ -133,9 +79,9 @@ static void test_help(void **state) {
   assert_contains(a.out, "--cached");
   assert_contains(a.out, "Exit status");
   assert_contains(a.out, "Examples:");
-  Run c = RUN("--help");
+  TestRun c = RUN("--help");
   assert_contains(c.out, "  tune ");
-  run_free(&a), run_free(&b), run_free(&c);
+  test_run_free(&a), test_run_free(&b), test_run_free(&c);
 }
 
 static void test_usage_errors(void **state) {
@@ -172,14 +118,14 @@ static void test_failures(void **state) {
   expect_error(RUN("tune", plain_path, "--shape", "N=8", "--device", "sim:v5e"), 1,
                "kernel 'add' declares no tunables (`tune NAME in [...]`): nothing to tune");
   /* nothing fits v4's VMEM: the search ran, so the input, not the command line, failed */
-  Run r = RUN("tune", scale_path, "--shape", "M=4096,N=4096", "--device", "sim:v4", "--tune", "BM=2048");
+  TestRun r = RUN("tune", scale_path, "--shape", "M=4096,N=4096", "--device", "sim:v4", "--tune", "BM=2048");
   assert_contains(r.out, "skipped (does not fit in VMEM)");
   expect_error(r, 1, "none of the 1 configurations of kernel 'scale' ran");
 }
 
 static void test_tune_then_cached(void **state) {
   (void)state;
-  Run r = RUN("tune", mm_path, "--shape", "M=512,N=384,K=640", "--device", "sim:v5e");
+  TestRun r = RUN("tune", mm_path, "--shape", "M=512,N=384,K=640", "--device", "sim:v5e");
   if (r.status != 0) fail_msg("exit %d:\n%s", r.status, r.err);
   assert_contains(r.out, "tuning matmul on sim:v5e for M=512,K=640,N=384");
   assert_contains(r.out, "8 configurations: every one, the defaults first");
@@ -197,37 +143,37 @@ static void test_tune_then_cached(void **state) {
   char winner[64];
   assert_int_equal(sscanf(best, "\nbest     %63s", winner), 1);
 
-  Run c = RUN("tune", mm_path, "--shape", "M=512,N=384,K=640", "--device", "sim:v5e", "--cached");
+  TestRun c = RUN("tune", mm_path, "--shape", "M=512,N=384,K=640", "--device", "sim:v5e", "--cached");
   assert_int_equal(c.status, 0);
   assert_true(strncmp(c.out, winner, strlen(winner)) == 0 && c.out[strlen(winner)] == ' ');
   assert_contains(c.out, "(from the tuning cache;");
-  run_free(&c);
+  test_run_free(&c);
   /* other sizes, another chip: nothing known */
   c = RUN("tune", mm_path, "--shape", "M=512,N=384,K=641", "--device", "sim:v5e", "--cached");
   assert_int_equal(c.status, 1);
   assert_contains(c.out, "no tuned configuration of matmul on sim:v5e for M=512,K=641,N=384; launches use the defaults");
-  run_free(&c);
+  test_run_free(&c);
   c = RUN("tune", mm_path, "--shape", "M=512,N=384,K=640", "--device", "sim:v6e", "--cached");
   assert_int_equal(c.status, 1);
-  run_free(&c);
+  test_run_free(&c);
   /* -q: the summary only */
-  Run q = RUN("tune", mm_path, "--shape", "M=512,N=384,K=640", "--device", "sim:v5e", "-q", "--no-cache");
+  TestRun q = RUN("tune", mm_path, "--shape", "M=512,N=384,K=640", "--device", "sim:v5e", "-q", "--no-cache");
   assert_int_equal(q.status, 0);
   assert_null(strstr(q.out, "[1/8]"));
   assert_contains(q.out, "best     ");
   assert_contains(q.out, "not written (--no-cache)");
-  run_free(&q);
-  run_free(&r);
+  test_run_free(&q);
+  test_run_free(&r);
 }
 
 static void test_save_default(void **state) {
   (void)state;
   for (int i = 0; i < 3; i++) {
     const char *shape = i == 1 ? "M=256,N=256,K=256" : "M=512,N=512,K=512";
-    Run r = RUN("tune", mm_path, "--shape", shape, "--device", "sim:v6e", "-q", "--no-cache", "--save-default", tsv_path);
+    TestRun r = RUN("tune", mm_path, "--shape", shape, "--device", "sim:v6e", "-q", "--no-cache", "--save-default", tsv_path);
     if (r.status != 0) fail_msg("exit %d:\n%s", r.status, r.err);
     assert_contains(r.out, "saved    ");
-    run_free(&r);
+    test_run_free(&r);
   }
   char *text = test_read_file(tsv_path, NULL);
   assert_non_null(text);
@@ -240,9 +186,9 @@ static void test_save_default(void **state) {
   free(text);
   /* with no cache, --cached finds the row in the table it is given */
   setenv("TPK_CACHE_DIR", "", 1);
-  Run c = RUN("tune", mm_path, "--shape", "M=256,N=256,K=256", "--device", "sim:v6e", "--cached", "--defaults", tsv_path);
-  Run none = RUN("tune", mm_path, "--shape", "M=256,N=256,K=256", "--device", "sim:v6e", "--cached");
-  Run nocache = RUN("tune", mm_path, "--shape", "M=256,N=256,K=256", "--device", "sim:v6e", "-q");
+  TestRun c = RUN("tune", mm_path, "--shape", "M=256,N=256,K=256", "--device", "sim:v6e", "--cached", "--defaults", tsv_path);
+  TestRun none = RUN("tune", mm_path, "--shape", "M=256,N=256,K=256", "--device", "sim:v6e", "--cached");
+  TestRun nocache = RUN("tune", mm_path, "--shape", "M=256,N=256,K=256", "--device", "sim:v6e", "-q");
   setenv("TPK_CACHE_DIR", cache_dir, 1);
   assert_int_equal(c.status, 0);
   assert_contains(c.out, "(from the ");
@@ -250,14 +196,14 @@ static void test_save_default(void **state) {
   assert_int_equal(none.status, 1);
   assert_int_equal(nocache.status, 0);
   assert_contains(nocache.out, "cache    none (TPK_CACHE_DIR is empty");
-  run_free(&c), run_free(&none), run_free(&nocache);
+  test_run_free(&c), test_run_free(&none), test_run_free(&nocache);
   /* a file that is not a table is refused, and left as it was */
   write_file(tsv_path, "hello\n");
-  Run bad = RUN("tune", mm_path, "--shape", "M=256,N=256,K=256", "--device", "sim:v6e", "-q", "--no-cache",
+  TestRun bad = RUN("tune", mm_path, "--shape", "M=256,N=256,K=256", "--device", "sim:v6e", "-q", "--no-cache",
                 "--save-default", tsv_path);
   assert_int_equal(bad.status, 1);
   assert_contains(bad.err, "tuned.tsv:1: expected 7 tab-separated fields");
-  run_free(&bad);
+  test_run_free(&bad);
   text = test_read_file(tsv_path, NULL);
   assert_string_equal(text, "hello\n");
   free(text);
@@ -265,16 +211,16 @@ static void test_save_default(void **state) {
 
 static void test_host(void **state) {
   (void)state;
-  Run r = RUN("tune", scale_path, "--shape", "M=64,N=256", "--scalar", "s=2", "--repeat", "2");
+  TestRun r = RUN("tune", scale_path, "--shape", "M=64,N=256", "--scalar", "s=2", "--repeat", "2");
   if (r.status != 0) fail_msg("exit %d:\n%s\n%s", r.status, r.err, r.out);
   assert_contains(r.out, "tuning scale on host for M=64,N=256");
   assert_contains(r.out, "[3/3] BM=8");
   assert_contains(r.out, "3 timed, 0 skipped");
-  run_free(&r);
-  Run c = RUN("tune", scale_path, "--shape", "M=64,N=256", "--cached");
+  test_run_free(&r);
+  TestRun c = RUN("tune", scale_path, "--shape", "M=64,N=256", "--cached");
   assert_int_equal(c.status, 0);
   assert_contains(c.out, "(from the tuning cache;");
-  run_free(&c);
+  test_run_free(&c);
 }
 
 int main(void) {
