@@ -732,3 +732,10 @@ int tpk_func_symbols(const TpkFunc *f, const char **names, int max) {
       n = add_dim_symbols(f->results[i]->dims[k], names, n, max);
   return n;
 }
+
+const TpkOp *tpk_index_vector_load(const TpkValue *v) {
+  const TpkOp *d = v->def;
+  if (!d || d->opcode != TPK_OP_LOAD || v->type->rank != 1 || d->in[0]->type->rank != 1) return NULL;
+  const char *p = tpk_op_str(d, "index", "");
+  return strcmp(p, "t") == 0 || strcmp(p, "r") == 0 ? d : NULL;
+}

@@ -418,6 +418,12 @@ TpkValue *tpk_build_yield(TpkBuilder *b, int n, TpkValue *const *vals); /* retur
  * their values. Writes up to max names and returns how many there are. */
 int tpk_func_symbols(const TpkFunc *f, const char **names, int max);
 
+/* The load that read index vector v as a block ('t' or 'r') of a rank-1
+ * tensor, or NULL. Its lanes past the tensor's end are padding: a store
+ * through v (a scatter) drops them, as stores to out-of-range elements are
+ * dropped (dsl/README.md, "Ragged edges"). */
+const TpkOp *tpk_index_vector_load(const TpkValue *v);
+
 /* Remove an op (it must have no remaining uses) / replace every use of a
  * value inside func. */
 void tpk_op_erase(TpkOp *op);

@@ -638,6 +638,8 @@ typedef struct Access {
   const char *pattern;
   const char *start[TPK_MAX_RANK]; /* 't' 'r' 's': first element; 'g': the index tile */
   Sz size[TPK_MAX_RANK];           /* block size along each dim (1 for 's') */
+  const TpkValue *gather[TPK_MAX_RANK];   /* 'g': the index vector */
+  const char *lane_limit[TPK_MAX_RANK];   /* 'g' of a store: lanes below it are real (mask_padding_lanes) */
 } Access;
 
 /* Read the pattern's operands (starting at op->in[first]) into acc. */
@@ -672,6 +674,7 @@ static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const Tp
       break;
     case 'g':
       v = op->in[k++];
+      acc->gather[d] = v;
       acc->start[d] = name_of(e, v);
       acc->size[d] = dim(e, v->type, 0);
       break;
@@ -710,6 +713,7 @@ static const char *access_offset(Emitter *e, const Access *acc, const char **val
     else pos = tpk_arena_printf(&e->arena, "(%s + i%d)", acc->start[d], j++);
     if (c == 't' || c == 'r')
       tpk_str_printf(&ok, "%s(uint64_t)%s < (uint64_t)%s", ok.len ? " && " : "", pos, D);
+    if (c == 'g' && acc->lane_limit[d]) tpk_str_printf(&ok, "%si%d < %s", ok.len ? " && " : "", j - 1, acc->lane_limit[d]);
     if (!sz_is(ms[d], 0)) tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", pos, ms[d]);
   }
   *valid = ok.len ? tpk_arena_strdup(&e->arena, ok.data) : NULL;
@@ -916,12 +920,29 @@ static void emit_load_scalar(Emitter *e, const TpkOp *op) {
   line(e, "%s %s = %s[%s];", ctype(r->type->dtype), new_name(e, r), acc.base, off);
 }
 
+/* A store through an index vector that was loaded as a ragged block drops
+ * the vector's padding lanes (past its tensor's end), as a store drops
+ * out-of-range elements: their index (0, or `other`) names a real row that
+ * is not the kernel's to write. */
+static void mask_padding_lanes(Emitter *e, Access *acc) {
+  for (int d = 0; acc->pattern[d]; d++) {
+    const TpkOp *ld = acc->pattern[d] == 'g' ? tpk_index_vector_load(acc->gather[d]) : NULL;
+    if (!ld) continue;
+    const TpkValue *at = ld->in[1];
+    const char *start = strcmp(tpk_op_str(ld, "index", ""), "t") == 0
+                            ? tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, at), at->type->block)
+                            : tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, at));
+    acc->lane_limit[d] = tpk_arena_printf(&e->arena, "(%s - %s)", dim(e, ld->in[0]->type, 0), start);
+  }
+}
+
 static void emit_store(Emitter *e, const TpkOp *op) {
   Access acc;
   const TpkValue *val = op->in[op->nin - 1];
   if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
   access_sizes(e, &acc, val->type);
   check_indices(e, &acc);
+  mask_padding_lanes(e, &acc);
   bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
   if (!is_tile(val)) { /* a single element */
     const char *valid;

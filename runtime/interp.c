@@ -1113,11 +1113,27 @@ typedef struct Sel {
   int bdim[TPK_MAX_RANK];
   int64_t start[TPK_MAX_RANK];
   const Val *g[TPK_MAX_RANK];
+  int64_t lanes[TPK_MAX_RANK]; /* 'g' of a store: index lanes below it are real (padding_lanes) */
   int64_t fixed;              /* element offset of the 's' indices */
   const Val *base;
   int64_t bstride[TPK_MAX_RANK];
   bool dead; /* checked mode: an 's' index was out of range, every element is skipped */
 } Sel;
+
+/* How many lanes of index vector v are real: all of them, unless v was
+ * loaded as a ragged block of a rank-1 tensor (tpk_index_vector_load), whose
+ * lanes past the tensor's end a store drops. */
+static int64_t padding_lanes(Interp *I, const TpkValue *v, int64_t n) {
+  const TpkOp *ld = tpk_index_vector_load(v);
+  const Val *ids = ld ? slot(I, ld->in[0]) : NULL, *at = ld ? slot(I, ld->in[1]) : NULL;
+  if (!ids || !at) return n;
+  int64_t start;
+  if (at->kind == V_TILE) start = at->id * at->block;
+  else if (at->kind == V_TENSOR && at->rank == 0) start = tpk_ref_get_int(at->dt, at->data, 0);
+  else return n;
+  int64_t real = ids->dims[0] - start;
+  return real < 0 ? 0 : real < n ? real : n;
+}
 
 /* Parse pattern `key` of op against base, consuming operands from `first`.
  * `want` (may be NULL) is the shape on the other side, giving 'r' sizes.
@@ -1190,7 +1206,8 @@ static int select_block(Interp *I, const TpkOp *op, const char *key, const Val *
           return -1;
         }
       }
-      s->dims[j] = g->n, s->bdim[j] = i, s->g[j] = g, s->rank++;
+      s->dims[j] = g->n, s->bdim[j] = i, s->g[j] = g, s->lanes[j] = g->n, s->rank++;
+      if (op->opcode == TPK_OP_STORE) s->lanes[j] = padding_lanes(I, op->in[k - 1], g->n);
       break;
     }
     default:
@@ -1206,6 +1223,7 @@ static int64_t sel_offset(const Sel *s, const int64_t *idx) {
   if (s->dead) return -1;
   int64_t off = s->fixed;
   for (int j = 0; j < s->rank; j++) {
+    if (s->g[j] && idx[j] >= s->lanes[j]) return -1;
     int64_t b = s->g[j] ? tpk_ref_get_int(s->g[j]->dt, s->g[j]->data, idx[j]) : s->start[j] + idx[j];
     if (b < 0 || b >= s->base->dims[s->bdim[j]]) return -1;
     off += b * s->bstride[s->bdim[j]];
