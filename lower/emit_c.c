@@ -39,6 +39,9 @@ typedef struct Emitter {
   TpkArena arena;
   /* the grid being emitted: bounds of each axis, for num_programs */
   const TpkOp *grid;
+  /* the grid whose instances are shared among the parts of a launch (NULL:
+   * part 0 runs the whole kernel) */
+  const TpkOp *split;
 } Emitter;
 
 /* ---- output helpers ---------------------------------------------------------- */
@@ -1326,18 +1329,54 @@ static void emit_if(Emitter *e, const TpkOp *op) {
   }
 }
 
+/* The grid a launch shares among its parts: one loop over this part's
+ * range of the instances, flattened row-major (the last axis fastest, as
+ * the nested loops go), each axis's index recovered from the flat one. A
+ * kernel shares at most one grid, so the names (grid_*) cannot clash, and
+ * they take no number from the other names. */
+static void emit_split_grid_loops(Emitter *e, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  line(e, "/* grid: %d ax%s, one iteration per program instance; this call runs its share of them */", body->nargs,
+       body->nargs == 1 ? "is" : "es");
+  TpkStr total = {0};
+  for (int a = 0; a < body->nargs; a++) {
+    line(e, "int64_t grid_n%d = %s - %s;", a, bound(e, op->in[2 * a + 1]), bound(e, op->in[2 * a]));
+    line(e, "if (grid_n%d < 0) grid_n%d = 0;", a, a);
+    tpk_str_printf(&total, "%sgrid_n%d", a ? " * " : "", a);
+  }
+  line(e, "int64_t grid_lo, grid_hi;");
+  line(e, "tpk_share(p, %s, &grid_lo, &grid_hi);", total.data ? total.data : "1");
+  tpk_str_free(&total);
+  line(e, "for (int64_t grid_q = grid_lo; grid_q < grid_hi; grid_q++) {");
+  e->indent++;
+  for (int a = 0; a < body->nargs; a++) {
+    TpkStr inner = {0}; /* instances per step of axis a */
+    for (int b = a + 1; b < body->nargs; b++) tpk_str_printf(&inner, "%sgrid_n%d", inner.len ? " * " : "", b);
+    const char *q = inner.len ? tpk_arena_printf(&e->arena, "grid_q / (%s)", inner.data) : "grid_q";
+    if (a > 0) q = tpk_arena_printf(&e->arena, "(%s) %% grid_n%d", q, a);
+    tpk_str_free(&inner);
+    line(e, "int64_t %s = %s + %s;", new_name(e, &body->args[a]), bound(e, op->in[2 * a]), q);
+  }
+}
+
 static void emit_grid(Emitter *e, const TpkOp *op) {
   const TpkBlock *body = op->regions[0];
   const TpkOp *outer = e->grid;
   e->grid = op;
-  line(e, "/* grid: %d ax%s, one iteration per program instance */", body->nargs, body->nargs == 1 ? "is" : "es");
-  for (int a = 0; a < body->nargs; a++) {
-    const char *n = new_name(e, &body->args[a]);
-    line(e, "for (int64_t %s = %s; %s < %s; %s++) {", n, bound(e, op->in[2 * a]), n, bound(e, op->in[2 * a + 1]), n);
-    e->indent++;
+  int loops = body->nargs;
+  if (op == e->split) {
+    emit_split_grid_loops(e, op);
+    loops = 1;
+  } else {
+    line(e, "/* grid: %d ax%s, one iteration per program instance */", body->nargs, body->nargs == 1 ? "is" : "es");
+    for (int a = 0; a < body->nargs; a++) {
+      const char *n = new_name(e, &body->args[a]);
+      line(e, "for (int64_t %s = %s; %s < %s; %s++) {", n, bound(e, op->in[2 * a]), n, bound(e, op->in[2 * a + 1]), n);
+      e->indent++;
+    }
   }
   emit_block(e, body);
-  for (int a = 0; a < body->nargs; a++) {
+  for (int a = 0; a < loops; a++) {
     e->indent--;
     line(e, "}");
   }
@@ -1469,6 +1508,15 @@ static const char PRELUDE[] =
     "  if (to == TPK_PRIM_F16) { p->convert(TPK_PRIM_F32, to, &f, &h, 1); return h; }\n"
     "  p->convert(TPK_PRIM_F32, to, &f, &b, 1); return b;\n"
     "}\n"
+    "/* The instances [*lo, *hi) of a grid of n that this part runs: n split\n"
+    " * into p->parts near-equal runs, the first n % parts one longer. */\n"
+    "static void tpk_share(const TpkPrims *p, int64_t n, int64_t *lo, int64_t *hi) {\n"
+    "  int64_t parts = p->parts > 1 ? p->parts : 1, part = p->parts > 1 ? p->part : 0;\n"
+    "  if (part < 0 || part >= parts) { *lo = *hi = 0; return; }\n"
+    "  int64_t q = n / parts, r = n % parts;\n"
+    "  *lo = part * q + (part < r ? part : r);\n"
+    "  *hi = *lo + q + (part < r);\n"
+    "}\n"
     "static float tpk_fmax(float a, float b) { return a != a || b != b ? a + b : a > b ? a : b; }\n"
     "static float tpk_fmin(float a, float b) { return a != a || b != b ? a + b : a < b ? a : b; }\n"
     "static int32_t tpk_idiv(int32_t a, int32_t b, int *bad) {\n"
@@ -1486,6 +1534,106 @@ static const char PRELUDE[] =
     "  if (b != 0 && b != -1 && a % b != 0 && ((a < 0) == (b < 0))) q++;\n"
     "  return q;\n"
     "}\n";
+
+/* ---- sharing the grid among threads --------------------------------------------------------- */
+
+/* Memory outside the workspace: a kernel parameter (HBM). Scratch lives in
+ * the workspace, which every part of a launch has its own copy of. */
+static bool is_param_memory(const TpkValue *v) {
+  return v->type->kind == TPK_TYPE_REF && !(v->def && v->def->opcode == TPK_OP_ALLOC);
+}
+
+static const TpkParam *param_of(const TpkFunc *f, const TpkValue *v) {
+  for (int i = 0; i < f->nparams; i++)
+    if (f->params[i].value == v) return &f->params[i];
+  return NULL;
+}
+
+/* The memory op writes (a store's or a copy's destination), or NULL. */
+static const TpkValue *written_memory(const TpkOp *op) {
+  if (op->opcode == TPK_OP_STORE) return op->in[0];
+  if (op->opcode == TPK_OP_DMA_START) {
+    int nsrc = 0;
+    for (const char *c = tpk_op_str(op, "src_index", ""); *c; c++) nsrc += *c != ':';
+    return 1 + nsrc < op->nin ? op->in[1 + nsrc] : NULL;
+  }
+  return NULL;
+}
+
+/* Does v depend on data read from memory (a loaded index, directly or
+ * through arithmetic)? Conservative: values carried by loops, and chains
+ * deeper than `depth`, count as data. */
+static bool from_data(const TpkValue *v, int depth) {
+  if (depth <= 0) return true;
+  const TpkOp *d = v->def;
+  if (!d) { /* a block argument */
+    const TpkOp *owner = v->block ? v->block->parent : NULL;
+    if (!owner || owner->opcode == TPK_OP_GRID) return false; /* parameters, grid indices */
+    if (owner->opcode != TPK_OP_FOR || v->index != 0) return true;
+    return from_data(owner->in[0], depth - 1) || from_data(owner->in[1], depth - 1); /* a loop index: its bounds */
+  }
+  if (d->opcode == TPK_OP_LOAD || d->opcode == TPK_OP_GATHER || d->nregion) return true;
+  for (int i = 0; i < d->nin; i++)
+    if (from_data(d->in[i], depth - 1)) return true;
+  return false;
+}
+
+/* What op and the ops of its regions do to kernel parameters. */
+typedef struct Effects {
+  bool writes;        /* stores or copies into a parameter */
+  bool adds;          /* `+=` stores into a parameter: duplicates accumulate in instance order */
+  bool data_placed;   /* a write whose position comes from data: instances may collide */
+  bool reads_outputs; /* reads an output or inout parameter */
+} Effects;
+
+static void effects_of(const TpkFunc *f, const TpkOp *op, Effects *fx) {
+  const TpkValue *w = written_memory(op);
+  if (w && is_param_memory(w)) {
+    fx->writes = true;
+    if (op->opcode == TPK_OP_STORE && strcmp(tpk_op_str(op, "mode", "set"), "add") == 0) fx->adds = true;
+    /* the operands after the destination are its indices (and a store's value, last) */
+    int first = op->opcode == TPK_OP_STORE ? 1 : 0, end = op->opcode == TPK_OP_STORE ? op->nin - 1 : op->nin;
+    for (int i = first; i < end; i++)
+      if (op->in[i] != w && op->in[i]->type->kind != TPK_TYPE_REF && from_data(op->in[i], 32)) fx->data_placed = true;
+  }
+  for (int i = 0; i < op->nin; i++) {
+    const TpkParam *prm = op->in[i] != w ? param_of(f, op->in[i]) : NULL;
+    if (prm && prm->role != TPK_PARAM_IN && prm->value->type->kind == TPK_TYPE_REF) fx->reads_outputs = true;
+  }
+  for (int r = 0; r < op->nregion; r++)
+    for (const TpkOp *o = op->regions[r]->first; o; o = o->next) effects_of(f, o, fx);
+}
+
+const TpkOp *tpk_split_grid(const TpkFunc *f) {
+  const TpkOp *grid = NULL;
+  for (const TpkOp *op = f->body->first; op; op = op->next) {
+    Effects fx = {false, false, false, false};
+    effects_of(f, op, &fx);
+    if (op->opcode == TPK_OP_GRID) {
+      /* two grids need a barrier; sums need one order; writes placed by
+       * data may collide (a contract violation, but one the sequential
+       * order makes deterministic) */
+      if (grid || fx.adds || fx.data_placed) return NULL;
+      grid = op;
+      continue;
+    }
+    /* every part runs the ops around the grid: they must not write, and the
+     * ones before it must not read what the grid writes */
+    if (fx.writes || (!grid && fx.reads_outputs)) return NULL;
+  }
+  return grid;
+}
+
+int64_t tpk_grid_instances(const TpkOp *grid) {
+  int64_t n = 1;
+  for (int i = 0; i + 1 < grid->nin; i += 2) {
+    const TpkOp *lo = grid->in[i]->def, *hi = grid->in[i + 1]->def;
+    if (!lo || !hi || lo->opcode != TPK_OP_CONST || hi->opcode != TPK_OP_CONST) return -1;
+    int64_t d = tpk_op_int(hi, "value", 0) - tpk_op_int(lo, "value", 0);
+    n *= d > 0 ? d : 0;
+  }
+  return n;
+}
 
 /* <entry>_workspace(syms): the workspace bytes a launch needs. With
  * symbolic sizes, <entry>_layout places the storage groups one after
@@ -1520,6 +1668,8 @@ TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, c
   tpk_str_printf(out, "\nint %s(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n",
                  entry);
   e.indent = 1;
+  e.split = tpk_split_grid(f);
+  if (!e.split) line(&e, "if (p->parts > 1 && p->part != 0) return 0; /* part 0 runs everything: the grid is not shared */");
   line(&e, "char *W = (char *)ws;");
   line(&e, "(void)p; (void)syms; (void)W; (void)err;");
   if (plan->symbolic) {

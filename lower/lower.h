@@ -101,6 +101,18 @@ enum { TPK_EMIT_NO_PRELUDE = 1 }; /* leave out the helpers (for a second kernel 
 TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, const char *source, unsigned flags,
                      TpkStr *out, TpkError *err);
 
+/* Threads (emit_c.c): the top-level grid a launch may share among parts
+ * (TpkPrims.part/parts), or NULL when part 0 must run the whole kernel. A
+ * grid is shared when it is the kernel's only one; no instance adds into a
+ * parameter with `+=` (duplicates would accumulate in another order) or
+ * writes one at a position computed from loaded data (instances could
+ * collide, which the contract forbids but a sequential run makes
+ * deterministic); the ops around it write no parameter and the ops before
+ * it read no output. */
+const TpkOp *tpk_split_grid(const TpkFunc *f);
+/* The number of instances of a grid whose bounds are constants, else -1. */
+int64_t tpk_grid_instances(const TpkOp *grid);
+
 /* The lowering passes for a target: simplify, tile whole-array statements,
  * verify, plan memory (see tpk_plan_memory). */
 TpkStatus tpk_lower(TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err);

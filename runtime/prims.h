@@ -103,6 +103,17 @@ typedef struct TpkPrims {
 
   /* dst[i] = (to) src[i] for i < n, element types as TPK_PRIM_* codes. */
   void (*convert)(int from, int to, const void *src, void *dst, int64_t n);
+
+  /* Which share of the kernel's grid this call runs. The host runs a
+   * kernel's grid on several threads by calling its entry point once per
+   * part, each with its own copy of this table and its own workspace. The
+   * top-level grid's n instances, its axes flattened row-major, are cut
+   * into `parts` consecutive runs, the first n % parts of them one
+   * instance longer; part p runs the p-th (tpk_share in the generated
+   * code). A kernel that is more than that grid (lower.h,
+   * tpk_split_grid) runs whole in part 0 and returns at once in the
+   * others. parts <= 1 (the tables tpk_prims() returns) runs everything. */
+  int part, parts;
 } TpkPrims;
 
 enum { TPK_PRIMS_VERSION = 1 };
