@@ -42,6 +42,8 @@ typedef struct Emitter {
   /* the grid whose instances are shared among the parts of a launch (NULL:
    * part 0 runs the whole kernel) */
   const TpkOp *split;
+  /* a store already done by the op computing its value (direct_store) */
+  const TpkOp *stored;
 } Emitter;
 
 /* ---- output helpers ---------------------------------------------------------- */
@@ -247,6 +249,18 @@ static void strides(Emitter *e, const TpkType *t, Sz *s) {
   }
 }
 
+/* One side of a block access: the memory (a ref or a value), the index
+ * pattern, and per indexed dimension the C expression of its start (or the
+ * gather vector) and the block size. */
+typedef struct Access {
+  const TpkOp *op;
+  const char *base;     /* C pointer to the memory */
+  const TpkType *mem;   /* its type (ref or tensor) */
+  const char *pattern;
+  const char *start[TPK_MAX_RANK]; /* 't' 'r' 's': first element; 'g': the index tile */
+  Sz size[TPK_MAX_RANK];           /* block size along each dim (1 for 's') */
+} Access;
+
 /* ---- reading and writing elements ------------------------------------------------ */
 
 /* Element `idx` of tile or scalar v, as its compute type. */
@@ -424,6 +438,10 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
     for (int d = 0; d < x->type->rank; d++) xat[d] = sz_is(dim(e, x->type, d), 1) ? "0" : at[d + shift];
     return elem_expr(e, x, xat);
   }
+  if (op->opcode == TPK_OP_IOTA) { /* the coordinate itself, as emit_iota writes it */
+    const char *c = tpk_arena_printf(&e->arena, "(%s)%s", compute_type(t->dtype), at[tpk_op_int(op, "axis", 0)]);
+    return widen(e, t->dtype, narrow(e, t->dtype, c));
+  }
   const char *a[3] = {NULL, NULL, NULL};
   for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
   TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
@@ -436,8 +454,9 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
 }
 
 /* One loop nest over r's elements computing op's result from its operands
- * (and everything fused into them). */
-static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n) {
+ * (and everything fused into them), into tile n, or with `dst` (an lvalue
+ * over the loop variables i0..) wherever dst says. */
+static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n, const char *dst) {
   const TpkValue *r = &op->out[0];
   const char *at[TPK_MAX_RANK];
   for (int d = 0; d < r->type->rank; d++) at[d] = tpk_arena_printf(&e->arena, "i%d", d);
@@ -461,8 +480,71 @@ static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n) {
   Sz rs[TPK_MAX_RANK];
   strides(e, r->type, rs);
   int k = open_loops(e, r->type);
-  line(e, "%s[%s] = %s;", n, linear(e, r->type->rank, rs, NULL), narrow(e, r->type->dtype, x));
+  if (dst) line(e, "%s = %s;", dst, narrow(e, r->type->dtype, x));
+  else line(e, "%s[%s] = %s;", n, linear(e, r->type->rank, rs, NULL), narrow(e, r->type->dtype, x));
   close_loops(e, k);
+}
+
+static bool load_is_view(const TpkOp *load);
+
+/* Does the element expression of v read memory of `ref` in place (a load
+ * that may be a view of it, itself or fused into v)? */
+static bool reads_in_place(const TpkValue *v, const TpkValue *ref) {
+  const TpkOp *d = v->def;
+  if (!d || !is_tile(v)) return false;
+  if (d->opcode == TPK_OP_LOAD) return d->in[0] == ref && load_is_view(d);
+  if (!tpk_value_is_fused(v)) return false; /* a tile of its own in the workspace */
+  for (int i = 0; i < d->nin; i++)
+    if (reads_in_place(d->in[i], ref)) return true;
+  return false;
+}
+
+/* The store that may take op's elements straight from its loop, skipping
+ * the tile and the copy: the op right after op, setting (not adding) op's
+ * result, its only use, through an index without gathers, into memory the
+ * expression does not also read in place (an inout updated from a view of
+ * itself could read elements already overwritten). NULL otherwise. */
+static const TpkOp *direct_store(const TpkOp *op) {
+  const TpkOp *st = op->next;
+  const TpkValue *r = &op->out[0];
+  if (!st || st->opcode != TPK_OP_STORE || st->in[st->nin - 1] != r || !is_tile(r)) return NULL;
+  if (strcmp(tpk_op_str(st, "mode", "set"), "set") != 0 || strchr(tpk_op_str(st, "index", ""), 'g')) return NULL;
+  if (tpk_count_uses(op->parent, r, NULL) != 1) return NULL;
+  for (int i = 0; i < op->nin; i++)
+    if (reads_in_place(op->in[i], st->in[0])) return NULL;
+  return st;
+}
+
+static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const TpkValue *mem, int first, Access *acc);
+static void access_sizes(Emitter *e, Access *acc, const TpkType *block);
+static const char *access_offset(Emitter *e, const Access *acc, const char **valid);
+static void check_indices(Emitter *e, const Access *acc);
+static const char *in_range(Emitter *e, const Access *acc);
+static void block_copy(Emitter *e, const Access *acc, const char *tile, const TpkType *bt, bool to_tile,
+                       const char *fill, bool add);
+
+/* op's loop and the store after it (direct_store) as one: a block in range
+ * gets its elements written where they go; a ragged one goes through the
+ * tile and the store's masked copy. */
+static void emit_element_loop_stored(Emitter *e, const TpkOp *op, const char *n, const TpkOp *st) {
+  const TpkValue *r = &op->out[0];
+  Access acc;
+  if (!access_of(e, st, tpk_op_str(st, "index", ""), st->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, r->type);
+  check_indices(e, &acc);
+  const char *valid;
+  const char *off = access_offset(e, &acc, &valid);
+  line(e, "if (%s) { /* in range: computed straight into %s */", in_range(e, &acc), acc.base);
+  e->indent++;
+  emit_element_loop(e, op, n, tpk_arena_printf(&e->arena, "%s[%s]", acc.base, off));
+  e->indent--;
+  line(e, "} else {");
+  e->indent++;
+  emit_element_loop(e, op, n, NULL);
+  block_copy(e, &acc, n, r->type, false, NULL, false);
+  e->indent--;
+  line(e, "}");
+  e->stored = st;
 }
 
 /* An elementwise op (unary, binary, compare, select, convert of scalars). */
@@ -514,13 +596,15 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
     return;
   }
   if (!int_div) {
-    emit_element_loop(e, op, n);
+    const TpkOp *st = direct_store(op);
+    if (st) emit_element_loop_stored(e, op, n, st);
+    else emit_element_loop(e, op, n, NULL);
     return;
   }
   line(e, "{");
   e->indent++;
   line(e, "int bad = 0;");
-  emit_element_loop(e, op, n);
+  emit_element_loop(e, op, n, NULL);
   check_bad(e, op);
   e->indent--;
   line(e, "}");
@@ -597,7 +681,7 @@ static const char *linear(Emitter *e, int rank, const Sz *s, const int *which) {
   return r;
 }
 
-static void emit_broadcast(Emitter *e, const TpkOp *op) { emit_element_loop(e, op, def_tile(e, &op->out[0])); }
+static void emit_broadcast(Emitter *e, const TpkOp *op) { emit_element_loop(e, op, def_tile(e, &op->out[0]), NULL); }
 
 static void emit_transpose(Emitter *e, const TpkOp *op) {
   const TpkValue *x = op->in[0], *r = &op->out[0];
@@ -631,17 +715,6 @@ static void emit_iota(Emitter *e, const TpkOp *op) {
 
 /* ---- blocks of memory: load, store, slice, dma ------------------------------------------ */
 
-/* One side of a block access: the memory (a ref or a value), the index
- * pattern, and per indexed dimension the C expression of its start (or the
- * gather vector) and the block size. */
-typedef struct Access {
-  const TpkOp *op;
-  const char *base;     /* C pointer to the memory */
-  const TpkType *mem;   /* its type (ref or tensor) */
-  const char *pattern;
-  const char *start[TPK_MAX_RANK]; /* 't' 'r' 's': first element; 'g': the index tile */
-  Sz size[TPK_MAX_RANK];           /* block size along each dim (1 for 's') */
-} Access;
 
 /* Read the pattern's operands (starting at op->in[first]) into acc. */
 static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const TpkValue *mem, int first, Access *acc) {
@@ -864,25 +937,33 @@ static bool load_is_view(const TpkOp *load) {
   return *p == 0;
 }
 
+/* The C condition that every blocked dimension of acc is in range. */
+static const char *in_range(Emitter *e, const Access *acc) {
+  TpkStr cond = {0};
+  for (int d = 0; acc->pattern[d]; d++)
+    if (acc->pattern[d] == 't' || acc->pattern[d] == 'r')
+      tpk_str_printf(&cond, "%s%s + %s <= %s", cond.len ? " && " : "", acc->start[d], acc->size[d], dim(e, acc->mem, d));
+  const char *r = tpk_arena_strdup(&e->arena, cond.len ? cond.data : "1");
+  tpk_str_free(&cond);
+  return r;
+}
+
 /* A block load that may read the tensor in place: when the block is in
  * range, tile n points at it; a ragged block is copied with padding. A gemm
  * operand also gets its leading dimension, n_ld. */
 static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, const char *n, bool gemm_operand) {
   Sz ms[TPK_MAX_RANK];
   strides(e, acc->mem, ms);
-  TpkStr inrange = {0}, off = {0};
+  TpkStr off = {0};
   int rowdim = -1;
   for (int d = 0; acc->pattern[d]; d++) {
     char c = acc->pattern[d];
     if (c != 's' && rowdim < 0) rowdim = d;
-    if (c == 't' || c == 'r')
-      tpk_str_printf(&inrange, "%s%s + %s <= %s", inrange.len ? " && " : "", acc->start[d],
-                     acc->size[d], dim(e, acc->mem, d));
     if (!sz_is(ms[d], 0) && strcmp(acc->start[d], "0") != 0)
       tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", acc->start[d], ms[d]);
   }
   if (gemm_operand) line(e, "int64_t %s_ld = %s;", n, dim(e, op->out[0].type, 1));
-  line(e, "if (%s) {", inrange.len ? inrange.data : "1");
+  line(e, "if (%s) {", in_range(e, acc));
   e->indent++;
   line(e, "%s = %s + %s; /* in range: a view of the tensor, no copy */", n, acc->base, off.len ? off.data : "0");
   if (gemm_operand) line(e, "%s_ld = %s;", n, ms[rowdim]);
@@ -892,7 +973,6 @@ static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, co
   block_copy(e, acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
   e->indent--;
   line(e, "}");
-  tpk_str_free(&inrange);
   tpk_str_free(&off);
 }
 
@@ -920,6 +1000,7 @@ static void emit_load_scalar(Emitter *e, const TpkOp *op) {
 }
 
 static void emit_store(Emitter *e, const TpkOp *op) {
+  if (op == e->stored) return; /* its value's loop wrote it */
   Access acc;
   const TpkValue *val = op->in[op->nin - 1];
   if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;

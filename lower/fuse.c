@@ -5,10 +5,11 @@
  * host: `d * r * w + b` reads d, r, w and b once and writes one tile, instead
  * of materialising a broadcast and a temporary per op. A value is fused into
  * its consumer when it is
- *   - a broadcast, or an elementwise op or select the C emitter computes one
- *     element at a time (not one the primitive library computes on a whole
- *     f32 tile, not a conversion, not an integer division, which must report
- *     division by zero), and
+ *   - a broadcast, an iota (`j.start + iota(...)` column indices cost an
+ *     index, not a tile), or an elementwise op or select the C emitter
+ *     computes one element at a time (not one the primitive library
+ *     computes on a whole f32 tile, not a conversion, not an integer
+ *     division, which must report division by zero), and
  *   - used exactly once, in its own block, by an op that is itself computed
  *     element by element (elementwise, select or broadcast), and is not the
  *     addend of a fused `x + dot(a, b)`.
@@ -43,7 +44,7 @@ static bool prim_unary_f32(const TpkOp *op) {
 
 bool tpk_op_is_element_loop(const TpkOp *op) {
   if (op->nout != 1 || op->out[0].type->kind != TPK_TYPE_TENSOR || op->out[0].type->rank == 0) return false;
-  if (op->opcode == TPK_OP_BROADCAST || op->opcode == TPK_OP_SELECT) return true;
+  if (op->opcode == TPK_OP_BROADCAST || op->opcode == TPK_OP_SELECT || op->opcode == TPK_OP_IOTA) return true;
   if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE)) return false;
   return !prim_unary_f32(op);
 }

@@ -6,6 +6,7 @@
  */
 #include "support.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "lower/lower.h"
@@ -138,11 +139,82 @@ static void test_generated_c(void **state) {
   }
 }
 
+/* The C of kernel `name` of text, shapes bound to `size` (heap). */
+static char *c_of(const char *text, const char *name, int64_t size) {
+  TestCompile c;
+  TpkFunc *f = bound(&c, text, name, size);
+  TpkTarget host = tpk_target_host();
+  TpkStr out = {0};
+  TpkError err = {0};
+  if (tpk_lower_to_c(f, &host, "k", text, 0, &out, NULL, &err) != TPK_OK) fail_msg("%s", err.message);
+  test_compile_free(&c);
+  return tpk_str_take(&out);
+}
+
+/* The last elementwise op before a store writes the tensor directly when
+ * the block is in range (no tile, no copy); not when the store adds, is
+ * not right after it, or goes into memory the expression reads in place. */
+static void test_direct_store(void **state) {
+  (void)state;
+  const char *src =
+      "kernel direct(x: f32[M, N]) -> (y: f32[M, N])\n"
+      "{\n"
+      "  for i in tiles(M, 8) { let t = x[i, :]; y[i, :] = t / sum(t, axis=1, keepdims=true); }\n"
+      "}\n"
+      "kernel adds(x: f32[M, N], inout y: f32[M, N]) -> ()\n"
+      "{\n"
+      "  for i in tiles(M, 8) { y[i, :] += x[i, :] * 2.0; }\n"
+      "}\n"
+      "kernel not_next(x: f32[M, N]) -> (y: f32[M, N], z: f32[M, N])\n"
+      "{\n"
+      "  for i in tiles(M, 8) { let a = x[i, :] * 2.0; z[i, :] = x[i, :]; y[i, :] = a; }\n"
+      "}\n"
+      "kernel in_place(inout x: f32[M, N]) -> ()\n"
+      "{\n"
+      "  for i in tiles(M, 8) { x[i, :] = x[i, :] * 2.0; }\n"
+      "}\n";
+  static const struct { const char *kernel; bool direct; } CASES[] = {
+      {"direct", true}, {"adds", false}, {"not_next", false}, {"in_place", false}};
+  for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
+    char *code = c_of(src, CASES[i].kernel, 37);
+    bool direct = strstr(code, "/* in range: computed straight into ") != NULL;
+    if (direct != CASES[i].direct) fail_msg("%s: direct store %d\n%s", CASES[i].kernel, direct, code);
+    free(code);
+  }
+}
+
+/* An iota feeding an elementwise op is an index in its loop, not a tile. */
+static void test_iota_fuses(void **state) {
+  (void)state;
+  const char *src = "kernel pick(x: f32[M, N], col: i32[M]) -> (y: f32[M])\n"
+                    "{\n"
+                    "  for i in tiles(M, 8), j in tiles(N, 16) {\n"
+                    "    let cols = j.start + iota(i32[8, 16], axis=1);\n"
+                    "    y[i] = reshape(sum(where(cols == reshape(col[i], [8, 1]), x[i, j], 0.0), axis=1, keepdims=true), [8]);\n"
+                    "  }\n"
+                    "}\n";
+  TestCompile c;
+  TpkFunc *f = lowered(&c, src, "pick", 37);
+  const TpkOp *grid = f->body->first;
+  while (grid && grid->opcode != TPK_OP_GRID) grid = grid->next;
+  assert_non_null(grid);
+  int iotas = 0;
+  for (const TpkOp *op = grid->regions[0]->first; op; op = op->next)
+    if (op->opcode == TPK_OP_IOTA) {
+      assert_true(tpk_value_is_fused(&op->out[0]));
+      iotas++;
+    }
+  assert_int_equal(iotas, 1);
+  test_compile_free(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_grids),
       cmocka_unit_test(test_grids_kept_whole),
       cmocka_unit_test(test_generated_c),
+      cmocka_unit_test(test_direct_store),
+      cmocka_unit_test(test_iota_fuses),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
