@@ -626,10 +626,26 @@ static bool cache_load(TpkJit *j, const char *key, const char *entry, void **han
   }
   free(buf);
   if (!damaged) {
-    /* Load what was checked: the descriptor, not the name, when /proc allows. */
+    /* Load what was checked: the descriptor, not the name, when /proc allows.
+     * dlopen hands back an already loaded object whose name matches, and
+     * an earlier build loaded through a descriptor of the same number
+     * (closed since) has that name: use a number whose name is free. */
     char fdpath[64];
+    int alt = -1;
+    bool by_fd = true;
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
-    void *h = dlopen(access(fdpath, F_OK) == 0 ? fdpath : path, RTLD_LOCAL | RTLD_NOW);
+    for (int tries = 0; by_fd; tries++) {
+      void *taken = dlopen(fdpath, RTLD_LOCAL | RTLD_NOW | RTLD_NOLOAD);
+      if (!taken) break;
+      dlclose(taken);
+      int next = tries < 64 ? fcntl(fd, F_DUPFD_CLOEXEC, (alt >= 0 ? alt : fd) + 1) : -1;
+      if (alt >= 0) close(alt);
+      alt = next;
+      by_fd = alt >= 0;
+      if (by_fd) snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", alt);
+    }
+    void *h = dlopen(by_fd && access(fdpath, F_OK) == 0 ? fdpath : path, RTLD_LOCAL | RTLD_NOW);
+    if (alt >= 0) close(alt);
     if (!h) {
       damaged = true;
     } else {
