@@ -374,7 +374,7 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   case TPK_OP_ERF: return tpk_arena_printf(A, "erff(%s)", a);
   case TPK_OP_FLOOR: return tpk_arena_printf(A, "floorf(%s)", a);
   case TPK_OP_CEIL: return tpk_arena_printf(A, "ceilf(%s)", a);
-  case TPK_OP_SELECT: return tpk_arena_printf(A, "(%s ? %s : %s)", a, b, c);
+  case TPK_OP_SELECT: return tpk_arena_printf(A, "tpk_select_%s(%s, %s, %s)", fl ? "f" : "i", a, b, c);
   default: (void)i32; return NULL;
   }
 }
@@ -1074,6 +1074,51 @@ static void emit_dma(Emitter *e, const TpkOp *op) {
 
 /* ---- reductions and dot ------------------------------------------------------------------ */
 
+/* A sum or mean of an element expression fused into it (fuse.c): no tile,
+ * each kept position's elements are added as they are computed, in
+ * reduce_f32's row order (prims.h: 64 accumulators from -0, element l into
+ * l % 64, folded in halves), so the bits are the primitive's on the tile
+ * the expression would have filled. */
+static void emit_fused_sum(Emitter *e, const TpkOp *op, const char *out, const char *scalar, Sz len, bool is_mean) {
+  const TpkValue *x = op->in[0];
+  const TpkType *xt = x->type;
+  int first = xt->rank - tpk_op_attr(op, "axes")->n; /* the first reduced dimension */
+  const char *at[TPK_MAX_RANK];
+  TpkStr idx = {0};
+  Sz kept = "1"; /* output strides: the kept dims, row-major */
+  for (int i = first - 1; i >= 0; i--) {
+    tpk_str_printf(&idx, "%si%d*%s", idx.len ? " + " : "", i, kept);
+    kept = sz_mul(e, kept, dim(e, xt, i));
+  }
+  for (int i = 0; i < first; i++) at[i] = tpk_arena_printf(&e->arena, "i%d", i);
+  Sz after = "1"; /* elements per step of reduced dim d: coordinates from the flat l */
+  for (int d = xt->rank - 1; d >= first; d--) {
+    const char *q = sz_is(after, 1) ? "l" : tpk_arena_printf(&e->arena, "(l / %s)", after);
+    at[d] = d == first ? q : tpk_arena_printf(&e->arena, "(%s %% %s)", q, dim(e, xt, d));
+    after = sz_mul(e, after, dim(e, xt, d));
+  }
+  int opened = 0;
+  for (int i = 0; i < first; i++, opened++) {
+    line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
+    e->indent++;
+  }
+  const char *v = elem_expr(e, x, at);
+  line(e, "float acc[64]; /* sum in reduce_f32's lane order */");
+  line(e, "for (int j = 0; j < 64; j++) acc[j] = -0.0f;");
+  line(e, "int64_t l0 = 0;");
+  line(e, "for (; l0 + 64 <= %s; l0 += 64)", len);
+  line(e, "  for (int64_t j = 0; j < 64; j++) { int64_t l = l0 + j; acc[j] += %s; }", v);
+  line(e, "for (int64_t j = 0; l0 + j < %s; j++) { int64_t l = l0 + j; acc[j] += %s; }", len, v);
+  line(e, "for (int w = 32; w >= 1; w /= 2) for (int j = 0; j < w; j++) acc[j] += acc[j + w];");
+  int64_t n;
+  const char *res = sz_value(len, &n) && n > 0 ? "acc[0]" : tpk_arena_printf(&e->arena, "(%s == 0 ? 0.0f : acc[0])", len);
+  if (is_mean) res = tpk_arena_printf(&e->arena, "%s / %s", res, float_size(e, len));
+  if (out) line(e, "%s[%s] = %s;", out, idx.len ? idx.data : "0", res);
+  else line(e, "%s = %s;", scalar, res);
+  tpk_str_free(&idx);
+  close_loops(e, opened);
+}
+
 static void emit_reduce(Emitter *e, const TpkOp *op) {
   const TpkValue *x = op->in[0], *r = &op->out[0];
   const char *kind = tpk_op_str(op, "kind", "sum");
@@ -1093,6 +1138,18 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   if (!out) {
     scalar = new_name(e, r);
     line(e, "%s %s;", ctype(r->type->dtype), scalar);
+  }
+  if (tpk_value_is_fused(x)) {
+    if (!out) { /* a block of its own: acc and friends stay local */
+      line(e, "{");
+      e->indent++;
+    }
+    emit_fused_sum(e, op, out, scalar, len, is_mean);
+    if (!out) {
+      e->indent--;
+      line(e, "}");
+    }
+    return;
   }
   /* f32 over adjacent axes: the primitive. */
   if (xt->dtype == TPK_F32 && contiguous && axes->n > 0 && strcmp(kind, "prod") != 0) {
@@ -1598,6 +1655,15 @@ static const char PRELUDE[] =
     "  *lo = part * q + (part < r ? part : r);\n"
     "  *hi = *lo + q + (part < r);\n"
     "}\n"
+    "/* select: both values evaluated, so compilers may blend vectors of them\n"
+    " * (`c ? t[i] : 0` with a conditional load does not vectorize) */\n"
+    "#ifdef __TINYC__\n"
+    "#define tpk_select_f(c, a, b) ((c) ? (a) : (b))\n"
+    "#define tpk_select_i(c, a, b) ((c) ? (a) : (b))\n"
+    "#else\n"
+    "static inline float tpk_select_f(int c, float a, float b) { return c ? a : b; }\n"
+    "static inline int32_t tpk_select_i(int c, int32_t a, int32_t b) { return c ? a : b; }\n"
+    "#endif\n"
     "static float tpk_fmax(float a, float b) { return a != a || b != b ? a + b : a > b ? a : b; }\n"
     "static float tpk_fmin(float a, float b) { return a != a || b != b ? a + b : a < b ? a : b; }\n"
     "static int32_t tpk_idiv(int32_t a, int32_t b, int *bad) {\n"

@@ -85,6 +85,9 @@ bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add);
 bool tpk_value_is_fused(const TpkValue *v);
 /* Is op computed one element at a time (so values may fuse into it)? */
 bool tpk_op_is_element_loop(const TpkOp *op);
+/* Is op an f32 sum or mean over trailing axes, which values may fuse into
+ * (their elements are added as they are computed)? */
+bool tpk_reduce_takes_fused(const TpkOp *op);
 /* The op whose loop computes v's elements (v's op unless v is fused). */
 const TpkOp *tpk_fused_root(const TpkValue *v);
 /* Uses of v in b and its regions; *last gets the last using op. */

@@ -208,6 +208,36 @@ static void test_iota_fuses(void **state) {
   test_compile_free(&c);
 }
 
+/* A sum or mean over trailing axes takes an element expression without
+ * storing it; other reductions (max, a leading axis) read a stored tile. */
+static void test_sum_fuses(void **state) {
+  (void)state;
+  const char *src = "kernel stats(x: f32[M, N]) -> (a: f32[M], b: f32[N], c: f32[M])\n"
+                    "{\n"
+                    "  let t = x[:, :];\n"
+                    "  a = reshape(mean(t * t, axis=1, keepdims=true), [M]);\n"
+                    "  b = sum(t * 2.0, axis=0);\n"
+                    "  c = max(t * 3.0, axis=1);\n"
+                    "}\n";
+  TestCompile c;
+  TpkFunc *f = lowered(&c, src, "stats", 37);
+  int muls = 0;
+  for (const TpkOp *op = f->body->first; op; op = op->next) {
+    const TpkBlock *b = op->opcode == TPK_OP_GRID ? op->regions[0] : NULL;
+    for (const TpkOp *o = b ? b->first : op; o; o = b ? o->next : NULL) {
+      if (o->opcode != TPK_OP_MUL) continue;
+      const TpkOp *use = NULL;
+      tpk_count_uses(o->parent, &o->out[0], &use);
+      bool want = use->opcode == TPK_OP_REDUCE && strcmp(tpk_op_str(use, "kind", ""), "mean") == 0;
+      if (tpk_value_is_fused(&o->out[0]) != want) fail_msg("a mul feeding a %s reduce: fused %d", tpk_op_str(use, "kind", ""), !want);
+      muls++;
+      if (!b) break;
+    }
+  }
+  assert_int_equal(muls, 3);
+  test_compile_free(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_grids),
@@ -215,6 +245,7 @@ int main(void) {
       cmocka_unit_test(test_generated_c),
       cmocka_unit_test(test_direct_store),
       cmocka_unit_test(test_iota_fuses),
+      cmocka_unit_test(test_sum_fuses),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

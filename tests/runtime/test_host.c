@@ -527,6 +527,83 @@ static void test_whole_kernels_with_threads(void **state) {
   unsetenv("TPK_HOST_THREADS");
 }
 
+/* A sum or mean that takes its input's elements as they are computed (the
+ * expression fused into it) gives the bits of the primitive summing the
+ * same expression stored in a tile, and tcc, cc and code for every shape
+ * agree on them. */
+static void test_fused_sums_match_the_primitive(void **state) {
+  (void)state;
+  const char *src =
+      "kernel fused(x: f32[M, N], w: f32[N]) -> (y: f32[M], z: f32[M])\n"
+      "{\n"
+      "  for i in tiles(M, 8) {\n"
+      "    let t = x[i, :];\n"
+      "    y[i] = reshape(sum(t * w + 0.25, axis=1, keepdims=true), [8]);\n"
+      "    z[i] = reshape(mean(where(t > 0.0, t, t * t), axis=1, keepdims=true), [8]);\n"
+      "  }\n"
+      "}\n"
+      "kernel stored(x: f32[M, N], w: f32[N]) -> (y: f32[M], z: f32[M], keep: f32[M, N], keep2: f32[M, N])\n"
+      "{\n"
+      "  for i in tiles(M, 8) {\n"
+      "    let t = x[i, :];\n"
+      "    let a = t * w + 0.25;\n"
+      "    let b = where(t > 0.0, t, t * t);\n"
+      "    keep[i, :] = a;\n" /* a second use: a and b are stored tiles, summed by the primitive */
+      "    keep2[i, :] = b;\n"
+      "    y[i] = reshape(sum(a, axis=1, keepdims=true), [8]);\n"
+      "    z[i] = reshape(mean(b, axis=1, keepdims=true), [8]);\n"
+      "  }\n"
+      "}\n";
+  static const struct { const char *tier; bool generic; } RUNS[] = {{"tcc", false}, {"cc", false}, {"tcc", true}};
+  static const int64_t SIZES[][2] = {{37, 1000}, {8, 63}, {9, 64}, {16, 130}};
+  char cache[] = "/tmp/tpk-test-fused-XXXXXX";
+  assert_non_null(mkdtemp(cache));
+  setenv("TPK_CACHE_DIR", cache, 1);
+  for (size_t r = 0; r < TPK_ARRAY_LEN(RUNS); r++) {
+    setenv("TPK_TIER", RUNS[r].tier, 1);
+    if (RUNS[r].generic) setenv("TPK_GENERIC", "1", 1);
+    TpkContext *ctx;
+    TpkDevice *dev;
+    TpkProgram *prog;
+    TpkKernel *kf, *ks;
+    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+    assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+    assert_int_equal(tpk_program_load_source(ctx, "sums.tpk", src, strlen(src), &prog), TPK_OK);
+    assert_int_equal(tpk_program_kernel(prog, "fused", &kf), TPK_OK);
+    assert_int_equal(tpk_program_kernel(prog, "stored", &ks), TPK_OK);
+    for (size_t s = 0; s < TPK_ARRAY_LEN(SIZES); s++) {
+      int64_t m = SIZES[s][0], n = SIZES[s][1], xs[2] = {m, n};
+      TpkBuffer *x, *w, *y1, *z1, *y2, *z2, *k1, *k2;
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &x), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &w), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &k1), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &k2), TPK_OK);
+      TpkBuffer **outs[] = {&y1, &z1, &y2, &z2};
+      for (int i = 0; i < 4; i++) assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &m, outs[i]), TPK_OK);
+      uint64_t seed = 7 + s;
+      test_fill_random(tpk_buffer_data(x), TPK_F32, m * n, &seed);
+      test_fill_random(tpk_buffer_data(w), TPK_F32, n, &seed);
+      TpkBuffer *fa[] = {x, w, y1, z1}, *sa[] = {x, w, y2, z2, k1, k2};
+      TpkLaunch lf = {.args = fa}, ls = {.args = sa};
+      if (tpk_kernel_launch(kf, &lf) != TPK_OK || tpk_kernel_launch(ks, &ls) != TPK_OK) fail_msg("%s", tpk_last_error());
+      assert_string_equal(tpk_kernel_last_tier(kf), RUNS[r].tier);
+      if (memcmp(tpk_buffer_data(y1), tpk_buffer_data(y2), (size_t)m * 4) != 0 ||
+          memcmp(tpk_buffer_data(z1), tpk_buffer_data(z2), (size_t)m * 4) != 0)
+        fail_msg("%s%s, %lldx%lld: a fused sum differs from the primitive's", RUNS[r].tier,
+                 RUNS[r].generic ? " (every shape)" : "", (long long)m, (long long)n);
+      TpkBuffer *all[] = {x, w, y1, z1, y2, z2, k1, k2};
+      for (size_t i = 0; i < TPK_ARRAY_LEN(all); i++) tpk_buffer_destroy(all[i]);
+    }
+    tpk_context_destroy(ctx);
+    unsetenv("TPK_GENERIC");
+  }
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_DIR");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* Every corpus kernel can be timed on a chip (v5e, and v5p, whose two
  * TensorCores split the grid), and the values are the host's, to the bit. */
 static void test_corpus_on_simulated_chips(void **state) {
@@ -579,6 +656,7 @@ int main(void) {
       cmocka_unit_test(test_errors_from_worker_parts),
       cmocka_unit_test(test_whole_kernels_with_threads),
       cmocka_unit_test(test_thread_counts_agree_bitwise),
+      cmocka_unit_test(test_fused_sums_match_the_primitive),
       cmocka_unit_test(test_corpus_matches_interpreter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
