@@ -220,4 +220,12 @@ TpkStatus tpk_event_wait(TpkEvent *e);
 bool tpk_event_done(const TpkEvent *e);
 void tpk_event_destroy(TpkEvent *e);
 
+/* Threads a launch on the host runs a kernel's grid on: $TPK_HOST_THREADS
+ * when it is a number >= 1, else the number of online CPUs; at most 64. A
+ * context reads it when it is created. The grid's instances are shared
+ * among the threads when the kernel is one top-level grid (with effect-free
+ * scalar work around it); results do not depend on the count. Benchmarks
+ * give other libraries the same count (torch.set_num_threads). */
+int tpk_host_threads(void);
+
 #endif

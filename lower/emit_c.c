@@ -39,6 +39,11 @@ typedef struct Emitter {
   TpkArena arena;
   /* the grid being emitted: bounds of each axis, for num_programs */
   const TpkOp *grid;
+  /* the grid whose instances are shared among the parts of a launch (NULL:
+   * part 0 runs the whole kernel) */
+  const TpkOp *split;
+  /* a store already done by the op computing its value (direct_store) */
+  const TpkOp *stored;
 } Emitter;
 
 /* ---- output helpers ---------------------------------------------------------- */
@@ -244,6 +249,20 @@ static void strides(Emitter *e, const TpkType *t, Sz *s) {
   }
 }
 
+/* One side of a block access: the memory (a ref or a value), the index
+ * pattern, and per indexed dimension the C expression of its start (or the
+ * gather vector) and the block size. */
+typedef struct Access {
+  const TpkOp *op;
+  const char *base;     /* C pointer to the memory */
+  const TpkType *mem;   /* its type (ref or tensor) */
+  const char *pattern;
+  const char *start[TPK_MAX_RANK]; /* 't' 'r' 's': first element; 'g': the index tile */
+  Sz size[TPK_MAX_RANK];           /* block size along each dim (1 for 's') */
+  const TpkValue *gather[TPK_MAX_RANK];   /* 'g': the index vector */
+  const char *lane_limit[TPK_MAX_RANK];   /* 'g' of a store: lanes below it are real (mask_padding_lanes) */
+} Access;
+
 /* ---- reading and writing elements ------------------------------------------------ */
 
 /* Element `idx` of tile or scalar v, as its compute type. */
@@ -357,7 +376,7 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   case TPK_OP_ERF: return tpk_arena_printf(A, "erff(%s)", a);
   case TPK_OP_FLOOR: return tpk_arena_printf(A, "floorf(%s)", a);
   case TPK_OP_CEIL: return tpk_arena_printf(A, "ceilf(%s)", a);
-  case TPK_OP_SELECT: return tpk_arena_printf(A, "(%s ? %s : %s)", a, b, c);
+  case TPK_OP_SELECT: return tpk_arena_printf(A, "tpk_select_%s(%s, %s, %s)", fl ? "f" : "i", a, b, c);
   default: (void)i32; return NULL;
   }
 }
@@ -421,6 +440,10 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
     for (int d = 0; d < x->type->rank; d++) xat[d] = sz_is(dim(e, x->type, d), 1) ? "0" : at[d + shift];
     return elem_expr(e, x, xat);
   }
+  if (op->opcode == TPK_OP_IOTA) { /* the coordinate itself, as emit_iota writes it */
+    const char *c = tpk_arena_printf(&e->arena, "(%s)%s", compute_type(t->dtype), at[tpk_op_int(op, "axis", 0)]);
+    return widen(e, t->dtype, narrow(e, t->dtype, c));
+  }
   const char *a[3] = {NULL, NULL, NULL};
   for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
   TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
@@ -433,8 +456,9 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
 }
 
 /* One loop nest over r's elements computing op's result from its operands
- * (and everything fused into them). */
-static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n) {
+ * (and everything fused into them), into tile n, or with `dst` (an lvalue
+ * over the loop variables i0..) wherever dst says. */
+static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n, const char *dst) {
   const TpkValue *r = &op->out[0];
   const char *at[TPK_MAX_RANK];
   for (int d = 0; d < r->type->rank; d++) at[d] = tpk_arena_printf(&e->arena, "i%d", d);
@@ -458,8 +482,71 @@ static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n) {
   Sz rs[TPK_MAX_RANK];
   strides(e, r->type, rs);
   int k = open_loops(e, r->type);
-  line(e, "%s[%s] = %s;", n, linear(e, r->type->rank, rs, NULL), narrow(e, r->type->dtype, x));
+  if (dst) line(e, "%s = %s;", dst, narrow(e, r->type->dtype, x));
+  else line(e, "%s[%s] = %s;", n, linear(e, r->type->rank, rs, NULL), narrow(e, r->type->dtype, x));
   close_loops(e, k);
+}
+
+static bool load_is_view(const TpkOp *load);
+
+/* Does the element expression of v read memory of `ref` in place (a load
+ * that may be a view of it, itself or fused into v)? */
+static bool reads_in_place(const TpkValue *v, const TpkValue *ref) {
+  const TpkOp *d = v->def;
+  if (!d || !is_tile(v)) return false;
+  if (d->opcode == TPK_OP_LOAD) return d->in[0] == ref && load_is_view(d);
+  if (!tpk_value_is_fused(v)) return false; /* a tile of its own in the workspace */
+  for (int i = 0; i < d->nin; i++)
+    if (reads_in_place(d->in[i], ref)) return true;
+  return false;
+}
+
+/* The store that may take op's elements straight from its loop, skipping
+ * the tile and the copy: the op right after op, setting (not adding) op's
+ * result, its only use, through an index without gathers, into memory the
+ * expression does not also read in place (an inout updated from a view of
+ * itself could read elements already overwritten). NULL otherwise. */
+static const TpkOp *direct_store(const TpkOp *op) {
+  const TpkOp *st = op->next;
+  const TpkValue *r = &op->out[0];
+  if (!st || st->opcode != TPK_OP_STORE || st->in[st->nin - 1] != r || !is_tile(r)) return NULL;
+  if (strcmp(tpk_op_str(st, "mode", "set"), "set") != 0 || strchr(tpk_op_str(st, "index", ""), 'g')) return NULL;
+  if (tpk_count_uses(op->parent, r, NULL) != 1) return NULL;
+  for (int i = 0; i < op->nin; i++)
+    if (reads_in_place(op->in[i], st->in[0])) return NULL;
+  return st;
+}
+
+static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const TpkValue *mem, int first, Access *acc);
+static void access_sizes(Emitter *e, Access *acc, const TpkType *block);
+static const char *access_offset(Emitter *e, const Access *acc, const char **valid);
+static void check_indices(Emitter *e, const Access *acc);
+static const char *in_range(Emitter *e, const Access *acc);
+static void block_copy(Emitter *e, const Access *acc, const char *tile, const TpkType *bt, bool to_tile,
+                       const char *fill, bool add);
+
+/* op's loop and the store after it (direct_store) as one: a block in range
+ * gets its elements written where they go; a ragged one goes through the
+ * tile and the store's masked copy. */
+static void emit_element_loop_stored(Emitter *e, const TpkOp *op, const char *n, const TpkOp *st) {
+  const TpkValue *r = &op->out[0];
+  Access acc;
+  if (!access_of(e, st, tpk_op_str(st, "index", ""), st->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, r->type);
+  check_indices(e, &acc);
+  const char *valid;
+  const char *off = access_offset(e, &acc, &valid);
+  line(e, "if (%s) { /* in range: computed straight into %s */", in_range(e, &acc), acc.base);
+  e->indent++;
+  emit_element_loop(e, op, n, tpk_arena_printf(&e->arena, "%s[%s]", acc.base, off));
+  e->indent--;
+  line(e, "} else {");
+  e->indent++;
+  emit_element_loop(e, op, n, NULL);
+  block_copy(e, &acc, n, r->type, false, NULL, false);
+  e->indent--;
+  line(e, "}");
+  e->stored = st;
 }
 
 /* An elementwise op (unary, binary, compare, select, convert of scalars). */
@@ -511,13 +598,15 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
     return;
   }
   if (!int_div) {
-    emit_element_loop(e, op, n);
+    const TpkOp *st = direct_store(op);
+    if (st) emit_element_loop_stored(e, op, n, st);
+    else emit_element_loop(e, op, n, NULL);
     return;
   }
   line(e, "{");
   e->indent++;
   line(e, "int bad = 0;");
-  emit_element_loop(e, op, n);
+  emit_element_loop(e, op, n, NULL);
   check_bad(e, op);
   e->indent--;
   line(e, "}");
@@ -594,7 +683,7 @@ static const char *linear(Emitter *e, int rank, const Sz *s, const int *which) {
   return r;
 }
 
-static void emit_broadcast(Emitter *e, const TpkOp *op) { emit_element_loop(e, op, def_tile(e, &op->out[0])); }
+static void emit_broadcast(Emitter *e, const TpkOp *op) { emit_element_loop(e, op, def_tile(e, &op->out[0]), NULL); }
 
 static void emit_transpose(Emitter *e, const TpkOp *op) {
   const TpkValue *x = op->in[0], *r = &op->out[0];
@@ -628,19 +717,6 @@ static void emit_iota(Emitter *e, const TpkOp *op) {
 
 /* ---- blocks of memory: load, store, slice, dma ------------------------------------------ */
 
-/* One side of a block access: the memory (a ref or a value), the index
- * pattern, and per indexed dimension the C expression of its start (or the
- * gather vector) and the block size. */
-typedef struct Access {
-  const TpkOp *op;
-  const char *base;     /* C pointer to the memory */
-  const TpkType *mem;   /* its type (ref or tensor) */
-  const char *pattern;
-  const char *start[TPK_MAX_RANK]; /* 't' 'r' 's': first element; 'g': the index tile */
-  Sz size[TPK_MAX_RANK];           /* block size along each dim (1 for 's') */
-  const TpkValue *gather[TPK_MAX_RANK];   /* 'g': the index vector */
-  const char *lane_limit[TPK_MAX_RANK];   /* 'g' of a store: lanes below it are real (mask_padding_lanes) */
-} Access;
 
 /* Read the pattern's operands (starting at op->in[first]) into acc. */
 static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const TpkValue *mem, int first, Access *acc) {
@@ -865,25 +941,33 @@ static bool load_is_view(const TpkOp *load) {
   return *p == 0;
 }
 
+/* The C condition that every blocked dimension of acc is in range. */
+static const char *in_range(Emitter *e, const Access *acc) {
+  TpkStr cond = {0};
+  for (int d = 0; acc->pattern[d]; d++)
+    if (acc->pattern[d] == 't' || acc->pattern[d] == 'r')
+      tpk_str_printf(&cond, "%s%s + %s <= %s", cond.len ? " && " : "", acc->start[d], acc->size[d], dim(e, acc->mem, d));
+  const char *r = tpk_arena_strdup(&e->arena, cond.len ? cond.data : "1");
+  tpk_str_free(&cond);
+  return r;
+}
+
 /* A block load that may read the tensor in place: when the block is in
  * range, tile n points at it; a ragged block is copied with padding. A gemm
  * operand also gets its leading dimension, n_ld. */
 static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, const char *n, bool gemm_operand) {
   Sz ms[TPK_MAX_RANK];
   strides(e, acc->mem, ms);
-  TpkStr inrange = {0}, off = {0};
+  TpkStr off = {0};
   int rowdim = -1;
   for (int d = 0; acc->pattern[d]; d++) {
     char c = acc->pattern[d];
     if (c != 's' && rowdim < 0) rowdim = d;
-    if (c == 't' || c == 'r')
-      tpk_str_printf(&inrange, "%s%s + %s <= %s", inrange.len ? " && " : "", acc->start[d],
-                     acc->size[d], dim(e, acc->mem, d));
     if (!sz_is(ms[d], 0) && strcmp(acc->start[d], "0") != 0)
       tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", acc->start[d], ms[d]);
   }
   if (gemm_operand) line(e, "int64_t %s_ld = %s;", n, dim(e, op->out[0].type, 1));
-  line(e, "if (%s) {", inrange.len ? inrange.data : "1");
+  line(e, "if (%s) {", in_range(e, acc));
   e->indent++;
   line(e, "%s = %s + %s; /* in range: a view of the tensor, no copy */", n, acc->base, off.len ? off.data : "0");
   if (gemm_operand) line(e, "%s_ld = %s;", n, ms[rowdim]);
@@ -893,7 +977,6 @@ static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, co
   block_copy(e, acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
   e->indent--;
   line(e, "}");
-  tpk_str_free(&inrange);
   tpk_str_free(&off);
 }
 
@@ -937,6 +1020,7 @@ static void mask_padding_lanes(Emitter *e, Access *acc) {
 }
 
 static void emit_store(Emitter *e, const TpkOp *op) {
+  if (op == e->stored) return; /* its value's loop wrote it */
   Access acc;
   const TpkValue *val = op->in[op->nin - 1];
   if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
@@ -1011,6 +1095,51 @@ static void emit_dma(Emitter *e, const TpkOp *op) {
 
 /* ---- reductions and dot ------------------------------------------------------------------ */
 
+/* A sum or mean of an element expression fused into it (fuse.c): no tile,
+ * each kept position's elements are added as they are computed, in
+ * reduce_f32's row order (prims.h: 64 accumulators from -0, element l into
+ * l % 64, folded in halves), so the bits are the primitive's on the tile
+ * the expression would have filled. */
+static void emit_fused_sum(Emitter *e, const TpkOp *op, const char *out, const char *scalar, Sz len, bool is_mean) {
+  const TpkValue *x = op->in[0];
+  const TpkType *xt = x->type;
+  int first = xt->rank - tpk_op_attr(op, "axes")->n; /* the first reduced dimension */
+  const char *at[TPK_MAX_RANK];
+  TpkStr idx = {0};
+  Sz kept = "1"; /* output strides: the kept dims, row-major */
+  for (int i = first - 1; i >= 0; i--) {
+    tpk_str_printf(&idx, "%si%d*%s", idx.len ? " + " : "", i, kept);
+    kept = sz_mul(e, kept, dim(e, xt, i));
+  }
+  for (int i = 0; i < first; i++) at[i] = tpk_arena_printf(&e->arena, "i%d", i);
+  Sz after = "1"; /* elements per step of reduced dim d: coordinates from the flat l */
+  for (int d = xt->rank - 1; d >= first; d--) {
+    const char *q = sz_is(after, 1) ? "l" : tpk_arena_printf(&e->arena, "(l / %s)", after);
+    at[d] = d == first ? q : tpk_arena_printf(&e->arena, "(%s %% %s)", q, dim(e, xt, d));
+    after = sz_mul(e, after, dim(e, xt, d));
+  }
+  int opened = 0;
+  for (int i = 0; i < first; i++, opened++) {
+    line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
+    e->indent++;
+  }
+  const char *v = elem_expr(e, x, at);
+  line(e, "float acc[64]; /* sum in reduce_f32's lane order */");
+  line(e, "for (int j = 0; j < 64; j++) acc[j] = -0.0f;");
+  line(e, "int64_t l0 = 0;");
+  line(e, "for (; l0 + 64 <= %s; l0 += 64)", len);
+  line(e, "  for (int64_t j = 0; j < 64; j++) { int64_t l = l0 + j; acc[j] += %s; }", v);
+  line(e, "for (int64_t j = 0; l0 + j < %s; j++) { int64_t l = l0 + j; acc[j] += %s; }", len, v);
+  line(e, "for (int w = 32; w >= 1; w /= 2) for (int j = 0; j < w; j++) acc[j] += acc[j + w];");
+  int64_t n;
+  const char *res = sz_value(len, &n) && n > 0 ? "acc[0]" : tpk_arena_printf(&e->arena, "(%s == 0 ? 0.0f : acc[0])", len);
+  if (is_mean) res = tpk_arena_printf(&e->arena, "%s / %s", res, float_size(e, len));
+  if (out) line(e, "%s[%s] = %s;", out, idx.len ? idx.data : "0", res);
+  else line(e, "%s = %s;", scalar, res);
+  tpk_str_free(&idx);
+  close_loops(e, opened);
+}
+
 static void emit_reduce(Emitter *e, const TpkOp *op) {
   const TpkValue *x = op->in[0], *r = &op->out[0];
   const char *kind = tpk_op_str(op, "kind", "sum");
@@ -1030,6 +1159,18 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   if (!out) {
     scalar = new_name(e, r);
     line(e, "%s %s;", ctype(r->type->dtype), scalar);
+  }
+  if (tpk_value_is_fused(x)) {
+    if (!out) { /* a block of its own: acc and friends stay local */
+      line(e, "{");
+      e->indent++;
+    }
+    emit_fused_sum(e, op, out, scalar, len, is_mean);
+    if (!out) {
+      e->indent--;
+      line(e, "}");
+    }
+    return;
   }
   /* f32 over adjacent axes: the primitive. */
   if (xt->dtype == TPK_F32 && contiguous && axes->n > 0 && strcmp(kind, "prod") != 0) {
@@ -1347,18 +1488,54 @@ static void emit_if(Emitter *e, const TpkOp *op) {
   }
 }
 
+/* The grid a launch shares among its parts: one loop over this part's
+ * range of the instances, flattened row-major (the last axis fastest, as
+ * the nested loops go), each axis's index recovered from the flat one. A
+ * kernel shares at most one grid, so the names (grid_*) cannot clash, and
+ * they take no number from the other names. */
+static void emit_split_grid_loops(Emitter *e, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  line(e, "/* grid: %d ax%s, one iteration per program instance; this call runs its share of them */", body->nargs,
+       body->nargs == 1 ? "is" : "es");
+  TpkStr total = {0};
+  for (int a = 0; a < body->nargs; a++) {
+    line(e, "int64_t grid_n%d = %s - %s;", a, bound(e, op->in[2 * a + 1]), bound(e, op->in[2 * a]));
+    line(e, "if (grid_n%d < 0) grid_n%d = 0;", a, a);
+    tpk_str_printf(&total, "%sgrid_n%d", a ? " * " : "", a);
+  }
+  line(e, "int64_t grid_lo, grid_hi;");
+  line(e, "tpk_share(p, %s, &grid_lo, &grid_hi);", total.data ? total.data : "1");
+  tpk_str_free(&total);
+  line(e, "for (int64_t grid_q = grid_lo; grid_q < grid_hi; grid_q++) {");
+  e->indent++;
+  for (int a = 0; a < body->nargs; a++) {
+    TpkStr inner = {0}; /* instances per step of axis a */
+    for (int b = a + 1; b < body->nargs; b++) tpk_str_printf(&inner, "%sgrid_n%d", inner.len ? " * " : "", b);
+    const char *q = inner.len ? tpk_arena_printf(&e->arena, "grid_q / (%s)", inner.data) : "grid_q";
+    if (a > 0) q = tpk_arena_printf(&e->arena, "(%s) %% grid_n%d", q, a);
+    tpk_str_free(&inner);
+    line(e, "int64_t %s = %s + %s;", new_name(e, &body->args[a]), bound(e, op->in[2 * a]), q);
+  }
+}
+
 static void emit_grid(Emitter *e, const TpkOp *op) {
   const TpkBlock *body = op->regions[0];
   const TpkOp *outer = e->grid;
   e->grid = op;
-  line(e, "/* grid: %d ax%s, one iteration per program instance */", body->nargs, body->nargs == 1 ? "is" : "es");
-  for (int a = 0; a < body->nargs; a++) {
-    const char *n = new_name(e, &body->args[a]);
-    line(e, "for (int64_t %s = %s; %s < %s; %s++) {", n, bound(e, op->in[2 * a]), n, bound(e, op->in[2 * a + 1]), n);
-    e->indent++;
+  int loops = body->nargs;
+  if (op == e->split) {
+    emit_split_grid_loops(e, op);
+    loops = 1;
+  } else {
+    line(e, "/* grid: %d ax%s, one iteration per program instance */", body->nargs, body->nargs == 1 ? "is" : "es");
+    for (int a = 0; a < body->nargs; a++) {
+      const char *n = new_name(e, &body->args[a]);
+      line(e, "for (int64_t %s = %s; %s < %s; %s++) {", n, bound(e, op->in[2 * a]), n, bound(e, op->in[2 * a + 1]), n);
+      e->indent++;
+    }
   }
   emit_block(e, body);
-  for (int a = 0; a < body->nargs; a++) {
+  for (int a = 0; a < loops; a++) {
     e->indent--;
     line(e, "}");
   }
@@ -1490,6 +1667,24 @@ static const char PRELUDE[] =
     "  if (to == TPK_PRIM_F16) { p->convert(TPK_PRIM_F32, to, &f, &h, 1); return h; }\n"
     "  p->convert(TPK_PRIM_F32, to, &f, &b, 1); return b;\n"
     "}\n"
+    "/* The instances [*lo, *hi) of a grid of n that this part runs: n split\n"
+    " * into p->parts near-equal runs, the first n % parts one longer. */\n"
+    "static void tpk_share(const TpkPrims *p, int64_t n, int64_t *lo, int64_t *hi) {\n"
+    "  int64_t parts = p->parts > 1 ? p->parts : 1, part = p->parts > 1 ? p->part : 0;\n"
+    "  if (part < 0 || part >= parts) { *lo = *hi = 0; return; }\n"
+    "  int64_t q = n / parts, r = n % parts;\n"
+    "  *lo = part * q + (part < r ? part : r);\n"
+    "  *hi = *lo + q + (part < r);\n"
+    "}\n"
+    "/* select: both values evaluated, so compilers may blend vectors of them\n"
+    " * (`c ? t[i] : 0` with a conditional load does not vectorize) */\n"
+    "#ifdef __TINYC__\n"
+    "#define tpk_select_f(c, a, b) ((c) ? (a) : (b))\n"
+    "#define tpk_select_i(c, a, b) ((c) ? (a) : (b))\n"
+    "#else\n"
+    "static inline float tpk_select_f(int c, float a, float b) { return c ? a : b; }\n"
+    "static inline int32_t tpk_select_i(int c, int32_t a, int32_t b) { return c ? a : b; }\n"
+    "#endif\n"
     "static float tpk_fmax(float a, float b) { return a != a || b != b ? a + b : a > b ? a : b; }\n"
     "static float tpk_fmin(float a, float b) { return a != a || b != b ? a + b : a < b ? a : b; }\n"
     "static int32_t tpk_idiv(int32_t a, int32_t b, int *bad) {\n"
@@ -1507,6 +1702,106 @@ static const char PRELUDE[] =
     "  if (b != 0 && b != -1 && a % b != 0 && ((a < 0) == (b < 0))) q++;\n"
     "  return q;\n"
     "}\n";
+
+/* ---- sharing the grid among threads --------------------------------------------------------- */
+
+/* Memory outside the workspace: a kernel parameter (HBM). Scratch lives in
+ * the workspace, which every part of a launch has its own copy of. */
+static bool is_param_memory(const TpkValue *v) {
+  return v->type->kind == TPK_TYPE_REF && !(v->def && v->def->opcode == TPK_OP_ALLOC);
+}
+
+static const TpkParam *param_of(const TpkFunc *f, const TpkValue *v) {
+  for (int i = 0; i < f->nparams; i++)
+    if (f->params[i].value == v) return &f->params[i];
+  return NULL;
+}
+
+/* The memory op writes (a store's or a copy's destination), or NULL. */
+static const TpkValue *written_memory(const TpkOp *op) {
+  if (op->opcode == TPK_OP_STORE) return op->in[0];
+  if (op->opcode == TPK_OP_DMA_START) {
+    int nsrc = 0;
+    for (const char *c = tpk_op_str(op, "src_index", ""); *c; c++) nsrc += *c != ':';
+    return 1 + nsrc < op->nin ? op->in[1 + nsrc] : NULL;
+  }
+  return NULL;
+}
+
+/* Does v depend on data read from memory (a loaded index, directly or
+ * through arithmetic)? Conservative: values carried by loops, and chains
+ * deeper than `depth`, count as data. */
+static bool from_data(const TpkValue *v, int depth) {
+  if (depth <= 0) return true;
+  const TpkOp *d = v->def;
+  if (!d) { /* a block argument */
+    const TpkOp *owner = v->block ? v->block->parent : NULL;
+    if (!owner || owner->opcode == TPK_OP_GRID) return false; /* parameters, grid indices */
+    if (owner->opcode != TPK_OP_FOR || v->index != 0) return true;
+    return from_data(owner->in[0], depth - 1) || from_data(owner->in[1], depth - 1); /* a loop index: its bounds */
+  }
+  if (d->opcode == TPK_OP_LOAD || d->opcode == TPK_OP_GATHER || d->nregion) return true;
+  for (int i = 0; i < d->nin; i++)
+    if (from_data(d->in[i], depth - 1)) return true;
+  return false;
+}
+
+/* What op and the ops of its regions do to kernel parameters. */
+typedef struct Effects {
+  bool writes;        /* stores or copies into a parameter */
+  bool adds;          /* `+=` stores into a parameter: duplicates accumulate in instance order */
+  bool data_placed;   /* a write whose position comes from data: instances may collide */
+  bool reads_outputs; /* reads an output or inout parameter */
+} Effects;
+
+static void effects_of(const TpkFunc *f, const TpkOp *op, Effects *fx) {
+  const TpkValue *w = written_memory(op);
+  if (w && is_param_memory(w)) {
+    fx->writes = true;
+    if (op->opcode == TPK_OP_STORE && strcmp(tpk_op_str(op, "mode", "set"), "add") == 0) fx->adds = true;
+    /* the operands after the destination are its indices (and a store's value, last) */
+    int first = op->opcode == TPK_OP_STORE ? 1 : 0, end = op->opcode == TPK_OP_STORE ? op->nin - 1 : op->nin;
+    for (int i = first; i < end; i++)
+      if (op->in[i] != w && op->in[i]->type->kind != TPK_TYPE_REF && from_data(op->in[i], 32)) fx->data_placed = true;
+  }
+  for (int i = 0; i < op->nin; i++) {
+    const TpkParam *prm = op->in[i] != w ? param_of(f, op->in[i]) : NULL;
+    if (prm && prm->role != TPK_PARAM_IN && prm->value->type->kind == TPK_TYPE_REF) fx->reads_outputs = true;
+  }
+  for (int r = 0; r < op->nregion; r++)
+    for (const TpkOp *o = op->regions[r]->first; o; o = o->next) effects_of(f, o, fx);
+}
+
+const TpkOp *tpk_split_grid(const TpkFunc *f) {
+  const TpkOp *grid = NULL;
+  for (const TpkOp *op = f->body->first; op; op = op->next) {
+    Effects fx = {false, false, false, false};
+    effects_of(f, op, &fx);
+    if (op->opcode == TPK_OP_GRID) {
+      /* two grids need a barrier; sums need one order; writes placed by
+       * data may collide (a contract violation, but one the sequential
+       * order makes deterministic) */
+      if (grid || fx.adds || fx.data_placed) return NULL;
+      grid = op;
+      continue;
+    }
+    /* every part runs the ops around the grid: they must not write, and the
+     * ones before it must not read what the grid writes */
+    if (fx.writes || (!grid && fx.reads_outputs)) return NULL;
+  }
+  return grid;
+}
+
+int64_t tpk_grid_instances(const TpkOp *grid) {
+  int64_t n = 1;
+  for (int i = 0; i + 1 < grid->nin; i += 2) {
+    const TpkOp *lo = grid->in[i]->def, *hi = grid->in[i + 1]->def;
+    if (!lo || !hi || lo->opcode != TPK_OP_CONST || hi->opcode != TPK_OP_CONST) return -1;
+    int64_t d = tpk_op_int(hi, "value", 0) - tpk_op_int(lo, "value", 0);
+    n *= d > 0 ? d : 0;
+  }
+  return n;
+}
 
 /* <entry>_workspace(syms): the workspace bytes a launch needs. With
  * symbolic sizes, <entry>_layout places the storage groups one after
@@ -1541,6 +1836,8 @@ TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, c
   tpk_str_printf(out, "\nint %s(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n",
                  entry);
   e.indent = 1;
+  e.split = tpk_split_grid(f);
+  if (!e.split) line(&e, "if (p->parts > 1 && p->part != 0) return 0; /* part 0 runs everything: the grid is not shared */");
   line(&e, "char *W = (char *)ws;");
   line(&e, "(void)p; (void)syms; (void)W; (void)err;");
   if (plan->symbolic) {

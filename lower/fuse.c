@@ -5,17 +5,23 @@
  * host: `d * r * w + b` reads d, r, w and b once and writes one tile, instead
  * of materialising a broadcast and a temporary per op. A value is fused into
  * its consumer when it is
- *   - a broadcast, or an elementwise op or select the C emitter computes one
- *     element at a time (not one the primitive library computes on a whole
- *     f32 tile, not a conversion, not an integer division, which must report
- *     division by zero), and
+ *   - a broadcast, an iota (`j.start + iota(...)` column indices cost an
+ *     index, not a tile), or an elementwise op or select the C emitter
+ *     computes one element at a time (not one the primitive library
+ *     computes on a whole f32 tile, not a conversion, not an integer
+ *     division, which must report division by zero), and
  *   - used exactly once, in its own block, by an op that is itself computed
  *     element by element (elementwise, select or broadcast), and is not the
- *     addend of a fused `x + dot(a, b)`.
+ *     addend of a fused `x + dot(a, b)`; or by an f32 sum or mean over
+ *     trailing axes (tpk_reduce_takes_fused), which adds the elements as its
+ *     loop computes them, in the primitive's lane order: `mean(d * d)`
+ *     never stores `d * d`.
  * The planner gives fused values no memory and the emitter inlines them; this
  * file is the one place that decides, so they cannot disagree.
  */
 #include "lower/lower.h"
+
+#include <string.h>
 
 int tpk_count_uses(const TpkBlock *b, const TpkValue *v, const TpkOp **last) {
   int n = 0;
@@ -43,9 +49,20 @@ static bool prim_unary_f32(const TpkOp *op) {
 
 bool tpk_op_is_element_loop(const TpkOp *op) {
   if (op->nout != 1 || op->out[0].type->kind != TPK_TYPE_TENSOR || op->out[0].type->rank == 0) return false;
-  if (op->opcode == TPK_OP_BROADCAST || op->opcode == TPK_OP_SELECT) return true;
+  if (op->opcode == TPK_OP_BROADCAST || op->opcode == TPK_OP_SELECT || op->opcode == TPK_OP_IOTA) return true;
   if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE)) return false;
   return !prim_unary_f32(op);
+}
+
+bool tpk_reduce_takes_fused(const TpkOp *op) {
+  if (op->opcode != TPK_OP_REDUCE || op->in[0]->type->dtype != TPK_F32) return false;
+  const char *kind = tpk_op_str(op, "kind", "sum");
+  if (strcmp(kind, "sum") != 0 && strcmp(kind, "mean") != 0) return false;
+  const TpkAttr *axes = tpk_op_attr(op, "axes");
+  if (!axes || axes->n == 0) return false;
+  for (int i = 0; i < axes->n; i++) /* the last axes->n axes, in order */
+    if (axes->ints[i] != op->in[0]->type->rank - axes->n + i) return false;
+  return true;
 }
 
 static bool int_division(const TpkOp *op) {
@@ -58,7 +75,7 @@ bool tpk_value_is_fused(const TpkValue *v) {
   if (!def || !tpk_op_is_element_loop(def) || int_division(def)) return false;
   const TpkOp *use = NULL;
   if (tpk_count_uses(def->parent, v, &use) != 1 || use->parent != def->parent) return false;
-  if (!tpk_op_is_element_loop(use)) return false;
+  if (!tpk_op_is_element_loop(use) && !tpk_reduce_takes_fused(use)) return false;
   if (use->opcode == TPK_OP_ADD) /* the addend of acc + dot is copied, then accumulated into */
     for (int i = 0; i < 2; i++) {
       const TpkValue *d = use->in[i];

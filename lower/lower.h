@@ -85,6 +85,9 @@ bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add);
 bool tpk_value_is_fused(const TpkValue *v);
 /* Is op computed one element at a time (so values may fuse into it)? */
 bool tpk_op_is_element_loop(const TpkOp *op);
+/* Is op an f32 sum or mean over trailing axes, which values may fuse into
+ * (their elements are added as they are computed)? */
+bool tpk_reduce_takes_fused(const TpkOp *op);
 /* The op whose loop computes v's elements (v's op unless v is fused). */
 const TpkOp *tpk_fused_root(const TpkValue *v);
 /* Uses of v in b and its regions; *last gets the last using op. */
@@ -100,6 +103,18 @@ int tpk_count_uses(const TpkBlock *b, const TpkValue *v, const TpkOp **last);
 enum { TPK_EMIT_NO_PRELUDE = 1 }; /* leave out the helpers (for a second kernel in one C file) */
 TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, const char *source, unsigned flags,
                      TpkStr *out, TpkError *err);
+
+/* Threads (emit_c.c): the top-level grid a launch may share among parts
+ * (TpkPrims.part/parts), or NULL when part 0 must run the whole kernel. A
+ * grid is shared when it is the kernel's only one; no instance adds into a
+ * parameter with `+=` (duplicates would accumulate in another order) or
+ * writes one at a position computed from loaded data (instances could
+ * collide, which the contract forbids but a sequential run makes
+ * deterministic); the ops around it write no parameter and the ops before
+ * it read no output. */
+const TpkOp *tpk_split_grid(const TpkFunc *f);
+/* The number of instances of a grid whose bounds are constants, else -1. */
+int64_t tpk_grid_instances(const TpkOp *grid);
 
 /* The lowering passes for a target: simplify, tile whole-array statements,
  * verify, plan memory (see tpk_plan_memory). */

@@ -537,18 +537,6 @@ static void remove_if_same(const char *path, const struct stat *st) {
   if (lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino) unlink(path);
 }
 
-/* Does an object loaded earlier go by this name? */
-static bool name_is_loaded(const char *name) {
-#ifdef RTLD_NOLOAD
-  void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
-  if (h) dlclose(h);
-  return h != NULL;
-#else
-  (void)name;
-  return true; /* cannot tell: use the path */
-#endif
-}
-
 /* Loads cache file `key` and finds `entry` in it. Returns false on a miss;
  * a damaged file is removed, a file this user does not own or others can
  * write is left alone and never loaded (a rebuild renames over it). */
@@ -582,14 +570,26 @@ static bool cache_load(TpkJit *j, const char *key, const char *entry, void **han
   }
   free(buf);
   if (!damaged) {
-    /* Load what was checked: the descriptor, not the name, when /proc
-     * allows and the name is free. The loader matches loaded objects by
-     * name first, and an earlier load through this descriptor number (closed
-     * since) would be handed back: another build's code. The path names
-     * this build alone. */
+    /* Load what was checked: the descriptor, not the name, when /proc allows.
+     * dlopen hands back an already loaded object whose name matches, and
+     * an earlier build loaded through a descriptor of the same number
+     * (closed since) has that name: use a number whose name is free. */
     char fdpath[64];
+    int alt = -1;
+    bool by_fd = true;
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
-    void *h = dlopen(access(fdpath, F_OK) == 0 && !name_is_loaded(fdpath) ? fdpath : path, RTLD_LOCAL | RTLD_NOW);
+    for (int tries = 0; by_fd; tries++) {
+      void *taken = dlopen(fdpath, RTLD_LOCAL | RTLD_NOW | RTLD_NOLOAD);
+      if (!taken) break;
+      dlclose(taken);
+      int next = tries < 64 ? fcntl(fd, F_DUPFD_CLOEXEC, (alt >= 0 ? alt : fd) + 1) : -1;
+      if (alt >= 0) close(alt);
+      alt = next;
+      by_fd = alt >= 0;
+      if (by_fd) snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", alt);
+    }
+    void *h = dlopen(by_fd && access(fdpath, F_OK) == 0 ? fdpath : path, RTLD_LOCAL | RTLD_NOW);
+    if (alt >= 0) close(alt);
     if (!h) {
       damaged = true;
     } else {

@@ -24,8 +24,7 @@
  *   - integers go to floats through f64 (exact for 32 bits), so i32 -> bf16
  *     rounds once, never twice.
  *   - max/min order -0 below +0 and return the first NaN of the slice;
- *     a sum starts from the slice's first element (so the sum of [-0] is -0),
- *     which equals starting from -0 and adding in ascending order.
+ *     sums start from -0 (so the sum of [-0] is -0; adding to -0 is exact).
  *   - all of it assumes the default floating-point environment
  *     (round-to-nearest-even, no flush-to-zero), as C code does.
  *   - convert: src and dst must not overlap unless they are the same array
@@ -274,6 +273,28 @@ static float first_nan(const float *x, int64_t len, int64_t stride) {
 
 enum { REDUCE_BLOCK = 64 };
 
+/* The sum of a contiguous row in the order prims.h fixes: SUM_LANES
+ * accumulators starting at -0 (adding to -0 is exact), element l added to
+ * lane l % SUM_LANES in ascending l, then lanes folded in halves (lane j +=
+ * lane j + w for w = 32, 16, ..., 1). Every lane is its own chain, so the
+ * compiler keeps them in vector registers (4 AVX-512, 8 AVX2) and the row
+ * streams at load speed, where one accumulator would wait on each add's
+ * latency; the order does not depend on the instruction set. */
+enum { SUM_LANES = 64 };
+
+static inline ALWAYS_INLINE float row_sum(const float *restrict x, int64_t len) {
+  float acc[SUM_LANES];
+  for (int j = 0; j < SUM_LANES; j++) acc[j] = -0.0f;
+  int64_t l = 0;
+  for (; l + SUM_LANES <= len; l += SUM_LANES)
+    for (int j = 0; j < SUM_LANES; j++) acc[j] += x[l + j];
+  for (int j = 0; j < SUM_LANES; j++)
+    if (l + j < len) acc[j] += x[l + j];
+  for (int w = SUM_LANES / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+  return acc[0];
+}
+
 static inline ALWAYS_INLINE void reduce_body(int kind, const float *restrict x, int64_t outer, int64_t len,
                                              int64_t inner, float *restrict out) {
   if (kind != TPK_PRIM_SUM && kind != TPK_PRIM_MAX && kind != TPK_PRIM_MIN) return;
@@ -282,33 +303,12 @@ static inline ALWAYS_INLINE void reduce_body(int kind, const float *restrict x, 
     for (int64_t i = 0; i < outer * inner; i++) out[i] = v;
     return;
   }
-  int64_t o = 0;
-  if (kind == TPK_PRIM_SUM && inner == 1) {
-    /* Row sums, ROWS rows side by side: each row still has one accumulator
-     * in ascending order (the contract), but the rows' chains are
-     * independent, so their additions overlap instead of each waiting for
-     * the previous one's latency. */
-    enum { ROWS = 8 };
-    for (; o + ROWS <= outer; o += ROWS) {
-      const float *xo = x + o * len;
-      float acc[ROWS];
-      for (int r = 0; r < ROWS; r++) acc[r] = xo[r * len];
-      for (int64_t l = 1; l < len; l++)
-        for (int r = 0; r < ROWS; r++) acc[r] += xo[r * len + l];
-      for (int r = 0; r < ROWS; r++) out[o + r] = acc[r];
-    }
-  }
-  for (; o < outer; o++) {
+  for (int64_t o = 0; o < outer; o++) {
     const float *xo = x + o * len * inner;
     float *oo = out + o * inner;
     if (kind == TPK_PRIM_SUM) {
       if (inner == 1) {
-        /* One accumulator in ascending order is the contract, so a row sum
-         * is inherently sequential: partial sums would be faster but give
-         * other roundings. */
-        float acc = xo[0];
-        for (int64_t l = 1; l < len; l++) acc += xo[l];
-        oo[0] = acc;
+        oo[0] = row_sum(xo, len);
       } else {
         /* Independent outputs side by side: vectorised across `inner`,
          * each still summed in ascending order. */
@@ -374,6 +374,8 @@ typedef double VD_generic;
 #define F_FMA(a, b, c) fmaf(a, b, c)
 #define F_SQRT(a) sqrtf(a)
 #define F_RINT(a) rintf(a)
+#define F_MAX(a, b) ((a) > (b) ? (a) : (b)) /* x86's maxps: b unless a > b (so b when a is NaN) */
+#define F_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define F_LT(a, b) ((a) < (b))
 #define F_GT(a, b) ((a) > (b))
 #define F_EQ(a, b) ((a) == (b))
@@ -462,6 +464,8 @@ static void convert_generic(int from, int to, const void *src, void *dst, int64_
 #define F_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define F_SQRT(a) _mm256_sqrt_ps(a)
 #define F_RINT(a) _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define F_MAX(a, b) _mm256_max_ps(a, b)
+#define F_MIN(a, b) _mm256_min_ps(a, b)
 #define F_LT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
 #define F_GT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
 #define F_EQ(a, b) _mm256_cmp_ps(a, b, _CMP_EQ_OQ)
@@ -552,6 +556,9 @@ static TARGET_ATTR void convert_avx2(int from, int to, const void *src, void *ds
 #define F_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define F_SQRT(a) _mm512_sqrt_ps(a)
 #define F_RINT(a) _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define F_MAX(a, b) _mm512_max_ps(a, b)
+#define F_MIN(a, b) _mm512_min_ps(a, b)
+#define F_SCALEF(a, n) _mm512_scalef_ps(a, n)
 #define F_LT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
 #define F_GT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
 #define F_EQ(a, b) _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ)

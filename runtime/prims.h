@@ -29,6 +29,9 @@
  *     bf16 and f8e5m2, and NaN for f8e4m3 (which has no inf: its NaN is
  *     0x7f/0xff); float to integer truncates toward zero, saturating at the
  *     integer's range, NaN giving 0; to bool is `!= 0`.
+ *   - sums of f32: the order reduce_f32 documents (lanes side by side for
+ *     rows); the reference interpreter adds in plain ascending order, so
+ *     the two agree to rounding, not bit for bit.
  *   - unary functions on f32 are accurate to within 2 ulp of the correctly
  *     rounded result (exp, log, tanh, sigmoid, erf, sqrt exact, rsqrt
  *     within 2 ulp); inf and NaN propagate as in C's libm.
@@ -97,12 +100,29 @@ typedef struct TpkPrims {
 
   /* View x as [outer, len, inner] (row-major) and reduce the middle axis:
    * out[o*inner + i] = reduce over l of x[(o*len + l)*inner + i].
-   * Sums accumulate in f32 in ascending l order; max/min propagate NaN.
-   * len 0 gives 0 for sum, -inf for max, +inf for min. */
+   * Sums accumulate in f32. With inner > 1 each output has one accumulator,
+   * l ascending. Row sums (inner == 1) use 64 accumulators a[0..63], all
+   * starting at -0: x[l] is added to a[l % 64], l ascending; then for
+   * w = 32, 16, 8, 4, 2, 1 in turn, a[j] += a[j + w] for j < w; the sum is
+   * a[0]. (Vector lanes add side by side at memory speed; one accumulator
+   * would wait on every add. The result differs from one ascending chain by
+   * rounding only, and is usually closer to the exact sum.)
+   * max/min propagate NaN. len 0 gives 0 for sum, -inf for max, +inf for min. */
   void (*reduce_f32)(int kind, const float *x, int64_t outer, int64_t len, int64_t inner, float *out);
 
   /* dst[i] = (to) src[i] for i < n, element types as TPK_PRIM_* codes. */
   void (*convert)(int from, int to, const void *src, void *dst, int64_t n);
+
+  /* Which share of the kernel's grid this call runs. The host runs a
+   * kernel's grid on several threads by calling its entry point once per
+   * part, each with its own copy of this table and its own workspace. The
+   * top-level grid's n instances, its axes flattened row-major, are cut
+   * into `parts` consecutive runs, the first n % parts of them one
+   * instance longer; part p runs the p-th (tpk_share in the generated
+   * code). A kernel that is more than that grid (lower.h,
+   * tpk_split_grid) runs whole in part 0 and returns at once in the
+   * others. parts <= 1 (the tables tpk_prims() returns) runs everything. */
+  int part, parts;
 } TpkPrims;
 
 enum { TPK_PRIMS_VERSION = 1 };

@@ -27,10 +27,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dsl/dsl.h"
 #include "lower/lower.h"
 #include "runtime/jit.h"
+#include "runtime/pool.h"
 #include "runtime/prims.h"
 #include "runtime/std.h"
 #include "runtime/tune.h"
@@ -75,7 +77,7 @@ struct TpkBuffer {
   void *data;
 };
 
-enum { MAX_SYMS = 64 };
+enum { MAX_SYMS = 64, MAX_PARTS = 64 };
 
 /* Code serving every shape of one kernel at one tunable setting on the host:
  * the standard library's, or compiled once by the JIT (TPK_GENERIC=1). */
@@ -99,8 +101,9 @@ typedef struct Spec {
   int64_t syms[MAX_SYMS]; /* the shape symbols, in tpk_func_symbols order */
   TpkSimReport sim;      /* sim devices: the launch timed on the chip */
   TpkTimeline *timeline; /* ... and its timeline, for traces */
-  int64_t workspace_bytes;
-  void *workspace;
+  int64_t workspace_bytes; /* one part's */
+  int parts;               /* how many threads share the grid (1: one runs it all) */
+  void *workspace;         /* parts workspaces, one after another */
   atomic_bool workspace_busy;
   struct Spec *next;
 } Spec;
@@ -140,11 +143,25 @@ struct TpkContext {
   TpkJit *jit;
   bool generic_jit; /* TPK_GENERIC=1: compile each kernel once for every shape */
   bool use_aot;     /* the standard library's code (TPK_AOT=0: compile it too) */
-  pthread_mutex_t lock; /* the lists below */
+  int threads;      /* tpk_host_threads() when the context was made */
+  pthread_mutex_t lock; /* the lists below, and pool */
+  TpkPool *pool;        /* started by the first launch that shares a grid */
   TpkDevice *devices;
   TpkProgram *programs;
   TpkProgram **std_programs; /* per standard file, loaded on first use */
 };
+
+int tpk_host_threads(void) {
+  const char *env = getenv("TPK_HOST_THREADS");
+  long n = 0;
+  if (env && *env) {
+    char *end;
+    n = strtol(env, &end, 10);
+    if (*end) n = 0;
+  }
+  if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > MAX_PARTS ? MAX_PARTS : (int)n;
+}
 
 TpkStatus tpk_context_create(TpkContext **out) {
   *out = NULL;
@@ -161,6 +178,7 @@ TpkStatus tpk_context_create(TpkContext **out) {
   ctx->generic_jit = g && strcmp(g, "1") == 0;
   const char *aot = getenv("TPK_AOT");
   ctx->use_aot = !aot || strcmp(aot, "0") != 0;
+  ctx->threads = tpk_host_threads();
   ctx->std_programs = calloc((size_t)(tpk_std_nfiles ? tpk_std_nfiles : 1), sizeof *ctx->std_programs);
   if (!ctx->std_programs) {
     tpk_jit_destroy(ctx->jit);
@@ -223,6 +241,7 @@ void tpk_context_destroy(TpkContext *ctx) {
   /* The JIT goes after the programs' specs but before nothing else runs
    * their code: background compiles are finished or cancelled here. */
   tpk_jit_destroy(ctx->jit);
+  tpk_pool_destroy(ctx->pool);
   for (TpkDevice *d = ctx->devices, *n; d; d = n) {
     n = d->next;
     free(d);
@@ -753,6 +772,12 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, co
     if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &spec->code, &err);
   }
   tpk_str_free(&c);
+  /* Threads: the lowered kernel tells whether its grid may be shared and
+   * how many instances it has; a part per thread, never more parts than
+   * instances (a one-instance grid wakes nobody). */
+  const TpkOp *grid = st == TPK_OK ? tpk_split_grid(f) : NULL;
+  int64_t instances = grid ? tpk_grid_instances(grid) : 1;
+  spec->parts = instances < 0 || instances > prog->ctx->threads ? prog->ctx->threads : instances < 1 ? 1 : (int)instances;
   /* shapes are bound, so the chip's timing is the same for every launch */
   if (st == TPK_OK && dev && dev->chip) st = tpk_sim_schedule(f, dev->chip, &spec->sim, &spec->timeline, &err);
   return st == TPK_OK ? TPK_OK : fail_err(&err);
@@ -845,6 +870,57 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
   return TPK_OK;
 }
 
+/* One launch's call of the kernel, split into parts that each run a share
+ * of the grid with their own workspace (see TpkPrims.part). */
+typedef struct PartJob {
+  TpkKernelFn fn;
+  void *const *args;
+  const int64_t *syms;
+  char *ws;         /* part i's workspace is ws + i * ws_stride */
+  size_t ws_stride;
+  int parts;
+  TpkPrims prims[MAX_PARTS]; /* the primitive table, told which part it serves */
+  int rc[MAX_PARTS];
+  char err[MAX_PARTS][TPK_KERNEL_ERR_LEN];
+} PartJob;
+
+static void run_part(void *arg, int part) {
+  PartJob *job = arg;
+  job->err[part][0] = 0;
+  job->rc[part] = job->fn(&job->prims[part], job->args, job->syms, job->ws + (size_t)part * job->ws_stride, job->err[part]);
+}
+
+/* The context's pool (started on first use) in *pool, and how many parts
+ * it can run of the `want` a launch would like (1 without a pool). */
+static int launch_pool(TpkContext *ctx, int want, TpkPool **pool) {
+  pthread_mutex_lock(&ctx->lock);
+  if (!ctx->pool && tpk_pool_create(ctx->threads, &ctx->pool) != TPK_OK) ctx->pool = NULL;
+  *pool = ctx->pool;
+  int have = tpk_pool_threads(ctx->pool);
+  pthread_mutex_unlock(&ctx->lock);
+  return want < have ? want : have;
+}
+
+/* Runs the job's parts; returns the first part (in grid order) that
+ * failed, or -1. Every part runs to its end even when another fails. */
+static int run_parts(TpkPool *pool, PartJob *job) {
+  const TpkPrims *p = tpk_prims();
+  if (job->parts <= 1) {
+    job->err[0][0] = 0;
+    job->rc[0] = job->fn(p, job->args, job->syms, job->ws, job->err[0]);
+    return job->rc[0] ? 0 : -1;
+  }
+  for (int i = 0; i < job->parts; i++) {
+    job->prims[i] = *p;
+    job->prims[i].part = i;
+    job->prims[i].parts = job->parts;
+  }
+  tpk_pool_run(pool, job->parts, run_part, job);
+  for (int i = 0; i < job->parts; i++)
+    if (job->rc[i]) return i;
+  return -1;
+}
+
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (!k || !L) return fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
   const TpkFunc *f = k->f;
@@ -883,10 +959,14 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (st != TPK_OK) return st;
   for (int i = 0; i < f->nparams; i++)
     if (f->params[i].zero_init) memset(L->args[i]->data, 0, L->args[i]->bytes);
-  /* the workspace: the spec's own, or a fresh one if another thread has it */
+  PartJob job;
+  TpkPool *pool = NULL;
+  job.parts = spec->parts > 1 ? launch_pool(k->prog->ctx, spec->parts, &pool) : 1;
+  /* the workspaces: the spec's own, or fresh ones if another thread has it */
   bool mine = !atomic_exchange(&spec->workspace_busy, true);
   void *ws = mine ? spec->workspace : NULL;
-  size_t ws_bytes = (size_t)(spec->workspace_bytes + 63) / 64 * 64;
+  job.ws_stride = (size_t)(spec->workspace_bytes + 63) / 64 * 64;
+  size_t ws_bytes = job.ws_stride * (size_t)spec->parts;
   if (!ws) {
     ws = aligned_alloc(64, ws_bytes ? ws_bytes : 64);
     if (!ws) {
@@ -895,11 +975,13 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
     }
     if (mine) spec->workspace = ws;
   }
-  char err[TPK_KERNEL_ERR_LEN] = {0};
   const Generic *g = spec->generic;
   TpkCode *code = g ? g->code : spec->code;
-  TpkKernelFn fn = g && g->aot ? g->aot->fn : tpk_code_entry(code);
-  int rc = fn(tpk_prims(), args, spec->syms, ws, err);
+  job.fn = g && g->aot ? g->aot->fn : tpk_code_entry(code);
+  job.args = args;
+  job.syms = spec->syms;
+  job.ws = ws;
+  int failed = run_parts(pool, &job);
   k->last_tier = g && g->aot ? "aot" : tpk_code_tier(code) == TPK_TIER_CC ? "cc" : "tcc";
   k->last_sim = dev && dev->chip ? spec : NULL;
   char *tunes = tunes_text(k, &tuned);
@@ -907,7 +989,7 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   free(tunes);
   if (mine) atomic_store(&spec->workspace_busy, false);
   else free(ws);
-  if (rc != 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->src.name, err);
+  if (failed >= 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->src.name, job.err[failed]);
   return TPK_OK;
 }
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/prims.h"
 #include "tpk.h"
@@ -355,6 +356,254 @@ static void test_generic_code_matches_specialised(void **state) {
   assert_true(compared >= 240);
 }
 
+/* run_on with TPK_HOST_THREADS = threads. */
+static char *run_threads(int threads, const char *tier, const char *file, const char *kname, int64_t size, size_t *len) {
+  char t[16];
+  snprintf(t, sizeof t, "%d", threads);
+  setenv("TPK_HOST_THREADS", t, 1);
+  char *out = run_on("host", tier, file, kname, size, len);
+  unsetenv("TPK_HOST_THREADS");
+  return out;
+}
+
+/* Grid instances are independent, so sharing them among threads changes no
+ * bit: every corpus kernel at a ragged and a multi-block size, one thread
+ * against two and three (an uneven split), per-shape code and code for
+ * every shape. */
+static void test_thread_counts_agree_bitwise(void **state) {
+  (void)state;
+  char *names[128];
+  int n = test_list_tpk("tests/corpus", names, 128);
+  int compared = 0;
+  static const int64_t SIZES[] = {37, 130};
+  for (int f = 0; f < n; f++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/corpus/%s", names[f]);
+    char *text = test_read_file(test_path(rel), NULL);
+    TpkContext *ctx;
+    TpkProgram *prog;
+    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+    assert_int_equal(tpk_program_load_source(ctx, names[f], text, strlen(text), &prog), TPK_OK);
+    for (int ki = 0; ki < tpk_program_kernel_count(prog); ki++) {
+      const char *kname = tpk_program_kernel_name(prog, ki);
+      TpkKernel *k;
+      assert_int_equal(tpk_program_kernel(prog, kname, &k), TPK_OK);
+      int max_rank = 0;
+      for (int i = 0; i < tpk_kernel_param_count(k); i++)
+        if (tpk_kernel_param_rank(k, i) > max_rank) max_rank = tpk_kernel_param_rank(k, i);
+      for (size_t s = 0; s < TPK_ARRAY_LEN(SIZES); s++) {
+        int64_t size = max_rank >= 3 && SIZES[s] > 48 ? 48 : SIZES[s];
+        size_t n1, n2, n3;
+        char *one = run_threads(1, "tcc", names[f], kname, size, &n1);
+        char *two = run_threads(2, s ? "tcc" : "generic", names[f], kname, size, &n2);
+        char *three = run_threads(3, s ? "generic" : "tcc", names[f], kname, size, &n3);
+        assert_int_equal(n1, n2);
+        assert_int_equal(n1, n3);
+        if (memcmp(one, two, n1) != 0 || memcmp(one, three, n1) != 0)
+          fail_msg("%s:%s size %lld: two or three threads computed other bits than one", names[f], kname, (long long)size);
+        free(one);
+        free(two);
+        free(three);
+        compared++;
+      }
+    }
+    tpk_context_destroy(ctx);
+    free(text);
+    free(names[f]);
+  }
+  fprintf(stderr, "%d corpus launches: 1, 2 and 3 threads computed the same bits\n", compared);
+  assert_true(compared >= 160);
+}
+
+static void test_host_threads_from_env(void **state) {
+  (void)state;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int dflt = online < 1 ? 1 : online > 64 ? 64 : (int)online;
+  unsetenv("TPK_HOST_THREADS");
+  assert_int_equal(tpk_host_threads(), dflt);
+  static const struct { const char *env; int want; } CASES[] = {{"3", 3}, {"1", 1}, {"64", 64}, {"1000", 64}};
+  for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
+    setenv("TPK_HOST_THREADS", CASES[i].env, 1);
+    assert_int_equal(tpk_host_threads(), CASES[i].want);
+  }
+  static const char *const IGNORED[] = {"0", "-2", "two", "2x", ""};
+  for (size_t i = 0; i < TPK_ARRAY_LEN(IGNORED); i++) {
+    setenv("TPK_HOST_THREADS", IGNORED[i], 1);
+    assert_int_equal(tpk_host_threads(), dflt);
+  }
+  unsetenv("TPK_HOST_THREADS");
+}
+
+/* An error in any part of a shared grid fails the launch with that part's
+ * message; when several parts fail, the one earliest in the grid wins (what
+ * one thread running the instances in order reports first). */
+static void test_errors_from_worker_parts(void **state) {
+  (void)state;
+  const char *src = "kernel pick(ids: i32[N], table: f32[V, 4]) -> (y: f32[N, 4])\n"
+                    "{\n"
+                    "  for i in tiles(N, 2) { y[i, :] = table[ids[i], :]; }\n"
+                    "}\n";
+  setenv("TPK_HOST_THREADS", "2", 1);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  TpkKernel *k;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "pick.tpk", src, strlen(src), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "pick", &k), TPK_OK);
+  TpkBuffer *ids, *table, *y;
+  int64_t n = 16, tshape[2] = {8, 4}, yshape[2] = {16, 4};
+  assert_int_equal(tpk_buffer_create(dev, TPK_I32, 1, &n, &ids), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, tshape, &table), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, yshape, &y), TPK_OK);
+  int32_t *id = tpk_buffer_data(ids);
+  float *t = tpk_buffer_data(table), *out = tpk_buffer_data(y);
+  for (int i = 0; i < 32; i++) t[i] = (float)i;
+  for (int i = 0; i < 16; i++) id[i] = 7 - i % 8;
+  TpkBuffer *args[] = {ids, table, y};
+  TpkLaunch L = {.args = args};
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+  for (int i = 0; i < 16; i++) assert_true(out[i * 4 + 1] == (float)((7 - i % 8) * 4 + 1));
+  /* 8 instances in two parts: instance 6 (rows 12, 13) is the second part's */
+  id[13] = 99;
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
+  assert_non_null(strstr(tpk_last_error(), "gather index 99 is out of range [0, 8)"));
+  /* both parts fail: the first part's error is the one reported */
+  id[2] = 42;
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
+  assert_non_null(strstr(tpk_last_error(), "gather index 42 is out of range [0, 8)"));
+  id[2] = 5;
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
+  assert_non_null(strstr(tpk_last_error(), "gather index 99 is out of range [0, 8)"));
+  id[13] = 1;
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+  tpk_buffer_destroy(ids);
+  tpk_buffer_destroy(table);
+  tpk_buffer_destroy(y);
+  tpk_context_destroy(ctx);
+  unsetenv("TPK_HOST_THREADS");
+}
+
+/* Kernels that do more than one shared grid run whole in one part, and
+ * match the interpreter with several threads too: two grids (the second
+ * reads what the first wrote), a store after the grid, a read of an output
+ * before it, a scatter-add with colliding indices. */
+static void test_whole_kernels_with_threads(void **state) {
+  (void)state;
+  const char *src =
+      "kernel two_grids(x: f32[N]) -> (y: f32[N], z: f32[N])\n"
+      "{\n"
+      "  for i in tiles(N, 8) { y[i] = x[i] * 2.0; }\n"
+      "  for i in tiles(N, 8) { z[i] = y[i] + y[0..1]; }\n"
+      "}\n"
+      "kernel store_after(x: f32[N]) -> (y: f32[N], first: f32[1])\n"
+      "{\n"
+      "  for i in tiles(N, 8) { y[i] = x[i] * 2.0; }\n"
+      "  first[0] = x[0];\n"
+      "}\n"
+      "kernel reads_output_first(x: f32[N], inout acc: f32[N]) -> ()\n"
+      "{\n"
+      "  let a0 = acc[0];\n"
+      "  for i in tiles(N, 8) { acc[i] = x[i] + a0; }\n"
+      "}\n"
+      "kernel scatter(ids: i32[N], g: f32[N, 4]) -> (grad: f32[V, 4] = 0)\n"
+      "{\n"
+      "  for t in tiles(N, 8) { grad[ids[t], :] += g[t, :]; }\n"
+      "}\n";
+  setenv("TPK_HOST_THREADS", "3", 1);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "whole.tpk", src, strlen(src), &prog), TPK_OK);
+  TestTally tally = {0};
+  for (int ki = 0; ki < tpk_program_kernel_count(prog); ki++)
+    test_launch_vs_interpreter(dev, prog, "whole.tpk", src, tpk_program_kernel_name(prog, ki), 100, NULL, 0, &tally);
+  assert_int_equal(tally.passed, 4);
+  tpk_program_destroy(prog);
+  tpk_context_destroy(ctx);
+  unsetenv("TPK_HOST_THREADS");
+}
+
+/* A sum or mean that takes its input's elements as they are computed (the
+ * expression fused into it) gives the bits of the primitive summing the
+ * same expression stored in a tile, and tcc, cc and code for every shape
+ * agree on them. */
+static void test_fused_sums_match_the_primitive(void **state) {
+  (void)state;
+  const char *src =
+      "kernel fused(x: f32[M, N], w: f32[N]) -> (y: f32[M], z: f32[M])\n"
+      "{\n"
+      "  for i in tiles(M, 8) {\n"
+      "    let t = x[i, :];\n"
+      "    y[i] = reshape(sum(t * w + 0.25, axis=1, keepdims=true), [8]);\n"
+      "    z[i] = reshape(mean(where(t > 0.0, t, t * t), axis=1, keepdims=true), [8]);\n"
+      "  }\n"
+      "}\n"
+      "kernel stored(x: f32[M, N], w: f32[N]) -> (y: f32[M], z: f32[M], keep: f32[M, N], keep2: f32[M, N])\n"
+      "{\n"
+      "  for i in tiles(M, 8) {\n"
+      "    let t = x[i, :];\n"
+      "    let a = t * w + 0.25;\n"
+      "    let b = where(t > 0.0, t, t * t);\n"
+      "    keep[i, :] = a;\n" /* a second use: a and b are stored tiles, summed by the primitive */
+      "    keep2[i, :] = b;\n"
+      "    y[i] = reshape(sum(a, axis=1, keepdims=true), [8]);\n"
+      "    z[i] = reshape(mean(b, axis=1, keepdims=true), [8]);\n"
+      "  }\n"
+      "}\n";
+  static const struct { const char *tier; bool generic; } RUNS[] = {{"tcc", false}, {"cc", false}, {"tcc", true}};
+  static const int64_t SIZES[][2] = {{37, 1000}, {8, 63}, {9, 64}, {16, 130}};
+  char cache[] = "/tmp/tpk-test-fused-XXXXXX";
+  assert_non_null(mkdtemp(cache));
+  setenv("TPK_CACHE_DIR", cache, 1);
+  for (size_t r = 0; r < TPK_ARRAY_LEN(RUNS); r++) {
+    setenv("TPK_TIER", RUNS[r].tier, 1);
+    if (RUNS[r].generic) setenv("TPK_GENERIC", "1", 1);
+    TpkContext *ctx;
+    TpkDevice *dev;
+    TpkProgram *prog;
+    TpkKernel *kf, *ks;
+    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+    assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+    assert_int_equal(tpk_program_load_source(ctx, "sums.tpk", src, strlen(src), &prog), TPK_OK);
+    assert_int_equal(tpk_program_kernel(prog, "fused", &kf), TPK_OK);
+    assert_int_equal(tpk_program_kernel(prog, "stored", &ks), TPK_OK);
+    for (size_t s = 0; s < TPK_ARRAY_LEN(SIZES); s++) {
+      int64_t m = SIZES[s][0], n = SIZES[s][1], xs[2] = {m, n};
+      TpkBuffer *x, *w, *y1, *z1, *y2, *z2, *k1, *k2;
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &x), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &w), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &k1), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &k2), TPK_OK);
+      TpkBuffer **outs[] = {&y1, &z1, &y2, &z2};
+      for (int i = 0; i < 4; i++) assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &m, outs[i]), TPK_OK);
+      uint64_t seed = 7 + s;
+      test_fill_random(tpk_buffer_data(x), TPK_F32, m * n, &seed);
+      test_fill_random(tpk_buffer_data(w), TPK_F32, n, &seed);
+      TpkBuffer *fa[] = {x, w, y1, z1}, *sa[] = {x, w, y2, z2, k1, k2};
+      TpkLaunch lf = {.args = fa}, ls = {.args = sa};
+      if (tpk_kernel_launch(kf, &lf) != TPK_OK || tpk_kernel_launch(ks, &ls) != TPK_OK) fail_msg("%s", tpk_last_error());
+      assert_string_equal(tpk_kernel_last_tier(kf), RUNS[r].tier);
+      if (memcmp(tpk_buffer_data(y1), tpk_buffer_data(y2), (size_t)m * 4) != 0 ||
+          memcmp(tpk_buffer_data(z1), tpk_buffer_data(z2), (size_t)m * 4) != 0)
+        fail_msg("%s%s, %lldx%lld: a fused sum differs from the primitive's", RUNS[r].tier,
+                 RUNS[r].generic ? " (every shape)" : "", (long long)m, (long long)n);
+      TpkBuffer *all[] = {x, w, y1, z1, y2, z2, k1, k2};
+      for (size_t i = 0; i < TPK_ARRAY_LEN(all); i++) tpk_buffer_destroy(all[i]);
+    }
+    tpk_context_destroy(ctx);
+    unsetenv("TPK_GENERIC");
+  }
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_DIR");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* Every corpus kernel can be timed on a chip (v5e, and v5p, whose two
  * TensorCores split the grid), and the values are the host's, to the bit. */
 static void test_corpus_on_simulated_chips(void **state) {
@@ -442,6 +691,11 @@ int main(void) {
       cmocka_unit_test(test_tiers_agree_bitwise),
       cmocka_unit_test(test_corpus_on_simulated_chips),
       cmocka_unit_test(test_generic_code_matches_specialised),
+      cmocka_unit_test(test_host_threads_from_env),
+      cmocka_unit_test(test_errors_from_worker_parts),
+      cmocka_unit_test(test_whole_kernels_with_threads),
+      cmocka_unit_test(test_thread_counts_agree_bitwise),
+      cmocka_unit_test(test_fused_sums_match_the_primitive),
       cmocka_unit_test(test_corpus_matches_interpreter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -566,6 +566,30 @@ static void test_cache_hit_in_second_jit(void **state) {
   free(dir);
 }
 
+/* Builds of one entry name from different sources (one kernel at two
+ * shapes) each run their own code when loaded one after another: loading
+ * through /proc/self/fd/N must not hand back an earlier build that was
+ * loaded when its descriptor had the same number. */
+static void test_builds_of_one_entry_load_apart(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[4][2048];
+  for (int i = 0; i < 4; i++) add_source(src[i], sizeof src[i], 11 + i);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkCode *built[4];
+  for (int i = 0; i < 4; i++) built[i] = compile_ok(j, src[i], "add_kernel");
+  for (int i = 0; i < 4; i++) run_add(built[i], 11 + i, NULL);
+  assert_stats(j, 0, 4, 0, 0);
+  tpk_jit_destroy(j);
+  j = new_jit(TPK_TIER_AUTO, -1, dir, NULL); /* all four from the cache */
+  for (int i = 0; i < 4; i++) built[i] = compile_ok(j, src[i], "add_kernel");
+  for (int i = 0; i < 4; i++) run_add(built[i], 11 + i, NULL);
+  assert_stats(j, 0, 0, 4, 0);
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
 typedef enum Damage { TRUNCATE, GARBAGE, FLIP_BYTE, EMPTY, DROP_TRAILER } Damage;
 
 static void damage_file(const char *path, Damage how) {
@@ -1027,6 +1051,7 @@ int main(void) {
       cmocka_unit_test(test_auto_promotes_after_hot_calls),
       cmocka_unit_test(test_cache_hit_in_second_jit),
       cmocka_unit_test(test_cached_builds_of_one_entry_stay_apart),
+      cmocka_unit_test(test_builds_of_one_entry_load_apart),
       cmocka_unit_test(test_damaged_cache_file_is_rebuilt),
       cmocka_unit_test(test_insecure_cache_is_not_loaded),
       cmocka_unit_test(test_compile_errors_carry_the_compiler_message),

@@ -690,16 +690,39 @@ static void test_unary_isas_agree(void **state) {
  * reduce
  * ====================================================================== */
 
+/* The row sum prims.h documents: 64 lanes, x[l] into lane l % 64, then
+ * lanes folded in halves. */
+static float lane_sum(const float *x, int64_t len, int64_t stride) {
+  float a[64];
+  for (int j = 0; j < 64; j++) a[j] = -0.0f;
+  for (int64_t l = 0; l < len; l++) a[l % 64] += x[l * stride];
+  for (int w = 32; w >= 1; w /= 2)
+    for (int j = 0; j < w; j++) a[j] += a[j + w];
+  return a[0];
+}
+
 static void test_reduce_sum_order(void **state) {
   (void)state;
-  float x[] = {1e8f, 1.0f, -1e8f}, out = -1;
-  /* ascending, one f32 accumulator: (1e8 + 1) rounds to 1e8, then 0 */
-  tpk_prim_reduce_f32(TPK_PRIM_SUM, x, 1, 3, 1, &out);
-  assert_true(out == 0.0f);
-  float y[] = {1e8f, -1e8f, 1.0f}; /* other order, other sum */
-  tpk_prim_reduce_f32(TPK_PRIM_SUM, y, 1, 3, 1, &out);
-  assert_true(out == 1.0f);
-  /* the same along a middle axis: [1, 3, 2], reduce over 3 */
+  for (int k = 0; k < N_ISAS; k++) {
+    const TpkPrims *p = tpk_prims_for_isa(isas[k]);
+    if (!p) continue;
+    /* rows: lanes 0 and 2 fold first (w = 2), then lane 1 (w = 1) */
+    float x[] = {1e8f, 1.0f, -1e8f}, out = -1;
+    p->reduce_f32(TPK_PRIM_SUM, x, 1, 3, 1, &out);
+    assert_true(out == 1.0f); /* one ascending chain: (1e8 + 1) rounds to 1e8, then 0 */
+    float y[] = {1e8f, -1e8f, 1.0f}; /* 1 goes to lane 2 and is lost in 1e8 */
+    p->reduce_f32(TPK_PRIM_SUM, y, 1, 3, 1, &out);
+    assert_true(out == 0.0f);
+    float z65[65] = {0};
+    z65[0] = 1e8f, z65[1] = 1.0f, z65[64] = -1e8f; /* lane 0 adds x[64] before any folding */
+    p->reduce_f32(TPK_PRIM_SUM, z65, 1, 65, 1, &out);
+    assert_true(out == 1.0f);
+    z65[32] = 3.0f, z65[64] = 0; /* lane 32 folds into lane 0 first: 1e8 + 3 rounds to 1e8, then + 1 */
+    p->reduce_f32(TPK_PRIM_SUM, z65, 1, 65, 1, &out);
+    assert_true(out == 1e8f);
+  }
+  float out = -1;
+  /* along a middle axis ([1, 3, 2], reduce over 3): one chain per output, ascending */
   float z[] = {1e8f, 5, 1, 2, -1e8f, 3};
   float o2[2];
   tpk_prim_reduce_f32(TPK_PRIM_SUM, z, 1, 3, 2, o2);
@@ -755,7 +778,8 @@ static void test_reduce_random(void **state) {
   assert_true(x && got && want);
   rng_state = 3;
   for (int i = 0; i < N; i++) x[i] = (float)((int64_t)(rng() >> 40) - (1 << 23)) * 0x1p-10f * (float)(i % 7 + 1);
-  static const int64_t shapes[][3] = {{1, 1000, 1}, {7, 33, 1}, {3, 50, 17}, {2, 9, 130}, {1, 1, 300}, {5, 64, 64}};
+  static const int64_t shapes[][3] = {{1, 1000, 1}, {7, 33, 1},  {3, 50, 17},  {2, 9, 130},
+                                      {1, 1, 300},  {5, 64, 64}, {4, 4096, 1}, {3, 127, 1}};
   for (int k = 0; k < N_ISAS; k++) {
     const TpkPrims *p = tpk_prims_for_isa(isas[k]);
     if (!p) continue;
@@ -764,6 +788,10 @@ static void test_reduce_random(void **state) {
       for (int kind = 0; kind < 3; kind++) {
         for (int64_t o = 0; o < outer; o++)
           for (int64_t i = 0; i < inner; i++) {
+            if (kind == TPK_PRIM_SUM && inner == 1) {
+              want[o] = lane_sum(x + o * len, len, 1);
+              continue;
+            }
             float acc = x[o * len * inner + i];
             for (int64_t l = 1; l < len; l++) {
               float v = x[(o * len + l) * inner + i];

@@ -1,0 +1,177 @@
+/*
+ * pool.c — worker threads parked between jobs (runtime/pool.h).
+ *
+ * Each job has a number; a worker runs its part of every job whose number it
+ * has not seen yet, if the job has that many parts. A parked worker sleeps
+ * on a condition variable, and waking one takes the scheduler several
+ * microseconds, as much as a small kernel's whole grid: so a worker first
+ * polls the job number for a short while (SPIN_NS) after each job before it
+ * sleeps, and the caller polls for the parts to finish before it sleeps, so
+ * back-to-back launches hand work over in well under a microsecond. The
+ * fields are read under the lock; the polls only decide when to take it.
+ * (A launch whose grid is one instance never comes here: runtime.c runs it
+ * in one part.)
+ */
+#include "runtime/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "runtime/internal.h"
+
+/* How long a thread polls before it sleeps: long enough to bridge the gap
+ * between launches of a loop of small kernels, short enough that an idle
+ * pool gives its cores back at once. */
+enum { SPIN_NS = 50 * 1000 };
+
+typedef struct Worker {
+  TpkPool *pool;
+  int part; /* the part of each job this worker runs: 1 .. threads-1 */
+  pthread_t thread;
+} Worker;
+
+struct TpkPool {
+  int threads;  /* parts a job may have: the caller plus the started workers */
+  Worker *workers;
+  pthread_mutex_t lock;    /* the job fields below */
+  pthread_cond_t wake;     /* a new job, or quit */
+  pthread_cond_t done;     /* the job's last worker part returned */
+  atomic_uint_least64_t job; /* number of the current job (written under lock) */
+  TpkPoolTask task;
+  void *arg;
+  int parts;
+  atomic_int pending;      /* worker parts of the current job still running (written under lock) */
+  atomic_bool quit;
+  pthread_mutex_t run;     /* held by the caller whose job is running */
+};
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Poll until done(pool, arg) holds or SPIN_NS pass; returns done's value. */
+static bool spin_until(TpkPool *pool, bool (*done)(TpkPool *, uint64_t), uint64_t arg) {
+  int64_t start = now_ns();
+  for (int i = 0;; i++) {
+    if (done(pool, arg)) return true;
+    if ((i & 63) == 63 && now_ns() - start > SPIN_NS) return false;
+    cpu_relax();
+  }
+}
+
+static bool new_job(TpkPool *pool, uint64_t seen) {
+  return atomic_load_explicit(&pool->job, memory_order_acquire) != seen ||
+         atomic_load_explicit(&pool->quit, memory_order_relaxed);
+}
+
+static bool parts_done(TpkPool *pool, uint64_t unused) {
+  (void)unused;
+  return atomic_load_explicit(&pool->pending, memory_order_acquire) == 0;
+}
+
+static void *worker_main(void *p) {
+  Worker *w = p;
+  TpkPool *pool = w->pool;
+  uint64_t seen = 0;
+  for (;;) {
+    spin_until(pool, new_job, seen);
+    pthread_mutex_lock(&pool->lock);
+    while (!atomic_load(&pool->quit) && atomic_load(&pool->job) == seen) pthread_cond_wait(&pool->wake, &pool->lock);
+    if (atomic_load(&pool->quit)) {
+      pthread_mutex_unlock(&pool->lock);
+      return NULL;
+    }
+    seen = atomic_load(&pool->job);
+    bool mine = w->part < pool->parts; /* a job may have fewer parts */
+    TpkPoolTask task = pool->task;
+    void *arg = pool->arg;
+    pthread_mutex_unlock(&pool->lock);
+    if (!mine) continue;
+    task(arg, w->part);
+    pthread_mutex_lock(&pool->lock);
+    if (atomic_fetch_sub(&pool->pending, 1) == 1) pthread_cond_signal(&pool->done);
+    pthread_mutex_unlock(&pool->lock);
+  }
+}
+
+TpkStatus tpk_pool_create(int threads, TpkPool **out) {
+  *out = NULL;
+  TpkPool *pool = calloc(1, sizeof *pool);
+  if (threads < 1) threads = 1;
+  Worker *workers = threads > 1 ? calloc((size_t)threads - 1, sizeof *workers) : NULL;
+  if (!pool || (threads > 1 && !workers)) {
+    free(pool);
+    free(workers);
+    return tpk_runtime_set_error(TPK_ERR_NOMEM, "out of memory creating the host's worker threads");
+  }
+  pool->workers = workers;
+  pool->threads = 1;
+  atomic_init(&pool->job, 0);
+  atomic_init(&pool->pending, 0);
+  atomic_init(&pool->quit, false);
+  pthread_mutex_init(&pool->lock, NULL);
+  pthread_cond_init(&pool->wake, NULL);
+  pthread_cond_init(&pool->done, NULL);
+  pthread_mutex_init(&pool->run, NULL);
+  /* A thread the system refuses only makes the pool smaller. */
+  for (int i = 0; i < threads - 1; i++) {
+    workers[i] = (Worker){.pool = pool, .part = i + 1};
+    if (pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]) != 0) break;
+    pool->threads++;
+  }
+  *out = pool;
+  return TPK_OK;
+}
+
+void tpk_pool_destroy(TpkPool *pool) {
+  if (!pool) return;
+  pthread_mutex_lock(&pool->lock);
+  atomic_store(&pool->quit, true);
+  pthread_cond_broadcast(&pool->wake);
+  pthread_mutex_unlock(&pool->lock);
+  for (int i = 0; i < pool->threads - 1; i++) pthread_join(pool->workers[i].thread, NULL);
+  pthread_mutex_destroy(&pool->run);
+  pthread_cond_destroy(&pool->done);
+  pthread_cond_destroy(&pool->wake);
+  pthread_mutex_destroy(&pool->lock);
+  free(pool->workers);
+  free(pool);
+}
+
+int tpk_pool_threads(const TpkPool *pool) { return pool ? pool->threads : 1; }
+
+void tpk_pool_run(TpkPool *pool, int parts, TpkPoolTask task, void *arg) {
+  if (parts <= 1 || parts > tpk_pool_threads(pool) || pthread_mutex_trylock(&pool->run) != 0) {
+    /* One part, more parts than threads, or the pool is another caller's
+     * right now: every part here, in order. */
+    for (int part = 0; part < parts; part++) task(arg, part);
+    return;
+  }
+  pthread_mutex_lock(&pool->lock);
+  pool->task = task;
+  pool->arg = arg;
+  pool->parts = parts;
+  atomic_store(&pool->pending, parts - 1);
+  atomic_fetch_add_explicit(&pool->job, 1, memory_order_release);
+  pthread_cond_broadcast(&pool->wake);
+  pthread_mutex_unlock(&pool->lock);
+  task(arg, 0);
+  if (!spin_until(pool, parts_done, 0)) {
+    pthread_mutex_lock(&pool->lock);
+    while (atomic_load(&pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    pthread_mutex_unlock(&pool->lock);
+  }
+  pthread_mutex_unlock(&pool->run);
+}

@@ -1,0 +1,34 @@
+/*
+ * pool.h — the host's worker threads, which run the parts of a kernel's grid.
+ *
+ * A pool of T threads is the caller plus T-1 workers started once, at
+ * creation, and parked on a condition variable between jobs: a launch never
+ * creates a thread. A job is a task run once per part, part 0 on the calling
+ * thread and part i on worker i; tpk_pool_run returns when every part has
+ * returned. One job runs at a time: a caller that finds the pool busy (a
+ * launch from another thread or queue) runs all the parts itself, one
+ * after another, which gives the same results since parts never depend on
+ * each other.
+ */
+#ifndef TPK_POOL_H
+#define TPK_POOL_H
+
+#include "tpk.h"
+
+typedef struct TpkPool TpkPool;
+
+/* Part `part` of a job; `arg` is the caller's. */
+typedef void (*TpkPoolTask)(void *arg, int part);
+
+/* A pool for `threads` parts (>= 1; 1 starts no worker). */
+TpkStatus tpk_pool_create(int threads, TpkPool **out);
+/* Stops and joins the workers; no job may be running. */
+void tpk_pool_destroy(TpkPool *pool);
+/* How many parts a job may have. */
+int tpk_pool_threads(const TpkPool *pool);
+/* Runs task(arg, part) for every part in [0, parts) and returns when all
+ * have returned: in parallel when parts <= tpk_pool_threads(pool), else (or
+ * with a NULL pool) one after another on the calling thread. */
+void tpk_pool_run(TpkPool *pool, int parts, TpkPoolTask task, void *arg);
+
+#endif
