@@ -15,8 +15,8 @@
  *     take, the share of the roofline reached and, for matmul work, of peak.
  * The issue's goals are checked at the end, one pass/fail line each.
  *
- * Fairness: the host device runs a kernel's grid on SUITE_HOST_THREADS
- * threads, and both references are limited to that many.
+ * Fairness: the host device runs a kernel's grid on suite_threads
+ * threads (--threads), and both references are limited to that many.
  *
  * A row whose file or kernel is missing is reported as missing and makes
  * the exit status 1, like a row that failed; a missing reference (no
@@ -42,10 +42,10 @@
 
 extern char **environ;
 
-/* The threads tpk's host device runs a grid on (runtime/runtime.c launches
- * grid instances one after another on the calling thread). The references
- * get the same number; change it here when the host device grows threads. */
-enum { SUITE_HOST_THREADS = 1 };
+/* The threads tpk's host device runs a grid on (tpk_host_threads(), or
+ * --threads, which sets $TPK_HOST_THREADS for the suite's contexts). The
+ * references get the same number. */
+static int suite_threads = 1;
 
 /* ---- The suite: one row per benchmark ------------------------------------------ */
 
@@ -172,12 +172,12 @@ static const Suite SUITES[] = {{"std", STD_SUITE, (int)TPK_ARRAY_LEN(STD_SUITE)}
 
 /* ---- Options ----------------------------------------------------------------------- */
 
-enum { OPT_SUITE = 1, OPT_DEVICE, OPT_JSON, OPT_REPEAT, OPT_ONLY, OPT_SMOKE, OPT_LIST, OPT_KERNELS };
+enum { OPT_SUITE = 1, OPT_DEVICE, OPT_JSON, OPT_REPEAT, OPT_ONLY, OPT_SMOKE, OPT_LIST, OPT_KERNELS, OPT_THREADS };
 
 static const CliOption OPTIONS[] = {
     {"suite", 0, true, OPT_SUITE},   {"device", 0, true, OPT_DEVICE}, {"json", 0, true, OPT_JSON},
     {"repeat", 0, true, OPT_REPEAT}, {"only", 0, true, OPT_ONLY},     {"smoke", 0, false, OPT_SMOKE},
-    {"list", 0, false, OPT_LIST},    {"kernels", 0, true, OPT_KERNELS},
+    {"list", 0, false, OPT_LIST},    {"kernels", 0, true, OPT_KERNELS}, {"threads", 0, true, OPT_THREADS},
 };
 
 enum { MAX_DEVICES = 8, MAX_PARAMS = 64, MAX_SYMS = 16, MAX_SCALARS = 16, MSG_LEN = 600 };
@@ -274,6 +274,15 @@ static int parse_options(Options *o, const CliCommand *cmd, int argc, char **arg
     case OPT_SMOKE: o->smoke = true; break;
     case OPT_LIST: o->list = true; break;
     case OPT_KERNELS: o->kernels_opt = value; break;
+    case OPT_THREADS: {
+      char *end;
+      errno = 0;
+      long v = strtol(value, &end, 10);
+      if (errno || *end || end == value || v < 1 || v > 256)
+        return cli_usage_error(cmd->name, "--threads expects an integer from 1 to 256, got '%s'", value);
+      setenv("TPK_HOST_THREADS", value, 1);
+      break;
+    }
     case OPT_REPEAT: {
       char *end;
       errno = 0;
@@ -534,7 +543,7 @@ static void blas_open(Blas *b) {
   memcpy(&b->sgemm, &sgemm, sizeof b->sgemm); /* object to function pointer, as POSIX dlsym allows */
   memcpy(&set_threads, &threads, sizeof set_threads);
   if (config) memcpy(&get_config, &config, sizeof get_config);
-  set_threads(SUITE_HOST_THREADS);
+  set_threads(suite_threads);
   /* "OpenBLAS 0.3.26 NO_AFFINITY Haswell MAX_THREADS=64": the first two words */
   const char *cfg = get_config ? get_config() : "OpenBLAS";
   size_t len = strcspn(cfg, " ");
@@ -670,7 +679,7 @@ static void torch_start(Torch *t, const char *python) {
     return;
   }
   char request[64];
-  snprintf(request, sizeof request, "{\"threads\": %d, \"ops\": []}", SUITE_HOST_THREADS);
+  snprintf(request, sizeof request, "{\"threads\": %d, \"ops\": []}", suite_threads);
   char *hello = torch_ask(t, request);
   if (!hello) {
     snprintf(t->note, sizeof t->note, "%s bench/torch_ref.py did not answer", python);
@@ -845,7 +854,7 @@ static void reference_setup(Reference *ref, const RowSetup *s, TpkKernel *k, con
     char *q = ref->request;
     size_t left = sizeof ref->request;
     int w = snprintf(q, left, "{\"threads\": %d, \"ops\": [{\"op\": \"%s\", \"dtype\": \"%s\", \"int_max\": %s%s%s, \"sym\": {",
-                     SUITE_HOST_THREADS, row->ref_op, tpk_dtype_name(first_float), row->int_max ? "\"" : "",
+                     suite_threads, row->ref_op, tpk_dtype_name(first_float), row->int_max ? "\"" : "",
                      row->int_max ? row->int_max : "null", row->int_max ? "\"" : "");
     for (int i = 0; i < s->nsyms && w < (int)left; i++)
       w += snprintf(q + w, left - (size_t)w, "%s\"%s\": %lld", i ? ", " : "", s->syms[i].name, (long long)s->syms[i].value);
@@ -1167,8 +1176,8 @@ static void judge_goal(const SuiteRow *row, const RowResult *r, const Options *o
   char target[sizeof g->target];
   if (row->goal == GOAL_HOST_RATIO)
     snprintf(target, sizeof target, ">= %.2fx %s (%d thread%s)", row->goal_at,
-             row->ref == REF_SGEMM ? "OpenBLAS sgemm" : "PyTorch CPU eager", SUITE_HOST_THREADS,
-             SUITE_HOST_THREADS == 1 ? "" : "s");
+             row->ref == REF_SGEMM ? "OpenBLAS sgemm" : "PyTorch CPU eager", suite_threads,
+             suite_threads == 1 ? "" : "s");
   else
     snprintf(target, sizeof target, ">= %.0f%% of peak", 100 * row->goal_at);
   memcpy(g->target, target, sizeof target);
@@ -1228,7 +1237,7 @@ static bool write_json(const char *path, const Options *o, const char *kernels_d
   json_str(f, suite->name);
   fprintf(f, ",\n  \"smoke\": %s,\n  \"kernels_dir\": ", o->smoke ? "true" : "false");
   json_str(f, kernels_dir);
-  fprintf(f, ",\n  \"threads\": %d,\n  \"repeat\": %d,\n  \"devices\": [", SUITE_HOST_THREADS, o->repeat);
+  fprintf(f, ",\n  \"threads\": %d,\n  \"repeat\": %d,\n  \"devices\": [", suite_threads, o->repeat);
   for (int d = 0; d < o->ndevices; d++) {
     fputs(d ? ", " : "", f);
     json_str(f, o->devices[d]);
@@ -1378,6 +1387,7 @@ int cli_bench_suite(const CliCommand *cmd, int argc, char **argv) {
   GoalResult goals[16];
   int status = parse_options(&o, cmd, argc, argv);
   if (status != CLI_OK) goto done;
+  suite_threads = tpk_host_threads();
 
   char kernels_dir[4096];
   const char *from;
@@ -1418,8 +1428,8 @@ int cli_bench_suite(const CliCommand *cmd, int argc, char **argv) {
   for (int d = 0; d < o.ndevices; d++) printf("%s%s", d ? ", " : " ", o.devices[d]);
   printf("\n");
   if (o.on_host) {
-    printf("host: %d thread%s; references on %d thread%s:", SUITE_HOST_THREADS, SUITE_HOST_THREADS == 1 ? "" : "s",
-           SUITE_HOST_THREADS, SUITE_HOST_THREADS == 1 ? "" : "s");
+    printf("host: %d thread%s; references on %d thread%s:", suite_threads, suite_threads == 1 ? "" : "s",
+           suite_threads, suite_threads == 1 ? "" : "s");
     if (need_blas) printf(" %s%s%s;", blas.sgemm ? blas.version : "OpenBLAS n/a (", blas.sgemm ? "" : blas.note,
                           blas.sgemm ? "" : ")");
     if (need_torch) {

@@ -170,7 +170,7 @@ static const char RUN_HELP[] =
 static const char BENCH_HELP[] =
     "Usage: tpk bench FILE [--kernel NAME] --shape LIST --device LIST [options]\n"
     "       tpk bench --suite std [--device LIST] [--json FILE] [--only NAMES]\n"
-    "                 [--repeat N] [--smoke] [--list] [--kernels DIR]\n"
+    "                 [--repeat N] [--smoke] [--list] [--kernels DIR] [--threads N]\n"
     "\n"
     "Time one kernel on several devices with the same inputs, one row per device:\n"
     "on the host, the measured steady-state time (after the optimized compile);\n"
@@ -197,6 +197,8 @@ static const char BENCH_HELP[] =
     "  --repeat N           timed calls of tpk and of the reference each (default 10)\n"
     "  --smoke              tiny shapes, 2 calls: checks that the suite runs\n"
     "  --list               print the rows (kernel, file, shape, reference, goal)\n"
+    "  --threads N          the host's threads for grids and for the references\n"
+    "                       (default: $TPK_HOST_THREADS, else every core)\n"
     "  --kernels DIR        the .tpk files from DIR (else $TPK_KERNELS_DIR, else the\n"
     "                       standard library built into tpk, compiled ahead of time)\n"
     "$PYTHON (default python3) runs bench/torch_ref.py (found near the tpk binary, or\n"
