@@ -153,9 +153,10 @@ static void test_json_host(void **state) {
   (void)state;
   TestRun r = test_run(&(TestRunOptions){.env = ENV(kernels_env, "PYTHON=/nonexistent/python3", "TPK_TIER=tcc")},
                   ARGS("bench", "--suite", "std", "--only", "softmax,layernorm", "--device", "host", "--smoke",
-                       "--json", json_path));
+                       "--threads", "1", "--json", json_path));
   if (r.status != 0) fail_msg("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
   assert_contains(r.out, "2 kernels from");
+  assert_contains(r.out, "host: 1 thread; references on 1 thread");
   assert_contains(r.out, "PyTorch n/a (cannot run /nonexistent/python3");
   assert_contains(r.out, "softmax                    M=37,N=130");
   assert_contains(r.out, "2 rows: 2 measured, 0 missing, 0 failed");
