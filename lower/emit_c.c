@@ -445,7 +445,8 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
   const char *a[3] = {NULL, NULL, NULL};
   for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
   TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
-  const char *x = scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
+  /* a conversion's operand is already in compute type: rounding is all it does */
+  const char *x = op->opcode == TPK_OP_CONVERT ? a[0] : scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
   if (!x) {
     fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
     return "0";
@@ -471,7 +472,7 @@ static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n, const 
     const char *a[3] = {NULL, NULL, NULL};
     for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
     TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
-    x = scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
+    x = op->opcode == TPK_OP_CONVERT ? a[0] : scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
     if (!x) {
       fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
       return;
@@ -585,7 +586,7 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
   }
   const char *n = def_tile(e, r);
   Sz count = numel(e, r->type);
-  if (op->opcode == TPK_OP_CONVERT) {
+  if (op->opcode == TPK_OP_CONVERT && !tpk_op_is_element_loop(op)) {
     line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, %s, %s, %s);", prim_dtype(in_dt), prim_dtype(r->type->dtype),
          name_of(e, op->in[0]), n, count);
     return;
