@@ -1618,6 +1618,16 @@ static const char PRELUDE[] =
     "#define INT32_MAX 2147483647\n"
     "#endif\n"
     "\n"
+    "/* Code built for any x86-64 (the ahead-of-time library) also gets an AVX2\n"
+    " * version of each kernel, picked when the program loads on a CPU that has\n"
+    " * it; the loops give the same bits either way (no reassociation, no FMA\n"
+    " * contraction). The JIT's cc already targets this CPU. */\n"
+    "#if defined(__GNUC__) && !defined(__TINYC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__)\n"
+    "#define TPK_KERNEL __attribute__((target_clones(\"avx2\", \"default\")))\n"
+    "#else\n"
+    "#define TPK_KERNEL\n"
+    "#endif\n"
+    "\n"
     "/* A run-time error: the message goes to err, the kernel returns 1. */\n"
     "static int tpk_fail(char *err, const char *fmt, long long value) {\n"
     "  snprintf(err, 256, fmt, value);\n"
@@ -1813,7 +1823,7 @@ TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, c
                    plan->workspace_bytes);
   if (!(flags & TPK_EMIT_NO_PRELUDE)) tpk_str_puts(out, PRELUDE);
   emit_layout(&e, entry);
-  tpk_str_printf(out, "\nint %s(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n",
+  tpk_str_printf(out, "\nTPK_KERNEL int %s(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n",
                  entry);
   e.indent = 1;
   e.split = tpk_split_grid(f);
