@@ -447,7 +447,8 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
   const char *a[3] = {NULL, NULL, NULL};
   for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
   TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
-  const char *x = scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
+  /* a conversion's operand is already in compute type: rounding is all it does */
+  const char *x = op->opcode == TPK_OP_CONVERT ? a[0] : scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
   if (!x) {
     fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
     return "0";
@@ -473,7 +474,7 @@ static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n, const 
     const char *a[3] = {NULL, NULL, NULL};
     for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
     TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
-    x = scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
+    x = op->opcode == TPK_OP_CONVERT ? a[0] : scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
     if (!x) {
       fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
       return;
@@ -587,7 +588,7 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
   }
   const char *n = def_tile(e, r);
   Sz count = numel(e, r->type);
-  if (op->opcode == TPK_OP_CONVERT) {
+  if (op->opcode == TPK_OP_CONVERT && !tpk_op_is_element_loop(op)) {
     line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, %s, %s, %s);", prim_dtype(in_dt), prim_dtype(r->type->dtype),
          name_of(e, op->in[0]), n, count);
     return;
@@ -1638,6 +1639,16 @@ static const char PRELUDE[] =
     "#define INT32_MAX 2147483647\n"
     "#endif\n"
     "\n"
+    "/* Code built for any x86-64 (the ahead-of-time library) also gets an AVX2\n"
+    " * version of each kernel, picked when the program loads on a CPU that has\n"
+    " * it; the loops give the same bits either way (no reassociation, no FMA\n"
+    " * contraction). The JIT's cc already targets this CPU. */\n"
+    "#if defined(__GNUC__) && !defined(__TINYC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__)\n"
+    "#define TPK_KERNEL __attribute__((target_clones(\"avx2\", \"default\")))\n"
+    "#else\n"
+    "#define TPK_KERNEL\n"
+    "#endif\n"
+    "\n"
     "/* A run-time error: the message goes to err, the kernel returns 1. */\n"
     "static int tpk_fail(char *err, const char *fmt, long long value) {\n"
     "  snprintf(err, 256, fmt, value);\n"
@@ -1833,7 +1844,7 @@ TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, c
                    plan->workspace_bytes);
   if (!(flags & TPK_EMIT_NO_PRELUDE)) tpk_str_puts(out, PRELUDE);
   emit_layout(&e, entry);
-  tpk_str_printf(out, "\nint %s(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n",
+  tpk_str_printf(out, "\nTPK_KERNEL int %s(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n",
                  entry);
   e.indent = 1;
   e.split = tpk_split_grid(f);

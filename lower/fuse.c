@@ -8,8 +8,9 @@
  *   - a broadcast, an iota (`j.start + iota(...)` column indices cost an
  *     index, not a tile), or an elementwise op or select the C emitter
  *     computes one element at a time (not one the primitive library
- *     computes on a whole f32 tile, not a conversion, not an integer
- *     division, which must report division by zero), and
+ *     computes on a whole f32 tile, not a conversion other than f32 <->
+ *     bf16, not an integer division, which must report division by zero),
+ *     and
  *   - used exactly once, in its own block, by an op that is itself computed
  *     element by element (elementwise, select or broadcast), and is not the
  *     addend of a fused `x + dot(a, b)`; or by an f32 sum or mean over
@@ -47,8 +48,16 @@ static bool prim_unary_f32(const TpkOp *op) {
   }
 }
 
+/* Conversions between f32 and bf16, which generated code rounds inline
+ * exactly as the primitive does (round to nearest even, NaN kept quiet). */
+static bool inline_convert(const TpkOp *op) {
+  TpkDType from = op->in[0]->type->dtype, to = op->out[0].type->dtype;
+  return (from == TPK_F32 && to == TPK_BF16) || (from == TPK_BF16 && to == TPK_F32);
+}
+
 bool tpk_op_is_element_loop(const TpkOp *op) {
   if (op->nout != 1 || op->out[0].type->kind != TPK_TYPE_TENSOR || op->out[0].type->rank == 0) return false;
+  if (op->opcode == TPK_OP_CONVERT) return inline_convert(op);
   if (op->opcode == TPK_OP_BROADCAST || op->opcode == TPK_OP_SELECT || op->opcode == TPK_OP_IOTA) return true;
   if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE)) return false;
   return !prim_unary_f32(op);

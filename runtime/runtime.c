@@ -78,6 +78,7 @@ struct TpkBuffer {
 };
 
 enum { MAX_SYMS = 64, MAX_PARTS = 64 };
+#define MAX_PART_WORKSPACES ((int64_t)512 << 20) /* bytes: see specialise */
 
 /* Code serving every shape of one kernel at one tunable setting on the host:
  * the standard library's, or compiled once by the JIT (TPK_GENERIC=1). */
@@ -774,10 +775,13 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, co
   tpk_str_free(&c);
   /* Threads: the lowered kernel tells whether its grid may be shared and
    * how many instances it has; a part per thread, never more parts than
-   * instances (a one-instance grid wakes nobody). */
+   * instances (a one-instance grid wakes nobody), and no more than keep
+   * the parts' workspaces together within MAX_PART_WORKSPACES (each part
+   * has its own, and a kernel may plan up to the whole VMEM budget). */
   const TpkOp *grid = st == TPK_OK ? tpk_split_grid(f) : NULL;
   int64_t instances = grid ? tpk_grid_instances(grid) : 1;
   spec->parts = instances < 0 || instances > prog->ctx->threads ? prog->ctx->threads : instances < 1 ? 1 : (int)instances;
+  while (spec->parts > 1 && (int64_t)spec->parts * spec->workspace_bytes > MAX_PART_WORKSPACES) spec->parts--;
   /* shapes are bound, so the chip's timing is the same for every launch */
   if (st == TPK_OK && dev && dev->chip) st = tpk_sim_schedule(f, dev->chip, &spec->sim, &spec->timeline, &err);
   return st == TPK_OK ? TPK_OK : fail_err(&err);

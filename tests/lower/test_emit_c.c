@@ -126,7 +126,7 @@ static void test_generated_c(void **state) {
       TpkStr out = {0};
       TpkError err = {0};
       if (tpk_lower_to_c(f, &host, "k", text, 0, &out, NULL, &err) != TPK_OK) fail_msg("%s", err.message);
-      const char *body = strstr(out.data, "\nint k(");
+      const char *body = strstr(out.data, "\nTPK_KERNEL int k(");
       assert_non_null(body);
       bool shares = strstr(body, "tpk_share(p, ") != NULL;
       bool guards = strstr(body, "if (p->parts > 1 && p->part != 0) return 0;") != NULL;

@@ -604,6 +604,79 @@ static void test_fused_sums_match_the_primitive(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* f32 <-> bf16 conversions in tiles are rounded inline by generated code:
+ * the same bits as the primitive for every kind of input (ties, NaN
+ * payloads, infinities, subnormals, overflow), in tcc and cc code. */
+static void test_inline_conversions_match_the_primitive(void **state) {
+  (void)state;
+  const char *src = "kernel down(x: f32[N]) -> (y: bf16[N]) { for i in tiles(N, 64) { y[i] = x[i] as bf16; } }\n"
+                    "kernel up(x: bf16[N]) -> (y: f32[N]) { for i in tiles(N, 64) { y[i] = x[i] as f32; } }\n";
+  enum { N = 1 << 16 };
+  uint32_t *bits = malloc(N * 4);
+  uint16_t *half = malloc(N * 2), *want16 = malloc(N * 2);
+  float *want32 = malloc(N * 4);
+  assert_true(bits && half && want16 && want32);
+  static const uint32_t SPECIAL[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                                     0xffbfffffu, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0x7f7f8000u,
+                                     0x00008000u, 0x00018000u, 0x807fffffu, 0x00000001u};
+  uint64_t seed = 99;
+  for (int i = 0; i < N; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    bits[i] = i < (int)TPK_ARRAY_LEN(SPECIAL) ? SPECIAL[i] : (uint32_t)(seed >> 32);
+    half[i] = (uint16_t)(bits[i] >> (i & 1 ? 16 : 0));
+  }
+  tpk_prim_convert(TPK_PRIM_F32, TPK_PRIM_BF16, bits, want16, N);
+  tpk_prim_convert(TPK_PRIM_BF16, TPK_PRIM_F32, half, want32, N);
+  static const char *const TIERS[] = {"tcc", "cc"};
+  char cache[] = "/tmp/tpk-test-convert-XXXXXX";
+  assert_non_null(mkdtemp(cache));
+  setenv("TPK_CACHE_DIR", cache, 1);
+  for (size_t t = 0; t < TPK_ARRAY_LEN(TIERS); t++) {
+    setenv("TPK_TIER", TIERS[t], 1);
+    TpkContext *ctx;
+    TpkDevice *dev;
+    TpkProgram *prog;
+    TpkKernel *down, *up;
+    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+    assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+    assert_int_equal(tpk_program_load_source(ctx, "conv.tpk", src, strlen(src), &prog), TPK_OK);
+    assert_int_equal(tpk_program_kernel(prog, "down", &down), TPK_OK);
+    assert_int_equal(tpk_program_kernel(prog, "up", &up), TPK_OK);
+    int64_t n = N;
+    TpkBuffer *x32, *y16, *x16, *y32;
+    assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &x32), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 1, &n, &y16), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 1, &n, &x16), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &y32), TPK_OK);
+    memcpy(tpk_buffer_data(x32), bits, N * 4);
+    memcpy(tpk_buffer_data(x16), half, N * 2);
+    TpkBuffer *da[] = {x32, y16}, *ua[] = {x16, y32};
+    TpkLaunch dl = {.args = da}, ul = {.args = ua};
+    if (tpk_kernel_launch(down, &dl) != TPK_OK || tpk_kernel_launch(up, &ul) != TPK_OK) fail_msg("%s", tpk_last_error());
+    assert_string_equal(tpk_kernel_last_tier(down), TIERS[t]);
+    const uint16_t *got16 = tpk_buffer_data(y16);
+    const uint32_t *got32 = tpk_buffer_data(y32);
+    for (int i = 0; i < N; i++) {
+      uint32_t w32;
+      memcpy(&w32, &want32[i], 4);
+      if (got16[i] != want16[i]) fail_msg("%s: f32 %08x -> bf16 %04x, the primitive gives %04x", TIERS[t], bits[i], got16[i], want16[i]);
+      if (got32[i] != w32) fail_msg("%s: bf16 %04x -> f32 %08x, the primitive gives %08x", TIERS[t], half[i], got32[i], w32);
+    }
+    TpkBuffer *all[] = {x32, y16, x16, y32};
+    for (size_t i = 0; i < TPK_ARRAY_LEN(all); i++) tpk_buffer_destroy(all[i]);
+    tpk_context_destroy(ctx);
+  }
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_DIR");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+  assert_int_equal(system(cmd), 0);
+  free(bits);
+  free(half);
+  free(want16);
+  free(want32);
+}
+
 /* Every corpus kernel can be timed on a chip (v5e, and v5p, whose two
  * TensorCores split the grid), and the values are the host's, to the bit. */
 static void test_corpus_on_simulated_chips(void **state) {
@@ -696,6 +769,7 @@ int main(void) {
       cmocka_unit_test(test_whole_kernels_with_threads),
       cmocka_unit_test(test_thread_counts_agree_bitwise),
       cmocka_unit_test(test_fused_sums_match_the_primitive),
+      cmocka_unit_test(test_inline_conversions_match_the_primitive),
       cmocka_unit_test(test_corpus_matches_interpreter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
