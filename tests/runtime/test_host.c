@@ -310,15 +310,13 @@ static void test_tiers_agree_bitwise(void **state) {
   }
 }
 
-/* Code compiled once for every shape (what the standard library is built
- * as) computes the bits the code specialised for one shape computes: every
- * corpus kernel at a tiny, a ragged and a multi-block size. */
-static void test_generic_code_matches_specialised(void **state) {
-  (void)state;
+/* Calls fn for every kernel of tests/corpus at each size (rank >= 3
+ * problems capped at 48, as every symbol takes the size); returns how many
+ * calls there were. */
+typedef void (*CorpusCase)(const char *file, const char *kname, int64_t size, int index);
+static int each_corpus_kernel(const int64_t *sizes, int nsizes, CorpusCase fn) {
   char *names[128];
-  int n = test_list_tpk("tests/corpus", names, 128);
-  int compared = 0;
-  static const int64_t SIZES[] = {9, 37, 130}; /* >= 8: the corpus's gather ids are < 8 */
+  int n = test_list_tpk("tests/corpus", names, 128), calls = 0;
   for (int f = 0; f < n; f++) {
     char rel[256];
     snprintf(rel, sizeof rel, "tests/corpus/%s", names[f]);
@@ -334,24 +332,38 @@ static void test_generic_code_matches_specialised(void **state) {
       int max_rank = 0;
       for (int i = 0; i < tpk_kernel_param_count(k); i++)
         if (tpk_kernel_param_rank(k, i) > max_rank) max_rank = tpk_kernel_param_rank(k, i);
-      for (size_t s = 0; s < TPK_ARRAY_LEN(SIZES); s++) {
-        int64_t size = max_rank >= 3 && SIZES[s] > 48 ? 48 : SIZES[s];
-        size_t n1, n2;
-        char *one = run_on("host", "tcc", names[f], kname, size, &n1);
-        char *every = run_on("host", "generic", names[f], kname, size, &n2);
-        assert_int_equal(n1, n2);
-        if (memcmp(one, every, n1) != 0)
-          fail_msg("%s:%s size %lld: the code for every shape computed other bits than the code for this shape",
-                   names[f], kname, (long long)size);
-        free(one);
-        free(every);
-        compared++;
+      for (int s = 0; s < nsizes; s++) {
+        fn(names[f], kname, max_rank >= 3 && sizes[s] > 48 ? 48 : sizes[s], s);
+        calls++;
       }
     }
     tpk_context_destroy(ctx);
     free(text);
     free(names[f]);
   }
+  return calls;
+}
+
+static void generic_matches_specialised(const char *file, const char *kname, int64_t size, int index) {
+  (void)index;
+  size_t n1, n2;
+  char *one = run_on("host", "tcc", file, kname, size, &n1);
+  char *every = run_on("host", "generic", file, kname, size, &n2);
+  assert_int_equal(n1, n2);
+  if (memcmp(one, every, n1) != 0)
+    fail_msg("%s:%s size %lld: the code for every shape computed other bits than the code for this shape", file,
+             kname, (long long)size);
+  free(one);
+  free(every);
+}
+
+/* Code compiled once for every shape (what the standard library is built
+ * as) computes the bits the code specialised for one shape computes: every
+ * corpus kernel at a tiny, a ragged and a multi-block size. */
+static void test_generic_code_matches_specialised(void **state) {
+  (void)state;
+  static const int64_t SIZES[] = {9, 37, 130}; /* >= 8: the corpus's gather ids are < 8 */
+  int compared = each_corpus_kernel(SIZES, 3, generic_matches_specialised);
   fprintf(stderr, "%d corpus launches: code for every shape == code for one shape, bit for bit\n", compared);
   assert_true(compared >= 240);
 }
@@ -366,51 +378,28 @@ static char *run_threads(int threads, const char *tier, const char *file, const 
   return out;
 }
 
+static void threads_agree(const char *file, const char *kname, int64_t size, int index) {
+  size_t n1, n2, n3;
+  char *one = run_threads(1, "tcc", file, kname, size, &n1);
+  char *two = run_threads(2, index ? "tcc" : "generic", file, kname, size, &n2);
+  char *three = run_threads(3, index ? "generic" : "tcc", file, kname, size, &n3);
+  assert_int_equal(n1, n2);
+  assert_int_equal(n1, n3);
+  if (memcmp(one, two, n1) != 0 || memcmp(one, three, n1) != 0)
+    fail_msg("%s:%s size %lld: two or three threads computed other bits than one", file, kname, (long long)size);
+  free(one);
+  free(two);
+  free(three);
+}
+
 /* Grid instances are independent, so sharing them among threads changes no
  * bit: every corpus kernel at a ragged and a multi-block size, one thread
  * against two and three (an uneven split), per-shape code and code for
  * every shape. */
 static void test_thread_counts_agree_bitwise(void **state) {
   (void)state;
-  char *names[128];
-  int n = test_list_tpk("tests/corpus", names, 128);
-  int compared = 0;
   static const int64_t SIZES[] = {37, 130};
-  for (int f = 0; f < n; f++) {
-    char rel[256];
-    snprintf(rel, sizeof rel, "tests/corpus/%s", names[f]);
-    char *text = test_read_file(test_path(rel), NULL);
-    TpkContext *ctx;
-    TpkProgram *prog;
-    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-    assert_int_equal(tpk_program_load_source(ctx, names[f], text, strlen(text), &prog), TPK_OK);
-    for (int ki = 0; ki < tpk_program_kernel_count(prog); ki++) {
-      const char *kname = tpk_program_kernel_name(prog, ki);
-      TpkKernel *k;
-      assert_int_equal(tpk_program_kernel(prog, kname, &k), TPK_OK);
-      int max_rank = 0;
-      for (int i = 0; i < tpk_kernel_param_count(k); i++)
-        if (tpk_kernel_param_rank(k, i) > max_rank) max_rank = tpk_kernel_param_rank(k, i);
-      for (size_t s = 0; s < TPK_ARRAY_LEN(SIZES); s++) {
-        int64_t size = max_rank >= 3 && SIZES[s] > 48 ? 48 : SIZES[s];
-        size_t n1, n2, n3;
-        char *one = run_threads(1, "tcc", names[f], kname, size, &n1);
-        char *two = run_threads(2, s ? "tcc" : "generic", names[f], kname, size, &n2);
-        char *three = run_threads(3, s ? "generic" : "tcc", names[f], kname, size, &n3);
-        assert_int_equal(n1, n2);
-        assert_int_equal(n1, n3);
-        if (memcmp(one, two, n1) != 0 || memcmp(one, three, n1) != 0)
-          fail_msg("%s:%s size %lld: two or three threads computed other bits than one", names[f], kname, (long long)size);
-        free(one);
-        free(two);
-        free(three);
-        compared++;
-      }
-    }
-    tpk_context_destroy(ctx);
-    free(text);
-    free(names[f]);
-  }
+  int compared = each_corpus_kernel(SIZES, 2, threads_agree);
   fprintf(stderr, "%d corpus launches: 1, 2 and 3 threads computed the same bits\n", compared);
   assert_true(compared >= 160);
 }
@@ -677,41 +666,27 @@ static void test_inline_conversions_match_the_primitive(void **state) {
   free(want32);
 }
 
+static void chips_match_host(const char *file, const char *kname, int64_t size, int index) {
+  (void)index;
+  size_t n1, n2, n3;
+  char *host = run_on("host", "tcc", file, kname, size, &n1);
+  char *v5e = run_on("sim:v5e", "tcc", file, kname, size, &n2);
+  char *v5p = run_on("sim:v5p", "tcc", file, kname, size, &n3);
+  assert_int_equal(n1, n2);
+  assert_int_equal(n1, n3);
+  if (memcmp(host, v5e, n1) != 0 || memcmp(host, v5p, n1) != 0)
+    fail_msg("%s:%s: the simulated chips computed other values than the host", file, kname);
+  free(host);
+  free(v5e);
+  free(v5p);
+}
+
 /* Every corpus kernel can be timed on a chip (v5e, and v5p, whose two
  * TensorCores split the grid), and the values are the host's, to the bit. */
 static void test_corpus_on_simulated_chips(void **state) {
   (void)state;
-  char *names[128];
-  int n = test_list_tpk("tests/corpus", names, 128);
-  int timed = 0;
-  for (int f = 0; f < n; f++) {
-    char rel[256];
-    snprintf(rel, sizeof rel, "tests/corpus/%s", names[f]);
-    char *text = test_read_file(test_path(rel), NULL);
-    TpkContext *ctx;
-    TpkProgram *prog;
-    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-    assert_int_equal(tpk_program_load_source(ctx, names[f], text, strlen(text), &prog), TPK_OK);
-    for (int ki = 0; ki < tpk_program_kernel_count(prog); ki++) {
-      const char *kname = tpk_program_kernel_name(prog, ki);
-      size_t n1, n2, n3;
-      /* ids in the corpus's gathers are < 8: sizes of 40 keep them valid */
-      char *host = run_on("host", "tcc", names[f], kname, 40, &n1);
-      char *v5e = run_on("sim:v5e", "tcc", names[f], kname, 40, &n2);
-      char *v5p = run_on("sim:v5p", "tcc", names[f], kname, 40, &n3);
-      assert_int_equal(n1, n2);
-      assert_int_equal(n1, n3);
-      if (memcmp(host, v5e, n1) != 0 || memcmp(host, v5p, n1) != 0)
-        fail_msg("%s:%s: the simulated chips computed other values than the host", names[f], kname);
-      free(host);
-      free(v5e);
-      free(v5p);
-      timed++;
-    }
-    tpk_context_destroy(ctx);
-    free(text);
-    free(names[f]);
-  }
+  static const int64_t SIZES[] = {40}; /* ids in the corpus's gathers are < 8 */
+  int timed = each_corpus_kernel(SIZES, 1, chips_match_host);
   fprintf(stderr, "%d corpus kernels timed on v5e and v5p, values equal to the host's\n", timed);
   assert_true(timed >= 80);
 }
