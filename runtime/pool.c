@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/internal.h"
 
@@ -47,6 +48,7 @@ struct TpkPool {
   atomic_int pending;      /* worker parts of the current job still running (written under lock) */
   atomic_bool quit;
   pthread_mutex_t run;     /* held by the caller whose job is running */
+  pid_t pid;               /* the process the workers run in (a fork's child has none) */
 };
 
 static int64_t now_ns(void) {
@@ -118,6 +120,7 @@ TpkStatus tpk_pool_create(int threads, TpkPool **out) {
   }
   pool->workers = workers;
   pool->threads = 1;
+  pool->pid = getpid();
   atomic_init(&pool->job, 0);
   atomic_init(&pool->pending, 0);
   atomic_init(&pool->quit, false);
@@ -137,6 +140,11 @@ TpkStatus tpk_pool_create(int threads, TpkPool **out) {
 
 void tpk_pool_destroy(TpkPool *pool) {
   if (!pool) return;
+  if (getpid() != pool->pid) { /* a forked child: no workers to stop, and a lock may be the parent's */
+    free(pool->workers);
+    free(pool);
+    return;
+  }
   pthread_mutex_lock(&pool->lock);
   atomic_store(&pool->quit, true);
   pthread_cond_broadcast(&pool->wake);
@@ -153,9 +161,10 @@ void tpk_pool_destroy(TpkPool *pool) {
 int tpk_pool_threads(const TpkPool *pool) { return pool ? pool->threads : 1; }
 
 void tpk_pool_run(TpkPool *pool, int parts, TpkPoolTask task, void *arg) {
-  if (parts <= 1 || parts > tpk_pool_threads(pool) || pthread_mutex_trylock(&pool->run) != 0) {
-    /* One part, more parts than threads, or the pool is another caller's
-     * right now: every part here, in order. */
+  if (parts <= 1 || parts > tpk_pool_threads(pool) || getpid() != pool->pid || pthread_mutex_trylock(&pool->run) != 0) {
+    /* One part, more parts than threads, a forked child (whose copy of the
+     * pool has no workers), or the pool is another caller's right now:
+     * every part here, in order. */
     for (int part = 0; part < parts; part++) task(arg, part);
     return;
   }

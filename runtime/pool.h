@@ -8,7 +8,8 @@
  * returned. One job runs at a time: a caller that finds the pool busy (a
  * launch from another thread or queue) runs all the parts itself, one
  * after another, which gives the same results since parts never depend on
- * each other.
+ * each other. So does a forked child, whose copy of the pool has no
+ * workers. Destroying the pool in a child does not wait for workers there.
  */
 #ifndef TPK_POOL_H
 #define TPK_POOL_H

@@ -9,7 +9,10 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/prims.h"
@@ -474,6 +477,56 @@ static void test_errors_from_worker_parts(void **state) {
   unsetenv("TPK_HOST_THREADS");
 }
 
+/* A forked child's copy of the context has no worker threads: its launches
+ * run every part themselves (and finish), and it can destroy the context. */
+static void test_launch_in_forked_child(void **state) {
+  (void)state;
+  const char *src = "kernel twice(x: f32[N]) -> (y: f32[N]) { for i in tiles(N, 16) { y[i] = x[i] * 2.0; } }\n";
+  setenv("TPK_HOST_THREADS", "2", 1);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  TpkKernel *k;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "twice.tpk", src, strlen(src), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "twice", &k), TPK_OK);
+  int64_t n = 1000;
+  TpkBuffer *x, *y;
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &x), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &y), TPK_OK);
+  float *xv = tpk_buffer_data(x), *yv = tpk_buffer_data(y);
+  for (int i = 0; i < 1000; i++) xv[i] = (float)i;
+  TpkBuffer *args[] = {x, y};
+  TpkLaunch L = {.args = args};
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK); /* starts the workers */
+  fflush(NULL);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    for (int i = 0; i < 1000; i++) xv[i] = (float)(3 * i);
+    bool ok = tpk_kernel_launch(k, &L) == TPK_OK;
+    for (int i = 0; i < 1000 && ok; i++) ok = yv[i] == (float)(6 * i);
+    tpk_context_destroy(ctx);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  for (int waited = 0; waitpid(child, &status, WNOHANG) == 0; waited++) {
+    if (waited == 300) { /* 30 s: the child hangs */
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      fail_msg("a launch in a forked child did not finish");
+    }
+    nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
+  }
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (int i = 0; i < 1000; i++) assert_true(yv[i] == (float)(2 * i)); /* the parent's buffers are its own */
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+  tpk_context_destroy(ctx);
+  unsetenv("TPK_HOST_THREADS");
+}
+
 /* Kernels that do more than one shared grid run whole in one part, and
  * match the interpreter with several threads too: two grids (the second
  * reads what the first wrote), a store after the grid, a read of an output
@@ -742,6 +795,7 @@ int main(void) {
       cmocka_unit_test(test_host_threads_from_env),
       cmocka_unit_test(test_errors_from_worker_parts),
       cmocka_unit_test(test_whole_kernels_with_threads),
+      cmocka_unit_test(test_launch_in_forked_child),
       cmocka_unit_test(test_thread_counts_agree_bitwise),
       cmocka_unit_test(test_fused_sums_match_the_primitive),
       cmocka_unit_test(test_inline_conversions_match_the_primitive),
