@@ -265,6 +265,41 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
 }
 
 
+char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t seed, double int_scalar,
+                          const char *what, size_t *len) {
+  int np = tpk_kernel_param_count(k), ns = tpk_kernel_symbol_count(k);
+  TpkNamedInt syms[32];
+  for (int i = 0; i < ns && i < 32; i++) syms[i] = (TpkNamedInt){tpk_kernel_symbol_name(k, i), size};
+  TpkBuffer *bufs[64] = {0};
+  double scalars[64] = {0};
+  assert_true(np <= 64);
+  for (int i = 0; i < np; i++) {
+    TpkDType dt = tpk_kernel_param_dtype(k, i);
+    if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) {
+      scalars[i] = tpk_dtype_is_float(dt) ? 0.5 : int_scalar;
+      continue;
+    }
+    int64_t shape[8];
+    assert_int_equal(tpk_kernel_param_shape(k, i, syms, ns, shape), TPK_OK);
+    assert_int_equal(tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]), TPK_OK);
+    if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT)
+      test_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
+  }
+  TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns};
+  if (tpk_kernel_launch(k, &L) != TPK_OK)
+    fail_msg("%s on %s, size %lld: %s", what, tpk_device_name(dev), (long long)size, tpk_last_error());
+  TpkStr out = {0};
+  for (int i = 0; i < np; i++) {
+    TpkParamKind kind = tpk_kernel_param_kind(k, i);
+    if (kind == TPK_PARAM_KIND_OUTPUT || kind == TPK_PARAM_KIND_INOUT)
+      tpk_str_putn(&out, tpk_buffer_data(bufs[i]), tpk_buffer_bytes(bufs[i]));
+    tpk_buffer_destroy(bufs[i]);
+  }
+  tpk_str_puts(&out, "");
+  *len = out.len;
+  return tpk_str_take(&out);
+}
+
 /* ---- running the tpk command ------------------------------------------------------- */
 
 static char *slurp_fd(int fd) {

@@ -66,6 +66,13 @@ int64_t test_buffer_numel(const TpkBuffer *b);
  * orders differ. Otherwise `why` names the first element that does not. */
 bool test_outputs_close(TpkDType dt, const void *got, const void *want, int64_t n, char *why, size_t whylen);
 
+/* Launch k on dev with every shape symbol = size, inputs seeded random
+ * (test_fill_random from `seed`), float scalars 0.5 and integer scalars
+ * `int_scalar`; returns the bytes of its outputs and inouts, concatenated
+ * (heap, *len). A failed launch fails the test, naming `what`. */
+char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t seed, double int_scalar,
+                          const char *what, size_t *len);
+
 typedef struct TestTally {
   int passed, compared, both_failed;
 } TestTally;

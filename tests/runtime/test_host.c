@@ -248,38 +248,15 @@ static char *run_on(const char *device, const char *tier, const char *file, cons
   assert_int_equal(tpk_device_open(ctx, device, &dev), TPK_OK);
   assert_int_equal(tpk_program_load_source(ctx, file, text, strlen(text), &prog), TPK_OK);
   assert_int_equal(tpk_program_kernel(prog, kname, &k), TPK_OK);
-  int np = tpk_kernel_param_count(k), ns = tpk_kernel_symbol_count(k);
-  TpkNamedInt syms[32];
-  for (int i = 0; i < ns; i++) syms[i] = (TpkNamedInt){tpk_kernel_symbol_name(k, i), size};
-  TpkBuffer *bufs[64] = {0};
-  double scalars[64] = {0};
-  uint64_t seed = 42;
-  for (int i = 0; i < np; i++) {
-    TpkDType dt = tpk_kernel_param_dtype(k, i);
-    if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) {
-      scalars[i] = tpk_dtype_is_float(dt) ? 0.5 : 1;
-      continue;
-    }
-    int64_t shape[8];
-    assert_int_equal(tpk_kernel_param_shape(k, i, syms, ns, shape), TPK_OK);
-    assert_int_equal(tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]), TPK_OK);
-    if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT) test_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
-  }
-  TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns};
-  if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s:%s on %s (%s): %s", file, kname, device, tier, tpk_last_error());
+  char what[300];
+  snprintf(what, sizeof what, "%s:%s (%s)", file, kname, tier);
+  char *out = test_launch_outputs(k, dev, size, 42, 1, what, len);
   assert_string_equal(tpk_kernel_last_tier(k), tier);
   TpkSimStats stats;
   if (strncmp(device, "sim:", 4) == 0) {
     assert_int_equal(tpk_kernel_last_sim_stats(k, &stats), TPK_OK);
     if (!(stats.seconds > 0 && stats.seconds >= stats.roofline_seconds))
       fail_msg("%s:%s on %s: simulated %g s, roofline %g s", file, kname, device, stats.seconds, stats.roofline_seconds);
-  }
-  TpkStr out = {0};
-  for (int i = 0; i < np; i++) {
-    TpkParamKind kind = tpk_kernel_param_kind(k, i);
-    if (kind == TPK_PARAM_KIND_OUTPUT || kind == TPK_PARAM_KIND_INOUT)
-      tpk_str_putn(&out, tpk_buffer_data(bufs[i]), tpk_buffer_bytes(bufs[i]));
-    tpk_buffer_destroy(bufs[i]);
   }
   tpk_context_destroy(ctx);
   free(text);
@@ -289,8 +266,7 @@ static char *run_on(const char *device, const char *tier, const char *file, cons
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
   assert_int_equal(system(cmd), 0);
-  *len = out.len;
-  return tpk_str_take(&out);
+  return out;
 }
 
 /* libtcc and cc -O3 compile the same C; the results must be the same bits

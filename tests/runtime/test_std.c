@@ -37,45 +37,17 @@ static void test_library_is_the_kernels_folder(void **state) {
   test_names_free(names, n);
 }
 
-/* Launch `name` in ctx on device `devname` with every symbol = size, seeded
- * random inputs and scalars 0.5 (floats) or 3 (integers); the bytes of its
- * outputs. *tier gets the tier that ran. */
+/* Launch `name` in ctx on device `devname` (test_launch_outputs, integer
+ * scalars 3); the bytes of its outputs. *tier gets the tier that ran. */
 static char *launch(TpkContext *ctx, const char *devname, const char *name, int64_t size, size_t *len,
                     const char **tier) {
   TpkDevice *dev;
   TpkKernel *k;
   assert_int_equal(tpk_device_open(ctx, devname, &dev), TPK_OK);
   if (tpk_std_kernel(ctx, name, &k) != TPK_OK) fail_msg("%s: %s", name, tpk_last_error());
-  int np = tpk_kernel_param_count(k), ns = tpk_kernel_symbol_count(k);
-  TpkNamedInt syms[32];
-  for (int i = 0; i < ns; i++) syms[i] = (TpkNamedInt){tpk_kernel_symbol_name(k, i), size};
-  TpkBuffer *bufs[64] = {0};
-  double scalars[64] = {0};
-  uint64_t seed = 7;
-  for (int i = 0; i < np; i++) {
-    TpkDType dt = tpk_kernel_param_dtype(k, i);
-    if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) {
-      scalars[i] = tpk_dtype_is_float(dt) ? 0.5 : 3;
-      continue;
-    }
-    int64_t shape[8];
-    assert_int_equal(tpk_kernel_param_shape(k, i, syms, ns, shape), TPK_OK);
-    assert_int_equal(tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]), TPK_OK);
-    if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT)
-      test_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
-  }
-  TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns};
-  if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s on %s, size %lld: %s", name, devname, (long long)size, tpk_last_error());
+  char *out = test_launch_outputs(k, dev, size, 7, 3, name, len);
   *tier = tpk_kernel_last_tier(k);
-  TpkStr out = {0};
-  for (int i = 0; i < np; i++) {
-    TpkParamKind kind = tpk_kernel_param_kind(k, i);
-    if (kind == TPK_PARAM_KIND_OUTPUT || kind == TPK_PARAM_KIND_INOUT)
-      tpk_str_putn(&out, tpk_buffer_data(bufs[i]), tpk_buffer_bytes(bufs[i]));
-    tpk_buffer_destroy(bufs[i]);
-  }
-  *len = out.len;
-  return tpk_str_take(&out);
+  return out;
 }
 
 /* Every standard kernel on the host and on sim:v5e, at a tiny and a ragged
