@@ -54,12 +54,14 @@ static const char *base_name(const char *path) {
   return b ? b + 1 : path;
 }
 
-static void canonical(Setting *s) {
-  size_t k = 0;
-  s->text[0] = 0;
-  for (int i = 0; i < s->n && k < sizeof s->text; i++)
-    k += (size_t)snprintf(s->text + k, sizeof s->text - k, "%s%s=%lld", i ? "," : "", s->tunes[i].name,
-                          (long long)s->tunes[i].value);
+/* s->text from s->tunes, in the runtime's form (tpk_tune_format). */
+static void canonical(Setting *s, const TpkFunc *f) {
+  int64_t values[MAX_TUNES];
+  for (int i = 0; i < s->n; i++) values[i] = s->tunes[i].value;
+  TpkStr t = {0};
+  tpk_tune_format(&t, f, values);
+  snprintf(s->text, sizeof s->text, "%s", t.data ? t.data : "");
+  tpk_str_free(&t);
 }
 
 static TpkTuneTable tuned; /* kernels/tuned.tsv */
@@ -68,10 +70,11 @@ static char *tuned_text;
 /* The settings of kernel f (unbound, as checked): its defaults first, then
  * the distinct settings the table ships for it. */
 static int tune_settings(const TpkFunc *f, Setting *out) {
+  if (f->ntunes > MAX_TUNES) return 0; /* not compiled ahead of time: the JIT serves it */
   Setting *d = &out[0];
-  d->n = f->ntunes < MAX_TUNES ? f->ntunes : MAX_TUNES;
+  d->n = f->ntunes;
   for (int i = 0; i < d->n; i++) d->tunes[i] = (TpkBinding){f->tunes[i].name, f->tunes[i].value};
-  canonical(d);
+  canonical(d, f);
   int n = 1;
   if (f->ntunes == 0) return n;
   uint64_t hash = tpk_tune_ir_hash(f);
@@ -84,7 +87,7 @@ static int tune_settings(const TpkFunc *f, Setting *out) {
     Setting *s = &out[n];
     s->n = d->n;
     for (int i = 0; i < s->n; i++) s->tunes[i] = (TpkBinding){f->tunes[i].name, values[i]};
-    canonical(s);
+    canonical(s, f);
     bool seen = false;
     for (int k = 0; k < n; k++) seen |= strcmp(out[k].text, s->text) == 0;
     if (!seen) n++;

@@ -610,6 +610,29 @@ static TpkStatus scalar_value(const TpkKernel *k, int i, double v, void *out) {
 
 /* ---- specialisation and launch --------------------------------------------------------- */
 
+/* The launch's value of every tunable of k, in declaration order: the ones
+ * it names, the declared defaults for the rest. */
+static void launch_tunes(const TpkKernel *k, const TpkLaunch *L, int64_t *values) {
+  for (int j = 0; j < k->f->ntunes; j++) {
+    values[j] = k->f->tunes[j].value;
+    for (int i = 0; i < L->ntunes; i++)
+      if (strcmp(L->tunes[i].name, k->f->tunes[j].name) == 0) values[j] = L->tunes[i].value;
+  }
+}
+
+/* The launch's tunable setting in canonical form, "BM=8,BN=128"
+ * (tpk_tune_format: what kernels/aot.c names entries by), appended to s. */
+static void put_tunes(TpkStr *s, const TpkKernel *k, const TpkLaunch *L) {
+  int64_t *values = malloc((size_t)(k->f->ntunes ? k->f->ntunes : 1) * sizeof *values);
+  if (!values) {
+    s->failed = true;
+    return;
+  }
+  launch_tunes(k, L, values);
+  tpk_tune_format(s, k->f, values);
+  free(values);
+}
+
 static char *spec_key(const TpkKernel *k, const Bound *b, const TpkLaunch *L, const TpkDevice *dev) {
   TpkStr s = {0};
   /* the device shapes the lowering (its VMEM), so it is part of the key */
@@ -617,26 +640,15 @@ static char *spec_key(const TpkKernel *k, const Bound *b, const TpkLaunch *L, co
   const char *names[MAX_SYMS];
   int n = tpk_func_symbols(k->f, names, MAX_SYMS);
   for (int i = 0; i < n && i < MAX_SYMS; i++) tpk_str_printf(&s, "|%s=%lld", names[i], (long long)b->value[bound_find(b, names[i])]);
-  for (int j = 0; j < k->f->ntunes; j++) {
-    int64_t v = k->f->tunes[j].value;
-    for (int i = 0; i < L->ntunes; i++)
-      if (strcmp(L->tunes[i].name, k->f->tunes[j].name) == 0) v = L->tunes[i].value;
-    tpk_str_printf(&s, "|%s=%lld", k->f->tunes[j].name, (long long)v);
-  }
+  tpk_str_puts(&s, "|");
+  put_tunes(&s, k, L);
   return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
 }
 
-/* The launch's tunable setting in canonical form: every tunable in
- * declaration order, "BM=8,BN=128" (what kernels/aot.c names entries by). */
 static char *tunes_text(const TpkKernel *k, const TpkLaunch *L) {
   TpkStr s = {0};
   tpk_str_puts(&s, "");
-  for (int j = 0; j < k->f->ntunes; j++) {
-    int64_t v = k->f->tunes[j].value;
-    for (int i = 0; i < L->ntunes; i++)
-      if (strcmp(L->tunes[i].name, k->f->tunes[j].name) == 0) v = L->tunes[i].value;
-    tpk_str_printf(&s, "%s%s=%lld", j ? "," : "", k->f->tunes[j].name, (long long)v);
-  }
+  put_tunes(&s, k, L);
   return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
 }
 
