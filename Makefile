@@ -23,7 +23,7 @@ CFLAGS := -std=c11 -g $(OPT) -fPIC -Wall -Wextra -Werror -Wshadow -Wno-missing-f
 GEN_CFLAGS := $(filter-out -Wshadow,$(CFLAGS)) -Wno-unused-parameter -Wno-unused-variable \
 	-Wno-unused-but-set-variable -Wno-implicit-fallthrough -Wno-sign-compare
 LDFLAGS += $(SANITIZE)
-# runtime/jit.c links libtcc statically; libtcc needs -ldl.
+# host/jit.c links libtcc statically; libtcc needs -ldl.
 LDLIBS := -ltcc -ldl -lm -lpthread
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
 # libtcc's own folder (include/, libtcc1.a), from the tcc package.
@@ -32,11 +32,11 @@ TCC_LIB_PATH ?= $(patsubst %/libtcc1.a,%,$(firstword $(wildcard /usr/lib/$(MULTI
 LIBTCC_A ?= $(firstword $(wildcard /usr/lib/$(MULTIARCH)/libtcc.a /usr/lib/libtcc.a /usr/local/lib/libtcc.a \
 	/usr/lib64/libtcc.a))
 
-MODULES := frontend dsl lower runtime sim
+MODULES := base ir dsl lower host interp sim runtime
 LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 GEN_SRC := $(BUILD)/dsl/lexer.c $(BUILD)/dsl/grammar.c
-LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o) $(BUILD)/runtime/prims_h.o
-# The standard kernel library, compiled ahead of time (runtime/std.h): one C
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o) $(BUILD)/host/prims_h.o
+# The standard kernel library, compiled ahead of time (host/std.h): one C
 # file per kernels/*.tpk, written by kernels/aot.c, plus the registry.
 STD_TPK := $(sort $(wildcard kernels/*.tpk))
 STD_GEN := $(patsubst kernels/%.tpk,$(BUILD)/kernels/%.c,$(STD_TPK)) $(BUILD)/kernels/registry.c
@@ -65,16 +65,16 @@ $(BUILD)/dsl/lexer.c: dsl/lexer.re $(BUILD)/dsl/grammar.h
 	@mkdir -p $(BUILD)/dsl
 	re2c -W --no-generation-date -o $@ dsl/lexer.re
 
-# runtime/prims.h as a C string, the header the JIT gives generated code
+# host/prims.h as a C string, the header the JIT gives generated code
 # (escapes \ " and ?, the last against trigraphs).
-$(BUILD)/runtime/prims_h.c: runtime/prims.h
+$(BUILD)/host/prims_h.c: host/prims.h
 	@mkdir -p $(dir $@)
-	{ echo '/* generated from runtime/prims.h by the Makefile */'; \
+	{ echo '/* generated from host/prims.h by the Makefile */'; \
 	  echo 'extern const char tpk_jit_prims_h[];'; echo 'const char tpk_jit_prims_h[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; echo ';'; } > $@
-$(BUILD)/runtime/prims_h.o: $(BUILD)/runtime/prims_h.c
+$(BUILD)/host/prims_h.o: $(BUILD)/host/prims_h.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
-$(BUILD)/runtime/jit.o: CPPFLAGS += $(if $(TCC_LIB_PATH),-DTPK_TCC_LIB_PATH='"$(TCC_LIB_PATH)"')
+$(BUILD)/host/jit.o: CPPFLAGS += $(if $(TCC_LIB_PATH),-DTPK_TCC_LIB_PATH='"$(TCC_LIB_PATH)"')
 
 $(GEN_SRC:.c=.o): %.o: %.c
 	$(CC) $(CPPFLAGS) $(GEN_CFLAGS) -MMD -MP -c $< -o $@
@@ -86,13 +86,9 @@ $(BUILD)/dsl/%.o: dsl/%.c | $(BUILD)/dsl/grammar.h
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
-# The primitive library (prims.h) is every kernel's hot loop: always -O3,
-# whatever OPT says (the last -O wins).
-$(BUILD)/runtime/prims.o: CFLAGS += -O3
-
 # The primitive library is the hot path of generated kernels: -O3 there,
 # whatever OPT says (the later -O3 on the command line wins).
-$(BUILD)/runtime/gemm.o $(BUILD)/runtime/prims.o: CFLAGS += -O3
+$(BUILD)/host/gemm.o $(BUILD)/host/prims.o: CFLAGS += -O3
 
 # ---- the standard kernels, ahead of time ----
 # The compiler core (everything but the standard kernels) links the build's
@@ -106,7 +102,7 @@ $(BUILD)/kernels/%.c: kernels/%.tpk kernels/tuned.tsv $(BUILD)/kernels/aot
 	$(BUILD)/kernels/aot c kernels/tuned.tsv $< $@
 $(BUILD)/kernels/registry.c: $(STD_TPK) $(STD_LIST) kernels/tuned.tsv $(BUILD)/kernels/aot
 	$(BUILD)/kernels/aot registry kernels/tuned.tsv $@ $(STD_TPK)
-$(BUILD)/kernels/tpk_prims.h: runtime/prims.h
+$(BUILD)/kernels/tpk_prims.h: host/prims.h
 	@mkdir -p $(dir $@)
 	cp $< $@
 # Generated code: the JIT's cc-tier flags (-ffp-contract=off keeps the bits
@@ -120,7 +116,7 @@ $(BUILD)/libtpk.a: $(LIB_OBJ) $(STD_OBJ) $(STD_LIST)
 	ar rcs $@ $(LIB_OBJ) $(STD_OBJ)
 # Debian ships libtcc only as a static, non-PIC archive whose references to
 # libc's stdout, stderr and environ a shared object cannot hold. libtpk.so
-# links a copy that refers to hidden stand-ins in runtime/jit.c instead, with
+# links a copy that refers to hidden stand-ins in host/jit.c instead, with
 # libtcc's symbols kept local to libtpk.so (--exclude-libs).
 $(BUILD)/tcc/libtcc_local.a: $(LIBTCC_A)
 	@rm -rf $(BUILD)/tcc && mkdir -p $(BUILD)/tcc

@@ -14,8 +14,8 @@
  *
  *   bench_gemm [--runs N] [--size N] [--generic-runs N]
  */
-#include "runtime/gemm.h"
-#include "runtime/prims.h"
+#include "host/gemm.h"
+#include "host/prims.h"
 #include "bench/timing.h"
 
 #include <cblas.h>

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "lower/lower.h"
+#include "host/host.h"
 #include "dsl/dsl.h"
-#include "runtime/jit.h"
+#include "host/jit.h"
 #include "tpk.h"
 #include "bench/timing.h"
 
@@ -199,7 +199,7 @@ static char *kernel_c(const char *src, const char *kname, int64_t m, int64_t n) 
   TpkModule *mod;
   if (tpk_compile_source(&s, &o, &d, &mod)) die("compile");
   tpk_diags_free(&d);
-  TpkTarget host = tpk_target_host();
+  TpkTarget host = tpk_target_host(tpk_parse_bytes(getenv("TPK_HOST_VMEM")));
   TpkStr out = {0};
   TpkError err = {0};
   if (tpk_lower_to_c(mod->funcs[0], &host, "tpk_kernel_softmax", src, 0, &out, NULL, &err)) {

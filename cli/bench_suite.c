@@ -24,7 +24,7 @@
  */
 #include "cli/cli.h"
 #include "bench/timing.h"
-#include "runtime/prims.h"
+#include "host/prims.h"
 #include "tpk.h"
 
 #include <dlfcn.h>

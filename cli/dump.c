@@ -7,7 +7,7 @@
  * Only then, for --ir, does the checker build the IR.
  */
 #include "cli/cli.h"
-#include "lower/lower.h"
+#include "host/host.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -320,7 +320,7 @@ done:
 /* --lowered and --c: the host pipeline on every kernel of m. Unbound shape
  * symbols give the code that serves every shape (read from syms[]). */
 static int lower_all(TpkModule *m, const Dump *d, const TpkSource *src, TpkStr *out) {
-  TpkTarget host = tpk_target_host();
+  TpkTarget host = tpk_target_host(tpk_parse_bytes(getenv("TPK_HOST_VMEM")));
   for (int i = 0; i < m->nfuncs; i++) {
     TpkFunc *f = m->funcs[i];
     TpkError err = {0};

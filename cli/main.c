@@ -88,7 +88,7 @@ static const char DUMP_HELP[] =
     "  --ast   the syntax tree the parser built, as an indented S-expression.\n"
     "          Only parsing is done, so this works on files that do not check.\n"
     "  --ir    the IR the checker builds: one `kernel @NAME(...)` per .tpk kernel,\n"
-    "          in the text form every later stage reads (frontend/ir.h describes\n"
+    "          in the text form every later stage reads (ir/ir.h describes\n"
     "          it). Shape symbols you do not bind stay symbolic (`f32[M,N]`);\n"
     "          tunables you do not choose take their first (default) value.\n"
     "  --lowered  the IR after the host's passes (folding, CSE, dead code, tiling\n"

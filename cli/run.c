@@ -5,9 +5,9 @@
  * and write the outputs as .npy files.
  */
 #include "cli/cli.h"
-#include "runtime/interp.h"
-#include "runtime/npy.h"
-#include "runtime/prims.h"
+#include "interp/interp.h"
+#include "base/npy.h"
+#include "host/prims.h"
 #include "tpk.h"
 
 #include <errno.h>

@@ -723,7 +723,7 @@ static TpkValue *value_of_dim(Checker *c, const TpkAst *n, const TpkDim *d) {
 /* ---- Indexing ------------------------------------------------------------------------ */
 
 /* A block of a ref or value selected by an index expression, in the IR's
- * index-pattern form (see frontend/ir.h). */
+ * index-pattern form (see ir/ir.h). */
 typedef struct Access {
   Sym *sym;      /* refs: the parameter/output/scratch; NULL for values */
   TpkValue *base; /* the ref or value indexed */

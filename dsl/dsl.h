@@ -10,7 +10,7 @@
 #ifndef TPK_DSL_H
 #define TPK_DSL_H
 
-#include "frontend/ir.h"
+#include "ir/ir.h"
 
 /* ---- Source and diagnostics ------------------------------------------------ */
 

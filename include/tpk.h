@@ -79,7 +79,7 @@ const char *tpk_last_error(void);
 
 /* A context: devices, programs, compiled code. The environment shapes how
  * it compiles (read once, here):
- *   TPK_TIER=tcc|cc|auto   the JIT's tiers (runtime/jit.h)
+ *   TPK_TIER=tcc|cc|auto   the JIT's tiers (host/jit.h)
  *   TPK_CACHE_DIR=DIR      compiled code and tuning results on disk ("": none)
  *   TPK_HOST_VMEM=128M     the host's VMEM budget per grid instance
  *   TPK_GENERIC=1          compile each kernel once for every shape, not per shape
@@ -102,7 +102,7 @@ int tpk_buffer_rank(const TpkBuffer *buf);
 const int64_t *tpk_buffer_shape(const TpkBuffer *buf);
 size_t tpk_buffer_bytes(const TpkBuffer *buf);
 /* Copy in/out; `bytes` must equal tpk_buffer_bytes. Elements are stored as
- * in runtime/prims.h: bf16/f16 as their 16 bits, f8 as 8 bits, bool as one
+ * in host/prims.h: bf16/f16 as their 16 bits, f8 as 8 bits, bool as one
  * byte 0/1, row-major. */
 TpkStatus tpk_buffer_write(TpkBuffer *buf, const void *src, size_t bytes);
 TpkStatus tpk_buffer_read(const TpkBuffer *buf, void *dst, size_t bytes);

@@ -1,6 +1,6 @@
 /* An empty standard library, for linking kernels/aot.c (which builds the real
  * one, build/kernels/registry.c). */
-#include "runtime/std.h"
+#include "host/std.h"
 
 const TpkStdFile tpk_std_files[] = {{0, 0, 0}};
 const int tpk_std_nfiles = 0;

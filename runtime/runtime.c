@@ -11,7 +11,7 @@
  *
  * Code that serves every shape (a Generic) replaces the per-shape compile
  * when there is some: the standard library's, compiled ahead of time
- * (runtime/std.h), or with TPK_GENERIC=1 one JIT compile per kernel and
+ * (host/std.h), or with TPK_GENERIC=1 one JIT compile per kernel and
  * tunable setting. The specialisation then still checks the kernel with its
  * sizes (same errors), plans it against the device's VMEM and times it on a
  * sim device, but compiles nothing.
@@ -30,11 +30,11 @@
 #include <unistd.h>
 
 #include "dsl/dsl.h"
-#include "lower/lower.h"
-#include "runtime/jit.h"
+#include "host/host.h"
+#include "host/jit.h"
 #include "runtime/pool.h"
-#include "runtime/prims.h"
-#include "runtime/std.h"
+#include "host/prims.h"
+#include "host/std.h"
 #include "runtime/tune.h"
 #include "sim/sim.h"
 #include "sim/timeline.h"
@@ -672,7 +672,7 @@ static TpkStatus compile_generic(TpkKernel *k, const TpkLaunch *L, Generic *g) {
   tpk_diags_init(&diags, &prog->src);
   if (tpk_compile_source(&prog->src, &o, &diags, &g->module) != TPK_OK) return check_failed(k, "with these tunables", &diags);
   tpk_diags_free(&diags);
-  TpkTarget host = tpk_target_host();
+  TpkTarget host = tpk_target_host(tpk_parse_bytes(getenv("TPK_HOST_VMEM")));
   TpkError err = {0};
   char entry[128];
   snprintf(entry, sizeof entry, "tpk_generic_%s", k->f->name);
@@ -768,7 +768,7 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, co
   TpkFunc *f = spec->module->funcs[0];
   /* On a sim device the kernel is lowered, tiled and planned for the chip's
    * VMEM; the host runs that same code for the values. */
-  TpkTarget target = tpk_target_host();
+  TpkTarget target = tpk_target_host(tpk_parse_bytes(getenv("TPK_HOST_VMEM")));
   if (dev && dev->chip) target = tpk_sim_target(dev->chip, dev->name);
   TpkStr c = {0};
   TpkError err = {0};

@@ -9,7 +9,7 @@
  * the ordinary launch path and measured.
  */
 #include "runtime/tune.h"
-#include "runtime/files.h"
+#include "base/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/prims.h"
+#include "host/prims.h"
 
 enum {
   DEFAULT_BUDGET = 512,   /* exhaustive search up to this many configurations */

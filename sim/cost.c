@@ -11,7 +11,7 @@
 
 #include <math.h>
 
-#include "frontend/ir.h"
+#include "ir/ir.h"
 
 /* f32 matmuls run as bf16 passes on the MXU. XLA's HIGHEST precision (the
  * only one close to f32 results, which the host computes) splits each f32

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/ir.h"
+#include "ir/ir.h"
 #include "lower/lower.h"
 #include "sim/timeline.h"
 

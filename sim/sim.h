@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "frontend/base.h"
+#include "base/base.h"
 #include "lower/lower.h"
 
 /* ---- Where a figure comes from ------------------------------------------ */

@@ -46,7 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "frontend/base.h"
+#include "base/base.h"
 
 /* A task (or barrier) id: dense, from 0, in submission order. */
 typedef int64_t TpkTaskId;

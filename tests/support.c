@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/interp.h"
-#include "runtime/prims.h"
+#include "interp/interp.h"
+#include "host/prims.h"
 
 void test_compile(TestCompile *c, const char *name, const char *text, const TpkCheckOptions *opts) {
   memset(c, 0, sizeof *c);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/interp.h"
+#include "interp/interp.h"
 
 typedef struct Kernel {
   TestCompile c;

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/prims.h"
+#include "host/prims.h"
 #include "tpk.h"
 
 static void test_corpus_matches_interpreter(void **state) {

@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-#include "frontend/ir.h"
+#include "ir/ir.h"
 #include "sim/sim.h"
 
 /* Achieved FLOP/s of one TensorCore on [n,n] x [n,n] in dt. */

@@ -1,0 +1,304 @@
+/*
+ * base.c — arena, growable strings, error values and the dtype table.
+ */
+#include "base/base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Arena ---------------------------------------------------------------- */
+
+struct TpkArenaChunk {
+  TpkArenaChunk *next;
+  size_t size, used;
+  _Alignas(16) unsigned char data[];
+};
+
+enum { ARENA_CHUNK = 64 * 1024 };
+static const size_t ARENA_DEFAULT_LIMIT = (size_t)1 << 30;
+
+void tpk_arena_init(TpkArena *a, size_t limit) {
+  memset(a, 0, sizeof *a);
+  a->limit = limit ? limit : ARENA_DEFAULT_LIMIT;
+}
+
+void *tpk_arena_alloc(TpkArena *a, size_t size) {
+  if (a->limit == 0) a->limit = ARENA_DEFAULT_LIMIT;
+  size = (size + 15) & ~(size_t)15;
+  if (size > a->limit || a->used > a->limit - size) {
+    a->exhausted = true;
+    return NULL;
+  }
+  TpkArenaChunk *c = a->chunks;
+  if (!c || c->size - c->used < size) {
+    size_t cap = size > ARENA_CHUNK ? size : ARENA_CHUNK;
+    c = malloc(sizeof *c + cap);
+    if (!c) {
+      a->exhausted = true;
+      return NULL;
+    }
+    c->size = cap;
+    c->used = 0;
+    c->next = a->chunks;
+    a->chunks = c;
+  }
+  void *p = c->data + c->used;
+  c->used += size;
+  a->used += size;
+  memset(p, 0, size);
+  return p;
+}
+
+char *tpk_arena_strndup(TpkArena *a, const char *s, size_t n) {
+  char *p = tpk_arena_alloc(a, n + 1);
+  if (!p) return NULL;
+  memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+char *tpk_arena_strdup(TpkArena *a, const char *s) { return tpk_arena_strndup(a, s, strlen(s)); }
+
+char *tpk_arena_printf(TpkArena *a, const char *fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *p = n < 0 ? NULL : tpk_arena_alloc(a, (size_t)n + 1);
+  if (p) vsnprintf(p, (size_t)n + 1, fmt, ap2);
+  va_end(ap2);
+  return p;
+}
+
+void tpk_arena_free(TpkArena *a) {
+  TpkArenaChunk *c = a->chunks;
+  while (c) {
+    TpkArenaChunk *next = c->next;
+    free(c);
+    c = next;
+  }
+  a->chunks = NULL;
+  a->used = 0;
+}
+
+/* ---- Growable string ------------------------------------------------------ */
+
+static bool str_reserve(TpkStr *s, size_t extra) {
+  if (s->failed) return false;
+  if (s->len + extra + 1 <= s->cap) return true;
+  size_t cap = s->cap ? s->cap : 64;
+  while (cap < s->len + extra + 1) cap *= 2;
+  char *p = realloc(s->data, cap);
+  if (!p) {
+    s->failed = true;
+    return false;
+  }
+  s->data = p;
+  s->cap = cap;
+  return true;
+}
+
+void tpk_str_putn(TpkStr *s, const char *text, size_t n) {
+  if (!str_reserve(s, n)) return;
+  memcpy(s->data + s->len, text, n);
+  s->len += n;
+  s->data[s->len] = 0;
+}
+
+void tpk_str_puts(TpkStr *s, const char *text) { tpk_str_putn(s, text, strlen(text)); }
+void tpk_str_putc(TpkStr *s, char c) { tpk_str_putn(s, &c, 1); }
+
+void tpk_str_vprintf(TpkStr *s, const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  if (n >= 0 && str_reserve(s, (size_t)n)) {
+    vsnprintf(s->data + s->len, (size_t)n + 1, fmt, ap2);
+    s->len += (size_t)n;
+  }
+  va_end(ap2);
+}
+
+void tpk_str_printf(TpkStr *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tpk_str_vprintf(s, fmt, ap);
+  va_end(ap);
+}
+
+void tpk_str_free(TpkStr *s) {
+  free(s->data);
+  memset(s, 0, sizeof *s);
+}
+
+char *tpk_str_take(TpkStr *s) {
+  char *p = s->data;
+  if (!p) p = calloc(1, 1);
+  memset(s, 0, sizeof *s);
+  return p;
+}
+
+/* ---- Pointer map ---------------------------------------------------------- */
+
+static size_t ptrmap_slot(const TpkPtrMap *m, const void *key) {
+  size_t h = (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15u; /* Fibonacci hashing */
+  size_t i = (h >> 20) & (m->cap - 1);
+  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+bool tpk_ptrmap_put(TpkPtrMap *m, const void *key, void *val) {
+  if ((m->count + 1) * 2 > m->cap) { /* at most half full */
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    const void **keys = calloc(cap, sizeof *keys);
+    void **vals = calloc(cap, sizeof *vals);
+    if (!keys || !vals) {
+      free(keys);
+      free(vals);
+      return false;
+    }
+    TpkPtrMap old = *m;
+    m->keys = keys;
+    m->vals = vals;
+    m->cap = cap;
+    for (size_t i = 0; i < old.cap; i++)
+      if (old.keys[i]) {
+        size_t s = ptrmap_slot(m, old.keys[i]);
+        m->keys[s] = old.keys[i];
+        m->vals[s] = old.vals[i];
+      }
+    free(old.keys);
+    free(old.vals);
+  }
+  size_t s = ptrmap_slot(m, key);
+  if (!m->keys[s]) m->count++;
+  m->keys[s] = key;
+  m->vals[s] = val;
+  return true;
+}
+
+bool tpk_ptrmap_get(const TpkPtrMap *m, const void *key, void **val) {
+  if (!m->cap) return false;
+  size_t s = ptrmap_slot(m, key);
+  if (!m->keys[s]) return false;
+  if (val) *val = m->vals[s];
+  return true;
+}
+
+void tpk_ptrmap_free(TpkPtrMap *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
+/* ---- Errors --------------------------------------------------------------- */
+
+TpkStatus tpk_error(TpkError *err, TpkStatus code, const char *fmt, ...) {
+  if (err) {
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+const char *tpk_status_name(TpkStatus s) {
+  switch (s) {
+  case TPK_OK: return "ok";
+  case TPK_ERR_INVALID: return "invalid argument";
+  case TPK_ERR_PARSE: return "parse error";
+  case TPK_ERR_NOMEM: return "out of memory";
+  case TPK_ERR_IO: return "i/o error";
+  case TPK_ERR_UNSUPPORTED: return "unsupported";
+  case TPK_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+/* ---- Dtypes --------------------------------------------------------------- */
+
+static const TpkDTypeInfo DTYPES[TPK_DTYPE_COUNT] = {
+    [TPK_F32] = {"f32", 32, true, true, 23, 8},
+    [TPK_F16] = {"f16", 16, true, true, 10, 5},
+    [TPK_BF16] = {"bf16", 16, true, true, 7, 8},
+    [TPK_F8E4M3] = {"f8e4m3", 8, true, true, 3, 4},
+    [TPK_F8E5M2] = {"f8e5m2", 8, true, true, 2, 5},
+    [TPK_I32] = {"i32", 32, false, true, 0, 0},
+    [TPK_I16] = {"i16", 16, false, true, 0, 0},
+    [TPK_I8] = {"i8", 8, false, true, 0, 0},
+    [TPK_U8] = {"u8", 8, false, false, 0, 0},
+    [TPK_BOOL] = {"bool", 8, false, false, 0, 0},
+};
+
+const TpkDTypeInfo *tpk_dtype_info(TpkDType t) { return (unsigned)t < TPK_DTYPE_COUNT ? &DTYPES[t] : NULL; }
+const char *tpk_dtype_name(TpkDType t) { return (unsigned)t < TPK_DTYPE_COUNT ? DTYPES[t].name : "?"; }
+size_t tpk_dtype_size(TpkDType t) { return (unsigned)t < TPK_DTYPE_COUNT ? DTYPES[t].bits / 8 : 0; }
+bool tpk_dtype_is_float(TpkDType t) { return (unsigned)t < TPK_DTYPE_COUNT && DTYPES[t].is_float; }
+bool tpk_dtype_is_int(TpkDType t) { return (unsigned)t < TPK_DTYPE_COUNT && !DTYPES[t].is_float && t != TPK_BOOL; }
+
+TpkDType tpk_dtype_from_name(const char *name, size_t len) {
+  for (int t = 0; t < TPK_DTYPE_COUNT; t++)
+    if (strlen(DTYPES[t].name) == len && memcmp(DTYPES[t].name, name, len) == 0) return (TpkDType)t;
+  return TPK_DTYPE_COUNT;
+}
+
+/* Does float type `big` hold every value of float type `small` exactly? */
+static bool float_contains(TpkDType big, TpkDType small) {
+  return DTYPES[big].mantissa >= DTYPES[small].mantissa && DTYPES[big].exponent >= DTYPES[small].exponent;
+}
+
+TpkDType tpk_dtype_promote(TpkDType a, TpkDType b) {
+  if (a == b) return a;
+  if (a == TPK_BOOL) return b;
+  if (b == TPK_BOOL) return a;
+  bool fa = DTYPES[a].is_float, fb = DTYPES[b].is_float;
+  if (fa && !fb) return a; /* int + float -> the float (JAX's rule) */
+  if (fb && !fa) return b;
+  if (fa && fb) {
+    if (float_contains(a, b)) return a;
+    if (float_contains(b, a)) return b;
+    /* Neither holds the other (f16 vs bf16; e4m3 vs e5m2): the smallest
+     * float that holds both. */
+    static const TpkDType ladder[] = {TPK_F16, TPK_BF16, TPK_F32};
+    for (size_t i = 0; i < TPK_ARRAY_LEN(ladder); i++)
+      if (float_contains(ladder[i], a) && float_contains(ladder[i], b)) return ladder[i];
+    return TPK_F32;
+  }
+  /* Both integers. Same signedness: the wider. Mixed: a signed type wider
+   * than the unsigned one (u8 + i8 -> i16). */
+  bool sa = DTYPES[a].is_signed, sb = DTYPES[b].is_signed;
+  unsigned ba = DTYPES[a].bits, bb = DTYPES[b].bits;
+  if (sa == sb) return ba >= bb ? a : b;
+  TpkDType s = sa ? a : b, u = sa ? b : a;
+  if (DTYPES[s].bits > DTYPES[u].bits) return s;
+  return DTYPES[u].bits >= 16 ? TPK_I32 : TPK_I16;
+}
+
+bool tpk_dtype_widens_to(TpkDType from, TpkDType to) { return tpk_dtype_promote(from, to) == to; }
+
+int64_t tpk_floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+int64_t tpk_ceildiv(int64_t a, int64_t b) { return -tpk_floordiv(-a, b); }
+
+int64_t tpk_parse_bytes(const char *s) {
+  if (!s) return 0;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || v <= 0) return 0;
+  int shift = 0;
+  switch (*end) {
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  default: break;
+  }
+  if (*end || v > (INT64_MAX >> shift)) return 0;
+  return (int64_t)v << shift;
+}

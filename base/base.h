@@ -1,0 +1,119 @@
+/*
+ * base.h — the few utilities every stage of the compiler shares: an arena,
+ * a growable string, an error value and facts about dtypes.
+ *
+ * Every folder includes this header (or another of base/) rather than growing
+ * its own.
+ */
+#ifndef TPK_BASE_H
+#define TPK_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpk.h"
+
+#if defined(__GNUC__)
+#define TPK_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define TPK_PRINTF(f, a)
+#endif
+
+/* ---- Arena --------------------------------------------------------------
+ * All AST and IR nodes of one compilation live in one arena and are freed at
+ * once (Lua's and QBE's pools). Allocation never fails silently: when the
+ * arena would exceed its limit, tpk_arena_alloc returns NULL and sets
+ * `exhausted`, so hostile input cannot make the compiler allocate without
+ * bound. Memory is zeroed. */
+typedef struct TpkArenaChunk TpkArenaChunk;
+typedef struct TpkArena {
+  TpkArenaChunk *chunks; /* newest first */
+  size_t used;           /* bytes handed out so far, all chunks */
+  size_t limit;          /* 0 means the default (1 GiB) */
+  bool exhausted;        /* an allocation was refused */
+} TpkArena;
+
+void tpk_arena_init(TpkArena *a, size_t limit);
+void *tpk_arena_alloc(TpkArena *a, size_t size);
+char *tpk_arena_strndup(TpkArena *a, const char *s, size_t n);
+char *tpk_arena_strdup(TpkArena *a, const char *s);
+char *tpk_arena_printf(TpkArena *a, const char *fmt, ...) TPK_PRINTF(2, 3);
+void tpk_arena_free(TpkArena *a);
+
+/* ---- Growable string (heap) ---------------------------------------------
+ * For printers and diagnostics. On allocation failure the buffer keeps what
+ * it had and `failed` is set; callers check once at the end. */
+typedef struct TpkStr {
+  char *data; /* NUL-terminated when non-NULL */
+  size_t len, cap;
+  bool failed;
+} TpkStr;
+
+void tpk_str_puts(TpkStr *s, const char *text);
+void tpk_str_putn(TpkStr *s, const char *text, size_t n);
+void tpk_str_putc(TpkStr *s, char c);
+void tpk_str_printf(TpkStr *s, const char *fmt, ...) TPK_PRINTF(2, 3);
+void tpk_str_vprintf(TpkStr *s, const char *fmt, va_list ap);
+void tpk_str_free(TpkStr *s);
+/* Returns the string (never NULL: "" when empty) and leaves s empty; the
+ * caller frees the result with free(). */
+char *tpk_str_take(TpkStr *s);
+
+/* ---- Pointer map ----------------------------------------------------------
+ * Open addressing from pointers (IR values, ops) to pointers; heap memory.
+ * Passes keep their per-value facts here instead of growing IR structs. */
+typedef struct TpkPtrMap {
+  const void **keys;
+  void **vals;
+  size_t cap, count;
+} TpkPtrMap;
+
+/* false when memory ran out (the map is unchanged) */
+bool tpk_ptrmap_put(TpkPtrMap *m, const void *key, void *val);
+/* true and *val when key is present (val may be NULL) */
+bool tpk_ptrmap_get(const TpkPtrMap *m, const void *key, void **val);
+void tpk_ptrmap_free(TpkPtrMap *m);
+
+/* ---- Errors as values ---------------------------------------------------- */
+typedef struct TpkError {
+  TpkStatus code;
+  char message[1024];
+} TpkError;
+
+/* Set err (if non-NULL) and return code, so callers write
+ * `return tpk_error(err, TPK_ERR_INVALID, "...")`. */
+TpkStatus tpk_error(TpkError *err, TpkStatus code, const char *fmt, ...) TPK_PRINTF(3, 4);
+
+/* ---- Dtype facts ---------------------------------------------------------
+ * One table (base.c) answers every question about a dtype; promotion rules
+ * are documented in dsl/README.md. */
+typedef struct TpkDTypeInfo {
+  const char *name;
+  unsigned bits;    /* storage bits (bool: 8) */
+  bool is_float;
+  bool is_signed;   /* integers; floats are signed */
+  unsigned mantissa; /* floats: explicit mantissa bits */
+  unsigned exponent; /* floats: exponent bits */
+} TpkDTypeInfo;
+
+const TpkDTypeInfo *tpk_dtype_info(TpkDType t);
+bool tpk_dtype_is_float(TpkDType t);
+bool tpk_dtype_is_int(TpkDType t); /* integers, not bool */
+/* The type both a and b convert to without loss where one exists
+ * (bf16 + f32 -> f32, i8 + u8 -> i16, i32 + bf16 -> bf16, f16 + bf16 -> f32). */
+TpkDType tpk_dtype_promote(TpkDType a, TpkDType b);
+/* True when every value of `from` is representable in `to`, so an implicit
+ * conversion is allowed (widening); narrowing needs an explicit cast. */
+bool tpk_dtype_widens_to(TpkDType from, TpkDType to);
+
+/* Small helpers used across the compiler. */
+#define TPK_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+int64_t tpk_floordiv(int64_t a, int64_t b); /* b > 0 */
+int64_t tpk_ceildiv(int64_t a, int64_t b);  /* b > 0 */
+/* A byte count as people write it: "4096", "64K", "256M", "1G"; 0 when s is
+ * NULL, malformed or not positive. */
+int64_t tpk_parse_bytes(const char *s);
+
+#endif

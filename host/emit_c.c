@@ -1,0 +1,1874 @@
+/*
+ * emit_c.c — tile-level IR to C, for the host backend.
+ *
+ * Input: a kernel whose shapes are all constant and its workspace plan.
+ * Output: one C function with the TpkKernelFn signature (host/jit.h)
+ * that libtcc compiles in a millisecond and cc -O3 compiles well.
+ *
+ * The model is the TPU's: each tile (a tensor value of rank >= 1) lives at
+ * its planned offset in the workspace (VMEM); scalars are C locals (SMEM).
+ * Each op becomes a loop over its tile, or a call through the primitive
+ * table for the operations that must be fast whatever compiled this code:
+ * gemm, transcendental functions, f32 reductions, dtype conversions.
+ * `acc + dot(a, b)` is one gemm accumulating into acc's buffer.
+ *
+ * Generated code never traps: integer division by zero and out-of-range
+ * scalar or gather indices return an error naming the .tpk line.
+ * Elementwise arithmetic on bf16/f16/f8 computes in f32 and rounds to nearest
+ * even after each op, as the reference interpreter does.
+ */
+#include "host/host.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Emitter {
+  const TpkFunc *f;
+  const TpkPlan *plan;
+  TpkStr *out;
+  TpkError *err;
+  bool failed;
+  int indent;
+  const char *source; /* .tpk text, for line comments */
+  int last_line;
+  int tmp;            /* counter for fresh C names */
+  TpkPtrMap names; /* value -> its C name */
+  TpkArena arena;
+  /* the grid being emitted: bounds of each axis, for num_programs */
+  const TpkOp *grid;
+  /* the grid whose instances are shared among the parts of a launch (NULL:
+   * part 0 runs the whole kernel) */
+  const TpkOp *split;
+  /* a store already done by the op computing its value (direct_store) */
+  const TpkOp *stored;
+} Emitter;
+
+/* ---- output helpers ---------------------------------------------------------- */
+
+static void line(Emitter *e, const char *fmt, ...) TPK_PRINTF(2, 3);
+static void line(Emitter *e, const char *fmt, ...) {
+  for (int i = 0; i < e->indent; i++) tpk_str_puts(e->out, "  ");
+  va_list ap;
+  va_start(ap, fmt);
+  tpk_str_vprintf(e->out, fmt, ap);
+  va_end(ap);
+  tpk_str_putc(e->out, '\n');
+}
+
+static bool fail(Emitter *e, const TpkOp *op, const char *fmt, ...) TPK_PRINTF(3, 4);
+static bool fail(Emitter *e, const TpkOp *op, const char *fmt, ...) {
+  if (e->failed) return false;
+  e->failed = true;
+  char msg[700];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (op && op->loc.line)
+    tpk_error(e->err, TPK_ERR_UNSUPPORTED, "kernel '%s', line %d: %s", e->f->name, op->loc.line, msg);
+  else
+    tpk_error(e->err, TPK_ERR_UNSUPPORTED, "kernel '%s': %s", e->f->name, msg);
+  return false;
+}
+
+/* The .tpk source line of op, as a comment, once per line. */
+static void source_comment(Emitter *e, const TpkOp *op) {
+  if (!e->source || !op->loc.line || op->loc.line == e->last_line) return;
+  e->last_line = op->loc.line;
+  const char *p = e->source;
+  for (int l = 1; l < op->loc.line && *p; p++)
+    if (*p == '\n') l++;
+  while (*p == ' ' || *p == '\t') p++;
+  const char *end = strchr(p, '\n');
+  size_t n = end ? (size_t)(end - p) : strlen(p);
+  if (n > 100) n = 100;
+  char text[128];
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) /* keep the comment a comment */
+    if (!(p[i] == '*' && i + 1 < n && p[i + 1] == '/') && !(p[i] == '/' && i + 1 < n && p[i + 1] == '*'))
+      text[k++] = (p[i] >= 32 && p[i] < 127) ? p[i] : '?';
+  text[k] = 0;
+  line(e, "/* %d: %s */", op->loc.line, text);
+}
+
+/* ---- names -------------------------------------------------------------------- */
+
+static void set_name(Emitter *e, const TpkValue *v, const char *name) {
+  if (!tpk_ptrmap_put(&e->names, v, (void *)name)) e->failed = true;
+}
+
+/* A fresh C identifier for v, from its name hint where it has one. */
+static const char *new_name(Emitter *e, const TpkValue *v) {
+  char hint[40] = "v";
+  if (v->name) {
+    size_t k = 0;
+    for (const char *c = v->name; *c && k < 24; c++)
+      hint[k++] = ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')) ? *c : '_';
+    hint[k] = 0;
+  }
+  const char *n = tpk_arena_printf(&e->arena, "%s_%d", hint, ++e->tmp);
+  if (!n) e->failed = true;
+  set_name(e, v, n ? n : "?");
+  return n ? n : "?";
+}
+
+static const char *name_of(Emitter *e, const TpkValue *v) {
+  void *name;
+  if (tpk_ptrmap_get(&e->names, v, &name)) return name;
+  fail(e, NULL, "internal: a value is used before the emitter named it");
+  return "?";
+}
+
+/* ---- types -------------------------------------------------------------------- */
+
+static const char *ctype(TpkDType t) {
+  switch (t) {
+  case TPK_F32: return "float";
+  case TPK_F16:
+  case TPK_BF16: return "uint16_t";
+  case TPK_F8E4M3:
+  case TPK_F8E5M2:
+  case TPK_U8:
+  case TPK_BOOL: return "uint8_t";
+  case TPK_I32: return "int32_t";
+  case TPK_I16: return "int16_t";
+  case TPK_I8: return "int8_t";
+  default: return "?";
+  }
+}
+
+/* The type arithmetic happens in: floats in float, integers in int32_t,
+ * bool in int. */
+static const char *compute_type(TpkDType t) {
+  if (tpk_dtype_is_float(t)) return "float";
+  return t == TPK_BOOL ? "int" : "int32_t";
+}
+
+/* The TPK_PRIM_* suffix of a dtype. */
+static const char *prim_dtype(TpkDType t) {
+  static const char *const NAMES[TPK_DTYPE_COUNT] = {"F32", "F16", "BF16", "F8E4M3", "F8E5M2",
+                                                     "I32", "I16", "I8",   "U8",     "BOOL"};
+  return (unsigned)t < TPK_DTYPE_COUNT ? NAMES[t] : "F32";
+}
+
+static bool is_tile(const TpkValue *v) { return v->type->kind == TPK_TYPE_TENSOR && v->type->rank > 0; }
+
+/* ---- sizes ------------------------------------------------------------------- */
+
+/* A size or offset in generated code: a C expression of type int64_t,
+ * folded to a literal whenever it is constant. Shapes are constant when a
+ * kernel is compiled for one launch; symbols read syms[] when it is compiled
+ * once for every shape (the ahead-of-time standard library). */
+typedef const char *Sz;
+
+static bool sz_value(Sz s, int64_t *v) {
+  char *end;
+  if (!s || !*s) return false;
+  long long x = strtoll(s, &end, 10);
+  if (*end) return false;
+  *v = x;
+  return true;
+}
+
+static bool sz_is(Sz s, int64_t k) {
+  int64_t v;
+  return sz_value(s, &v) && v == k;
+}
+
+static Sz sz_int(Emitter *e, int64_t v) { return tpk_arena_printf(&e->arena, "%" PRId64, v); }
+
+static Sz sz_mul(Emitter *e, Sz a, Sz b) {
+  int64_t x, y;
+  bool ca = sz_value(a, &x), cb = sz_value(b, &y);
+  if (ca && cb) return sz_int(e, x * y);
+  if ((ca && x == 0) || (cb && y == 0)) return "0";
+  if (ca && x == 1) return b;
+  if (cb && y == 1) return a;
+  return tpk_arena_printf(&e->arena, "(%s * %s)", a, b);
+}
+
+static Sz sz_add(Emitter *e, Sz a, Sz b) {
+  int64_t x, y;
+  bool ca = sz_value(a, &x), cb = sz_value(b, &y);
+  if (ca && cb) return sz_int(e, x + y);
+  if (ca && x == 0) return b;
+  if (cb && y == 0) return a;
+  return tpk_arena_printf(&e->arena, "(%s + %s)", a, b);
+}
+
+static int symbol_index(Emitter *e, const char *sym);
+
+/* A dimension as C: symbols are the launch's shape symbols, in the order of
+ * tpk_func_symbols. */
+static Sz sz_dim(Emitter *e, const TpkDim *d) {
+  int64_t v;
+  if (tpk_dim_is_const(d, &v)) return sz_int(e, v);
+  switch (d->kind) {
+  case TPK_DIM_SYM: {
+    int k = symbol_index(e, d->sym);
+    if (k < 0) fail(e, NULL, "internal: shape symbol %s is not a parameter's", d->sym);
+    return tpk_arena_printf(&e->arena, "syms[%d]", k < 0 ? 0 : k);
+  }
+  case TPK_DIM_ADD: return sz_add(e, sz_dim(e, d->a), sz_dim(e, d->b));
+  case TPK_DIM_MUL: return sz_mul(e, sz_dim(e, d->a), sz_dim(e, d->b));
+  case TPK_DIM_SUB: return tpk_arena_printf(&e->arena, "(%s - %s)", sz_dim(e, d->a), sz_dim(e, d->b));
+  case TPK_DIM_DIV: return tpk_arena_printf(&e->arena, "tpk_floordiv(%s, %s)", sz_dim(e, d->a), sz_dim(e, d->b));
+  case TPK_DIM_CDIV: return tpk_arena_printf(&e->arena, "tpk_ceildiv(%s, %s)", sz_dim(e, d->a), sz_dim(e, d->b));
+  default: fail(e, NULL, "internal: a dimension the C emitter does not know"); return "0";
+  }
+}
+
+static Sz dim(Emitter *e, const TpkType *t, int i) { return sz_dim(e, t->dims[i]); }
+
+static Sz numel(Emitter *e, const TpkType *t) {
+  Sz n = "1";
+  for (int i = 0; i < t->rank; i++) n = sz_mul(e, n, dim(e, t, i));
+  return n;
+}
+
+static Sz byte_size(Emitter *e, const TpkType *t) {
+  return sz_mul(e, numel(e, t), sz_int(e, (int64_t)tpk_dtype_size(t->dtype)));
+}
+
+/* A size as a float literal or conversion (for mean). */
+static const char *float_size(Emitter *e, Sz s) {
+  int64_t v;
+  if (sz_value(s, &v)) return tpk_arena_printf(&e->arena, "%" PRId64 ".0f", v);
+  return tpk_arena_printf(&e->arena, "(float)%s", s);
+}
+
+/* Row-major strides of a type, in elements. */
+static void strides(Emitter *e, const TpkType *t, Sz *s) {
+  Sz k = "1";
+  for (int i = t->rank - 1; i >= 0; i--) {
+    s[i] = k;
+    k = sz_mul(e, k, dim(e, t, i));
+  }
+}
+
+/* One side of a block access: the memory (a ref or a value), the index
+ * pattern, and per indexed dimension the C expression of its start (or the
+ * gather vector) and the block size. */
+typedef struct Access {
+  const TpkOp *op;
+  const char *base;     /* C pointer to the memory */
+  const TpkType *mem;   /* its type (ref or tensor) */
+  const char *pattern;
+  const char *start[TPK_MAX_RANK]; /* 't' 'r' 's': first element; 'g': the index tile */
+  Sz size[TPK_MAX_RANK];           /* block size along each dim (1 for 's') */
+  const TpkValue *gather[TPK_MAX_RANK];   /* 'g': the index vector */
+  const char *lane_limit[TPK_MAX_RANK];   /* 'g' of a store: lanes below it are real (mask_padding_lanes) */
+} Access;
+
+/* ---- reading and writing elements ------------------------------------------------ */
+
+/* Element `idx` of tile or scalar v, as its compute type. */
+static const char *rd(Emitter *e, const TpkValue *v, const char *idx) {
+  const char *n = name_of(e, v);
+  const char *x = is_tile(v) ? tpk_arena_printf(&e->arena, "%s[%s]", n, idx) : n;
+  switch (v->type->dtype) {
+  case TPK_BF16: return tpk_arena_printf(&e->arena, "tpk_bf16_f32(%s)", x);
+  case TPK_F16: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F16, %s)", x);
+  case TPK_F8E4M3: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F8E4M3, %s)", x);
+  case TPK_F8E5M2: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F8E5M2, %s)", x);
+  default: return x;
+  }
+}
+
+/* `expr` (of compute type) stored as dtype t. */
+static const char *narrow(Emitter *e, TpkDType t, const char *expr) {
+  switch (t) {
+  case TPK_BF16: return tpk_arena_printf(&e->arena, "tpk_f32_bf16(%s)", expr);
+  case TPK_F16: return tpk_arena_printf(&e->arena, "(uint16_t)tpk_from_f32(p, TPK_PRIM_F16, %s)", expr);
+  case TPK_F8E4M3: return tpk_arena_printf(&e->arena, "(uint8_t)tpk_from_f32(p, TPK_PRIM_F8E4M3, %s)", expr);
+  case TPK_F8E5M2: return tpk_arena_printf(&e->arena, "(uint8_t)tpk_from_f32(p, TPK_PRIM_F8E5M2, %s)", expr);
+  case TPK_BOOL: return tpk_arena_printf(&e->arena, "(uint8_t)((%s) != 0)", expr);
+  case TPK_F32: return expr;
+  default: return tpk_arena_printf(&e->arena, "(%s)(%s)", ctype(t), expr);
+  }
+}
+
+/* Where a slot's storage starts in the workspace: its planned offset, or
+ * with symbolic sizes its group's place, computed when the kernel starts. */
+static const char *slot_offset(Emitter *e, const TpkPlanSlot *s) {
+  if (!e->plan->symbolic) return sz_int(e, s->offset);
+  if (s->group < 0) {
+    fail(e, NULL, "internal: a tile without storage");
+    return "0";
+  }
+  return tpk_arena_printf(&e->arena, "wo[%d]", s->group);
+}
+
+static const char *slot_bytes(Emitter *e, const TpkPlanSlot *s) {
+  return e->plan->symbolic ? (s->bytes_dim ? sz_dim(e, s->bytes_dim) : "0") : sz_int(e, s->bytes);
+}
+
+/* Declare the C name of a new value: a pointer into the workspace for
+ * tiles, a local for scalars (assigned by the caller). */
+static const char *def_tile(Emitter *e, const TpkValue *v) {
+  const char *n = new_name(e, v);
+  const TpkPlanSlot *s = tpk_plan_slot(e->plan, v);
+  if (!s) {
+    fail(e, v->def, "internal: no workspace slot for a tile");
+    return n;
+  }
+  line(e, "%s *%s = (%s *)(W + %s); /* %s bytes */", ctype(v->type->dtype), n, ctype(v->type->dtype), slot_offset(e, s),
+       slot_bytes(e, s));
+  return n;
+}
+
+static bool load_is_view(const TpkOp *load);
+
+/* Where v's bytes are, for deciding that two values share memory: a load
+ * that may be a view of its tensor is never known to share anything. */
+static int64_t offset_of(Emitter *e, const TpkValue *v) {
+  const TpkPlanSlot *s = tpk_plan_slot(e->plan, v);
+  if (!s || (v->def && v->def->opcode == TPK_OP_LOAD && load_is_view(v->def)))
+    return -1 - (int64_t)(uintptr_t)(const void *)v; /* unique, never a real offset */
+  return e->plan->symbolic ? s->group : s->offset; /* groups are laid out apart */
+}
+
+/* dst = src for two tiles of one type, unless they share memory. */
+static void copy_tile(Emitter *e, const char *dst, const TpkValue *dst_v, const TpkValue *src) {
+  if (offset_of(e, dst_v) == offset_of(e, src)) return;
+  line(e, "memcpy(%s, %s, %s);", dst, name_of(e, src), byte_size(e, src->type));
+}
+
+/* ---- scalar expressions ------------------------------------------------------------ */
+
+/* The C expression of an elementwise op over operand expressions (already
+ * in compute type). */
+static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const char *a, const char *b,
+                               const char *c) {
+  bool fl = tpk_dtype_is_float(dt);
+  bool i32 = !fl && dt != TPK_BOOL;
+  TpkArena *A = &e->arena;
+  switch (op->opcode) {
+  case TPK_OP_ADD: return fl ? tpk_arena_printf(A, "(%s + %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s + (uint32_t)%s)", a, b);
+  case TPK_OP_SUB: return fl ? tpk_arena_printf(A, "(%s - %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s - (uint32_t)%s)", a, b);
+  case TPK_OP_MUL: return fl ? tpk_arena_printf(A, "(%s * %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s * (uint32_t)%s)", a, b);
+  case TPK_OP_DIV: return fl ? tpk_arena_printf(A, "(%s / %s)", a, b) : tpk_arena_printf(A, "tpk_idiv(%s, %s, &bad)", a, b);
+  case TPK_OP_REM: return fl ? tpk_arena_printf(A, "fmodf(%s, %s)", a, b) : tpk_arena_printf(A, "tpk_irem(%s, %s, &bad)", a, b);
+  case TPK_OP_CDIV: return tpk_arena_printf(A, "tpk_icdiv(%s, %s, &bad)", a, b);
+  case TPK_OP_MAX: return fl ? tpk_arena_printf(A, "tpk_fmax(%s, %s)", a, b) : tpk_arena_printf(A, "(%s > %s ? %s : %s)", a, b, a, b);
+  case TPK_OP_MIN: return fl ? tpk_arena_printf(A, "tpk_fmin(%s, %s)", a, b) : tpk_arena_printf(A, "(%s < %s ? %s : %s)", a, b, a, b);
+  case TPK_OP_POW: return tpk_arena_printf(A, "powf(%s, %s)", a, b);
+  case TPK_OP_AND: return tpk_arena_printf(A, "(%s & %s)", a, b);
+  case TPK_OP_OR: return tpk_arena_printf(A, "(%s | %s)", a, b);
+  case TPK_OP_EQ: return tpk_arena_printf(A, "(%s == %s)", a, b);
+  case TPK_OP_NE: return tpk_arena_printf(A, "(%s != %s)", a, b);
+  case TPK_OP_LT: return tpk_arena_printf(A, "(%s < %s)", a, b);
+  case TPK_OP_LE: return tpk_arena_printf(A, "(%s <= %s)", a, b);
+  case TPK_OP_GT: return tpk_arena_printf(A, "(%s > %s)", a, b);
+  case TPK_OP_GE: return tpk_arena_printf(A, "(%s >= %s)", a, b);
+  case TPK_OP_NEG: return fl ? tpk_arena_printf(A, "(-%s)", a) : tpk_arena_printf(A, "(int32_t)(0u - (uint32_t)%s)", a);
+  case TPK_OP_NOT: return dt == TPK_BOOL ? tpk_arena_printf(A, "(!%s)", a) : tpk_arena_printf(A, "(~%s)", a);
+  case TPK_OP_ABS: return fl ? tpk_arena_printf(A, "fabsf(%s)", a) : tpk_arena_printf(A, "(int32_t)(%s < 0 ? 0u - (uint32_t)%s : (uint32_t)%s)", a, a, a);
+  case TPK_OP_EXP: return tpk_arena_printf(A, "expf(%s)", a);
+  case TPK_OP_LOG: return tpk_arena_printf(A, "logf(%s)", a);
+  case TPK_OP_SQRT: return tpk_arena_printf(A, "sqrtf(%s)", a);
+  case TPK_OP_RSQRT: return tpk_arena_printf(A, "(1.0f / sqrtf(%s))", a);
+  case TPK_OP_TANH: return tpk_arena_printf(A, "tanhf(%s)", a);
+  case TPK_OP_SIGMOID: return tpk_arena_printf(A, "(1.0f / (1.0f + expf(-%s)))", a);
+  case TPK_OP_ERF: return tpk_arena_printf(A, "erff(%s)", a);
+  case TPK_OP_FLOOR: return tpk_arena_printf(A, "floorf(%s)", a);
+  case TPK_OP_CEIL: return tpk_arena_printf(A, "ceilf(%s)", a);
+  case TPK_OP_SELECT: return tpk_arena_printf(A, "tpk_select_%s(%s, %s, %s)", fl ? "f" : "i", a, b, c);
+  default: (void)i32; return NULL;
+  }
+}
+
+/* Unary functions the primitive library computes on whole f32 tiles. */
+static const char *prim_unary(TpkOpcode op) {
+  switch (op) {
+  case TPK_OP_EXP: return "TPK_PRIM_EXP";
+  case TPK_OP_LOG: return "TPK_PRIM_LOG";
+  case TPK_OP_SQRT: return "TPK_PRIM_SQRT";
+  case TPK_OP_RSQRT: return "TPK_PRIM_RSQRT";
+  case TPK_OP_TANH: return "TPK_PRIM_TANH";
+  case TPK_OP_SIGMOID: return "TPK_PRIM_SIGMOID";
+  case TPK_OP_ERF: return "TPK_PRIM_ERF";
+  default: return NULL;
+  }
+}
+
+static void check_bad(Emitter *e, const TpkOp *op) {
+  line(e, "if (bad) return tpk_fail(err, \"line %d: integer division by zero\", 0);", op->loc.line);
+}
+
+/* `expr` (stored as dtype t) read back as its compute type: the rounding an
+ * elementwise op on bf16/f16/f8 does after every op. */
+static const char *widen(Emitter *e, TpkDType t, const char *expr) {
+  switch (t) {
+  case TPK_BF16: return tpk_arena_printf(&e->arena, "tpk_bf16_f32(%s)", expr);
+  case TPK_F16: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F16, %s)", expr);
+  case TPK_F8E4M3: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F8E4M3, %s)", expr);
+  case TPK_F8E5M2: return tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_F8E5M2, %s)", expr);
+  default: return expr;
+  }
+}
+
+static const char *linear(Emitter *e, int rank, const Sz *s, const int *which);
+static int open_loops(Emitter *e, const TpkType *t);
+static void close_loops(Emitter *e, int n);
+
+/* The element of v at coordinates `at` (one C expression per dimension of
+ * v), in its compute type. Fused values are computed right here: a
+ * broadcast maps the coordinates to its input's, an elementwise op combines
+ * its operands' elements. */
+static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *at) {
+  if (!is_tile(v)) return rd(e, v, "0");
+  const TpkType *t = v->type;
+  if (!tpk_value_is_fused(v)) {
+    TpkStr off = {0};
+    Sz vs[TPK_MAX_RANK];
+    strides(e, t, vs);
+    for (int d = 0; d < t->rank; d++)
+      if (!sz_is(vs[d], 0) && strcmp(at[d], "0") != 0) tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", at[d], vs[d]);
+    const char *o = tpk_arena_strdup(&e->arena, off.len ? off.data : "0");
+    tpk_str_free(&off);
+    return rd(e, v, o);
+  }
+  const TpkOp *op = v->def;
+  if (op->opcode == TPK_OP_BROADCAST) { /* NumPy: trailing alignment, size-1 dims stretch */
+    const TpkValue *x = op->in[0];
+    const char *xat[TPK_MAX_RANK];
+    int shift = t->rank - x->type->rank;
+    for (int d = 0; d < x->type->rank; d++) xat[d] = sz_is(dim(e, x->type, d), 1) ? "0" : at[d + shift];
+    return elem_expr(e, x, xat);
+  }
+  if (op->opcode == TPK_OP_IOTA) { /* the coordinate itself, as emit_iota writes it */
+    const char *c = tpk_arena_printf(&e->arena, "(%s)%s", compute_type(t->dtype), at[tpk_op_int(op, "axis", 0)]);
+    return widen(e, t->dtype, narrow(e, t->dtype, c));
+  }
+  const char *a[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
+  TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
+  /* a conversion's operand is already in compute type: rounding is all it does */
+  const char *x = op->opcode == TPK_OP_CONVERT ? a[0] : scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
+  if (!x) {
+    fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
+    return "0";
+  }
+  return widen(e, t->dtype, narrow(e, t->dtype, x)); /* round as the stored value would be */
+}
+
+/* One loop nest over r's elements computing op's result from its operands
+ * (and everything fused into them), into tile n, or with `dst` (an lvalue
+ * over the loop variables i0..) wherever dst says. */
+static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n, const char *dst) {
+  const TpkValue *r = &op->out[0];
+  const char *at[TPK_MAX_RANK];
+  for (int d = 0; d < r->type->rank; d++) at[d] = tpk_arena_printf(&e->arena, "i%d", d);
+  const char *x;
+  if (op->opcode == TPK_OP_BROADCAST) {
+    const TpkValue *in = op->in[0];
+    const char *xat[TPK_MAX_RANK];
+    int shift = r->type->rank - in->type->rank;
+    for (int d = 0; d < in->type->rank; d++) xat[d] = sz_is(dim(e, in->type, d), 1) ? "0" : at[d + shift];
+    x = elem_expr(e, in, xat);
+  } else {
+    const char *a[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
+    TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
+    x = op->opcode == TPK_OP_CONVERT ? a[0] : scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
+    if (!x) {
+      fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
+      return;
+    }
+  }
+  Sz rs[TPK_MAX_RANK];
+  strides(e, r->type, rs);
+  int k = open_loops(e, r->type);
+  if (dst) line(e, "%s = %s;", dst, narrow(e, r->type->dtype, x));
+  else line(e, "%s[%s] = %s;", n, linear(e, r->type->rank, rs, NULL), narrow(e, r->type->dtype, x));
+  close_loops(e, k);
+}
+
+static bool load_is_view(const TpkOp *load);
+
+/* Does the element expression of v read memory of `ref` in place (a load
+ * that may be a view of it, itself or fused into v)? */
+static bool reads_in_place(const TpkValue *v, const TpkValue *ref) {
+  const TpkOp *d = v->def;
+  if (!d || !is_tile(v)) return false;
+  if (d->opcode == TPK_OP_LOAD) return d->in[0] == ref && load_is_view(d);
+  if (!tpk_value_is_fused(v)) return false; /* a tile of its own in the workspace */
+  for (int i = 0; i < d->nin; i++)
+    if (reads_in_place(d->in[i], ref)) return true;
+  return false;
+}
+
+/* The store that may take op's elements straight from its loop, skipping
+ * the tile and the copy: the op right after op, setting (not adding) op's
+ * result, its only use, through an index without gathers, into memory the
+ * expression does not also read in place (an inout updated from a view of
+ * itself could read elements already overwritten). NULL otherwise. */
+static const TpkOp *direct_store(const TpkOp *op) {
+  const TpkOp *st = op->next;
+  const TpkValue *r = &op->out[0];
+  if (!st || st->opcode != TPK_OP_STORE || st->in[st->nin - 1] != r || !is_tile(r)) return NULL;
+  if (strcmp(tpk_op_str(st, "mode", "set"), "set") != 0 || strchr(tpk_op_str(st, "index", ""), 'g')) return NULL;
+  if (tpk_count_uses(op->parent, r, NULL) != 1) return NULL;
+  for (int i = 0; i < op->nin; i++)
+    if (reads_in_place(op->in[i], st->in[0])) return NULL;
+  return st;
+}
+
+static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const TpkValue *mem, int first, Access *acc);
+static void access_sizes(Emitter *e, Access *acc, const TpkType *block);
+static const char *access_offset(Emitter *e, const Access *acc, const char **valid);
+static void check_indices(Emitter *e, const Access *acc);
+static const char *in_range(Emitter *e, const Access *acc);
+static void block_copy(Emitter *e, const Access *acc, const char *tile, const TpkType *bt, bool to_tile,
+                       const char *fill, bool add);
+
+/* op's loop and the store after it (direct_store) as one: a block in range
+ * gets its elements written where they go; a ragged one goes through the
+ * tile and the store's masked copy. */
+static void emit_element_loop_stored(Emitter *e, const TpkOp *op, const char *n, const TpkOp *st) {
+  const TpkValue *r = &op->out[0];
+  Access acc;
+  if (!access_of(e, st, tpk_op_str(st, "index", ""), st->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, r->type);
+  check_indices(e, &acc);
+  const char *valid;
+  const char *off = access_offset(e, &acc, &valid);
+  line(e, "if (%s) { /* in range: computed straight into %s */", in_range(e, &acc), acc.base);
+  e->indent++;
+  emit_element_loop(e, op, n, tpk_arena_printf(&e->arena, "%s[%s]", acc.base, off));
+  e->indent--;
+  line(e, "} else {");
+  e->indent++;
+  emit_element_loop(e, op, n, NULL);
+  block_copy(e, &acc, n, r->type, false, NULL, false);
+  e->indent--;
+  line(e, "}");
+  e->stored = st;
+}
+
+/* An elementwise op (unary, binary, compare, select, convert of scalars). */
+static void emit_elementwise(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0];
+  TpkDType in_dt = op->nin ? op->in[op->nin - 1]->type->dtype : r->type->dtype;
+  if (op->opcode == TPK_OP_SELECT) in_dt = op->in[1]->type->dtype;
+  bool int_div = !tpk_dtype_is_float(in_dt) &&
+                 (op->opcode == TPK_OP_DIV || op->opcode == TPK_OP_REM || op->opcode == TPK_OP_CDIV);
+  if (!is_tile(r)) {
+    const char *a = op->nin > 0 ? rd(e, op->in[0], "0") : NULL, *b = op->nin > 1 ? rd(e, op->in[1], "0") : NULL;
+    const char *c = op->nin > 2 ? rd(e, op->in[2], "0") : NULL;
+    const char *x = op->opcode == TPK_OP_CONVERT ? a : scalar_expr(e, op, in_dt, a, b, c);
+    if (!x) {
+      fail(e, op, "'%s' on scalars is not supported by the host backend", tpk_op_info(op->opcode)->name);
+      return;
+    }
+    const char *n = new_name(e, r);
+    if (op->opcode == TPK_OP_CONVERT) { /* the primitive rounds exactly as tile conversions do */
+      line(e, "%s %s;", ctype(r->type->dtype), n);
+      line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, &%s, &%s, 1);", prim_dtype(in_dt), prim_dtype(r->type->dtype),
+           name_of(e, op->in[0]), n);
+      return;
+    }
+    if (!int_div) {
+      line(e, "%s %s = %s;", ctype(r->type->dtype), n, narrow(e, r->type->dtype, x));
+      return;
+    }
+    line(e, "%s %s;", ctype(r->type->dtype), n);
+    line(e, "{");
+    e->indent++;
+    line(e, "int bad = 0;");
+    line(e, "%s = %s;", n, narrow(e, r->type->dtype, x));
+    check_bad(e, op);
+    e->indent--;
+    line(e, "}");
+    return;
+  }
+  const char *n = def_tile(e, r);
+  Sz count = numel(e, r->type);
+  if (op->opcode == TPK_OP_CONVERT && !tpk_op_is_element_loop(op)) {
+    line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, %s, %s, %s);", prim_dtype(in_dt), prim_dtype(r->type->dtype),
+         name_of(e, op->in[0]), n, count);
+    return;
+  }
+  const char *prim = prim_unary(op->opcode);
+  if (prim && in_dt == TPK_F32) {
+    line(e, "p->unary_f32(%s, %s, %s, %s);", prim, name_of(e, op->in[0]), n, count);
+    return;
+  }
+  if (!int_div) {
+    const TpkOp *st = direct_store(op);
+    if (st) emit_element_loop_stored(e, op, n, st);
+    else emit_element_loop(e, op, n, NULL);
+    return;
+  }
+  line(e, "{");
+  e->indent++;
+  line(e, "int bad = 0;");
+  emit_element_loop(e, op, n, NULL);
+  check_bad(e, op);
+  e->indent--;
+  line(e, "}");
+}
+
+/* ---- constants, symbols, indices ------------------------------------------------------- */
+
+static const char *float_literal(Emitter *e, double v) {
+  if (isnan(v)) return "(0.0f / 0.0f)";
+  if (isinf(v)) return v > 0 ? "(1.0f / 0.0f)" : "(-1.0f / 0.0f)";
+  char buf[48];
+  snprintf(buf, sizeof buf, "%.9g", v);
+  /* a C float literal needs a point or an exponent: 0 -> 0.0f */
+  return tpk_arena_printf(&e->arena, "%s%sf", buf, strpbrk(buf, ".e") ? "" : ".0");
+}
+
+static void emit_const(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0];
+  const TpkAttr *a = tpk_op_attr(op, "value");
+  TpkDType dt = r->type->dtype;
+  const char *x;
+  if (tpk_dtype_is_float(dt)) x = narrow(e, dt, float_literal(e, a->kind == TPK_ATTR_FLOAT ? a->f : (double)a->i));
+  else x = tpk_arena_printf(&e->arena, "(%s)%" PRId64, ctype(dt), a->kind == TPK_ATTR_FLOAT ? (int64_t)a->f : a->i);
+  if (!is_tile(r)) {
+    line(e, "%s %s = %s;", ctype(dt), new_name(e, r), x);
+    return;
+  }
+  const char *n = def_tile(e, r);
+  bool zero = a->kind == TPK_ATTR_FLOAT ? (a->f == 0 && !signbit(a->f)) : a->i == 0;
+  if (zero) { /* all-zero bits in every dtype: memset is fast whoever compiled us */
+    line(e, "memset(%s, 0, %s);", n, byte_size(e, r->type));
+    return;
+  }
+  line(e, "for (int64_t k = 0; k < %s; k++) %s[k] = %s;", numel(e, r->type), n, x);
+}
+
+static int symbol_index(Emitter *e, const char *sym) {
+  const char *names[64];
+  int n = tpk_func_symbols(e->f, names, 64);
+  for (int i = 0; i < n && i < 64; i++)
+    if (names[i] == sym || strcmp(names[i], sym) == 0) return i;
+  return -1;
+}
+
+/* ---- shapes: broadcast, transpose, reshape, iota, slice -------------------------------- */
+
+/* Open loops i0..i{rank-1} over a shape; returns how many were opened. */
+static int open_loops(Emitter *e, const TpkType *t) {
+  for (int i = 0; i < t->rank; i++) {
+    line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, t, i), i);
+    e->indent++;
+  }
+  return t->rank;
+}
+
+static void close_loops(Emitter *e, int n) {
+  for (int i = 0; i < n; i++) {
+    e->indent--;
+    line(e, "}");
+  }
+}
+
+/* "i0*S0 + i1*S1 + ..." over the given strides (terms with stride 0 drop). */
+static const char *linear(Emitter *e, int rank, const Sz *s, const int *which) {
+  TpkStr b = {0};
+  for (int i = 0; i < rank; i++) {
+    if (sz_is(s[i], 0)) continue;
+    int var = which ? which[i] : i;
+    tpk_str_printf(&b, "%si%d", b.len ? " + " : "", var);
+    if (!sz_is(s[i], 1)) tpk_str_printf(&b, "*%s", s[i]);
+  }
+  const char *r = tpk_arena_strdup(&e->arena, b.len ? b.data : "0");
+  tpk_str_free(&b);
+  return r;
+}
+
+static void emit_broadcast(Emitter *e, const TpkOp *op) { emit_element_loop(e, op, def_tile(e, &op->out[0]), NULL); }
+
+static void emit_transpose(Emitter *e, const TpkOp *op) {
+  const TpkValue *x = op->in[0], *r = &op->out[0];
+  const TpkAttr *perm = tpk_op_attr(op, "perm");
+  Sz xs[TPK_MAX_RANK], rs[TPK_MAX_RANK], src[TPK_MAX_RANK];
+  strides(e, x->type, xs);
+  strides(e, r->type, rs);
+  for (int i = 0; i < r->type->rank; i++) src[i] = xs[perm->ints[i]];
+  const char *n = def_tile(e, r);
+  int k = open_loops(e, r->type);
+  line(e, "%s[%s] = %s[%s];", n, linear(e, r->type->rank, rs, NULL), name_of(e, x), linear(e, r->type->rank, src, NULL));
+  close_loops(e, k);
+}
+
+static void emit_reshape(Emitter *e, const TpkOp *op) {
+  const char *n = def_tile(e, &op->out[0]);
+  copy_tile(e, n, &op->out[0], op->in[0]);
+}
+
+static void emit_iota(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0];
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  Sz rs[TPK_MAX_RANK];
+  strides(e, r->type, rs);
+  const char *n = def_tile(e, r);
+  int k = open_loops(e, r->type);
+  line(e, "%s[%s] = %s;", n, linear(e, r->type->rank, rs, NULL),
+       narrow(e, r->type->dtype, tpk_arena_printf(&e->arena, "(%s)i%d", compute_type(r->type->dtype), axis)));
+  close_loops(e, k);
+}
+
+/* ---- blocks of memory: load, store, slice, dma ------------------------------------------ */
+
+
+/* Read the pattern's operands (starting at op->in[first]) into acc. */
+static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const TpkValue *mem, int first, Access *acc) {
+  memset(acc, 0, sizeof *acc);
+  acc->op = op;
+  acc->base = name_of(e, mem);
+  acc->mem = mem->type;
+  acc->pattern = pattern;
+  int k = first;
+  for (int d = 0; pattern[d]; d++) {
+    const TpkValue *v = NULL;
+    switch (pattern[d]) {
+    case 't':
+      v = op->in[k++];
+      acc->start[d] = tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, v), v->type->block);
+      acc->size[d] = sz_int(e, v->type->block);
+      break;
+    case ':':
+      acc->start[d] = "0";
+      acc->size[d] = dim(e, mem->type, d);
+      break;
+    case 's':
+      v = op->in[k++];
+      acc->start[d] = tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v));
+      acc->size[d] = "1";
+      break;
+    case 'r':
+      v = op->in[k++];
+      acc->start[d] = tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v));
+      acc->size[d] = NULL; /* from the block type, filled by the caller */
+      break;
+    case 'g':
+      v = op->in[k++];
+      acc->gather[d] = v;
+      acc->start[d] = name_of(e, v);
+      acc->size[d] = dim(e, v->type, 0);
+      break;
+    default:
+      return fail(e, op, "internal: bad index pattern '%s'", pattern);
+    }
+  }
+  return true;
+}
+
+/* Fill the 'r' sizes from the block type (the non-'s' dims in order). */
+static void access_sizes(Emitter *e, Access *acc, const TpkType *block) {
+  int j = 0;
+  for (int d = 0; acc->pattern[d]; d++) {
+    if (acc->pattern[d] == 's') continue;
+    if (acc->pattern[d] == 'r') acc->size[d] = dim(e, block, j);
+    j++;
+  }
+}
+
+/* The element of the memory at block coordinates i0.. (one per non-'s'
+ * dim, named by `var(j)`), as an offset expression; the validity condition
+ * (in range) goes to *valid. Gather indices are checked by the caller. */
+static const char *access_offset(Emitter *e, const Access *acc, const char **valid) {
+  Sz ms[TPK_MAX_RANK];
+  strides(e, acc->mem, ms);
+  TpkStr off = {0}, ok = {0};
+  int j = 0;
+  for (int d = 0; acc->pattern[d]; d++) {
+    char c = acc->pattern[d];
+    Sz D = dim(e, acc->mem, d);
+    const char *pos;
+    if (c == 's') pos = acc->start[d];
+    else if (c == 'g') pos = tpk_arena_printf(&e->arena, "(int64_t)%s[i%d]", acc->start[d], j++);
+    else if (c == ':') pos = tpk_arena_printf(&e->arena, "i%d", j++);
+    else pos = tpk_arena_printf(&e->arena, "(%s + i%d)", acc->start[d], j++);
+    if (c == 't' || c == 'r')
+      tpk_str_printf(&ok, "%s(uint64_t)%s < (uint64_t)%s", ok.len ? " && " : "", pos, D);
+    if (c == 'g' && acc->lane_limit[d]) tpk_str_printf(&ok, "%si%d < %s", ok.len ? " && " : "", j - 1, acc->lane_limit[d]);
+    if (!sz_is(ms[d], 0)) tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", pos, ms[d]);
+  }
+  *valid = ok.len ? tpk_arena_strdup(&e->arena, ok.data) : NULL;
+  const char *r = tpk_arena_strdup(&e->arena, off.len ? off.data : "0");
+  tpk_str_free(&off);
+  tpk_str_free(&ok);
+  return r;
+}
+
+/* Scalar and gather indices are checked once per access, before any copy. */
+static void check_indices(Emitter *e, const Access *acc) {
+  for (int d = 0; acc->pattern[d]; d++) {
+    Sz D = dim(e, acc->mem, d);
+    if (acc->pattern[d] == 's')
+      line(e, "if ((uint64_t)%s >= (uint64_t)%s) return tpk_fail2(err, \"line %d: index %%lld is out of range [0, %%lld)\", (long long)%s, (long long)%s);",
+           acc->start[d], D, acc->op->loc.line, acc->start[d], D);
+    if (acc->pattern[d] == 'g')
+      line(e, "for (int64_t k = 0; k < %s; k++) if ((uint64_t)%s[k] >= (uint64_t)%s) return tpk_fail2(err, \"line %d: gather index %%lld is out of range [0, %%lld)\", (long long)%s[k], (long long)%s);",
+           acc->size[d], acc->start[d], D, acc->op->loc.line, acc->start[d], D);
+  }
+}
+
+/* Is the last dim of the access a plain contiguous run (':' 't' 'r')? */
+static bool row_contiguous(const Access *acc, int rank) {
+  int last = rank - 1;
+  return last >= 0 && acc->pattern[last] != 's' && acc->pattern[last] != 'g';
+}
+
+/* Copy a block between memory (through acc) and a tile `tile` of type bt:
+ * to_tile: tile = memory (masked elements get `fill`), else memory (op)= tile
+ * with `add` accumulating. */
+static void block_copy(Emitter *e, const Access *acc, const char *tile, const TpkType *bt, bool to_tile,
+                       const char *fill, bool add) {
+  int rank = (int)strlen(acc->pattern);
+  int brank = bt->rank;
+  Sz bs[TPK_MAX_RANK];
+  strides(e, bt, bs);
+  TpkDType dt = bt->dtype;
+  size_t es = tpk_dtype_size(dt);
+  /* Fast path: rows of the last dimension move with memcpy (its valid part;
+   * the rest of a loaded row is filled). */
+  if (!add && brank > 0 && row_contiguous(acc, rank)) {
+    Sz row = sz_is(bs[brank - 1], 0) ? "0" : dim(e, bt, brank - 1);
+    int last = rank - 1;
+    Sz D = dim(e, acc->mem, last);
+    int k = 0;
+    for (int i = 0; i < brank - 1; i++) {
+      line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, bt, i), i);
+      e->indent++;
+      k++;
+    }
+    /* offset of the row start: coordinates with the last one 0 */
+    line(e, "{");
+    e->indent++;
+    line(e, "int64_t i%d = 0;", brank - 1);
+    const char *valid;
+    const char *off = access_offset(e, acc, &valid);
+    const char *dst_row = tpk_arena_printf(&e->arena, "%s + %s", tile, linear(e, brank, bs, NULL));
+    /* elements [lo, hi) of the row are inside the memory's last dim */
+    line(e, "int64_t s0 = %s, lo = s0 < 0 ? -s0 : 0, hi = %s - s0;", acc->start[last], D);
+    line(e, "if (hi > %s) hi = %s;", row, row);
+    /* the other dims' validity, with the last coordinate in range */
+    const char *rowok = valid ? valid : "1";
+    line(e, "int rowok = lo < hi && (%s);", rowok);
+    if (to_tile) {
+      line(e, "if (!rowok) { lo = 0; hi = 0; }");
+      line(e, "for (int64_t k = 0; k < lo; k++) (%s)[k] = %s;", dst_row, fill);
+      line(e, "if (hi > lo) memcpy(%s + lo, %s + (%s) + lo, (unsigned long)(hi - lo) * %zu);", dst_row, acc->base, off, es);
+      line(e, "for (int64_t k = hi > lo ? hi : lo; k < %s; k++) (%s)[k] = %s;", row, dst_row, fill);
+    } else {
+      line(e, "if (rowok) memcpy(%s + (%s) + lo, %s + lo, (unsigned long)(hi - lo) * %zu);", acc->base, off, dst_row, es);
+    }
+    e->indent--;
+    line(e, "}");
+    close_loops(e, k);
+    return;
+  }
+  /* General path: element by element. */
+  int k = open_loops(e, bt);
+  const char *valid;
+  const char *off = access_offset(e, acc, &valid);
+  const char *ti = linear(e, brank, bs, NULL);
+  if (to_tile) {
+    if (valid) line(e, "%s[%s] = (%s) ? %s[%s] : %s;", tile, ti, valid, acc->base, off, fill);
+    else line(e, "%s[%s] = %s[%s];", tile, ti, acc->base, off);
+  } else {
+    const char *dst = tpk_arena_printf(&e->arena, "%s[%s]", acc->base, off);
+    const char *val = tpk_arena_printf(&e->arena, "%s[%s]", tile, ti);
+    if (add) {
+      const char *cur = dt == TPK_BF16 ? tpk_arena_printf(&e->arena, "tpk_bf16_f32(%s)", dst)
+                        : tpk_dtype_is_float(dt) && dt != TPK_F32 ? tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_%s, %s)", prim_dtype(dt), dst)
+                                                                   : dst;
+      const char *inc = dt == TPK_BF16 ? tpk_arena_printf(&e->arena, "tpk_bf16_f32(%s)", val)
+                        : tpk_dtype_is_float(dt) && dt != TPK_F32 ? tpk_arena_printf(&e->arena, "tpk_to_f32(p, TPK_PRIM_%s, %s)", prim_dtype(dt), val)
+                                                                   : val;
+      const char *sum = tpk_dtype_is_float(dt) ? tpk_arena_printf(&e->arena, "%s + %s", cur, inc)
+                        : dt == TPK_BOOL ? tpk_arena_printf(&e->arena, "%s | %s", cur, inc)
+                                         : tpk_arena_printf(&e->arena, "(uint32_t)%s + (uint32_t)%s", cur, inc);
+      val = narrow(e, dt, sum);
+    }
+    if (valid) line(e, "if (%s) %s = %s;", valid, dst, val);
+    else line(e, "%s = %s;", dst, val);
+  }
+  close_loops(e, k);
+}
+
+static const char *fill_value(Emitter *e, const TpkOp *op, TpkDType dt) {
+  const TpkAttr *o = tpk_op_attr(op, "other");
+  double v = !o ? 0 : o->kind == TPK_ATTR_FLOAT ? o->f : (double)o->i;
+  if (tpk_dtype_is_float(dt)) return narrow(e, dt, float_literal(e, v));
+  return tpk_arena_printf(&e->arena, "(%s)%" PRId64, ctype(dt), (int64_t)v);
+}
+
+/* A 2-D block loaded only to feed a dot: gemm can read it where it lies, with
+ * the tensor's row stride, whenever the block is fully in range, so the copy
+ * into the workspace is only made for ragged edge blocks. The block's rows
+ * must come from one dimension and its columns from the contiguous last one. */
+static bool load_feeds_dot(const TpkOp *load) {
+  const TpkValue *v = &load->out[0];
+  if (v->type->rank != 2 || load->in[0]->type->kind != TPK_TYPE_REF) return false;
+  const char *pat = tpk_op_str(load, "index", "");
+  size_t n = strlen(pat);
+  if (n < 2 || pat[n - 1] == 's') return false;
+  for (size_t i = 0; i < n; i++)
+    if (pat[i] == 'g') return false;
+  const TpkOp *use = NULL;
+  int uses = 0;
+  for (const TpkOp *op = load->next; op; op = op->next) { /* uses in this block */
+    for (int i = 0; i < op->nin; i++)
+      if (op->in[i] == v) {
+        use = op;
+        uses++;
+      }
+    if (op->nregion) return false; /* a use could hide in a region: keep it simple */
+  }
+  return uses == 1 && use->opcode == TPK_OP_DOT && use->in[0] != use->in[1];
+}
+
+/* A block that is one contiguous run of its tensor (leading scalar indices,
+ * then at most one blocked dimension, then whole dimensions: x[i, :],
+ * q[h, i, :]) has the tile's layout where it lies: when it is in range the
+ * load is a view and nothing is copied. */
+static bool load_is_view(const TpkOp *load) {
+  if (load->in[0]->type->kind != TPK_TYPE_REF || load->out[0].type->rank == 0 || load_feeds_dot(load)) return false;
+  const char *p = tpk_op_str(load, "index", "");
+  while (*p == 's') p++;
+  if (*p == 't' || *p == 'r' || *p == ':') p++;
+  while (*p == ':') p++;
+  return *p == 0;
+}
+
+/* The C condition that every blocked dimension of acc is in range. */
+static const char *in_range(Emitter *e, const Access *acc) {
+  TpkStr cond = {0};
+  for (int d = 0; acc->pattern[d]; d++)
+    if (acc->pattern[d] == 't' || acc->pattern[d] == 'r')
+      tpk_str_printf(&cond, "%s%s + %s <= %s", cond.len ? " && " : "", acc->start[d], acc->size[d], dim(e, acc->mem, d));
+  const char *r = tpk_arena_strdup(&e->arena, cond.len ? cond.data : "1");
+  tpk_str_free(&cond);
+  return r;
+}
+
+/* A block load that may read the tensor in place: when the block is in
+ * range, tile n points at it; a ragged block is copied with padding. A gemm
+ * operand also gets its leading dimension, n_ld. */
+static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, const char *n, bool gemm_operand) {
+  Sz ms[TPK_MAX_RANK];
+  strides(e, acc->mem, ms);
+  TpkStr off = {0};
+  int rowdim = -1;
+  for (int d = 0; acc->pattern[d]; d++) {
+    char c = acc->pattern[d];
+    if (c != 's' && rowdim < 0) rowdim = d;
+    if (!sz_is(ms[d], 0) && strcmp(acc->start[d], "0") != 0)
+      tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", acc->start[d], ms[d]);
+  }
+  if (gemm_operand) line(e, "int64_t %s_ld = %s;", n, dim(e, op->out[0].type, 1));
+  line(e, "if (%s) {", in_range(e, acc));
+  e->indent++;
+  line(e, "%s = %s + %s; /* in range: a view of the tensor, no copy */", n, acc->base, off.len ? off.data : "0");
+  if (gemm_operand) line(e, "%s_ld = %s;", n, ms[rowdim]);
+  e->indent--;
+  line(e, "} else {");
+  e->indent++;
+  block_copy(e, acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
+  e->indent--;
+  line(e, "}");
+  tpk_str_free(&off);
+}
+
+static void emit_load(Emitter *e, const TpkOp *op) {
+  Access acc;
+  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, op->out[0].type);
+  check_indices(e, &acc);
+  const char *n = def_tile(e, &op->out[0]);
+  if (!is_tile(&op->out[0])) return;
+  if (load_is_view(op)) emit_view_or_copy(e, op, &acc, n, false);
+  else if (load_feeds_dot(op)) emit_view_or_copy(e, op, &acc, n, true);
+  else block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
+}
+
+/* A load of a single element (a scalar result) */
+static void emit_load_scalar(Emitter *e, const TpkOp *op) {
+  Access acc;
+  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  check_indices(e, &acc);
+  const char *valid;
+  const char *off = access_offset(e, &acc, &valid);
+  const TpkValue *r = &op->out[0];
+  line(e, "%s %s = %s[%s];", ctype(r->type->dtype), new_name(e, r), acc.base, off);
+}
+
+/* A store through an index vector that was loaded as a ragged block drops
+ * the vector's padding lanes (past its tensor's end), as a store drops
+ * out-of-range elements: their index (0, or `other`) names a real row that
+ * is not the kernel's to write. */
+static void mask_padding_lanes(Emitter *e, Access *acc) {
+  for (int d = 0; acc->pattern[d]; d++) {
+    const TpkOp *ld = acc->pattern[d] == 'g' ? tpk_index_vector_load(acc->gather[d]) : NULL;
+    if (!ld) continue;
+    const TpkValue *at = ld->in[1];
+    const char *start = strcmp(tpk_op_str(ld, "index", ""), "t") == 0
+                            ? tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, at), at->type->block)
+                            : tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, at));
+    acc->lane_limit[d] = tpk_arena_printf(&e->arena, "(%s - %s)", dim(e, ld->in[0]->type, 0), start);
+  }
+}
+
+static void emit_store(Emitter *e, const TpkOp *op) {
+  if (op == e->stored) return; /* its value's loop wrote it */
+  Access acc;
+  const TpkValue *val = op->in[op->nin - 1];
+  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, val->type);
+  check_indices(e, &acc);
+  mask_padding_lanes(e, &acc);
+  bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
+  if (!is_tile(val)) { /* a single element */
+    const char *valid;
+    const char *off = access_offset(e, &acc, &valid);
+    if (add) line(e, "%s[%s] = %s;", acc.base, off,
+                  narrow(e, val->type->dtype, tpk_arena_printf(&e->arena, "%s + %s", rd(e, val, "0"),
+                                                               tpk_arena_printf(&e->arena, "%s[%s]", acc.base, off))));
+    else line(e, "%s[%s] = %s;", acc.base, off, name_of(e, val));
+    return;
+  }
+  block_copy(e, &acc, name_of(e, val), val->type, false, NULL, add);
+}
+
+static void emit_slice(Emitter *e, const TpkOp *op) {
+  Access acc;
+  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  if (!is_tile(&op->out[0])) {
+    emit_load_scalar(e, op);
+    return;
+  }
+  access_sizes(e, &acc, op->out[0].type);
+  check_indices(e, &acc);
+  const char *n = def_tile(e, &op->out[0]);
+  block_copy(e, &acc, n, op->out[0].type, true, fill_value(e, op, op->out[0].type->dtype), false);
+}
+
+/* copy_async: the host copies at once; wait() has nothing left to do. */
+static void emit_dma(Emitter *e, const TpkOp *op) {
+  const char *sp = tpk_op_str(op, "src_index", ""), *dp = tpk_op_str(op, "dst_index", "");
+  int nsrc = 0;
+  for (const char *c = sp; *c; c++) nsrc += *c != ':';
+  Access src, dst;
+  if (!access_of(e, op, sp, op->in[0], 1, &src) || !access_of(e, op, dp, op->in[1 + nsrc], 2 + nsrc, &dst)) return;
+  /* the block's shape: the destination's selected dims */
+  const TpkDim *dims[TPK_MAX_RANK];
+  int rank = 0;
+  for (int d = 0; dp[d]; d++) {
+    if (dp[d] == 's') continue;
+    int64_t size = 0;
+    if (dp[d] != ':' && !sz_value(dst.size[d], &size)) {
+      fail(e, op, "internal: copy_async of a block whose size is not constant");
+      return;
+    }
+    dims[rank++] = dp[d] == ':' ? dst.mem->dims[d] : tpk_dim_const(e->f->module, size);
+  }
+  const TpkType *bt = tpk_type_tensor(e->f->module, src.mem->dtype, rank, dims);
+  /* 'r' sizes come from the block */
+  access_sizes(e, &src, bt);
+  access_sizes(e, &dst, bt);
+  check_indices(e, &src);
+  check_indices(e, &dst);
+  const char *n = new_name(e, &op->out[0]);
+  line(e, "int %s = 0; /* copy_async: done at once on the host */", n);
+  line(e, "(void)%s;", n);
+  int k = open_loops(e, bt);
+  const char *sv, *dv;
+  const char *so = access_offset(e, &src, &sv), *doff = access_offset(e, &dst, &dv);
+  TpkStr cond = {0};
+  if (dv) tpk_str_puts(&cond, dv);
+  if (cond.len) line(e, "if (%s)", cond.data);
+  line(e, "%s%s[%s] = %s%s%s ? %s[%s] : 0;", cond.len ? "  " : "", dst.base, doff, sv ? "(" : "", sv ? sv : "1",
+       sv ? ")" : "", src.base, so);
+  tpk_str_free(&cond);
+  close_loops(e, k);
+}
+
+/* ---- reductions and dot ------------------------------------------------------------------ */
+
+/* A sum or mean of an element expression fused into it (fuse.c): no tile,
+ * each kept position's elements are added as they are computed, in
+ * reduce_f32's row order (prims.h: 64 accumulators from -0, element l into
+ * l % 64, folded in halves), so the bits are the primitive's on the tile
+ * the expression would have filled. */
+static void emit_fused_sum(Emitter *e, const TpkOp *op, const char *out, const char *scalar, Sz len, bool is_mean) {
+  const TpkValue *x = op->in[0];
+  const TpkType *xt = x->type;
+  int first = xt->rank - tpk_op_attr(op, "axes")->n; /* the first reduced dimension */
+  const char *at[TPK_MAX_RANK];
+  TpkStr idx = {0};
+  Sz kept = "1"; /* output strides: the kept dims, row-major */
+  for (int i = first - 1; i >= 0; i--) {
+    tpk_str_printf(&idx, "%si%d*%s", idx.len ? " + " : "", i, kept);
+    kept = sz_mul(e, kept, dim(e, xt, i));
+  }
+  for (int i = 0; i < first; i++) at[i] = tpk_arena_printf(&e->arena, "i%d", i);
+  Sz after = "1"; /* elements per step of reduced dim d: coordinates from the flat l */
+  for (int d = xt->rank - 1; d >= first; d--) {
+    const char *q = sz_is(after, 1) ? "l" : tpk_arena_printf(&e->arena, "(l / %s)", after);
+    at[d] = d == first ? q : tpk_arena_printf(&e->arena, "(%s %% %s)", q, dim(e, xt, d));
+    after = sz_mul(e, after, dim(e, xt, d));
+  }
+  int opened = 0;
+  for (int i = 0; i < first; i++, opened++) {
+    line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
+    e->indent++;
+  }
+  const char *v = elem_expr(e, x, at);
+  line(e, "float acc[64]; /* sum in reduce_f32's lane order */");
+  line(e, "for (int j = 0; j < 64; j++) acc[j] = -0.0f;");
+  line(e, "int64_t l0 = 0;");
+  line(e, "for (; l0 + 64 <= %s; l0 += 64)", len);
+  line(e, "  for (int64_t j = 0; j < 64; j++) { int64_t l = l0 + j; acc[j] += %s; }", v);
+  line(e, "for (int64_t j = 0; l0 + j < %s; j++) { int64_t l = l0 + j; acc[j] += %s; }", len, v);
+  line(e, "for (int w = 32; w >= 1; w /= 2) for (int j = 0; j < w; j++) acc[j] += acc[j + w];");
+  int64_t n;
+  const char *res = sz_value(len, &n) && n > 0 ? "acc[0]" : tpk_arena_printf(&e->arena, "(%s == 0 ? 0.0f : acc[0])", len);
+  if (is_mean) res = tpk_arena_printf(&e->arena, "%s / %s", res, float_size(e, len));
+  if (out) line(e, "%s[%s] = %s;", out, idx.len ? idx.data : "0", res);
+  else line(e, "%s = %s;", scalar, res);
+  tpk_str_free(&idx);
+  close_loops(e, opened);
+}
+
+static void emit_reduce(Emitter *e, const TpkOp *op) {
+  const TpkValue *x = op->in[0], *r = &op->out[0];
+  const char *kind = tpk_op_str(op, "kind", "sum");
+  const TpkAttr *axes = tpk_op_attr(op, "axes");
+  const TpkType *xt = x->type;
+  bool reduced[TPK_MAX_RANK] = {false};
+  Sz len = "1";
+  for (int i = 0; i < axes->n; i++) {
+    reduced[axes->ints[i]] = true;
+    len = sz_mul(e, len, dim(e, xt, (int)axes->ints[i]));
+  }
+  bool contiguous = true;
+  for (int i = 1; i < axes->n; i++) contiguous &= axes->ints[i] == axes->ints[i - 1] + 1;
+  bool is_mean = strcmp(kind, "mean") == 0;
+  const char *out = is_tile(r) ? def_tile(e, r) : NULL;
+  const char *scalar = NULL;
+  if (!out) {
+    scalar = new_name(e, r);
+    line(e, "%s %s;", ctype(r->type->dtype), scalar);
+  }
+  if (tpk_value_is_fused(x)) {
+    if (!out) { /* a block of its own: acc and friends stay local */
+      line(e, "{");
+      e->indent++;
+    }
+    emit_fused_sum(e, op, out, scalar, len, is_mean);
+    if (!out) {
+      e->indent--;
+      line(e, "}");
+    }
+    return;
+  }
+  /* f32 over adjacent axes: the primitive. */
+  if (xt->dtype == TPK_F32 && contiguous && axes->n > 0 && strcmp(kind, "prod") != 0) {
+    Sz outer = "1", inner = "1";
+    for (int i = 0; i < axes->ints[0]; i++) outer = sz_mul(e, outer, dim(e, xt, i));
+    for (int i = (int)axes->ints[axes->n - 1] + 1; i < xt->rank; i++) inner = sz_mul(e, inner, dim(e, xt, i));
+    const char *dst = out ? out : tpk_arena_printf(&e->arena, "&%s", scalar);
+    line(e, "p->reduce_f32(%s, %s, %s, %s, %s, %s);",
+         strcmp(kind, "max") == 0 ? "TPK_PRIM_MAX" : strcmp(kind, "min") == 0 ? "TPK_PRIM_MIN" : "TPK_PRIM_SUM",
+         name_of(e, x), outer, len, inner, dst);
+    if (is_mean) {
+      if (out) line(e, "for (int64_t k = 0; k < %s; k++) %s[k] = %s[k] / %s;", numel(e, r->type), out, out, float_size(e, len));
+      else line(e, "%s = %s / %s;", scalar, scalar, float_size(e, len));
+    }
+    return;
+  }
+  /* General: loops over the kept dims outside, the reduced dims inside, one
+   * accumulator per output, ascending order. */
+  TpkDType dt = xt->dtype;
+  bool fl = tpk_dtype_is_float(dt);
+  const char *acc_t = fl ? "float" : "int32_t";
+  const char *init = strcmp(kind, "max") == 0 ? (fl ? "(-1.0f / 0.0f)" : "INT32_MIN")
+                     : strcmp(kind, "min") == 0 ? (fl ? "(1.0f / 0.0f)" : "INT32_MAX")
+                     : strcmp(kind, "prod") == 0 ? "1" : "0";
+  Sz xs[TPK_MAX_RANK];
+  strides(e, xt, xs);
+  int opened = 0;
+  for (int i = 0; i < xt->rank; i++)
+    if (!reduced[i]) {
+      line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
+      e->indent++;
+      opened++;
+    }
+  line(e, "%s acc = %s;", acc_t, init);
+  for (int i = 0; i < xt->rank; i++)
+    if (reduced[i]) {
+      line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
+      e->indent++;
+      opened++;
+    }
+  const char *xv = rd(e, x, linear(e, xt->rank, xs, NULL));
+  if (strcmp(kind, "max") == 0) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmax(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s > acc ? %s : acc)", xv, xv));
+  else if (strcmp(kind, "min") == 0) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmin(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s < acc ? %s : acc)", xv, xv));
+  else if (strcmp(kind, "prod") == 0) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc * %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc * (uint32_t)%s)", xv));
+  else line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc + %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc + (uint32_t)%s)", xv));
+  int inner = 0;
+  for (int i = 0; i < xt->rank; i++) inner += reduced[i];
+  close_loops(e, inner);
+  const char *res = is_mean ? tpk_arena_printf(&e->arena, "acc / %s", float_size(e, len)) : "acc";
+  if (out) {
+    /* output offset: kept dims with the output's strides (keepdims adds 1s) */
+    Sz rs[TPK_MAX_RANK], os[TPK_MAX_RANK];
+    strides(e, r->type, rs);
+    bool keep = tpk_op_attr(op, "keepdims") && tpk_op_attr(op, "keepdims")->i;
+    for (int i = 0, j = 0; i < xt->rank; i++) os[i] = reduced[i] ? "0" : rs[keep ? i : j++];
+    line(e, "%s[%s] = %s;", out, linear(e, xt->rank, os, NULL), narrow(e, r->type->dtype, res));
+  } else {
+    line(e, "%s = %s;", scalar, narrow(e, r->type->dtype, res));
+  }
+  close_loops(e, opened - inner);
+}
+
+static const char *gemm_fn(TpkDType dt) {
+  switch (dt) {
+  case TPK_F32: return "gemm_f32";
+  case TPK_BF16: return "gemm_bf16";
+  case TPK_F16: return "gemm_f16";
+  case TPK_I8: return "gemm_i8";
+  case TPK_I32: return "gemm_i32";
+  default: return NULL;
+  }
+}
+
+/* C (+)= A x B for a dot op into tile `c` (already holding the addend when
+ * accumulate). */
+static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumulate) {
+  const TpkValue *a = dot->in[0], *b = dot->in[1];
+  const char *fn = gemm_fn(a->type->dtype);
+  if (!fn) {
+    fail(e, dot, "dot of %s operands is not supported by the host backend (convert them to f32, bf16, f16, i8 or i32)",
+         tpk_dtype_name(a->type->dtype));
+    return;
+  }
+  const TpkAttr *lc = tpk_op_attr(dot, "lhs_contract"), *rc = tpk_op_attr(dot, "rhs_contract");
+  const TpkAttr *lb = tpk_op_attr(dot, "lhs_batch");
+  int batch = lb ? lb->n : 0;
+  if (lc->n != 1 || batch > 1 || a->type->rank != 2 + batch || b->type->rank != 2 + batch) {
+    fail(e, dot, "this dot's dimensions are not supported by the host backend");
+    return;
+  }
+  int ak = (int)lc->ints[0] - batch, bk = (int)rc->ints[0] - batch;
+  Sz a0 = dim(e, a->type, batch), a1 = dim(e, a->type, batch + 1);
+  Sz b0 = dim(e, b->type, batch), b1 = dim(e, b->type, batch + 1);
+  Sz M = ak == 1 ? a0 : a1, K = ak == 1 ? a1 : a0, N = bk == 0 ? b1 : b0;
+  int a_trans = ak == 0, b_trans = bk == 1;
+  if (batch) {
+    line(e, "for (int64_t b = 0; b < %s; b++)", dim(e, a->type, 0));
+    e->indent++;
+  }
+  const char *bo = batch ? "b * " : "";
+  /* an operand loaded in place has its tensor's row stride */
+  const char *lda = a->def && a->def->opcode == TPK_OP_LOAD && load_feeds_dot(a->def)
+                        ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, a)) : a1;
+  const char *ldb = b->def && b->def->opcode == TPK_OP_LOAD && load_feeds_dot(b->def)
+                        ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, b)) : b1;
+  line(e, "p->%s(%s, %s, %s, %s + %s%s, %s, %d, %s + %s%s, %s, %d, %s + %s%s, %s, %d);", fn, M, N, K, name_of(e, a), bo,
+       batch ? sz_mul(e, a0, a1) : "0", lda, a_trans, name_of(e, b), bo, batch ? sz_mul(e, b0, b1) : "0", ldb, b_trans, c,
+       bo, batch ? sz_mul(e, M, N) : "0", N, accumulate);
+  if (batch) e->indent--;
+}
+
+static void emit_dot(Emitter *e, const TpkOp *op) {
+  if (tpk_dot_fuses_into_add(op, NULL)) return; /* done by its add */
+  const char *n = def_tile(e, &op->out[0]);
+  emit_gemm(e, op, n, false);
+}
+
+/* x + dot(a, b): x into the result (in place when they share memory), then
+ * one gemm accumulating into it. */
+static bool emit_add_dot(Emitter *e, const TpkOp *add) {
+  for (int i = 0; i < 2; i++) {
+    const TpkValue *d = add->in[i], *x = add->in[1 - i];
+    if (!d->def || d->def->opcode != TPK_OP_DOT) continue;
+    const TpkOp *fused_add = NULL;
+    if (!tpk_dot_fuses_into_add(d->def, &fused_add) || fused_add != add) continue;
+    const char *n = def_tile(e, &add->out[0]);
+    copy_tile(e, n, &add->out[0], x);
+    emit_gemm(e, d->def, n, true);
+    return true;
+  }
+  return false;
+}
+
+/* ---- value-level gather, scatter, concat ---------------------------------------------------- */
+
+static void emit_gather(Emitter *e, const TpkOp *op) {
+  const TpkValue *t = op->in[0], *ids = op->in[1], *r = &op->out[0];
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  Sz ts[TPK_MAX_RANK], rs[TPK_MAX_RANK], is[TPK_MAX_RANK];
+  strides(e, t->type, ts);
+  strides(e, r->type, rs);
+  strides(e, ids->type, is);
+  Sz D = dim(e, t->type, axis);
+  const char *n = def_tile(e, r);
+  int k = open_loops(e, r->type);
+  /* result coords: [0,axis) table, [axis, axis+ir) ids, then table */
+  int ir = ids->type->rank;
+  TpkStr idx = {0}, src = {0};
+  for (int i = 0; i < ir; i++) tpk_str_printf(&idx, "%s i%d*%s", i ? " +" : "", axis + i, is[i]);
+  const char *id = tpk_arena_printf(&e->arena, "(int64_t)%s[%s]", name_of(e, ids), ir ? idx.data : "0");
+  line(e, "int64_t g = %s;", id);
+  line(e, "if ((uint64_t)g >= (uint64_t)%s) return tpk_fail2(err, \"line %d: gather index %%lld is out of range [0, %%lld)\", (long long)g, (long long)%s);",
+       D, op->loc.line, D);
+  for (int i = 0; i < t->type->rank; i++) {
+    const char *c = i < axis ? tpk_arena_printf(&e->arena, "i%d", i)
+                    : i == axis ? "g"
+                                : tpk_arena_printf(&e->arena, "i%d", i - 1 + ir);
+    tpk_str_printf(&src, "%s%s*%s", i ? " + " : "", c, ts[i]);
+  }
+  line(e, "%s[%s] = %s[%s];", n, linear(e, r->type->rank, rs, NULL), name_of(e, t), src.data ? src.data : "0");
+  tpk_str_free(&idx);
+  tpk_str_free(&src);
+  close_loops(e, k);
+}
+
+static void emit_scatter(Emitter *e, const TpkOp *op) {
+  const TpkValue *base = op->in[0], *ids = op->in[1], *upd = op->in[2], *r = &op->out[0];
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
+  Sz bs[TPK_MAX_RANK], us[TPK_MAX_RANK], is[TPK_MAX_RANK];
+  strides(e, base->type, bs);
+  strides(e, upd->type, us);
+  strides(e, ids->type, is);
+  Sz D = dim(e, base->type, axis);
+  const char *n = def_tile(e, r);
+  copy_tile(e, n, r, base);
+  int k = open_loops(e, upd->type);
+  int ir = ids->type->rank;
+  TpkStr idx = {0}, dst = {0};
+  for (int i = 0; i < ir; i++) tpk_str_printf(&idx, "%s i%d*%s", i ? " +" : "", axis + i, is[i]);
+  line(e, "int64_t g = (int64_t)%s[%s];", name_of(e, ids), ir ? idx.data : "0");
+  line(e, "if ((uint64_t)g >= (uint64_t)%s) return tpk_fail2(err, \"line %d: scatter index %%lld is out of range [0, %%lld)\", (long long)g, (long long)%s);",
+       D, op->loc.line, D);
+  for (int i = 0; i < base->type->rank; i++) {
+    const char *c = i < axis ? tpk_arena_printf(&e->arena, "i%d", i)
+                    : i == axis ? "g"
+                                : tpk_arena_printf(&e->arena, "i%d", i - 1 + ir);
+    tpk_str_printf(&dst, "%s%s*%s", i ? " + " : "", c, bs[i]);
+  }
+  const char *d = tpk_arena_printf(&e->arena, "%s[%s]", n, dst.data ? dst.data : "0");
+  const char *u = tpk_arena_printf(&e->arena, "%s[%s]", name_of(e, upd), linear(e, upd->type->rank, us, NULL));
+  TpkDType dt = r->type->dtype;
+  if (add && tpk_dtype_is_float(dt))
+    line(e, "%s = %s;", d, narrow(e, dt, tpk_arena_printf(&e->arena, "%s + %s", rd(e, r, dst.data ? dst.data : "0"), rd(e, upd, linear(e, upd->type->rank, us, NULL)))));
+  else if (add) line(e, "%s = (%s)((uint32_t)%s + (uint32_t)%s);", d, ctype(dt), d, u);
+  else line(e, "%s = %s;", d, u);
+  tpk_str_free(&idx);
+  tpk_str_free(&dst);
+  close_loops(e, k);
+}
+
+static void emit_concat(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0];
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  Sz rs[TPK_MAX_RANK];
+  strides(e, r->type, rs);
+  const char *n = def_tile(e, r);
+  Sz at = "0";
+  for (int i = 0; i < op->nin; i++) {
+    const TpkValue *x = op->in[i];
+    Sz xs[TPK_MAX_RANK];
+    strides(e, x->type, xs);
+    int k = open_loops(e, x->type);
+    TpkStr dst = {0};
+    for (int d = 0; d < r->type->rank; d++)
+      if (!sz_is(rs[d], 0))
+        tpk_str_printf(&dst, "%s(i%d%s)*%s", dst.len ? " + " : "", d, d == axis ? tpk_arena_printf(&e->arena, " + %s", at) : "",
+                       rs[d]);
+    line(e, "%s[%s] = %s[%s];", n, dst.len ? dst.data : "0", name_of(e, x), linear(e, x->type->rank, xs, NULL));
+    tpk_str_free(&dst);
+    close_loops(e, k);
+    at = sz_add(e, at, dim(e, x->type, axis));
+  }
+}
+
+/* ---- control flow ------------------------------------------------------------------------- */
+
+static void emit_block(Emitter *e, const TpkBlock *b);
+
+/* Loop-carried and if-merged values: assign the yielded values to the
+ * carriers. Tiles are copied unless they already share memory; when a
+ * yielded tile lives in another carrier's buffer, everything goes through a
+ * temporary copy first so no carrier is overwritten before it is read. */
+static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *carriers, int n) {
+  bool clash = false;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++)
+      if (i != j && is_tile(&carriers[j]) && offset_of(e, y->in[i]) == offset_of(e, &carriers[j])) clash = true;
+  for (int i = 0; i < n; i++) {
+    const TpkValue *c = &carriers[i], *v = y->in[i];
+    if (!is_tile(c)) {
+      line(e, "%s y%d_%d = %s;", ctype(c->type->dtype), e->tmp, i, name_of(e, v));
+      continue;
+    }
+    if (offset_of(e, v) == offset_of(e, c)) continue;
+    Sz bytes = byte_size(e, c->type);
+    if (clash) {
+      line(e, "void *y%d_%d = malloc(%s);", e->tmp, i, bytes);
+      line(e, "if (!y%d_%d) return tpk_fail(err, \"out of host memory\", 0);", e->tmp, i);
+      line(e, "memcpy(y%d_%d, %s, %s);", e->tmp, i, name_of(e, v), bytes);
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    const TpkValue *c = &carriers[i], *v = y->in[i];
+    if (!is_tile(c)) {
+      line(e, "%s = y%d_%d;", name_of(e, c), e->tmp, i);
+      continue;
+    }
+    if (offset_of(e, v) == offset_of(e, c)) continue;
+    Sz bytes = byte_size(e, c->type);
+    if (clash) {
+      line(e, "memcpy(%s, y%d_%d, %s);", name_of(e, c), e->tmp, i, bytes);
+      line(e, "free(y%d_%d);", e->tmp, i);
+    } else {
+      line(e, "memcpy(%s, %s, %s);", name_of(e, c), name_of(e, v), bytes);
+    }
+  }
+  e->tmp++;
+}
+
+/* The C value of a loop bound or a grid bound. */
+static const char *bound(Emitter *e, const TpkValue *v) { return tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v)); }
+
+static void emit_for(Emitter *e, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  int n = op->nout;
+  /* the carriers are the block arguments; the results are the same C objects */
+  for (int i = 0; i < n; i++) {
+    const TpkValue *arg = &body->args[i + 1], *init = op->in[2 + i];
+    if (is_tile(arg)) {
+      const char *c = def_tile(e, arg);
+      copy_tile(e, c, arg, init);
+      set_name(e, &op->out[i], c);
+    } else {
+      const char *c = new_name(e, arg);
+      line(e, "%s %s = %s;", ctype(arg->type->dtype), c, name_of(e, init));
+      set_name(e, &op->out[i], c);
+    }
+  }
+  const TpkValue *iv = &body->args[0];
+  const char *ivn = new_name(e, iv);
+  line(e, "for (int64_t %s = %s; %s < %s; %s++) {", ivn, bound(e, op->in[0]), ivn, bound(e, op->in[1]), ivn);
+  e->indent++;
+  emit_block(e, body);
+  if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, &body->args[1], n);
+  e->indent--;
+  line(e, "}");
+}
+
+static void emit_if(Emitter *e, const TpkOp *op) {
+  int n = op->nout;
+  for (int i = 0; i < n; i++) {
+    const TpkValue *r = &op->out[i];
+    if (is_tile(r)) def_tile(e, r);
+    else line(e, "%s %s;", ctype(r->type->dtype), new_name(e, r));
+  }
+  line(e, "if (%s) {", name_of(e, op->in[0]));
+  for (int r = 0; r < 2; r++) {
+    e->indent++;
+    const TpkBlock *b = op->regions[r];
+    emit_block(e, b);
+    if (n && b->last && b->last->opcode == TPK_OP_YIELD) emit_yield_into(e, b->last, op->out, n);
+    e->indent--;
+    line(e, r == 0 ? "} else {" : "}");
+  }
+}
+
+/* The grid a launch shares among its parts: one loop over this part's
+ * range of the instances, flattened row-major (the last axis fastest, as
+ * the nested loops go), each axis's index recovered from the flat one. A
+ * kernel shares at most one grid, so the names (grid_*) cannot clash, and
+ * they take no number from the other names. */
+static void emit_split_grid_loops(Emitter *e, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  line(e, "/* grid: %d ax%s, one iteration per program instance; this call runs its share of them */", body->nargs,
+       body->nargs == 1 ? "is" : "es");
+  TpkStr total = {0};
+  for (int a = 0; a < body->nargs; a++) {
+    line(e, "int64_t grid_n%d = %s - %s;", a, bound(e, op->in[2 * a + 1]), bound(e, op->in[2 * a]));
+    line(e, "if (grid_n%d < 0) grid_n%d = 0;", a, a);
+    tpk_str_printf(&total, "%sgrid_n%d", a ? " * " : "", a);
+  }
+  line(e, "int64_t grid_lo, grid_hi;");
+  line(e, "tpk_share(p, %s, &grid_lo, &grid_hi);", total.data ? total.data : "1");
+  tpk_str_free(&total);
+  line(e, "for (int64_t grid_q = grid_lo; grid_q < grid_hi; grid_q++) {");
+  e->indent++;
+  for (int a = 0; a < body->nargs; a++) {
+    TpkStr inner = {0}; /* instances per step of axis a */
+    for (int b = a + 1; b < body->nargs; b++) tpk_str_printf(&inner, "%sgrid_n%d", inner.len ? " * " : "", b);
+    const char *q = inner.len ? tpk_arena_printf(&e->arena, "grid_q / (%s)", inner.data) : "grid_q";
+    if (a > 0) q = tpk_arena_printf(&e->arena, "(%s) %% grid_n%d", q, a);
+    tpk_str_free(&inner);
+    line(e, "int64_t %s = %s + %s;", new_name(e, &body->args[a]), bound(e, op->in[2 * a]), q);
+  }
+}
+
+static void emit_grid(Emitter *e, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  const TpkOp *outer = e->grid;
+  e->grid = op;
+  int loops = body->nargs;
+  if (op == e->split) {
+    emit_split_grid_loops(e, op);
+    loops = 1;
+  } else {
+    line(e, "/* grid: %d ax%s, one iteration per program instance */", body->nargs, body->nargs == 1 ? "is" : "es");
+    for (int a = 0; a < body->nargs; a++) {
+      const char *n = new_name(e, &body->args[a]);
+      line(e, "for (int64_t %s = %s; %s < %s; %s++) {", n, bound(e, op->in[2 * a]), n, bound(e, op->in[2 * a + 1]), n);
+      e->indent++;
+    }
+  }
+  emit_block(e, body);
+  for (int a = 0; a < loops; a++) {
+    e->indent--;
+    line(e, "}");
+  }
+  e->grid = outer;
+}
+
+static void emit_op(Emitter *e, const TpkOp *op) {
+  source_comment(e, op);
+  if (op->nout == 1 && tpk_value_is_fused(&op->out[0])) return; /* computed inside its consumer's loop */
+  const TpkOpInfo *info = tpk_op_info(op->opcode);
+  switch (op->opcode) {
+  case TPK_OP_CONST: emit_const(e, op); return;
+  case TPK_OP_SYM: {
+    int k = symbol_index(e, tpk_op_str(op, "name", ""));
+    line(e, "int32_t %s = (int32_t)syms[%d];", new_name(e, &op->out[0]), k < 0 ? 0 : k);
+    return;
+  }
+  case TPK_OP_PROGRAM_ID:
+  case TPK_OP_NUM_PROGRAMS: {
+    int axis = (int)tpk_op_int(op, "axis", 0);
+    if (!e->grid || axis >= e->grid->regions[0]->nargs) {
+      fail(e, op, "%s outside a grid", info->name);
+      return;
+    }
+    const char *x = op->opcode == TPK_OP_PROGRAM_ID
+                        ? tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", name_of(e, &e->grid->regions[0]->args[axis]), bound(e, e->grid->in[2 * axis]))
+                        : tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", bound(e, e->grid->in[2 * axis + 1]), bound(e, e->grid->in[2 * axis]));
+    line(e, "int32_t %s = %s;", new_name(e, &op->out[0]), x);
+    return;
+  }
+  case TPK_OP_TILE_ID:
+    line(e, "int32_t %s = (int32_t)%s;", new_name(e, &op->out[0]), name_of(e, op->in[0]));
+    return;
+  case TPK_OP_TILE_START:
+    line(e, "int32_t %s = (int32_t)(%s * %" PRId64 ");", new_name(e, &op->out[0]), name_of(e, op->in[0]), op->in[0]->type->block);
+    return;
+  case TPK_OP_BROADCAST: emit_broadcast(e, op); return;
+  case TPK_OP_RESHAPE: emit_reshape(e, op); return;
+  case TPK_OP_TRANSPOSE: emit_transpose(e, op); return;
+  case TPK_OP_IOTA: emit_iota(e, op); return;
+  case TPK_OP_SLICE: emit_slice(e, op); return;
+  case TPK_OP_CONCAT: emit_concat(e, op); return;
+  case TPK_OP_REDUCE: emit_reduce(e, op); return;
+  case TPK_OP_DOT: emit_dot(e, op); return;
+  case TPK_OP_GATHER: emit_gather(e, op); return;
+  case TPK_OP_SCATTER: emit_scatter(e, op); return;
+  case TPK_OP_LOAD:
+    if (is_tile(&op->out[0])) emit_load(e, op);
+    else emit_load_scalar(e, op);
+    return;
+  case TPK_OP_STORE: emit_store(e, op); return;
+  case TPK_OP_ALLOC: {
+    const char *n = new_name(e, &op->out[0]);
+    const TpkPlanSlot *s = tpk_plan_slot(e->plan, &op->out[0]);
+    const TpkType *t = op->out[0].type;
+    line(e, "%s *%s = (%s *)(W + %s); /* scratch */", ctype(t->dtype), n, ctype(t->dtype), s ? slot_offset(e, s) : "0");
+    line(e, "memset(%s, 0, %s);", n, byte_size(e, t));
+    return;
+  }
+  case TPK_OP_DMA_START: emit_dma(e, op); return;
+  case TPK_OP_DMA_WAIT: line(e, "/* wait: the copy finished when it started */"); return;
+  case TPK_OP_GRID: emit_grid(e, op); return;
+  case TPK_OP_FOR: emit_for(e, op); return;
+  case TPK_OP_IF: emit_if(e, op); return;
+  case TPK_OP_YIELD: return; /* handled by the op owning the region */
+  case TPK_OP_ADD:
+    if (emit_add_dot(e, op)) return;
+    break;
+  case TPK_OP_RETURN:
+  case TPK_OP_CALL:
+    fail(e, op, "'%s' is not supported in host kernels yet", info->name);
+    return;
+  default:
+    break;
+  }
+  if ((info->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT || op->opcode == TPK_OP_CONVERT) {
+    emit_elementwise(e, op);
+    return;
+  }
+  fail(e, op, "internal: the C emitter does not handle '%s'", info->name);
+}
+
+static void emit_block(Emitter *e, const TpkBlock *b) {
+  for (const TpkOp *op = b->first; op && !e->failed; op = op->next) emit_op(e, op);
+}
+
+/* Helpers every generated kernel may use; static, so kernels linked into one
+ * object do not clash. */
+static const char PRELUDE[] =
+    "#include \"tpk_prims.h\"\n"
+    "\n"
+    "/* libm and libc, declared here so no system header is needed */\n"
+    "float expf(float); float logf(float); float sqrtf(float); float tanhf(float); float erff(float);\n"
+    "float powf(float, float); float fmodf(float, float); float fabsf(float); float floorf(float); float ceilf(float);\n"
+    "void *memcpy(void *, const void *, unsigned long); void *memset(void *, int, unsigned long);\n"
+    "void *malloc(unsigned long); void free(void *);\n"
+    "int snprintf(char *, unsigned long, const char *, ...);\n"
+    "#ifndef INT32_MIN\n"
+    "#define INT32_MIN (-2147483647 - 1)\n"
+    "#define INT32_MAX 2147483647\n"
+    "#endif\n"
+    "\n"
+    "/* Code built for any x86-64 (the ahead-of-time library) also gets an AVX2\n"
+    " * version of each kernel, picked when the program loads on a CPU that has\n"
+    " * it; the loops give the same bits either way (no reassociation, no FMA\n"
+    " * contraction). The JIT's cc already targets this CPU. */\n"
+    "#if defined(__GNUC__) && !defined(__TINYC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__)\n"
+    "#define TPK_KERNEL __attribute__((target_clones(\"avx2\", \"default\")))\n"
+    "#else\n"
+    "#define TPK_KERNEL\n"
+    "#endif\n"
+    "\n"
+    "/* A run-time error: the message goes to err, the kernel returns 1. */\n"
+    "static int tpk_fail(char *err, const char *fmt, long long value) {\n"
+    "  snprintf(err, 256, fmt, value);\n"
+    "  return 1;\n"
+    "}\n"
+    "static int tpk_fail2(char *err, const char *fmt, long long a, long long b) {\n"
+    "  snprintf(err, 256, fmt, a, b);\n"
+    "  return 1;\n"
+    "}\n"
+    "/* sizes of kernels compiled for every shape (divisors are > 0) */\n"
+    "static int64_t tpk_floordiv(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }\n"
+    "static int64_t tpk_ceildiv(int64_t a, int64_t b) { return -tpk_floordiv(-a, b); }\n"
+    "static int64_t tpk_align64(int64_t n) { return (n + 63) & ~(int64_t)63; }\n"
+    "static float tpk_bf16_f32(uint16_t h) { union { uint32_t u; float f; } c; c.u = (uint32_t)h << 16; return c.f; }\n"
+    "static uint16_t tpk_f32_bf16(float f) {\n"
+    "  union { uint32_t u; float f; } c; c.f = f;\n"
+    "  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((c.u >> 16) | 0x40u); /* quiet NaN */\n"
+    "  return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); /* round to nearest even */\n"
+    "}\n"
+    "static float tpk_to_f32(const TpkPrims *p, int from, uint32_t bits) {\n"
+    "  float r; uint16_t h = (uint16_t)bits; uint8_t b = (uint8_t)bits;\n"
+    "  p->convert(from, TPK_PRIM_F32, from == TPK_PRIM_F16 ? (const void *)&h : (const void *)&b, &r, 1);\n"
+    "  return r;\n"
+    "}\n"
+    "static uint32_t tpk_from_f32(const TpkPrims *p, int to, float f) {\n"
+    "  uint16_t h = 0; uint8_t b = 0;\n"
+    "  if (to == TPK_PRIM_F16) { p->convert(TPK_PRIM_F32, to, &f, &h, 1); return h; }\n"
+    "  p->convert(TPK_PRIM_F32, to, &f, &b, 1); return b;\n"
+    "}\n"
+    "/* The instances [*lo, *hi) of a grid of n that this part runs: n split\n"
+    " * into p->parts near-equal runs, the first n % parts one longer. */\n"
+    "static void tpk_share(const TpkPrims *p, int64_t n, int64_t *lo, int64_t *hi) {\n"
+    "  int64_t parts = p->parts > 1 ? p->parts : 1, part = p->parts > 1 ? p->part : 0;\n"
+    "  if (part < 0 || part >= parts) { *lo = *hi = 0; return; }\n"
+    "  int64_t q = n / parts, r = n % parts;\n"
+    "  *lo = part * q + (part < r ? part : r);\n"
+    "  *hi = *lo + q + (part < r);\n"
+    "}\n"
+    "/* select: both values evaluated, so compilers may blend vectors of them\n"
+    " * (`c ? t[i] : 0` with a conditional load does not vectorize) */\n"
+    "#ifdef __TINYC__\n"
+    "#define tpk_select_f(c, a, b) ((c) ? (a) : (b))\n"
+    "#define tpk_select_i(c, a, b) ((c) ? (a) : (b))\n"
+    "#else\n"
+    "static inline float tpk_select_f(int c, float a, float b) { return c ? a : b; }\n"
+    "static inline int32_t tpk_select_i(int c, int32_t a, int32_t b) { return c ? a : b; }\n"
+    "#endif\n"
+    "static float tpk_fmax(float a, float b) { return a != a || b != b ? a + b : a > b ? a : b; }\n"
+    "static float tpk_fmin(float a, float b) { return a != a || b != b ? a + b : a < b ? a : b; }\n"
+    "static int32_t tpk_idiv(int32_t a, int32_t b, int *bad) {\n"
+    "  if (b == 0) { *bad = 1; return 0; }\n"
+    "  if (b == -1) return (int32_t)(0u - (uint32_t)a);\n"
+    "  return a / b;\n"
+    "}\n"
+    "static int32_t tpk_irem(int32_t a, int32_t b, int *bad) {\n"
+    "  if (b == 0) { *bad = 1; return 0; }\n"
+    "  if (b == -1) return 0;\n"
+    "  return a % b;\n"
+    "}\n"
+    "static int32_t tpk_icdiv(int32_t a, int32_t b, int *bad) {\n"
+    "  int32_t q = tpk_idiv(a, b, bad);\n"
+    "  if (b != 0 && b != -1 && a % b != 0 && ((a < 0) == (b < 0))) q++;\n"
+    "  return q;\n"
+    "}\n";
+
+/* ---- sharing the grid among threads --------------------------------------------------------- */
+
+/* Memory outside the workspace: a kernel parameter (HBM). Scratch lives in
+ * the workspace, which every part of a launch has its own copy of. */
+static bool is_param_memory(const TpkValue *v) {
+  return v->type->kind == TPK_TYPE_REF && !(v->def && v->def->opcode == TPK_OP_ALLOC);
+}
+
+static const TpkParam *param_of(const TpkFunc *f, const TpkValue *v) {
+  for (int i = 0; i < f->nparams; i++)
+    if (f->params[i].value == v) return &f->params[i];
+  return NULL;
+}
+
+/* The memory op writes (a store's or a copy's destination), or NULL. */
+static const TpkValue *written_memory(const TpkOp *op) {
+  if (op->opcode == TPK_OP_STORE) return op->in[0];
+  if (op->opcode == TPK_OP_DMA_START) {
+    int nsrc = 0;
+    for (const char *c = tpk_op_str(op, "src_index", ""); *c; c++) nsrc += *c != ':';
+    return 1 + nsrc < op->nin ? op->in[1 + nsrc] : NULL;
+  }
+  return NULL;
+}
+
+/* Does v depend on data read from memory (a loaded index, directly or
+ * through arithmetic)? Conservative: values carried by loops, and chains
+ * deeper than `depth`, count as data. */
+static bool from_data(const TpkValue *v, int depth) {
+  if (depth <= 0) return true;
+  const TpkOp *d = v->def;
+  if (!d) { /* a block argument */
+    const TpkOp *owner = v->block ? v->block->parent : NULL;
+    if (!owner || owner->opcode == TPK_OP_GRID) return false; /* parameters, grid indices */
+    if (owner->opcode != TPK_OP_FOR || v->index != 0) return true;
+    return from_data(owner->in[0], depth - 1) || from_data(owner->in[1], depth - 1); /* a loop index: its bounds */
+  }
+  if (d->opcode == TPK_OP_LOAD || d->opcode == TPK_OP_GATHER || d->nregion) return true;
+  for (int i = 0; i < d->nin; i++)
+    if (from_data(d->in[i], depth - 1)) return true;
+  return false;
+}
+
+/* What op and the ops of its regions do to kernel parameters. */
+typedef struct Effects {
+  bool writes;        /* stores or copies into a parameter */
+  bool adds;          /* `+=` stores into a parameter: duplicates accumulate in instance order */
+  bool data_placed;   /* a write whose position comes from data: instances may collide */
+  bool reads_outputs; /* reads an output or inout parameter */
+} Effects;
+
+static void effects_of(const TpkFunc *f, const TpkOp *op, Effects *fx) {
+  const TpkValue *w = written_memory(op);
+  if (w && is_param_memory(w)) {
+    fx->writes = true;
+    if (op->opcode == TPK_OP_STORE && strcmp(tpk_op_str(op, "mode", "set"), "add") == 0) fx->adds = true;
+    /* the operands after the destination are its indices (and a store's value, last) */
+    int first = op->opcode == TPK_OP_STORE ? 1 : 0, end = op->opcode == TPK_OP_STORE ? op->nin - 1 : op->nin;
+    for (int i = first; i < end; i++)
+      if (op->in[i] != w && op->in[i]->type->kind != TPK_TYPE_REF && from_data(op->in[i], 32)) fx->data_placed = true;
+  }
+  for (int i = 0; i < op->nin; i++) {
+    const TpkParam *prm = op->in[i] != w ? param_of(f, op->in[i]) : NULL;
+    if (prm && prm->role != TPK_PARAM_IN && prm->value->type->kind == TPK_TYPE_REF) fx->reads_outputs = true;
+  }
+  for (int r = 0; r < op->nregion; r++)
+    for (const TpkOp *o = op->regions[r]->first; o; o = o->next) effects_of(f, o, fx);
+}
+
+const TpkOp *tpk_split_grid(const TpkFunc *f) {
+  const TpkOp *grid = NULL;
+  for (const TpkOp *op = f->body->first; op; op = op->next) {
+    Effects fx = {false, false, false, false};
+    effects_of(f, op, &fx);
+    if (op->opcode == TPK_OP_GRID) {
+      /* two grids need a barrier; sums need one order; writes placed by
+       * data may collide (a contract violation, but one the sequential
+       * order makes deterministic) */
+      if (grid || fx.adds || fx.data_placed) return NULL;
+      grid = op;
+      continue;
+    }
+    /* every part runs the ops around the grid: they must not write, and the
+     * ones before it must not read what the grid writes */
+    if (fx.writes || (!grid && fx.reads_outputs)) return NULL;
+  }
+  return grid;
+}
+
+int64_t tpk_grid_instances(const TpkOp *grid) {
+  int64_t n = 1;
+  for (int i = 0; i + 1 < grid->nin; i += 2) {
+    const TpkOp *lo = grid->in[i]->def, *hi = grid->in[i + 1]->def;
+    if (!lo || !hi || lo->opcode != TPK_OP_CONST || hi->opcode != TPK_OP_CONST) return -1;
+    int64_t d = tpk_op_int(hi, "value", 0) - tpk_op_int(lo, "value", 0);
+    n *= d > 0 ? d : 0;
+  }
+  return n;
+}
+
+/* <entry>_workspace(syms): the workspace bytes a launch needs. With
+ * symbolic sizes, <entry>_layout places the storage groups one after
+ * another, 64-byte aligned, and returns the total. */
+static void emit_layout(Emitter *e, const char *entry) {
+  const TpkPlan *plan = e->plan;
+  if (!plan->symbolic) {
+    tpk_str_printf(e->out, "\nint64_t %s_workspace(const int64_t *syms) {\n  (void)syms;\n  return %" PRId64 ";\n}\n", entry,
+                   plan->workspace_bytes);
+    return;
+  }
+  tpk_str_printf(e->out, "\nstatic int64_t %s_layout(const int64_t *syms, int64_t *wo) {\n  (void)syms;\n  wo[0] = 0;\n",
+                 entry);
+  for (int g = 0; g < plan->ngroups; g++)
+    tpk_str_printf(e->out, "  wo[%d] = wo[%d] + tpk_align64(%s);\n", g + 1, g, sz_dim(e, plan->group_bytes[g]));
+  tpk_str_printf(e->out, "  return wo[%d];\n}\n", plan->ngroups);
+  tpk_str_printf(e->out, "\nint64_t %s_workspace(const int64_t *syms) {\n  int64_t wo[%d];\n  return %s_layout(syms, wo);\n}\n",
+                 entry, plan->ngroups + 1, entry);
+}
+
+TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, const char *source, unsigned flags,
+                     TpkStr *out, TpkError *err) {
+  Emitter e = {.f = f, .plan = plan, .out = out, .err = err, .source = source};
+  tpk_arena_init(&e.arena, 0);
+  if (plan->symbolic)
+    tpk_str_printf(out, "/* %s: generated by tpk from kernel '%s' for every shape */\n", entry, f->name);
+  else
+    tpk_str_printf(out, "/* %s: generated by tpk from kernel '%s'; workspace %" PRId64 " bytes */\n", entry, f->name,
+                   plan->workspace_bytes);
+  if (!(flags & TPK_EMIT_NO_PRELUDE)) tpk_str_puts(out, PRELUDE);
+  emit_layout(&e, entry);
+  tpk_str_printf(out, "\nTPK_KERNEL int %s(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n",
+                 entry);
+  e.indent = 1;
+  e.split = tpk_split_grid(f);
+  if (!e.split) line(&e, "if (p->parts > 1 && p->part != 0) return 0; /* part 0 runs everything: the grid is not shared */");
+  line(&e, "char *W = (char *)ws;");
+  line(&e, "(void)p; (void)syms; (void)W; (void)err;");
+  if (plan->symbolic) {
+    line(&e, "int64_t wo[%d];", plan->ngroups + 1);
+    line(&e, "%s_layout(syms, wo);", entry);
+  }
+  for (int i = 0; i < f->nparams; i++) {
+    const TpkValue *v = f->params[i].value;
+    const char *n = new_name(&e, v);
+    if (v->type->kind == TPK_TYPE_REF)
+      line(&e, "%s *%s = (%s *)args[%d]; /* %s */", ctype(v->type->dtype), n, ctype(v->type->dtype), i,
+           f->params[i].role == TPK_PARAM_IN ? "input" : f->params[i].role == TPK_PARAM_OUT ? "output" : "inout");
+    else
+      line(&e, "%s %s = *(const %s *)args[%d]; /* scalar */", ctype(v->type->dtype), n, ctype(v->type->dtype), i);
+  }
+  emit_block(&e, f->body);
+  line(&e, "return 0;");
+  tpk_str_puts(out, "}\n");
+  tpk_ptrmap_free(&e.names);
+  tpk_arena_free(&e.arena);
+  if (out->failed && !e.failed) return tpk_error(err, TPK_ERR_NOMEM, "out of memory emitting '%s'", f->name);
+  return e.failed ? (err ? err->code : TPK_ERR_INTERNAL) : TPK_OK;
+}

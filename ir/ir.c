@@ -1,0 +1,741 @@
+/*
+ * ir.c — the IR's data: modules and their intern tables (strings, dims,
+ * types), dimension algebra, functions, the builder and the op table.
+ *
+ * Everything lives in the module arena. Interning is hash-consing: a dim or
+ * type is looked up by its fields before it is created, so structural
+ * equality is pointer equality everywhere downstream.
+ */
+#include "ir/ir.h"
+
+#include <string.h>
+
+#include "base/map.h"
+
+/* ---- Op table -------------------------------------------------------------- */
+
+static const TpkOpInfo OPS[TPK_OP_COUNT] = {
+#define TPK_OP_INFO(e, name, min_in, max_in, nout, nregion, flags, attrs) \
+  [TPK_OP_##e] = {name, min_in, max_in, nout, nregion, flags, attrs},
+    TPK_OPS(TPK_OP_INFO)
+#undef TPK_OP_INFO
+};
+
+const TpkOpInfo *tpk_op_info(TpkOpcode op) { return (unsigned)op < TPK_OP_COUNT ? &OPS[op] : NULL; }
+
+TpkOpcode tpk_opcode_from_name(const char *name, size_t len) {
+  for (int i = 0; i < TPK_OP_COUNT; i++)
+    if (strlen(OPS[i].name) == len && memcmp(OPS[i].name, name, len) == 0) return (TpkOpcode)i;
+  return TPK_OP_COUNT;
+}
+
+/* ---- Intern tables --------------------------------------------------------- */
+
+/* One open-addressing table of arena pointers with their hashes; `eq`
+ * compares a stored entry with the key being looked up. */
+typedef struct Table {
+  const void **slots;
+  uint64_t *hashes;
+  size_t cap, n;
+} Table;
+
+struct TpkIntern {
+  Table strs, dims, types;
+};
+
+typedef bool (*TableEq)(const void *entry, const void *key, size_t keylen);
+
+/* Index of the slot holding key, or of the empty slot where it belongs. */
+static size_t table_find(const Table *t, uint64_t h, TableEq eq, const void *key, size_t keylen) {
+  size_t i = (size_t)h & (t->cap - 1);
+  while (t->slots[i] && !(t->hashes[i] == h && eq(t->slots[i], key, keylen))) i = (i + 1) & (t->cap - 1);
+  return i;
+}
+
+static const void *table_get(const Table *t, uint64_t h, TableEq eq, const void *key, size_t keylen) {
+  if (!t->cap) return NULL;
+  return t->slots[table_find(t, h, eq, key, keylen)];
+}
+
+/* Make room for one more entry (copy on grow: the old arrays stay in the arena). */
+static bool table_reserve(TpkArena *a, Table *t) {
+  if (t->cap && (t->n + 1) * 4 < t->cap * 3) return true;
+  size_t cap = t->cap ? t->cap * 2 : 64;
+  const void **slots = tpk_arena_alloc(a, cap * sizeof *slots);
+  uint64_t *hashes = tpk_arena_alloc(a, cap * sizeof *hashes);
+  if (!slots || !hashes) return false;
+  for (size_t i = 0; i < t->cap; i++) {
+    if (!t->slots[i]) continue;
+    size_t j = (size_t)t->hashes[i] & (cap - 1);
+    while (slots[j]) j = (j + 1) & (cap - 1);
+    slots[j] = t->slots[i];
+    hashes[j] = t->hashes[i];
+  }
+  t->slots = slots;
+  t->hashes = hashes;
+  t->cap = cap;
+  return true;
+}
+
+static void table_insert(Table *t, uint64_t h, const void *entry) {
+  size_t i = (size_t)h & (t->cap - 1);
+  while (t->slots[i]) i = (i + 1) & (t->cap - 1);
+  t->slots[i] = entry;
+  t->hashes[i] = h;
+  t->n++;
+}
+
+static bool str_eq(const void *entry, const void *key, size_t n) {
+  const char *e = entry;
+  return strncmp(e, key, n) == 0 && e[n] == 0;
+}
+
+const char *tpk_module_intern(TpkModule *m, const char *s, size_t n) {
+  if (!s) return NULL;
+  uint64_t h = irh_bytes(s, n);
+  const char *found = table_get(&m->intern->strs, h, str_eq, s, n);
+  if (found) return found;
+  if (memchr(s, 0, n)) return NULL; /* interned names are C strings */
+  if (!table_reserve(&m->arena, &m->intern->strs)) return NULL;
+  char *copy = tpk_arena_strndup(&m->arena, s, n);
+  if (!copy) return NULL;
+  table_insert(&m->intern->strs, h, copy);
+  return copy;
+}
+
+static const char *intern_cstr(TpkModule *m, const char *s) { return s ? tpk_module_intern(m, s, strlen(s)) : NULL; }
+
+/* ---- Modules --------------------------------------------------------------- */
+
+TpkModule *tpk_module_new(const char *source_name) {
+  TpkArena arena;
+  tpk_arena_init(&arena, 0);
+  TpkModule *m = tpk_arena_alloc(&arena, sizeof *m);
+  if (!m) {
+    tpk_arena_free(&arena);
+    return NULL;
+  }
+  m->arena = arena;
+  m->intern = tpk_arena_alloc(&m->arena, sizeof *m->intern);
+  if (!m->intern) {
+    tpk_module_free(m);
+    return NULL;
+  }
+  if (source_name) m->source = tpk_arena_strdup(&m->arena, source_name);
+  return m;
+}
+
+void tpk_module_free(TpkModule *m) {
+  if (!m) return;
+  TpkArena arena = m->arena; /* m itself lives in the arena */
+  tpk_arena_free(&arena);
+}
+
+TpkFunc *tpk_module_find(TpkModule *m, const char *name) {
+  if (!m || !name) return NULL;
+  for (int i = 0; i < m->nfuncs; i++)
+    if (m->funcs[i]->name && strcmp(m->funcs[i]->name, name) == 0) return m->funcs[i];
+  return NULL;
+}
+
+/* ---- Dimensions ------------------------------------------------------------ */
+
+static uint64_t dim_hash(TpkDimKind kind, int64_t value, const char *sym, const TpkDim *a, const TpkDim *b) {
+  uint64_t h = irh_mix((uint64_t)kind * 0x9e3779b97f4a7c15ULL ^ (uint64_t)value);
+  h = irh_mix(h ^ (uint64_t)(uintptr_t)sym);
+  h = irh_mix(h ^ (uint64_t)(uintptr_t)a);
+  return irh_mix(h ^ (uint64_t)(uintptr_t)b * 31);
+}
+
+static bool dim_eq(const void *entry, const void *key, size_t unused) {
+  (void)unused;
+  const TpkDim *x = entry, *y = key;
+  return x->kind == y->kind && x->value == y->value && x->sym == y->sym && x->a == y->a && x->b == y->b;
+}
+
+static const TpkDim *dim_node(TpkModule *m, TpkDimKind kind, int64_t value, const char *sym, const TpkDim *a,
+                              const TpkDim *b) {
+  TpkDim key = {kind, value, sym, a, b};
+  uint64_t h = dim_hash(kind, value, sym, a, b);
+  const TpkDim *found = table_get(&m->intern->dims, h, dim_eq, &key, 0);
+  if (found) return found;
+  if (!table_reserve(&m->arena, &m->intern->dims)) return NULL;
+  TpkDim *d = tpk_arena_alloc(&m->arena, sizeof *d);
+  if (!d) return NULL;
+  *d = key;
+  table_insert(&m->intern->dims, h, d);
+  return d;
+}
+
+const TpkDim *tpk_dim_const(TpkModule *m, int64_t v) { return dim_node(m, TPK_DIM_CONST, v, NULL, NULL, NULL); }
+
+const TpkDim *tpk_dim_sym(TpkModule *m, const char *name) {
+  const char *s = intern_cstr(m, name);
+  return s ? dim_node(m, TPK_DIM_SYM, 0, s, NULL, NULL) : NULL;
+}
+
+bool tpk_dim_is_const(const TpkDim *d, int64_t *value) {
+  if (!d || d->kind != TPK_DIM_CONST) return false;
+  if (value) *value = d->value;
+  return true;
+}
+
+/* A structural order, the same in every module (pointer order is not), so
+ * canonical operand order and hence the printed text are deterministic.
+ * Symbols sort first and constants last: `B*H*2`, `M+1`. */
+static int dim_rank(TpkDimKind k) {
+  static const int rank[] = {[TPK_DIM_SYM] = 0, [TPK_DIM_ADD] = 1, [TPK_DIM_SUB] = 2, [TPK_DIM_MUL] = 3,
+                             [TPK_DIM_DIV] = 4, [TPK_DIM_CDIV] = 5, [TPK_DIM_CONST] = 6};
+  return rank[k];
+}
+
+static int dim_cmp(const TpkDim *x, const TpkDim *y) {
+  if (x == y) return 0;
+  if (x->kind != y->kind) return dim_rank(x->kind) - dim_rank(y->kind);
+  switch (x->kind) {
+  case TPK_DIM_CONST: return x->value < y->value ? -1 : 1;
+  case TPK_DIM_SYM: return strcmp(x->sym, y->sym);
+  default: {
+    int c = dim_cmp(x->a, y->a);
+    return c ? c : dim_cmp(x->b, y->b);
+  }
+  }
+}
+
+enum { MAX_TERMS = 64 };
+
+/* The operands of a chain of `op` (ADD or MUL), flattened; the constants are
+ * folded into *k. Returns FLAT_LONG when the chain is too long (the caller
+ * falls back to a plain node) and FLAT_OVERFLOW when a constant overflows. */
+typedef enum Flat { FLAT_OK, FLAT_LONG, FLAT_OVERFLOW } Flat;
+
+static Flat flatten(const TpkDim *d, TpkDimKind op, const TpkDim **terms, int *n, int64_t *k) {
+  if (d->kind == op) {
+    Flat f = flatten(d->a, op, terms, n, k);
+    return f != FLAT_OK ? f : flatten(d->b, op, terms, n, k);
+  }
+  if (d->kind == TPK_DIM_CONST) {
+    bool over = op == TPK_DIM_ADD ? __builtin_add_overflow(*k, d->value, k) : __builtin_mul_overflow(*k, d->value, k);
+    return over ? FLAT_OVERFLOW : FLAT_OK;
+  }
+  if (*n >= MAX_TERMS) return FLAT_LONG;
+  terms[(*n)++] = d;
+  return FLAT_OK;
+}
+
+/* Sorted terms, left-associated, the constant last unless it is the
+ * identity of op. */
+static const TpkDim *rebuild(TpkModule *m, TpkDimKind op, const TpkDim **terms, int n, int64_t k) {
+  for (int i = 1; i < n; i++) /* insertion sort: chains are short */
+    for (int j = i; j > 0 && dim_cmp(terms[j - 1], terms[j]) > 0; j--) {
+      const TpkDim *t = terms[j];
+      terms[j] = terms[j - 1];
+      terms[j - 1] = t;
+    }
+  int64_t identity = op == TPK_DIM_ADD ? 0 : 1;
+  if (op == TPK_DIM_MUL && k == 0) return tpk_dim_const(m, 0);
+  const TpkDim *r = n ? terms[0] : tpk_dim_const(m, k);
+  for (int i = 1; i < n && r; i++) r = dim_node(m, op, 0, NULL, r, terms[i]);
+  if (n && k != identity && r) r = dim_node(m, op, 0, NULL, r, tpk_dim_const(m, k));
+  return r;
+}
+
+static const TpkDim *assoc(TpkModule *m, TpkDimKind op, const TpkDim *a, const TpkDim *b) {
+  const TpkDim *terms[MAX_TERMS];
+  int n = 0;
+  int64_t k = op == TPK_DIM_ADD ? 0 : 1;
+  Flat f = flatten(a, op, terms, &n, &k);
+  if (f == FLAT_OK) f = flatten(b, op, terms, &n, &k);
+  if (f == FLAT_OVERFLOW) return NULL;
+  if (f == FLAT_LONG) {
+    if (dim_cmp(a, b) > 0) {
+      const TpkDim *t = a;
+      a = b;
+      b = t;
+    }
+    return dim_node(m, op, 0, NULL, a, b);
+  }
+  return rebuild(m, op, terms, n, k);
+}
+
+/* a / c and cdiv(a, c) with c > 0: fold constants, x/1, and (x*k)/c when c
+ * divides k exactly (so (x*c)/c is x). */
+static const TpkDim *divide(TpkModule *m, TpkDimKind op, const TpkDim *a, int64_t c) {
+  if (c == 1) return a;
+  if (a->kind == TPK_DIM_CONST) return tpk_dim_const(m, op == TPK_DIM_DIV ? tpk_floordiv(a->value, c) : tpk_ceildiv(a->value, c));
+  if (a->kind == TPK_DIM_MUL) {
+    const TpkDim *terms[MAX_TERMS];
+    int n = 0;
+    int64_t k = 1;
+    if (flatten(a, TPK_DIM_MUL, terms, &n, &k) == FLAT_OK && k % c == 0) return rebuild(m, TPK_DIM_MUL, terms, n, k / c);
+  }
+  return dim_node(m, op, 0, NULL, a, tpk_dim_const(m, c));
+}
+
+const TpkDim *tpk_dim_binary(TpkModule *m, TpkDimKind op, const TpkDim *a, const TpkDim *b) {
+  if (!m || !a || !b) return NULL;
+  int64_t x, y, r;
+  bool ca = tpk_dim_is_const(a, &x), cb = tpk_dim_is_const(b, &y);
+  switch (op) {
+  case TPK_DIM_ADD:
+  case TPK_DIM_MUL:
+    return assoc(m, op, a, b);
+  case TPK_DIM_SUB:
+    if (a == b) return tpk_dim_const(m, 0);
+    if (ca && cb) return __builtin_sub_overflow(x, y, &r) ? NULL : tpk_dim_const(m, r);
+    if (cb && y != INT64_MIN) return assoc(m, TPK_DIM_ADD, a, tpk_dim_const(m, -y)); /* x-c is x+(-c) */
+    if (a->kind == TPK_DIM_ADD) { /* (x+y)-y is x */
+      const TpkDim *terms[MAX_TERMS];
+      int n = 0;
+      int64_t k = 0;
+      if (flatten(a, TPK_DIM_ADD, terms, &n, &k) == FLAT_OK)
+        for (int i = 0; i < n; i++)
+          if (terms[i] == b) {
+            terms[i] = terms[--n];
+            return rebuild(m, TPK_DIM_ADD, terms, n, k);
+          }
+    }
+    return dim_node(m, op, 0, NULL, a, b);
+  case TPK_DIM_DIV:
+  case TPK_DIM_CDIV:
+    if (cb) return y <= 0 ? NULL : divide(m, op, a, y);
+    return dim_node(m, op, 0, NULL, a, b);
+  case TPK_DIM_CONST:
+  case TPK_DIM_SYM:
+    break;
+  }
+  return NULL;
+}
+
+const TpkDim *tpk_dim_substitute(TpkModule *m, const TpkDim *d, TpkSymLookup lookup, void *ctx) {
+  if (!d || !lookup) return d;
+  int64_t v;
+  switch (d->kind) {
+  case TPK_DIM_CONST: return d;
+  case TPK_DIM_SYM: return lookup(ctx, d->sym, &v) ? tpk_dim_const(m, v) : d;
+  default: {
+    const TpkDim *a = tpk_dim_substitute(m, d->a, lookup, ctx), *b = tpk_dim_substitute(m, d->b, lookup, ctx);
+    if (a == d->a && b == d->b) return d;
+    return tpk_dim_binary(m, d->kind, a, b);
+  }
+  }
+}
+
+bool tpk_dim_eval(const TpkDim *d, TpkSymLookup lookup, void *ctx, int64_t *value) {
+  if (!d) return false;
+  int64_t a, b;
+  switch (d->kind) {
+  case TPK_DIM_CONST: *value = d->value; return true;
+  case TPK_DIM_SYM: return lookup && lookup(ctx, d->sym, value);
+  default: break;
+  }
+  if (!tpk_dim_eval(d->a, lookup, ctx, &a) || !tpk_dim_eval(d->b, lookup, ctx, &b)) return false;
+  switch (d->kind) {
+  case TPK_DIM_ADD: return !__builtin_add_overflow(a, b, value);
+  case TPK_DIM_SUB: return !__builtin_sub_overflow(a, b, value);
+  case TPK_DIM_MUL: return !__builtin_mul_overflow(a, b, value);
+  case TPK_DIM_DIV:
+    if (b <= 0) return false;
+    *value = tpk_floordiv(a, b);
+    return true;
+  case TPK_DIM_CDIV:
+    if (b <= 0) return false;
+    *value = tpk_ceildiv(a, b);
+    return true;
+  default: return false;
+  }
+}
+
+/* ---- Types ----------------------------------------------------------------- */
+
+static uint64_t type_hash(const TpkType *t) {
+  uint64_t h = irh_mix(((uint64_t)t->kind << 32) ^ ((uint64_t)t->dtype << 16) ^ ((uint64_t)t->space << 8) ^
+                       (uint64_t)t->rank);
+  h = irh_mix(h ^ (uint64_t)t->block);
+  for (int i = 0; i < t->rank; i++) h = irh_mix(h ^ (uint64_t)(uintptr_t)t->dims[i]);
+  return h;
+}
+
+static bool type_eq(const void *entry, const void *key, size_t unused) {
+  (void)unused;
+  const TpkType *x = entry, *y = key;
+  if (x->kind != y->kind || x->dtype != y->dtype || x->space != y->space || x->rank != y->rank ||
+      x->block != y->block)
+    return false;
+  for (int i = 0; i < x->rank; i++)
+    if (x->dims[i] != y->dims[i]) return false;
+  return true;
+}
+
+static const TpkType *type_intern(TpkModule *m, const TpkType *key) {
+  uint64_t h = type_hash(key);
+  const TpkType *found = table_get(&m->intern->types, h, type_eq, key, 0);
+  if (found) return found;
+  if (!table_reserve(&m->arena, &m->intern->types)) return NULL;
+  TpkType *t = tpk_arena_alloc(&m->arena, sizeof *t);
+  if (!t) return NULL;
+  *t = *key;
+  table_insert(&m->intern->types, h, t);
+  return t;
+}
+
+static const TpkType *shaped(TpkModule *m, TpkTypeKind kind, TpkDType dt, int rank, const TpkDim *const *dims,
+                             TpkMemSpace space) {
+  if (!m || rank < 0 || rank > TPK_MAX_RANK || (unsigned)dt >= TPK_DTYPE_COUNT) return NULL;
+  TpkType key;
+  memset(&key, 0, sizeof key); /* padding too: keys are compared field by field, but keep them clean */
+  key.kind = kind;
+  key.dtype = dt;
+  key.space = space;
+  key.rank = rank;
+  for (int i = 0; i < rank; i++) {
+    if (!dims[i]) return NULL;
+    key.dims[i] = dims[i];
+  }
+  return type_intern(m, &key);
+}
+
+const TpkType *tpk_type_tensor(TpkModule *m, TpkDType dt, int rank, const TpkDim *const *dims) {
+  return shaped(m, TPK_TYPE_TENSOR, dt, rank, dims, TPK_MEM_HBM);
+}
+
+const TpkType *tpk_type_scalar(TpkModule *m, TpkDType dt) { return shaped(m, TPK_TYPE_TENSOR, dt, 0, NULL, TPK_MEM_HBM); }
+
+const TpkType *tpk_type_ref(TpkModule *m, TpkDType dt, int rank, const TpkDim *const *dims, TpkMemSpace space) {
+  if ((unsigned)space > TPK_MEM_SMEM) return NULL;
+  return shaped(m, TPK_TYPE_REF, dt, rank, dims, space);
+}
+
+const TpkType *tpk_type_tile(TpkModule *m, int64_t block) {
+  if (!m || block <= 0) return NULL;
+  TpkType key;
+  memset(&key, 0, sizeof key);
+  key.kind = TPK_TYPE_TILE;
+  key.block = block;
+  return type_intern(m, &key);
+}
+
+const TpkType *tpk_type_dma(TpkModule *m) {
+  if (!m) return NULL;
+  TpkType key;
+  memset(&key, 0, sizeof key);
+  key.kind = TPK_TYPE_DMA;
+  return type_intern(m, &key);
+}
+
+const TpkType *tpk_type_with_dtype(TpkModule *m, const TpkType *t, TpkDType dt) {
+  if (!t || (t->kind != TPK_TYPE_TENSOR && t->kind != TPK_TYPE_REF)) return NULL;
+  return shaped(m, t->kind, dt, t->rank, t->dims, t->space);
+}
+
+bool tpk_type_is_scalar(const TpkType *t) { return t && t->kind == TPK_TYPE_TENSOR && t->rank == 0; }
+
+/* ---- Functions and blocks -------------------------------------------------- */
+
+/* Arrays whose capacity is implied by their length (no capacity field in
+ * the public structs): the next power of two, at least `min`. */
+static int implied_cap(int n, int min) {
+  int c = min;
+  while (c < n) c *= 2;
+  return c;
+}
+
+static TpkBlock *block_new(TpkModule *m, TpkOp *parent, TpkFunc *f) {
+  TpkBlock *b = tpk_arena_alloc(&m->arena, sizeof *b);
+  if (!b) return NULL;
+  b->parent = parent;
+  b->func = f;
+  return b;
+}
+
+enum { MIN_ARGS = 8 };
+
+static void replace_in_block(TpkBlock *b, TpkValue *from, TpkValue *to) {
+  for (TpkOp *op = b ? b->first : NULL; op; op = op->next) {
+    for (int i = 0; i < op->nin; i++)
+      if (op->in[i] == from) op->in[i] = to;
+    for (int r = 0; r < op->nregion; r++) replace_in_block(op->regions[r], from, to);
+  }
+}
+
+void tpk_func_replace_uses(TpkFunc *f, TpkValue *from, TpkValue *to) {
+  if (f) replace_in_block(f->body, from, to);
+}
+
+TpkValue *tpk_block_add_arg(TpkModule *m, TpkBlock *block, const TpkType *type, const char *name) {
+  if (!m || !block) return NULL;
+  int cap = implied_cap(block->nargs, MIN_ARGS);
+  if (!block->args || block->nargs == cap) {
+    int newcap = block->args ? cap * 2 : cap;
+    TpkValue *args = tpk_arena_alloc(&m->arena, (size_t)newcap * sizeof *args);
+    if (!args) return NULL;
+    TpkValue *old = block->args;
+    if (old) memcpy(args, old, (size_t)block->nargs * sizeof *args);
+    block->args = args;
+    /* The arguments moved: redirect uses already in the IR, and parameters.
+     * Pointers the caller still holds to the old copies go stale; the
+     * verifier reports them. */
+    for (int i = 0; old && i < block->nargs; i++) {
+      tpk_func_replace_uses(block->func, &old[i], &args[i]);
+      if (block->func && block->func->body == block && i < block->func->nparams) block->func->params[i].value = &args[i];
+    }
+  }
+  TpkValue *v = &block->args[block->nargs];
+  v->type = type;
+  v->block = block;
+  v->index = block->nargs++;
+  v->name = intern_cstr(m, name);
+  return v;
+}
+
+TpkFunc *tpk_func_new(TpkModule *m, const char *name, bool is_kernel, int nparams, const TpkType *const *types,
+                      const char *const *names, const TpkParamRole *roles) {
+  if (!m || nparams < 0) return NULL;
+  TpkFunc *f = tpk_arena_alloc(&m->arena, sizeof *f);
+  if (!f) return NULL;
+  f->name = intern_cstr(m, name);
+  f->is_kernel = is_kernel;
+  f->module = m;
+  f->body = block_new(m, NULL, f);
+  f->params = tpk_arena_alloc(&m->arena, (size_t)(nparams ? nparams : 1) * sizeof *f->params);
+  if (!f->body || !f->params || (name && !f->name)) return NULL;
+  f->nparams = nparams;
+  for (int i = 0; i < nparams; i++) {
+    TpkValue *v = tpk_block_add_arg(m, f->body, types ? types[i] : NULL, names ? names[i] : NULL);
+    if (!v) return NULL;
+    f->params[i].name = v->name;
+    f->params[i].role = roles ? roles[i] : TPK_PARAM_IN;
+    f->params[i].value = v;
+  }
+  if (m->nfuncs == m->capfuncs) {
+    int cap = m->capfuncs ? m->capfuncs * 2 : 8;
+    TpkFunc **funcs = tpk_arena_alloc(&m->arena, (size_t)cap * sizeof *funcs);
+    if (!funcs) return NULL;
+    if (m->funcs) memcpy(funcs, m->funcs, (size_t)m->nfuncs * sizeof *funcs);
+    m->funcs = funcs;
+    m->capfuncs = cap;
+  }
+  m->funcs[m->nfuncs++] = f;
+  return f;
+}
+
+/* ---- Ops ------------------------------------------------------------------- */
+
+TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int nout, const TpkType *const *out) {
+  if (!b || !b->m || (unsigned)opc >= TPK_OP_COUNT || nin < 0 || nout < 0) return NULL;
+  TpkModule *m = b->m;
+  TpkOp *op = tpk_arena_alloc(&m->arena, sizeof *op);
+  if (!op) return NULL;
+  op->opcode = opc;
+  op->loc = b->loc;
+  op->nin = nin;
+  op->in = tpk_arena_alloc(&m->arena, (size_t)(nin ? nin : 1) * sizeof *op->in);
+  op->nout = nout;
+  op->out = tpk_arena_alloc(&m->arena, (size_t)(nout ? nout : 1) * sizeof *op->out);
+  int nregion = OPS[opc].nregion;
+  op->regions = tpk_arena_alloc(&m->arena, (size_t)(nregion ? nregion : 1) * sizeof *op->regions);
+  if (!op->in || !op->out || !op->regions) return NULL;
+  for (int i = 0; i < nin; i++) op->in[i] = in[i];
+  for (int i = 0; i < nout; i++) {
+    op->out[i].type = out[i];
+    op->out[i].def = op;
+    op->out[i].index = i;
+  }
+  TpkFunc *f = b->block ? b->block->func : NULL;
+  for (int r = 0; r < nregion; r++)
+    if (!(op->regions[r] = block_new(m, op, f))) return NULL;
+  op->nregion = nregion;
+  if (b->block) {
+    op->parent = b->block;
+    op->prev = b->block->last;
+    if (b->block->last)
+      b->block->last->next = op;
+    else
+      b->block->first = op;
+    b->block->last = op;
+  }
+  return op;
+}
+
+void tpk_op_erase(TpkOp *op) {
+  if (!op || !op->parent) return;
+  TpkBlock *b = op->parent;
+  if (op->prev)
+    op->prev->next = op->next;
+  else
+    b->first = op->next;
+  if (op->next)
+    op->next->prev = op->prev;
+  else
+    b->last = op->prev;
+  op->prev = op->next = NULL;
+  op->parent = NULL;
+}
+
+/* ---- Attributes ------------------------------------------------------------ */
+
+enum { MIN_ATTRS = 4 };
+
+/* The slot for key: the existing one (overwritten) or a new one. */
+static TpkAttr *attr_slot(TpkModule *m, TpkOp *op, const char *key) {
+  if (!m || !op || !key) return NULL;
+  for (int i = 0; i < op->nattr; i++)
+    if (strcmp(op->attrs[i].key, key) == 0) {
+      TpkAttr *a = &op->attrs[i];
+      const char *k = a->key;
+      memset(a, 0, sizeof *a);
+      a->key = k;
+      return a;
+    }
+  int cap = implied_cap(op->nattr, MIN_ATTRS);
+  if (!op->attrs || op->nattr == cap) {
+    int newcap = op->attrs ? cap * 2 : cap;
+    TpkAttr *attrs = tpk_arena_alloc(&m->arena, (size_t)newcap * sizeof *attrs);
+    if (!attrs) return NULL;
+    if (op->attrs) memcpy(attrs, op->attrs, (size_t)op->nattr * sizeof *attrs);
+    op->attrs = attrs;
+  }
+  TpkAttr *a = &op->attrs[op->nattr];
+  if (!(a->key = intern_cstr(m, key))) return NULL;
+  op->nattr++;
+  return a;
+}
+
+void tpk_op_set_int(TpkModule *m, TpkOp *op, const char *key, int64_t v) {
+  TpkAttr *a = attr_slot(m, op, key);
+  if (a) a->kind = TPK_ATTR_INT, a->i = v;
+}
+
+void tpk_op_set_float(TpkModule *m, TpkOp *op, const char *key, double v) {
+  TpkAttr *a = attr_slot(m, op, key);
+  if (a) a->kind = TPK_ATTR_FLOAT, a->f = v;
+}
+
+void tpk_op_set_bool(TpkModule *m, TpkOp *op, const char *key, bool v) {
+  TpkAttr *a = attr_slot(m, op, key);
+  if (a) a->kind = TPK_ATTR_BOOL, a->i = v;
+}
+
+void tpk_op_set_str(TpkModule *m, TpkOp *op, const char *key, const char *v) {
+  TpkAttr *a = attr_slot(m, op, key);
+  if (a) a->kind = TPK_ATTR_STR, a->s = intern_cstr(m, v ? v : "");
+}
+
+void tpk_op_set_ints(TpkModule *m, TpkOp *op, const char *key, int n, const int64_t *v) {
+  TpkAttr *a = attr_slot(m, op, key);
+  if (!a) return;
+  a->kind = TPK_ATTR_INTS;
+  int64_t *copy = tpk_arena_alloc(&m->arena, (size_t)(n > 0 ? n : 1) * sizeof *copy);
+  if (!copy) return;
+  if (n > 0) memcpy(copy, v, (size_t)n * sizeof *copy);
+  a->n = n > 0 ? n : 0;
+  a->ints = copy;
+}
+
+const TpkAttr *tpk_op_attr(const TpkOp *op, const char *key) {
+  if (!op || !key) return NULL;
+  for (int i = 0; i < op->nattr; i++)
+    if (strcmp(op->attrs[i].key, key) == 0) return &op->attrs[i];
+  return NULL;
+}
+
+int64_t tpk_op_int(const TpkOp *op, const char *key, int64_t dflt) {
+  const TpkAttr *a = tpk_op_attr(op, key);
+  return a && (a->kind == TPK_ATTR_INT || a->kind == TPK_ATTR_BOOL) ? a->i : dflt;
+}
+
+const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt) {
+  const TpkAttr *a = tpk_op_attr(op, key);
+  return a && a->kind == TPK_ATTR_STR ? a->s : dflt;
+}
+
+/* ---- Convenience builders -------------------------------------------------- */
+
+static TpkValue *build1(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, const TpkType *t) {
+  TpkOp *op = tpk_build(b, opc, nin, in, 1, &t);
+  return op ? &op->out[0] : NULL;
+}
+
+TpkValue *tpk_build_const_int(TpkBuilder *b, const TpkType *type, int64_t v) {
+  TpkValue *r = build1(b, TPK_OP_CONST, 0, NULL, type);
+  if (r) tpk_op_set_int(b->m, r->def, "value", v);
+  return r;
+}
+
+TpkValue *tpk_build_const_float(TpkBuilder *b, const TpkType *type, double v) {
+  TpkValue *r = build1(b, TPK_OP_CONST, 0, NULL, type);
+  if (r) tpk_op_set_float(b->m, r->def, "value", v);
+  return r;
+}
+
+TpkValue *tpk_build_sym(TpkBuilder *b, const char *name) {
+  if (!b) return NULL;
+  TpkValue *r = build1(b, TPK_OP_SYM, 0, NULL, tpk_type_scalar(b->m, TPK_I32));
+  if (r) tpk_op_set_str(b->m, r->def, "name", name);
+  return r;
+}
+
+TpkValue *tpk_build_unary(TpkBuilder *b, TpkOpcode opc, TpkValue *x) {
+  return x ? build1(b, opc, 1, &x, x->type) : NULL;
+}
+
+TpkValue *tpk_build_binary(TpkBuilder *b, TpkOpcode opc, TpkValue *x, TpkValue *y) {
+  if (!b || !x || !y || (unsigned)opc >= TPK_OP_COUNT) return NULL;
+  const TpkType *t = x->type;
+  if (OPS[opc].flags & TPK_OPF_COMPARE) t = tpk_type_with_dtype(b->m, t, TPK_BOOL);
+  TpkValue *in[2] = {x, y};
+  return build1(b, opc, 2, in, t);
+}
+
+TpkValue *tpk_build_convert(TpkBuilder *b, TpkValue *x, TpkDType to) {
+  if (!b || !x) return NULL;
+  return build1(b, TPK_OP_CONVERT, 1, &x, tpk_type_with_dtype(b->m, x->type, to));
+}
+
+TpkValue *tpk_build_broadcast(TpkBuilder *b, TpkValue *x, int rank, const TpkDim *const *dims) {
+  if (!b || !x || !x->type) return NULL;
+  return build1(b, TPK_OP_BROADCAST, 1, &x, tpk_type_tensor(b->m, x->type->dtype, rank, dims));
+}
+
+TpkValue *tpk_build_select(TpkBuilder *b, TpkValue *c, TpkValue *x, TpkValue *y) {
+  if (!c || !x || !y) return NULL;
+  TpkValue *in[3] = {c, x, y};
+  return build1(b, TPK_OP_SELECT, 3, in, x->type);
+}
+
+TpkValue *tpk_build_yield(TpkBuilder *b, int n, TpkValue *const *vals) {
+  tpk_build(b, TPK_OP_YIELD, n, vals, 0, NULL);
+  return NULL; /* yield has no result */
+}
+
+/* ---- Symbols of a function ----------------------------------------------- */
+
+static int add_dim_symbols(const TpkDim *d, const char **names, int n, int max) {
+  if (!d) return n;
+  if (d->kind == TPK_DIM_SYM) {
+    for (int i = 0; i < n && i < max; i++)
+      if (names[i] == d->sym) return n; /* interned: pointers compare */
+    if (n < max) names[n] = d->sym;
+    return n + 1;
+  }
+  return add_dim_symbols(d->b, names, add_dim_symbols(d->a, names, n, max), max);
+}
+
+int tpk_func_symbols(const TpkFunc *f, const char **names, int max) {
+  int n = 0;
+  for (int i = 0; i < f->nparams; i++) {
+    const TpkType *t = f->params[i].value ? f->params[i].value->type : NULL;
+    for (int k = 0; t && k < t->rank; k++) n = add_dim_symbols(t->dims[k], names, n, max);
+  }
+  for (int i = 0; i < f->nresults; i++)
+    for (int k = 0; f->results[i] && k < f->results[i]->rank; k++)
+      n = add_dim_symbols(f->results[i]->dims[k], names, n, max);
+  return n;
+}
+
+const TpkOp *tpk_index_vector_load(const TpkValue *v) {
+  const TpkOp *d = v->def;
+  if (!d || d->opcode != TPK_OP_LOAD || v->type->rank != 1 || d->in[0]->type->rank != 1) return NULL;
+  const char *p = tpk_op_str(d, "index", "");
+  return strcmp(p, "t") == 0 || strcmp(p, "r") == 0 ? d : NULL;
+}

@@ -1,0 +1,251 @@
+/*
+ * test_emit_c.c — host/emit_c.c: which kernels share their grid among threads
+ * (tpk_split_grid), how many instances a grid has, and the C that goes with
+ * each answer. The values threads compute are checked in
+ * tests/runtime/test_host.c.
+ */
+#include "support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "host/host.h"
+
+/* Kernel `name` of text with every shape symbol bound to `size`; *c owns it. */
+static TpkFunc *bound(TestCompile *c, const char *text, const char *name, int64_t size) {
+  TestCompile open;
+  const char *names[8];
+  int n = tpk_func_symbols(test_compile_kernel(&open, text, name, NULL), names, 8);
+  TpkBinding binds[8];
+  for (int i = 0; i < n; i++) binds[i] = (TpkBinding){names[i], size};
+  TpkCheckOptions o = {.binds = binds, .nbinds = n, .only_kernel = name};
+  test_compile(c, "test.tpk", text, &o);
+  test_compile_free(&open);
+  if (!c->module) fail_msg("compile failed:\n%s", c->rendered);
+  TpkFunc *f = tpk_module_find(c->module, name);
+  assert_non_null(f);
+  return f;
+}
+
+/* The same, lowered for the host. */
+static TpkFunc *lowered(TestCompile *c, const char *text, const char *name, int64_t size) {
+  TpkFunc *f = bound(c, text, name, size);
+  TpkTarget host = tpk_target_host(0);
+  TpkPlan plan;
+  TpkError err = {0};
+  if (tpk_lower(f, &host, &plan, &err) != TPK_OK) fail_msg("%s: %s", name, err.message);
+  tpk_plan_free(&plan);
+  return f;
+}
+
+static const char *SHARED =
+    "kernel rows(x: f32[M, N], b: f32[N]) -> (y: f32[M, N])\n"
+    "  tune BM in [8]\n"
+    "{\n"
+    "  let bias = b[:] * 2.0;\n" /* a load of an input before the grid: every part makes its own */
+    "  for i in tiles(M, BM) { y[i, :] = x[i, :] + bias; }\n"
+    "}\n"
+    "kernel blocks(x: f32[M, N]) -> (amax: f32[((M + 7) / 8) * ((N + 15) / 16)])\n"
+    "{\n"
+    "  for i in tiles(M, 8), j in tiles(N, 16) {\n"
+    "    amax[program_id(0) * num_programs(1) + program_id(1)] = max(abs(x[i, j]));\n"
+    "  }\n"
+    "}\n"
+    "kernel gather_rows(ids: i32[N], table: f32[V, 4]) -> (y: f32[N, 4])\n"
+    "{\n"
+    "  for i in tiles(N, 2) { y[i, :] = table[ids[i], :]; }\n" /* data picks what is read, not where it goes */
+    "}\n";
+
+static const char *NOT_SHARED =
+    "kernel two_grids(x: f32[N]) -> (y: f32[N], z: f32[N])\n"
+    "{\n"
+    "  for i in tiles(N, 8) { y[i] = x[i] * 2.0; }\n"
+    "  for i in tiles(N, 8) { z[i] = y[i] + 1.0; }\n"
+    "}\n"
+    "kernel store_after(x: f32[N]) -> (y: f32[N], first: f32[1])\n"
+    "{\n"
+    "  for i in tiles(N, 8) { y[i] = x[i] * 2.0; }\n"
+    "  first[0] = x[0];\n"
+    "}\n"
+    "kernel scatter(ids: i32[N], g: f32[N, 4]) -> (grad: f32[V, 4] = 0)\n"
+    "{\n"
+    "  for t in tiles(N, 8) { grad[ids[t], :] += g[t, :]; }\n"
+    "}\n"
+    "kernel placed_by_data(pos: i32[N], x: f32[N, 4], inout cache: f32[V, 4]) -> ()\n"
+    "{\n"
+    "  for b in 0..N { cache[pos[b], :] = x[b, :]; }\n"
+    "}\n"
+    "kernel reads_output_first(x: f32[N], inout acc: f32[N]) -> ()\n"
+    "{\n"
+    "  let a0 = acc[0];\n"
+    "  for i in tiles(N, 8) { acc[i] = x[i] + a0; }\n"
+    "}\n";
+
+static void test_split_grids(void **state) {
+  (void)state;
+  static const struct { const char *kernel; int64_t size, instances; } CASES[] = {
+      {"rows", 37, 5},   /* ceil(37 / 8) */
+      {"rows", 1, 1},
+      {"blocks", 37, 15}, /* 5 x 3, flattened */
+      {"gather_rows", 9, 5},
+  };
+  for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
+    TestCompile c;
+    TpkFunc *f = lowered(&c, SHARED, CASES[i].kernel, CASES[i].size);
+    const TpkOp *grid = tpk_split_grid(f);
+    if (!grid) fail_msg("%s: the grid is not shared", CASES[i].kernel);
+    assert_int_equal(grid->opcode, TPK_OP_GRID);
+    assert_int_equal(tpk_grid_instances(grid), CASES[i].instances);
+    test_compile_free(&c);
+  }
+}
+
+static void test_grids_kept_whole(void **state) {
+  (void)state;
+  static const char *const KERNELS[] = {"two_grids", "store_after", "scatter", "placed_by_data", "reads_output_first"};
+  for (size_t i = 0; i < TPK_ARRAY_LEN(KERNELS); i++) {
+    TestCompile c;
+    TpkFunc *f = lowered(&c, NOT_SHARED, KERNELS[i], 37);
+    if (tpk_split_grid(f)) fail_msg("%s: the grid is shared but must run whole", KERNELS[i]);
+    test_compile_free(&c);
+  }
+}
+
+/* Shared grids iterate over this part's share; kernels that run whole
+ * return at once in every part but the first. Symbolic sizes share too. */
+static void test_generated_c(void **state) {
+  (void)state;
+  static const struct { const char *text, *kernel; bool shared; } CASES[] = {
+      {NULL, "rows", true}, {NULL, "blocks", true}, {NULL, "two_grids", false}, {NULL, "scatter", false}};
+  for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
+    const char *text = CASES[i].shared ? SHARED : NOT_SHARED;
+    for (int symbolic = 0; symbolic < 2; symbolic++) {
+      TestCompile c;
+      TpkFunc *f = symbolic ? test_compile_kernel(&c, text, CASES[i].kernel, NULL) : bound(&c, text, CASES[i].kernel, 37);
+      TpkTarget host = tpk_target_host(0);
+      TpkStr out = {0};
+      TpkError err = {0};
+      if (tpk_lower_to_c(f, &host, "k", text, 0, &out, NULL, &err) != TPK_OK) fail_msg("%s", err.message);
+      const char *body = strstr(out.data, "\nTPK_KERNEL int k(");
+      assert_non_null(body);
+      bool shares = strstr(body, "tpk_share(p, ") != NULL;
+      bool guards = strstr(body, "if (p->parts > 1 && p->part != 0) return 0;") != NULL;
+      if (shares != CASES[i].shared || guards == CASES[i].shared)
+        fail_msg("%s (%s sizes): shares %d, guards %d\n%s", CASES[i].kernel, symbolic ? "symbolic" : "constant", shares,
+                 guards, body);
+      tpk_str_free(&out);
+      test_compile_free(&c);
+    }
+  }
+}
+
+/* The C of kernel `name` of text, shapes bound to `size` (heap). */
+static char *c_of(const char *text, const char *name, int64_t size) {
+  TestCompile c;
+  TpkFunc *f = bound(&c, text, name, size);
+  TpkTarget host = tpk_target_host(0);
+  TpkStr out = {0};
+  TpkError err = {0};
+  if (tpk_lower_to_c(f, &host, "k", text, 0, &out, NULL, &err) != TPK_OK) fail_msg("%s", err.message);
+  test_compile_free(&c);
+  return tpk_str_take(&out);
+}
+
+/* The last elementwise op before a store writes the tensor directly when
+ * the block is in range (no tile, no copy); not when the store adds, is
+ * not right after it, or goes into memory the expression reads in place. */
+static void test_direct_store(void **state) {
+  (void)state;
+  const char *src =
+      "kernel direct(x: f32[M, N]) -> (y: f32[M, N])\n"
+      "{\n"
+      "  for i in tiles(M, 8) { let t = x[i, :]; y[i, :] = t / sum(t, axis=1, keepdims=true); }\n"
+      "}\n"
+      "kernel adds(x: f32[M, N], inout y: f32[M, N]) -> ()\n"
+      "{\n"
+      "  for i in tiles(M, 8) { y[i, :] += x[i, :] * 2.0; }\n"
+      "}\n"
+      "kernel not_next(x: f32[M, N]) -> (y: f32[M, N], z: f32[M, N])\n"
+      "{\n"
+      "  for i in tiles(M, 8) { let a = x[i, :] * 2.0; z[i, :] = x[i, :]; y[i, :] = a; }\n"
+      "}\n"
+      "kernel in_place(inout x: f32[M, N]) -> ()\n"
+      "{\n"
+      "  for i in tiles(M, 8) { x[i, :] = x[i, :] * 2.0; }\n"
+      "}\n";
+  static const struct { const char *kernel; bool direct; } CASES[] = {
+      {"direct", true}, {"adds", false}, {"not_next", false}, {"in_place", false}};
+  for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
+    char *code = c_of(src, CASES[i].kernel, 37);
+    bool direct = strstr(code, "/* in range: computed straight into ") != NULL;
+    if (direct != CASES[i].direct) fail_msg("%s: direct store %d\n%s", CASES[i].kernel, direct, code);
+    free(code);
+  }
+}
+
+/* An iota feeding an elementwise op is an index in its loop, not a tile. */
+static void test_iota_fuses(void **state) {
+  (void)state;
+  const char *src = "kernel pick(x: f32[M, N], col: i32[M]) -> (y: f32[M])\n"
+                    "{\n"
+                    "  for i in tiles(M, 8), j in tiles(N, 16) {\n"
+                    "    let cols = j.start + iota(i32[8, 16], axis=1);\n"
+                    "    y[i] = reshape(sum(where(cols == reshape(col[i], [8, 1]), x[i, j], 0.0), axis=1, keepdims=true), [8]);\n"
+                    "  }\n"
+                    "}\n";
+  TestCompile c;
+  TpkFunc *f = lowered(&c, src, "pick", 37);
+  const TpkOp *grid = f->body->first;
+  while (grid && grid->opcode != TPK_OP_GRID) grid = grid->next;
+  assert_non_null(grid);
+  int iotas = 0;
+  for (const TpkOp *op = grid->regions[0]->first; op; op = op->next)
+    if (op->opcode == TPK_OP_IOTA) {
+      assert_true(tpk_value_is_fused(&op->out[0]));
+      iotas++;
+    }
+  assert_int_equal(iotas, 1);
+  test_compile_free(&c);
+}
+
+/* A sum or mean over trailing axes takes an element expression without
+ * storing it; other reductions (max, a leading axis) read a stored tile. */
+static void test_sum_fuses(void **state) {
+  (void)state;
+  const char *src = "kernel stats(x: f32[M, N]) -> (a: f32[M], b: f32[N], c: f32[M])\n"
+                    "{\n"
+                    "  let t = x[:, :];\n"
+                    "  a = reshape(mean(t * t, axis=1, keepdims=true), [M]);\n"
+                    "  b = sum(t * 2.0, axis=0);\n"
+                    "  c = max(t * 3.0, axis=1);\n"
+                    "}\n";
+  TestCompile c;
+  TpkFunc *f = lowered(&c, src, "stats", 37);
+  int muls = 0;
+  for (const TpkOp *op = f->body->first; op; op = op->next) {
+    const TpkBlock *b = op->opcode == TPK_OP_GRID ? op->regions[0] : NULL;
+    for (const TpkOp *o = b ? b->first : op; o; o = b ? o->next : NULL) {
+      if (o->opcode != TPK_OP_MUL) continue;
+      const TpkOp *use = NULL;
+      tpk_count_uses(o->parent, &o->out[0], &use);
+      bool want = use->opcode == TPK_OP_REDUCE && strcmp(tpk_op_str(use, "kind", ""), "mean") == 0;
+      if (tpk_value_is_fused(&o->out[0]) != want) fail_msg("a mul feeding a %s reduce: fused %d", tpk_op_str(use, "kind", ""), !want);
+      muls++;
+      if (!b) break;
+    }
+  }
+  assert_int_equal(muls, 3);
+  test_compile_free(&c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_split_grids),
+      cmocka_unit_test(test_grids_kept_whole),
+      cmocka_unit_test(test_generated_c),
+      cmocka_unit_test(test_direct_store),
+      cmocka_unit_test(test_iota_fuses),
+      cmocka_unit_test(test_sum_fuses),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

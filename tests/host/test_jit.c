@@ -1,0 +1,1068 @@
+/*
+ * test_jit.c — host/jit.c: both tiers, promotion, the disk cache (hits,
+ * damaged and insecure files), compile errors, concurrency, shutdown with
+ * work pending, and the latency of a representative generated kernel.
+ *
+ * Self-contained: the kernels are hand-written in the style host/emit_c.c
+ * produces, and they call a small primitive table defined here.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka needs the includes above first */
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "host/jit.h"
+
+/* ---- a primitive table for the tests ---- */
+
+static void t_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int a_trans, const float *B,
+                   int64_t ldb, int b_trans, float *C, int64_t ldc, int accumulate) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      float s = accumulate ? C[i * ldc + j] : 0.0f;
+      for (int64_t k = 0; k < K; k++)
+        s = fmaf(a_trans ? A[k * lda + i] : A[i * lda + k], b_trans ? B[j * ldb + k] : B[k * ldb + j], s);
+      C[i * ldc + j] = s;
+    }
+}
+
+static void t_unary(int fn, const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    switch (fn) {
+    case TPK_PRIM_EXP: v = expf(v); break;
+    case TPK_PRIM_LOG: v = logf(v); break;
+    case TPK_PRIM_SQRT: v = sqrtf(v); break;
+    case TPK_PRIM_RSQRT: v = 1.0f / sqrtf(v); break;
+    case TPK_PRIM_TANH: v = tanhf(v); break;
+    case TPK_PRIM_SIGMOID: v = 1.0f / (1.0f + expf(-v)); break;
+    default: v = erff(v); break;
+    }
+    y[i] = v;
+  }
+}
+
+static void t_reduce(int kind, const float *x, int64_t outer, int64_t len, int64_t inner, float *out) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      float r = kind == TPK_PRIM_SUM ? 0.0f : kind == TPK_PRIM_MAX ? -INFINITY : INFINITY;
+      for (int64_t l = 0; l < len; l++) {
+        float v = x[(o * len + l) * inner + i];
+        r = kind == TPK_PRIM_SUM ? r + v : kind == TPK_PRIM_MAX ? (v > r ? v : r) : (v < r ? v : r);
+      }
+      out[o * inner + i] = r;
+    }
+}
+
+/* f32 <-> bf16 only (round to nearest even), which is all the kernels use. */
+static void t_convert(int from, int to, const void *src, void *dst, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    if (from == TPK_PRIM_F32 && to == TPK_PRIM_BF16) {
+      uint32_t b;
+      memcpy(&b, (const float *)src + i, 4);
+      b += 0x7fff + ((b >> 16) & 1);
+      ((uint16_t *)dst)[i] = (uint16_t)(b >> 16);
+    } else if (from == TPK_PRIM_BF16 && to == TPK_PRIM_F32) {
+      uint32_t b = (uint32_t)((const uint16_t *)src)[i] << 16;
+      memcpy((float *)dst + i, &b, 4);
+    } else {
+      ((float *)dst)[i] = ((const float *)src)[i];
+    }
+  }
+}
+
+static const TpkPrims test_prims = {
+    .version = TPK_PRIMS_VERSION, .isa = "test", .gemm_f32 = t_gemm,
+    .unary_f32 = t_unary, .reduce_f32 = t_reduce, .convert = t_convert,
+};
+
+/* ---- kernels ---- */
+
+/* y = sqrt(a + b) + offset; the offset makes each source (and cache key)
+ * distinct. */
+static void add_source(char *buf, size_t size, int offset) {
+  snprintf(buf, size,
+           "#include \"tpk_prims.h\"\n"
+           "\n"
+           "int add_kernel(const TpkPrims *p, void *const *args, const int64_t *syms, void *workspace, char *err) {\n"
+           "  const float *a = (const float *)args[0], *b = (const float *)args[1];\n"
+           "  float *y = (float *)args[2];\n"
+           "  const int64_t n = syms[0];\n"
+           "  (void)workspace;\n"
+           "  if (n < 0) {\n"
+           "    const char *m = \"add_kernel: negative n\";\n"
+           "    int i = 0;\n"
+           "    while ((err[i] = m[i])) i++;\n"
+           "    return 1;\n"
+           "  }\n"
+           "  for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];\n"
+           "  p->unary_f32(TPK_PRIM_SQRT, y, y, n);\n"
+           "  for (int64_t i = 0; i < n; i++) y[i] = y[i] + %d.0f;\n"
+           "  return 0;\n"
+           "}\n",
+           offset);
+}
+
+enum { ADD_N = 37 };
+
+/* Runs add_kernel through tpk_code_entry; checks y and returns it in out. */
+static void run_add(TpkCode *code, int offset, float out[ADD_N]) {
+  float a[ADD_N], b[ADD_N], y[ADD_N];
+  for (int i = 0; i < ADD_N; i++) a[i] = (float)i * 0.5f, b[i] = (float)(i % 5);
+  void *args[] = {a, b, y};
+  int64_t syms[] = {ADD_N};
+  char err[TPK_KERNEL_ERR_LEN] = "";
+  TpkKernelFn fn = tpk_code_entry(code);
+  assert_non_null(fn);
+  assert_int_equal(fn(&test_prims, args, syms, NULL, err), 0);
+  for (int i = 0; i < ADD_N; i++) assert_true(y[i] == sqrtf(a[i] + b[i]) + (float)offset);
+  if (out) memcpy(out, y, sizeof y);
+}
+
+/* The representative generated kernel: 195 lines, tiles, calls through the
+ * table, scalar epilogues. */
+static const char k200_source[] =
+    "#include \"tpk_prims.h\"\n"
+    "\n"
+    "/* Generated by tpk from fused_block.tpk: do not edit. */\n"
+    "/* kernel fused_block(x: f32[M, K], w: f32[K, N], bias: f32[N], gamma: f32[N], beta: f32[N],\n"
+    " *                    eps: f32, y: f32[M, N], stats: f32[M, 2]) */\n"
+    "\n"
+    "enum { BM = 16, BN_MAX = 256 };\n"
+    "\n"
+    "static int64_t tpk_min(int64_t a, int64_t b) { return a < b ? a : b; }\n"
+    "\n"
+    "static int tpk_fail(char *err, const char *msg) {\n"
+    "  int i = 0;\n"
+    "  for (; msg[i] && i < 255; i++) err[i] = msg[i];\n"
+    "  err[i] = 0;\n"
+    "  return 1;\n"
+    "}\n"
+    "\n"
+    "static float tpk_gelu_inner(float v) {\n"
+    "  const float c0 = 0.7978845608f, c1 = 0.044715f;\n"
+    "  return c0 * (v + c1 * v * v * v);\n"
+    "}\n"
+    "\n"
+    "int fused_block(const TpkPrims *p, void *const *args, const int64_t *syms, void *workspace, char *err) {\n"
+    "  const float *x = (const float *)args[0];\n"
+    "  const float *w = (const float *)args[1];\n"
+    "  const float *bias = (const float *)args[2];\n"
+    "  const float *gamma = (const float *)args[3];\n"
+    "  const float *beta = (const float *)args[4];\n"
+    "  const float eps = *(const float *)args[5];\n"
+    "  float *y = (float *)args[6];\n"
+    "  float *stats = (float *)args[7];\n"
+    "  const int64_t M = syms[0], N = syms[1], K = syms[2];\n"
+    "  char *ws = (char *)workspace;\n"
+    "  /* workspace plan: acc[BM, BN_MAX] f32 @0, t[BM, BN_MAX] f32 @16384,\n"
+    "   * red[BM] f32 @32768, red2[BM] f32 @32832, h16[BM, BN_MAX] bf16 @32896 */\n"
+    "  float *acc = (float *)(ws + 0);\n"
+    "  float *t = (float *)(ws + 16384);\n"
+    "  float *red = (float *)(ws + 32768);\n"
+    "  float *red2 = (float *)(ws + 32832);\n"
+    "  uint16_t *h16 = (uint16_t *)(ws + 32896);\n"
+    "\n"
+    "  if (p->version != TPK_PRIMS_VERSION) return tpk_fail(err, \"fused_block: primitive table version mismatch\");\n"
+    "  /* line 3: assert N <= 256 */\n"
+    "  if (N > BN_MAX) return tpk_fail(err, \"fused_block: N exceeds the tile width planned (256)\");\n"
+    "  if (M < 0 || K < 0) return tpk_fail(err, \"fused_block: negative shape\");\n"
+    "\n"
+    "  /* line 5: for i in tiles(M, BM): */\n"
+    "  for (int64_t i0 = 0; i0 < M; i0 += BM) {\n"
+    "    const int64_t bm = tpk_min(BM, M - i0);\n"
+    "\n"
+    "    /* line 6: acc = x[i, :] @ w */\n"
+    "    p->gemm_f32(bm, N, K, x + i0 * K, K, 0, w, N, 0, acc, N, 0);\n"
+    "\n"
+    "    /* line 7: h = acc + bias */\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      float *row = acc + r * N;\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        row[c] = row[c] + bias[c];\n"
+    "      }\n"
+    "    }\n"
+    "\n"
+    "    /* line 8: g = gelu(h)  (tanh form) */\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        t[r * N + c] = tpk_gelu_inner(acc[r * N + c]);\n"
+    "      }\n"
+    "    }\n"
+    "    p->unary_f32(TPK_PRIM_TANH, t, t, bm * N);\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        const float v = acc[r * N + c];\n"
+    "        acc[r * N + c] = 0.5f * v * (1.0f + t[r * N + c]);\n"
+    "      }\n"
+    "    }\n"
+    "\n"
+    "    /* line 9: m = max(g, axis=1) */\n"
+    "    p->reduce_f32(TPK_PRIM_MAX, acc, bm, N, 1, red);\n"
+    "\n"
+    "    /* line 10: e = exp(g - m[:, None]) */\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      const float m = red[r];\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        t[r * N + c] = acc[r * N + c] - m;\n"
+    "      }\n"
+    "    }\n"
+    "    p->unary_f32(TPK_PRIM_EXP, t, t, bm * N);\n"
+    "\n"
+    "    /* line 11: s = sum(e, axis=1) */\n"
+    "    p->reduce_f32(TPK_PRIM_SUM, t, bm, N, 1, red2);\n"
+    "\n"
+    "    /* line 12: sm = e / s[:, None] */\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      const float inv = 1.0f / red2[r];\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        t[r * N + c] = t[r * N + c] * inv;\n"
+    "      }\n"
+    "    }\n"
+    "\n"
+    "    /* line 13: z = g + sm */\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        acc[r * N + c] = acc[r * N + c] + t[r * N + c];\n"
+    "      }\n"
+    "    }\n"
+    "\n"
+    "    /* line 14: mu = mean(z, axis=1) */\n"
+    "    p->reduce_f32(TPK_PRIM_SUM, acc, bm, N, 1, red);\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      red[r] = red[r] / (float)N;\n"
+    "    }\n"
+    "\n"
+    "    /* line 15: d = z - mu[:, None] */\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      const float mu = red[r];\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        acc[r * N + c] = acc[r * N + c] - mu;\n"
+    "      }\n"
+    "    }\n"
+    "\n"
+    "    /* line 16: var = mean(d * d, axis=1) */\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        const float d = acc[r * N + c];\n"
+    "        t[r * N + c] = d * d;\n"
+    "      }\n"
+    "    }\n"
+    "    p->reduce_f32(TPK_PRIM_SUM, t, bm, N, 1, red2);\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      red2[r] = red2[r] / (float)N + eps;\n"
+    "    }\n"
+    "\n"
+    "    /* line 17: rs = rsqrt(var + eps) */\n"
+    "    p->unary_f32(TPK_PRIM_RSQRT, red2, red2, bm);\n"
+    "\n"
+    "    /* line 18: stats[i, :] = (mu, rs) */\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      stats[(i0 + r) * 2 + 0] = red[r];\n"
+    "      stats[(i0 + r) * 2 + 1] = red2[r];\n"
+    "    }\n"
+    "\n"
+    "    /* line 19: n = d * rs[:, None] * gamma + beta */\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      const float rs = red2[r];\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        const float v = acc[r * N + c] * rs;\n"
+    "        acc[r * N + c] = v * gamma[c] + beta[c];\n"
+    "      }\n"
+    "    }\n"
+    "\n"
+    "    /* line 20: q = bf16(n) */\n"
+    "    p->convert(TPK_PRIM_F32, TPK_PRIM_BF16, acc, h16, bm * N);\n"
+    "\n"
+    "    /* line 21: y[i, :] = f32(q) clamped to [-8, 8] */\n"
+    "    p->convert(TPK_PRIM_BF16, TPK_PRIM_F32, h16, t, bm * N);\n"
+    "    for (int64_t r = 0; r < bm; r++) {\n"
+    "      float *out = y + (i0 + r) * N;\n"
+    "      for (int64_t c = 0; c < N; c++) {\n"
+    "        float v = t[r * N + c];\n"
+    "        if (v > 8.0f) v = 8.0f;\n"
+    "        if (v < -8.0f) v = -8.0f;\n"
+    "        out[c] = v;\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "\n"
+    "  /* line 23: for j in range(N): column checksum into the last stats row */\n"
+    "  if (M > 0) {\n"
+    "    float colsum = 0.0f;\n"
+    "    for (int64_t j = 0; j < N; j++) {\n"
+    "      float s = 0.0f;\n"
+    "      for (int64_t i = 0; i < M; i++) {\n"
+    "        s = s + y[i * N + j];\n"
+    "      }\n"
+    "      colsum = colsum + s * (float)(j + 1);\n"
+    "    }\n"
+    "    /* line 24: a stats entry nobody reads carries the checksum */\n"
+    "    stats[(M - 1) * 2 + 0] = stats[(M - 1) * 2 + 0] + 0.0f * colsum;\n"
+    "  }\n"
+    "\n"
+    "  /* line 26: integer index work: a histogram of the sign pattern per tile */\n"
+    "  {\n"
+    "    int32_t hist[4] = {0, 0, 0, 0};\n"
+    "    for (int64_t i = 0; i < M; i++) {\n"
+    "      for (int64_t j = 0; j + 1 < N; j += 2) {\n"
+    "        const int a = y[i * N + j] > 0.0f;\n"
+    "        const int b = y[i * N + j + 1] > 0.0f;\n"
+    "        hist[(a << 1) | b] += 1;\n"
+    "      }\n"
+    "    }\n"
+    "    /* line 27: the histogram must cover every pair */\n"
+    "    int64_t total = (int64_t)hist[0] + hist[1] + hist[2] + hist[3];\n"
+    "    if (total != M * (N / 2)) return tpk_fail(err, \"fused_block: histogram lost pairs\");\n"
+    "  }\n"
+    "  return 0;\n"
+    "}\n";
+
+enum { K_M = 45, K_N = 96, K_K = 40 };
+
+typedef struct K200Data {
+  float x[K_M * K_K], w[K_K * K_N], bias[K_N], gamma[K_N], beta[K_N], eps;
+  float y[K_M * K_N], stats[K_M * 2];
+  _Alignas(64) char workspace[40960];
+} K200Data;
+
+static void k200_init(K200Data *d) {
+  memset(d, 0, sizeof *d);
+  uint32_t s = 12345;
+  for (int i = 0; i < K_M * K_K; i++) s = s * 1664525u + 1013904223u, d->x[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
+  for (int i = 0; i < K_K * K_N; i++) s = s * 1664525u + 1013904223u, d->w[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
+  for (int i = 0; i < K_N; i++) d->bias[i] = 0.01f * (float)i, d->gamma[i] = 1.0f + 0.001f * (float)i, d->beta[i] = 0.1f;
+  d->eps = 1e-5f;
+}
+
+static void k200_run(TpkCode *code, K200Data *d) {
+  void *args[] = {d->x, d->w, d->bias, d->gamma, d->beta, &d->eps, d->y, d->stats};
+  int64_t syms[] = {K_M, K_N, K_K};
+  char err[TPK_KERNEL_ERR_LEN] = "";
+  assert_int_equal(tpk_code_entry(code)(&test_prims, args, syms, d->workspace, err), 0);
+  for (int i = 0; i < K_M * K_N; i++) assert_true(isfinite(d->y[i]) && fabsf(d->y[i]) <= 8.0f);
+}
+
+/* ---- helpers ---- */
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* CPU time of this thread: compile latency without the noise of a busy machine. */
+static double cpu_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static char *make_temp_dir(void) {
+  const char *base = getenv("TMPDIR");
+  char path[512];
+  snprintf(path, sizeof path, "%s/tpk-test-jit-XXXXXX", base && *base ? base : "/tmp");
+  char *dir = strdup(path);
+  assert_non_null(dir);
+  assert_non_null(mkdtemp(dir));
+  return dir;
+}
+
+static void remove_tree(const char *path) {
+  DIR *d = opendir(path);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char sub[1024];
+      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+      struct stat st;
+      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(sub);
+      else unlink(sub);
+    }
+    closedir(d);
+  }
+  rmdir(path);
+}
+
+/* Entries of dir: how many end in .so (the last one's path in so_path), and
+ * how many others there are (left-over build folders). */
+static int count_entries(const char *dir, char *so_path, size_t size, int *others) {
+  int n = 0;
+  *others = 0;
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (len > 3 && !strcmp(e->d_name + len - 3, ".so")) {
+      n++;
+      if (so_path) snprintf(so_path, size, "%s/%s", dir, e->d_name);
+    } else {
+      (*others)++;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+static TpkJit *new_jit(TpkTier tier, int hot_calls, const char *cache_dir, const char *cc) {
+  TpkJitOptions o = {.tier = tier, .hot_calls = hot_calls, .cache_dir = cache_dir, .cc = cc};
+  TpkJit *j = NULL;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_create(&o, &j, &err), TPK_OK);
+  assert_non_null(j);
+  return j;
+}
+
+static TpkCode *compile_ok(TpkJit *j, const char *source, const char *entry) {
+  TpkCode *c = NULL;
+  TpkError err = {0};
+  TpkStatus st = tpk_jit_compile(j, source, entry, &c, &err);
+  if (st != TPK_OK) fail_msg("compile failed: %s", err.message);
+  assert_non_null(c);
+  return c;
+}
+
+static void assert_stats(TpkJit *j, int tcc, int cc, int hits, int failures) {
+  TpkJitStats s = tpk_jit_stats(j);
+  if (s.tcc_compiles != tcc || s.cc_compiles != cc || s.cache_hits != hits || s.cc_failures != failures)
+    fail_msg("stats tcc %d cc %d hits %d failures %d, expected %d %d %d %d", s.tcc_compiles, s.cc_compiles,
+             s.cache_hits, s.cc_failures, tcc, cc, hits, failures);
+}
+
+/* ---- tests ---- */
+
+static void test_tcc_compiles_and_runs(void **state) {
+  (void)state;
+  char src[2048];
+  add_source(src, sizeof src, 1);
+  TpkJit *j = new_jit(TPK_TIER_TCC, -1, "", NULL);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_TCC);
+  for (int i = 0; i < 10; i++) run_add(c, 1, NULL); /* never promoted with TPK_TIER_TCC */
+  tpk_code_wait_optimized(c);
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_TCC);
+  assert_null(tpk_code_cc_error(c));
+
+  /* The kernel's own error path. */
+  float x = 0;
+  void *args[] = {&x, &x, &x};
+  int64_t syms[] = {-1};
+  char err[TPK_KERNEL_ERR_LEN] = "";
+  assert_int_equal(tpk_code_entry(c)(&test_prims, args, syms, NULL, err), 1);
+  assert_string_equal(err, "add_kernel: negative n");
+  assert_stats(j, 1, 0, 0, 0);
+  tpk_jit_destroy(j);
+}
+
+static void test_cc_tier_compiles_with_cc(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048], so[1024];
+  add_source(src, sizeof src, 2);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  run_add(c, 2, NULL);
+  assert_stats(j, 0, 1, 0, 0);
+  int others;
+  assert_int_equal(count_entries(dir, so, sizeof so, &others), 1);
+  assert_int_equal(others, 0); /* the build folder is gone */
+  struct stat st;
+  assert_int_equal(stat(so, &st), 0);
+  assert_int_equal(st.st_mode & 077, 0);
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
+static void test_cc_tier_without_cache_leaves_nothing(void **state) {
+  (void)state;
+  char *tmp = make_temp_dir();
+  char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+  setenv("TMPDIR", tmp, 1);
+  char src[2048];
+  add_source(src, sizeof src, 3);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, "", NULL);
+  if (old) setenv("TMPDIR", old, 1);
+  else unsetenv("TMPDIR");
+  free(old);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  run_add(c, 3, NULL);
+  int others;
+  assert_int_equal(count_entries(tmp, NULL, 0, &others), 0);
+  assert_int_equal(others, 0);
+  tpk_jit_destroy(j);
+  remove_tree(tmp);
+  free(tmp);
+}
+
+static void test_auto_promotes_after_hot_calls(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048];
+  add_source(src, sizeof src, 4);
+  TpkJit *j = new_jit(TPK_TIER_AUTO, 3, dir, NULL);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_TCC);
+  float first[ADD_N], later[ADD_N];
+  run_add(c, 4, first);
+  run_add(c, 4, NULL);
+  tpk_code_wait_optimized(c); /* nothing pending yet: returns at once */
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_TCC);
+  assert_stats(j, 1, 0, 0, 0);
+  run_add(c, 4, NULL); /* the third call queues the promotion */
+  tpk_code_wait_optimized(c);
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  run_add(c, 4, later);
+  assert_memory_equal(first, later, sizeof first);
+  assert_stats(j, 1, 1, 0, 0);
+  assert_null(tpk_code_cc_error(c));
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
+static void test_cache_hit_in_second_jit(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048];
+  add_source(src, sizeof src, 5);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  run_add(compile_ok(j, src, "add_kernel"), 5, NULL);
+  assert_stats(j, 0, 1, 0, 0);
+  tpk_jit_destroy(j);
+
+  /* auto: a cached build is used at once, with neither compiler */
+  j = new_jit(TPK_TIER_AUTO, -1, dir, NULL);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  run_add(c, 5, NULL);
+  assert_stats(j, 0, 0, 1, 0);
+
+  /* a different source misses */
+  add_source(src, sizeof src, 6);
+  c = compile_ok(j, src, "add_kernel");
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_TCC);
+  assert_stats(j, 1, 0, 1, 0);
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
+/* Builds of one entry name from different sources (one kernel at two
+ * shapes) each run their own code when loaded one after another: loading
+ * through /proc/self/fd/N must not hand back an earlier build that was
+ * loaded when its descriptor had the same number. */
+static void test_builds_of_one_entry_load_apart(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[4][2048];
+  for (int i = 0; i < 4; i++) add_source(src[i], sizeof src[i], 11 + i);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkCode *built[4];
+  for (int i = 0; i < 4; i++) built[i] = compile_ok(j, src[i], "add_kernel");
+  for (int i = 0; i < 4; i++) run_add(built[i], 11 + i, NULL);
+  assert_stats(j, 0, 4, 0, 0);
+  tpk_jit_destroy(j);
+  j = new_jit(TPK_TIER_AUTO, -1, dir, NULL); /* all four from the cache */
+  for (int i = 0; i < 4; i++) built[i] = compile_ok(j, src[i], "add_kernel");
+  for (int i = 0; i < 4; i++) run_add(built[i], 11 + i, NULL);
+  assert_stats(j, 0, 0, 4, 0);
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
+typedef enum Damage { TRUNCATE, GARBAGE, FLIP_BYTE, EMPTY, DROP_TRAILER } Damage;
+
+static void damage_file(const char *path, Damage how) {
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  size_t size = (size_t)st.st_size;
+  FILE *f;
+  switch (how) {
+  case TRUNCATE: assert_int_equal(truncate(path, (off_t)(size / 2)), 0); break;
+  case EMPTY: assert_int_equal(truncate(path, 0), 0); break;
+  case DROP_TRAILER: assert_int_equal(truncate(path, (off_t)(size - 40)), 0); break;
+  case GARBAGE:
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    for (size_t i = 0; i < size; i++) fputc((int)((i * 131) & 0xff), f);
+    fclose(f);
+    break;
+  case FLIP_BYTE:
+    f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, (long)(size / 2), SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, (long)(size / 2), SEEK_SET);
+    fputc(ch ^ 0x5a, f);
+    fclose(f);
+    break;
+  }
+}
+
+/* Builds loaded from the cache in one process, with one entry name and
+ * different code (one kernel at several sizes or tunables), each keep their
+ * own code. (They were once loaded through the same /proc/self/fd/N name,
+ * which the dynamic loader took for the object it had already loaded.) */
+static void test_cached_builds_of_one_entry_stay_apart(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048];
+  TpkCode *c[3];
+  for (int round = 0; round < 2; round++) {
+    /* built and stored, then loaded from the cache by a second JIT */
+    TpkJit *j = new_jit(round == 0 ? TPK_TIER_CC : TPK_TIER_AUTO, -1, dir, NULL);
+    for (int i = 0; i < 3; i++) {
+      add_source(src, sizeof src, 20 + i);
+      c[i] = compile_ok(j, src, "add_kernel");
+      assert_int_equal(tpk_code_tier(c[i]), TPK_TIER_CC);
+    }
+    for (int i = 0; i < 3; i++) run_add(c[i], 20 + i, NULL);
+    assert_stats(j, 0, round == 0 ? 3 : 0, round == 0 ? 0 : 3, 0);
+    tpk_jit_destroy(j);
+  }
+  remove_tree(dir);
+  free(dir);
+}
+
+static void test_damaged_cache_file_is_rebuilt(void **state) {
+  (void)state;
+  const Damage kinds[] = {TRUNCATE, GARBAGE, FLIP_BYTE, EMPTY, DROP_TRAILER};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    char *dir = make_temp_dir();
+    char src[2048], so[1024];
+    add_source(src, sizeof src, 7);
+    TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+    compile_ok(j, src, "add_kernel");
+    tpk_jit_destroy(j);
+    int others;
+    assert_int_equal(count_entries(dir, so, sizeof so, &others), 1);
+    damage_file(so, kinds[k]);
+
+    j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+    TpkCode *c = compile_ok(j, src, "add_kernel");
+    run_add(c, 7, NULL);
+    assert_stats(j, 0, 1, 0, 0); /* not loaded: rebuilt */
+    tpk_jit_destroy(j);
+
+    j = new_jit(TPK_TIER_CC, -1, dir, NULL); /* and the rebuilt file is good */
+    run_add(compile_ok(j, src, "add_kernel"), 7, NULL);
+    assert_stats(j, 0, 0, 1, 0);
+    tpk_jit_destroy(j);
+    remove_tree(dir);
+    free(dir);
+  }
+}
+
+static void test_insecure_cache_is_not_loaded(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048], so[1024];
+  add_source(src, sizeof src, 8);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  compile_ok(j, src, "add_kernel");
+  tpk_jit_destroy(j);
+  int others;
+  assert_int_equal(count_entries(dir, so, sizeof so, &others), 1);
+
+  /* world-writable: not loaded, replaced by a private rebuild */
+  assert_int_equal(chmod(so, 0666), 0);
+  j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  run_add(compile_ok(j, src, "add_kernel"), 8, NULL);
+  assert_stats(j, 0, 1, 0, 0);
+  tpk_jit_destroy(j);
+  struct stat st;
+  assert_int_equal(stat(so, &st), 0);
+  assert_int_equal(st.st_mode & 077, 0);
+
+  /* owned by someone else (only root can arrange that) */
+  if (geteuid() == 0) {
+    assert_int_equal(chown(so, 65534, 65534), 0);
+    j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+    run_add(compile_ok(j, src, "add_kernel"), 8, NULL);
+    assert_stats(j, 0, 1, 0, 0);
+    tpk_jit_destroy(j);
+    assert_int_equal(stat(so, &st), 0);
+    assert_int_equal(st.st_uid, geteuid());
+  }
+
+  /* a cache folder others can write is not used at all */
+  assert_int_equal(chmod(dir, 0777), 0);
+  j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  run_add(compile_ok(j, src, "add_kernel"), 8, NULL);
+  assert_stats(j, 0, 1, 0, 0);
+  add_source(src, sizeof src, 9);
+  run_add(compile_ok(j, src, "add_kernel"), 9, NULL);
+  tpk_jit_destroy(j);
+  assert_int_equal(count_entries(dir, NULL, 0, &others), 1); /* nothing stored there */
+  remove_tree(dir);
+  free(dir);
+}
+
+static void test_compile_errors_carry_the_compiler_message(void **state) {
+  (void)state;
+  static const char broken[] = "#include \"tpk_prims.h\"\n"
+                               "int bad(const TpkPrims *p, void *const *args, const int64_t *syms, void *ws, char *err) {\n"
+                               "  return nope;\n"
+                               "}\n";
+  TpkJit *j = new_jit(TPK_TIER_TCC, -1, "", NULL);
+  TpkCode *c = NULL;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_compile(j, broken, "bad", &c, &err), TPK_ERR_INTERNAL);
+  assert_null(c);
+  assert_non_null(strstr(err.message, "tcc"));
+  /* tcc's words, at the line of the source, not of the text with the header spliced in */
+  assert_non_null(strstr(err.message, "kernel.c:3: error: 'nope' undeclared"));
+
+  char src[2048];
+  add_source(src, sizeof src, 1);
+  assert_int_equal(tpk_jit_compile(j, src, "no_such_kernel", &c, &err), TPK_ERR_INTERNAL);
+  assert_non_null(strstr(err.message, "no_such_kernel"));
+
+  static const char unresolved[] = "#include \"tpk_prims.h\"\n"
+                                   "void tpk_nowhere(void);\n"
+                                   "int k(const TpkPrims *p, void *const *a, const int64_t *s, void *w, char *e) {\n"
+                                   "  tpk_nowhere();\n"
+                                   "  return 0;\n"
+                                   "}\n";
+  assert_int_equal(tpk_jit_compile(j, unresolved, "k", &c, &err), TPK_ERR_INTERNAL);
+  assert_non_null(strstr(err.message, "tpk_nowhere"));
+  assert_stats(j, 3, 0, 0, 0);
+  tpk_jit_destroy(j);
+
+  /* the cc tier reports cc's own message */
+  j = new_jit(TPK_TIER_CC, -1, "", NULL);
+  assert_int_equal(tpk_jit_compile(j, broken, "bad", &c, &err), TPK_ERR_INTERNAL);
+  assert_non_null(strstr(err.message, "error"));
+  assert_non_null(strstr(err.message, "kernel.c:3"));
+  assert_stats(j, 0, 1, 0, 1);
+  tpk_jit_destroy(j);
+}
+
+static void test_cc_failure_keeps_the_tcc_entry(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char fake[1024];
+  snprintf(fake, sizeof fake, "%s/fakecc", dir);
+  FILE *f = fopen(fake, "w");
+  assert_non_null(f);
+  fputs("#!/bin/sh\necho 'fake cc: no luck today' >&2\nexit 1\n", f);
+  fclose(f);
+  assert_int_equal(chmod(fake, 0755), 0);
+
+  char src[2048];
+  add_source(src, sizeof src, 10);
+  TpkJit *j = new_jit(TPK_TIER_AUTO, 0, "", fake);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  tpk_code_wait_optimized(c);
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_TCC);
+  assert_stats(j, 1, 1, 0, 1);
+  const char *why = tpk_code_cc_error(c);
+  assert_non_null(why);
+  assert_non_null(strstr(why, "fake cc: no luck today"));
+  run_add(c, 10, NULL);
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
+enum { THREADS = 4, PER_THREAD = 6 };
+
+typedef struct CompileJob {
+  TpkJit *jit;
+  int first;
+  TpkCode *codes[PER_THREAD];
+  TpkStatus status;
+} CompileJob;
+
+static void *compile_many(void *arg) {
+  CompileJob *job = arg;
+  job->status = TPK_OK;
+  for (int i = 0; i < PER_THREAD && job->status == TPK_OK; i++) {
+    char src[2048];
+    TpkError err;
+    add_source(src, sizeof src, job->first + i);
+    job->status = tpk_jit_compile(job->jit, src, "add_kernel", &job->codes[i], &err);
+  }
+  return NULL;
+}
+
+static void test_concurrent_compiles(void **state) {
+  (void)state;
+  TpkJit *j = new_jit(TPK_TIER_TCC, -1, "", NULL);
+  pthread_t th[THREADS];
+  CompileJob jobs[THREADS];
+  for (int t = 0; t < THREADS; t++) {
+    jobs[t] = (CompileJob){.jit = j, .first = 100 + t * PER_THREAD};
+    assert_int_equal(pthread_create(&th[t], NULL, compile_many, &jobs[t]), 0);
+  }
+  for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < THREADS; t++) {
+    assert_int_equal(jobs[t].status, TPK_OK);
+    for (int i = 0; i < PER_THREAD; i++) run_add(jobs[t].codes[i], jobs[t].first + i, NULL);
+  }
+  assert_stats(j, THREADS * PER_THREAD, 0, 0, 0);
+  tpk_jit_destroy(j);
+}
+
+typedef struct RaceJob {
+  const char *dir;
+  TpkStatus status;
+} RaceJob;
+
+static void *build_same_kernel(void *arg) {
+  RaceJob *job = arg;
+  TpkJitOptions o = {.tier = TPK_TIER_CC, .hot_calls = -1, .cache_dir = job->dir};
+  TpkJit *j = NULL;
+  TpkCode *c = NULL;
+  TpkError err;
+  char src[2048];
+  add_source(src, sizeof src, 13);
+  job->status = tpk_jit_create(&o, &j, &err);
+  if (job->status == TPK_OK) job->status = tpk_jit_compile(j, src, "add_kernel", &c, &err);
+  if (job->status == TPK_OK) run_add(c, 13, NULL);
+  tpk_jit_destroy(j);
+  return NULL;
+}
+
+/* Two compilers (as if two processes) build the same kernel into one cache:
+ * both succeed, one file remains, no temporary is left. */
+static void test_racing_builds_share_the_cache(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  pthread_t th[2];
+  RaceJob jobs[2] = {{dir, TPK_ERR_INTERNAL}, {dir, TPK_ERR_INTERNAL}};
+  for (int t = 0; t < 2; t++) assert_int_equal(pthread_create(&th[t], NULL, build_same_kernel, &jobs[t]), 0);
+  for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < 2; t++) assert_int_equal(jobs[t].status, TPK_OK);
+  int others;
+  assert_int_equal(count_entries(dir, NULL, 0, &others), 1);
+  assert_int_equal(others, 0);
+  remove_tree(dir);
+  free(dir);
+}
+
+typedef struct CallJob {
+  TpkCode *code;
+  int calls;
+} CallJob;
+
+static void *call_many(void *arg) {
+  CallJob *job = arg;
+  for (int i = 0; i < job->calls; i++) run_add(job->code, 11, NULL);
+  return NULL;
+}
+
+/* Callers keep calling while the worker swaps the entry point. */
+static void test_calls_during_promotion(void **state) {
+  (void)state;
+  char src[2048];
+  add_source(src, sizeof src, 11);
+  TpkJit *j = new_jit(TPK_TIER_AUTO, 1, "", NULL);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  pthread_t th[THREADS];
+  CallJob job = {c, 3000};
+  for (int t = 0; t < THREADS; t++) assert_int_equal(pthread_create(&th[t], NULL, call_many, &job), 0);
+  for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+  tpk_code_wait_optimized(c);
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  assert_stats(j, 1, 1, 0, 0); /* promoted once although several threads crossed the threshold */
+  tpk_jit_destroy(j);
+}
+
+static void test_destroy_with_pending_work(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  TpkJit *j = new_jit(TPK_TIER_AUTO, 0, dir, NULL);
+  TpkCode *codes[8];
+  for (int i = 0; i < 8; i++) {
+    char src[2048];
+    add_source(src, sizeof src, 200 + i);
+    codes[i] = compile_ok(j, src, "add_kernel");
+  }
+  run_add(codes[0], 200, NULL);
+  double t0 = now_ms();
+  tpk_jit_destroy(j); /* the running cc is killed, the queued ones are cancelled */
+  double ms = now_ms() - t0;
+  print_message("destroy with 8 cc builds pending: %.1f ms\n", ms);
+  assert_true(ms < 2000);
+  int others;
+  count_entries(dir, NULL, 0, &others);
+  assert_int_equal(others, 0); /* no build folder left behind */
+  remove_tree(dir);
+  free(dir);
+}
+
+static void test_options_from_env(void **state) {
+  (void)state;
+  TpkJitOptions o;
+  setenv("TPK_TIER", "cc", 1);
+  setenv("TPK_JIT_HOT_CALLS", "7", 1);
+  setenv("TPK_CACHE_DIR", "/nonexistent/tpk", 1);
+  setenv("CC", "clang", 1);
+  tpk_jit_options_from_env(&o);
+  assert_int_equal(o.tier, TPK_TIER_CC);
+  assert_int_equal(o.hot_calls, 7);
+  assert_string_equal(o.cache_dir, "/nonexistent/tpk");
+  assert_string_equal(o.cc, "clang");
+  setenv("TPK_TIER", "tcc", 1);
+  setenv("TPK_JIT_HOT_CALLS", "many", 1);
+  tpk_jit_options_from_env(&o);
+  assert_int_equal(o.tier, TPK_TIER_TCC);
+  assert_int_equal(o.hot_calls, -1);
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_JIT_HOT_CALLS");
+  unsetenv("TPK_CACHE_DIR");
+  unsetenv("CC");
+  tpk_jit_options_from_env(&o);
+  assert_int_equal(o.tier, TPK_TIER_AUTO);
+  assert_null(o.cache_dir);
+  assert_null(o.cc);
+
+  TpkJit *j = NULL;
+  TpkError err = {0};
+  o.tier = (TpkTier)42;
+  assert_int_equal(tpk_jit_create(&o, &j, &err), TPK_ERR_INVALID);
+  assert_null(j);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Latency of both tiers on the representative kernel; both give the same
+ * bits. */
+static void test_latency_of_a_200_line_kernel(void **state) {
+  (void)state;
+  enum { RUNS = 15 };
+  double t[RUNS], cpu[RUNS];
+  K200Data *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  assert_non_null(a);
+  assert_non_null(b);
+  k200_init(a);
+  k200_init(b);
+
+  TpkJit *j = new_jit(TPK_TIER_TCC, -1, "", NULL);
+  TpkCode *c = NULL;
+  for (int i = 0; i < RUNS; i++) {
+    double t0 = now_ms(), c0 = cpu_ms();
+    c = compile_ok(j, k200_source, "fused_block");
+    t[i] = now_ms() - t0;
+    cpu[i] = cpu_ms() - c0;
+  }
+  qsort(t, RUNS, sizeof t[0], cmp_double);
+  qsort(cpu, RUNS, sizeof cpu[0], cmp_double);
+  double tcc_ms = t[RUNS / 2];
+  k200_run(c, a);
+  tpk_jit_destroy(j);
+
+  char *dir = make_temp_dir();
+  j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  double t0 = now_ms();
+  c = compile_ok(j, k200_source, "fused_block");
+  double cc_ms = now_ms() - t0;
+  k200_run(c, b);
+  assert_memory_equal(a->y, b->y, sizeof a->y);
+  assert_memory_equal(a->stats, b->stats, sizeof a->stats);
+  tpk_jit_destroy(j);
+
+  j = new_jit(TPK_TIER_AUTO, -1, dir, NULL);
+  t0 = now_ms();
+  c = compile_ok(j, k200_source, "fused_block");
+  double hit_ms = now_ms() - t0;
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  assert_stats(j, 0, 0, 1, 0);
+  tpk_jit_destroy(j);
+
+  print_message("200-line kernel: tcc compile %.2f ms wall (median of %d, min %.2f), %.2f ms cpu (median); "
+                "cc -O3 compile %.0f ms; cache hit load %.2f ms\n",
+                tcc_ms, RUNS, t[0], cpu[RUNS / 2], cc_ms, hit_ms);
+  assert_true(cpu[RUNS / 2] < 50); /* target 5 ms; loose against slow or sanitized machines */
+  remove_tree(dir);
+  free(dir);
+  free(a);
+  free(b);
+}
+
+/* libtpk.so carries its own copy of libtcc (see the Makefile): it must work. */
+static void test_shared_library_tcc(void **state) {
+  (void)state;
+  const char *build = getenv("TPK_BUILD");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/libtpk.so", build && *build ? build : "build");
+  if (access(path, F_OK) != 0) fail_msg("%s is missing: `make test` builds it before the tests", path);
+  void *lib = dlopen(path, RTLD_LOCAL | RTLD_NOW);
+  if (!lib) fail_msg("dlopen %s: %s", path, dlerror());
+  TpkStatus (*create)(const TpkJitOptions *, TpkJit **, TpkError *);
+  TpkStatus (*compile)(TpkJit *, const char *, const char *, TpkCode **, TpkError *);
+  TpkKernelFn (*entry)(TpkCode *);
+  void (*destroy)(TpkJit *);
+  void *syms[4] = {dlsym(lib, "tpk_jit_create"), dlsym(lib, "tpk_jit_compile"), dlsym(lib, "tpk_code_entry"),
+                   dlsym(lib, "tpk_jit_destroy")};
+  for (int i = 0; i < 4; i++) assert_non_null(syms[i]);
+  memcpy(&create, &syms[0], sizeof create);
+  memcpy(&compile, &syms[1], sizeof compile);
+  memcpy(&entry, &syms[2], sizeof entry);
+  memcpy(&destroy, &syms[3], sizeof destroy);
+  TpkJitOptions o = {.tier = TPK_TIER_TCC, .hot_calls = -1, .cache_dir = ""};
+  TpkJit *j = NULL;
+  TpkCode *c = NULL;
+  TpkError err = {0};
+  assert_int_equal(create(&o, &j, &err), TPK_OK);
+  char src[2048];
+  add_source(src, sizeof src, 12);
+  if (compile(j, src, "add_kernel", &c, &err) != TPK_OK) fail_msg("%s", err.message);
+  float a[ADD_N], b[ADD_N], y[ADD_N];
+  for (int i = 0; i < ADD_N; i++) a[i] = (float)i, b[i] = 1.0f;
+  void *args[] = {a, b, y};
+  int64_t n[] = {ADD_N};
+  char kerr[TPK_KERNEL_ERR_LEN];
+  assert_int_equal(entry(c)(&test_prims, args, n, NULL, kerr), 0);
+  for (int i = 0; i < ADD_N; i++) assert_true(y[i] == sqrtf((float)i + 1.0f) + 12.0f);
+  destroy(j);
+  dlclose(lib);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tcc_compiles_and_runs),
+      cmocka_unit_test(test_cc_tier_compiles_with_cc),
+      cmocka_unit_test(test_cc_tier_without_cache_leaves_nothing),
+      cmocka_unit_test(test_auto_promotes_after_hot_calls),
+      cmocka_unit_test(test_cache_hit_in_second_jit),
+      cmocka_unit_test(test_cached_builds_of_one_entry_stay_apart),
+      cmocka_unit_test(test_builds_of_one_entry_load_apart),
+      cmocka_unit_test(test_damaged_cache_file_is_rebuilt),
+      cmocka_unit_test(test_insecure_cache_is_not_loaded),
+      cmocka_unit_test(test_compile_errors_carry_the_compiler_message),
+      cmocka_unit_test(test_cc_failure_keeps_the_tcc_entry),
+      cmocka_unit_test(test_concurrent_compiles),
+      cmocka_unit_test(test_racing_builds_share_the_cache),
+      cmocka_unit_test(test_calls_during_promotion),
+      cmocka_unit_test(test_destroy_with_pending_work),
+      cmocka_unit_test(test_options_from_env),
+      cmocka_unit_test(test_latency_of_a_200_line_kernel),
+      cmocka_unit_test(test_shared_library_tcc),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
