@@ -293,7 +293,7 @@ static const TpkDim *eval_dim_x(Checker *c, const TpkAst *n, bool declare_syms) 
   case TPK_AST_FIELD:
     if (n->lhs->kind == TPK_AST_NAME && strcmp(n->name, "size") == 0) {
       Sym *s = lookup(c, n->lhs->name);
-      if (s && s->kind == SYM_TILE) return tpk_dim_const(c->m, s->val.v->type->block);
+      if (s && s->kind == SYM_TILE) return s->val.v->type->block;
     }
     break;
   case TPK_AST_UNARY:
@@ -774,7 +774,7 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
   if (v.k == V_TILE) {
     acc->pattern[axis] = 't';
     acc->ops[acc->nops++] = v.v;
-    acc->dims[acc->rank++] = tpk_dim_const(c->m, v.v->type->block);
+    acc->dims[acc->rank++] = v.v->type->block;
     return true;
   }
   if (v.k == V_INT && size_known && (v.i < 0 || v.i >= size_k)) {
@@ -1534,7 +1534,7 @@ static Val eval_field(Checker *c, const TpkAst *n) {
                    src_text(c, n->lhs));
     return ERR;
   }
-  if (strcmp(n->name, "size") == 0) return int_val(base.v->type->block);
+  if (strcmp(n->name, "size") == 0) return int_val(tpk_tile_block(base.v->type));
   TpkOpcode op = strcmp(n->name, "id") == 0 ? TPK_OP_TILE_ID : strcmp(n->name, "start") == 0 ? TPK_OP_TILE_START : TPK_OP_COUNT;
   if (op == TPK_OP_COUNT) {
     tpk_diag_error(c->diags, n->span, "a tile index has no field '%s'; its fields are id, start and size", n->name);

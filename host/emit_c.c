@@ -732,8 +732,8 @@ static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const Tp
     switch (pattern[d]) {
     case 't':
       v = op->in[k++];
-      acc->start[d] = tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, v), v->type->block);
-      acc->size[d] = sz_int(e, v->type->block);
+      acc->start[d] = tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, v), tpk_tile_block(v->type));
+      acc->size[d] = sz_int(e, tpk_tile_block(v->type));
       break;
     case ':':
       acc->start[d] = "0";
@@ -1014,7 +1014,7 @@ static void mask_padding_lanes(Emitter *e, Access *acc) {
     if (!ld) continue;
     const TpkValue *at = ld->in[1];
     const char *start = strcmp(tpk_op_str(ld, "index", ""), "t") == 0
-                            ? tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, at), at->type->block)
+                            ? tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, at), tpk_tile_block(at->type))
                             : tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, at));
     acc->lane_limit[d] = tpk_arena_printf(&e->arena, "(%s - %s)", dim(e, ld->in[0]->type, 0), start);
   }
@@ -1571,7 +1571,7 @@ static void emit_op(Emitter *e, const TpkOp *op) {
     line(e, "int32_t %s = (int32_t)%s;", new_name(e, &op->out[0]), name_of(e, op->in[0]));
     return;
   case TPK_OP_TILE_START:
-    line(e, "int32_t %s = (int32_t)(%s * %" PRId64 ");", new_name(e, &op->out[0]), name_of(e, op->in[0]), op->in[0]->type->block);
+    line(e, "int32_t %s = (int32_t)(%s * %" PRId64 ");", new_name(e, &op->out[0]), name_of(e, op->in[0]), tpk_tile_block(op->in[0]->type));
     return;
   case TPK_OP_BROADCAST: emit_broadcast(e, op); return;
   case TPK_OP_RESHAPE: emit_reshape(e, op); return;

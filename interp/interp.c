@@ -1388,7 +1388,7 @@ static TpkStatus bind_index(Interp *I, const TpkOp *op, TpkValue *arg, int64_t v
   Val *s = slot(I, arg);
   if (!s) return fail(I, op, TPK_ERR_INTERNAL, "region argument has no slot");
   if (arg->type->kind == TPK_TYPE_TILE) {
-    Val t = {.kind = V_TILE, .id = v, .block = arg->type->block};
+    Val t = {.kind = V_TILE, .id = v, .block = tpk_tile_block(arg->type)};
     val_move(s, &t);
     return TPK_OK;
   }

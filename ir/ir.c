@@ -351,7 +351,7 @@ bool tpk_dim_eval(const TpkDim *d, TpkSymLookup lookup, void *ctx, int64_t *valu
 static uint64_t type_hash(const TpkType *t) {
   uint64_t h = irh_mix(((uint64_t)t->kind << 32) ^ ((uint64_t)t->dtype << 16) ^ ((uint64_t)t->space << 8) ^
                        (uint64_t)t->rank);
-  h = irh_mix(h ^ (uint64_t)t->block);
+  h = irh_mix(h ^ (uint64_t)(uintptr_t)t->block);
   for (int i = 0; i < t->rank; i++) h = irh_mix(h ^ (uint64_t)(uintptr_t)t->dims[i]);
   return h;
 }
@@ -406,13 +406,23 @@ const TpkType *tpk_type_ref(TpkModule *m, TpkDType dt, int rank, const TpkDim *c
   return shaped(m, TPK_TYPE_REF, dt, rank, dims, space);
 }
 
-const TpkType *tpk_type_tile(TpkModule *m, int64_t block) {
-  if (!m || block <= 0) return NULL;
+const TpkType *tpk_type_tile_dim(TpkModule *m, const TpkDim *block) {
+  int64_t v;
+  if (!m || !block || (tpk_dim_is_const(block, &v) && v <= 0)) return NULL;
   TpkType key;
   memset(&key, 0, sizeof key);
   key.kind = TPK_TYPE_TILE;
   key.block = block;
   return type_intern(m, &key);
+}
+
+const TpkType *tpk_type_tile(TpkModule *m, int64_t block) {
+  return m && block > 0 ? tpk_type_tile_dim(m, tpk_dim_const(m, block)) : NULL;
+}
+
+int64_t tpk_tile_block(const TpkType *t) {
+  int64_t v;
+  return t && t->kind == TPK_TYPE_TILE && tpk_dim_is_const(t->block, &v) ? v : -1;
 }
 
 const TpkType *tpk_type_dma(TpkModule *m) {

@@ -129,13 +129,19 @@ typedef struct TpkType {
   TpkMemSpace space; /* REF */
   int rank;          /* TENSOR, REF */
   const TpkDim *dims[TPK_MAX_RANK];
-  int64_t block;     /* TILE: the block size B */
+  const TpkDim *block; /* TILE: the block size B (a tunable until bound) */
 } TpkType;
 
 const TpkType *tpk_type_tensor(TpkModule *m, TpkDType dt, int rank, const TpkDim *const *dims);
 const TpkType *tpk_type_scalar(TpkModule *m, TpkDType dt);
 const TpkType *tpk_type_ref(TpkModule *m, TpkDType dt, int rank, const TpkDim *const *dims, TpkMemSpace space);
 const TpkType *tpk_type_tile(TpkModule *m, int64_t block);
+/* A tile whose block size is a dimension: a constant, or a tunable's symbol
+ * until the kernel is bound (lower/bind). NULL for a constant <= 0. */
+const TpkType *tpk_type_tile_dim(TpkModule *m, const TpkDim *block);
+/* The block size of a tile type when it is a constant, else -1. Every stage
+ * after binding sees constants. */
+int64_t tpk_tile_block(const TpkType *t);
 const TpkType *tpk_type_dma(TpkModule *m);
 /* Same kind, shape and space with another dtype. */
 const TpkType *tpk_type_with_dtype(TpkModule *m, const TpkType *t, TpkDType dt);

@@ -364,10 +364,11 @@ static const TpkType *parse_type(Parser *p) {
     if (!expect(p, '>')) return NULL;
     t = tpk_type_ref(p->m, dt, rank, dims, space);
   } else if (accept_word(p, "tile")) {
-    int64_t block;
-    if (!expect(p, '<') || !parse_int(p, &block) || !expect(p, '>')) return NULL;
-    if (block <= 0) return error_at(p, at.line, at.col, "tile block size must be positive"), NULL;
-    t = tpk_type_tile(p->m, block);
+    const TpkDim *block = expect(p, '<') ? parse_dim(p) : NULL;
+    if (!block || !expect(p, '>')) return NULL;
+    int64_t v;
+    if (tpk_dim_is_const(block, &v) && v <= 0) return error_at(p, at.line, at.col, "tile block size must be positive"), NULL;
+    t = tpk_type_tile_dim(p->m, block);
   } else if (accept_word(p, "dma")) {
     t = tpk_type_dma(p->m);
   } else {

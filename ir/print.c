@@ -102,7 +102,11 @@ void tpk_type_print(TpkStr *s, const TpkType *t) {
     if (t->space != TPK_MEM_HBM) tpk_str_printf(s, ", %s", (unsigned)t->space < 3 ? SPACES[t->space] : "?");
     tpk_str_putc(s, '>');
     break;
-  case TPK_TYPE_TILE: tpk_str_printf(s, "tile<%" PRId64 ">", t->block); break;
+  case TPK_TYPE_TILE:
+    tpk_str_puts(s, "tile<");
+    tpk_dim_print(s, t->block);
+    tpk_str_putc(s, '>');
+    break;
   case TPK_TYPE_DMA: tpk_str_puts(s, "dma"); break;
   }
 }

@@ -157,7 +157,7 @@ static int check_index(Verifier *v, const char *key, const TpkType *base, int fi
         fail(v, "index operand %d for '%c' must be a tile, got %s", k, c, ty(v, t));
         return -1;
       }
-      dims[(*rank)++] = tpk_dim_const(v->m, t->block);
+      dims[(*rank)++] = t->block;
       break;
     case 's':
     case 'r':

@@ -151,7 +151,7 @@ static void eval_scalar(Walker *w, const TpkOp *op) {
     return;
   }
   case TPK_OP_TILE_ID: if (ka) set_known(w, &op->out[0], a); return;
-  case TPK_OP_TILE_START: if (ka) set_known(w, &op->out[0], a * op->in[0]->type->block); return;
+  case TPK_OP_TILE_START: if (ka) set_known(w, &op->out[0], a * tpk_tile_block(op->in[0]->type)); return;
   case TPK_OP_PROGRAM_ID:
   case TPK_OP_NUM_PROGRAMS: {
     int axis = (int)tpk_op_int(op, "axis", 0);
