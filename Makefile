@@ -133,11 +133,14 @@ $(BUILD)/tpk: $(CLI_OBJ) $(BUILD)/libtpk.a
 $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/libtpk.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< $(TEST_SUPPORT) $(BUILD)/libtpk.a -lcmocka $(LDFLAGS) $(LDLIBS)
+# Counts every parse of .tpk text the library does (a program is checked once).
+$(BUILD)/tests/runtime/test_specialise: LDFLAGS += -Wl,--wrap=tpk_parse
 $(TEST_SUPPORT): tests/support.c tests/support.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -c $< -o $@
 
 test-c: $(TEST_BIN) $(BUILD)/tpk $(BUILD)/libtpk.so
+	@sh tools/check-layout.sh
 	@sh tools/run-tests.sh $(BUILD) $(TEST_BIN)
 
 test: test-c

@@ -198,6 +198,7 @@ void tpk_ptrmap_free(TpkPtrMap *m) {
 TpkStatus tpk_error(TpkError *err, TpkStatus code, const char *fmt, ...) {
   if (err) {
     err->code = code;
+    err->line = err->col = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof err->message, fmt, ap);
@@ -301,4 +302,47 @@ int64_t tpk_parse_bytes(const char *s) {
   }
   if (*end || v > (INT64_MAX >> shift)) return 0;
   return (int64_t)v << shift;
+}
+
+/* ---- Source excerpts ------------------------------------------------------ */
+
+/* The source line holding byte `offset`, and the caret line under
+ * [offset, offset+len). Tabs in the source are copied into the caret line's
+ * indentation so the caret lines up in any terminal. Non-printable bytes are
+ * shown as '?' so binary input cannot garble the terminal. */
+void tpk_render_excerpt(TpkStr *out, const char *text, size_t text_len, size_t offset, size_t len) {
+  if (!text || offset > text_len) return;
+  size_t start = offset, end = offset;
+  while (start > 0 && text[start - 1] != '\n') start--;
+  while (end < text_len && text[end] != '\n') end++;
+  if (end > start && text[end - 1] == '\r') end--;
+  enum { MAX_SHOWN = 240 }; /* a minified line is cut, not dumped */
+  if (end - start > MAX_SHOWN && offset - start < MAX_SHOWN) end = start + MAX_SHOWN;
+  if (offset - start >= MAX_SHOWN) return;
+  tpk_str_puts(out, "   ");
+  for (size_t i = start; i < end; i++) {
+    unsigned char c = (unsigned char)text[i];
+    tpk_str_putc(out, (c == '\t' || (c >= 32 && c < 127) || c >= 128) ? (char)c : '?');
+  }
+  tpk_str_puts(out, "\n   ");
+  for (size_t i = start; i < offset; i++) tpk_str_putc(out, text[i] == '\t' ? '\t' : ' ');
+  tpk_str_putc(out, '^');
+  size_t stop = offset + (len ? len : 1);
+  if (stop > end) stop = end;
+  for (size_t i = offset + 1; i < stop; i++) tpk_str_putc(out, '~');
+  tpk_str_putc(out, '\n');
+}
+
+
+void tpk_render_error_at(TpkStr *out, const char *file, const char *text, size_t text_len, const TpkError *err) {
+  if (err->line <= 0) {
+    tpk_str_printf(out, "%s\n", err->message);
+    return;
+  }
+  tpk_str_printf(out, "%s:%d:%d: error: %s\n", file ? file : "<input>", err->line, err->col, err->message);
+  size_t offset = 0;
+  for (int line = 1; text && line < err->line && offset < text_len; offset++)
+    if (text[offset] == '\n') line++;
+  if (text && offset + (size_t)(err->col > 0 ? err->col - 1 : 0) <= text_len)
+    tpk_render_excerpt(out, text, text_len, offset + (size_t)(err->col > 0 ? err->col - 1 : 0), 1);
 }

@@ -80,11 +80,23 @@ void tpk_ptrmap_free(TpkPtrMap *m);
 typedef struct TpkError {
   TpkStatus code;
   char message[1024];
+  int line, col; /* where in the source the problem is, when known (0: no place) */
 } TpkError;
 
 /* Set err (if non-NULL) and return code, so callers write
  * `return tpk_error(err, TPK_ERR_INVALID, "...")`. */
 TpkStatus tpk_error(TpkError *err, TpkStatus code, const char *fmt, ...) TPK_PRINTF(3, 4);
+
+/* ---- Source excerpts ------------------------------------------------------
+ * One look for every message about a place in a .tpk file (dsl/diag.c
+ * renders the checker's; the runtime those of binding a kernel). */
+
+/* The source line holding byte `offset` of text, indented, and a caret line
+ * under [offset, offset+len). */
+void tpk_render_excerpt(TpkStr *out, const char *text, size_t text_len, size_t offset, size_t len);
+/* "file:line:col: error: message", then the excerpt with a caret at the
+ * column; just the message when err has no line. */
+void tpk_render_error_at(TpkStr *out, const char *file, const char *text, size_t text_len, const TpkError *err);
 
 /* ---- Dtype facts ---------------------------------------------------------
  * One table (base.c) answers every question about a dtype; promotion rules

@@ -317,14 +317,29 @@ done:
   return status;
 }
 
-/* --lowered and --c: the host pipeline on every kernel of m. Unbound shape
+/* --lowered and --c: the host pipeline on every kernel of m, bound as a
+ * launch binds it (tunables not chosen at their defaults). Unbound shape
  * symbols give the code that serves every shape (read from syms[]). */
 static int lower_all(TpkModule *m, const Dump *d, const TpkSource *src, TpkStr *out) {
   TpkTarget host = tpk_target_host(tpk_parse_bytes(getenv("TPK_HOST_VMEM")));
-  for (int i = 0; i < m->nfuncs; i++) {
-    TpkFunc *f = m->funcs[i];
+  TpkModule *bound = tpk_module_new(src->name);
+  if (!bound) {
+    fprintf(stderr, "tpk: out of memory\n");
+    return CLI_FAIL;
+  }
+  int status = CLI_OK;
+  for (int i = 0; i < m->nfuncs && status == CLI_OK; i++) {
+    TpkFunc *f;
     TpkError err = {0};
-    TpkStatus st;
+    TpkStatus st = tpk_bind(bound, m->funcs[i], NULL, 0, &f, &err);
+    if (st != TPK_OK) {
+      TpkStr msg = {0};
+      tpk_render_error_at(&msg, src->name, src->text, src->len, &err);
+      fprintf(stderr, "%s", msg.data ? msg.data : err.message);
+      tpk_str_free(&msg);
+      status = CLI_FAIL;
+      break;
+    }
     if (d->c) {
       char entry[160];
       snprintf(entry, sizeof entry, "tpk_kernel_%s", f->name);
@@ -337,10 +352,11 @@ static int lower_all(TpkModule *m, const Dump *d, const TpkSource *src, TpkStr *
     }
     if (st != TPK_OK) {
       fprintf(stderr, "tpk: %s: %s\n", src->name, err.message);
-      return CLI_FAIL;
+      status = CLI_FAIL;
     }
   }
-  return CLI_OK;
+  tpk_module_free(bound);
+  return status;
 }
 
 int cli_dump(const CliCommand *cmd, int argc, char **argv) {

@@ -6,6 +6,9 @@
  */
 #include "cli/cli.h"
 #include "interp/interp.h"
+#include "lower/lower.h"
+#include "runtime/internal.h"
+#include "runtime/tune.h"
 #include "base/npy.h"
 #include "host/prims.h"
 #include "tpk.h"
@@ -304,26 +307,47 @@ static bool compare(const char *name, TpkDType dt, int rank, const int64_t *shap
 /* Run the reference interpreter on copies of the inputs: with --check,
  * compare every output and inout parameter; with --checked, in checked mode,
  * report the kernel bugs it finds. */
-static bool check_against_interpreter(const Run *r, const TpkSource *src, TpkKernel *k, TpkBuffer **bufs,
-                                      void **before, const double *scalars) {
-  TpkBinding binds[64], tunes[64];
-  for (int i = 0; i < r->shape.count && i < 64; i++) binds[i] = r->shape.items[i];
-  for (int i = 0; i < r->tunes.count && i < 64; i++) tunes[i] = r->tunes.items[i];
-  /* output-only symbols the launch bound from buffers must be bound here too */
-  TpkCheckOptions o = {.binds = binds, .nbinds = r->shape.count, .tunes = tunes, .ntunes = r->tunes.count,
-                       .only_kernel = r->kernel};
+static bool check_against_interpreter(const Run *r, TpkKernel *k, TpkBuffer **bufs, void **before,
+                                      const double *scalars) {
+  /* The kernel the launch ran, bound as it was: every size from the
+   * buffers, the tunables the launch used. */
+  const TpkFunc *ir = tpk_kernel_ir(k);
+  TpkBinding binds[128];
+  int nb = 0;
+  for (int i = 0; i < ir->nparams; i++) {
+    const TpkType *t = ir->params[i].value->type;
+    for (int d = 0; t->kind == TPK_TYPE_REF && d < t->rank && nb < 64; d++) {
+      const TpkDim *dim = t->dims[d];
+      bool seen = dim->kind != TPK_DIM_SYM;
+      for (int j = 0; j < nb && !seen; j++) seen = strcmp(binds[j].name, dim->sym) == 0;
+      if (!seen) binds[nb++] = (TpkBinding){dim->sym, tpk_buffer_shape(bufs[i])[d]};
+    }
+  }
+  for (int i = 0; i < r->shape.count && nb < 64; i++) { /* symbols no buffer shows */
+    bool seen = false;
+    for (int j = 0; j < nb && !seen; j++) seen = strcmp(binds[j].name, r->shape.items[i].name) == 0;
+    if (!seen) binds[nb++] = r->shape.items[i];
+  }
+  const char *used = tpk_kernel_last_tunes(k);
+  int64_t tunes[TPK_TUNE_MAX_TUNABLES];
+  if (ir->ntunes > TPK_TUNE_MAX_TUNABLES || !tpk_tune_parse(ir, used, strcspn(used, " "), tunes)) {
+    fprintf(stderr, "tpk: cannot read the tunables the launch used (%s)\n", used);
+    return false;
+  }
+  for (int i = 0; i < ir->ntunes; i++) {
+    bool seen = false; /* a tunable a shape uses is bound above */
+    for (int j = 0; j < nb && !seen; j++) seen = strcmp(binds[j].name, ir->tunes[i].name) == 0;
+    if (!seen) binds[nb++] = (TpkBinding){ir->tunes[i].name, tunes[i]};
+  }
   int np = tpk_kernel_param_count(k);
-  TpkDiags diags;
-  tpk_diags_init(&diags, src);
-  TpkModule *m = NULL;
-  TpkStatus st = tpk_compile_source(src, &o, &diags, &m);
-  tpk_diags_free(&diags);
-  if (st != TPK_OK || !m || !m->nfuncs) {
-    fprintf(stderr, "tpk: cannot build the reference for the check\n");
+  TpkModule *m = tpk_module_new(ir->name);
+  TpkFunc *f = NULL;
+  TpkError berr = {0};
+  if (!m || tpk_bind(m, ir, binds, nb, &f, &berr) != TPK_OK) {
+    fprintf(stderr, "tpk: cannot build the reference for the check: %s\n", m ? berr.message : "out of memory");
     if (m) tpk_module_free(m);
     return false;
   }
-  TpkFunc *f = m->funcs[0];
   void *args[256];
   void *mem[256] = {0};
   uint64_t svals[256];
@@ -442,6 +466,12 @@ static int run(Run *r) {
       goto done;
     }
   }
+  /* outputs are sized with the launch's tunables too: y: f32[G, N] */
+  TpkNamedInt sizes[128];
+  int nsizes = 0;
+  for (int i = 0; i < nsyms; i++) sizes[nsizes++] = syms[i];
+  for (int i = 0; i < r->tunes.count && nsizes < 128; i++)
+    sizes[nsizes++] = (TpkNamedInt){r->tunes.items[i].name, r->tunes.items[i].value};
   say(r, "%s: kernel %s on %s\n", src.name, r->kernel, tpk_device_name(dev));
   uint64_t rng = r->seed;
   for (int i = 0; i < np; i++) {
@@ -468,7 +498,7 @@ static int run(Run *r) {
       continue;
     }
     int64_t shape[TPK_MAX_DIMS];
-    if (tpk_kernel_param_shape(k, i, syms, nsyms, shape) != TPK_OK ||
+    if (tpk_kernel_param_shape(k, i, sizes, nsizes, shape) != TPK_OK ||
         tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]) != TPK_OK) {
       fprintf(stderr, "tpk: %s\n", tpk_last_error());
       goto done;
@@ -550,7 +580,7 @@ static int run(Run *r) {
     }
   }
   bool ok = true;
-  if (r->check || r->checked) ok = check_against_interpreter(r, &src, k, bufs, before, scalars);
+  if (r->check || r->checked) ok = check_against_interpreter(r, k, bufs, before, scalars);
   if (r->out_dir) {
     mkdir(r->out_dir, 0777);
     for (int i = 0; i < np; i++) {

@@ -214,12 +214,11 @@ static int report_error(const TpkError *err, bool searching) {
 }
 
 /* --cached: what a launch with these sizes would use. */
-static int show_cached(Tune *t, const TpkSource *src) {
-  TpkModule *m = NULL;
+static int show_cached(Tune *t, const TpkProgram *prog) {
   const TpkFunc *f;
   TpkTuneKey key;
   TpkError err = {0};
-  TpkStatus st = tpk_tune_prepare(src, t->kernel, t->device, t->shape.items, t->shape.count, &m, &f, &key, &err);
+  TpkStatus st = tpk_tune_prepare(prog, t->kernel, t->device, t->shape.items, t->shape.count, &f, &key, &err);
   int status = CLI_FAIL;
   TpkTuneTable table = {0};
   if (st != TPK_OK) {
@@ -254,7 +253,6 @@ static int show_cached(Tune *t, const TpkSource *src) {
   status = CLI_OK;
 done:
   tpk_tune_table_free(&table);
-  if (m) tpk_module_free(m);
   return status;
 }
 
@@ -281,35 +279,39 @@ static int tune(Tune *t) {
     fprintf(stderr, "tpk: %s\n", err.message);
     return CLI_FAIL;
   }
-  if (t->cached) {
-    int status = show_cached(t, &src);
-    tpk_source_free(&src);
-    return status;
-  }
   bool host = strcmp(t->device, "host") == 0;
   /* the host measures optimized code: compile each configuration with cc
    * -O3 at once rather than run tcc's code until it is promoted */
-  if (host) setenv("TPK_TIER", "cc", 0);
+  if (host && !t->cached) setenv("TPK_TIER", "cc", 0);
+  /* the program is checked once; every configuration binds its IR */
   TpkContext *ctx = NULL;
+  TpkProgram *prog = NULL;
+  if (tpk_context_create(&ctx) != TPK_OK || tpk_program_load_source(ctx, src.name, src.text, src.len, &prog) != TPK_OK) {
+    const char *msg = tpk_last_error();
+    fprintf(stderr, "%s%s%s", strstr(msg, ": error: ") ? "" : "tpk: ", msg, msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+    tpk_context_destroy(ctx);
+    tpk_source_free(&src);
+    return CLI_FAIL;
+  }
+  if (t->cached) {
+    int status = show_cached(t, prog);
+    tpk_context_destroy(ctx);
+    tpk_source_free(&src);
+    return status;
+  }
   double scalars[256];
   int status = CLI_OK;
-  TpkModule *m = NULL;
   const TpkFunc *f;
   TpkTuneKey key;
-  if (tpk_tune_prepare(&src, t->kernel, t->device, t->shape.items, t->shape.count, &m, &f, &key, &err) != TPK_OK)
+  if (tpk_tune_prepare(prog, t->kernel, t->device, t->shape.items, t->shape.count, &f, &key, &err) != TPK_OK)
     status = report_error(&err, false);
   else if (host) status = scalar_values(t, f, scalars);
-  if (m) tpk_module_free(m);
-  if (status == CLI_OK && host && tpk_context_create(&ctx) != TPK_OK) {
-    fprintf(stderr, "tpk: %s\n", tpk_last_error());
-    status = CLI_FAIL;
-  }
   TpkTuneReport r = {0};
   if (status == CLI_OK) {
     TpkTuneOptions o = {.device = t->device, .syms = t->shape.items, .nsyms = t->shape.count, .fixed = t->fixed.items,
-                        .nfixed = t->fixed.count, .max_points = t->max_configs, .ctx = ctx, .scalars = scalars,
+                        .nfixed = t->fixed.count, .max_points = t->max_configs, .scalars = scalars,
                         .repeat = t->repeat, .seed = t->seed, .progress = progress, .user = t};
-    if (tpk_tune_search(&src, t->kernel, &o, &r, &err) != TPK_OK) status = report_error(&err, r.npoints > 0);
+    if (tpk_tune_search(prog, t->kernel, &o, &r, &err) != TPK_OK) status = report_error(&err, r.npoints > 0);
   }
   if (status == CLI_OK) {
     summary(t, &r);

@@ -29,7 +29,7 @@
 
 typedef enum SymKind {
   SYM_CONST,  /* file-level const: val is V_INT or V_FLT */
-  SYM_TUNE,   /* tunable: val V_INT */
+  SYM_TUNE,   /* tunable: dim (a symbol, or a constant when chosen) */
   SYM_SHAPE,  /* shape symbol: dim */
   SYM_REF,    /* tensor parameter, output or scratch: val V_REF */
   SYM_SCALAR, /* scalar parameter: val V_VAL */
@@ -44,6 +44,7 @@ typedef enum ValKind {
   V_NONE, /* no value (wait(c)) */
   V_VAL,  /* an SSA value: tensor, scalar or dma handle */
   V_INT,  /* compile-time integer, weakly typed */
+  V_DIM,  /* compile-time integer known as a dimension (a tunable), weakly typed */
   V_FLT,  /* compile-time float, weakly typed */
   V_REF,  /* a memory ref not yet loaded (x in `x + y`, y in `y[i] = ..`) */
   V_TILE  /* a tile index */
@@ -55,6 +56,7 @@ typedef struct Val {
   ValKind k;
   TpkValue *v; /* V_VAL, V_REF, V_TILE */
   int64_t i;   /* V_INT */
+  const TpkDim *dim; /* V_DIM */
   double f;    /* V_FLT */
   Sym *sym;    /* V_REF: the parameter/output/scratch it names */
 } Val;
@@ -65,7 +67,7 @@ struct Sym {
   TpkSpan span; /* the declaration */
   Sym *next;    /* enclosing entries of the scope chain */
   Val val;
-  const TpkDim *dim;     /* SYM_SHAPE */
+  const TpkDim *dim;     /* SYM_SHAPE, SYM_TUNE */
   TpkParamRole role;     /* SYM_REF: parameter role */
   bool scratch;          /* SYM_REF: VMEM scratch */
   const TpkType *type;   /* SYM_VAR: the declared type, fixed for life */
@@ -88,6 +90,8 @@ typedef struct Checker {
   bool in_kernel;
   int grid_depth; /* 1 inside a grid body */
   int grid_rank;
+  const TpkTune *tunes; /* the kernel's tunables */
+  int ntunes;
   const bool *bind_used; /* parallel to opts->binds */
   bool *bind_seen, *tune_seen;
 } Checker;
@@ -129,6 +133,12 @@ static void at(Checker *c, const TpkAst *n) { c->b.loc = loc_of(n); }
 static Val val_of(TpkValue *v) { return v ? (Val){.k = V_VAL, .v = v} : ERR; }
 static Val int_val(int64_t i) { return (Val){.k = V_INT, .i = i}; }
 static Val flt_val(double f) { return (Val){.k = V_FLT, .f = f}; }
+/* A compile-time integer as a dimension: a constant folds to V_INT. */
+static Val dim_val(const TpkDim *d) {
+  int64_t k;
+  if (!d) return (Val){.k = V_ERR};
+  return tpk_dim_is_const(d, &k) ? int_val(k) : (Val){.k = V_DIM, .dim = d};
+}
 
 static int count_list(const TpkAst *n) {
   int k = 0;
@@ -248,6 +258,8 @@ static void unknown_name(Checker *c, const TpkAst *n) {
 
 static Val eval_const_decl(Checker *c, Sym *s);
 static Val eval(Checker *c, const TpkAst *n);
+static TpkValue *convert(Checker *c, TpkValue *v, TpkDType dt);
+static TpkValue *value_of_dim(Checker *c, const TpkAst *n, const TpkDim *d);
 
 /* Evaluate n as a dimension: an integer built from literals, consts,
  * tunables, shape symbols and tile sizes with + - * /. In parameter and output
@@ -281,11 +293,11 @@ static const TpkDim *eval_dim_x(Checker *c, const TpkAst *n, bool declare_syms) 
       unknown_name(c, n);
       return NULL;
     }
-    if (s->kind == SYM_SHAPE) return s->dim;
+    if (s->kind == SYM_SHAPE || s->kind == SYM_TUNE) return s->dim;
     Val v = s->kind == SYM_CONST ? eval_const_decl(c, s) : s->val;
     if (v.k == V_ERR) return NULL;
-    if ((s->kind == SYM_CONST || s->kind == SYM_TUNE || s->kind == SYM_LET) && v.k == V_INT)
-      return tpk_dim_const(c->m, v.i);
+    if ((s->kind == SYM_CONST || s->kind == SYM_LET) && v.k == V_INT) return tpk_dim_const(c->m, v.i);
+    if (s->kind == SYM_LET && v.k == V_DIM) return v.dim;
     tpk_diag_error(c->diags, n->span, "'%s' is %s, not a compile-time integer; sizes are built from integer literals, consts, tunables and shape symbols",
                    n->name, sym_what(s));
     return NULL;
@@ -447,6 +459,12 @@ static Val materialize(Checker *c, const TpkAst *n, Val v, TpkDType hint) {
     return v;
   case V_INT:
     return val_of(const_scalar(c, n, v, hint != TPK_DTYPE_COUNT && hint != TPK_BOOL ? hint : TPK_I32));
+  case V_DIM: { /* an i32 at run time until bound; takes a numeric hint as a literal does */
+    if (!can_build(c, n)) return ERR;
+    at(c, n);
+    TpkValue *x = value_of_dim(c, n, v.dim);
+    return val_of(x && hint != TPK_DTYPE_COUNT && hint != TPK_BOOL ? convert(c, x, hint) : x);
+  }
   case V_FLT:
     return val_of(const_scalar(c, n, v, tpk_dtype_is_float(hint) ? hint : TPK_F32));
   case V_REF:
@@ -574,11 +592,28 @@ static bool fold(Checker *c, const TpkAst *n, TpkOpcode op, Val a, Val b, Val *o
 }
 
 static bool is_const(Val v) { return v.k == V_INT || v.k == V_FLT; }
+/* Weakly typed: takes the dtype of what it meets (literals, tunables). */
+static bool is_weak(Val v) { return is_const(v) || v.k == V_DIM; }
+
+/* Integer arithmetic over tunables and literals stays a dimension:
+ * BM * 2 is a size as much as BM is. */
+static bool fold_dim(Checker *c, TpkOpcode op, Val a, Val b, Val *out) {
+  if ((a.k != V_DIM && a.k != V_INT) || (b.k != V_DIM && b.k != V_INT) || (a.k != V_DIM && b.k != V_DIM)) return false;
+  static const TpkDimKind KIND[TPK_OP_COUNT] = {[TPK_OP_ADD] = TPK_DIM_ADD, [TPK_OP_SUB] = TPK_DIM_SUB,
+                                                [TPK_OP_MUL] = TPK_DIM_MUL, [TPK_OP_DIV] = TPK_DIM_DIV};
+  if (!KIND[op] && op != TPK_OP_ADD) return false; /* TPK_DIM_CONST is 0: ADD needs its own test */
+  const TpkDim *x = a.k == V_DIM ? a.dim : tpk_dim_const(c->m, a.i);
+  const TpkDim *y = b.k == V_DIM ? b.dim : tpk_dim_const(c->m, b.i);
+  int64_t k;
+  if (op == TPK_OP_DIV && (!tpk_dim_is_const(y, &k) || k <= 0)) return false; /* a run-time division */
+  *out = dim_val(tpk_dim_binary(c->m, op == TPK_OP_ADD ? TPK_DIM_ADD : KIND[op], x, y));
+  return out->k != V_ERR;
+}
 
 /* Materialize a and b to SSA values of one dtype: a weak constant takes the
  * other side's dtype; two values promote (bf16 + f32 -> f32). */
 static bool unify_dtypes(Checker *c, const TpkAst *na, Val *a, const TpkAst *nb, Val *b) {
-  if (is_const(*a) && !is_const(*b)) {
+  if (is_weak(*a) && !is_weak(*b)) {
     *b = need_data(c, nb, *b, TPK_DTYPE_COUNT);
     if (b->k == V_ERR) return false;
     TpkDType h = b->v->type->dtype;
@@ -621,6 +656,8 @@ static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *wha
     Val r;
     if (opcode != TPK_OP_POW && opcode != TPK_OP_MAX && opcode != TPK_OP_MIN && fold(c, n, opcode, a, b, &r)) return r;
   }
+  Val folded;
+  if (fold_dim(c, opcode, a, b, &folded)) return folded;
   if (!can_build(c, n)) return ERR;
   at(c, n);
   if (!unify_dtypes(c, na, &a, nb, &b)) return ERR;
@@ -649,7 +686,7 @@ static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *wha
 static Val unary_fn(Checker *c, const TpkAst *n, TpkOpcode opcode, const TpkAst *na, Val a) {
   if (a.k == V_ERR) return ERR;
   const TpkOpInfo *info = tpk_op_info(opcode);
-  a = need_data(c, na, a, a.k == V_INT && (info->flags & TPK_OPF_FLOAT_ONLY) ? TPK_F32 : TPK_DTYPE_COUNT);
+  a = need_data(c, na, a, (a.k == V_INT || a.k == V_DIM) && (info->flags & TPK_OPF_FLOAT_ONLY) ? TPK_F32 : TPK_DTYPE_COUNT);
   if (a.k == V_ERR) return ERR;
   at(c, n);
   TpkDType dt = a.v->type->dtype;
@@ -671,6 +708,7 @@ static Val negate(Checker *c, const TpkAst *n, const TpkAst *operand, Val a) {
     return int_val(-a.i);
   }
   if (a.k == V_FLT) return flt_val(-a.f);
+  if (a.k == V_DIM) return dim_val(tpk_dim_binary(c->m, TPK_DIM_SUB, tpk_dim_const(c->m, 0), a.dim));
   return unary_fn(c, n, TPK_OP_NEG, operand, a);
 }
 
@@ -1224,9 +1262,11 @@ static Val bi_reshape(Checker *c, const TpkAst *n, const Builtin *bi, const Args
   const TpkDim *dims[TPK_MAX_RANK];
   if (x.k == V_ERR || !shape_list(c, a->pos[1], &rank, dims)) return ERR;
   const TpkType *t = x.v->type;
-  if (num_elements(c, t->rank, t->dims) != num_elements(c, rank, dims)) {
-    tpk_diag_error(c->diags, n->span, "reshape() must keep the number of elements: %s cannot become %s",
-                   shape_str(c, t->rank, t->dims), shape_str(c, rank, dims));
+  char witness[128] = "";
+  if (!tpk_dims_equal_when_tuned(c->m, c->tunes, c->ntunes, num_elements(c, t->rank, t->dims),
+                                 num_elements(c, rank, dims), witness, sizeof witness)) {
+    tpk_diag_error(c->diags, n->span, "reshape() must keep the number of elements: %s cannot become %s%s%s",
+                   shape_str(c, t->rank, t->dims), shape_str(c, rank, dims), *witness ? " when " : "", witness);
     return ERR;
   }
   at(c, n);
@@ -1534,7 +1574,7 @@ static Val eval_field(Checker *c, const TpkAst *n) {
                    src_text(c, n->lhs));
     return ERR;
   }
-  if (strcmp(n->name, "size") == 0) return int_val(tpk_tile_block(base.v->type));
+  if (strcmp(n->name, "size") == 0) return dim_val(base.v->type->block);
   TpkOpcode op = strcmp(n->name, "id") == 0 ? TPK_OP_TILE_ID : strcmp(n->name, "start") == 0 ? TPK_OP_TILE_START : TPK_OP_COUNT;
   if (op == TPK_OP_COUNT) {
     tpk_diag_error(c->diags, n->span, "a tile index has no field '%s'; its fields are id, start and size", n->name);
@@ -1562,6 +1602,8 @@ static Val eval_name(Checker *c, const TpkAst *n) {
     at(c, n);
     return val_of(value_of_dim(c, n, s->dim));
   }
+  case SYM_TUNE:
+    return dim_val(s->dim);
   default:
     return s->val;
   }
@@ -1923,21 +1965,30 @@ static bool eval_range(Checker *c, const TpkAst *r, Range *out) {
   }
   Val extent = eval(c, r->lhs);
   TpkValue *n = extent.k == V_INT ? NULL : i32_from(c, r->lhs, extent, "the extent of tiles()");
-  int64_t b;
-  if (!eval_int(c, r->rhs, &b) || (!n && extent.k != V_INT)) return false;
-  if (b <= 0) {
-    tpk_diag_error(c->diags, r->rhs->span, "the block size of tiles() must be positive; got %lld", (long long)b);
+  /* the block size is a compile-time integer: a literal, a const, or a
+   * tunable (then symbolic until the kernel is bound) */
+  Val bval = eval(c, r->rhs);
+  if (bval.k == V_ERR || (!n && extent.k != V_INT)) return false;
+  if (bval.k != V_INT && bval.k != V_DIM) {
+    tpk_diag_error(c->diags, r->rhs->span, "the block size of tiles() must be a compile-time integer (a literal, const or tunable)");
     return false;
   }
+  if (bval.k == V_INT && bval.i <= 0) {
+    tpk_diag_error(c->diags, r->rhs->span, "the block size of tiles() must be positive; got %lld", (long long)bval.i);
+    return false;
+  }
+  const TpkDim *b = bval.k == V_DIM ? bval.dim : tpk_dim_const(c->m, bval.i);
   at(c, r);
   out->lo = const_scalar(c, r, int_val(0), TPK_I32);
-  if (!n) { /* a constant extent: the tile count is known now */
-    out->hi = const_scalar(c, r->lhs, int_val(tpk_ceildiv(extent.i, b)), TPK_I32);
+  if (!n && bval.k == V_INT) { /* a constant extent and block: the tile count is known now */
+    out->hi = const_scalar(c, r->lhs, int_val(tpk_ceildiv(extent.i, bval.i)), TPK_I32);
   } else {
-    TpkValue *bv = const_scalar(c, r->rhs, int_val(b), TPK_I32);
-    out->hi = bv ? tpk_build_binary(&c->b, TPK_OP_CDIV, n, bv) : NULL;
+    if (!n) n = const_scalar(c, r->lhs, extent, TPK_I32);
+    TpkValue *bv = value_of_dim(c, r->rhs, b);
+    at(c, r);
+    out->hi = n && bv ? tpk_build_binary(&c->b, TPK_OP_CDIV, n, bv) : NULL;
   }
-  out->iv_type = tpk_type_tile(c->m, b);
+  out->iv_type = tpk_type_tile_dim(c->m, b);
   return out->lo && out->hi;
 }
 
@@ -2182,11 +2233,14 @@ static void check_tunables(Checker *c, const TpkAst *k, TpkFunc *f) {
       chosen = c->opts->tunes[b].value;
     }
     if (!ok) continue;
-    s->val = int_val(chosen);
+    bool bound = false;
+    for (int b = 0; c->opts && b < c->opts->ntunes; b++) bound |= strcmp(c->opts->tunes[b].name, t->name) == 0;
+    s->dim = bound ? tpk_dim_const(c->m, chosen) : tpk_dim_sym(c->m, tpk_module_intern(c->m, t->name, strlen(t->name)));
     int64_t *copy = tpk_arena_alloc(&c->m->arena, (size_t)nchoices * sizeof *copy);
     if (!copy) return;
     memcpy(copy, choices, (size_t)nchoices * sizeof *copy);
-    f->tunes[i++] = (TpkTune){.name = s->name, .value = chosen, .nchoices = nchoices, .choices = copy};
+    f->tunes[i++] = (TpkTune){.name = tpk_module_intern(c->m, s->name, strlen(s->name)), .bound = bound, .value = chosen,
+                              .nchoices = nchoices, .choices = copy};
   }
   f->ntunes = i;
 }
@@ -2247,6 +2301,8 @@ static void check_kernel(Checker *c, const TpkAst *k) {
    * once the parameter types are known, so collect them in a stand-in. */
   TpkFunc tunes = {0};
   check_tunables(c, k, &tunes);
+  c->tunes = tunes.tunes;
+  c->ntunes = tunes.ntunes;
 
   bool ok = true;
   int i = 0;

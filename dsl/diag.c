@@ -83,33 +83,6 @@ void tpk_diag_note(TpkDiags *d, TpkSpan at, const char *fmt, ...) {
 
 static const char *SEVERITY[] = {"error", "warning", "note"};
 
-/* The source line holding byte `offset`, and the caret line under
- * [offset, offset+len). Tabs in the source are copied into the caret line's
- * indentation so the caret lines up in any terminal. Non-printable bytes are
- * shown as '?' so binary input cannot garble the terminal. */
-static void render_excerpt(TpkStr *out, const TpkSource *src, uint32_t offset, uint32_t len) {
-  if (!src || !src->text || offset > src->len) return;
-  size_t start = offset, end = offset;
-  while (start > 0 && src->text[start - 1] != '\n') start--;
-  while (end < src->len && src->text[end] != '\n') end++;
-  if (end > start && src->text[end - 1] == '\r') end--;
-  enum { MAX_SHOWN = 240 }; /* a minified line is cut, not dumped */
-  if (end - start > MAX_SHOWN && offset - start < MAX_SHOWN) end = start + MAX_SHOWN;
-  if (offset - start >= MAX_SHOWN) return;
-  tpk_str_puts(out, "   ");
-  for (size_t i = start; i < end; i++) {
-    unsigned char c = (unsigned char)src->text[i];
-    tpk_str_putc(out, (c == '\t' || (c >= 32 && c < 127) || c >= 128) ? (char)c : '?');
-  }
-  tpk_str_puts(out, "\n   ");
-  for (size_t i = start; i < offset; i++) tpk_str_putc(out, src->text[i] == '\t' ? '\t' : ' ');
-  tpk_str_putc(out, '^');
-  size_t stop = offset + (len ? len : 1);
-  if (stop > end) stop = end;
-  for (size_t i = offset + 1; i < stop; i++) tpk_str_putc(out, '~');
-  tpk_str_putc(out, '\n');
-}
-
 void tpk_diags_render(TpkStr *out, const TpkDiags *d) {
   const char *file = d->src && d->src->name ? d->src->name : "<input>";
   for (int i = 0; i < d->count; i++) {
@@ -119,7 +92,7 @@ void tpk_diags_render(TpkStr *out, const TpkDiags *d) {
       tpk_str_printf(out, "%s:%d:%d: %s: %s\n", file, g->span.line, g->span.col, SEVERITY[g->severity], msg);
     else /* about the file as a whole, e.g. a --bind naming no symbol */
       tpk_str_printf(out, "%s: %s: %s\n", file, SEVERITY[g->severity], msg);
-    if (g->span.line > 0) render_excerpt(out, d->src, g->span.offset, g->span.len);
+    if (g->span.line > 0 && d->src) tpk_render_excerpt(out, d->src->text, d->src->len, g->span.offset, g->span.len);
     if (g->hint) tpk_str_printf(out, "hint: %s\n", g->hint);
   }
   if (d->truncated) {

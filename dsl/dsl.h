@@ -160,13 +160,11 @@ void tpk_ast_print(TpkStr *out, const TpkAst *file);
 
 /* ---- Checking: AST -> IR ------------------------------------------------------ */
 
-/* Call-time information for building IR: shape symbols bound to values
- * (--bind M=1024) and tunables chosen (--tune BM=256). Unbound symbols stay
- * symbolic; unchosen tunables take their first (default) value. */
-typedef struct TpkBinding {
-  const char *name;
-  int64_t value;
-} TpkBinding;
+/* Values to build the IR with, for `tpk check` and `tpk dump`: shape
+ * symbols bound (--bind M=1024) and tunables chosen (--tune BM=256), so that
+ * errors that need the values are reported with a caret. Unbound symbols and
+ * unchosen tunables stay symbolic: that is the IR a program is loaded as, and
+ * lower/bind.c specialises it. */
 
 typedef struct TpkCheckOptions {
   const TpkBinding *binds;

@@ -136,7 +136,9 @@ typedef struct TpkNamedInt {
 int tpk_kernel_symbol_count(const TpkKernel *k);
 const char *tpk_kernel_symbol_name(const TpkKernel *k, int i);
 /* The shape of parameter i (rank tpk_kernel_param_rank) once the given
- * symbols are bound: how a caller sizes outputs from its inputs' shapes. */
+ * symbols are bound: how a caller sizes outputs from its inputs' shapes.
+ * `syms` may also name tunables, for shapes that use one (y: f32[G, N]);
+ * tunables it does not name take their declared defaults. */
 TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *syms, int nsyms, int64_t *shape);
 
 /* One call's arguments. `args[i]` is parameter i (inputs, then outputs, in

@@ -8,6 +8,7 @@
  */
 #include "ir/ir.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "base/map.h"
@@ -720,26 +721,91 @@ TpkValue *tpk_build_yield(TpkBuilder *b, int n, TpkValue *const *vals) {
 
 /* ---- Symbols of a function ----------------------------------------------- */
 
-static int add_dim_symbols(const TpkDim *d, const char **names, int n, int max) {
+/* Adds the shape symbols of d not yet in names[0..n) (up to max kept),
+ * skipping f's tunables; returns the new count. */
+static int add_dim_symbols(const TpkFunc *f, const TpkDim *d, const char **names, int n, int max) {
   if (!d) return n;
   if (d->kind == TPK_DIM_SYM) {
+    if (tpk_func_tune(f, d->sym)) return n;
     for (int i = 0; i < n && i < max; i++)
       if (names[i] == d->sym) return n; /* interned: pointers compare */
     if (n < max) names[n] = d->sym;
     return n + 1;
   }
-  return add_dim_symbols(d->b, names, add_dim_symbols(d->a, names, n, max), max);
+  return add_dim_symbols(f, d->b, names, add_dim_symbols(f, d->a, names, n, max), max);
+}
+
+typedef struct Tuning {
+  const TpkTune *used[8];
+  int nused;
+  int64_t value[8];
+  bool too_many;
+} Tuning;
+
+static bool tuning_lookup(void *ctx, const char *sym, int64_t *value) {
+  const Tuning *t = ctx;
+  for (int i = 0; i < t->nused; i++)
+    if (strcmp(t->used[i]->name, sym) == 0) return *value = t->value[i], true;
+  return false;
+}
+
+static void tunables_in(const TpkTune *tunes, int ntunes, const TpkDim *d, Tuning *t) {
+  if (!d) return;
+  if (d->kind != TPK_DIM_SYM) {
+    tunables_in(tunes, ntunes, d->a, t);
+    tunables_in(tunes, ntunes, d->b, t);
+    return;
+  }
+  for (int i = 0; i < ntunes; i++) {
+    if (strcmp(tunes[i].name, d->sym) != 0 || tunes[i].nchoices == 0) continue;
+    for (int j = 0; j < t->nused; j++)
+      if (t->used[j] == &tunes[i]) return;
+    if (t->nused < 8) t->used[t->nused++] = &tunes[i];
+    else t->too_many = true;
+  }
+}
+
+bool tpk_dims_equal_when_tuned(TpkModule *m, const TpkTune *tunes, int ntunes, const TpkDim *a, const TpkDim *b,
+                               char *witness, size_t witness_size) {
+  if (a == b) return true;
+  if (!a || !b) return false;
+  Tuning t = {.nused = 0};
+  tunables_in(tunes, ntunes, a, &t);
+  tunables_in(tunes, ntunes, b, &t);
+  int64_t combos = 1;
+  for (int i = 0; i < t.nused && combos <= 4096; i++) combos *= t.used[i]->nchoices;
+  if (t.nused == 0 || t.too_many || combos > 4096) return false;
+  for (int64_t k = 0; k < combos; k++) {
+    int64_t rest = k;
+    for (int i = 0; i < t.nused; i++) {
+      t.value[i] = t.used[i]->choices[rest % t.used[i]->nchoices];
+      rest /= t.used[i]->nchoices;
+    }
+    if (tpk_dim_substitute(m, a, tuning_lookup, &t) == tpk_dim_substitute(m, b, tuning_lookup, &t)) continue;
+    size_t n = 0;
+    for (int i = 0; witness && i < t.nused && n < witness_size; i++)
+      n += (size_t)snprintf(witness + n, witness_size - n, "%s%s=%lld", i ? ", " : "", t.used[i]->name,
+                            (long long)t.value[i]);
+    return false;
+  }
+  return true;
+}
+
+const TpkTune *tpk_func_tune(const TpkFunc *f, const char *name) {
+  for (int i = 0; f && name && i < f->ntunes; i++)
+    if (strcmp(f->tunes[i].name, name) == 0) return &f->tunes[i];
+  return NULL;
 }
 
 int tpk_func_symbols(const TpkFunc *f, const char **names, int max) {
   int n = 0;
   for (int i = 0; i < f->nparams; i++) {
     const TpkType *t = f->params[i].value ? f->params[i].value->type : NULL;
-    for (int k = 0; t && k < t->rank; k++) n = add_dim_symbols(t->dims[k], names, n, max);
+    for (int k = 0; t && k < t->rank; k++) n = add_dim_symbols(f, t->dims[k], names, n, max);
   }
   for (int i = 0; i < f->nresults; i++)
     for (int k = 0; f->results[i] && k < f->results[i]->rank; k++)
-      n = add_dim_symbols(f->results[i]->dims[k], names, n, max);
+      n = add_dim_symbols(f, f->results[i]->dims[k], names, n, max);
   return n;
 }
 

@@ -337,12 +337,23 @@ typedef struct TpkParam {
   TpkLoc loc;
 } TpkParam;
 
+/* A tunable. Until it is bound (lower/bind), its name is a symbol in the
+ * IR's dims and `sym` ops, like a shape symbol; binding replaces it with
+ * `value` everywhere. Text: `BM in [8, 16]` unbound, `BM=16 in [8, 16]`
+ * bound. */
 typedef struct TpkTune {
   const char *name;
-  int64_t value;       /* the value this IR was built with */
+  bool bound;          /* the IR is built for `value` */
+  int64_t value;       /* when bound: the value; else the declared default */
   int nchoices;
   const int64_t *choices; /* the declared candidates, first is the default */
 } TpkTune;
+
+/* A name bound to an integer: a shape symbol's size or a tunable's value. */
+typedef struct TpkBinding {
+  const char *name;
+  int64_t value;
+} TpkBinding;
 
 struct TpkFunc {
   const char *name;
@@ -421,7 +432,8 @@ TpkValue *tpk_build_yield(TpkBuilder *b, int n, TpkValue *const *vals); /* retur
 
 /* The shape symbols of a kernel or func, in order of first appearance in
  * its parameters' types (then results): the order in which callers pass
- * their values. Writes up to max names and returns how many there are. */
+ * their values. Tunables are not shape symbols, even where a shape uses
+ * one. Writes up to max names and returns how many there are. */
 int tpk_func_symbols(const TpkFunc *f, const char **names, int max);
 
 /* The load that read index vector v as a block ('t' or 'r') of a rank-1
@@ -434,6 +446,26 @@ const TpkOp *tpk_index_vector_load(const TpkValue *v);
  * value inside func. */
 void tpk_op_erase(TpkOp *op);
 void tpk_func_replace_uses(TpkFunc *f, TpkValue *from, TpkValue *to);
+
+/* Whether dims a and b are equal for every value the tunables they use may
+ * take. Tunables are symbols until bound, but each takes one of a few
+ * declared values, so [BM] and [BM/8*8] agree when every choice of BM is a
+ * multiple of 8. Equal dims agree at once; otherwise every combination of
+ * the declared values is tried (up to 4096 of them; more: not equal). When
+ * they disagree, `witness` (may be NULL) names one combination ("BM=4"). */
+bool tpk_dims_equal_when_tuned(TpkModule *m, const TpkTune *tunes, int ntunes, const TpkDim *a, const TpkDim *b,
+                               char *witness, size_t witness_size);
+
+/* The tunable named `name` of f, or NULL. */
+const TpkTune *tpk_func_tune(const TpkFunc *f, const char *name);
+
+/* A copy of f in module dst (ir/clone.c) with every dimension's symbols
+ * that `subst` knows replaced by their values (subst may be NULL: a plain
+ * copy); tunables it knows are marked bound. Ops are copied as they are:
+ * lower/bind.c turns `sym` ops into constants. NULL with err (and its
+ * line/col: the op or parameter) when a size overflows, divides by zero or
+ * is negative once substituted; dst may then hold a partial function. */
+TpkFunc *tpk_func_clone(TpkModule *dst, const TpkFunc *f, TpkSymLookup subst, void *ctx, TpkError *err);
 
 /* ---- Checking, printing, parsing ------------------------------------------- */
 

@@ -627,7 +627,9 @@ static bool parse_tunes(Parser *p, TpkFunc *f) {
     if (!t || !(t->name = tpk_module_intern(p->m, p->tok.text, p->tok.len)))
       return error_at(p, p->tok.line, p->tok.col, "out of memory");
     next(p);
-    if (!expect(p, '=') || !parse_int(p, &t->value)) return false;
+    t->bound = accept(p, '=');
+    if (t->bound && !parse_int(p, &t->value)) return false;
+    if (!t->bound && !is_word(&p->tok, "in")) return expected(p, "'=' or 'in'");
     if (accept_word(p, "in")) {
       Vec choices = {0};
       if (!expect(p, '[')) return false;
@@ -642,6 +644,7 @@ static bool parse_tunes(Parser *p, TpkFunc *f) {
       for (int i = 0; i < choices.n; i++) cs[i] = *(int64_t *)choices.items[i];
       t->choices = cs;
       t->nchoices = choices.n;
+      if (!t->bound) t->value = cs[0];
     }
     if (!vec_push(p, &tunes, t)) return false;
   } while (accept(p, ','));

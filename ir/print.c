@@ -329,7 +329,8 @@ static void func_print(TpkStr *out, const TpkFunc *f) {
     tpk_str_puts(out, " tune{");
     for (int i = 0; i < f->ntunes; i++) {
       const TpkTune *t = &f->tunes[i];
-      tpk_str_printf(out, "%s%s=%" PRId64, i ? ", " : "", t->name ? t->name : "_", t->value);
+      tpk_str_printf(out, "%s%s", i ? ", " : "", t->name ? t->name : "_");
+      if (t->bound || t->nchoices == 0) tpk_str_printf(out, "=%" PRId64, t->value);
       if (t->nchoices > 0) {
         tpk_str_puts(out, " in [");
         for (int c = 0; c < t->nchoices; c++) tpk_str_printf(out, "%s%" PRId64, c ? ", " : "", t->choices[c]);

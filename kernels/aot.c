@@ -111,7 +111,7 @@ static int load_tuned(const char *path) {
   return 0;
 }
 
-static TpkStatus load(const char *path, TpkSource *src, TpkModule **m, const TpkCheckOptions *o) {
+static TpkStatus load(const char *path, TpkSource *src, TpkModule **m) {
   TpkError err = {0};
   if (tpk_source_read(src, path, &err) != TPK_OK) {
     fail("%s%s", err.message, "");
@@ -119,7 +119,7 @@ static TpkStatus load(const char *path, TpkSource *src, TpkModule **m, const Tpk
   }
   TpkDiags diags;
   tpk_diags_init(&diags, src);
-  TpkStatus st = tpk_compile_source(src, o, &diags, m);
+  TpkStatus st = tpk_compile_source(src, NULL, &diags, m);
   if (st != TPK_OK) {
     TpkStr s = {0};
     tpk_diags_render(&s, &diags);
@@ -133,7 +133,7 @@ static TpkStatus load(const char *path, TpkSource *src, TpkModule **m, const Tpk
 static int emit_file(const char *path, const char *out_path) {
   TpkSource src;
   TpkModule *m = NULL;
-  if (load(path, &src, &m, NULL) != TPK_OK) return 1;
+  if (load(path, &src, &m) != TPK_OK) return 1;
   char id[64];
   file_id(path, id, sizeof id);
   TpkStr out = {0};
@@ -142,26 +142,21 @@ static int emit_file(const char *path, const char *out_path) {
     Setting settings[MAX_SETTINGS];
     int ns = tune_settings(m->funcs[i], settings);
     for (int s = 0; s < ns && !status; s++) {
-      /* Each setting is checked again with its tunables bound; shapes stay
-       * symbolic. */
-      TpkSource again;
-      TpkModule *one = NULL;
-      TpkCheckOptions o = {.tunes = settings[s].tunes, .ntunes = settings[s].n, .only_kernel = m->funcs[i]->name};
-      if (load(path, &again, &one, &o) != TPK_OK) {
-        status = 1;
-        break;
-      }
+      /* Each setting binds the kernel's tunables on its IR; shapes stay
+       * symbolic: the code serves every size. */
+      TpkModule *one = tpk_module_new(m->funcs[i]->name);
+      TpkFunc *g = NULL;
+      TpkError err = {0};
       char entry[200];
       snprintf(entry, sizeof entry, "tpk_std_%s_%s_%d", id, m->funcs[i]->name, s);
       TpkTarget host = tpk_target_host(tpk_parse_bytes(getenv("TPK_HOST_VMEM")));
-      TpkError err = {0};
       int64_t ws;
-      if (tpk_lower_to_c(one->funcs[0], &host, entry, again.text, emitted ? TPK_EMIT_NO_PRELUDE : 0, &out, &ws,
-                         &err) != TPK_OK)
+      if (!one) status = fail("out of memory%s%s", "", "");
+      else if (tpk_bind(one, m->funcs[i], settings[s].tunes, settings[s].n, &g, &err) != TPK_OK ||
+               tpk_lower_to_c(g, &host, entry, src.text, emitted ? TPK_EMIT_NO_PRELUDE : 0, &out, &ws, &err) != TPK_OK)
         status = fail("%s: %s", path, err.message);
       emitted++;
-      tpk_module_free(one);
-      tpk_source_free(&again);
+      if (one) tpk_module_free(one);
     }
   }
   if (!status) {
@@ -197,7 +192,7 @@ static int emit_registry(const char *out_path, int nfiles, char **paths) {
   for (int fi = 0; fi < nfiles && !status; fi++) {
     TpkSource src;
     TpkModule *m = NULL;
-    if (load(paths[fi], &src, &m, NULL) != TPK_OK) {
+    if (load(paths[fi], &src, &m) != TPK_OK) {
       status = 1;
       break;
     }

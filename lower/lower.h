@@ -21,6 +21,16 @@ typedef struct TpkTarget {
 } TpkTarget;
 
 
+/* Specialise f (lower/bind.c): a copy of it in module dst with the given
+ * shape symbols and tunables bound — substituted in every type, `sym` ops
+ * made constants, then simplified. Tunables not given take their declared
+ * defaults; shape symbols not given stay symbolic. Fails, with the .tpk
+ * line and column in err when there is one, on a name f does not have, a
+ * tunable value it does not declare, a negative size, a size that
+ * overflows, or a constant index or static slice outside its dimension. f
+ * itself is not changed. */
+TpkStatus tpk_bind(TpkModule *dst, const TpkFunc *f, const TpkBinding *binds, int nbinds, TpkFunc **out, TpkError *err);
+
 /* Constant folding, common subexpression elimination and dead code
  * elimination. */
 void tpk_simplify(TpkFunc *f);

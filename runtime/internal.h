@@ -6,7 +6,24 @@
 
 #include "tpk.h"
 
+#include "ir/ir.h"
+
 /* Set this thread's tpk_last_error() message and return st. */
 TpkStatus tpk_runtime_set_error(TpkStatus st, const char *message);
+
+/* runtime/load.c: a program's text, read from a file (the heap: free it),
+ * and checked into IR (tpk_module_free it). On failure of the check,
+ * `diagnostics` gets them rendered. The only files of runtime/ that see the
+ * language frontend. */
+TpkStatus tpk_runtime_read_file(const char *path, char **text, size_t *len, TpkError *err);
+TpkStatus tpk_runtime_check(const char *name, const char *text, size_t len, TpkModule **out, TpkStr *diagnostics);
+
+/* What the tuner and the command line read of a program: the IR its text
+ * was checked into once (nothing bound), its name, its context; a kernel's
+ * IR. */
+const TpkModule *tpk_program_ir(const TpkProgram *p);
+const char *tpk_program_name(const TpkProgram *p);
+TpkContext *tpk_program_context(const TpkProgram *p);
+const TpkFunc *tpk_kernel_ir(const TpkKernel *k);
 
 #endif

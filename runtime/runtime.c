@@ -2,17 +2,19 @@
  * runtime.c — the public C API: contexts, devices, buffers, programs,
  * kernels, launches and queues (include/tpk.h).
  *
- * A program keeps its checked source. A launch binds the kernel's shape
- * symbols from the argument buffers, then looks up the specialisation for
- * those sizes and tunables: the kernel is checked again with every symbol
- * bound, lowered to C with constant shapes and compiled by the JIT (libtcc
- * at once, cc -O3 in the background). Specialisations are cached per
- * program; the JIT keeps optimized code on disk across processes.
+ * A program's text is checked into IR once, when it is loaded
+ * (runtime/load.c); nothing after that reads the text again. A launch binds
+ * the kernel's shape symbols from the argument buffers, then looks up the
+ * specialisation for those sizes and tunables: the kernel's IR is cloned
+ * with every size and tunable bound (lower/bind.c), lowered to C with
+ * constant shapes and compiled by the JIT (libtcc at once, cc -O3 in the
+ * background). Specialisations are cached per program; the JIT keeps
+ * optimized code on disk across processes.
  *
  * Code that serves every shape (a Generic) replaces the per-shape compile
  * when there is some: the standard library's, compiled ahead of time
  * (host/std.h), or with TPK_GENERIC=1 one JIT compile per kernel and
- * tunable setting. The specialisation then still checks the kernel with its
+ * tunable setting. The specialisation then still binds the kernel with its
  * sizes (same errors), plans it against the device's VMEM and times it on a
  * sim device, but compiles nothing.
  *
@@ -29,7 +31,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dsl/dsl.h"
 #include "host/host.h"
 #include "host/jit.h"
 #include "runtime/pool.h"
@@ -129,7 +130,9 @@ struct TpkKernel {
 
 struct TpkProgram {
   TpkContext *ctx;
-  TpkSource src;
+  char *name;        /* the file, as messages name it */
+  char *text;        /* its text, quoted by messages and generated code's comments */
+  size_t len;
   TpkModule *module; /* checked once, unbound */
   TpkKernel *kernels;
   int nkernels;
@@ -145,6 +148,7 @@ struct TpkContext {
   bool generic_jit; /* TPK_GENERIC=1: compile each kernel once for every shape */
   bool use_aot;     /* the standard library's code (TPK_AOT=0: compile it too) */
   int threads;      /* tpk_host_threads() when the context was made */
+  int64_t host_vmem; /* $TPK_HOST_VMEM when the context was made (0: the default) */
   pthread_mutex_t lock; /* the lists below, and pool */
   TpkPool *pool;        /* started by the first launch that shares a grid */
   TpkDevice *devices;
@@ -180,6 +184,7 @@ TpkStatus tpk_context_create(TpkContext **out) {
   const char *aot = getenv("TPK_AOT");
   ctx->use_aot = !aot || strcmp(aot, "0") != 0;
   ctx->threads = tpk_host_threads();
+  ctx->host_vmem = tpk_parse_bytes(getenv("TPK_HOST_VMEM"));
   ctx->std_programs = calloc((size_t)(tpk_std_nfiles ? tpk_std_nfiles : 1), sizeof *ctx->std_programs);
   if (!ctx->std_programs) {
     tpk_jit_destroy(ctx->jit);
@@ -231,7 +236,8 @@ void tpk_program_destroy(TpkProgram *prog) {
 
   free(prog->kernels);
   if (prog->module) tpk_module_free(prog->module);
-  tpk_source_free(&prog->src);
+  free(prog->name);
+  free(prog->text);
   pthread_mutex_destroy(&prog->lock);
   free(prog);
 }
@@ -367,34 +373,35 @@ TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
 
 /* ---- programs and kernels ---------------------------------------------------------- */
 
-static TpkStatus program_from_source(TpkContext *ctx, TpkSource src, TpkProgram **out) {
+/* A program from its text (name and text: the heap, owned from here on). */
+static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, size_t len, TpkProgram **out) {
   TpkProgram *prog = calloc(1, sizeof *prog);
   if (!prog) {
-    tpk_source_free(&src);
-    return fail(TPK_ERR_NOMEM, "out of memory loading %s", src.name);
+    free(text);
+    fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
+    free(name);
+    return TPK_ERR_NOMEM;
   }
   prog->ctx = ctx;
-  prog->src = src;
-  prog->std_file = ctx->use_aot ? tpk_std_file_of(src.text, src.len) : -1;
+  prog->name = name;
+  prog->text = text;
+  prog->len = len;
+  prog->std_file = ctx->use_aot ? tpk_std_file_of(text, len) : -1;
   pthread_mutex_init(&prog->lock, NULL);
-  TpkDiags diags;
-  tpk_diags_init(&diags, &prog->src);
-  TpkStatus st = tpk_compile_source(&prog->src, NULL, &diags, &prog->module);
+  TpkStr diags = {0};
+  TpkStatus st = tpk_runtime_check(name, text, len, &prog->module, &diags);
   if (st != TPK_OK) {
-    TpkStr s = {0};
-    tpk_diags_render(&s, &diags);
-    fail(st, "%s", s.data ? s.data : "the program did not check");
-    tpk_str_free(&s);
-    tpk_diags_free(&diags);
+    fail(st, "%s", diags.data ? diags.data : "the program did not check");
+    tpk_str_free(&diags);
     tpk_program_destroy(prog);
     return st;
   }
-  tpk_diags_free(&diags);
   prog->nkernels = prog->module->nfuncs;
   prog->kernels = calloc((size_t)(prog->nkernels ? prog->nkernels : 1), sizeof *prog->kernels);
   if (!prog->kernels) {
+    fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
     tpk_program_destroy(prog);
-    return fail(TPK_ERR_NOMEM, "out of memory loading %s", src.name);
+    return TPK_ERR_NOMEM;
   }
   for (int i = 0; i < prog->nkernels; i++)
     prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i], .last_tier = "none"};
@@ -409,16 +416,20 @@ static TpkStatus program_from_source(TpkContext *ctx, TpkSource src, TpkProgram 
 TpkStatus tpk_program_load_file(TpkContext *ctx, const char *path, TpkProgram **out) {
   *out = NULL;
   if (!ctx || !path) return fail(TPK_ERR_INVALID, "tpk_program_load_file: no context or no path");
-  TpkSource src;
+  char *text, *name = strdup(path);
+  size_t len;
   TpkError err = {0};
-  if (tpk_source_read(&src, path, &err) != TPK_OK) return fail_err(&err);
-  return program_from_source(ctx, src, out);
+  if (!name) return fail(TPK_ERR_NOMEM, "out of memory loading %s", path);
+  if (tpk_runtime_read_file(path, &text, &len, &err) != TPK_OK) {
+    free(name);
+    return fail_err(&err);
+  }
+  return program_from_source(ctx, name, text, len, out);
 }
 
 TpkStatus tpk_program_load_source(TpkContext *ctx, const char *name, const char *text, size_t len, TpkProgram **out) {
   *out = NULL;
   if (!ctx || (!text && len)) return fail(TPK_ERR_INVALID, "tpk_program_load_source: no context or no text");
-  if (len > TPK_SOURCE_MAX) return fail(TPK_ERR_INVALID, "source is larger than %d MiB", TPK_SOURCE_MAX >> 20);
   char *copy = malloc(len + 1), *n = strdup(name ? name : "<source>");
   if (!copy || !n) {
     free(copy);
@@ -427,9 +438,13 @@ TpkStatus tpk_program_load_source(TpkContext *ctx, const char *name, const char 
   }
   if (len) memcpy(copy, text, len);
   copy[len] = 0;
-  TpkSource src = {.name = n, .text = copy, .len = len};
-  return program_from_source(ctx, src, out);
+  return program_from_source(ctx, n, copy, len, out);
 }
+
+const TpkModule *tpk_program_ir(const TpkProgram *p) { return p->module; }
+const char *tpk_program_name(const TpkProgram *p) { return p->name; }
+TpkContext *tpk_program_context(const TpkProgram *p) { return p->ctx; }
+const TpkFunc *tpk_kernel_ir(const TpkKernel *k) { return k->f; }
 
 int tpk_program_kernel_count(const TpkProgram *p) { return p ? p->nkernels : 0; }
 const char *tpk_program_kernel_name(const TpkProgram *p, int i) {
@@ -446,7 +461,7 @@ TpkStatus tpk_program_kernel(TpkProgram *p, const char *name, TpkKernel **out) {
     }
   TpkStr list = {0};
   for (int i = 0; i < p->nkernels; i++) tpk_str_printf(&list, "%s%s", i ? ", " : "", p->kernels[i].f->name);
-  fail(TPK_ERR_INVALID, "%s has no kernel '%s'; it has: %s", p->src.name, name, list.data ? list.data : "(none)");
+  fail(TPK_ERR_INVALID, "%s has no kernel '%s'; it has: %s", p->name, name, list.data ? list.data : "(none)");
   tpk_str_free(&list);
   return TPK_ERR_INVALID;
 }
@@ -465,7 +480,12 @@ const char *tpk_kernel_last_tunes(const TpkKernel *k) { return k->last_tunes; }
 
 /* ---- binding a launch ---------------------------------------------------------------- */
 
+/* The sizes of a launch, and the tunables its shapes use (a tunable in an
+ * output's shape, `-> (y: f32[G, N])`, is bound by the launch's tunes or
+ * the buffer, like a shape symbol). Tunables not bound take their declared
+ * defaults in lookups. */
 typedef struct Bound {
+  const TpkFunc *f;
   const char *name[MAX_SYMS];
   int64_t value[MAX_SYMS];
   const char *from[MAX_SYMS]; /* "x (dimension 0)" or "syms" */
@@ -481,9 +501,22 @@ static int bound_find(const Bound *b, const char *name) {
 static bool bound_lookup(void *ctx, const char *sym, int64_t *value) {
   const Bound *b = ctx;
   int i = bound_find(b, sym);
-  if (i < 0) return false;
-  *value = b->value[i];
+  const TpkTune *t = i < 0 ? tpk_func_tune(b->f, sym) : NULL;
+  if (i < 0 && !t) return false;
+  *value = i >= 0 ? b->value[i] : t->value;
   return true;
+}
+
+/* A tunable's value must be one it declares. */
+static TpkStatus check_tune_value(const TpkKernel *k, const TpkTune *t, int64_t v, const char *from) {
+  for (int c = 0; c < t->nchoices; c++)
+    if (t->choices[c] == v) return TPK_OK;
+  TpkStr s = {0};
+  for (int c = 0; c < t->nchoices; c++) tpk_str_printf(&s, "%s%lld", c ? ", " : "", (long long)t->choices[c]);
+  fail(TPK_ERR_INVALID, "kernel '%s': tunable %s is %lld from %s, but it is one of [%s]", k->f->name, t->name,
+       (long long)v, from, s.data ? s.data : "");
+  tpk_str_free(&s);
+  return TPK_ERR_INVALID;
 }
 
 static const char *kernel_name(const TpkKernel *k) { return k->f->name; }
@@ -509,7 +542,16 @@ static TpkStatus launch_device(const TpkKernel *k, const TpkLaunch *L, TpkDevice
 /* Bind symbols from buffers, check dtypes and every dimension. */
 static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*from)[96]) {
   const TpkFunc *f = k->f;
+  b->f = f;
   b->n = 0;
+  for (int i = 0; i < L->ntunes; i++) { /* tunables a shape uses are bound like sizes */
+    const TpkTune *t = L->tunes[i].name ? tpk_func_tune(f, L->tunes[i].name) : NULL;
+    if (!t || b->n == MAX_SYMS) continue;
+    if (check_tune_value(k, t, L->tunes[i].value, "the launch's tunes") != TPK_OK) return TPK_ERR_INVALID;
+    b->name[b->n] = t->name;
+    b->value[b->n] = L->tunes[i].value;
+    b->from[b->n++] = "the launch's tunes";
+  }
   for (int i = 0; i < L->nsyms; i++) {
     if (!L->syms[i].name) return fail(TPK_ERR_INVALID, "kernel '%s': a shape symbol without a name", kernel_name(k));
     if (b->n == MAX_SYMS) return fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
@@ -537,6 +579,8 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
         if (dim->kind == TPK_DIM_SYM && bound_find(b, dim->sym) < 0) {
           if (b->n == MAX_SYMS) return fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
           snprintf(from[b->n], 96, "'%s' (dimension %d)", p->name, d);
+          const TpkTune *tune = tpk_func_tune(f, dim->sym);
+          if (tune && check_tune_value(k, tune, buf->shape[d], from[b->n]) != TPK_OK) return TPK_ERR_INVALID;
           b->name[b->n] = dim->sym;
           b->value[b->n] = buf->shape[d];
           b->from[b->n] = from[b->n];
@@ -556,8 +600,10 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
           tpk_dim_print(&s, dim);
           if (dim->kind == TPK_DIM_SYM) {
             int j = bound_find(b, dim->sym);
-            fail(TPK_ERR_INVALID, "kernel '%s': shape symbol %s is %lld from %s but %lld from '%s' (dimension %d)",
-                 kernel_name(k), dim->sym, (long long)b->value[j], b->from[j], (long long)buf->shape[d], p->name, d);
+            fail(TPK_ERR_INVALID, "kernel '%s': %s %s is %lld from %s but %lld from '%s' (dimension %d)",
+                 kernel_name(k), tpk_func_tune(f, dim->sym) ? "tunable" : "shape symbol", dim->sym,
+                 j >= 0 ? (long long)b->value[j] : (long long)want, j >= 0 ? b->from[j] : "its declared default",
+                 (long long)buf->shape[d], p->name, d);
           } else {
             fail(TPK_ERR_INVALID, "kernel '%s': '%s' (dimension %d) must have size %s = %lld, the buffer has %lld",
                  kernel_name(k), p->name, d, s.data ? s.data : "?", (long long)want, (long long)buf->shape[d]);
@@ -573,7 +619,7 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
     if (bound_find(b, names[i]) < 0)
       return fail(TPK_ERR_INVALID, "kernel '%s': shape symbol %s is not bound; pass it in syms", kernel_name(k), names[i]);
   for (int i = 0; i < b->n; i++) {
-    bool known = false;
+    bool known = tpk_func_tune(f, b->name[i]) != NULL;
     for (int j = 0; j < n && j < MAX_SYMS; j++) known |= strcmp(names[j], b->name[i]) == 0;
     if (!known) return fail(TPK_ERR_INVALID, "kernel '%s' has no shape symbol '%s'", kernel_name(k), b->name[i]);
   }
@@ -610,30 +656,16 @@ static TpkStatus scalar_value(const TpkKernel *k, int i, double v, void *out) {
 
 /* ---- specialisation and launch --------------------------------------------------------- */
 
-/* The launch's value of every tunable of k, in declaration order: the ones
- * it names, the declared defaults for the rest. */
-static void launch_tunes(const TpkKernel *k, const TpkLaunch *L, int64_t *values) {
-  for (int j = 0; j < k->f->ntunes; j++) {
-    values[j] = k->f->tunes[j].value;
-    for (int i = 0; i < L->ntunes; i++)
-      if (strcmp(L->tunes[i].name, k->f->tunes[j].name) == 0) values[j] = L->tunes[i].value;
-  }
-}
-
 /* The launch's tunable setting in canonical form, "BM=8,BN=128"
  * (tpk_tune_format: what kernels/aot.c names entries by), appended to s. */
-static void put_tunes(TpkStr *s, const TpkKernel *k, const TpkLaunch *L) {
-  int64_t *values = malloc((size_t)(k->f->ntunes ? k->f->ntunes : 1) * sizeof *values);
-  if (!values) {
-    s->failed = true;
-    return;
-  }
-  launch_tunes(k, L, values);
-  tpk_tune_format(s, k->f, values);
-  free(values);
+static char *tunes_text(const TpkKernel *k, const int64_t *tunes) {
+  TpkStr s = {0};
+  tpk_str_puts(&s, "");
+  tpk_tune_format(&s, k->f, tunes);
+  return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
 }
 
-static char *spec_key(const TpkKernel *k, const Bound *b, const TpkLaunch *L, const TpkDevice *dev) {
+static char *spec_key(const TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev) {
   TpkStr s = {0};
   /* the device shapes the lowering (its VMEM), so it is part of the key */
   tpk_str_printf(&s, "%s|%s", dev && dev->chip ? dev->chip->name : "host", k->f->name);
@@ -641,56 +673,61 @@ static char *spec_key(const TpkKernel *k, const Bound *b, const TpkLaunch *L, co
   int n = tpk_func_symbols(k->f, names, MAX_SYMS);
   for (int i = 0; i < n && i < MAX_SYMS; i++) tpk_str_printf(&s, "|%s=%lld", names[i], (long long)b->value[bound_find(b, names[i])]);
   tpk_str_puts(&s, "|");
-  put_tunes(&s, k, L);
+  tpk_tune_format(&s, k->f, tunes);
   return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
 }
 
-static char *tunes_text(const TpkKernel *k, const TpkLaunch *L) {
+/* k's IR bound (lower/bind.c) in a module of its own: the tunables, and
+ * the sizes when b is given (else the code serves every size). A failure
+ * quotes the .tpk line it is about. */
+static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *tunes, TpkModule **module,
+                             TpkFunc **out) {
+  const TpkFunc *f = k->f;
+  TpkBinding binds[2 * MAX_SYMS];
+  int n = 0;
+  const char *names[MAX_SYMS];
+  int nsyms = b ? tpk_func_symbols(f, names, MAX_SYMS) : 0;
+  for (int i = 0; i < nsyms && i < MAX_SYMS; i++) binds[n++] = (TpkBinding){names[i], b->value[bound_find(b, names[i])]};
+  for (int i = 0; i < f->ntunes && n < 2 * MAX_SYMS; i++) binds[n++] = (TpkBinding){f->tunes[i].name, tunes[i]};
+  *module = tpk_module_new(f->name);
+  if (!*module) return fail(TPK_ERR_NOMEM, "out of memory");
+  TpkError err = {0};
+  if (tpk_bind(*module, f, binds, n, out, &err) == TPK_OK) return TPK_OK;
   TpkStr s = {0};
-  tpk_str_puts(&s, "");
-  put_tunes(&s, k, L);
-  return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
-}
-
-static TpkStatus check_failed(const TpkKernel *k, const char *what, TpkDiags *diags) {
-  TpkStr s = {0};
-  tpk_diags_render(&s, diags);
-  fail(TPK_ERR_INVALID, "kernel '%s' %s:\n%s", k->f->name, what, s.data ? s.data : "");
+  tpk_str_printf(&s, "kernel '%s' with ", f->name);
+  for (int i = 0; i < n; i++) tpk_str_printf(&s, "%s%s=%lld", i ? ", " : "", binds[i].name, (long long)binds[i].value);
+  tpk_str_puts(&s, ":\n");
+  tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, &err);
+  fail(err.code ? err.code : TPK_ERR_INVALID, "%s", s.data ? s.data : err.message);
   tpk_str_free(&s);
-  tpk_diags_free(diags);
-  return TPK_ERR_INVALID;
+  return err.code ? err.code : TPK_ERR_INVALID;
 }
 
-/* Compile k once for every shape at the launch's tunables (TPK_GENERIC=1). */
-static TpkStatus compile_generic(TpkKernel *k, const TpkLaunch *L, Generic *g) {
+/* Compile k once for every shape at these tunables (TPK_GENERIC=1). */
+static TpkStatus compile_generic(TpkKernel *k, const int64_t *tunes, Generic *g) {
   TpkProgram *prog = k->prog;
-  TpkBinding tunes[MAX_SYMS];
-  int nt = L->ntunes < MAX_SYMS ? L->ntunes : MAX_SYMS;
-  for (int i = 0; i < nt; i++) tunes[i] = (TpkBinding){L->tunes[i].name, L->tunes[i].value};
-  TpkCheckOptions o = {.tunes = tunes, .ntunes = nt, .only_kernel = k->f->name};
-  TpkDiags diags;
-  tpk_diags_init(&diags, &prog->src);
-  if (tpk_compile_source(&prog->src, &o, &diags, &g->module) != TPK_OK) return check_failed(k, "with these tunables", &diags);
-  tpk_diags_free(&diags);
-  TpkTarget host = tpk_target_host(tpk_parse_bytes(getenv("TPK_HOST_VMEM")));
+  TpkFunc *f;
+  TpkStatus st = bind_kernel(k, NULL, tunes, &g->module, &f);
+  if (st != TPK_OK) return st;
+  TpkTarget host = tpk_target_host(prog->ctx->host_vmem);
   TpkError err = {0};
   char entry[128];
   snprintf(entry, sizeof entry, "tpk_generic_%s", k->f->name);
   TpkStr c = {0};
-  TpkStatus st = tpk_lower(g->module->funcs[0], &host, &g->plan, &err);
-  if (st == TPK_OK) st = tpk_emit_c(g->module->funcs[0], &g->plan, entry, prog->src.text, 0, &c, &err);
+  st = tpk_lower(f, &host, &g->plan, &err);
+  if (st == TPK_OK) st = tpk_emit_c(f, &g->plan, entry, prog->text, 0, &c, &err);
   if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &g->code, &err);
   tpk_str_free(&c);
   return st == TPK_OK ? TPK_OK : fail_err(&err);
 }
 
-/* The code serving every shape of k at the launch's tunables, if there is
- * some: NULL when the launch must be specialised. Under prog->lock. */
-static TpkStatus find_generic(TpkKernel *k, const TpkLaunch *L, Generic **out) {
+/* The code serving every shape of k at these tunables, if there is some:
+ * NULL when the launch must be specialised. Under prog->lock. */
+static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, Generic **out) {
   *out = NULL;
   TpkProgram *prog = k->prog;
   if (prog->std_file < 0 && !prog->ctx->generic_jit) return TPK_OK;
-  char *tunes = tunes_text(k, L);
+  char *tunes = tunes_text(k, tunes_values);
   if (!tunes) return fail(TPK_ERR_NOMEM, "out of memory");
   for (Generic *g = prog->generics; g; g = g->next)
     if (strcmp(g->kernel, k->f->name) == 0 && strcmp(g->tunes, tunes) == 0) {
@@ -711,7 +748,7 @@ static TpkStatus find_generic(TpkKernel *k, const TpkLaunch *L, Generic **out) {
   g->kernel = k->f->name;
   g->tunes = tunes;
   g->aot = aot;
-  TpkStatus st = aot ? TPK_OK : compile_generic(k, L, g);
+  TpkStatus st = aot ? TPK_OK : compile_generic(k, tunes_values, g);
   if (st != TPK_OK) {
     tpk_plan_free(&g->plan);
     if (g->module) tpk_module_free(g->module);
@@ -729,7 +766,7 @@ static TpkStatus find_generic(TpkKernel *k, const TpkLaunch *L, Generic **out) {
 static int64_t generic_workspace(const Generic *g, const Spec *spec, const TpkKernel *k) {
   if (g->aot) return g->aot->workspace(spec->syms);
   if (!g->plan.symbolic) return g->plan.workspace_bytes;
-  Bound b = {.n = 0};
+  Bound b = {.f = k->f, .n = 0};
   const char *names[MAX_SYMS];
   int n = tpk_func_symbols(k->f, names, MAX_SYMS);
   for (int i = 0; i < n && i < MAX_SYMS; i++) {
@@ -745,30 +782,22 @@ static int64_t generic_workspace(const Generic *g, const Spec *spec, const TpkKe
   return total;
 }
 
-/* Check the kernel again with every size and tunable bound, lower it and
- * compile it (unless code serving every shape exists). */
-static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, const TpkDevice *dev, Spec *spec) {
+/* Bind the kernel's IR with every size and tunable, lower it and compile it
+ * (unless code serving every shape exists). */
+static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, Spec *spec) {
   TpkProgram *prog = k->prog;
-  TpkBinding binds[MAX_SYMS], tunes[MAX_SYMS];
-  for (int i = 0; i < b->n; i++) binds[i] = (TpkBinding){b->name[i], b->value[i]};
-  int nt = L->ntunes < MAX_SYMS ? L->ntunes : MAX_SYMS;
-  for (int i = 0; i < nt; i++) tunes[i] = (TpkBinding){L->tunes[i].name, L->tunes[i].value};
-  TpkCheckOptions o = {.binds = binds, .nbinds = b->n, .tunes = tunes, .ntunes = nt, .only_kernel = k->f->name};
-  TpkDiags diags;
-  tpk_diags_init(&diags, &prog->src);
-  TpkStatus st = tpk_compile_source(&prog->src, &o, &diags, &spec->module);
-  if (st != TPK_OK) return check_failed(k, "with these sizes", &diags);
-  tpk_diags_free(&diags);
+  TpkFunc *f;
+  TpkStatus st = bind_kernel(k, b, tunes, &spec->module, &f);
+  if (st != TPK_OK) return st;
   const char *names[MAX_SYMS];
   int nsyms = tpk_func_symbols(k->f, names, MAX_SYMS);
   for (int i = 0; i < nsyms && i < MAX_SYMS; i++) spec->syms[i] = b->value[bound_find(b, names[i])];
   Generic *g;
-  st = find_generic(k, L, &g);
+  st = find_generic(k, tunes, &g);
   if (st != TPK_OK) return st;
-  TpkFunc *f = spec->module->funcs[0];
   /* On a sim device the kernel is lowered, tiled and planned for the chip's
    * VMEM; the host runs that same code for the values. */
-  TpkTarget target = tpk_target_host(tpk_parse_bytes(getenv("TPK_HOST_VMEM")));
+  TpkTarget target = tpk_target_host(prog->ctx->host_vmem);
   if (dev && dev->chip) target = tpk_sim_target(dev->chip, dev->name);
   TpkStr c = {0};
   TpkError err = {0};
@@ -781,7 +810,7 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, co
     spec->generic = g;
     spec->workspace_bytes = generic_workspace(g, spec, k);
   } else {
-    st = tpk_lower_to_c(f, &target, entry, prog->src.text, 0, &c, &spec->workspace_bytes, &err);
+    st = tpk_lower_to_c(f, &target, entry, prog->text, 0, &c, &spec->workspace_bytes, &err);
     if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &spec->code, &err);
   }
   tpk_str_free(&c);
@@ -799,8 +828,8 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const TpkLaunch *L, co
   return st == TPK_OK ? TPK_OK : fail_err(&err);
 }
 
-static TpkStatus find_spec(TpkKernel *k, const Bound *b, const TpkLaunch *L, const TpkDevice *dev, Spec **out) {
-  char *key = spec_key(k, b, L, dev);
+static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, Spec **out) {
+  char *key = spec_key(k, b, tunes, dev);
   if (!key) return fail(TPK_ERR_NOMEM, "out of memory");
   TpkProgram *prog = k->prog;
   pthread_mutex_lock(&prog->lock);
@@ -813,7 +842,7 @@ static TpkStatus find_spec(TpkKernel *k, const Bound *b, const TpkLaunch *L, con
     else {
       s->key = key;
       key = NULL;
-      st = specialise(k, b, L, dev, s);
+      st = specialise(k, b, tunes, dev, s);
       if (st == TPK_OK) {
         s->next = prog->specs;
         prog->specs = s;
@@ -960,18 +989,29 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
       args[i] = L->args[i]->data;
     }
   }
-  TpkLaunch tuned = *L;
+  /* The tunables: the ones the launch names, else the tuned ones for these
+   * sizes, else the declared defaults; a tunable a shape uses keeps the
+   * value the shapes bound. */
+  if (f->ntunes > MAX_SYMS) return fail(TPK_ERR_UNSUPPORTED, "kernel '%s' has more than %d tunables", f->name, MAX_SYMS);
+  int64_t tunes[MAX_SYMS];
   const char *tunes_from = L->ntunes ? "given" : "declared defaults";
+  const TuneMemo *memo = NULL;
   if (L->ntunes == 0 && f->ntunes > 0) {
-    const TuneMemo *m = NULL;
-    st = resolve_tunes(k, &b, dev, &m);
+    st = resolve_tunes(k, &b, dev, &memo);
     if (st != TPK_OK) return st;
-    tuned.tunes = m->tunes;
-    tuned.ntunes = m->n;
-    tunes_from = m->from;
+    tunes_from = memo->from;
+  }
+  for (int j = 0; j < f->ntunes; j++) {
+    tunes[j] = f->tunes[j].value;
+    for (int i = 0; i < L->ntunes; i++)
+      if (strcmp(L->tunes[i].name, f->tunes[j].name) == 0) tunes[j] = L->tunes[i].value;
+    for (int i = 0; memo && i < memo->n; i++)
+      if (strcmp(memo->tunes[i].name, f->tunes[j].name) == 0) tunes[j] = memo->tunes[i].value;
+    int at = bound_find(&b, f->tunes[j].name);
+    if (at >= 0) tunes[j] = b.value[at];
   }
   Spec *spec;
-  st = find_spec(k, &b, &tuned, dev, &spec);
+  st = find_spec(k, &b, tunes, dev, &spec);
   if (st != TPK_OK) return st;
   for (int i = 0; i < f->nparams; i++)
     if (f->params[i].zero_init) memset(L->args[i]->data, 0, L->args[i]->bytes);
@@ -1000,12 +1040,12 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   int failed = run_parts(pool, &job);
   k->last_tier = g && g->aot ? "aot" : tpk_code_tier(code) == TPK_TIER_CC ? "cc" : "tcc";
   k->last_sim = dev && dev->chip ? spec : NULL;
-  char *tunes = tunes_text(k, &tuned);
-  snprintf(k->last_tunes, sizeof k->last_tunes, "%s (%s)", tunes ? tunes : "?", tunes_from);
-  free(tunes);
+  char *setting = tunes_text(k, tunes);
+  snprintf(k->last_tunes, sizeof k->last_tunes, "%s (%s)", setting ? setting : "?", tunes_from);
+  free(setting);
   if (mine) atomic_store(&spec->workspace_busy, false);
   else free(ws);
-  if (failed >= 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->src.name, job.err[failed]);
+  if (failed >= 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, job.err[failed]);
   return TPK_OK;
 }
 
@@ -1025,7 +1065,7 @@ const char *tpk_kernel_symbol_name(const TpkKernel *k, int i) {
 
 TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *syms, int nsyms, int64_t *shape) {
   if (!k || i < 0 || i >= k->f->nparams) return fail(TPK_ERR_INVALID, "tpk_kernel_param_shape: no such parameter %d", i);
-  Bound b = {.n = 0};
+  Bound b = {.f = k->f, .n = 0};
   for (int j = 0; j < nsyms && b.n < MAX_SYMS; j++) {
     b.name[b.n] = syms[j].name;
     b.value[b.n++] = syms[j].value;

@@ -9,6 +9,7 @@
  * the ordinary launch path and measured.
  */
 #include "runtime/tune.h"
+#include "runtime/internal.h"
 #include "base/files.h"
 
 #include <errno.h>
@@ -577,13 +578,15 @@ static const char TABLE_HEADER[] =
     "# Written by `tpk tune FILE --shape ... --device ... --save-default kernels/tuned.tsv`.\n"
     "# kernel\tir-hash\tfile\tdevice\tshapes\ttunables\tseconds";
 
+enum { TABLE_MAX = 64 << 20 }; /* bytes of a defaults table we read */
+
 TpkStatus tpk_tune_defaults_save(const char *path, const TpkTuneKey *key, const char *file, const char *tunes,
                                  double seconds, TpkError *err) {
   size_t len = 0;
   errno = 0;
-  char *text = read_small_file(path, TPK_SOURCE_MAX, false, &len);
+  char *text = read_small_file(path, TABLE_MAX, false, &len);
   if (!text && errno != ENOENT)
-    return tpk_error(err, TPK_ERR_IO, "cannot read %s (not a regular file, or larger than %d MiB)", path, TPK_SOURCE_MAX >> 20);
+    return tpk_error(err, TPK_ERR_IO, "cannot read %s (not a regular file, or larger than %d MiB)", path, TABLE_MAX >> 20);
   TpkTuneTable t;
   TpkStatus st = tpk_tune_table_parse(&t, text ? text : TABLE_HEADER, text ? len : strlen(TABLE_HEADER), path, err);
   free(text);
@@ -623,7 +626,7 @@ typedef struct Host {
 } Host;
 
 typedef struct Search {
-  const TpkSource *src;
+  TpkProgram *prog;
   const TpkTuneOptions *o;
   TpkTuneReport *r;
   const TpkFunc *f;
@@ -663,11 +666,13 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void time_on_chip(Search *s, TpkTunePoint *p) {
-  TpkBinding tunes[TPK_TUNE_MAX_TUNABLES];
-  for (int i = 0; i < s->f->ntunes; i++) tunes[i] = (TpkBinding){s->f->tunes[i].name, p->values[i]};
+  TpkBinding binds[MAX_SYMS + TPK_TUNE_MAX_TUNABLES];
+  int n = 0;
+  for (int i = 0; i < s->nbinds; i++) binds[n++] = s->binds[i];
+  for (int i = 0; i < s->f->ntunes; i++) binds[n++] = (TpkBinding){s->f->tunes[i].name, p->values[i]};
   TpkSimReport rep;
   TpkError err = {0};
-  p->status = tpk_sim_time_kernel(s->src, s->f->name, s->binds, s->nbinds, tunes, s->f->ntunes, s->chip, &rep, &err);
+  p->status = tpk_sim_time_kernel(s->f, binds, n, s->chip, &rep, &err);
   if (p->status == TPK_OK) {
     p->seconds = rep.seconds;
     p->cycles = rep.cycles;
@@ -698,7 +703,7 @@ static void time_on_host(Search *s, TpkTunePoint *p) {
      * then wait for cc -O3 */
     for (int i = 0; i < 3; i++)
       if (!host_launch(s, &L, p)) return;
-    tpk_context_wait_compiles(s->o->ctx);
+    tpk_context_wait_compiles(tpk_program_context(s->prog));
     if (!host_launch(s, &L, p)) return;
   }
   snprintf(p->tier, sizeof p->tier, "%s", tpk_kernel_last_tier(s->host.k));
@@ -841,13 +846,11 @@ static TpkStatus runtime_error(TpkStatus st, TpkError *err, const char *what) {
 static TpkStatus host_setup(Search *s, TpkError *err) {
   const TpkTuneOptions *o = s->o;
   Host *h = &s->host;
-  if (!o->ctx) return tpk_error(err, TPK_ERR_INVALID, "tuning on the host needs a context (TpkTuneOptions.ctx)");
   TpkDevice *dev;
   TpkStatus st;
-  if ((st = tpk_device_open(o->ctx, "host", &dev)) != TPK_OK) return runtime_error(st, err, "opening the host");
-  if ((st = tpk_program_load_source(o->ctx, s->src->name, s->src->text, s->src->len, &h->prog)) != TPK_OK)
-    return tpk_error(err, st, "%s", tpk_last_error());
-  if ((st = tpk_program_kernel(h->prog, s->f->name, &h->k)) != TPK_OK) return runtime_error(st, err, "the kernel");
+  if ((st = tpk_device_open(tpk_program_context(s->prog), "host", &dev)) != TPK_OK)
+    return runtime_error(st, err, "opening the host");
+  if ((st = tpk_program_kernel(s->prog, s->f->name, &h->k)) != TPK_OK) return runtime_error(st, err, "the kernel");
   h->nparams = tpk_kernel_param_count(h->k);
   if (h->nparams > MAX_PARAMS)
     return tpk_error(err, TPK_ERR_UNSUPPORTED, "kernel '%s' has more than %d parameters", s->f->name, MAX_PARAMS);
@@ -871,7 +874,6 @@ static TpkStatus host_setup(Search *s, TpkError *err) {
 
 static void host_teardown(Host *h) {
   for (int i = 0; i < h->nparams; i++) tpk_buffer_destroy(h->bufs[i]);
-  if (h->prog) tpk_program_destroy(h->prog);
   memset(h, 0, sizeof *h);
 }
 
@@ -929,23 +931,11 @@ static TpkStatus build_space(Search *s, int64_t *start, TpkError *err) {
   return TPK_OK;
 }
 
-TpkStatus tpk_tune_prepare(const TpkSource *src, const char *kernel, const char *device, const TpkBinding *syms,
-                           int nsyms, TpkModule **module, const TpkFunc **kernel_out, TpkTuneKey *key, TpkError *err) {
-  *module = NULL;
+TpkStatus tpk_tune_prepare(const TpkProgram *prog, const char *kernel, const char *device, const TpkBinding *syms,
+                           int nsyms, const TpkFunc **kernel_out, TpkTuneKey *key, TpkError *err) {
   *kernel_out = NULL;
-  TpkDiags diags;
-  tpk_diags_init(&diags, src);
-  TpkStatus st = tpk_compile_source(src, NULL, &diags, module);
-  if (st != TPK_OK) {
-    TpkStr s = {0};
-    tpk_diags_render(&s, &diags);
-    tpk_error(err, TPK_ERR_PARSE, "%s", s.data && s.len ? s.data : "the file did not check");
-    tpk_str_free(&s);
-    tpk_diags_free(&diags);
-    return TPK_ERR_PARSE;
-  }
-  tpk_diags_free(&diags);
-  const TpkModule *m = *module;
+  const TpkModule *m = tpk_program_ir(prog);
+  const char *file = tpk_program_name(prog);
   const TpkFunc *f = NULL;
   for (int i = 0; i < m->nfuncs; i++)
     if (m->funcs[i]->is_kernel && (kernel ? strcmp(m->funcs[i]->name, kernel) == 0 : m->nfuncs == 1)) f = m->funcs[i];
@@ -953,9 +943,9 @@ TpkStatus tpk_tune_prepare(const TpkSource *src, const char *kernel, const char 
     TpkStr names = {0};
     for (int i = 0; i < m->nfuncs; i++) tpk_str_printf(&names, "%s%s", i ? ", " : "", m->funcs[i]->name);
     if (kernel)
-      tpk_error(err, TPK_ERR_INVALID, "%s has no kernel '%s'; it has: %s", src->name, kernel, names.data ? names.data : "(none)");
+      tpk_error(err, TPK_ERR_INVALID, "%s has no kernel '%s'; it has: %s", file, kernel, names.data ? names.data : "(none)");
     else
-      tpk_error(err, TPK_ERR_INVALID, "%s has %d kernels; choose one: %s", src->name, m->nfuncs, names.data ? names.data : "(none)");
+      tpk_error(err, TPK_ERR_INVALID, "%s has %d kernels; choose one: %s", file, m->nfuncs, names.data ? names.data : "(none)");
     tpk_str_free(&names);
     return TPK_ERR_INVALID;
   }
@@ -963,13 +953,13 @@ TpkStatus tpk_tune_prepare(const TpkSource *src, const char *kernel, const char 
   return tpk_tune_key(key, f, tpk_tune_ir_hash(f), syms, nsyms, device, err);
 }
 
-TpkStatus tpk_tune_search(const TpkSource *src, const char *kernel, const TpkTuneOptions *o, TpkTuneReport *r,
+TpkStatus tpk_tune_search(TpkProgram *prog, const char *kernel, const TpkTuneOptions *o, TpkTuneReport *r,
                           TpkError *err) {
   memset(r, 0, sizeof *r);
   r->best = -1;
   double t0 = now_seconds();
   const TpkFunc *f;
-  TpkStatus st = tpk_tune_prepare(src, kernel, o->device, o->syms, o->nsyms, &r->module, &f, &r->key, err);
+  TpkStatus st = tpk_tune_prepare(prog, kernel, o->device, o->syms, o->nsyms, &f, &r->key, err);
   if (st != TPK_OK) return st;
   r->f = f;
   r->ntunables = f->ntunes;
@@ -978,7 +968,7 @@ TpkStatus tpk_tune_search(const TpkSource *src, const char *kernel, const TpkTun
   if (f->ntunes > TPK_TUNE_MAX_TUNABLES)
     return tpk_error(err, TPK_ERR_UNSUPPORTED, "kernel '%s' has %d tunables; the tuner handles at most %d", f->name, f->ntunes,
                      TPK_TUNE_MAX_TUNABLES);
-  Search s = {.src = src, .o = o, .r = r, .f = f};
+  Search s = {.prog = prog, .o = o, .r = r, .f = f};
   char device[64];
   if ((st = tpk_tune_device(o->device, device, &s.chip, err)) != TPK_OK) return st;
   if (o->nsyms > MAX_SYMS) return tpk_error(err, TPK_ERR_INVALID, "more than %d shape symbols", MAX_SYMS);
@@ -1007,7 +997,6 @@ TpkStatus tpk_tune_search(const TpkSource *src, const char *kernel, const TpkTun
 
 void tpk_tune_report_free(TpkTuneReport *r) {
   free(r->points);
-  if (r->module) tpk_module_free(r->module);
   memset(r, 0, sizeof *r);
   r->best = -1;
 }

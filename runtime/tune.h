@@ -26,7 +26,7 @@
 #ifndef TPK_RUNTIME_TUNE_H
 #define TPK_RUNTIME_TUNE_H
 
-#include "dsl/dsl.h"
+#include "ir/ir.h"
 #include "sim/sim.h"
 #include "tpk.h"
 
@@ -157,8 +157,7 @@ typedef struct TpkTuneOptions {
   int nfixed;
   int max_points;          /* exhaustive up to this many points (0: 512);
                               beyond, a coordinate descent of at most this many */
-  /* the host */
-  TpkContext *ctx;         /* where host configurations compile and run (required) */
+  /* the host: configurations compile and run in the program's context */
   const double *scalars;   /* per parameter, the values of scalars (NULL: 1 each) */
   int repeat;              /* timed launches per configuration (0: 5) */
   uint64_t seed;           /* of the random inputs */
@@ -167,8 +166,7 @@ typedef struct TpkTuneOptions {
 } TpkTuneOptions;
 
 struct TpkTuneReport {
-  TpkModule *module;        /* the kernel checked with nothing bound ... */
-  const TpkFunc *f;         /* ... and the kernel itself */
+  const TpkFunc *f;         /* the kernel, as its program holds it (nothing bound) */
   TpkTuneKey key;
   int ntunables;            /* f->ntunes */
   int64_t space;            /* configurations in the space (INT64_MAX if larger) */
@@ -182,22 +180,22 @@ struct TpkTuneReport {
   double wall_seconds;      /* the whole search */
 };
 
-/* Check src, find its kernel `kernel` (NULL: the file's only kernel) and
+/* Find kernel `kernel` (NULL: the file's only kernel) of program prog and
  * build its key: the first step of the search, and what a lookup from the
- * command line needs. *module (free it) is set when src checked, even if a
- * later step failed. Errors: TPK_ERR_PARSE (rendered diagnostics), and
- * TPK_ERR_INVALID for an unknown kernel and tpk_tune_key's. */
-TpkStatus tpk_tune_prepare(const TpkSource *src, const char *kernel, const char *device, const TpkBinding *syms,
-                           int nsyms, TpkModule **module, const TpkFunc **f, TpkTuneKey *key, TpkError *err);
+ * command line needs. Errors: TPK_ERR_INVALID for an unknown kernel and
+ * tpk_tune_key's. */
+TpkStatus tpk_tune_prepare(const TpkProgram *prog, const char *kernel, const char *device, const TpkBinding *syms,
+                           int nsyms, const TpkFunc **f, TpkTuneKey *key, TpkError *err);
 
-/* Search kernel `kernel` (NULL: the only one) of src. Configurations that do not check, do not
- * fit or fail are skipped (reported, not fatal). Errors: the source does not
- * check (TPK_ERR_PARSE), an unknown kernel, tunable, value or shape symbol,
- * a bad device (TPK_ERR_INVALID), a kernel without tunables
+/* Search kernel `kernel` (NULL: the only one) of prog. Each configuration
+ * binds the kernel the program was loaded as (nothing is checked again).
+ * Configurations that do not bind, do not fit or fail are skipped (reported,
+ * not fatal). Errors: an unknown kernel, tunable, value or shape symbol, a
+ * bad device (TPK_ERR_INVALID), a kernel without tunables
  * (TPK_ERR_UNSUPPORTED), or no configuration ran (the first one's error). On
  * an error after the search began, r still holds the points. Free r with
  * tpk_tune_report_free in every case. */
-TpkStatus tpk_tune_search(const TpkSource *src, const char *kernel, const TpkTuneOptions *o, TpkTuneReport *r,
+TpkStatus tpk_tune_search(TpkProgram *prog, const char *kernel, const TpkTuneOptions *o, TpkTuneReport *r,
                           TpkError *err);
 void tpk_tune_report_free(TpkTuneReport *r);
 

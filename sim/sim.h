@@ -230,17 +230,14 @@ TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *
 TpkTarget tpk_sim_target(const TpkChip *chip, const char *device);
 
 /* ---- Timing without values (sim/timing.c) ---------------------------------
- * Check kernel `kernel` of src with its shape symbols and tunables bound,
+ * Bind kernel f's shape symbols and tunables (tpk_bind: f is not changed),
  * lower and plan it for the chip's VMEM as a launch on "sim:<chip>" does, and
  * schedule it: the same report as that launch, without generating or
- * compiling C (what `tpk tune` calls per configuration). Errors:
- * TPK_ERR_PARSE when the kernel does not check with these values (the
- * rendered diagnostics), TPK_ERR_NOMEM when its blocks do not fit the
- * chip's VMEM (the planner's message), and tpk_sim_schedule's. */
-typedef struct TpkSource TpkSource;
-typedef struct TpkBinding TpkBinding;
-TpkStatus tpk_sim_time_kernel(const TpkSource *src, const char *kernel, const TpkBinding *binds, int nbinds,
-                              const TpkBinding *tunes, int ntunes, const TpkChip *chip, TpkSimReport *rep,
-                              TpkError *err);
+ * compiling C (what `tpk tune` calls per configuration). Errors: tpk_bind's
+ * (TPK_ERR_INVALID, with the .tpk line in err), TPK_ERR_NOMEM when its blocks
+ * do not fit the chip's VMEM (the planner's message), and
+ * tpk_sim_schedule's. */
+TpkStatus tpk_sim_time_kernel(const TpkFunc *f, const TpkBinding *binds, int nbinds, const TpkChip *chip,
+                              TpkSimReport *rep, TpkError *err);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * timing.c — the time a kernel would take on a chip, without computing
- * anything: check it with its sizes and tunables bound, run the host's
- * passes and the memory plan against the chip's VMEM, and schedule it.
+ * anything: bind its sizes and tunables, run the host's passes and the
+ * memory plan against the chip's VMEM, and schedule it.
  *
  * This is what a launch on "sim:<chip>" does for its timing
  * (runtime/runtime.c), minus the C emitter and the JIT: `tpk tune` calls it
@@ -16,36 +16,24 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dsl/dsl.h"
 #include "lower/lower.h"
 
-TpkStatus tpk_sim_time_kernel(const TpkSource *src, const char *kernel, const TpkBinding *binds, int nbinds,
-                              const TpkBinding *tunes, int ntunes, const TpkChip *chip, TpkSimReport *rep,
-                              TpkError *err) {
+TpkStatus tpk_sim_time_kernel(const TpkFunc *f, const TpkBinding *binds, int nbinds, const TpkChip *chip,
+                              TpkSimReport *rep, TpkError *err) {
   memset(rep, 0, sizeof *rep);
-  TpkCheckOptions o = {.binds = binds, .nbinds = nbinds, .tunes = tunes, .ntunes = ntunes, .only_kernel = kernel};
-  TpkDiags diags;
-  tpk_diags_init(&diags, src);
-  TpkModule *m = NULL;
-  TpkStatus st = tpk_compile_source(src, &o, &diags, &m);
-  if (st != TPK_OK || !m || m->nfuncs != 1) {
-    TpkStr s = {0};
-    tpk_diags_render(&s, &diags);
-    tpk_error(err, TPK_ERR_PARSE, "%s", s.data && s.len ? s.data : "the kernel did not check");
-    tpk_str_free(&s);
-    tpk_diags_free(&diags);
-    if (m) tpk_module_free(m);
-    return TPK_ERR_PARSE;
+  TpkModule *m = tpk_module_new(f->name);
+  if (!m) return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  TpkFunc *g;
+  TpkStatus st = tpk_bind(m, f, binds, nbinds, &g, err);
+  if (st == TPK_OK) {
+    char device[64];
+    snprintf(device, sizeof device, "sim:%s", chip->name);
+    TpkTarget target = tpk_sim_target(chip, device);
+    TpkPlan plan;
+    st = tpk_lower(g, &target, &plan, err);
+    tpk_plan_free(&plan);
+    if (st == TPK_OK) st = tpk_sim_schedule(g, chip, rep, NULL, err);
   }
-  tpk_diags_free(&diags);
-  char device[64];
-  snprintf(device, sizeof device, "sim:%s", chip->name);
-  TpkTarget target = tpk_sim_target(chip, device);
-  TpkFunc *f = m->funcs[0];
-  TpkPlan plan;
-  st = tpk_lower(f, &target, &plan, err);
-  tpk_plan_free(&plan);
-  if (st == TPK_OK) st = tpk_sim_schedule(f, chip, rep, NULL, err);
   tpk_module_free(m);
   return st;
 }

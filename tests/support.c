@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "interp/interp.h"
+#include "lower/lower.h"
 #include "host/prims.h"
 
 void test_compile(TestCompile *c, const char *name, const char *text, const TpkCheckOptions *opts) {
@@ -22,11 +23,21 @@ void test_compile(TestCompile *c, const char *name, const char *text, const TpkC
   TpkStr s = {0};
   tpk_diags_render(&s, &c->diags);
   c->rendered = tpk_str_take(&s);
+  if (!c->module) return;
+  c->bound = tpk_module_new(name);
+  assert_non_null(c->bound);
+  for (int i = 0; i < c->module->nfuncs; i++) {
+    TpkFunc *f;
+    TpkError err = {0};
+    if (tpk_bind(c->bound, c->module->funcs[i], NULL, 0, &f, &err) != TPK_OK)
+      fail_msg("binding %s: %s:%d:%d: %s", c->module->funcs[i]->name, name, err.line, err.col, err.message);
+  }
 }
 
 void test_compile_free(TestCompile *c) {
   tpk_diags_free(&c->diags);
   if (c->module) tpk_module_free(c->module);
+  if (c->bound) tpk_module_free(c->bound);
   free(c->rendered);
   memset(c, 0, sizeof *c);
 }
@@ -71,7 +82,7 @@ TpkFunc *test_compile_kernel(TestCompile *c, const char *text, const char *name,
   TpkCheckOptions opts = {.tunes = tb, .ntunes = nt, .only_kernel = name};
   test_compile(c, "test.tpk", text, &opts);
   if (!c->module) fail_msg("compile failed:\n%s", c->rendered);
-  TpkFunc *f = tpk_module_find(c->module, name);
+  TpkFunc *f = tpk_module_find(c->bound, name);
   assert_non_null(f);
   return f;
 }
@@ -238,7 +249,7 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
   test_compile(&c, file, text, &o);
   assert_int_equal(c.status, TPK_OK);
   TpkError err = {0};
-  TpkStatus interp = tpk_interp_run(c.module->funcs[0], iargs, NULL, &err);
+  TpkStatus interp = tpk_interp_run(c.bound->funcs[0], iargs, NULL, &err);
   if (host != TPK_OK || interp != TPK_OK) {
     /* Both must fail, for the same reason (an index out of range). */
     if ((host == TPK_OK) != (interp == TPK_OK))

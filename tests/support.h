@@ -19,18 +19,22 @@
 typedef struct TestCompile {
   TpkSource src;
   TpkDiags diags;
-  TpkModule *module; /* NULL when there were errors */
+  TpkModule *module; /* NULL when there were errors: the checker's IR */
+  TpkModule *bound;  /* every function of module bound (lower/bind.c): tunables
+                        the options did not choose at their defaults, as a
+                        launch runs them; NULL when module is */
   char *rendered;    /* rendered diagnostics (heap, "" when none) */
   TpkStatus status;
 } TestCompile;
 
-/* Parse and check `text` as if it were file `name`. */
+/* Parse and check `text` as if it were file `name`, then bind. */
 void test_compile(TestCompile *c, const char *name, const char *text, const TpkCheckOptions *opts);
 void test_compile_free(TestCompile *c);
 
-/* Compile .tpk text that must check clean and return its kernel `name`;
- * tunes like "BM=128,BN=8" or NULL. Fails the test otherwise; free c with
- * test_compile_free. The _file form reads a file under the root. */
+/* Compile .tpk text that must check clean and return its kernel `name`,
+ * bound with tunes like "BM=128,BN=8" (NULL: the defaults), sizes symbolic.
+ * Fails the test otherwise; free c with test_compile_free. The _file form
+ * reads a file under the root. */
 TpkFunc *test_compile_kernel(TestCompile *c, const char *text, const char *name, const char *tunes);
 TpkFunc *test_compile_kernel_file(TestCompile *c, const char *rel, const char *name, const char *tunes);
 

@@ -88,9 +88,10 @@ static void test_matmul_ir(void **state) {
   assert_int_equal(f->nparams, 3);
   assert_int_equal(f->params[2].role, TPK_PARAM_OUT);
   assert_type(f->params[0].value->type, "ref<bf16[M,K]>");
-  /* tunables at their defaults */
+  /* tunables are symbols until the kernel is bound; the defaults are known */
   assert_int_equal(f->ntunes, 3);
   assert_string_equal(f->tunes[0].name, "BM");
+  assert_false(f->tunes[0].bound);
   assert_int_equal(f->tunes[0].value, 128);
   assert_int_equal(f->tunes[2].nchoices, 2);
   /* one 2-D grid over tiles, one sequential loop carrying acc */
@@ -98,16 +99,21 @@ static void test_matmul_ir(void **state) {
   assert_non_null(grid);
   assert_int_equal(grid->nin, 4);
   assert_int_equal(grid->regions[0]->nargs, 2);
-  assert_type(grid->regions[0]->args[0].type, "tile<128>");
+  assert_type(grid->regions[0]->args[0].type, "tile<BM>");
   assert_null(find_op(f, TPK_OP_GRID, 1));
   TpkOp *loop = find_op(f, TPK_OP_FOR, 0);
   assert_non_null(loop);
   assert_int_equal(loop->nout, 1);
-  assert_type(loop->out[0].type, "f32[128,128]");
-  assert_type(loop->regions[0]->args[0].type, "tile<256>");
+  assert_type(loop->out[0].type, "f32[BM,BN]");
+  assert_type(loop->regions[0]->args[0].type, "tile<BK>");
   TpkOp *dot = find_op(f, TPK_OP_DOT, 0);
-  assert_type(dot->in[0]->type, "bf16[128,256]");
-  assert_type(dot->out[0].type, "f32[128,128]");
+  assert_type(dot->in[0]->type, "bf16[BM,BK]");
+  assert_type(dot->out[0].type, "f32[BM,BN]");
+  /* bound, the defaults are constants everywhere */
+  TpkFunc *g = tpk_module_find(c.bound, "matmul");
+  assert_true(g->tunes[0].bound);
+  assert_type(find_op(g, TPK_OP_GRID, 0)->regions[0]->args[0].type, "tile<128>");
+  assert_type(find_op(g, TPK_OP_DOT, 0)->in[0]->type, "bf16[128,256]");
   assert_int_equal(tpk_op_attr(dot, "rhs_contract")->ints[0], 0);
   /* the loop result is what gets stored */
   TpkOp *st = find_op(f, TPK_OP_STORE, 0);
@@ -238,7 +244,7 @@ static void test_scratch_and_dma(void **state) {
   compile_ok(&c, text, NULL);
   TpkFunc *f = tpk_module_find(c.module, "f");
   TpkOp *alloc = find_op(f, TPK_OP_ALLOC, 0);
-  assert_type(alloc->out[0].type, "ref<f32[8,128], vmem>");
+  assert_type(alloc->out[0].type, "ref<f32[BM,128], vmem>");
   TpkOp *dma = find_op(f, TPK_OP_DMA_START, 0);
   assert_string_equal(tpk_op_str(dma, "src_index", ""), "t:");
   assert_string_equal(tpk_op_str(dma, "dst_index", ""), "::");

@@ -22,7 +22,7 @@ static TpkFunc *bound(TestCompile *c, const char *text, const char *name, int64_
   test_compile(c, "test.tpk", text, &o);
   test_compile_free(&open);
   if (!c->module) fail_msg("compile failed:\n%s", c->rendered);
-  TpkFunc *f = tpk_module_find(c->module, name);
+  TpkFunc *f = tpk_module_find(c->bound, name);
   assert_non_null(f);
   return f;
 }

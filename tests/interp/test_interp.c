@@ -856,8 +856,8 @@ static void test_corpus_smoke(void **state) {
     TestCompile c;
     test_compile(&c, rel, text, NULL);
     if (!c.module) fail_msg("%s: %s", rel, c.rendered);
-    for (int i = 0; i < c.module->nfuncs; i++) {
-      TpkFunc *f = c.module->funcs[i];
+    for (int i = 0; i < c.bound->nfuncs; i++) {
+      TpkFunc *f = c.bound->funcs[i];
       const char *names[16];
       int ns = tpk_func_symbols(f, names, 16);
       int64_t sv[16];

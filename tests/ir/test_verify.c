@@ -116,7 +116,7 @@ static int teardown(void **state) {
 }
 
 static const int64_t BM_CHOICES[] = {8, 16, 32};
-static TpkTune BM_TUNE = {"BM", 8, 3, BM_CHOICES};
+static TpkTune BM_TUNE = {.name = "BM", .bound = true, .value = 8, .nchoices = 3, .choices = BM_CHOICES};
 
 /* kernel softmax(x: f32[M, N]) -> (y: f32[M, N]) tune BM in [8, 16, 32] */
 static void test_softmax_builds(void **state) {

@@ -268,8 +268,8 @@ static void test_clean_corpus_ragged(void **state) {
     test_compile(&c, rel, text, NULL);
     free(text);
     if (!c.module) fail_msg("%s: %s", rel, c.rendered);
-    for (int i = 0; i < c.module->nfuncs; i++) {
-      TpkFunc *f = c.module->funcs[i];
+    for (int i = 0; i < c.bound->nfuncs; i++) {
+      TpkFunc *f = c.bound->funcs[i];
       if (!f->is_kernel) continue;
       const char *names[16];
       int ns = tpk_func_symbols(f, names, 16);

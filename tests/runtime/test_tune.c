@@ -47,7 +47,15 @@ static const char *SCALE = "kernel scale(x: f32[M, N], s: f32) -> (y: f32[M, N])
                            "  for i in tiles(M, BM) { y[i, :] = x[i, :] * s; }\n"
                            "}\n";
 
-static TpkSource source(const char *name, const char *text) { return (TpkSource){.name = name, .text = text, .len = strlen(text)}; }
+/* Programs the searches tune, in one context the group tears down. */
+static TpkContext *programs;
+
+static TpkProgram *program(const char *name, const char *text) {
+  if (!programs && tpk_context_create(&programs) != TPK_OK) fail_msg("%s", tpk_last_error());
+  TpkProgram *p;
+  if (tpk_program_load_source(programs, name, text, strlen(text), &p) != TPK_OK) fail_msg("%s", tpk_last_error());
+  return p;
+}
 
 /* The kernel `name` of text checked with nothing bound (the program's view). */
 static const TpkFunc *unbound(TestCompile *c, const char *text, const char *name) {
@@ -70,6 +78,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
+  tpk_context_destroy(programs);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
   return system(cmd) == 0 ? 0 : -1;
@@ -503,13 +512,13 @@ static double launch_cycles(TpkKernel *k, TpkBuffer **args, const TpkTuneReport 
 
 static void test_sim_search_finds_the_fastest(void **state) {
   (void)state;
-  TpkSource src = source("mm.tpk", MATMUL);
+  TpkProgram *src = program("mm.tpk", MATMUL);
   TpkBinding syms[] = {{"M", 512}, {"N", 384}, {"K", 640}};
   Seen seen = {.monotone = true};
   TpkTuneOptions o = {.device = "sim:v5e", .syms = syms, .nsyms = 3, .progress = count_progress, .user = &seen};
   TpkTuneReport r;
   TpkError err = {0};
-  if (tpk_tune_search(&src, "matmul", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
+  if (tpk_tune_search(src, "matmul", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
   assert_int_equal(r.npoints, 8);
   assert_int_equal(r.space, 8);
   assert_true(r.exhaustive);
@@ -564,12 +573,12 @@ static void test_sim_search_finds_the_fastest(void **state) {
 
 static void test_sim_search_skips_what_does_not_fit(void **state) {
   (void)state;
-  TpkSource src = source("scale.tpk", SCALE);
+  TpkProgram *src = program("scale.tpk", SCALE);
   TpkBinding syms[] = {{"M", 4096}, {"N", 4096}};
   TpkTuneOptions o = {.device = "sim:v4", .syms = syms, .nsyms = 2};
   TpkTuneReport r;
   TpkError err = {0};
-  if (tpk_tune_search(&src, NULL, &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
+  if (tpk_tune_search(src, NULL, &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
   assert_int_equal(r.npoints, 3);
   assert_int_equal(r.ntimed, 2);
   assert_int_equal(r.nskipped, 1);
@@ -586,7 +595,7 @@ static void test_sim_search_skips_what_does_not_fit(void **state) {
   TpkBinding fixed[] = {{"BM", 2048}};
   o.fixed = fixed;
   o.nfixed = 1;
-  assert_int_equal(tpk_tune_search(&src, NULL, &o, &r, &err), TPK_ERR_NOMEM);
+  assert_int_equal(tpk_tune_search(src, NULL, &o, &r, &err), TPK_ERR_NOMEM);
   assert_int_equal(r.npoints, 1);
   assert_non_null(strstr(err.message, "none of the 1 configurations of kernel 'scale' ran; the first: kernel 'scale' needs"));
   tpk_tune_report_free(&r);
@@ -594,25 +603,25 @@ static void test_sim_search_skips_what_does_not_fit(void **state) {
 
 /* Seconds of one configuration of WIDE at 2048^3 on v5e, on its own. */
 static double wide_seconds(const int64_t *v) {
-  TpkSource src = source("wide.tpk", WIDE);
-  TpkBinding syms[] = {{"M", 2048}, {"N", 2048}, {"K", 2048}};
-  TpkBinding tunes[] = {{"BM", v[0]}, {"BN", v[1]}, {"BK", v[2]}};
+  TestCompile c;
+  const TpkFunc *f = unbound(&c, WIDE, "matmul");
+  TpkBinding binds[] = {{"M", 2048}, {"N", 2048}, {"K", 2048}, {"BM", v[0]}, {"BN", v[1]}, {"BK", v[2]}};
   TpkSimReport rep;
   TpkError err = {0};
-  if (tpk_sim_time_kernel(&src, "matmul", syms, 3, tunes, 3, tpk_sim_chip_find("v5e"), &rep, &err) != TPK_OK)
-    fail_msg("%s", err.message);
+  if (tpk_sim_time_kernel(f, binds, 6, tpk_sim_chip_find("v5e"), &rep, &err) != TPK_OK) fail_msg("%s", err.message);
+  test_compile_free(&c);
   return rep.seconds;
 }
 
 static void test_search_past_the_budget(void **state) {
   (void)state;
-  TpkSource src = source("wide.tpk", WIDE);
+  TpkProgram *src = program("wide.tpk", WIDE);
   TpkBinding syms[] = {{"M", 2048}, {"N", 2048}, {"K", 2048}};
   TpkTuneOptions o = {.device = "sim:v5e", .syms = syms, .nsyms = 3, .max_points = 10};
   TpkTuneReport r;
   TpkError err = {0};
   /* a budget of 10 of the 125 */
-  if (tpk_tune_search(&src, "matmul", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
+  if (tpk_tune_search(src, "matmul", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
   assert_int_equal(r.space, 125);
   assert_false(r.exhaustive);
   assert_int_equal(r.npoints, 10);
@@ -621,7 +630,7 @@ static void test_search_past_the_budget(void **state) {
 
   /* with room to finish, the descent stops where no single change helps */
   o.max_points = 100;
-  if (tpk_tune_search(&src, "matmul", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
+  if (tpk_tune_search(src, "matmul", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
   assert_false(r.exhaustive);
   assert_true(r.npoints < 100);
   for (int i = 0; i < r.npoints; i++)
@@ -641,13 +650,13 @@ static void test_search_past_the_budget(void **state) {
 
 static void test_held_tunables(void **state) {
   (void)state;
-  TpkSource src = source("mm.tpk", MATMUL);
+  TpkProgram *src = program("mm.tpk", MATMUL);
   TpkBinding syms[] = {{"M", 512}, {"N", 512}, {"K", 512}};
   TpkBinding fixed[] = {{"BK", 256}};
   TpkTuneOptions o = {.device = "sim:v5e", .syms = syms, .nsyms = 3, .fixed = fixed, .nfixed = 1};
   TpkTuneReport r;
   TpkError err = {0};
-  if (tpk_tune_search(&src, "matmul", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
+  if (tpk_tune_search(src, "matmul", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
   assert_int_equal(r.npoints, 4);
   for (int i = 0; i < r.npoints; i++) assert_int_equal(r.points[i].values[2], 256);
   assert_int_equal(r.points[0].values[0], 128); /* the start: defaults, with BK held */
@@ -655,72 +664,62 @@ static void test_held_tunables(void **state) {
 
   TpkBinding unknown[] = {{"BX", 256}};
   o.fixed = unknown;
-  assert_int_equal(tpk_tune_search(&src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
+  assert_int_equal(tpk_tune_search(src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
   assert_string_equal(err.message, "kernel 'matmul' has no tunable 'BX'; its tunables are BM, BN, BK");
   tpk_tune_report_free(&r);
   TpkBinding undeclared[] = {{"BK", 384}};
   o.fixed = undeclared;
-  assert_int_equal(tpk_tune_search(&src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
+  assert_int_equal(tpk_tune_search(src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
   assert_string_equal(err.message, "tunable BK of kernel 'matmul' is one of [128, 256], not 384");
   tpk_tune_report_free(&r);
   TpkBinding twice[] = {{"BK", 128}, {"BK", 256}};
   o.fixed = twice;
   o.nfixed = 2;
-  assert_int_equal(tpk_tune_search(&src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
+  assert_int_equal(tpk_tune_search(src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
   assert_string_equal(err.message, "tunable BK is held twice");
   tpk_tune_report_free(&r);
 }
 
 static void test_search_errors(void **state) {
   (void)state;
-  TpkSource src = source("mm.tpk", MATMUL);
+  TpkProgram *src = program("mm.tpk", MATMUL);
   TpkBinding syms[] = {{"M", 512}, {"N", 512}, {"K", 512}};
   TpkTuneOptions o = {.device = "sim:v5e", .syms = syms, .nsyms = 3};
   TpkTuneReport r;
   TpkError err = {0};
-  assert_int_equal(tpk_tune_search(&src, "matmal", &o, &r, &err), TPK_ERR_INVALID);
+  assert_int_equal(tpk_tune_search(src, "matmal", &o, &r, &err), TPK_ERR_INVALID);
   assert_string_equal(err.message, "mm.tpk has no kernel 'matmal'; it has: matmul");
   tpk_tune_report_free(&r);
   o.nsyms = 2;
-  assert_int_equal(tpk_tune_search(&src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
+  assert_int_equal(tpk_tune_search(src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
   assert_string_equal(err.message, "kernel 'matmul' needs the size of shape symbol K (its symbols are M, K, N)");
   tpk_tune_report_free(&r);
   o.nsyms = 3;
   o.device = "tpu";
-  assert_int_equal(tpk_tune_search(&src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
-  tpk_tune_report_free(&r);
-  o.device = "host"; /* the host needs a context */
-  assert_int_equal(tpk_tune_search(&src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
-  assert_string_equal(err.message, "tuning on the host needs a context (TpkTuneOptions.ctx)");
+  assert_int_equal(tpk_tune_search(src, "matmul", &o, &r, &err), TPK_ERR_INVALID);
   tpk_tune_report_free(&r);
   o.device = "sim:v5e";
 
-  TpkSource plain = source("add.tpk", "kernel add(x: f32[N]) -> (y: f32[N]) { y = x + 1.0; }\n");
+  TpkProgram *plain = program("add.tpk", "kernel add(x: f32[N]) -> (y: f32[N]) { y = x + 1.0; }\n");
   TpkBinding n[] = {{"N", 64}};
   o.syms = n;
   o.nsyms = 1;
-  assert_int_equal(tpk_tune_search(&plain, NULL, &o, &r, &err), TPK_ERR_UNSUPPORTED);
+  assert_int_equal(tpk_tune_search(plain, NULL, &o, &r, &err), TPK_ERR_UNSUPPORTED);
   assert_string_equal(err.message, "kernel 'add' declares no tunables (`tune NAME in [...]`): nothing to tune");
   tpk_tune_report_free(&r);
 
-  TpkSource broken = source("bad.tpk", "kernel k(x: f32[N]) -> (y: f32[N]) tune B in [8] { y = z; }\n");
-  assert_int_equal(tpk_tune_search(&broken, NULL, &o, &r, &err), TPK_ERR_PARSE);
-  assert_non_null(strstr(err.message, "bad.tpk:1:"));
-  tpk_tune_report_free(&r);
 }
 
 static void test_host_search(void **state) {
   (void)state;
-  TpkSource src = source("scale.tpk", SCALE);
+  TpkProgram *src = program("scale.tpk", SCALE);
   TpkBinding syms[] = {{"M", 64}, {"N", 256}};
   TpkBinding fixed[] = {{"BM", 8}};
-  TpkContext *ctx;
-  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
   double scalars[] = {0, 2.0, 0};
-  TpkTuneOptions o = {.device = "host", .syms = syms, .nsyms = 2, .ctx = ctx, .scalars = scalars, .repeat = 3};
+  TpkTuneOptions o = {.device = "host", .syms = syms, .nsyms = 2, .scalars = scalars, .repeat = 3};
   TpkTuneReport r;
   TpkError err = {0};
-  if (tpk_tune_search(&src, "scale", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
+  if (tpk_tune_search(src, "scale", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
   assert_int_equal(r.npoints, 3);
   assert_int_equal(r.ntimed, 3);
   assert_string_equal(r.key.device, "host");
@@ -734,11 +733,10 @@ static void test_host_search(void **state) {
   /* held to one configuration */
   o.fixed = fixed;
   o.nfixed = 1;
-  if (tpk_tune_search(&src, "scale", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
+  if (tpk_tune_search(src, "scale", &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
   assert_int_equal(r.npoints, 1);
   assert_int_equal(r.best, 0);
   tpk_tune_report_free(&r);
-  tpk_context_destroy(ctx);
 }
 
 /* Launches that name no tunables take the cache's winner for their sizes and

@@ -41,7 +41,7 @@ static TpkSimReport time_on(const char *text, const char *chip_name, const TpkBi
   TestCompile c;
   test_compile(&c, "k.tpk", text, &o);
   assert_int_equal(c.status, TPK_OK);
-  TpkFunc *f = c.module->funcs[0];
+  TpkFunc *f = c.bound->funcs[0];
   TpkTarget t = {.name = chip->name, .vmem_bytes = (int64_t)chip->vmem_bytes, .tile_bytes = 1 << 20};
   TpkError err = {0};
   tpk_simplify(f);
@@ -134,7 +134,7 @@ static void test_walk_budget(void **state) {
   assert_int_equal(c.status, TPK_OK);
   TpkSimReport r;
   TpkError err = {0};
-  assert_int_equal(tpk_sim_schedule(c.module->funcs[0], tpk_sim_chip_find("v5e"), &r, NULL, &err), TPK_ERR_UNSUPPORTED);
+  assert_int_equal(tpk_sim_schedule(c.bound->funcs[0], tpk_sim_chip_find("v5e"), &r, NULL, &err), TPK_ERR_UNSUPPORTED);
   assert_non_null(strstr(err.message, "kernel 'softmax' takes more than 20000000 ops to walk"));
   test_compile_free(&c);
 }
@@ -161,7 +161,7 @@ static void test_trace(void **state) {
   TestCompile c;
   TpkCheckOptions o = {.binds = b, .nbinds = 2};
   test_compile(&c, "k.tpk", SOFTMAX, &o);
-  TpkFunc *f = c.module->funcs[0];
+  TpkFunc *f = c.bound->funcs[0];
   TpkSimReport r;
   TpkTimeline *tl;
   TpkError err = {0};
