@@ -1984,8 +1984,8 @@ static bool eval_range(Checker *c, const TpkAst *r, Range *out) {
     out->hi = const_scalar(c, r->lhs, int_val(tpk_ceildiv(extent.i, bval.i)), TPK_I32);
   } else {
     if (!n) n = const_scalar(c, r->lhs, extent, TPK_I32);
+    at(c, r->rhs);
     TpkValue *bv = value_of_dim(c, r->rhs, b);
-    at(c, r);
     out->hi = n && bv ? tpk_build_binary(&c->b, TPK_OP_CDIV, n, bv) : NULL;
   }
   out->iv_type = tpk_type_tile_dim(c->m, b);
