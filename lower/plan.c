@@ -409,6 +409,12 @@ static TpkStatus too_big(Planner *p, const int *roots, int nroots, int64_t peak,
   tpk_str_puts(&s, "; use smaller blocks (tunables) or tile the computation");
   TpkStatus st = tpk_error(p->err, TPK_ERR_NOMEM, "%s", s.data ? s.data : "out of VMEM");
   tpk_str_free(&s);
+  /* the message is about the largest buffer's line */
+  int largest = -1;
+  for (int i = 0; i < nroots; i++)
+    if (largest < 0 || p->info[roots[i]].bytes > p->info[roots[largest]].bytes) largest = i;
+  const TpkOp *at = largest >= 0 ? p->info[roots[largest]].v->def : NULL;
+  if (p->err && at) p->err->line = at->loc.line, p->err->col = at->loc.col;
   return st;
 }
 

@@ -703,6 +703,17 @@ static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *
   return err.code ? err.code : TPK_ERR_INVALID;
 }
 
+/* A failure of a stage after binding: with the .tpk line quoted when the
+ * error knows it (a block that does not fit the VMEM, at its load). */
+static TpkStatus fail_at_line(const TpkKernel *k, const TpkError *err) {
+  if (err->line <= 0) return fail_err(err);
+  TpkStr s = {0};
+  tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, err);
+  TpkStatus st = fail(err->code ? err->code : TPK_ERR_INTERNAL, "%s", s.data ? s.data : err->message);
+  tpk_str_free(&s);
+  return st;
+}
+
 /* Compile k once for every shape at these tunables (TPK_GENERIC=1). */
 static TpkStatus compile_generic(TpkKernel *k, const int64_t *tunes, Generic *g) {
   TpkProgram *prog = k->prog;
@@ -825,7 +836,7 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   while (spec->parts > 1 && (int64_t)spec->parts * spec->workspace_bytes > MAX_PART_WORKSPACES) spec->parts--;
   /* shapes are bound, so the chip's timing is the same for every launch */
   if (st == TPK_OK && dev && dev->chip) st = tpk_sim_schedule(f, dev->chip, &spec->sim, &spec->timeline, &err);
-  return st == TPK_OK ? TPK_OK : fail_err(&err);
+  return st == TPK_OK ? TPK_OK : fail_at_line(k, &err);
 }
 
 static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, Spec **out) {
