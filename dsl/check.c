@@ -51,6 +51,13 @@ typedef enum ValKind {
 
 typedef struct Sym Sym;
 
+/* Where a const is in its evaluation (eval_const). */
+typedef enum ConstState {
+  CONST_PENDING,
+  CONST_ACTIVE, /* its dependencies are being evaluated: it is on the stack */
+  CONST_DONE    /* val holds its value, or ERR */
+} ConstState;
+
 typedef struct Val {
   ValKind k;
   TpkValue *v; /* V_VAL, V_REF, V_TILE */
@@ -71,7 +78,11 @@ struct Sym {
   const TpkType *type;   /* SYM_VAR: the declared type, fixed for life */
   int grid_depth;        /* SYM_VAR: grid nesting where declared */
   const TpkAst *decl;    /* SYM_CONST: the definition, evaluated lazily */
-  int state;             /* SYM_CONST: 0 pending, 1 evaluating, 2 done */
+  ConstState state;      /* SYM_CONST */
+  bool cyclic;           /* SYM_CONST: its definition reaches itself (reported) */
+  Sym **deps;            /* SYM_CONST, once active: the consts its definition names */
+  int ndeps, next_dep;   /* ... and the next of them to evaluate */
+  Sym *waiter;           /* SYM_CONST, while active: the const waiting for this one */
 };
 
 /* The state of checking one file. */
@@ -189,13 +200,20 @@ static size_t const_slot(const Checker *c, const char *key) {
 /* Sym names are interned in the module, so a lookup interns the name once
  * and compares pointers: along the kernel's scope chain, then in the const
  * table (a file may hold hundreds of consts). */
+static Sym *const_find(const Checker *c, const char *key) {
+  return c->const_cap && key ? c->const_table[const_slot(c, key)] : NULL;
+}
+
 static Sym *lookup(Checker *c, const char *name) {
   const char *key = module_name(c, name);
   for (Sym *s = c->scope; s && s != c->globals; s = s->next)
     if (s->name == key) return s;
-  if (!c->const_cap || !key) return NULL;
-  return c->const_table[const_slot(c, key)];
+  return const_find(c, key);
 }
+
+/* The const named `name`, wherever the scope is (while the consts are being
+ * declared the scope chain is all consts, too long to walk per lookup). */
+static Sym *const_lookup(Checker *c, const char *name) { return const_find(c, module_name(c, name)); }
 
 static Sym *declare(Checker *c, SymKind kind, const char *name, TpkSpan span) {
   Sym *s = tpk_arena_alloc(&c->m->arena, sizeof *s);
@@ -246,7 +264,7 @@ static void unknown_name(Checker *c, const TpkAst *n) {
 
 /* ---- Compile-time evaluation ------------------------------------------------------ */
 
-static Val eval_const_decl(Checker *c, Sym *s);
+static Val eval_const(Checker *c, Sym *s);
 static Val eval(Checker *c, const TpkAst *n);
 
 /* Evaluate n as a dimension: an integer built from literals, consts,
@@ -282,7 +300,7 @@ static const TpkDim *eval_dim_x(Checker *c, const TpkAst *n, bool declare_syms) 
       return NULL;
     }
     if (s->kind == SYM_SHAPE) return s->dim;
-    Val v = s->kind == SYM_CONST ? eval_const_decl(c, s) : s->val;
+    Val v = s->kind == SYM_CONST ? eval_const(c, s) : s->val;
     if (v.k == V_ERR) return NULL;
     if ((s->kind == SYM_CONST || s->kind == SYM_TUNE || s->kind == SYM_LET) && v.k == V_INT)
       return tpk_dim_const(c->m, v.i);
@@ -341,30 +359,84 @@ static bool eval_int(Checker *c, const TpkAst *n, int64_t *out) {
   return false;
 }
 
-static Val eval_const_decl(Checker *c, Sym *s) {
-  if (s->state == 2) return s->val;
-  if (s->state == 1) {
-    tpk_diag_error(c->diags, s->decl->name_span, "const '%s' depends on itself", s->name);
-    s->val = ERR;
-    s->state = 2;
+/* The consts that expression n names (n's list siblings too when `list`),
+ * stored into out[k...] when out is non-NULL; returns the new k. The walk
+ * recurses only as deep as the expression, which the parser bounds. */
+static int const_refs(Checker *c, const TpkAst *n, bool list, Sym **out, int k) {
+  for (; n; n = list ? n->next : NULL) {
+    if (n->kind == TPK_AST_NAME) {
+      Sym *s = lookup(c, n->name);
+      if (s && s->kind == SYM_CONST) {
+        if (out) out[k] = s;
+        k++;
+      }
+    }
+    k = const_refs(c, n->lhs, true, out, k);
+    k = const_refs(c, n->rhs, true, out, k);
+    k = const_refs(c, n->args, true, out, k);
+    k = const_refs(c, n->dims, true, out, k);
+  }
+  return k;
+}
+
+static bool const_activate(Checker *c, Sym *s, Sym *waiter) {
+  s->state = CONST_ACTIVE;
+  s->waiter = waiter;
+  s->ndeps = const_refs(c, s->decl->rhs, false, NULL, 0);
+  s->deps = tpk_arena_alloc(&c->m->arena, (size_t)(s->ndeps ? s->ndeps : 1) * sizeof *s->deps);
+  if (!s->deps) return false;
+  const_refs(c, s->decl->rhs, false, s->deps, 0);
+  return true;
+}
+
+/* Evaluate an active const whose dependencies are all done (or cyclic). */
+static void const_finish(Checker *c, Sym *s) {
+  Val v = eval(c, s->decl->rhs);
+  if (v.k != V_ERR && v.k != V_INT && v.k != V_FLT) {
+    tpk_diag_error(c->diags, s->decl->rhs->span, "a const must be a compile-time number");
+    v = ERR;
+  }
+  s->val = s->cyclic ? ERR : v;
+  s->state = CONST_DONE;
+}
+
+/* The value of const s. Consts are evaluated in dependency order with an
+ * explicit stack (linked through `waiter`), never by eval() recursing into
+ * the consts an expression names: a file may chain any number of them
+ * (`const E0 = E1; const E1 = E2; ...`), far deeper than the C stack. A
+ * const met again while it is active closes a cycle: that is reported once,
+ * at that const, and every const on the cycle is ERR. */
+static Val eval_const(Checker *c, Sym *s) {
+  if (s->state == CONST_DONE) return s->val;
+  if (s->state == CONST_ACTIVE) { /* reached by eval; const_refs found it first */
+    if (!s->cyclic) tpk_diag_error(c->diags, s->decl->name_span, "const '%s' depends on itself", s->name);
+    s->cyclic = true;
     return ERR;
   }
-  s->state = 1;
   /* Consts see only other consts, wherever the reference came from. */
   Sym *saved = c->scope;
   bool saved_kernel = c->in_kernel;
   c->scope = c->globals;
   c->in_kernel = false;
-  Val v = eval(c, s->decl->rhs);
+  Sym *top = const_activate(c, s, NULL) ? s : NULL;
+  while (top) {
+    if (top->next_dep == top->ndeps) {
+      const_finish(c, top);
+      top = top->waiter;
+      continue;
+    }
+    Sym *d = top->deps[top->next_dep++];
+    if (d->state == CONST_ACTIVE && !d->cyclic) {
+      tpk_diag_error(c->diags, d->decl->name_span, "const '%s' depends on itself", d->name);
+      d->cyclic = true;
+    } else if (d->state == CONST_PENDING) {
+      if (!const_activate(c, d, top)) break; /* out of memory: reported by tpk_check */
+      top = d;
+    }
+  }
   c->scope = saved;
   c->in_kernel = saved_kernel;
-  if (v.k != V_ERR && v.k != V_INT && v.k != V_FLT) {
-    tpk_diag_error(c->diags, s->decl->rhs->span, "a const must be a compile-time number");
-    v = ERR;
-  }
-  s->val = v;
-  s->state = 2;
-  return v;
+  return s->state == CONST_DONE ? s->val : ERR;
 }
 
 /* ---- Turning compile-time values into SSA values ------------------------------- */
@@ -1554,7 +1626,7 @@ static Val eval_name(Checker *c, const TpkAst *n) {
   }
   switch (s->kind) {
   case SYM_CONST:
-    return eval_const_decl(c, s);
+    return eval_const(c, s);
   case SYM_SHAPE: {
     int64_t k;
     if (tpk_dim_is_const(s->dim, &k)) return int_val(k);
@@ -2326,7 +2398,7 @@ static int cmp_kernel_name(const void *a, const void *b) {
 static void declare_globals(Checker *c, const TpkAst *file) {
   for (const TpkAst *d = file->body; d; d = d->next) {
     if (d->kind != TPK_AST_CONST) continue;
-    Sym *old = lookup(c, d->name);
+    Sym *old = const_lookup(c, d->name);
     if (old) {
       tpk_diag_error(c->diags, d->name_span, "const '%s' is defined twice", d->name);
       tpk_diag_note(c->diags, old->span, "the first definition is here");
@@ -2400,8 +2472,8 @@ TpkStatus tpk_check(const TpkParsed *parsed, const TpkCheckOptions *opts, TpkDia
     declare_globals(&c, parsed->file);
     for (const TpkAst *d = parsed->file->body; d; d = d->next) {
       if (d->kind == TPK_AST_CONST) {
-        Sym *s = lookup(&c, d->name);
-        if (s && s->decl == d) eval_const_decl(&c, s);
+        Sym *s = const_lookup(&c, d->name);
+        if (s && s->decl == d) eval_const(&c, s);
       } else if (d->kind == TPK_AST_KERNEL && (!only || strcmp(d->name, only) == 0)) {
         check_kernel(&c, d);
       }
