@@ -105,8 +105,18 @@ static void val_move(Val *dst, Val *src) {
 
 /* ---- Checked mode: shadow state ---------------------------------------------- */
 
+/* Which grid instances (linear id + 1; 0: none) wrote one output element.
+ * Stores from two instances race; adds (`+=`, scatter-add) from several do
+ * not, they accumulate; a store and an add from two instances race. Two
+ * adders are kept so that a store can always name one that is not itself. */
+typedef struct ElemWriters {
+  int64_t stored; /* the last instance that stored it */
+  int64_t added;  /* the first instance that added to it */
+  int64_t added2; /* the last adder other than `added` */
+} ElemWriters;
+
 /* Per ref buffer (a parameter, or an alloc op's scratch, reused each time the
- * alloc runs): which elements were written, which grid instance last wrote
+ * alloc runs): which elements were written, which grid instances wrote
  * each output element, and the copies into it not yet waited for. */
 typedef struct Shadow {
   const void *key; /* the TpkParam or the alloc TpkOp */
@@ -115,7 +125,7 @@ typedef struct Shadow {
   int64_t dims[TPK_MAX_RANK];
   int64_t n;
   unsigned char *init; /* 1 per written element; NULL: all initialised */
-  int64_t *writer;     /* outputs: grid instance (linear id + 1) that last wrote; 0 none */
+  ElemWriters *writer; /* outputs: who wrote each element */
   int64_t *pending;    /* serials of started, not waited copies into it */
   const TpkOp **pending_op;
   int npending, cappending;
@@ -459,25 +469,43 @@ static void check_read(Interp *I, const TpkOp *op, const Val *ref, int64_t off) 
   tpk_str_free(&e);
 }
 
-/* A write of ref element `off` by op: mark it written; a different grid
- * instance's earlier write of an output element is a conflict. */
-static void note_write(Interp *I, const TpkOp *op, const Val *ref, int64_t off) {
+/* A write of ref element `off` by op, a store or (`add`) an accumulation:
+ * mark it written, and report a write of an output element that races with
+ * another grid instance's (see ElemWriters). */
+static void note_write(Interp *I, const TpkOp *op, const Val *ref, int64_t off, bool add) {
   Shadow *sh = ref->sh;
   if (!I->checked || !sh) return;
   if (sh->init) sh->init[off] = 1;
   if (!sh->writer || !I->instance) return;
-  int64_t prev = sh->writer[off];
-  sh->writer[off] = I->instance;
-  if (!prev || prev == I->instance || !first_report(I, op, sh, REP_CONFLICT)) return;
-  TpkStr m = {0};
-  tpk_str_puts(&m, "grid instances ");
-  put_instance(&m, I, prev);
-  tpk_str_puts(&m, " and ");
-  put_instance(&m, I, I->instance);
-  tpk_str_puts(&m, " both write ");
-  put_elem(&m, sh, off);
+  ElemWriters *w = &sh->writer[off];
+  int64_t me = I->instance, stored = w->stored && w->stored != me ? w->stored : 0, added = 0;
+  if (add) {
+    if (!w->added) w->added = me;
+    else if (w->added != me) w->added2 = me;
+  } else {
+    added = w->added && w->added != me ? w->added : w->added2 && w->added2 != me ? w->added2 : 0;
+    w->stored = me;
+  }
+  if ((!stored && !added) || !first_report(I, op, sh, REP_CONFLICT)) return;
+  TpkStr m = {0}, e = {0};
+  put_elem(&e, sh, off);
+  const char *elem = e.data ? e.data : "?";
+  if (stored && !add) {
+    tpk_str_puts(&m, "grid instances ");
+    put_instance(&m, I, stored);
+    tpk_str_puts(&m, " and ");
+    put_instance(&m, I, me);
+    tpk_str_printf(&m, " both write %s", elem);
+  } else {
+    tpk_str_puts(&m, "grid instance ");
+    put_instance(&m, I, add ? stored : added);
+    tpk_str_printf(&m, add ? " stores %s and " : " adds to %s and ", elem);
+    put_instance(&m, I, me);
+    tpk_str_puts(&m, add ? " adds to it" : " stores it");
+  }
   violation(I, op, "%s", m.data ? m.data : "?");
   tpk_str_free(&m);
+  tpk_str_free(&e);
 }
 
 /* An access (`reads` or `writes`) of ref while a copy into it is in flight. */
@@ -1283,10 +1311,9 @@ static TpkStatus exec_store(Interp *I, const TpkOp *op) {
     int64_t off = sel_offset(&s, idx);
     if (off < 0) continue; /* masked: dropped */
     if (add) check_read(I, op, ref, off);
-    /* Adding 0 leaves the element as it was: not a write that can conflict
-     * (the padding lanes of a ragged scatter-add, whose ids read 0, add 0). */
+    /* Adding 0 leaves the element as it was: not a write that can conflict. */
     if (!add || (isf ? tpk_ref_get(v->dt, v->data, i) != 0 : tpk_ref_get_int(v->dt, v->data, i) != 0))
-      note_write(I, op, ref, off);
+      note_write(I, op, ref, off, add);
     if (!add)
       memcpy(ELEM(ref, off), ELEM(v, i), es);
     else if (isf)
@@ -1324,7 +1351,7 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
   for (int64_t i = 0; i < n; i++, next_index(s.rank, s.dims, idx)) {
     int64_t so = sel_offset(&s, idx), dof = sel_offset(&d, idx);
     if (so >= 0 && dof >= 0) check_read(I, op, src, so);
-    if (dof >= 0) note_write(I, op, dst, dof);
+    if (dof >= 0) note_write(I, op, dst, dof, false);
     if (dof >= 0) memcpy(ELEM(dst, dof), so < 0 ? zero : ELEM(src, so), es);
   }
   Val h = {.kind = V_DMA, .id = ++I->dma_serial};
@@ -1418,7 +1445,7 @@ static TpkStatus exec_grid(Interp *I, const TpkOp *op) {
   I->grid_body = op->regions[0];
   for (int a = 0; a < axes; a++) I->grid_lo[a] = lo[a];
   for (int i = 0; i < I->nshadows; i++) /* writers are compared within one grid */
-    if (I->shadows[i]->writer) memset(I->shadows[i]->writer, 0, sizeof(int64_t) * (size_t)(I->shadows[i]->n ? I->shadows[i]->n : 1));
+    if (I->shadows[i]->writer) memset(I->shadows[i]->writer, 0, sizeof *I->shadows[i]->writer * (size_t)(I->shadows[i]->n ? I->shadows[i]->n : 1));
   I->instance = 0;
   do {
     I->instance++;
