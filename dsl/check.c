@@ -2304,6 +2304,65 @@ static bool is_zero_literal(const TpkAst *n) {
   return (n->kind == TPK_AST_INT && n->ival == 0) || (n->kind == TPK_AST_FLOAT && n->fval == 0.0);
 }
 
+/* The first name in n (an expression) that is a tunable, or NULL. */
+static const TpkAst *tunable_in(Checker *c, const TpkAst *n) {
+  for (; n; n = n->next) {
+    if (n->kind == TPK_AST_NAME) {
+      Sym *s = lookup(c, n->name);
+      if (s && s->kind == SYM_TUNE) return n;
+    }
+    const TpkAst *found = tunable_in(c, n->lhs);
+    if (!found) found = tunable_in(c, n->rhs);
+    if (!found) found = tunable_in(c, n->args);
+    if (found) return found;
+  }
+  return NULL;
+}
+
+/* `require K <= N, ...`: comparisons of sizes built from shape symbols,
+ * consts and literals, which every launch checks once it has bound the
+ * sizes (ir.h's TpkRequire). Tunables are refused: a requirement is on what
+ * the caller gives, and must hold whichever tunables are chosen. One that
+ * is decided already (constant sizes, or sizes given with --bind) is
+ * checked here. */
+static void check_requires(Checker *c, const TpkAst *k, TpkFunc *f) {
+  int n = count_list(k->requires), kept = 0;
+  TpkRequire *reqs = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *reqs);
+  if (!reqs) return;
+  for (const TpkAst *q = k->requires; q; q = q->next) {
+    const BinOp *bop = q->kind == TPK_AST_BINARY ? binop_of(q->op) : NULL;
+    if (!bop || !tpk_require_cmp_text(bop->opcode)) {
+      tpk_diag_error_hint(c->diags, q->span, "list several requirements with commas: `require 1 <= K, K <= N`",
+                          "a requirement compares two sizes, like `K <= N`");
+      continue;
+    }
+    const TpkAst *tune = tunable_in(c, q);
+    if (tune) {
+      tpk_diag_error(c->diags, tune->span,
+                     "'%s' is a tunable; a requirement is on the sizes a launch gives (shape symbols, consts and literals)",
+                     tune->name);
+      continue;
+    }
+    const TpkDim *a = eval_dim(c, q->lhs), *b = eval_dim(c, q->rhs);
+    if (!a || !b) continue;
+    int64_t x, y;
+    if (tpk_dim_is_const(a, &x) && tpk_dim_is_const(b, &y)) {
+      TpkStr why = {0};
+      const char *ln = q->lhs->kind == TPK_AST_INT ? NULL : src_text(c, q->lhs);
+      const char *rn = q->rhs->kind == TPK_AST_INT ? NULL : src_text(c, q->rhs);
+      if (!tpk_require_holds(bop->opcode, ln, x, rn, y, &why))
+        tpk_diag_error(c->diags, q->span, "this requirement does not hold: %s", why.data ? why.data : "?");
+      tpk_str_free(&why);
+      continue;
+    }
+    reqs[kept++] = (TpkRequire){.cmp = bop->opcode, .lhs = a, .rhs = b, .loc = loc_of(q)};
+  }
+  if (f) {
+    f->requires = reqs;
+    f->nrequires = kept;
+  }
+}
+
 static void check_kernel(Checker *c, const TpkAst *k) {
   c->scope = c->globals;
   c->in_kernel = true;
@@ -2364,6 +2423,7 @@ static void check_kernel(Checker *c, const TpkAst *k) {
     f->ntunes = tunes.ntunes;
     f->tunes = tunes.tunes;
   }
+  check_requires(c, k, f);
   /* The body is checked even when the signature had errors, into a detached
    * block, so its mistakes are reported too. */
   c->b = (TpkBuilder){.m = c->m, .block = f ? f->body : detached_block(c)};

@@ -1703,6 +1703,8 @@ static TpkStatus run(Interp *I) {
   for (int i = 0; i < I->nsyms; i++)
     if (syms[i] < 0 || syms[i] > INT32_MAX)
       return fail(I, NULL, TPK_ERR_INVALID, "symbol %s = %" PRId64 " is not a size in [0, 2^31)", I->symnames[i], syms[i]);
+  TpkStatus req = tpk_func_check_requires(f, sym_lookup, I, I->err);
+  if (req != TPK_OK) return req;
 
   int n = collect(I, f->body, 0);
   I->cap = 16;

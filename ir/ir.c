@@ -743,6 +743,84 @@ int tpk_func_symbols(const TpkFunc *f, const char **names, int max) {
   return n;
 }
 
+/* ---- Requirements on sizes --------------------------------------------------- */
+
+static const struct {
+  TpkOpcode cmp;
+  const char *text;   /* as written in .tpk */
+  const char *broken; /* how `a cmp b` fails: "a is larger than b" */
+} REQUIRE_CMPS[] = {
+    {TPK_OP_LE, "<=", "is larger than"}, {TPK_OP_LT, "<", "is not smaller than"},
+    {TPK_OP_GE, ">=", "is smaller than"}, {TPK_OP_GT, ">", "is not larger than"},
+    {TPK_OP_EQ, "==", "differs from"},    {TPK_OP_NE, "!=", "equals"},
+};
+
+const char *tpk_require_cmp_text(TpkOpcode cmp) {
+  for (size_t i = 0; i < TPK_ARRAY_LEN(REQUIRE_CMPS); i++)
+    if (REQUIRE_CMPS[i].cmp == cmp) return REQUIRE_CMPS[i].text;
+  return NULL;
+}
+
+static void put_size(TpkStr *s, const char *name, int64_t v) {
+  if (name) tpk_str_printf(s, "%s = ", name);
+  tpk_str_printf(s, "%lld", (long long)v);
+}
+
+bool tpk_require_holds(TpkOpcode cmp, const char *lhs, int64_t a, const char *rhs, int64_t b, TpkStr *s) {
+  bool holds;
+  switch (cmp) {
+  case TPK_OP_LE: holds = a <= b; break;
+  case TPK_OP_LT: holds = a < b; break;
+  case TPK_OP_GE: holds = a >= b; break;
+  case TPK_OP_GT: holds = a > b; break;
+  case TPK_OP_EQ: holds = a == b; break;
+  case TPK_OP_NE: holds = a != b; break;
+  default: holds = false; break;
+  }
+  if (holds) return true;
+  const char *broken = "is not comparable with";
+  for (size_t i = 0; i < TPK_ARRAY_LEN(REQUIRE_CMPS); i++)
+    if (REQUIRE_CMPS[i].cmp == cmp) broken = REQUIRE_CMPS[i].broken;
+  put_size(s, lhs, a);
+  tpk_str_printf(s, " %s ", broken);
+  put_size(s, rhs, b);
+  return false;
+}
+
+/* A side's name in messages: its text unless it is a constant. */
+static const char *side_name(TpkStr *buf, const TpkDim *d) {
+  if (d->kind == TPK_DIM_CONST) return NULL;
+  tpk_dim_print(buf, d);
+  return buf->data ? buf->data : "?";
+}
+
+TpkStatus tpk_func_check_requires(const TpkFunc *f, TpkSymLookup lookup, void *ctx, TpkError *err) {
+  for (int i = 0; i < f->nrequires; i++) {
+    const TpkRequire *r = &f->requires[i];
+    const char *cmp = tpk_require_cmp_text(r->cmp);
+    if (!cmp) return tpk_error(err, TPK_ERR_INTERNAL, "kernel '%s': requirement %d is not a comparison", f->name, i);
+    int64_t a, b;
+    bool known = tpk_dim_eval(r->lhs, lookup, ctx, &a) && tpk_dim_eval(r->rhs, lookup, ctx, &b);
+    TpkStr s = {0}, ln = {0}, rn = {0};
+    tpk_str_printf(&s, "kernel '%s': ", f->name);
+    if (known && tpk_require_holds(r->cmp, side_name(&ln, r->lhs), a, side_name(&rn, r->rhs), b, &s)) {
+      tpk_str_free(&s), tpk_str_free(&ln), tpk_str_free(&rn);
+      continue;
+    }
+    if (!known) tpk_str_puts(&s, "a size it requires is unbound or does not compute");
+    tpk_str_puts(&s, " (it requires ");
+    tpk_dim_print(&s, r->lhs);
+    tpk_str_printf(&s, " %s ", cmp);
+    tpk_dim_print(&s, r->rhs);
+    if (r->loc.line) tpk_str_printf(&s, ", line %d", r->loc.line);
+    tpk_str_putc(&s, ')');
+    tpk_error(err, TPK_ERR_INVALID, "%s", s.data ? s.data : "a requirement does not hold");
+    tpk_str_free(&s), tpk_str_free(&ln), tpk_str_free(&rn);
+    return TPK_ERR_INVALID;
+  }
+  return TPK_OK;
+}
+
 const TpkOp *tpk_index_vector_load(const TpkValue *v) {
   const TpkOp *d = v->def;
   if (!d || d->opcode != TPK_OP_LOAD || v->type->rank != 1 || d->in[0]->type->rank != 1) return NULL;

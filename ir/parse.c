@@ -653,6 +653,30 @@ static bool parse_tunes(Parser *p, TpkFunc *f) {
   return true;
 }
 
+/* require{le(K, N) loc(26:11), ...}: comparisons of two dims. */
+static bool parse_requires(Parser *p, TpkFunc *f) {
+  Vec reqs = {0};
+  if (!expect(p, '{')) return false;
+  do {
+    Token at = p->tok;
+    TpkOpcode cmp = at.kind == T_IDENT ? tpk_opcode_from_name(at.text, at.len) : TPK_OP_COUNT;
+    if (cmp == TPK_OP_COUNT || !tpk_require_cmp_text(cmp)) return expected(p, "a comparison (eq, ne, lt, le, gt, ge)");
+    next(p);
+    TpkRequire *r = tpk_arena_alloc(&p->scratch, sizeof *r);
+    if (!r) return error_at(p, at.line, at.col, "out of memory");
+    r->cmp = cmp;
+    if (!expect(p, '(') || !(r->lhs = parse_dim(p)) || !expect(p, ',') || !(r->rhs = parse_dim(p)) || !expect(p, ')') ||
+        !parse_loc(p, &r->loc) || !vec_push(p, &reqs, r))
+      return false;
+  } while (accept(p, ','));
+  if (!expect(p, '}')) return false;
+  f->requires = tpk_arena_alloc(&p->m->arena, (size_t)reqs.n * sizeof *f->requires);
+  if (!f->requires) return error_at(p, p->tok.line, p->tok.col, "out of memory");
+  for (int i = 0; i < reqs.n; i++) f->requires[i] = *(TpkRequire *)reqs.items[i];
+  f->nrequires = reqs.n;
+  return true;
+}
+
 typedef struct ParamText {
   const char *key;
   Token at;
@@ -720,6 +744,10 @@ static bool parse_func(Parser *p) {
   if (is_word(&p->tok, "tune")) {
     next(p);
     if (!parse_tunes(p, f)) return false;
+  }
+  if (is_word(&p->tok, "require")) {
+    next(p);
+    if (!parse_requires(p, f)) return false;
   }
   if (!parse_loc(p, &f->loc) || !expect(p, '{')) return false;
   if (!parse_block(p, f->body)) return false;

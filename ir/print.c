@@ -338,6 +338,19 @@ static void func_print(TpkStr *out, const TpkFunc *f) {
     }
     tpk_str_putc(out, '}');
   }
+  if (f->nrequires) {
+    tpk_str_puts(out, " require{");
+    for (int i = 0; i < f->nrequires; i++) {
+      const TpkRequire *r = &f->requires[i];
+      tpk_str_printf(out, "%s%s(", i ? ", " : "", tpk_op_info(r->cmp)->name);
+      tpk_dim_print(out, r->lhs);
+      tpk_str_puts(out, ", ");
+      tpk_dim_print(out, r->rhs);
+      tpk_str_putc(out, ')');
+      loc_print(out, r->loc);
+    }
+    tpk_str_putc(out, '}');
+  }
   loc_print(out, f->loc);
   tpk_str_puts(out, " {\n");
   /* parameters are the body's arguments: already printed in the header */

@@ -859,6 +859,11 @@ static bool check_params(Verifier *v) {
     for (int c = 0; c < t->nchoices; c++) listed |= t->choices[c] == t->value;
     if (!listed) return fail(v, "tunable %s=%" PRId64 " is not one of its choices", t->name, t->value);
   }
+  for (int i = 0; i < f->nrequires; i++) {
+    const TpkRequire *r = &f->requires[i];
+    if (!f->is_kernel) return fail(v, "only a kernel has requirements on its sizes");
+    if (!tpk_require_cmp_text(r->cmp) || !r->lhs || !r->rhs) return fail(v, "requirement %d is not a comparison of two sizes", i);
+  }
   return true;
 }
 
