@@ -91,9 +91,8 @@ typedef struct Checker {
   const TpkCheckOptions *opts;
   TpkModule *m;
   TpkBuilder b;
-  Sym *globals;   /* consts, also in const_table */
-  Sym **const_table; /* open addressing on the interned name pointer */
-  size_t const_cap, nconsts;
+  Sym *globals;   /* consts, also in consts */
+  TpkPtrMap consts; /* interned name -> its const's Sym (in the module arena) */
   Sym *scope;     /* innermost first; ends in globals */
   /* per kernel */
   bool in_kernel;
@@ -147,38 +146,9 @@ static int count_list(const TpkAst *n) {
   return k;
 }
 
-static unsigned edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 32 || lb > 32) return 99;
-  unsigned row[33];
-  for (size_t j = 0; j <= lb; j++) row[j] = (unsigned)j;
-  for (size_t i = 1; i <= la; i++) {
-    unsigned prev = row[0];
-    row[0] = (unsigned)i;
-    for (size_t j = 1; j <= lb; j++) {
-      unsigned cur = row[j];
-      unsigned best = prev + (a[i - 1] != b[j - 1]);
-      if (row[j] + 1 < best) best = row[j] + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      prev = cur;
-    }
-  }
-  return row[lb];
-}
-
-/* "did you mean 'x'?" among candidate names, or NULL. */
+/* "did you mean 'x'?" among candidate names (tpk_suggest's rule), or NULL. */
 static const char *suggest(Checker *c, const char *name, const char *const *cands, int n) {
-  const char *best = NULL;
-  unsigned best_d = 3;
-  size_t len = strlen(name);
-  for (int i = 0; i < n; i++) {
-    unsigned d = edit_distance(name, cands[i]);
-    if (d < best_d && d < len) {
-      best_d = d;
-      best = cands[i];
-    }
-  }
+  const char *best = tpk_suggest(name, cands, n);
   return best ? tpk_arena_printf(&c->m->arena, "did you mean '%s'?", best) : NULL;
 }
 
@@ -190,18 +160,13 @@ static const char *module_name(Checker *c, const char *name) {
   return name ? tpk_module_intern(c->m, name, strlen(name)) : NULL;
 }
 
-static size_t const_slot(const Checker *c, const char *key) {
-  size_t h = (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15u;
-  size_t i = (h >> 17) & (c->const_cap - 1);
-  while (c->const_table[i] && c->const_table[i]->name != key) i = (i + 1) & (c->const_cap - 1);
-  return i;
-}
-
 /* Sym names are interned in the module, so a lookup interns the name once
  * and compares pointers: along the kernel's scope chain, then in the const
  * table (a file may hold hundreds of consts). */
 static Sym *const_find(const Checker *c, const char *key) {
-  return c->const_cap && key ? c->const_table[const_slot(c, key)] : NULL;
+  void *s = NULL;
+  if (key) tpk_ptrmap_get(&c->consts, key, &s);
+  return s;
 }
 
 static Sym *lookup(Checker *c, const char *name) {
@@ -2435,20 +2400,6 @@ static void check_kernel(Checker *c, const TpkAst *k) {
 
 /* ---- Files ------------------------------------------------------------------------------- */
 
-static bool const_table_add(Checker *c, Sym *s) {
-  if (++c->nconsts * 2 > c->const_cap) { /* grow and rehash every const declared so far */
-    size_t cap = c->const_cap ? c->const_cap * 4 : 64;
-    Sym **table = tpk_arena_alloc(&c->m->arena, cap * sizeof *table);
-    if (!table) return false;
-    c->const_table = table;
-    c->const_cap = cap;
-    for (Sym *g = c->scope; g; g = g->next) c->const_table[const_slot(c, g->name)] = g;
-    return true;
-  }
-  c->const_table[const_slot(c, s->name)] = s;
-  return true;
-}
-
 static int cmp_kernel_name(const void *a, const void *b) {
   const TpkAst *x = *(const TpkAst *const *)a, *y = *(const TpkAst *const *)b;
   int r = strcmp(x->name, y->name);
@@ -2467,7 +2418,7 @@ static void declare_globals(Checker *c, const TpkAst *file) {
     Sym *s = declare(c, SYM_CONST, d->name, d->name_span);
     if (!s) return;
     s->decl = d;
-    if (!const_table_add(c, s)) return;
+    if (!tpk_ptrmap_put(&c->consts, s->name, s)) return;
   }
   c->globals = c->scope;
   /* Duplicate kernels: sort by name (then position) so a file with
@@ -2523,6 +2474,7 @@ TpkStatus tpk_check(const TpkParsed *parsed, const TpkCheckOptions *opts, TpkDia
   Checker c = {.diags = diags, .opts = opts};
   c.m = tpk_module_new(diags->src && diags->src->name ? diags->src->name : "<input>");
   if (!c.m) return TPK_ERR_NOMEM;
+  c.consts = (TpkPtrMap){.arena = &c.m->arena};
   int nb = opts ? opts->nbinds : 0, nt = opts ? opts->ntunes : 0;
   c.bind_seen = tpk_arena_alloc(&c.m->arena, (size_t)(nb + 1) * sizeof(bool));
   c.tune_seen = tpk_arena_alloc(&c.m->arena, (size_t)(nt + 1) * sizeof(bool));

@@ -148,10 +148,7 @@ typedef struct Interp {
   const char *symnames[64];
   int nsyms;
   TpkError *err;
-  /* SSA value -> slot: open addressing on the value pointer */
-  const TpkValue **keys;
-  int *index;
-  size_t cap;
+  TpkPtrMap slots; /* SSA value -> its index in vals */
   Val *vals;
   int nvals;
   /* the enclosing grid instance */
@@ -188,41 +185,22 @@ static TpkStatus fail(Interp *I, const TpkOp *op, TpkStatus code, const char *fm
   return tpk_error(I->err, code, "interp: @%s: %s", fname, msg);
 }
 
-static size_t hash_ptr(const void *p, size_t cap) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= UINT64_C(0xff51afd7ed558ccd);
-  x ^= x >> 33;
-  return (size_t)x & (cap - 1);
-}
-
 static int slot_find(const Interp *I, const TpkValue *v) {
-  if (!I->cap) return -1;
-  for (size_t h = hash_ptr(v, I->cap);; h = (h + 1) & (I->cap - 1)) {
-    if (!I->keys[h]) return -1;
-    if (I->keys[h] == v) return I->index[h];
-  }
+  void *k;
+  return tpk_ptrmap_get(&I->slots, v, &k) ? (int)(intptr_t)k : -1;
 }
 
-/* Count (when keys is NULL) or insert every value defined in block b. */
+/* Number every value defined in block b, from n on; returns the next
+ * number, or -1 when out of memory. */
 static int collect(Interp *I, const TpkBlock *b, int n) {
   for (int i = 0; i < b->nargs; i++, n++)
-    if (I->keys) {
-      size_t h = hash_ptr(&b->args[i], I->cap);
-      while (I->keys[h]) h = (h + 1) & (I->cap - 1);
-      I->keys[h] = &b->args[i];
-      I->index[h] = n;
-    }
+    if (!tpk_ptrmap_put(&I->slots, &b->args[i], (void *)(intptr_t)n)) return -1;
   for (const TpkOp *op = b->first; op; op = op->next) {
     for (int i = 0; i < op->nout; i++, n++)
-      if (I->keys) {
-        size_t h = hash_ptr(&op->out[i], I->cap);
-        while (I->keys[h]) h = (h + 1) & (I->cap - 1);
-        I->keys[h] = &op->out[i];
-        I->index[h] = n;
-      }
-    for (int r = 0; r < op->nregion; r++)
+      if (!tpk_ptrmap_put(&I->slots, &op->out[i], (void *)(intptr_t)n)) return -1;
+    for (int r = 0; r < op->nregion && n >= 0; r++)
       if (op->regions[r]) n = collect(I, op->regions[r], n);
+    if (n < 0) return -1;
   }
   return n;
 }
@@ -1707,20 +1685,14 @@ static TpkStatus run(Interp *I) {
   if (req != TPK_OK) return req;
 
   int n = collect(I, f->body, 0);
-  I->cap = 16;
-  while (I->cap < (size_t)n * 2) I->cap *= 2;
-  I->keys = calloc(I->cap, sizeof *I->keys);
-  I->index = calloc(I->cap, sizeof *I->index);
-  I->vals = calloc((size_t)n + 1, sizeof *I->vals);
+  I->vals = n >= 0 ? calloc((size_t)n + 1, sizeof *I->vals) : NULL;
   I->nvals = n;
-  TpkStatus st = I->keys && I->index && I->vals ? TPK_OK : fail(I, NULL, TPK_ERR_NOMEM, "out of memory");
-  if (st == TPK_OK) collect(I, f->body, 0);
+  TpkStatus st = I->vals ? TPK_OK : fail(I, NULL, TPK_ERR_NOMEM, "out of memory");
   for (int i = 0; i < f->nparams && st == TPK_OK; i++) st = bind_param(I, i);
   const TpkOp *term = NULL;
   if (st == TPK_OK) st = exec_block(I, f->body, &term);
   for (int i = 0; I->vals && i < n; i++) val_release(&I->vals[i]);
-  free(I->keys);
-  free(I->index);
+  tpk_ptrmap_free(&I->slots);
   free(I->vals);
   if (st == TPK_OK) I->err->code = TPK_OK;
   return st;

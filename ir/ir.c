@@ -10,7 +10,6 @@
 
 #include <string.h>
 
-#include "base/map.h"
 
 /* ---- Op table -------------------------------------------------------------- */
 
@@ -92,7 +91,7 @@ static bool str_eq(const void *entry, const void *key, size_t n) {
 
 const char *tpk_module_intern(TpkModule *m, const char *s, size_t n) {
   if (!s) return NULL;
-  uint64_t h = irh_bytes(s, n);
+  uint64_t h = tpk_hash_bytes(s, n);
   const char *found = table_get(&m->intern->strs, h, str_eq, s, n);
   if (found) return found;
   if (memchr(s, 0, n)) return NULL; /* interned names are C strings */
@@ -141,10 +140,10 @@ TpkFunc *tpk_module_find(TpkModule *m, const char *name) {
 /* ---- Dimensions ------------------------------------------------------------ */
 
 static uint64_t dim_hash(TpkDimKind kind, int64_t value, const char *sym, const TpkDim *a, const TpkDim *b) {
-  uint64_t h = irh_mix((uint64_t)kind * 0x9e3779b97f4a7c15ULL ^ (uint64_t)value);
-  h = irh_mix(h ^ (uint64_t)(uintptr_t)sym);
-  h = irh_mix(h ^ (uint64_t)(uintptr_t)a);
-  return irh_mix(h ^ (uint64_t)(uintptr_t)b * 31);
+  uint64_t h = tpk_hash_mix((uint64_t)kind * 0x9e3779b97f4a7c15ULL ^ (uint64_t)value);
+  h = tpk_hash_mix(h ^ (uint64_t)(uintptr_t)sym);
+  h = tpk_hash_mix(h ^ (uint64_t)(uintptr_t)a);
+  return tpk_hash_mix(h ^ (uint64_t)(uintptr_t)b * 31);
 }
 
 static bool dim_eq(const void *entry, const void *key, size_t unused) {
@@ -349,10 +348,10 @@ bool tpk_dim_eval(const TpkDim *d, TpkSymLookup lookup, void *ctx, int64_t *valu
 /* ---- Types ----------------------------------------------------------------- */
 
 static uint64_t type_hash(const TpkType *t) {
-  uint64_t h = irh_mix(((uint64_t)t->kind << 32) ^ ((uint64_t)t->dtype << 16) ^ ((uint64_t)t->space << 8) ^
+  uint64_t h = tpk_hash_mix(((uint64_t)t->kind << 32) ^ ((uint64_t)t->dtype << 16) ^ ((uint64_t)t->space << 8) ^
                        (uint64_t)t->rank);
-  h = irh_mix(h ^ (uint64_t)(uintptr_t)t->block);
-  for (int i = 0; i < t->rank; i++) h = irh_mix(h ^ (uint64_t)(uintptr_t)t->dims[i]);
+  h = tpk_hash_mix(h ^ (uint64_t)(uintptr_t)t->block);
+  for (int i = 0; i < t->rank; i++) h = tpk_hash_mix(h ^ (uint64_t)(uintptr_t)t->dims[i]);
   return h;
 }
 

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "ir/ir.h"
-#include "base/map.h"
 
 enum { MAX_DEPTH = 200 };
 
@@ -48,7 +47,7 @@ typedef struct Parser {
   TpkError *err;
   bool failed;
   TpkArena scratch;
-  IrhMap names; /* interned value name -> TpkValue*, per function */
+  TpkPtrMap names; /* interned value name -> TpkValue*, per function */
   TpkBuilder b;
   int depth;
 } Parser;
@@ -393,9 +392,9 @@ static const char *value_key(Parser *p) {
 static const char *hint_of(const char *key) { return key && !is_digit(key[0]) ? key : NULL; }
 
 static bool define(Parser *p, const Token *at, const char *key, TpkValue *v) {
-  if (irh_map_get(&p->names, key))
+  if (tpk_ptrmap_get(&p->names, key, NULL))
     return error_at(p, at->line, at->col, "value %%%s is defined twice", key);
-  if (!irh_map_put(&p->names, key, v)) return error_at(p, at->line, at->col, "out of memory");
+  if (!tpk_ptrmap_put(&p->names, key, v)) return error_at(p, at->line, at->col, "out of memory");
   return true;
 }
 
@@ -403,8 +402,9 @@ static TpkValue *use(Parser *p) {
   if (p->tok.kind != T_VALUE) return expected(p, "a value"), NULL;
   const char *key = value_key(p);
   if (!key) return NULL;
-  TpkValue *v = irh_map_get(&p->names, key);
-  if (!v) return error_at(p, p->tok.line, p->tok.col, "undefined value %%%s", key), NULL;
+  void *v = NULL;
+  if (!tpk_ptrmap_get(&p->names, key, &v))
+    return error_at(p, p->tok.line, p->tok.col, "undefined value %%%s", key), NULL;
   next(p);
   return v;
 }
@@ -730,7 +730,7 @@ static bool parse_func(Parser *p) {
   }
   TpkFunc *f = tpk_func_new(p->m, name, is_kernel, params.n, (const TpkType *const *)types.items, names, roles);
   if (!f) return error_at(p, name_tok.line, name_tok.col, "out of memory");
-  irh_map_init(&p->names, &p->scratch); /* names are per function */
+  p->names = (TpkPtrMap){.arena = &p->scratch}; /* names are per function */
   for (int i = 0; i < params.n; i++) {
     ParamText *pt = params.items[i];
     f->params[i].zero_init = pt->zero;
@@ -769,7 +769,7 @@ TpkModule *tpk_ir_parse(const char *text, size_t len, const char *source_name, T
   m->arena.limit = limit;
   Parser p = {.lx = {text ? text : "", (text ? text : "") + len, 1, 1}, .m = m, .err = err};
   tpk_arena_init(&p.scratch, limit);
-  irh_map_init(&p.names, &p.scratch);
+  p.names = (TpkPtrMap){.arena = &p.scratch};
   p.b.m = m;
   next(&p);
   if (accept_word(&p, "module")) {
