@@ -1,11 +1,13 @@
 /*
- * base.c — arena, growable strings, error values and the dtype table.
+ * base.c — arena, growable strings, error values, suggestions, the clock,
+ * JSON strings and the dtype table (maps and hashing are in map.c).
  */
 #include "base/base.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- Arena ---------------------------------------------------------------- */
 
@@ -140,57 +142,132 @@ char *tpk_str_take(TpkStr *s) {
   return p;
 }
 
-/* ---- Pointer map ---------------------------------------------------------- */
+/* ---- "Did you mean" ---------------------------------------------------------- */
 
-static size_t ptrmap_slot(const TpkPtrMap *m, const void *key) {
-  size_t h = (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15u; /* Fibonacci hashing */
-  size_t i = (h >> 20) & (m->cap - 1);
-  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
-  return i;
-}
-
-bool tpk_ptrmap_put(TpkPtrMap *m, const void *key, void *val) {
-  if ((m->count + 1) * 2 > m->cap) { /* at most half full */
-    size_t cap = m->cap ? m->cap * 2 : 64;
-    const void **keys = calloc(cap, sizeof *keys);
-    void **vals = calloc(cap, sizeof *vals);
-    if (!keys || !vals) {
-      free(keys);
-      free(vals);
-      return false;
+int tpk_edit_distance(const char *a, const char *b) {
+  enum { MAX = 64 };
+  size_t n = strlen(a), m = strlen(b);
+  if (n >= MAX || m >= MAX) return 1 << 20;
+  /* three rows of the table: i-2, i-1 and i */
+  int rows[3][MAX], *before = rows[0], *prev = rows[1], *cur = rows[2];
+  for (size_t j = 0; j <= m; j++) prev[j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int best = prev[j] + 1;                                        /* delete */
+      if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;              /* insert */
+      int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);                /* substitute */
+      if (sub < best) best = sub;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && before[j - 2] + 1 < best)
+        best = before[j - 2] + 1;                                    /* swap */
+      cur[j] = best;
     }
-    TpkPtrMap old = *m;
-    m->keys = keys;
-    m->vals = vals;
-    m->cap = cap;
-    for (size_t i = 0; i < old.cap; i++)
-      if (old.keys[i]) {
-        size_t s = ptrmap_slot(m, old.keys[i]);
-        m->keys[s] = old.keys[i];
-        m->vals[s] = old.vals[i];
-      }
-    free(old.keys);
-    free(old.vals);
+    int *t = before;
+    before = prev;
+    prev = cur;
+    cur = t;
   }
-  size_t s = ptrmap_slot(m, key);
-  if (!m->keys[s]) m->count++;
-  m->keys[s] = key;
-  m->vals[s] = val;
-  return true;
+  return prev[m];
 }
 
-bool tpk_ptrmap_get(const TpkPtrMap *m, const void *key, void **val) {
-  if (!m->cap) return false;
-  size_t s = ptrmap_slot(m, key);
-  if (!m->keys[s]) return false;
-  if (val) *val = m->vals[s];
-  return true;
+const char *tpk_suggest(const char *word, const char *const *candidates, int n) {
+  const char *best = NULL;
+  int best_d = 1 << 30;
+  size_t wlen = strlen(word);
+  for (int i = 0; i < n; i++) {
+    if (!candidates[i]) continue;
+    int d = tpk_edit_distance(word, candidates[i]);
+    int limit = strlen(candidates[i]) <= 4 ? 1 : 2;
+    if (d <= limit && d < best_d && (size_t)d < wlen) {
+      best = candidates[i];
+      best_d = d;
+    }
+  }
+  if (best || wlen < 2) return best;
+  for (int i = 0; i < n; i++)
+    if (candidates[i] && strncmp(candidates[i], word, wlen) == 0) {
+      if (best) return NULL; /* not unique */
+      best = candidates[i];
+    }
+  return best;
 }
 
-void tpk_ptrmap_free(TpkPtrMap *m) {
-  free(m->keys);
-  free(m->vals);
-  memset(m, 0, sizeof *m);
+/* ---- Clock ----------------------------------------------------------------------- */
+
+double tpk_now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double tpk_median(double *v, int n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- JSON ------------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 if it is not one.
+ * The checks stop at a NUL, which is never a continuation byte. */
+static int utf8_len(const unsigned char *p) {
+  unsigned c = p[0];
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return (p[1] & 0xC0) == 0x80 ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    /* no overlong forms (E0 80..9F) and no surrogates (ED A0..BF) */
+    if ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] >= 0xA0)) return 0;
+    return (p[1] & 0xC0) == 0x80 && (p[2] & 0xC0) == 0x80 ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    /* no overlong forms (F0 80..8F), nothing past U+10FFFF (F4 90..) */
+    if ((c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] >= 0x90)) return 0;
+    return (p[1] & 0xC0) == 0x80 && (p[2] & 0xC0) == 0x80 && (p[3] & 0xC0) == 0x80 ? 4 : 0;
+  }
+  return 0;
+}
+
+void tpk_str_put_json(TpkStr *s, const char *text) {
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *p = (const unsigned char *)text, *run = p;
+  tpk_str_putc(s, '"');
+  while (*p) {
+    unsigned c = *p;
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+      p++;
+      continue;
+    }
+    int n = c >= 0x80 ? utf8_len(p) : 1;
+    if (c >= 0x80 && n > 0) {
+      p += n;
+      continue;
+    }
+    tpk_str_putn(s, (const char *)run, (size_t)(p - run));
+    char esc[7] = {'\\', 0};
+    size_t elen = 2;
+    switch (c) {
+    case '"': esc[1] = '"'; break;
+    case '\\': esc[1] = '\\'; break;
+    case '\n': esc[1] = 'n'; break;
+    case '\t': esc[1] = 't'; break;
+    case '\r': esc[1] = 'r'; break;
+    case '\b': esc[1] = 'b'; break;
+    case '\f': esc[1] = 'f'; break;
+    default:
+      if (c >= 0x80) memcpy(esc, "\\ufffd", 6);
+      else memcpy(esc, (char[]){'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]}, 6);
+      elen = 6;
+    }
+    tpk_str_putn(s, esc, elen);
+    run = ++p;
+  }
+  tpk_str_putn(s, (const char *)run, (size_t)(p - run));
+  tpk_str_putc(s, '"');
 }
 
 /* ---- Errors --------------------------------------------------------------- */

@@ -1,6 +1,8 @@
 /*
- * base.h — the few utilities every stage of the compiler shares: an arena,
- * a growable string, an error value and facts about dtypes.
+ * base.h — the few utilities every stage of the compiler shares, one of
+ * each: an arena, a growable string, an error value, hashing, a pointer map
+ * and a string set (map.c), "did you mean" suggestions, a monotonic clock,
+ * JSON string literals and facts about dtypes.
  *
  * Every folder includes this header (or another of base/) rather than growing
  * its own.
@@ -61,10 +63,29 @@ void tpk_str_free(TpkStr *s);
  * caller frees the result with free(). */
 char *tpk_str_take(TpkStr *s);
 
-/* ---- Pointer map ----------------------------------------------------------
- * Open addressing from pointers (IR values, ops) to pointers; heap memory.
- * Passes keep their per-value facts here instead of growing IR structs. */
+/* ---- Hashing (map.c) -------------------------------------------------------
+ * FNV-1a, 64 bits, over bytes, from tpk's own seed (not FNV's published
+ * offset basis 14695981039346656037, of which it lacks the last digit: tpk
+ * has always used it). IR hashes written to disk (the tuning cache,
+ * kernels/tuned.tsv) are this hash of the IR text, so it never changes.
+ * tpk_hash_add continues a hash begun at TPK_HASH_SEED; tpk_hash_mix
+ * scrambles a 64-bit value (a pointer, fields combined) into table slots. */
+#define TPK_HASH_SEED UINT64_C(1469598103934665603)
+uint64_t tpk_hash_add(uint64_t h, const void *data, size_t n);
+uint64_t tpk_hash_bytes(const void *data, size_t n);
+uint64_t tpk_hash_mix(uint64_t x);
+/* splitmix64: the next number of the sequence seeded by *state (random
+ * test and benchmark inputs). */
+uint64_t tpk_splitmix64(uint64_t *state);
+
+/* ---- Pointer map (map.c) -----------------------------------------------------
+ * Open addressing from pointers (IR values, ops, interned names) to
+ * pointers. Passes keep their per-value facts here instead of growing IR
+ * structs. A zeroed map keeps its tables on the heap (tpk_ptrmap_free
+ * releases them); one made as `(TpkPtrMap){.arena = a}` takes them from an
+ * arena that the caller frees. */
 typedef struct TpkPtrMap {
+  TpkArena *arena; /* NULL: the heap */
   const void **keys;
   void **vals;
   size_t cap, count;
@@ -74,7 +95,47 @@ typedef struct TpkPtrMap {
 bool tpk_ptrmap_put(TpkPtrMap *m, const void *key, void *val);
 /* true and *val when key is present (val may be NULL) */
 bool tpk_ptrmap_get(const TpkPtrMap *m, const void *key, void **val);
+/* Empties the map (keeping its arena); frees heap tables. */
 void tpk_ptrmap_free(TpkPtrMap *m);
+
+/* ---- String set (map.c) --------------------------------------------------------
+ * Strings copied into an arena (names already taken); make one as
+ * `(TpkStrSet){.arena = a}`. */
+typedef struct TpkStrSet {
+  TpkArena *arena;
+  const char **keys;
+  size_t cap, count;
+} TpkStrSet;
+
+bool tpk_strset_has(const TpkStrSet *s, const char *key, size_t n);
+/* The stored copy of key[0..n), added if new; NULL when out of memory. */
+const char *tpk_strset_add(TpkStrSet *s, const char *key, size_t n);
+
+/* ---- "Did you mean" ------------------------------------------------------------
+ * One rule for every suggestion tpk makes (unknown names, functions,
+ * options, commands, kernels): the distance is Damerau-Levenshtein's
+ * (optimal string alignment: a swap of two neighbours is one edit, the
+ * commonest typo), and a candidate is close enough when it is at most one
+ * edit away for candidates of up to 4 characters, two for longer ones, and
+ * fewer edits than the word has characters (`x` never suggests `y`). The
+ * closest candidate wins, the first of equals. When none is close, a
+ * candidate that is the only one to start with the word (2 characters or
+ * more) is suggested: "che" -> "check". */
+int tpk_edit_distance(const char *a, const char *b); /* large for words over 63 characters */
+const char *tpk_suggest(const char *word, const char *const *candidates, int n); /* NULL: none */
+
+/* ---- Clock ---------------------------------------------------------------------- */
+/* Seconds on the monotonic clock (for durations). */
+double tpk_now_seconds(void);
+/* The median of v[0..n) (the mean of the middle two when n is even; 0 when
+ * n is 0); sorts v, so v[0] is then the least. */
+double tpk_median(double *v, int n);
+
+/* ---- JSON ------------------------------------------------------------------------ */
+/* Append text as a JSON string literal, quotes included: quotes,
+ * backslashes and control characters are escaped, and bytes that are not
+ * UTF-8 (which JSON parsers reject) become U+FFFD. */
+void tpk_str_put_json(TpkStr *s, const char *text);
 
 /* ---- Errors as values ---------------------------------------------------- */
 typedef struct TpkError {

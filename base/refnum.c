@@ -161,3 +161,13 @@ void tpk_ref_set(TpkDType dt, void *data, int64_t i, double x) {
   default: break;
   }
 }
+
+void tpk_fill_random(void *data, TpkDType dt, int64_t n, uint64_t *state) {
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t r = tpk_splitmix64(state);
+    if (tpk_dtype_is_float(dt))
+      tpk_ref_set(dt, data, i, (float)((double)(r >> 11) / (double)(UINT64_C(1) << 53) * 2.0 - 1.0));
+    else
+      tpk_ref_set_int(dt, data, i, dt == TPK_BOOL ? (r & 1) : r % 8);
+  }
+}

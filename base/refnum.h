@@ -35,6 +35,11 @@ void tpk_ref_set(TpkDType dt, void *data, int64_t i, double x);
  * unsigned arithmetic. */
 void tpk_ref_set_int(TpkDType dt, void *data, int64_t i, uint64_t v);
 
+/* Seeded random contents, as `tpk run`, the tuner and the tests make them:
+ * floats uniform in [-1, 1) (rounded to dt), integers in [0, 8) (valid
+ * indices for most kernels), bools 0/1; from tpk_splitmix64(state). */
+void tpk_fill_random(void *data, TpkDType dt, int64_t n, uint64_t *state);
+
 /* Bits of the narrow float formats <-> double. */
 double tpk_ref_decode(TpkDType dt, uint32_t bits); /* f16, bf16, f8e4m3, f8e5m2 */
 uint32_t tpk_ref_encode(TpkDType dt, double x);    /* f16, bf16, f8e4m3, f8e5m2 */

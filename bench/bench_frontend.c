@@ -17,7 +17,6 @@
  * --write saves the generated source (to look at it or `tpk check` it).
  */
 #include "dsl/dsl.h"
-#include "bench/timing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,9 +269,9 @@ static bool compile_once(const TpkSource *src, double *ms, int *kernels) {
   tpk_diags_init(&diags, src);
   TpkModule *m = NULL;
   TpkCheckOptions opts = {0};
-  double t0 = (bench_now() * 1e3);
+  double t0 = (tpk_now_seconds() * 1e3);
   TpkStatus st = tpk_compile_source(src, &opts, &diags, &m);
-  double t1 = (bench_now() * 1e3);
+  double t1 = (tpk_now_seconds() * 1e3);
   bool ok = st == TPK_OK && m;
   if (!ok) {
     TpkStr r = {0};
@@ -333,8 +332,7 @@ int main(int argc, char **argv) {
   bool ok = times && compile_once(&src, &warm, &kernels);
   for (int r = 0; ok && r < runs; r++) ok = compile_once(&src, &times[r], &kernels);
   if (ok) {
-    qsort(times, (size_t)runs, sizeof *times, bench_cmp_double);
-    double median = runs % 2 ? times[runs / 2] : (times[runs / 2 - 1] + times[runs / 2]) / 2;
+    double median = tpk_median(times, runs); /* sorts times */
     fprintf(stderr, "bench_frontend: %ld lines, %zu bytes, %d kernels; median of %d runs %.2f ms (min %.2f, max %.2f)\n",
             lines, len, kernels, runs, median, times[0], times[runs - 1]);
     /* The name is the key bench/run.py finds this row's target by. */

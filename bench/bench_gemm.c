@@ -14,9 +14,9 @@
  *
  *   bench_gemm [--runs N] [--size N] [--generic-runs N]
  */
+#include "base/base.h"
 #include "host/gemm.h"
 #include "host/prims.h"
-#include "bench/timing.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -37,7 +37,7 @@ enum { TPK, BLAS, GENERIC, BF16 };
 
 static double run(const Job *j) {
   int n = j->n;
-  double t = bench_now();
+  double t = tpk_now_seconds();
   switch (j->kind) {
   case TPK:
     tpk_gemm_f32(n, n, n, j->a, n, 0, j->b, n, 0, j->c, n, 0);
@@ -52,7 +52,7 @@ static double run(const Job *j) {
     tpk_gemm_bf16(n, n, n, j->a16, n, 0, j->b16, n, 0, j->c, n, 0);
     break;
   }
-  return bench_now() - t;
+  return tpk_now_seconds() - t;
 }
 
 /* Median seconds of `runs` timed runs of each job, interleaved, after one
@@ -62,7 +62,7 @@ static void measure(const Job *jobs, int njobs, int runs, double *out) {
   for (int j = 0; j < njobs; j++) run(&jobs[j]);
   for (int r = 0; r < runs; r++)
     for (int j = 0; j < njobs; j++) t[j * runs + r] = run(&jobs[j]);
-  for (int j = 0; j < njobs; j++) out[j] = bench_median(t + j * runs, runs);
+  for (int j = 0; j < njobs; j++) out[j] = tpk_median(t + j * runs, runs);
   free(t);
 }
 

@@ -18,7 +18,6 @@
 #include "dsl/dsl.h"
 #include "host/jit.h"
 #include "tpk.h"
-#include "bench/timing.h"
 
 void openblas_set_num_threads(int);
 
@@ -93,9 +92,9 @@ static void bench_open(Bench *b, const char *tier, const char *src, const char *
 }
 
 static double bench_once(Bench *b) {
-  double s = bench_now();
+  double s = tpk_now_seconds();
   if (tpk_kernel_launch(b->k, &b->launch)) die("launch");
-  return bench_now() - s;
+  return tpk_now_seconds() - s;
 }
 
 static void bench_close(Bench *b) {
@@ -110,7 +109,7 @@ static double time_kernel(const char *tier, const char *src, const char *kname, 
   bench_open(&b, tier, src, kname, make, nbufs, scalars);
   double *t = malloc((size_t)reps * sizeof *t);
   for (int i = 0; i < reps; i++) t[i] = bench_once(&b);
-  double m = bench_median(t, reps);
+  double m = tpk_median(t, reps);
   free(t);
   bench_close(&b);
   return m;
@@ -172,14 +171,14 @@ static void bench_matmul(void) {
   double tb[REPS], tt[REPS], tc[REPS];
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, MM, MM, MM, 1, a, MM, b, MM, 0, c, MM);
   for (int i = 0; i < REPS; i++) {
-    double s = bench_now();
+    double s = tpk_now_seconds();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, MM, MM, MM, 1, a, MM, b, MM, 0, c, MM);
-    tb[i] = bench_now() - s;
+    tb[i] = tpk_now_seconds() - s;
     tt[i] = bench_once(&tcc);
     tc[i] = bench_once(&cc);
   }
-  double flops = 2.0 * MM * MM * MM, blas = flops / bench_median(tb, REPS) / 1e9;
-  double gt = flops / bench_median(tt, REPS) / 1e9, gc = flops / bench_median(tc, REPS) / 1e9;
+  double flops = 2.0 * MM * MM * MM, blas = flops / tpk_median(tb, REPS) / 1e9;
+  double gt = flops / tpk_median(tt, REPS) / 1e9, gc = flops / tpk_median(tc, REPS) / 1e9;
   bench_close(&tcc);
   bench_close(&cc);
   free(a);
@@ -219,26 +218,26 @@ static void bench_compile(void) {
   for (int i = 0; i < 15; i++) {
     char *c = kernel_c(ROWWISE, "softmax", 1024 + i, 512); /* a new kernel each time */
     TpkCode *code;
-    double s = bench_now();
+    double s = tpk_now_seconds();
     if (tpk_jit_compile(jit, c, "tpk_kernel_softmax", &code, &err)) die(err.message);
-    ttcc[i] = bench_now() - s;
+    ttcc[i] = tpk_now_seconds() - s;
     free(c);
   }
   tpk_jit_destroy(jit);
-  tcc_ms = bench_median(ttcc, 15) * 1e3;
+  tcc_ms = tpk_median(ttcc, 15) * 1e3;
   o.tier = TPK_TIER_CC;
   if (tpk_jit_create(&o, &jit, &err)) die(err.message);
   double tcc2[3];
   for (int i = 0; i < 3; i++) {
     char *c = kernel_c(ROWWISE, "softmax", 2048 + i, 512);
     TpkCode *code;
-    double s = bench_now();
+    double s = tpk_now_seconds();
     if (tpk_jit_compile(jit, c, "tpk_kernel_softmax", &code, &err)) die(err.message);
-    tcc2[i] = bench_now() - s;
+    tcc2[i] = tpk_now_seconds() - s;
     free(c);
   }
   tpk_jit_destroy(jit);
-  cc_ms = bench_median(tcc2, 3) * 1e3;
+  cc_ms = tpk_median(tcc2, 3) * 1e3;
   row("compile a softmax kernel with libtcc", tcc_ms, "ms", "cc -O3", cc_ms / tcc_ms);
 }
 
@@ -249,12 +248,12 @@ static void bench_rows(void) {
   memset(dst, 0, bytes);
   double t[7];
   for (int i = 0; i < 7; i++) {
-    double s = bench_now();
+    double s = tpk_now_seconds();
     memcpy(dst, src, bytes);
-    t[i] = bench_now() - s;
+    t[i] = tpk_now_seconds() - s;
   }
   double moved = 2.0 * (double)bytes; /* read + write, as the kernels do */
-  double mem = moved / bench_median(t, 7) / 1e9;
+  double mem = moved / tpk_median(t, 7) / 1e9;
   free(src);
   free(dst);
   double sm = moved / time_kernel("cc", ROWWISE, "softmax", softmax_buf, 2, NULL, 7) / 1e9;

@@ -18,7 +18,6 @@
 #include "sim/sim.h"
 #include "sim/timeline.h"
 #include "tpk.h"
-#include "bench/timing.h"
 
 static void die(const char *what) {
   fprintf(stderr, "bench_sim: %s: %s\n", what, tpk_last_error());
@@ -59,9 +58,9 @@ static void open_side(TpkContext *ctx, const char *device, Side *s) {
 }
 
 static double once(Side *s) {
-  double t = bench_now();
+  double t = tpk_now_seconds();
   if (tpk_kernel_launch(s->k, &s->launch)) die("launch");
-  return bench_now() - t;
+  return tpk_now_seconds() - t;
 }
 
 static void bench_wall_time(void) {
@@ -77,11 +76,9 @@ static void bench_wall_time(void) {
     th[i] = once(&host);
     ts[i] = once(&sim);
   }
-  qsort(th, REPS, sizeof *th, bench_cmp_double);
-  qsort(ts, REPS, sizeof *ts, bench_cmp_double);
   TpkSimStats st;
   if (tpk_kernel_last_sim_stats(sim.k, &st)) die("stats");
-  double h = th[REPS / 2], s = ts[REPS / 2];
+  double h = tpk_median(th, REPS), s = tpk_median(ts, REPS);
   printf("{\"name\": \"f32 matmul 1024^3 on sim:v5e, wall time\", \"device\": \"sim:v5e\", \"value\": %.4g, \"unit\": \"ms\", "
          "\"baseline\": \"the host backend\", \"ratio\": %.3f}\n", s * 1e3, h / s);
   printf("{\"name\": \"simulated FLOPs per host second (matmul on sim:v5e)\", \"device\": \"sim:v5e\", \"value\": %.4g, "
@@ -118,9 +115,9 @@ static void bench_schedule(void) {
   double best = 1e9;
   TpkSimReport rep;
   for (int i = 0; i < 3; i++) {
-    double t0 = bench_now();
+    double t0 = tpk_now_seconds();
     if (tpk_sim_schedule(m->funcs[0], chip, &rep, NULL, &err)) die(err.message);
-    double dt = bench_now() - t0;
+    double dt = tpk_now_seconds() - t0;
     if (dt < best) best = dt;
   }
   tpk_module_free(m);

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <unistd.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +49,7 @@ static void unknown_option(const CliArgs *a, const char *arg) {
   size_t len = strcspn(arg, "=");
   char word[64];
   snprintf(word, sizeof word, "%.*s", (int)(len < sizeof word ? len : sizeof word - 1), arg);
-  const char *s = cli_suggest(word, names, n);
+  const char *s = tpk_suggest(word, names, n);
   fflush(stdout);
   if (s)
     fprintf(stderr, "tpk %s: unknown option '%s'; did you mean '%s'?\n", a->cmd, word, s);
@@ -182,54 +181,6 @@ void cli_bindings_free(CliBindings *b) {
   for (int i = 0; i < b->count; i++) free((char *)b->items[i].name);
   free(b->items);
   memset(b, 0, sizeof *b);
-}
-
-/* ---- Suggestions ------------------------------------------------------------------ */
-
-int cli_edit_distance(const char *a, const char *b) {
-  enum { MAX = 64 };
-  size_t n = strlen(a), m = strlen(b);
-  if (n >= MAX || m >= MAX) return INT_MAX / 2;
-  int d[MAX][MAX];
-  for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
-  for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    for (size_t j = 1; j <= m; j++) {
-      int cost = a[i - 1] != b[j - 1];
-      int best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-      if (d[i - 1][j - 1] + cost < best) best = d[i - 1][j - 1] + cost;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  }
-  return d[n][m];
-}
-
-const char *cli_suggest(const char *word, const char *const *candidates, int n) {
-  const char *best = NULL;
-  int best_d = INT_MAX;
-  size_t wlen = strlen(word);
-  for (int i = 0; i < n; i++) {
-    int d = cli_edit_distance(word, candidates[i]);
-    /* A typo is a small edit relative to the word: one edit for short
-     * words, two for longer ones. */
-    int limit = strlen(candidates[i]) <= 4 ? 1 : 2;
-    if (d <= limit && d < best_d && (size_t)d < wlen) {
-      best = candidates[i];
-      best_d = d;
-    }
-  }
-  if (best) return best;
-  /* A unique prefix ("che" for "check") is also a good guess. */
-  for (int i = 0; i < n; i++) {
-    if (wlen >= 2 && strncmp(candidates[i], word, wlen) == 0) {
-      if (best) return NULL;
-      best = candidates[i];
-    }
-  }
-  return best;
 }
 
 /* ---- Output -------------------------------------------------------------------------- */

@@ -23,7 +23,6 @@
  * OpenBLAS, no PyTorch) only empties its columns ("n/a", with a hint).
  */
 #include "cli/cli.h"
-#include "bench/timing.h"
 #include "host/prims.h"
 #include "tpk.h"
 
@@ -245,7 +244,7 @@ static int parse_only(Options *o, const char *cmd, const char *text) {
       const char *names[TPK_ARRAY_LEN(STD_SUITE)];
       int n = 0;
       for (int i = 0; i < s->nrows && n < (int)TPK_ARRAY_LEN(names); i++) names[n++] = s->rows[i].kernel;
-      const char *guess = cli_suggest(word, names, n);
+      const char *guess = tpk_suggest(word, names, n);
       return cli_usage_error(cmd, "--only: the %s suite has no kernel '%s'%s%s%s (see tpk bench --suite %s --list)",
                              s->name, word, guess ? "; did you mean '" : "", guess ? guess : "", guess ? "'?" : "",
                              s->name);
@@ -301,7 +300,7 @@ static int parse_options(Options *o, const CliCommand *cmd, int argc, char **arg
   if (!o->suite) {
     const char *names[TPK_ARRAY_LEN(SUITES)];
     for (int i = 0; i < (int)TPK_ARRAY_LEN(SUITES); i++) names[i] = SUITES[i].name;
-    const char *guess = cli_suggest(suite, names, (int)TPK_ARRAY_LEN(SUITES));
+    const char *guess = tpk_suggest(suite, names, (int)TPK_ARRAY_LEN(SUITES));
     return cli_usage_error(cmd->name, "unknown suite '%s'%s%s%s (suites: std)", suite,
                            guess ? "; did you mean '" : "", guess ? guess : "", guess ? "'?" : "");
   }
@@ -438,19 +437,12 @@ static bool formula_eval(const char *text, const RowSetup *s, double *out) {
   return f.ok && *f.p == 0;
 }
 
-static uint64_t splitmix(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15u);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  return z ^ (z >> 31);
-}
-
 /* Seeded inputs: floats uniform in [-1, 1) ([0, 1) for the row's nonneg
  * parameter), integers in [0, int_max). */
 static void fill(void *data, TpkDType dt, int64_t n, bool nonneg, int64_t int_max, uint64_t *state) {
   size_t size = tpk_dtype_size(dt);
   for (int64_t i = 0; i < n; i++) {
-    uint64_t r = splitmix(state);
+    uint64_t r = tpk_splitmix64(state);
     char *at = (char *)data + i * (int64_t)size;
     if (tpk_dtype_is_float(dt)) {
       double u = (double)(r >> 11) / (double)(1ull << 53);
@@ -876,10 +868,10 @@ static void reference_setup(Reference *ref, const RowSetup *s, TpkKernel *k, con
 static bool reference_block(Reference *ref, Torch *torch, int count, double *times, int *n, RowResult *r) {
   if (ref->kind == REF_SGEMM) {
     for (int i = -1; i < count; i++) {
-      double t = bench_now();
+      double t = tpk_now_seconds();
       ref->sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, ref->m, ref->n, ref->k, 1.0f, ref->a, ref->k, ref->b,
                   ref->n, 0.0f, ref->c, ref->n);
-      if (i >= 0) times[(*n)++] = (bench_now() - t) * 1e3;
+      if (i >= 0) times[(*n)++] = (tpk_now_seconds() - t) * 1e3;
     }
     return true;
   }
@@ -923,9 +915,9 @@ static void measure_host(TpkContext *ctx, TpkKernel *k, const RowSetup *s, const
     goto done;
   }
   if (tpk_device_open(ctx, "host", &dev) != TPK_OK || !prepare(dev, k, s, &p, r)) goto done;
-  double t0 = bench_now();
+  double t0 = tpk_now_seconds();
   if (!launch(k, &p, r)) goto done;
-  r->first_ms = (bench_now() - t0) * 1e3;
+  r->first_ms = (tpk_now_seconds() - t0) * 1e3;
   /* past the promotion threshold (TPK_JIT_HOT_CALLS, 3), then the
    * optimized build, then one call that runs it */
   for (int i = 0; i < 3; i++)
@@ -949,16 +941,16 @@ static void measure_host(TpkContext *ctx, TpkKernel *k, const RowSetup *s, const
   for (int round = 0; round < rounds; round++) {
     int count = o->repeat / rounds + (round < o->repeat % rounds);
     for (int i = -1; i < count; i++) {
-      double t = bench_now();
+      double t = tpk_now_seconds();
       if (!launch(k, &p, r)) goto done;
-      if (i >= 0) host_times[nhost++] = (bench_now() - t) * 1e3;
+      if (i >= 0) host_times[nhost++] = (tpk_now_seconds() - t) * 1e3;
     }
     if (ref_ok) ref_ok = reference_block(&ref, torch, count, ref_times, &nref, r);
   }
-  r->host_ms = bench_median(host_times, nhost);
+  r->host_ms = tpk_median(host_times, nhost);
   r->host_ran = true;
   if (ref_ok && nref > 0) {
-    r->ref_ms = bench_median(ref_times, nref);
+    r->ref_ms = tpk_median(ref_times, nref);
     r->ref_ran = true;
   }
 done:
@@ -1204,19 +1196,16 @@ static void judge_goal(const SuiteRow *row, const RowResult *r, const Options *o
 
 /* ---- JSON --------------------------------------------------------------------------- */
 
+/* A JSON string (tpk_str_put_json), or null. */
 static void json_str(FILE *f, const char *s) {
   if (!s) {
     fputs("null", f);
     return;
   }
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
+  TpkStr t = {0};
+  tpk_str_put_json(&t, s);
+  fputs(t.data ? t.data : "\"\"", f);
+  tpk_str_free(&t);
 }
 
 static void json_num(FILE *f, double v, bool present) {

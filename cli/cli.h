@@ -82,13 +82,6 @@ typedef struct CliBindings {
 bool cli_bindings_parse(CliBindings *b, const char *option, const char *text);
 void cli_bindings_free(CliBindings *b);
 
-/* ---- Suggestions ---------------------------------------------------------------- */
-/* Edit distance (Levenshtein with adjacent transpositions). */
-int cli_edit_distance(const char *a, const char *b);
-/* The candidate closest to `word` when it is close enough to be a likely
- * typo, else NULL. `candidates` is an array of n strings. */
-const char *cli_suggest(const char *word, const char *const *candidates, int n);
-
 /* ---- Output --------------------------------------------------------------------- */
 /* Write s to stdout (stderr) and flush, so stdout and stderr interleave in
  * order when both go to one pipe. Write errors are noticed at exit by

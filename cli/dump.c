@@ -163,7 +163,7 @@ static int check_kind(const CliBindings *given, const NameKind *own, const NameK
     } else {
       fprintf(stderr, "tpk: %s: %s has no %s '%s' (its %s: ", own->flag, where, own->noun, name, own->plural);
       names_print(stderr, own->names, "none");
-      const char *s = cli_suggest(name, own->names->items, own->names->count);
+      const char *s = tpk_suggest(name, own->names->items, own->names->count);
       fprintf(stderr, ")%s%s%s\n", s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
     }
     return CLI_USAGE;
@@ -215,7 +215,7 @@ static int check_kernel(const Dump *d, const TpkAst *file, const char *shown_nam
     if (kernels.count) {
       fprintf(stderr, "; it defines: ");
       names_print(stderr, &kernels, "");
-      const char *s = cli_suggest(d->kernel, kernels.items, kernels.count);
+      const char *s = tpk_suggest(d->kernel, kernels.items, kernels.count);
       if (s) fprintf(stderr, " (did you mean '%s'?)", s);
       fputc('\n', stderr);
     } else {

@@ -302,7 +302,7 @@ static const CliCommand *find_command(const char *name) {
 static int unknown_command(const char *name) {
   const char *names[NCOMMANDS];
   for (int i = 0; i < NCOMMANDS; i++) names[i] = COMMANDS[i].name;
-  const char *s = cli_suggest(name, names, NCOMMANDS);
+  const char *s = tpk_suggest(name, names, NCOMMANDS);
   fflush(stdout);
   if (s)
     fprintf(stderr, "tpk: unknown command '%s'; did you mean '%s'?\n", name, s);

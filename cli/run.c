@@ -10,6 +10,7 @@
 #include "runtime/internal.h"
 #include "runtime/tune.h"
 #include "base/npy.h"
+#include "base/refnum.h"
 #include "host/prims.h"
 #include "tpk.h"
 
@@ -20,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 enum { OPT_KERNEL = 1, OPT_SHAPE, OPT_SCALAR, OPT_TUNE, OPT_INPUTS, OPT_OUT, OPT_SEED, OPT_CHECK, OPT_DEVICE, OPT_REPEAT,
        OPT_TRACE, OPT_JSON, OPT_CHECKED };
@@ -149,28 +149,6 @@ static void say(const Run *r, const char *fmt, ...) {
 
 /* ---- data --------------------------------------------------------------------- */
 
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15u);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  return z ^ (z >> 31);
-}
-
-/* Seeded random contents: floats uniform in [-1, 1), integers in [0, 8),
- * bools 0/1 (small integers, so they are valid indices for most kernels). */
-static void fill_random(void *data, TpkDType dt, int64_t n, uint64_t *state) {
-  for (int64_t i = 0; i < n; i++) {
-    uint64_t r = splitmix(state);
-    if (tpk_dtype_is_float(dt)) {
-      float f = (float)((double)(r >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
-      tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &f, (char *)data + i * (int64_t)tpk_dtype_size(dt), 1);
-    } else {
-      int32_t v = dt == TPK_BOOL ? (int32_t)(r & 1) : (int32_t)(r % 8);
-      tpk_prims()->convert(TPK_PRIM_I32, (int)dt, &v, (char *)data + i * (int64_t)tpk_dtype_size(dt), 1);
-    }
-  }
-}
-
 static int64_t numel(int rank, const int64_t *shape) {
   int64_t n = 1;
   for (int i = 0; i < rank; i++) n *= shape[i];
@@ -207,17 +185,6 @@ static bool load_input(const char *pname, const char *path, TpkBuffer *b) {
   tpk_prims()->convert((int)npy.dtype, (int)want, npy.data, tpk_buffer_data(b), numel(npy.rank, npy.shape));
   tpk_npy_free(&npy);
   return true;
-}
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 /* ---- checking against the reference interpreter -------------------------------------- */
@@ -521,7 +488,7 @@ static int run(Run *r) {
       if (!load_input(name, file, bufs[i])) goto done;
       say(r, "  %-12s %-22s from %s\n", name, st, file);
     } else {
-      fill_random(tpk_buffer_data(bufs[i]), dt, numel(tpk_buffer_rank(bufs[i]), shape), &rng);
+      tpk_fill_random(tpk_buffer_data(bufs[i]), dt, numel(tpk_buffer_rank(bufs[i]), shape), &rng);
       say(r, "  %-12s %-22s random (seed %llu)\n", name, st, (unsigned long long)r->seed);
     }
     if (r->check || r->checked) { /* inouts change: keep what the reference must start from */
@@ -545,12 +512,12 @@ static int run(Run *r) {
   TpkLaunch launch = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = nsyms, .tunes = tunes, .ntunes = r->tunes.count};
   /* The first call compiles; inouts would be updated by every call, so
    * the check compares the first call's results. */
-  double t0 = now_ms();
+  double t0 = tpk_now_seconds();
   if (tpk_kernel_launch(k, &launch) != TPK_OK) {
     fprintf(stderr, "tpk: %s\n", tpk_last_error());
     goto done;
   }
-  double first = now_ms() - t0;
+  double first = (tpk_now_seconds() - t0) * 1e3;
   r->result.first_ms = first;
   if (strcmp(tpk_kernel_last_tier(k), "aot") == 0)
     say(r, "  first call   %.3f ms (the standard library's code: nothing compiled)\n", first);
@@ -607,17 +574,16 @@ static int run(Run *r) {
   double *times = malloc((size_t)r->repeat * sizeof *times);
   if (!times) goto done;
   for (int i = 0; i < r->repeat; i++) {
-    double s = now_ms();
+    double s = tpk_now_seconds();
     if (tpk_kernel_launch(k, &launch) != TPK_OK) {
       fprintf(stderr, "tpk: %s\n", tpk_last_error());
       free(times);
       goto done;
     }
-    times[i] = now_ms() - s;
+    times[i] = (tpk_now_seconds() - s) * 1e3;
   }
-  qsort(times, (size_t)r->repeat, sizeof *times, cmp_double);
-  r->result.steady_ms = times[r->repeat / 2];
-  say(r, "  steady       %.3f ms median of %d (min %.3f ms, tier %s)\n", times[r->repeat / 2], r->repeat, times[0],
+  r->result.steady_ms = tpk_median(times, r->repeat); /* sorts times */
+  say(r, "  steady       %.3f ms median of %d (min %.3f ms, tier %s)\n", r->result.steady_ms, r->repeat, times[0],
          tpk_kernel_last_tier(k));
   free(times);
   status = ok ? CLI_OK : CLI_FAIL;

@@ -52,6 +52,13 @@ typedef enum ValKind {
 
 typedef struct Sym Sym;
 
+/* Where a const is in its evaluation (eval_const). */
+typedef enum ConstState {
+  CONST_PENDING,
+  CONST_ACTIVE, /* its dependencies are being evaluated: it is on the stack */
+  CONST_DONE    /* val holds its value, or ERR */
+} ConstState;
+
 typedef struct Val {
   ValKind k;
   TpkValue *v; /* V_VAL, V_REF, V_TILE */
@@ -73,7 +80,11 @@ struct Sym {
   const TpkType *type;   /* SYM_VAR: the declared type, fixed for life */
   int grid_depth;        /* SYM_VAR: grid nesting where declared */
   const TpkAst *decl;    /* SYM_CONST: the definition, evaluated lazily */
-  int state;             /* SYM_CONST: 0 pending, 1 evaluating, 2 done */
+  ConstState state;      /* SYM_CONST */
+  bool cyclic;           /* SYM_CONST: its definition reaches itself (reported) */
+  Sym **deps;            /* SYM_CONST, once active: the consts its definition names */
+  int ndeps, next_dep;   /* ... and the next of them to evaluate */
+  Sym *waiter;           /* SYM_CONST, while active: the const waiting for this one */
 };
 
 /* The state of checking one file. */
@@ -82,9 +93,8 @@ typedef struct Checker {
   const TpkCheckOptions *opts;
   TpkModule *m;
   TpkBuilder b;
-  Sym *globals;   /* consts, also in const_table */
-  Sym **const_table; /* open addressing on the interned name pointer */
-  size_t const_cap, nconsts;
+  Sym *globals;   /* consts, also in consts */
+  TpkPtrMap consts; /* interned name -> its const's Sym (in the module arena) */
   Sym *scope;     /* innermost first; ends in globals */
   /* per kernel */
   bool in_kernel;
@@ -146,38 +156,9 @@ static int count_list(const TpkAst *n) {
   return k;
 }
 
-static unsigned edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 32 || lb > 32) return 99;
-  unsigned row[33];
-  for (size_t j = 0; j <= lb; j++) row[j] = (unsigned)j;
-  for (size_t i = 1; i <= la; i++) {
-    unsigned prev = row[0];
-    row[0] = (unsigned)i;
-    for (size_t j = 1; j <= lb; j++) {
-      unsigned cur = row[j];
-      unsigned best = prev + (a[i - 1] != b[j - 1]);
-      if (row[j] + 1 < best) best = row[j] + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      prev = cur;
-    }
-  }
-  return row[lb];
-}
-
-/* "did you mean 'x'?" among candidate names, or NULL. */
+/* "did you mean 'x'?" among candidate names (tpk_suggest's rule), or NULL. */
 static const char *suggest(Checker *c, const char *name, const char *const *cands, int n) {
-  const char *best = NULL;
-  unsigned best_d = 3;
-  size_t len = strlen(name);
-  for (int i = 0; i < n; i++) {
-    unsigned d = edit_distance(name, cands[i]);
-    if (d < best_d && d < len) {
-      best_d = d;
-      best = cands[i];
-    }
-  }
+  const char *best = tpk_suggest(name, cands, n);
   return best ? tpk_arena_printf(&c->m->arena, "did you mean '%s'?", best) : NULL;
 }
 
@@ -189,23 +170,25 @@ static const char *module_name(Checker *c, const char *name) {
   return name ? tpk_module_intern(c->m, name, strlen(name)) : NULL;
 }
 
-static size_t const_slot(const Checker *c, const char *key) {
-  size_t h = (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15u;
-  size_t i = (h >> 17) & (c->const_cap - 1);
-  while (c->const_table[i] && c->const_table[i]->name != key) i = (i + 1) & (c->const_cap - 1);
-  return i;
-}
-
 /* Sym names are interned in the module, so a lookup interns the name once
  * and compares pointers: along the kernel's scope chain, then in the const
  * table (a file may hold hundreds of consts). */
+static Sym *const_find(const Checker *c, const char *key) {
+  void *s = NULL;
+  if (key) tpk_ptrmap_get(&c->consts, key, &s);
+  return s;
+}
+
 static Sym *lookup(Checker *c, const char *name) {
   const char *key = module_name(c, name);
   for (Sym *s = c->scope; s && s != c->globals; s = s->next)
     if (s->name == key) return s;
-  if (!c->const_cap || !key) return NULL;
-  return c->const_table[const_slot(c, key)];
+  return const_find(c, key);
 }
+
+/* The const named `name`, wherever the scope is (while the consts are being
+ * declared the scope chain is all consts, too long to walk per lookup). */
+static Sym *const_lookup(Checker *c, const char *name) { return const_find(c, module_name(c, name)); }
 
 static Sym *declare(Checker *c, SymKind kind, const char *name, TpkSpan span) {
   Sym *s = tpk_arena_alloc(&c->m->arena, sizeof *s);
@@ -256,7 +239,7 @@ static void unknown_name(Checker *c, const TpkAst *n) {
 
 /* ---- Compile-time evaluation ------------------------------------------------------ */
 
-static Val eval_const_decl(Checker *c, Sym *s);
+static Val eval_const(Checker *c, Sym *s);
 static Val eval(Checker *c, const TpkAst *n);
 static TpkValue *convert(Checker *c, TpkValue *v, TpkDType dt);
 static TpkValue *value_of_dim(Checker *c, const TpkAst *n, const TpkDim *d);
@@ -294,7 +277,7 @@ static const TpkDim *eval_dim_x(Checker *c, const TpkAst *n, bool declare_syms) 
       return NULL;
     }
     if (s->kind == SYM_SHAPE || s->kind == SYM_TUNE) return s->dim;
-    Val v = s->kind == SYM_CONST ? eval_const_decl(c, s) : s->val;
+    Val v = s->kind == SYM_CONST ? eval_const(c, s) : s->val;
     if (v.k == V_ERR) return NULL;
     if ((s->kind == SYM_CONST || s->kind == SYM_LET) && v.k == V_INT) return tpk_dim_const(c->m, v.i);
     if (s->kind == SYM_LET && v.k == V_DIM) return v.dim;
@@ -353,30 +336,84 @@ static bool eval_int(Checker *c, const TpkAst *n, int64_t *out) {
   return false;
 }
 
-static Val eval_const_decl(Checker *c, Sym *s) {
-  if (s->state == 2) return s->val;
-  if (s->state == 1) {
-    tpk_diag_error(c->diags, s->decl->name_span, "const '%s' depends on itself", s->name);
-    s->val = ERR;
-    s->state = 2;
+/* The consts that expression n names (n's list siblings too when `list`),
+ * stored into out[k...] when out is non-NULL; returns the new k. The walk
+ * recurses only as deep as the expression, which the parser bounds. */
+static int const_refs(Checker *c, const TpkAst *n, bool list, Sym **out, int k) {
+  for (; n; n = list ? n->next : NULL) {
+    if (n->kind == TPK_AST_NAME) {
+      Sym *s = lookup(c, n->name);
+      if (s && s->kind == SYM_CONST) {
+        if (out) out[k] = s;
+        k++;
+      }
+    }
+    k = const_refs(c, n->lhs, true, out, k);
+    k = const_refs(c, n->rhs, true, out, k);
+    k = const_refs(c, n->args, true, out, k);
+    k = const_refs(c, n->dims, true, out, k);
+  }
+  return k;
+}
+
+static bool const_activate(Checker *c, Sym *s, Sym *waiter) {
+  s->state = CONST_ACTIVE;
+  s->waiter = waiter;
+  s->ndeps = const_refs(c, s->decl->rhs, false, NULL, 0);
+  s->deps = tpk_arena_alloc(&c->m->arena, (size_t)(s->ndeps ? s->ndeps : 1) * sizeof *s->deps);
+  if (!s->deps) return false;
+  const_refs(c, s->decl->rhs, false, s->deps, 0);
+  return true;
+}
+
+/* Evaluate an active const whose dependencies are all done (or cyclic). */
+static void const_finish(Checker *c, Sym *s) {
+  Val v = eval(c, s->decl->rhs);
+  if (v.k != V_ERR && v.k != V_INT && v.k != V_FLT) {
+    tpk_diag_error(c->diags, s->decl->rhs->span, "a const must be a compile-time number");
+    v = ERR;
+  }
+  s->val = s->cyclic ? ERR : v;
+  s->state = CONST_DONE;
+}
+
+/* The value of const s. Consts are evaluated in dependency order with an
+ * explicit stack (linked through `waiter`), never by eval() recursing into
+ * the consts an expression names: a file may chain any number of them
+ * (`const E0 = E1; const E1 = E2; ...`), far deeper than the C stack. A
+ * const met again while it is active closes a cycle: that is reported once,
+ * at that const, and every const on the cycle is ERR. */
+static Val eval_const(Checker *c, Sym *s) {
+  if (s->state == CONST_DONE) return s->val;
+  if (s->state == CONST_ACTIVE) { /* reached by eval; const_refs found it first */
+    if (!s->cyclic) tpk_diag_error(c->diags, s->decl->name_span, "const '%s' depends on itself", s->name);
+    s->cyclic = true;
     return ERR;
   }
-  s->state = 1;
   /* Consts see only other consts, wherever the reference came from. */
   Sym *saved = c->scope;
   bool saved_kernel = c->in_kernel;
   c->scope = c->globals;
   c->in_kernel = false;
-  Val v = eval(c, s->decl->rhs);
+  Sym *top = const_activate(c, s, NULL) ? s : NULL;
+  while (top) {
+    if (top->next_dep == top->ndeps) {
+      const_finish(c, top);
+      top = top->waiter;
+      continue;
+    }
+    Sym *d = top->deps[top->next_dep++];
+    if (d->state == CONST_ACTIVE && !d->cyclic) {
+      tpk_diag_error(c->diags, d->decl->name_span, "const '%s' depends on itself", d->name);
+      d->cyclic = true;
+    } else if (d->state == CONST_PENDING) {
+      if (!const_activate(c, d, top)) break; /* out of memory: reported by tpk_check */
+      top = d;
+    }
+  }
   c->scope = saved;
   c->in_kernel = saved_kernel;
-  if (v.k != V_ERR && v.k != V_INT && v.k != V_FLT) {
-    tpk_diag_error(c->diags, s->decl->rhs->span, "a const must be a compile-time number");
-    v = ERR;
-  }
-  s->val = v;
-  s->state = 2;
-  return v;
+  return s->state == CONST_DONE ? s->val : ERR;
 }
 
 /* ---- Turning compile-time values into SSA values ------------------------------- */
@@ -1594,7 +1631,7 @@ static Val eval_name(Checker *c, const TpkAst *n) {
   }
   switch (s->kind) {
   case SYM_CONST:
-    return eval_const_decl(c, s);
+    return eval_const(c, s);
   case SYM_SHAPE: {
     int64_t k;
     if (tpk_dim_is_const(s->dim, &k)) return int_val(k);
@@ -2286,6 +2323,65 @@ static bool is_zero_literal(const TpkAst *n) {
   return (n->kind == TPK_AST_INT && n->ival == 0) || (n->kind == TPK_AST_FLOAT && n->fval == 0.0);
 }
 
+/* The first name in n (an expression) that is a tunable, or NULL. */
+static const TpkAst *tunable_in(Checker *c, const TpkAst *n) {
+  for (; n; n = n->next) {
+    if (n->kind == TPK_AST_NAME) {
+      Sym *s = lookup(c, n->name);
+      if (s && s->kind == SYM_TUNE) return n;
+    }
+    const TpkAst *found = tunable_in(c, n->lhs);
+    if (!found) found = tunable_in(c, n->rhs);
+    if (!found) found = tunable_in(c, n->args);
+    if (found) return found;
+  }
+  return NULL;
+}
+
+/* `require K <= N, ...`: comparisons of sizes built from shape symbols,
+ * consts and literals, which every launch checks once it has bound the
+ * sizes (ir.h's TpkRequire). Tunables are refused: a requirement is on what
+ * the caller gives, and must hold whichever tunables are chosen. One that
+ * is decided already (constant sizes, or sizes given with --bind) is
+ * checked here. */
+static void check_requires(Checker *c, const TpkAst *k, TpkFunc *f) {
+  int n = count_list(k->requires), kept = 0;
+  TpkRequire *reqs = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *reqs);
+  if (!reqs) return;
+  for (const TpkAst *q = k->requires; q; q = q->next) {
+    const BinOp *bop = q->kind == TPK_AST_BINARY ? binop_of(q->op) : NULL;
+    if (!bop || !tpk_require_cmp_text(bop->opcode)) {
+      tpk_diag_error_hint(c->diags, q->span, "list several requirements with commas: `require 1 <= K, K <= N`",
+                          "a requirement compares two sizes, like `K <= N`");
+      continue;
+    }
+    const TpkAst *tune = tunable_in(c, q);
+    if (tune) {
+      tpk_diag_error(c->diags, tune->span,
+                     "'%s' is a tunable; a requirement is on the sizes a launch gives (shape symbols, consts and literals)",
+                     tune->name);
+      continue;
+    }
+    const TpkDim *a = eval_dim(c, q->lhs), *b = eval_dim(c, q->rhs);
+    if (!a || !b) continue;
+    int64_t x, y;
+    if (tpk_dim_is_const(a, &x) && tpk_dim_is_const(b, &y)) {
+      TpkStr why = {0};
+      const char *ln = q->lhs->kind == TPK_AST_INT ? NULL : src_text(c, q->lhs);
+      const char *rn = q->rhs->kind == TPK_AST_INT ? NULL : src_text(c, q->rhs);
+      if (!tpk_require_holds(bop->opcode, ln, x, rn, y, &why))
+        tpk_diag_error(c->diags, q->span, "this requirement does not hold: %s", why.data ? why.data : "?");
+      tpk_str_free(&why);
+      continue;
+    }
+    reqs[kept++] = (TpkRequire){.cmp = bop->opcode, .lhs = a, .rhs = b, .loc = loc_of(q)};
+  }
+  if (f) {
+    f->requires = reqs;
+    f->nrequires = kept;
+  }
+}
+
 static void check_kernel(Checker *c, const TpkAst *k) {
   c->scope = c->globals;
   c->in_kernel = true;
@@ -2348,6 +2444,7 @@ static void check_kernel(Checker *c, const TpkAst *k) {
     f->ntunes = tunes.ntunes;
     f->tunes = tunes.tunes;
   }
+  check_requires(c, k, f);
   /* The body is checked even when the signature had errors, into a detached
    * block, so its mistakes are reported too. */
   c->b = (TpkBuilder){.m = c->m, .block = f ? f->body : detached_block(c)};
@@ -2359,20 +2456,6 @@ static void check_kernel(Checker *c, const TpkAst *k) {
 
 /* ---- Files ------------------------------------------------------------------------------- */
 
-static bool const_table_add(Checker *c, Sym *s) {
-  if (++c->nconsts * 2 > c->const_cap) { /* grow and rehash every const declared so far */
-    size_t cap = c->const_cap ? c->const_cap * 4 : 64;
-    Sym **table = tpk_arena_alloc(&c->m->arena, cap * sizeof *table);
-    if (!table) return false;
-    c->const_table = table;
-    c->const_cap = cap;
-    for (Sym *g = c->scope; g; g = g->next) c->const_table[const_slot(c, g->name)] = g;
-    return true;
-  }
-  c->const_table[const_slot(c, s->name)] = s;
-  return true;
-}
-
 static int cmp_kernel_name(const void *a, const void *b) {
   const TpkAst *x = *(const TpkAst *const *)a, *y = *(const TpkAst *const *)b;
   int r = strcmp(x->name, y->name);
@@ -2382,7 +2465,7 @@ static int cmp_kernel_name(const void *a, const void *b) {
 static void declare_globals(Checker *c, const TpkAst *file) {
   for (const TpkAst *d = file->body; d; d = d->next) {
     if (d->kind != TPK_AST_CONST) continue;
-    Sym *old = lookup(c, d->name);
+    Sym *old = const_lookup(c, d->name);
     if (old) {
       tpk_diag_error(c->diags, d->name_span, "const '%s' is defined twice", d->name);
       tpk_diag_note(c->diags, old->span, "the first definition is here");
@@ -2391,7 +2474,7 @@ static void declare_globals(Checker *c, const TpkAst *file) {
     Sym *s = declare(c, SYM_CONST, d->name, d->name_span);
     if (!s) return;
     s->decl = d;
-    if (!const_table_add(c, s)) return;
+    if (!tpk_ptrmap_put(&c->consts, s->name, s)) return;
   }
   c->globals = c->scope;
   /* Duplicate kernels: sort by name (then position) so a file with
@@ -2447,6 +2530,7 @@ TpkStatus tpk_check(const TpkParsed *parsed, const TpkCheckOptions *opts, TpkDia
   Checker c = {.diags = diags, .opts = opts};
   c.m = tpk_module_new(diags->src && diags->src->name ? diags->src->name : "<input>");
   if (!c.m) return TPK_ERR_NOMEM;
+  c.consts = (TpkPtrMap){.arena = &c.m->arena};
   int nb = opts ? opts->nbinds : 0, nt = opts ? opts->ntunes : 0;
   c.bind_seen = tpk_arena_alloc(&c.m->arena, (size_t)(nb + 1) * sizeof(bool));
   c.tune_seen = tpk_arena_alloc(&c.m->arena, (size_t)(nt + 1) * sizeof(bool));
@@ -2456,8 +2540,8 @@ TpkStatus tpk_check(const TpkParsed *parsed, const TpkCheckOptions *opts, TpkDia
     declare_globals(&c, parsed->file);
     for (const TpkAst *d = parsed->file->body; d; d = d->next) {
       if (d->kind == TPK_AST_CONST) {
-        Sym *s = lookup(&c, d->name);
-        if (s && s->decl == d) eval_const_decl(&c, s);
+        Sym *s = const_lookup(&c, d->name);
+        if (s && s->decl == d) eval_const(&c, s);
       } else if (d->kind == TPK_AST_KERNEL && (!only || strcmp(d->name, only) == 0)) {
         check_kernel(&c, d);
       }

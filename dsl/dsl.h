@@ -104,7 +104,7 @@ typedef enum TpkAstKind {
   TPK_AST_TUNE,    /* name in [args] */
   /* top level */
   TPK_AST_CONST,   /* const name = rhs; */
-  TPK_AST_KERNEL,  /* kernel name(params) -> (outputs) tune tunes { body } */
+  TPK_AST_KERNEL,  /* kernel name(params) -> (outputs) tune tunes require requires { body } */
   TPK_AST_FILE     /* body: the list of CONST and KERNEL nodes */
 } TpkAstKind;
 
@@ -139,6 +139,7 @@ struct TpkAst {
   TpkAst *els;       /* IF else: statement list (or a single IF) */
   TpkAst *ranges;    /* FOR: RANGE and TILES nodes */
   TpkAst *params, *outputs, *tunes; /* KERNEL */
+  TpkAst *requires;  /* KERNEL: `require` conditions, comparison expressions */
 };
 
 /* A parsed file: its tree and the arena holding it. */

@@ -126,7 +126,7 @@ bool tpk_grammar_in_error(void *parser) {
 
 /* Token order fixes the codes; it is also the order "expected ..." lists
  * name them in. SYNC and ILLEGAL never appear in a correct program. */
-%token KERNEL CONST LET VAR IF ELSE FOR SCRATCH TUNE IN INOUT TILES AS TRUE FALSE.
+%token KERNEL CONST LET VAR IF ELSE FOR SCRATCH TUNE REQUIRE IN INOUT TILES AS TRUE FALSE.
 %token NAME INT FLOAT DTYPE.
 %token SEMI RBRACE LBRACE RPAREN LPAREN RBRACKET LBRACKET COMMA COLON DOT DOTDOT ARROW.
 %token ASSIGN PLUSEQ MINUSEQ STAREQ SLASHEQ.
@@ -163,6 +163,7 @@ bool tpk_grammar_in_error(void *parser) {
 %type output_list {TpkAstList}
 %type tunes {TpkAstList}
 %type tune_list {TpkAstList}
+%type requires {TpkAstList}
 %type ranges {TpkAstList}
 %type exprs {TpkAstList}
 %type list_items {TpkAstList}
@@ -181,11 +182,12 @@ item(A) ::= CONST(K) NAME(N) ASSIGN expr(E) SEMI(S). {
   A->rhs = E;
   A = SEAL(A);
 }
-item(A) ::= KERNEL(K) NAME(N) LPAREN params(P) RPAREN ARROW LPAREN outputs(O) RPAREN tunes(T) block(B). {
+item(A) ::= KERNEL(K) NAME(N) LPAREN params(P) RPAREN ARROW LPAREN outputs(O) RPAREN tunes(T) requires(Q) block(B). {
   A = named(ps, TPK_AST_KERNEL, tpk_span_join(K.span, B.span), &N);
   A->params = P.head;
   A->outputs = O.head;
   A->tunes = T.head;
+  A->requires = Q.head;
   A->body = B.head;
   A = SEAL(A);
 }
@@ -245,6 +247,10 @@ tune(A) ::= NAME(N) IN LBRACKET list_items(V) RBRACKET(R). {
   A->args = V.head;
   A = SEAL(A);
 }
+
+/* `require K <= N, 1 <= K`: conditions on sizes, checked by dsl/check.c */
+requires(A) ::= . { A = (TpkAstList){0}; }
+requires(A) ::= REQUIRE exprs(L). { A = L; }
 
 /* ---- statements ---- */
 

@@ -140,6 +140,7 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
       "for" { TOKEN(FOR); }
       "scratch" { TOKEN(SCRATCH); }
       "tune" { TOKEN(TUNE); }
+      "require" { TOKEN(REQUIRE); }
       "in" { TOKEN(IN); }
       "inout" { TOKEN(INOUT); }
       "tiles" { TOKEN(TILES); }

@@ -70,6 +70,7 @@ TpkAst *tpk_parse_seal(TpkParseState *ps, TpkAst *n) {
   d = max_int(d, list_depth(n->params));
   d = max_int(d, list_depth(n->outputs));
   d = max_int(d, list_depth(n->tunes));
+  d = max_int(d, list_depth(n->requires));
   n->depth = d + 1;
   if (n->depth > TPK_MAX_DEPTH) {
     if (!ps->depth_reported) {
@@ -81,7 +82,7 @@ TpkAst *tpk_parse_seal(TpkParseState *ps, TpkAst *n) {
      * and a tree that never gets deeper than the limit is what lets every
      * later pass recurse freely. */
     n->lhs = n->rhs = n->args = n->dims = n->body = n->els = n->ranges = NULL;
-    n->params = n->outputs = n->tunes = NULL;
+    n->params = n->outputs = n->tunes = n->requires = NULL;
     n->depth = 1;
     /* A long left-leaning chain (a+a+...+a) would go on allocating nodes
      * that are cut off again; the driver abandons the statement instead. */
@@ -134,6 +135,7 @@ static const char *const TOKEN_NAME[] = {
     [TK_FOR] = "'for'",
     [TK_SCRATCH] = "'scratch'",
     [TK_TUNE] = "'tune'",
+    [TK_REQUIRE] = "'require'",
     [TK_IN] = "'in'",
     [TK_INOUT] = "'inout'",
     [TK_TILES] = "'tiles'",
@@ -702,6 +704,7 @@ static void print_node(TpkStr *out, const TpkAst *n, int level) {
     print_list(out, n->params, in);
     print_list(out, n->outputs, in);
     print_list(out, n->tunes, in);
+    if (n->requires) print_group(out, "require", n->requires, in);
     print_group(out, "body", n->body, in);
     break;
   case TPK_AST_OUTPUT:

@@ -105,8 +105,18 @@ static void val_move(Val *dst, Val *src) {
 
 /* ---- Checked mode: shadow state ---------------------------------------------- */
 
+/* Which grid instances (linear id + 1; 0: none) wrote one output element.
+ * Stores from two instances race; adds (`+=`, scatter-add) from several do
+ * not, they accumulate; a store and an add from two instances race. Two
+ * adders are kept so that a store can always name one that is not itself. */
+typedef struct ElemWriters {
+  int64_t stored; /* the last instance that stored it */
+  int64_t added;  /* the first instance that added to it */
+  int64_t added2; /* the last adder other than `added` */
+} ElemWriters;
+
 /* Per ref buffer (a parameter, or an alloc op's scratch, reused each time the
- * alloc runs): which elements were written, which grid instance last wrote
+ * alloc runs): which elements were written, which grid instances wrote
  * each output element, and the copies into it not yet waited for. */
 typedef struct Shadow {
   const void *key; /* the TpkParam or the alloc TpkOp */
@@ -115,7 +125,7 @@ typedef struct Shadow {
   int64_t dims[TPK_MAX_RANK];
   int64_t n;
   unsigned char *init; /* 1 per written element; NULL: all initialised */
-  int64_t *writer;     /* outputs: grid instance (linear id + 1) that last wrote; 0 none */
+  ElemWriters *writer; /* outputs: who wrote each element */
   int64_t *pending;    /* serials of started, not waited copies into it */
   const TpkOp **pending_op;
   int npending, cappending;
@@ -138,10 +148,7 @@ typedef struct Interp {
   const char *symnames[64];
   int nsyms;
   TpkError *err;
-  /* SSA value -> slot: open addressing on the value pointer */
-  const TpkValue **keys;
-  int *index;
-  size_t cap;
+  TpkPtrMap slots; /* SSA value -> its index in vals */
   Val *vals;
   int nvals;
   /* the enclosing grid instance */
@@ -178,41 +185,22 @@ static TpkStatus fail(Interp *I, const TpkOp *op, TpkStatus code, const char *fm
   return tpk_error(I->err, code, "interp: @%s: %s", fname, msg);
 }
 
-static size_t hash_ptr(const void *p, size_t cap) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= UINT64_C(0xff51afd7ed558ccd);
-  x ^= x >> 33;
-  return (size_t)x & (cap - 1);
-}
-
 static int slot_find(const Interp *I, const TpkValue *v) {
-  if (!I->cap) return -1;
-  for (size_t h = hash_ptr(v, I->cap);; h = (h + 1) & (I->cap - 1)) {
-    if (!I->keys[h]) return -1;
-    if (I->keys[h] == v) return I->index[h];
-  }
+  void *k;
+  return tpk_ptrmap_get(&I->slots, v, &k) ? (int)(intptr_t)k : -1;
 }
 
-/* Count (when keys is NULL) or insert every value defined in block b. */
+/* Number every value defined in block b, from n on; returns the next
+ * number, or -1 when out of memory. */
 static int collect(Interp *I, const TpkBlock *b, int n) {
   for (int i = 0; i < b->nargs; i++, n++)
-    if (I->keys) {
-      size_t h = hash_ptr(&b->args[i], I->cap);
-      while (I->keys[h]) h = (h + 1) & (I->cap - 1);
-      I->keys[h] = &b->args[i];
-      I->index[h] = n;
-    }
+    if (!tpk_ptrmap_put(&I->slots, &b->args[i], (void *)(intptr_t)n)) return -1;
   for (const TpkOp *op = b->first; op; op = op->next) {
     for (int i = 0; i < op->nout; i++, n++)
-      if (I->keys) {
-        size_t h = hash_ptr(&op->out[i], I->cap);
-        while (I->keys[h]) h = (h + 1) & (I->cap - 1);
-        I->keys[h] = &op->out[i];
-        I->index[h] = n;
-      }
-    for (int r = 0; r < op->nregion; r++)
+      if (!tpk_ptrmap_put(&I->slots, &op->out[i], (void *)(intptr_t)n)) return -1;
+    for (int r = 0; r < op->nregion && n >= 0; r++)
       if (op->regions[r]) n = collect(I, op->regions[r], n);
+    if (n < 0) return -1;
   }
   return n;
 }
@@ -459,25 +447,43 @@ static void check_read(Interp *I, const TpkOp *op, const Val *ref, int64_t off) 
   tpk_str_free(&e);
 }
 
-/* A write of ref element `off` by op: mark it written; a different grid
- * instance's earlier write of an output element is a conflict. */
-static void note_write(Interp *I, const TpkOp *op, const Val *ref, int64_t off) {
+/* A write of ref element `off` by op, a store or (`add`) an accumulation:
+ * mark it written, and report a write of an output element that races with
+ * another grid instance's (see ElemWriters). */
+static void note_write(Interp *I, const TpkOp *op, const Val *ref, int64_t off, bool add) {
   Shadow *sh = ref->sh;
   if (!I->checked || !sh) return;
   if (sh->init) sh->init[off] = 1;
   if (!sh->writer || !I->instance) return;
-  int64_t prev = sh->writer[off];
-  sh->writer[off] = I->instance;
-  if (!prev || prev == I->instance || !first_report(I, op, sh, REP_CONFLICT)) return;
-  TpkStr m = {0};
-  tpk_str_puts(&m, "grid instances ");
-  put_instance(&m, I, prev);
-  tpk_str_puts(&m, " and ");
-  put_instance(&m, I, I->instance);
-  tpk_str_puts(&m, " both write ");
-  put_elem(&m, sh, off);
+  ElemWriters *w = &sh->writer[off];
+  int64_t me = I->instance, stored = w->stored && w->stored != me ? w->stored : 0, added = 0;
+  if (add) {
+    if (!w->added) w->added = me;
+    else if (w->added != me) w->added2 = me;
+  } else {
+    added = w->added && w->added != me ? w->added : w->added2 && w->added2 != me ? w->added2 : 0;
+    w->stored = me;
+  }
+  if ((!stored && !added) || !first_report(I, op, sh, REP_CONFLICT)) return;
+  TpkStr m = {0}, e = {0};
+  put_elem(&e, sh, off);
+  const char *elem = e.data ? e.data : "?";
+  if (stored && !add) {
+    tpk_str_puts(&m, "grid instances ");
+    put_instance(&m, I, stored);
+    tpk_str_puts(&m, " and ");
+    put_instance(&m, I, me);
+    tpk_str_printf(&m, " both write %s", elem);
+  } else {
+    tpk_str_puts(&m, "grid instance ");
+    put_instance(&m, I, add ? stored : added);
+    tpk_str_printf(&m, add ? " stores %s and " : " adds to %s and ", elem);
+    put_instance(&m, I, me);
+    tpk_str_puts(&m, add ? " adds to it" : " stores it");
+  }
   violation(I, op, "%s", m.data ? m.data : "?");
   tpk_str_free(&m);
+  tpk_str_free(&e);
 }
 
 /* An access (`reads` or `writes`) of ref while a copy into it is in flight. */
@@ -1283,10 +1289,9 @@ static TpkStatus exec_store(Interp *I, const TpkOp *op) {
     int64_t off = sel_offset(&s, idx);
     if (off < 0) continue; /* masked: dropped */
     if (add) check_read(I, op, ref, off);
-    /* Adding 0 leaves the element as it was: not a write that can conflict
-     * (the padding lanes of a ragged scatter-add, whose ids read 0, add 0). */
+    /* Adding 0 leaves the element as it was: not a write that can conflict. */
     if (!add || (isf ? tpk_ref_get(v->dt, v->data, i) != 0 : tpk_ref_get_int(v->dt, v->data, i) != 0))
-      note_write(I, op, ref, off);
+      note_write(I, op, ref, off, add);
     if (!add)
       memcpy(ELEM(ref, off), ELEM(v, i), es);
     else if (isf)
@@ -1324,7 +1329,7 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
   for (int64_t i = 0; i < n; i++, next_index(s.rank, s.dims, idx)) {
     int64_t so = sel_offset(&s, idx), dof = sel_offset(&d, idx);
     if (so >= 0 && dof >= 0) check_read(I, op, src, so);
-    if (dof >= 0) note_write(I, op, dst, dof);
+    if (dof >= 0) note_write(I, op, dst, dof, false);
     if (dof >= 0) memcpy(ELEM(dst, dof), so < 0 ? zero : ELEM(src, so), es);
   }
   Val h = {.kind = V_DMA, .id = ++I->dma_serial};
@@ -1418,7 +1423,7 @@ static TpkStatus exec_grid(Interp *I, const TpkOp *op) {
   I->grid_body = op->regions[0];
   for (int a = 0; a < axes; a++) I->grid_lo[a] = lo[a];
   for (int i = 0; i < I->nshadows; i++) /* writers are compared within one grid */
-    if (I->shadows[i]->writer) memset(I->shadows[i]->writer, 0, sizeof(int64_t) * (size_t)(I->shadows[i]->n ? I->shadows[i]->n : 1));
+    if (I->shadows[i]->writer) memset(I->shadows[i]->writer, 0, sizeof *I->shadows[i]->writer * (size_t)(I->shadows[i]->n ? I->shadows[i]->n : 1));
   I->instance = 0;
   do {
     I->instance++;
@@ -1676,22 +1681,18 @@ static TpkStatus run(Interp *I) {
   for (int i = 0; i < I->nsyms; i++)
     if (syms[i] < 0 || syms[i] > INT32_MAX)
       return fail(I, NULL, TPK_ERR_INVALID, "symbol %s = %" PRId64 " is not a size in [0, 2^31)", I->symnames[i], syms[i]);
+  TpkStatus req = tpk_func_check_requires(f, sym_lookup, I, I->err);
+  if (req != TPK_OK) return req;
 
   int n = collect(I, f->body, 0);
-  I->cap = 16;
-  while (I->cap < (size_t)n * 2) I->cap *= 2;
-  I->keys = calloc(I->cap, sizeof *I->keys);
-  I->index = calloc(I->cap, sizeof *I->index);
-  I->vals = calloc((size_t)n + 1, sizeof *I->vals);
+  I->vals = n >= 0 ? calloc((size_t)n + 1, sizeof *I->vals) : NULL;
   I->nvals = n;
-  TpkStatus st = I->keys && I->index && I->vals ? TPK_OK : fail(I, NULL, TPK_ERR_NOMEM, "out of memory");
-  if (st == TPK_OK) collect(I, f->body, 0);
+  TpkStatus st = I->vals ? TPK_OK : fail(I, NULL, TPK_ERR_NOMEM, "out of memory");
   for (int i = 0; i < f->nparams && st == TPK_OK; i++) st = bind_param(I, i);
   const TpkOp *term = NULL;
   if (st == TPK_OK) st = exec_block(I, f->body, &term);
   for (int i = 0; I->vals && i < n; i++) val_release(&I->vals[i]);
-  free(I->keys);
-  free(I->index);
+  tpk_ptrmap_free(&I->slots);
   free(I->vals);
   if (st == TPK_OK) I->err->code = TPK_OK;
   return st;

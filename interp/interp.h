@@ -50,8 +50,15 @@ typedef struct TpkInterpOptions {
  *       "gather index -1 (element 2 of the index vector) is out of range for dimension 0 of t (size 4)"
  *     (ragged tile and slice edges are not violations);
  *   - two instances of one grid writing the same element of an output or
- *     inout parameter (store, scatter-store, copy_async), once per op and
- *     buffer: "grid instances (i=0, j=1) and (i=1, j=1) both write y[3, 5]";
+ *     inout parameter where the result depends on their order, once per op
+ *     and buffer: both store (store, scatter-store, copy_async)
+ *       "grid instances (i=0, j=1) and (i=1, j=1) both write y[3, 5]",
+ *     or one stores and the other adds (`+=`, scatter-add)
+ *       "grid instance (t=0) stores grad[4, 0] and (t=2) adds to it"
+ *       "grid instance (t=0) adds to grad[4, 0] and (t=2) stores it".
+ *     Adds from several instances into one element are not a violation:
+ *     they accumulate (an atomic add, like Triton's tl.atomic_add; only
+ *     float rounding depends on the order), and an add of 0 changes nothing;
  *   - a load, store or copy_async source of a buffer while a copy_async into
  *     it has not been waited for, once per op and buffer:
  *       "load reads abuf before the wait of its copy_async (line 12:16)";
@@ -61,7 +68,7 @@ typedef struct TpkInterpOptions {
  *     element: "load reads uninitialized abuf[0, 3]".
  * Errors other than these still stop the run as in tpk_interp_run. The shadow
  * state is one byte per element of scratch buffers and uninitialised
- * outputs, and 8 per element of outputs. */
+ * outputs, and 24 per element of outputs. */
 TpkStatus tpk_interp_run_checked(const TpkFunc *f, void *const *args, const int64_t *syms, const TpkInterpOptions *o,
                                  TpkStr *report, int *violations, TpkError *err);
 

@@ -192,6 +192,21 @@ TpkFunc *tpk_func_clone(TpkModule *dst, const TpkFunc *f, TpkSymLookup subst, vo
   }
   for (int i = 0; i < f->nresults; i++)
     if (!(g->results[i] = clone_type(&c, f->results[i], f->loc, "a result"))) goto done;
+  g->nrequires = f->nrequires;
+  g->requires = tpk_arena_alloc(&dst->arena, (size_t)(f->nrequires ? f->nrequires : 1) * sizeof *g->requires);
+  if (!g->requires) {
+    clone_fail(&c, f->loc, "out of memory cloning the IR");
+    goto done;
+  }
+  for (int i = 0; i < f->nrequires; i++) {
+    const TpkRequire *r = &f->requires[i];
+    const TpkDim *lhs = clone_dim(&c, r->lhs), *rhs = lhs ? clone_dim(&c, r->rhs) : NULL;
+    if (!lhs || !rhs) {
+      clone_fail(&c, r->loc, "a size a requirement compares overflows or divides by zero with these sizes");
+      goto done;
+    }
+    g->requires[i] = (TpkRequire){.cmp = r->cmp, .lhs = lhs, .rhs = rhs, .loc = r->loc};
+  }
   g->ntunes = f->ntunes;
   for (int i = 0; i < f->ntunes; i++) {
     const TpkTune *t = &f->tunes[i];

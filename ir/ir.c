@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/map.h"
 
 /* ---- Op table -------------------------------------------------------------- */
 
@@ -93,7 +92,7 @@ static bool str_eq(const void *entry, const void *key, size_t n) {
 
 const char *tpk_module_intern(TpkModule *m, const char *s, size_t n) {
   if (!s) return NULL;
-  uint64_t h = irh_bytes(s, n);
+  uint64_t h = tpk_hash_bytes(s, n);
   const char *found = table_get(&m->intern->strs, h, str_eq, s, n);
   if (found) return found;
   if (memchr(s, 0, n)) return NULL; /* interned names are C strings */
@@ -142,10 +141,10 @@ TpkFunc *tpk_module_find(TpkModule *m, const char *name) {
 /* ---- Dimensions ------------------------------------------------------------ */
 
 static uint64_t dim_hash(TpkDimKind kind, int64_t value, const char *sym, const TpkDim *a, const TpkDim *b) {
-  uint64_t h = irh_mix((uint64_t)kind * 0x9e3779b97f4a7c15ULL ^ (uint64_t)value);
-  h = irh_mix(h ^ (uint64_t)(uintptr_t)sym);
-  h = irh_mix(h ^ (uint64_t)(uintptr_t)a);
-  return irh_mix(h ^ (uint64_t)(uintptr_t)b * 31);
+  uint64_t h = tpk_hash_mix((uint64_t)kind * 0x9e3779b97f4a7c15ULL ^ (uint64_t)value);
+  h = tpk_hash_mix(h ^ (uint64_t)(uintptr_t)sym);
+  h = tpk_hash_mix(h ^ (uint64_t)(uintptr_t)a);
+  return tpk_hash_mix(h ^ (uint64_t)(uintptr_t)b * 31);
 }
 
 static bool dim_eq(const void *entry, const void *key, size_t unused) {
@@ -350,10 +349,10 @@ bool tpk_dim_eval(const TpkDim *d, TpkSymLookup lookup, void *ctx, int64_t *valu
 /* ---- Types ----------------------------------------------------------------- */
 
 static uint64_t type_hash(const TpkType *t) {
-  uint64_t h = irh_mix(((uint64_t)t->kind << 32) ^ ((uint64_t)t->dtype << 16) ^ ((uint64_t)t->space << 8) ^
+  uint64_t h = tpk_hash_mix(((uint64_t)t->kind << 32) ^ ((uint64_t)t->dtype << 16) ^ ((uint64_t)t->space << 8) ^
                        (uint64_t)t->rank);
-  h = irh_mix(h ^ (uint64_t)(uintptr_t)t->block);
-  for (int i = 0; i < t->rank; i++) h = irh_mix(h ^ (uint64_t)(uintptr_t)t->dims[i]);
+  h = tpk_hash_mix(h ^ (uint64_t)(uintptr_t)t->block);
+  for (int i = 0; i < t->rank; i++) h = tpk_hash_mix(h ^ (uint64_t)(uintptr_t)t->dims[i]);
   return h;
 }
 
@@ -807,6 +806,84 @@ int tpk_func_symbols(const TpkFunc *f, const char **names, int max) {
     for (int k = 0; f->results[i] && k < f->results[i]->rank; k++)
       n = add_dim_symbols(f, f->results[i]->dims[k], names, n, max);
   return n;
+}
+
+/* ---- Requirements on sizes --------------------------------------------------- */
+
+static const struct {
+  TpkOpcode cmp;
+  const char *text;   /* as written in .tpk */
+  const char *broken; /* how `a cmp b` fails: "a is larger than b" */
+} REQUIRE_CMPS[] = {
+    {TPK_OP_LE, "<=", "is larger than"}, {TPK_OP_LT, "<", "is not smaller than"},
+    {TPK_OP_GE, ">=", "is smaller than"}, {TPK_OP_GT, ">", "is not larger than"},
+    {TPK_OP_EQ, "==", "differs from"},    {TPK_OP_NE, "!=", "equals"},
+};
+
+const char *tpk_require_cmp_text(TpkOpcode cmp) {
+  for (size_t i = 0; i < TPK_ARRAY_LEN(REQUIRE_CMPS); i++)
+    if (REQUIRE_CMPS[i].cmp == cmp) return REQUIRE_CMPS[i].text;
+  return NULL;
+}
+
+static void put_size(TpkStr *s, const char *name, int64_t v) {
+  if (name) tpk_str_printf(s, "%s = ", name);
+  tpk_str_printf(s, "%lld", (long long)v);
+}
+
+bool tpk_require_holds(TpkOpcode cmp, const char *lhs, int64_t a, const char *rhs, int64_t b, TpkStr *s) {
+  bool holds;
+  switch (cmp) {
+  case TPK_OP_LE: holds = a <= b; break;
+  case TPK_OP_LT: holds = a < b; break;
+  case TPK_OP_GE: holds = a >= b; break;
+  case TPK_OP_GT: holds = a > b; break;
+  case TPK_OP_EQ: holds = a == b; break;
+  case TPK_OP_NE: holds = a != b; break;
+  default: holds = false; break;
+  }
+  if (holds) return true;
+  const char *broken = "is not comparable with";
+  for (size_t i = 0; i < TPK_ARRAY_LEN(REQUIRE_CMPS); i++)
+    if (REQUIRE_CMPS[i].cmp == cmp) broken = REQUIRE_CMPS[i].broken;
+  put_size(s, lhs, a);
+  tpk_str_printf(s, " %s ", broken);
+  put_size(s, rhs, b);
+  return false;
+}
+
+/* A side's name in messages: its text unless it is a constant. */
+static const char *side_name(TpkStr *buf, const TpkDim *d) {
+  if (d->kind == TPK_DIM_CONST) return NULL;
+  tpk_dim_print(buf, d);
+  return buf->data ? buf->data : "?";
+}
+
+TpkStatus tpk_func_check_requires(const TpkFunc *f, TpkSymLookup lookup, void *ctx, TpkError *err) {
+  for (int i = 0; i < f->nrequires; i++) {
+    const TpkRequire *r = &f->requires[i];
+    const char *cmp = tpk_require_cmp_text(r->cmp);
+    if (!cmp) return tpk_error(err, TPK_ERR_INTERNAL, "kernel '%s': requirement %d is not a comparison", f->name, i);
+    int64_t a, b;
+    bool known = tpk_dim_eval(r->lhs, lookup, ctx, &a) && tpk_dim_eval(r->rhs, lookup, ctx, &b);
+    TpkStr s = {0}, ln = {0}, rn = {0};
+    tpk_str_printf(&s, "kernel '%s': ", f->name);
+    if (known && tpk_require_holds(r->cmp, side_name(&ln, r->lhs), a, side_name(&rn, r->rhs), b, &s)) {
+      tpk_str_free(&s), tpk_str_free(&ln), tpk_str_free(&rn);
+      continue;
+    }
+    if (!known) tpk_str_puts(&s, "a size it requires is unbound or does not compute");
+    tpk_str_puts(&s, " (it requires ");
+    tpk_dim_print(&s, r->lhs);
+    tpk_str_printf(&s, " %s ", cmp);
+    tpk_dim_print(&s, r->rhs);
+    if (r->loc.line) tpk_str_printf(&s, ", line %d", r->loc.line);
+    tpk_str_putc(&s, ')');
+    tpk_error(err, TPK_ERR_INVALID, "%s", s.data ? s.data : "a requirement does not hold");
+    tpk_str_free(&s), tpk_str_free(&ln), tpk_str_free(&rn);
+    return TPK_ERR_INVALID;
+  }
+  return TPK_OK;
 }
 
 const TpkOp *tpk_index_vector_load(const TpkValue *v) {

@@ -355,6 +355,16 @@ typedef struct TpkBinding {
   int64_t value;
 } TpkBinding;
 
+/* A condition on a kernel's sizes (`require K <= N` in .tpk): two sizes
+ * compared, checked with the sizes a launch binds (tpk_func_check_requires),
+ * by the runtime and the interpreter alike. Sizes are built from shape
+ * symbols and constants only, so a requirement holds for every tunable. */
+typedef struct TpkRequire {
+  TpkOpcode cmp;           /* TPK_OP_EQ, NE, LT, LE, GT or GE */
+  const TpkDim *lhs, *rhs;
+  TpkLoc loc;
+} TpkRequire;
+
 struct TpkFunc {
   const char *name;
   bool is_kernel;      /* kernel: ref/scalar params, outputs are out params;
@@ -365,6 +375,8 @@ struct TpkFunc {
   const TpkType **results; /* func only */
   int ntunes;
   TpkTune *tunes;
+  int nrequires;
+  TpkRequire *requires;
   TpkBlock *body;
   TpkLoc loc;
   TpkModule *module;
@@ -435,6 +447,18 @@ TpkValue *tpk_build_yield(TpkBuilder *b, int n, TpkValue *const *vals); /* retur
  * their values. Tunables are not shape symbols, even where a shape uses
  * one. Writes up to max names and returns how many there are. */
 int tpk_func_symbols(const TpkFunc *f, const char **names, int max);
+
+/* TPK_OK when every requirement of f holds with its symbols bound by
+ * lookup; else TPK_ERR_INVALID and err names the sizes and the requirement:
+ * "kernel 'topk': K = 10 is larger than N = 8 (it requires K <= N, line 26)".
+ * A requirement with an unbound symbol is an error too. */
+TpkStatus tpk_func_check_requires(const TpkFunc *f, TpkSymLookup lookup, void *ctx, TpkError *err);
+/* "<=" for TPK_OP_LE and the other comparisons a requirement may use; NULL
+ * for any other opcode. */
+const char *tpk_require_cmp_text(TpkOpcode cmp);
+/* Whether `a cmp b` holds; when it does not, why, appended to s:
+ * "K = 10 is larger than N = 8" (a side named NULL is shown as its value). */
+bool tpk_require_holds(TpkOpcode cmp, const char *lhs, int64_t a, const char *rhs, int64_t b, TpkStr *s);
 
 /* The load that read index vector v as a block ('t' or 'r') of a rank-1
  * tensor, or NULL. Its lanes past the tensor's end are padding: a store

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "ir/ir.h"
-#include "base/map.h"
 
 enum { MAX_DEPTH = 200 };
 
@@ -48,7 +47,7 @@ typedef struct Parser {
   TpkError *err;
   bool failed;
   TpkArena scratch;
-  IrhMap names; /* interned value name -> TpkValue*, per function */
+  TpkPtrMap names; /* interned value name -> TpkValue*, per function */
   TpkBuilder b;
   int depth;
 } Parser;
@@ -393,9 +392,9 @@ static const char *value_key(Parser *p) {
 static const char *hint_of(const char *key) { return key && !is_digit(key[0]) ? key : NULL; }
 
 static bool define(Parser *p, const Token *at, const char *key, TpkValue *v) {
-  if (irh_map_get(&p->names, key))
+  if (tpk_ptrmap_get(&p->names, key, NULL))
     return error_at(p, at->line, at->col, "value %%%s is defined twice", key);
-  if (!irh_map_put(&p->names, key, v)) return error_at(p, at->line, at->col, "out of memory");
+  if (!tpk_ptrmap_put(&p->names, key, v)) return error_at(p, at->line, at->col, "out of memory");
   return true;
 }
 
@@ -403,8 +402,9 @@ static TpkValue *use(Parser *p) {
   if (p->tok.kind != T_VALUE) return expected(p, "a value"), NULL;
   const char *key = value_key(p);
   if (!key) return NULL;
-  TpkValue *v = irh_map_get(&p->names, key);
-  if (!v) return error_at(p, p->tok.line, p->tok.col, "undefined value %%%s", key), NULL;
+  void *v = NULL;
+  if (!tpk_ptrmap_get(&p->names, key, &v))
+    return error_at(p, p->tok.line, p->tok.col, "undefined value %%%s", key), NULL;
   next(p);
   return v;
 }
@@ -656,6 +656,30 @@ static bool parse_tunes(Parser *p, TpkFunc *f) {
   return true;
 }
 
+/* require{le(K, N) loc(26:11), ...}: comparisons of two dims. */
+static bool parse_requires(Parser *p, TpkFunc *f) {
+  Vec reqs = {0};
+  if (!expect(p, '{')) return false;
+  do {
+    Token at = p->tok;
+    TpkOpcode cmp = at.kind == T_IDENT ? tpk_opcode_from_name(at.text, at.len) : TPK_OP_COUNT;
+    if (cmp == TPK_OP_COUNT || !tpk_require_cmp_text(cmp)) return expected(p, "a comparison (eq, ne, lt, le, gt, ge)");
+    next(p);
+    TpkRequire *r = tpk_arena_alloc(&p->scratch, sizeof *r);
+    if (!r) return error_at(p, at.line, at.col, "out of memory");
+    r->cmp = cmp;
+    if (!expect(p, '(') || !(r->lhs = parse_dim(p)) || !expect(p, ',') || !(r->rhs = parse_dim(p)) || !expect(p, ')') ||
+        !parse_loc(p, &r->loc) || !vec_push(p, &reqs, r))
+      return false;
+  } while (accept(p, ','));
+  if (!expect(p, '}')) return false;
+  f->requires = tpk_arena_alloc(&p->m->arena, (size_t)reqs.n * sizeof *f->requires);
+  if (!f->requires) return error_at(p, p->tok.line, p->tok.col, "out of memory");
+  for (int i = 0; i < reqs.n; i++) f->requires[i] = *(TpkRequire *)reqs.items[i];
+  f->nrequires = reqs.n;
+  return true;
+}
+
 typedef struct ParamText {
   const char *key;
   Token at;
@@ -709,7 +733,7 @@ static bool parse_func(Parser *p) {
   }
   TpkFunc *f = tpk_func_new(p->m, name, is_kernel, params.n, (const TpkType *const *)types.items, names, roles);
   if (!f) return error_at(p, name_tok.line, name_tok.col, "out of memory");
-  irh_map_init(&p->names, &p->scratch); /* names are per function */
+  p->names = (TpkPtrMap){.arena = &p->scratch}; /* names are per function */
   for (int i = 0; i < params.n; i++) {
     ParamText *pt = params.items[i];
     f->params[i].zero_init = pt->zero;
@@ -723,6 +747,10 @@ static bool parse_func(Parser *p) {
   if (is_word(&p->tok, "tune")) {
     next(p);
     if (!parse_tunes(p, f)) return false;
+  }
+  if (is_word(&p->tok, "require")) {
+    next(p);
+    if (!parse_requires(p, f)) return false;
   }
   if (!parse_loc(p, &f->loc) || !expect(p, '{')) return false;
   if (!parse_block(p, f->body)) return false;
@@ -744,7 +772,7 @@ TpkModule *tpk_ir_parse(const char *text, size_t len, const char *source_name, T
   m->arena.limit = limit;
   Parser p = {.lx = {text ? text : "", (text ? text : "") + len, 1, 1}, .m = m, .err = err};
   tpk_arena_init(&p.scratch, limit);
-  irh_map_init(&p.names, &p.scratch);
+  p.names = (TpkPtrMap){.arena = &p.scratch};
   p.b.m = m;
   next(&p);
   if (accept_word(&p, "module")) {

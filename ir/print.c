@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "ir/ir.h"
-#include "base/map.h"
 
 /* ---- Dims and types -------------------------------------------------------- */
 
@@ -204,8 +203,8 @@ static void attrs_print(TpkStr *s, const TpkOp *op) {
 typedef struct Printer {
   TpkStr *out;
   TpkArena arena;
-  IrhMap names;   /* TpkValue* -> its name (without %) */
-  IrhStrSet used; /* names taken in this function */
+  TpkPtrMap names; /* TpkValue* -> its name (without %) */
+  TpkStrSet used;  /* names taken in this function */
   int counter;
 } Printer;
 
@@ -219,21 +218,22 @@ static bool hint_ok(const char *h) {
 }
 
 static const char *value_name(Printer *p, const TpkValue *v) {
-  const char *name = irh_map_get(&p->names, v);
-  if (name) return name;
+  void *known = NULL;
+  if (tpk_ptrmap_get(&p->names, v, &known)) return known;
+  const char *name;
   char buf[32];
   const char *cand;
   if (hint_ok(v->name)) {
     cand = v->name;
-    for (int k = 1; cand && irh_set_has(&p->used, cand, strlen(cand)); k++)
+    for (int k = 1; cand && tpk_strset_has(&p->used, cand, strlen(cand)); k++)
       cand = tpk_arena_printf(&p->arena, "%s.%d", v->name, k);
   } else {
     /* counters are digits only, never clashing with a hint */
     snprintf(buf, sizeof buf, "%d", p->counter++);
     cand = buf;
   }
-  name = cand ? irh_set_add(&p->used, cand, strlen(cand)) : NULL;
-  if (!name || !irh_map_put(&p->names, v, (void *)name)) return "?";
+  name = cand ? tpk_strset_add(&p->used, cand, strlen(cand)) : NULL;
+  if (!name || !tpk_ptrmap_put(&p->names, v, (void *)name)) return "?";
   return name;
 }
 
@@ -302,8 +302,8 @@ static void func_print(TpkStr *out, const TpkFunc *f) {
   static const char *const ROLES[] = {"", "out ", "inout "};
   Printer p = {.out = out};
   tpk_arena_init(&p.arena, 0);
-  irh_map_init(&p.names, &p.arena);
-  p.used.arena = &p.arena;
+  p.names = (TpkPtrMap){.arena = &p.arena};
+  p.used = (TpkStrSet){.arena = &p.arena};
 
   tpk_str_printf(out, "%s @%s(", f->is_kernel ? "kernel" : "func", f->name ? f->name : "_");
   for (int i = 0; i < f->nparams; i++) {
@@ -336,6 +336,19 @@ static void func_print(TpkStr *out, const TpkFunc *f) {
         for (int c = 0; c < t->nchoices; c++) tpk_str_printf(out, "%s%" PRId64, c ? ", " : "", t->choices[c]);
         tpk_str_putc(out, ']');
       }
+    }
+    tpk_str_putc(out, '}');
+  }
+  if (f->nrequires) {
+    tpk_str_puts(out, " require{");
+    for (int i = 0; i < f->nrequires; i++) {
+      const TpkRequire *r = &f->requires[i];
+      tpk_str_printf(out, "%s%s(", i ? ", " : "", tpk_op_info(r->cmp)->name);
+      tpk_dim_print(out, r->lhs);
+      tpk_str_puts(out, ", ");
+      tpk_dim_print(out, r->rhs);
+      tpk_str_putc(out, ')');
+      loc_print(out, r->loc);
     }
     tpk_str_putc(out, '}');
   }

@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "ir/ir.h"
-#include "base/map.h"
 
 typedef struct Verifier {
   TpkModule *m;
@@ -22,8 +21,8 @@ typedef struct Verifier {
   const TpkFunc *f;
   const TpkOp *op; /* the op being checked, NULL for function-level checks */
   TpkArena scratch; /* type strings for messages, the scope map */
-  IrhMap scope;     /* value -> IN_SCOPE / OUT_OF_SCOPE */
-  IrhMap funcs;     /* interned function name -> its function */
+  TpkPtrMap scope;  /* value -> IN_SCOPE / OUT_OF_SCOPE */
+  TpkPtrMap funcs;  /* interned function name -> its function */
 } Verifier;
 
 static char IN_SCOPE, OUT_OF_SCOPE; /* their addresses tag values in `scope` */
@@ -735,7 +734,8 @@ static bool check_operand(Verifier *v, int i) {
   bool linked = x->def ? x->index >= 0 && x->index < x->def->nout && &x->def->out[x->index] == x
                        : x->block && x->index >= 0 && x->index < x->block->nargs && &x->block->args[x->index] == x;
   if (!linked) return fail(v, "operand %d is not a live value (a stale block argument or a copy?)", i);
-  void *state = irh_map_get(&v->scope, x);
+  void *state = NULL;
+  tpk_ptrmap_get(&v->scope, x, &state);
   if (state != &IN_SCOPE)
     return fail(v, "operand %d%s%s is used %s", i, x->name ? " %" : "", x->name ? x->name : "",
                 state == &OUT_OF_SCOPE ? "outside the region that defines it" : "before its definition or in another function");
@@ -744,7 +744,7 @@ static bool check_operand(Verifier *v, int i) {
 }
 
 static bool set_scope(Verifier *v, const TpkValue *x, char *state) {
-  if (irh_map_put(&v->scope, x, state)) return true;
+  if (tpk_ptrmap_put(&v->scope, x, state)) return true;
   tpk_error(v->err, TPK_ERR_NOMEM, "verify: out of memory");
   return false;
 }
@@ -859,6 +859,11 @@ static bool check_params(Verifier *v) {
     for (int c = 0; c < t->nchoices; c++) listed |= t->choices[c] == t->value;
     if (!listed) return fail(v, "tunable %s=%" PRId64 " is not one of its choices", t->name, t->value);
   }
+  for (int i = 0; i < f->nrequires; i++) {
+    const TpkRequire *r = &f->requires[i];
+    if (!f->is_kernel) return fail(v, "only a kernel has requirements on its sizes");
+    if (!tpk_require_cmp_text(r->cmp) || !r->lhs || !r->rhs) return fail(v, "requirement %d is not a comparison of two sizes", i);
+  }
   return true;
 }
 
@@ -867,8 +872,8 @@ static bool check_func(Verifier *v) {
   v->op = NULL;
   if (!f->name || !*f->name) return fail(v, "function has no name");
   /* Names are interned by tpk_func_new: equal names are equal pointers. */
-  if (irh_map_get(&v->funcs, f->name)) return fail(v, "function is defined twice");
-  if (!irh_map_put(&v->funcs, f->name, (void *)f)) return fail(v, "out of memory");
+  if (tpk_ptrmap_get(&v->funcs, f->name, NULL)) return fail(v, "function is defined twice");
+  if (!tpk_ptrmap_put(&v->funcs, f->name, (void *)f)) return fail(v, "out of memory");
   if (!check_params(v) || !check_block(v, f->body, 0)) return false;
   v->op = NULL;
   if (!f->is_kernel && f->nresults > 0 && (!f->body->last || f->body->last->opcode != TPK_OP_RETURN))
@@ -880,12 +885,12 @@ TpkStatus tpk_ir_verify(const TpkModule *m, TpkError *err) {
   if (!m) return tpk_error(err, TPK_ERR_INVALID, "verify: no module");
   Verifier v = {.m = (TpkModule *)m, .err = err}; /* see the file comment */
   tpk_arena_init(&v.scratch, 0);
-  irh_map_init(&v.scope, &v.scratch);
-  irh_map_init(&v.funcs, &v.scratch);
+  v.scope = (TpkPtrMap){.arena = &v.scratch};
+  v.funcs = (TpkPtrMap){.arena = &v.scratch};
   bool ok = true;
   for (int i = 0; ok && i < m->nfuncs; i++) {
     v.f = m->funcs[i];
-    irh_map_init(&v.scope, &v.scratch); /* values never cross functions */
+    v.scope = (TpkPtrMap){.arena = &v.scratch}; /* values never cross functions */
     ok = check_func(&v);
   }
   tpk_arena_free(&v.scratch);

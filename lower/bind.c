@@ -7,8 +7,8 @@
  * substituted in every type (ir/clone.c), `sym` ops of bound names become
  * constants, and simplification folds what became constant. What could only
  * be checked with the values is checked here, at the op's .tpk location:
- * sizes that overflow or are negative, constant indices and static slices
- * outside their dimension. Tunables a binding leaves out take their declared
+ * sizes that overflow or are negative, requirements on sizes (`require K <=
+ * N`), constant indices and static slices outside their dimension. Tunables a binding leaves out take their declared
  * defaults, so a bound kernel never has a free tunable; shape symbols it
  * leaves out stay symbolic (code that serves every size).
  */
@@ -130,6 +130,24 @@ static TpkStatus check_access(const TpkOp *op, const char *pattern, const TpkTyp
   return TPK_OK;
 }
 
+/* Requirements on sizes (`require K <= N`) whose sizes are now known. */
+static TpkStatus check_requires(const TpkFunc *g, TpkError *err) {
+  for (int i = 0; i < g->nrequires; i++) {
+    const TpkRequire *r = &g->requires[i];
+    int64_t a, b;
+    if (!tpk_dim_is_const(r->lhs, &a) || !tpk_dim_is_const(r->rhs, &b)) continue; /* a size left symbolic */
+    TpkFunc one = *g;
+    one.nrequires = 1;
+    one.requires = (TpkRequire *)r;
+    TpkStatus st = tpk_func_check_requires(&one, NULL, NULL, err);
+    if (st != TPK_OK) {
+      if (err) err->line = r->loc.line, err->col = r->loc.col;
+      return st;
+    }
+  }
+  return TPK_OK;
+}
+
 static TpkStatus check_accesses(const TpkBlock *b, TpkError *err) {
   for (const TpkOp *op = b->first; op; op = op->next) {
     TpkStatus st = TPK_OK;
@@ -156,6 +174,7 @@ TpkStatus tpk_bind(TpkModule *dst, const TpkFunc *f, const TpkBinding *binds, in
   Values v = {.f = f, .binds = binds, .n = nbinds};
   TpkFunc *g = tpk_func_clone(dst, f, lookup, &v, err);
   if (!g) return err && err->code ? err->code : TPK_ERR_NOMEM;
+  if ((st = check_requires(g, err)) != TPK_OK) return st;
   fold_syms(dst, g->body, &v);
   tpk_simplify(g);
   if ((st = check_accesses(g->body, err)) != TPK_OK) return st;

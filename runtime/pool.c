@@ -5,7 +5,7 @@
  * has not seen yet, if the job has that many parts. A parked worker sleeps
  * on a condition variable, and waking one takes the scheduler several
  * microseconds, as much as a small kernel's whole grid: so a worker first
- * polls the job number for a short while (SPIN_NS) after each job before it
+ * polls the job number for a short while (SPIN_SECONDS) after each job before it
  * sleeps, and the caller polls for the parts to finish before it sleeps, so
  * back-to-back launches hand work over in well under a microsecond. The
  * fields are read under the lock; the polls only decide when to take it.
@@ -19,15 +19,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "runtime/internal.h"
 
 /* How long a thread polls before it sleeps: long enough to bridge the gap
  * between launches of a loop of small kernels, short enough that an idle
  * pool gives its cores back at once. */
-enum { SPIN_NS = 50 * 1000 };
+static const double SPIN_SECONDS = 50e-6;
 
 typedef struct Worker {
   TpkPool *pool;
@@ -51,24 +51,18 @@ struct TpkPool {
   pid_t pid;               /* the process the workers run in (a fork's child has none) */
 };
 
-static int64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
 }
 
-/* Poll until done(pool, arg) holds or SPIN_NS pass; returns done's value. */
+/* Poll until done(pool, arg) holds or SPIN_SECONDS pass; returns done's value. */
 static bool spin_until(TpkPool *pool, bool (*done)(TpkPool *, uint64_t), uint64_t arg) {
-  int64_t start = now_ns();
+  double start = tpk_now_seconds();
   for (int i = 0;; i++) {
     if (done(pool, arg)) return true;
-    if ((i & 63) == 63 && now_ns() - start > SPIN_NS) return false;
+    if ((i & 63) == 63 && tpk_now_seconds() - start > SPIN_SECONDS) return false;
     cpu_relax();
   }
 }

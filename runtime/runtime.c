@@ -628,6 +628,8 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
     for (int j = 0; j < f->ntunes; j++) known |= strcmp(f->tunes[j].name, L->tunes[i].name) == 0;
     if (!known) return fail(TPK_ERR_INVALID, "kernel '%s' has no tunable '%s'", kernel_name(k), L->tunes[i].name);
   }
+  TpkError err = {0};
+  if (tpk_func_check_requires(f, bound_lookup, b, &err) != TPK_OK) return fail_err(&err);
   return TPK_OK;
 }
 

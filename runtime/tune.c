@@ -11,6 +11,7 @@
 #include "runtime/tune.h"
 #include "runtime/internal.h"
 #include "base/files.h"
+#include "base/refnum.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,10 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-
-#include "host/prims.h"
 
 enum {
   DEFAULT_BUDGET = 512,   /* exhaustive search up to this many configurations */
@@ -35,12 +33,6 @@ enum {
 static const char CACHE_MAGIC[] = "tpk-tune 1\n";
 
 /* ---- Hashing and keys ------------------------------------------------------------- */
-
-static uint64_t fnv_add(uint64_t h, const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
-  return h;
-}
-static const uint64_t FNV_OFFSET = 1469598103934665603ULL;
 
 /* Length of a ` loc(12:3)` at p, else 0. */
 static size_t loc_len(const char *p) {
@@ -62,14 +54,14 @@ uint64_t tpk_tune_ir_hash(const TpkFunc *f) {
   }
   /* Locations move when a comment is added above the kernel; the kernel is
    * the same, and so is its best configuration. */
-  uint64_t h = FNV_OFFSET;
+  uint64_t h = TPK_HASH_SEED;
   for (const char *p = s.data; *p;) {
     size_t skip = loc_len(p);
     if (skip) {
       p += skip;
       continue;
     }
-    h = fnv_add(h, p++, 1);
+    h = tpk_hash_add(h, p++, 1);
   }
   tpk_str_free(&s);
   return h;
@@ -283,7 +275,7 @@ char *tpk_tune_cache_path(const char *root, const TpkTuneKey *key) {
     return NULL;
   }
   char name[64];
-  snprintf(name, sizeof name, "tune/%016llx.tune", (unsigned long long)fnv_add(FNV_OFFSET, head.data, head.len));
+  snprintf(name, sizeof name, "tune/%016llx.tune", (unsigned long long)tpk_hash_bytes(head.data, head.len));
   tpk_str_free(&head);
   return tpk_path_join(root, name);
 }
@@ -640,12 +632,6 @@ typedef struct Search {
   bool out_of_memory;
 } Search;
 
-static double now_seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* One line of an error message for a progress line: the diagnostic's line
  * when there is one (`file:3:5: error: ...`), else the first. */
 static void reason_from(char *out, size_t n, const char *msg) {
@@ -658,11 +644,6 @@ static void reason_from(char *out, size_t n, const char *msg) {
   }
   size_t len = strcspn(line, "\n");
   snprintf(out, n, "%.*s", (int)len, line);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 static void time_on_chip(Search *s, TpkTunePoint *p) {
@@ -715,15 +696,14 @@ static void time_on_host(Search *s, TpkTunePoint *p) {
     return;
   }
   for (int i = 0; i < repeat; i++) {
-    double t0 = now_seconds();
+    double t0 = tpk_now_seconds();
     if (!host_launch(s, &L, p)) {
       free(times);
       return;
     }
-    times[i] = now_seconds() - t0;
+    times[i] = tpk_now_seconds() - t0;
   }
-  qsort(times, (size_t)repeat, sizeof *times, cmp_double);
-  p->seconds = times[repeat / 2];
+  p->seconds = tpk_median(times, repeat);
   free(times);
 }
 
@@ -816,27 +796,6 @@ static void search_descent(Search *s, const int64_t *start) {
   }
 }
 
-/* Random inputs as `tpk run` makes them: floats uniform in [-1, 1),
- * integers in [0, 8) (valid indices for most kernels), bools 0/1. */
-static void fill_random(TpkBuffer *b, uint64_t *state) {
-  TpkDType dt = tpk_buffer_dtype(b);
-  size_t size = tpk_dtype_size(dt), n = tpk_buffer_bytes(b) / size;
-  char *data = tpk_buffer_data(b);
-  for (size_t i = 0; i < n; i++) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15u);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    z ^= z >> 31;
-    if (tpk_dtype_is_float(dt)) {
-      float f = (float)((double)(z >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
-      tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &f, data + i * size, 1);
-    } else {
-      int32_t v = dt == TPK_BOOL ? (int32_t)(z & 1) : (int32_t)(z % 8);
-      tpk_prims()->convert(TPK_PRIM_I32, (int)dt, &v, data + i * size, 1);
-    }
-  }
-}
-
 /* A failed runtime call: its status, and tpk_last_error() after `what`. */
 static TpkStatus runtime_error(TpkStatus st, TpkError *err, const char *what) {
   return tpk_error(err, st, "%s: %s", what, tpk_last_error());
@@ -867,7 +826,10 @@ static TpkStatus host_setup(Search *s, TpkError *err) {
         (st = tpk_buffer_create(dev, tpk_kernel_param_dtype(h->k, i), tpk_kernel_param_rank(h->k, i), shape,
                                 &h->bufs[i])) != TPK_OK)
       return runtime_error(st, err, "allocating the arguments");
-    if (tpk_kernel_param_kind(h->k, i) != TPK_PARAM_KIND_OUTPUT) fill_random(h->bufs[i], &rng);
+    if (tpk_kernel_param_kind(h->k, i) != TPK_PARAM_KIND_OUTPUT) {
+      TpkDType dt = tpk_buffer_dtype(h->bufs[i]);
+      tpk_fill_random(tpk_buffer_data(h->bufs[i]), dt, (int64_t)(tpk_buffer_bytes(h->bufs[i]) / tpk_dtype_size(dt)), &rng);
+    }
   }
   return TPK_OK;
 }
@@ -957,7 +919,7 @@ TpkStatus tpk_tune_search(TpkProgram *prog, const char *kernel, const TpkTuneOpt
                           TpkError *err) {
   memset(r, 0, sizeof *r);
   r->best = -1;
-  double t0 = now_seconds();
+  double t0 = tpk_now_seconds();
   const TpkFunc *f;
   TpkStatus st = tpk_tune_prepare(prog, kernel, o->device, o->syms, o->nsyms, &f, &r->key, err);
   if (st != TPK_OK) return st;
@@ -991,7 +953,7 @@ TpkStatus tpk_tune_search(TpkProgram *prog, const char *kernel, const TpkTuneOpt
                      r->points[0].reason);
   }
   host_teardown(&s.host);
-  r->wall_seconds = now_seconds() - t0;
+  r->wall_seconds = tpk_now_seconds() - t0;
   return st;
 }
 

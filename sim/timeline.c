@@ -59,7 +59,7 @@ typedef struct TlStrChunk {
 /* Open-addressing slot of the intern table. */
 typedef struct TlSlot {
   uint32_t id;   /* string id, UINT32_MAX when empty */
-  uint32_t hash; /* FNV-1a of the string, so growing need not rehash text */
+  uint32_t hash; /* tpk_hash_bytes of the string, so growing need not rehash text */
 } TlSlot;
 
 struct TpkTimeline {
@@ -124,14 +124,6 @@ static bool tl_grow(TpkTimeline *tl, void **arr, size_t *cap, size_t need, size_
 
 /* ---- Interned strings ------------------------------------------------------ */
 
-static uint32_t str_hash(const char *s, size_t *len) {
-  uint32_t h = 2166136261u;
-  const char *p = s;
-  for (; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
-  *len = (size_t)(p - s);
-  return h;
-}
-
 static bool str_table_grow(TpkTimeline *tl) {
   uint32_t cap = tl->slots_cap ? tl->slots_cap * 2 : 64;
   if (cap == 0 || cap > UINT32_MAX / 2) {
@@ -179,8 +171,8 @@ static const char *str_copy(TpkTimeline *tl, const char *s, size_t n) {
  * failure (recorded). */
 static uint32_t str_intern(TpkTimeline *tl, const char *s) {
   if (!s || !*s) return 0;
-  size_t n;
-  uint32_t h = str_hash(s, &n);
+  size_t n = strlen(s);
+  uint32_t h = (uint32_t)tpk_hash_bytes(s, n);
   if (tl->slots_cap) {
     for (uint32_t j = h & (tl->slots_cap - 1);; j = (j + 1) & (tl->slots_cap - 1)) {
       TlSlot sl = tl->slots[j];
@@ -448,65 +440,6 @@ static void trace_flush(TraceOut *o, bool force) {
   if (o->s->data) o->s->data[0] = 0;
 }
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 if it is not one. */
-static int utf8_len(const unsigned char *p) {
-  unsigned c = p[0];
-  if (c >= 0xC2 && c <= 0xDF) return (p[1] & 0xC0) == 0x80 ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    /* no overlong forms (E0 80..9F) and no surrogates (ED A0..BF) */
-    if ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] >= 0xA0)) return 0;
-    return (p[1] & 0xC0) == 0x80 && (p[2] & 0xC0) == 0x80 ? 3 : 0;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    /* no overlong forms (F0 80..8F), nothing past U+10FFFF (F4 90..) */
-    if ((c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] >= 0x90)) return 0;
-    return (p[1] & 0xC0) == 0x80 && (p[2] & 0xC0) == 0x80 && (p[3] & 0xC0) == 0x80 ? 4 : 0;
-  }
-  return 0;
-}
-
-/* A JSON string literal. Labels come from kernel and tensor names, so any
- * byte may appear: quotes, backslashes and control characters are escaped,
- * and bytes that are not UTF-8 (which JSON parsers reject) become U+FFFD.
- * The checks above stop at the NUL, which is never a continuation byte. */
-static void put_json_string(TpkStr *s, const char *text) {
-  static const char hex[] = "0123456789abcdef";
-  const unsigned char *p = (const unsigned char *)text, *run = p;
-  tpk_str_putc(s, '"');
-  while (*p) {
-    unsigned c = *p;
-    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-      p++;
-      continue;
-    }
-    int n = c >= 0x80 ? utf8_len(p) : 1;
-    if (c >= 0x80 && n > 0) {
-      p += n;
-      continue;
-    }
-    tpk_str_putn(s, (const char *)run, (size_t)(p - run));
-    char esc[7] = {'\\', 0};
-    size_t elen = 2;
-    switch (c) {
-    case '"': esc[1] = '"'; break;
-    case '\\': esc[1] = '\\'; break;
-    case '\n': esc[1] = 'n'; break;
-    case '\t': esc[1] = 't'; break;
-    case '\r': esc[1] = 'r'; break;
-    case '\b': esc[1] = 'b'; break;
-    case '\f': esc[1] = 'f'; break;
-    default:
-      if (c >= 0x80) memcpy(esc, "\\ufffd", 6);
-      else memcpy(esc, (char[]){'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]}, 6);
-      elen = 6;
-    }
-    tpk_str_putn(s, esc, elen);
-    run = ++p;
-  }
-  tpk_str_putn(s, (const char *)run, (size_t)(p - run));
-  tpk_str_putc(s, '"');
-}
-
 /* Decimal digits of m, appended. */
 static void put_uint(TpkStr *s, unsigned long long m) {
   char buf[24], *e = buf + sizeof buf, *q = e;
@@ -554,7 +487,7 @@ static void put_meta(TpkStr *s, const char *what, int pid, int tid, const char *
   tpk_str_puts(s, ",\n{\"name\":\"");
   tpk_str_puts(s, what);
   tpk_str_printf(s, "\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"%s\":", pid, tid, key);
-  if (name) put_json_string(s, name);
+  if (name) tpk_str_put_json(s, name);
   else put_num(s, num);
   tpk_str_puts(s, "}}");
 }
@@ -576,7 +509,7 @@ static TpkStatus trace_emit(const TpkTimeline *tl, const TpkTimelineTraceOptions
 
   tpk_str_puts(s, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
   tpk_str_printf(s, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", pid);
-  put_json_string(s, pname);
+  tpk_str_put_json(s, pname);
   tpk_str_puts(s, "}}");
   TpkStr lane_name = {0};
   for (int i = 0; i < tl->nunits; i++) {
@@ -605,10 +538,10 @@ static TpkStatus trace_emit(const TpkTimeline *tl, const TpkTimelineTraceOptions
     }
     const TlUnit *u = &tl->units[t->unit];
     tpk_str_puts(s, ",\n{\"name\":");
-    put_json_string(s, t->label ? tl->strs[t->label] : tl->strs[u->name]);
+    tpk_str_put_json(s, t->label ? tl->strs[t->label] : tl->strs[u->name]);
     if (t->category) {
       tpk_str_puts(s, ",\"cat\":");
-      put_json_string(s, tl->strs[t->category]);
+      tpk_str_put_json(s, tl->strs[t->category]);
     }
     tpk_str_puts(s, ",\"ph\":\"X\",\"pid\":");
     put_num(s, pid);

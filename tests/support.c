@@ -145,27 +145,6 @@ void test_names_free(char **names, int n) {
 
 /* ---- launches against the reference interpreter ------------------------------ */
 
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15u);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  return z ^ (z >> 31);
-}
-
-void test_fill_random(void *data, TpkDType dt, int64_t n, uint64_t *s) {
-  for (int64_t i = 0; i < n; i++) {
-    uint64_t r = rng_next(s);
-    char *at = (char *)data + i * (int64_t)tpk_dtype_size(dt);
-    if (tpk_dtype_is_float(dt)) {
-      float f = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-      tpk_prims()->convert(TPK_PRIM_F32, (int)dt, &f, at, 1);
-    } else {
-      int32_t v = dt == TPK_BOOL ? (int32_t)(r & 1) : (int32_t)(r % 8);
-      tpk_prims()->convert(TPK_PRIM_I32, (int)dt, &v, at, 1);
-    }
-  }
-}
-
 int64_t test_buffer_numel(const TpkBuffer *b) {
   int64_t n = 1;
   for (int i = 0; i < tpk_buffer_rank(b); i++) n *= tpk_buffer_shape(b)[i];
@@ -230,7 +209,7 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
     int64_t shape[8];
     assert_int_equal(tpk_kernel_param_shape(k, i, syms, ns, shape), TPK_OK);
     assert_int_equal(tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]), TPK_OK);
-    if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT) test_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
+    if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT) tpk_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
     size_t bytes = tpk_buffer_bytes(bufs[i]);
     ref[i] = calloc(1, bytes ? bytes : 1);
     assert_non_null(ref[i]);
@@ -294,7 +273,7 @@ char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t s
     assert_int_equal(tpk_kernel_param_shape(k, i, syms, ns, shape), TPK_OK);
     assert_int_equal(tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]), TPK_OK);
     if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT)
-      test_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
+      tpk_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
   }
   TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns};
   if (tpk_kernel_launch(k, &L) != TPK_OK)

@@ -12,6 +12,7 @@
 /* cmocka needs the includes above first */
 #include <cmocka.h>
 
+#include "base/refnum.h"
 #include "dsl/dsl.h"
 #include "tpk.h"
 
@@ -62,8 +63,6 @@ const char *test_path(const char *rel);
 
 /* ---- launches against the reference interpreter ---- */
 
-/* Seeded random contents: floats in [-1, 1), integers in [0, 8), bools 0/1. */
-void test_fill_random(void *data, TpkDType dt, int64_t n, uint64_t *seed);
 int64_t test_buffer_numel(const TpkBuffer *b);
 /* Do n elements of dtype dt agree within its tolerance (integers exactly)?
  * The absolute part scales with the largest value, since accumulation
@@ -71,7 +70,7 @@ int64_t test_buffer_numel(const TpkBuffer *b);
 bool test_outputs_close(TpkDType dt, const void *got, const void *want, int64_t n, char *why, size_t whylen);
 
 /* Launch k on dev with every shape symbol = size, inputs seeded random
- * (test_fill_random from `seed`), float scalars 0.5 and integer scalars
+ * (tpk_fill_random from `seed`), float scalars 0.5 and integer scalars
  * `int_scalar`; returns the bytes of its outputs and inouts, concatenated
  * (heap, *len). A failed launch fails the test, naming `what`. */
 char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t seed, double int_scalar,

@@ -297,6 +297,28 @@ static void test_dump_unknown_names(void **state) {
   test_run_free(&r);
 }
 
+/* ---- run ---------------------------------------------------------------------------- */
+
+/* A launch whose sizes break the kernel's `require` fails with both sizes
+ * named (std:topk with K > N returned index N and -inf), on every device
+ * and with --check; K = N runs and matches the interpreter. */
+static void test_run_topk_k_larger_than_n(void **state) {
+  (void)state;
+  const char *want = "tpk: kernel 'topk': K = 10 is larger than N = 8 (it requires K <= N, line 28)\n";
+  TestRun r = RUN("run", "std:topk.tpk", "-k", "topk", "--shape", "M=3,N=8,K=10");
+  assert_int_equal(r.status, 1);
+  assert_string_equal(r.err, want);
+  test_run_free(&r);
+  r = RUN("run", "std:topk.tpk", "-k", "topk", "--shape", "M=3,N=8,K=10", "--device", "sim:v5e", "--check");
+  assert_int_equal(r.status, 1);
+  assert_string_equal(r.err, want);
+  test_run_free(&r);
+  r = RUN("run", "std:topk.tpk", "-k", "topk", "--shape", "M=3,N=8,K=8", "--check");
+  assert_int_equal(r.status, 0);
+  assert_contains(r.out, "'indices' matches the reference interpreter");
+  test_run_free(&r);
+}
+
 static void test_closed_stdout(void **state) {
   (void)state;
   /* A reader that went away: no signal (test_run checks), a failure status,
@@ -317,7 +339,7 @@ int main(void) {
       cmocka_unit_test(test_check_std),
       cmocka_unit_test(test_check_errors),      cmocka_unit_test(test_dump_ir),
       cmocka_unit_test(test_dump_ast),          cmocka_unit_test(test_dump_unknown_names),
-      cmocka_unit_test(test_closed_stdout),
+      cmocka_unit_test(test_run_topk_k_larger_than_n), cmocka_unit_test(test_closed_stdout),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -283,6 +283,55 @@ static void test_errors_do_not_cascade(void **state) {
   test_compile_free(&c);
 }
 
+/* ---- long chains of consts (issue 9, bug 2) ---- */
+
+/* `const E0 = E1<op>; ... const E{n-1} = <last>;`, with the kernel that uses
+ * E0 as a size before the chain (so the chain is first reached from inside a
+ * kernel) or after it (reached from the file's const loop). */
+static char *const_chain(int n, const char *op, const char *last, bool kernel_first) {
+  TpkStr s = {0};
+  const char *kernel = "kernel f(x: f32[E0]) -> (o: f32[E0]) { o = x; }\n";
+  if (kernel_first) tpk_str_puts(&s, kernel);
+  for (int i = 0; i < n - 1; i++) tpk_str_printf(&s, "const E%d = E%d%s;\n", i, i + 1, op);
+  tpk_str_printf(&s, "const E%d = %s;\n", n - 1, last);
+  if (!kernel_first) tpk_str_puts(&s, kernel);
+  assert_false(s.failed);
+  return tpk_str_take(&s);
+}
+
+static void assert_chain_size(int n, const char *op, const char *last, bool kernel_first, const char *want) {
+  char *text = const_chain(n, op, last, kernel_first);
+  TestCompile c;
+  compile_ok(&c, text, NULL);
+  assert_type(tpk_module_find(c.module, "f")->params[0].value->type, want);
+  test_compile_free(&c);
+  free(text);
+}
+
+/* Evaluating a const does not recurse into the consts it names: 200,000
+ * deep is fine (14,000 overflowed the C stack), also through expressions. */
+static void test_long_const_chains(void **state) {
+  (void)state;
+  assert_chain_size(14000, "", "7", false, "ref<f32[7]>");
+  assert_chain_size(200000, "", "7", true, "ref<f32[7]>");
+  assert_chain_size(14000, " + 1", "0", true, "ref<f32[13999]>");
+  assert_chain_size(200000, " * 1 + 0", "5", false, "ref<f32[5]>");
+}
+
+/* A cycle closing a long chain is one error at the const where it closes,
+ * as for a short one (tests/diag/const-cycle). */
+static void test_long_const_cycle(void **state) {
+  (void)state;
+  char *text = const_chain(200000, " + 1", "E0 * 2", false);
+  TestCompile c;
+  test_compile(&c, "t.tpk", text, NULL);
+  assert_int_equal(c.status, TPK_ERR_PARSE);
+  assert_int_equal(c.diags.errors, 1);
+  assert_non_null(strstr(c.rendered, "t.tpk:1:7: error: const 'E0' depends on itself"));
+  test_compile_free(&c);
+  free(text);
+}
+
 /* ---- the corpus: every valid kernel checks, verifies and round-trips ---- */
 
 static void test_corpus_checks_and_round_trips(void **state) {
@@ -340,6 +389,8 @@ int main(void) {
       cmocka_unit_test(test_scratch_and_dma),
       cmocka_unit_test(test_only_kernel),
       cmocka_unit_test(test_errors_do_not_cascade),
+      cmocka_unit_test(test_long_const_chains),
+      cmocka_unit_test(test_long_const_cycle),
       cmocka_unit_test(test_corpus_checks_and_round_trips),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -63,8 +63,9 @@ static int check_depth(const TpkAst *n) {
       int c = check_depth(single[i]);
       if (c > d) d = c;
     }
-  const TpkAst *const lists[] = {n->args, n->dims, n->body, n->els, n->ranges, n->params, n->outputs, n->tunes};
-  for (int i = 0; i < 8; i++)
+  const TpkAst *const lists[] = {n->args,   n->dims,    n->body,  n->els,     n->ranges,
+                                 n->params, n->outputs, n->tunes, n->requires};
+  for (size_t i = 0; i < TPK_ARRAY_LEN(lists); i++)
     for (const TpkAst *c = lists[i]; c; c = c->next) {
       int cd = check_depth(c);
       if (cd > d) d = cd;
@@ -224,7 +225,7 @@ static void test_ast_precedence(void **state) {
 static void test_ast_constructs(void **state) {
   (void)state;
   assert_ast("const LANES = 0x80;\n"
-             "kernel k(inout p: f32[N], eps: f32) -> (y: f32[B*H, 2] = 0) tune BM in [8, 16] {\n"
+             "kernel k(inout p: f32[N], eps: f32) -> (y: f32[B*H, 2] = 0) tune BM in [8, 16] require 1 <= N {\n"
              "  scratch buf: f32[BM, 4];\n"
              "  let a = -x as bf16 * 2.5 + 1e-5;\n"
              "  var b = a[i, :, 0..64, j.., ..8].start;\n"
@@ -249,6 +250,10 @@ static void test_ast_constructs(void **state) {
              "    (tune BM\n"
              "      (int 8)\n"
              "      (int 16))\n"
+             "    (require\n"
+             "      (binary <=\n"
+             "        (int 1)\n"
+             "        (name N)))\n"
              "    (body\n"
              "      (scratch buf f32\n"
              "        (name BM)\n"
@@ -700,7 +705,7 @@ static uint64_t rng_next(uint64_t *s) {
 static void test_random_input(void **state) {
   (void)state;
   static const char *const frags[] = {
-      "kernel", "const", "let", "var", "if", "else", "for", "in", "tiles", "tune", "scratch", "inout", "as",
+      "kernel", "const", "let", "var", "if", "else", "for", "in", "tiles", "tune", "require", "scratch", "inout", "as",
       "true", "inf", "f32", "bf16", "x", "N", "0", "1.5", "0x1f", "2.", "(", ")", "[", "]", "{", "}", ",", ";",
       ":", ".", "..", "=", "+=", "+", "-", "*", "<", "==", "&&", "!", "->", "\n", "/*", "*/", "//", "@", "\xff"};
   uint64_t seed = 0x9e3779b97f4a7c15u;

@@ -358,11 +358,7 @@ static void k200_run(TpkCode *code, K200Data *d) {
 
 /* ---- helpers ---- */
 
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
+static double now_ms(void) { return tpk_now_seconds() * 1e3; }
 
 /* CPU time of this thread: compile latency without the noise of a busy machine. */
 static double cpu_ms(void) {

@@ -837,6 +837,35 @@ static void test_ir_only_ops(void **state) {
   release(&k);
 }
 
+/* A kernel's `require` is checked with the sizes bound, before anything
+ * runs: std topk with K > N (it returned index N and -inf), and the
+ * requirements of an IR text kernel. */
+static void test_requires(void **state) {
+  (void)state;
+  Kernel k;
+  compile_file(&k, "kernels/topk.tpk", "topk", NULL);
+  float x[16] = {3, 1, 2, 0, 5, 4, 7, 6, 0, 0, 0, 0, 0, 0, 0, 0}, values[20];
+  int32_t indices[20];
+  TpkError err;
+  assert_int_equal(run(&k, (void *[]){x, values, indices}, "M=2,N=8,K=10", &err), TPK_ERR_INVALID);
+  assert_string_equal(err.message, "kernel 'topk': K = 10 is larger than N = 8 (it requires K <= N, line 28)");
+  run_ok(&k, (void *[]){x, values, indices}, "M=2,N=8,K=8");
+  assert_true(values[0] == 7 && indices[0] == 6 && values[7] == 0 && indices[7] == 3);
+  release(&k);
+
+  compile_ir(&k,
+             "kernel @halves(%x: ref<f32[N]>, %y: out ref<f32[H]>) require{eq(H*2, N) loc(1:40), gt(N, 0)} {\n"
+             "}\n",
+             "halves");
+  float xs[6] = {0}, ys[3];
+  run_ok(&k, (void *[]){xs, ys}, "N=6,H=3");
+  assert_int_equal(run(&k, (void *[]){xs, ys}, "N=6,H=2", &err), TPK_ERR_INVALID);
+  assert_string_equal(err.message, "kernel 'halves': H*2 = 4 differs from N = 6 (it requires H*2 == N, line 1)");
+  assert_int_equal(run(&k, (void *[]){xs, ys}, "N=0,H=0", &err), TPK_ERR_INVALID);
+  assert_string_equal(err.message, "kernel 'halves': N = 0 is not larger than 0 (it requires N > 0)");
+  release(&k);
+}
+
 /* Every corpus kernel runs on small ragged shapes without error (or with a
  * clean gather/index error for random ids), under ASan in test-asan. */
 static void test_corpus_smoke(void **state) {
@@ -902,6 +931,7 @@ static void test_corpus_smoke(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_add),
+      cmocka_unit_test(test_requires),
       cmocka_unit_test(test_softmax_ragged),
       cmocka_unit_test(test_matmul_ragged_bitexact),
       cmocka_unit_test(test_layernorm),

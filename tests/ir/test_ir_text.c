@@ -22,7 +22,7 @@
 static const char ALL_OPS[] =
     "module \"all.tpk\"\n"
     "\n"
-    "kernel @everything(%x: ref<f32[M,N]>, %ids: ref<i32[T]>, %n: i32 loc(1:40), %y: out ref<f32[M,N]>, %z: inout ref<f32[M,N]>, %g: out zero ref<f32[V,N]>) tune{BM=8 in [8, 16], BK=256} loc(1:1) {\n"
+    "kernel @everything(%x: ref<f32[M,N]>, %ids: ref<i32[T]>, %n: i32 loc(1:40), %y: out ref<f32[M,N]>, %z: inout ref<f32[M,N]>, %g: out zero ref<f32[V,N]>) tune{BM=8 in [8, 16], BK=256} require{le(M, N) loc(2:11), ne(V*2, N+1), eq(T, cdiv(M,8)), lt(M, 4096), gt(M, 0), ge(N, M-1)} loc(1:1) {\n"
     "  %0 = sym {name=\"M\"} : i32 loc(2:3)\n"
     "  %c8 = const {value=8} : i32\n"
     "  %nt = cdiv %0, %c8 : i32\n"
@@ -384,6 +384,8 @@ static void test_parse_errors(void **state) {
       {"func @f() -> () {\n  %0 %1 = neg\n}", "2:6: expected ',', found '%1'"},
       {"func @f() -> () {\n  3\n}", "2:3: expected an op, found '3'"},
       {"func @f() -> () {}\x01", "1:19: unexpected byte 0x01"},
+      {"kernel @k(%a: ref<f32[N]>) require{add(N, 1)} {}", "1:36: expected a comparison (eq, ne, lt, le, gt, ge), found 'add'"},
+      {"kernel @k(%a: ref<f32[N]>) require{le(N)} {}", "1:40: expected ',', found ')'"},
       /* the parsed module is verified */
       {"func @f(%a: f32) -> (i32) {\n  return %a\n}", "verify: @f: 'return' value 0 is f32, the function returns i32"},
   };

@@ -131,7 +131,9 @@ static void test_grid_write_conflict(void **state) {
   test_compile_free(&k.c);
 }
 
-/* Scatter-adds: duplicates within one instance are fine, across instances a race. */
+/* Scatter-adds: duplicates accumulate, within one instance and across
+ * instances (the contract's embedding_bwd; `+=` is an atomic add, like
+ * Triton's tl.atomic_add), and the rows hold the sums. */
 static void test_scatter_add_across_instances(void **state) {
   (void)state;
   Kernel k;
@@ -139,15 +141,59 @@ static void test_scatter_add_across_instances(void **state) {
   int T = 130, D = 2, V = 200;
   int32_t *ids = malloc(sizeof *ids * (size_t)T);
   for (int t = 0; t < T; t++) ids[t] = t;
-  ids[10] = ids[20] = 5; /* within instance 0 */
+  ids[10] = ids[20] = 5;   /* twice within instance 0 */
+  ids[100] = ids[129] = 7; /* and from instances 1 and 2 */
   float *g = filled((size_t)T * D), *grad = calloc((size_t)V * D, sizeof *grad);
   for (int i = 0; i < T * D; i++) g[i] = 1.0f;
   expect_report(&k, (void *[]){ids, g, grad}, "T=130,D=2,V=200", "", 0);
-  ids[100] = 7; /* instance 1 adds to row 7, which instance 0 wrote */
-  ids[129] = 8;
-  expect_report(&k, (void *[]){ids, g, grad}, "T=130,D=2,V=200",
-                "line 7:27: grid instances (t=0) and (t=1) both write grad[7, 0]\n", 1);
+  assert_true(grad[5 * D] == 3.0f && grad[7 * D + 1] == 3.0f && grad[100 * D] == 0.0f && grad[128 * D] == 1.0f);
   free(ids), free(g), free(grad);
+  test_compile_free(&k.c);
+}
+
+/* A plain store and an add into one element from two instances: the result
+ * depends on their order (the store wipes the sum or not), in either order
+ * and however many instances added. */
+static const char *const STORE_OR_ADD =
+    "kernel mix(ids: i32[T], g: f32[T, D], store_at: i32) -> (grad: f32[V, D] = 0)\n"
+    "  tune BT in [1]\n"
+    "{\n"
+    "  for t in tiles(T, BT) {\n"
+    "    if t.id == store_at { grad[ids[t], :] = g[t, :]; } else { grad[ids[t], :] += g[t, :]; }\n"
+    "  }\n"
+    "}\n";
+
+static void test_store_and_add_across_instances(void **state) {
+  (void)state;
+  Kernel k;
+  compile(&k, STORE_OR_ADD, "mix", NULL);
+  int32_t ids[3] = {4, 6, 4}, store_at = 0;
+  float g[6] = {1, 2, 3, 4, 5, 6}, grad[16] = {0};
+  expect_report(&k, (void *[]){ids, g, &store_at, grad}, "T=3,D=2,V=8",
+                "line 5:63: grid instance (t=0) stores grad[4, 0] and (t=2) adds to it\n", 1);
+  store_at = 2; /* instances 0 and 1 add, 2 stores */
+  ids[1] = 4;
+  memset(grad, 0, sizeof grad);
+  expect_report(&k, (void *[]){ids, g, &store_at, grad}, "T=3,D=2,V=8",
+                "line 5:27: grid instance (t=0) adds to grad[4, 0] and (t=2) stores it\n", 1);
+  test_compile_free(&k.c);
+}
+
+/* Two instances storing one element through an index vector: a race. */
+static void test_scatter_store_across_instances(void **state) {
+  (void)state;
+  Kernel k;
+  compile(&k,
+          "kernel put(ids: i32[T], g: f32[T, D]) -> (out: f32[V, D])\n"
+          "  tune BT in [2]\n"
+          "{\n"
+          "  for t in tiles(T, BT) { out[ids[t], :] = g[t, :]; }\n"
+          "}\n",
+          "put", NULL);
+  int32_t ids[4] = {0, 1, 2, 1};
+  float g[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+  expect_report(&k, (void *[]){ids, g, out}, "T=4,D=2,V=4",
+                "line 4:27: grid instances (t=0) and (t=1) both write out[1, 0]\n", 1);
   test_compile_free(&k.c);
 }
 
@@ -249,16 +295,17 @@ static void test_clean_corpus(void **state) {
   free(g), free(grad);
 }
 
-/* Corpus kernels without scatters (masks.tpk's write_kv_cache is left out:
- * with these made-up page tables two batch rows do write one cache slot) run clean on small ragged shapes, inputs
- * holding 0, 1 or 2 (valid indices), outputs not `= 0` filled with garbage. */
+/* Corpus kernels (masks.tpk's write_kv_cache is left out: with these
+ * made-up page tables two batch rows do store into one cache slot) run clean
+ * on small ragged shapes, inputs holding 0, 1 or 2 (valid indices, so
+ * scatter-adds repeat them), outputs not `= 0` filled with garbage. */
 static void test_clean_corpus_ragged(void **state) {
   (void)state;
   static const char *const files[] = {"activations", "add", "batched_dot", "casts", "construction", "consts",
-                                      "flash_attention", "gather", "gelu", "layernorm", "layernorm_fwd", "layouts",
-                                      "load_other", "matmul", "matmul_epilogue", "nested_loops", "optimizers",
-                                      "program_id", "ragged", "reductions", "rmsnorm", "rope", "scalar_loops",
-                                      "softmax", "whole_array"};
+                                      "embedding_bwd", "flash_attention", "gather", "gelu", "layernorm",
+                                      "layernorm_fwd", "layouts", "load_other", "matmul", "matmul_epilogue",
+                                      "nested_loops", "optimizers", "program_id", "ragged", "reductions", "rmsnorm",
+                                      "rope", "scalar_loops", "scatter_add", "softmax", "whole_array"};
   for (size_t fi = 0; fi < sizeof files / sizeof *files; fi++) {
     char rel[128];
     snprintf(rel, sizeof rel, "tests/corpus/%s.tpk", files[fi]);
@@ -319,6 +366,8 @@ int main(void) {
       cmocka_unit_test(test_max_reports),
       cmocka_unit_test(test_grid_write_conflict),
       cmocka_unit_test(test_scatter_add_across_instances),
+      cmocka_unit_test(test_store_and_add_across_instances),
+      cmocka_unit_test(test_scatter_store_across_instances),
       cmocka_unit_test(test_read_before_wait),
       cmocka_unit_test(test_uninitialized_reads),
       cmocka_unit_test(test_clean_corpus),

@@ -599,8 +599,8 @@ static void test_fused_sums_match_the_primitive(void **state) {
       TpkBuffer **outs[] = {&y1, &z1, &y2, &z2};
       for (int i = 0; i < 4; i++) assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &m, outs[i]), TPK_OK);
       uint64_t seed = 7 + s;
-      test_fill_random(tpk_buffer_data(x), TPK_F32, m * n, &seed);
-      test_fill_random(tpk_buffer_data(w), TPK_F32, n, &seed);
+      tpk_fill_random(tpk_buffer_data(x), TPK_F32, m * n, &seed);
+      tpk_fill_random(tpk_buffer_data(w), TPK_F32, n, &seed);
       TpkBuffer *fa[] = {x, w, y1, z1}, *sa[] = {x, w, y2, z2, k1, k2};
       TpkLaunch lf = {.args = fa}, ls = {.args = sa};
       if (tpk_kernel_launch(kf, &lf) != TPK_OK || tpk_kernel_launch(ks, &ls) != TPK_OK) fail_msg("%s", tpk_last_error());

@@ -113,10 +113,44 @@ static void test_unknown_kernel(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* topk with K > N has nothing to pick past N (it returned index N and
+ * -inf): the launch fails, naming both sizes, on every device; K = N runs. */
+static void test_topk_needs_k_at_most_n(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkKernel *k;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_std_kernel(ctx, "topk", &k), TPK_OK);
+  static const char *const DEVICES[] = {"host", "sim:v5e"};
+  for (size_t d = 0; d < TPK_ARRAY_LEN(DEVICES); d++)
+    for (int64_t K = 8; K <= 10; K += 2) {
+      TpkDevice *dev;
+      assert_int_equal(tpk_device_open(ctx, DEVICES[d], &dev), TPK_OK);
+      TpkBuffer *x, *values, *indices;
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, (int64_t[]){3, 8}, &x), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, (int64_t[]){3, K}, &values), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_I32, 2, (int64_t[]){3, K}, &indices), TPK_OK);
+      float data[24];
+      for (int i = 0; i < 24; i++) data[i] = (float)((i * 5) % 8);
+      assert_int_equal(tpk_buffer_write(x, data, sizeof data), TPK_OK);
+      TpkLaunch L = {.args = (TpkBuffer *[]){x, values, indices}};
+      TpkStatus st = tpk_kernel_launch(k, &L);
+      if (K <= 8) {
+        if (st != TPK_OK) fail_msg("%s: %s", DEVICES[d], tpk_last_error());
+      } else {
+        assert_int_equal(st, TPK_ERR_INVALID);
+        assert_string_equal(tpk_last_error(), "kernel 'topk': K = 10 is larger than N = 8 (it requires K <= N, line 28)");
+      }
+      tpk_buffer_destroy(x), tpk_buffer_destroy(values), tpk_buffer_destroy(indices);
+    }
+  tpk_context_destroy(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_library_is_the_kernels_folder),
       cmocka_unit_test(test_unknown_kernel),
+      cmocka_unit_test(test_topk_needs_k_at_most_n),
       cmocka_unit_test(test_every_kernel_runs_without_a_compiler),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

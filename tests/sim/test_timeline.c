@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "sim/timeline.h"
@@ -634,12 +633,6 @@ static void test_trace_cap(void **state) {
 
 /* ---- Scale --------------------------------------------------------------------- */
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* 10^6 grid steps of a double-buffered matmul: a DMA on one of 4 lanes, a dot
  * on one of two MXUs, a VPU epilogue; repeated labels, as a simulator emits. */
 static void test_million_tasks(void **state) {
@@ -649,7 +642,7 @@ static void test_million_tasks(void **state) {
   int dma = tpk_timeline_add_unit(tl, "dma", 4), mxu[2] = {tpk_timeline_add_unit(tl, "mxu0", 1),
                                                             tpk_timeline_add_unit(tl, "mxu1", 1)},
       vpu = tpk_timeline_add_unit(tl, "vpu", 1);
-  double t0 = now();
+  double t0 = tpk_now_seconds();
   TpkTaskId d_prev = TPK_TASK_NONE, d = add1(tl, dma, 64, TPK_TASK_NONE, "dma x[i,k] 64 KiB");
   for (int k = 0; k < STEPS; k++) {
     TpkTaskId dn = add1(tl, dma, 64, d_prev, "dma x[i,k] 64 KiB");
@@ -657,7 +650,7 @@ static void test_million_tasks(void **state) {
     TpkTaskId e = add1(tl, vpu, 40, m, "epilogue");
     d_prev = e, d = dn;
   }
-  double secs = now() - t0;
+  double secs = tpk_now_seconds() - t0;
   assert_ok(tl);
   int64_t n = tpk_timeline_task_count(tl);
   assert_true(n > 1000000);
@@ -672,10 +665,10 @@ static void test_million_tasks(void **state) {
   assert_true(per_task <= 34); /* 32 bytes a task plus the chunk index and tables */
   /* Its trace, capped at 10^5 events, in memory. */
   TpkTimelineTraceOptions opts = {.clock_hz = 940e6, .max_events = 100000};
-  t0 = now();
+  t0 = tpk_now_seconds();
   TpkStr s = {0};
   assert_int_equal(tpk_timeline_trace_json_opts(tl, &opts, &s, NULL), TPK_OK);
-  secs = now() - t0;
+  secs = tpk_now_seconds() - t0;
   print_message("trace of %zu events: %.1f MB in %.3f s\n", opts.max_events, s.len / 1e6, secs);
   assert_non_null(strstr(s.data, "tasks omitted"));
   tpk_str_free(&s);

@@ -150,3 +150,11 @@ def test_topk(name, shape, data, tune, device):
     np.testing.assert_array_equal(out["values"], tv.numpy(), err_msg=what + " values vs torch.topk")
     if data == "uniform":
         np.testing.assert_array_equal(out["indices"], ti.numpy(), err_msg=what + " indices vs torch.topk")
+
+
+@pytest.mark.parametrize("device", tpkrun.DEVICES)
+def test_topk_rejects_k_larger_than_n(device):
+    # Past N there is nothing left to pick (it used to return index N and -inf).
+    x = topk_data("uniform", 3, 8, seed=5)
+    with pytest.raises(tpkrun.TpkRunError, match=r"K = 10 is larger than N = 8 \(it requires K <= N"):
+        tpkrun.run("topk.tpk", "topk", dict(M=3, N=8, K=10), dict(x=x), device=device)
