@@ -1985,11 +1985,9 @@ static void check_for_ranges(Checker *c, const TpkAst *st, const TpkAst *r, Sym 
   TpkBlock *saved_block = c->b.block;
   Sym *saved_scope = c->scope;
   c->b.block = blk;
-  /* All arguments first: the block's argument array moves as it grows. */
-  bool args_ok = op && tpk_block_add_arg(c->m, blk, rg.iv_type, r->name);
-  for (int i = 0; i < n && args_ok; i++) args_ok = tpk_block_add_arg(c->m, blk, vars[i]->type, vars[i]->name);
-  bind_index_or_poison(c, r, args_ok ? &blk->args[0] : NULL);
-  for (int i = 0; i < n && args_ok; i++) vars[i]->val = val_of(&blk->args[i + 1]);
+  TpkValue *iv = op ? tpk_block_add_arg(c->m, blk, rg.iv_type, r->name) : NULL;
+  bind_index_or_poison(c, r, iv);
+  for (int i = 0; i < n && iv; i++) vars[i]->val = val_of(tpk_block_add_arg(c->m, blk, vars[i]->type, vars[i]->name));
   check_for_ranges(c, st, r->next, vars, n);
   yield_carried(c, st, op ? n : 0, vars);
   c->scope = saved_scope;
@@ -2034,12 +2032,9 @@ static void check_grid(Checker *c, const TpkAst *st) {
   c->b.block = blk;
   c->grid_depth = 1;
   c->grid_rank = nranges;
-  bool args_ok = op != NULL; /* all arguments first: the array moves as it grows */
   k = 0;
-  for (const TpkAst *r = st->ranges; r && args_ok; r = r->next, k++)
-    args_ok = tpk_block_add_arg(c->m, blk, rg[k].iv_type, r->name) != NULL;
-  k = 0;
-  for (const TpkAst *r = st->ranges; r; r = r->next, k++) bind_index_or_poison(c, r, args_ok ? &blk->args[k] : NULL);
+  for (const TpkAst *r = st->ranges; r; r = r->next, k++)
+    bind_index_or_poison(c, r, op ? tpk_block_add_arg(c->m, blk, rg[k].iv_type, r->name) : NULL);
   check_stmts(c, st->body, false);
   c->grid_depth = 0;
   c->grid_rank = 0;

@@ -1401,17 +1401,23 @@ static void emit_concat(Emitter *e, const TpkOp *op) {
 
 static void emit_block(Emitter *e, const TpkBlock *b);
 
+/* The value a for (its carried block argument) or an if (its result)
+ * receives from position i of its yield. */
+static const TpkValue *carrier(const TpkOp *owner, int i) {
+  return owner->opcode == TPK_OP_FOR ? owner->regions[0]->args[1 + i] : &owner->out[i];
+}
+
 /* Loop-carried and if-merged values: assign the yielded values to the
  * carriers. Tiles are copied unless they already share memory; when a
  * yielded tile lives in another carrier's buffer, everything goes through a
  * temporary copy first so no carrier is overwritten before it is read. */
-static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *carriers, int n) {
+static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkOp *owner, int n) {
   bool clash = false;
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++)
-      if (i != j && is_tile(&carriers[j]) && offset_of(e, y->in[i]) == offset_of(e, &carriers[j])) clash = true;
+      if (i != j && is_tile(carrier(owner, j)) && offset_of(e, y->in[i]) == offset_of(e, carrier(owner, j))) clash = true;
   for (int i = 0; i < n; i++) {
-    const TpkValue *c = &carriers[i], *v = y->in[i];
+    const TpkValue *c = carrier(owner, i), *v = y->in[i];
     if (!is_tile(c)) {
       line(e, "%s y%d_%d = %s;", ctype(c->type->dtype), e->tmp, i, name_of(e, v));
       continue;
@@ -1425,7 +1431,7 @@ static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *carriers
     }
   }
   for (int i = 0; i < n; i++) {
-    const TpkValue *c = &carriers[i], *v = y->in[i];
+    const TpkValue *c = carrier(owner, i), *v = y->in[i];
     if (!is_tile(c)) {
       line(e, "%s = y%d_%d;", name_of(e, c), e->tmp, i);
       continue;
@@ -1450,7 +1456,7 @@ static void emit_for(Emitter *e, const TpkOp *op) {
   int n = op->nout;
   /* the carriers are the block arguments; the results are the same C objects */
   for (int i = 0; i < n; i++) {
-    const TpkValue *arg = &body->args[i + 1], *init = op->in[2 + i];
+    const TpkValue *arg = body->args[i + 1], *init = op->in[2 + i];
     if (is_tile(arg)) {
       const char *c = def_tile(e, arg);
       copy_tile(e, c, arg, init);
@@ -1461,12 +1467,12 @@ static void emit_for(Emitter *e, const TpkOp *op) {
       set_name(e, &op->out[i], c);
     }
   }
-  const TpkValue *iv = &body->args[0];
+  const TpkValue *iv = body->args[0];
   const char *ivn = new_name(e, iv);
   line(e, "for (int64_t %s = %s; %s < %s; %s++) {", ivn, bound(e, op->in[0]), ivn, bound(e, op->in[1]), ivn);
   e->indent++;
   emit_block(e, body);
-  if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, &body->args[1], n);
+  if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, op, n);
   e->indent--;
   line(e, "}");
 }
@@ -1483,7 +1489,7 @@ static void emit_if(Emitter *e, const TpkOp *op) {
     e->indent++;
     const TpkBlock *b = op->regions[r];
     emit_block(e, b);
-    if (n && b->last && b->last->opcode == TPK_OP_YIELD) emit_yield_into(e, b->last, op->out, n);
+    if (n && b->last && b->last->opcode == TPK_OP_YIELD) emit_yield_into(e, b->last, op, n);
     e->indent--;
     line(e, r == 0 ? "} else {" : "}");
   }
@@ -1515,7 +1521,7 @@ static void emit_split_grid_loops(Emitter *e, const TpkOp *op) {
     const char *q = inner.len ? tpk_arena_printf(&e->arena, "grid_q / (%s)", inner.data) : "grid_q";
     if (a > 0) q = tpk_arena_printf(&e->arena, "(%s) %% grid_n%d", q, a);
     tpk_str_free(&inner);
-    line(e, "int64_t %s = %s + %s;", new_name(e, &body->args[a]), bound(e, op->in[2 * a]), q);
+    line(e, "int64_t %s = %s + %s;", new_name(e, body->args[a]), bound(e, op->in[2 * a]), q);
   }
 }
 
@@ -1530,7 +1536,7 @@ static void emit_grid(Emitter *e, const TpkOp *op) {
   } else {
     line(e, "/* grid: %d ax%s, one iteration per program instance */", body->nargs, body->nargs == 1 ? "is" : "es");
     for (int a = 0; a < body->nargs; a++) {
-      const char *n = new_name(e, &body->args[a]);
+      const char *n = new_name(e, body->args[a]);
       line(e, "for (int64_t %s = %s; %s < %s; %s++) {", n, bound(e, op->in[2 * a]), n, bound(e, op->in[2 * a + 1]), n);
       e->indent++;
     }
@@ -1562,7 +1568,7 @@ static void emit_op(Emitter *e, const TpkOp *op) {
       return;
     }
     const char *x = op->opcode == TPK_OP_PROGRAM_ID
-                        ? tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", name_of(e, &e->grid->regions[0]->args[axis]), bound(e, e->grid->in[2 * axis]))
+                        ? tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", name_of(e, e->grid->regions[0]->args[axis]), bound(e, e->grid->in[2 * axis]))
                         : tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", bound(e, e->grid->in[2 * axis + 1]), bound(e, e->grid->in[2 * axis]));
     line(e, "int32_t %s = %s;", new_name(e, &op->out[0]), x);
     return;

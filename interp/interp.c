@@ -198,9 +198,9 @@ static int slot_find(const Interp *I, const TpkValue *v) {
 static int collect(Interp *I, const TpkBlock *b, int n) {
   for (int i = 0; i < b->nargs; i++, n++)
     if (I->keys) {
-      size_t h = hash_ptr(&b->args[i], I->cap);
+      size_t h = hash_ptr(b->args[i], I->cap);
       while (I->keys[h]) h = (h + 1) & (I->cap - 1);
-      I->keys[h] = &b->args[i];
+      I->keys[h] = b->args[i];
       I->index[h] = n;
     }
   for (const TpkOp *op = b->first; op; op = op->next) {
@@ -439,7 +439,7 @@ static void put_instance(TpkStr *s, const Interp *I, int64_t inst) {
   }
   tpk_str_putc(s, '(');
   for (int a = 0; a < I->grid_axes; a++) {
-    const char *name = I->grid_body && I->grid_body->args[a].name ? I->grid_body->args[a].name : NULL;
+    const char *name = I->grid_body && I->grid_body->args[a]->name ? I->grid_body->args[a]->name : NULL;
     if (name)
       tpk_str_printf(s, "%s%s=%" PRId64, a ? ", " : "", name, I->grid_lo[a] + pos[a]);
     else
@@ -1425,7 +1425,7 @@ static TpkStatus exec_grid(Interp *I, const TpkOp *op) {
     for (int a = 0; a < axes && st == TPK_OK; a++) {
       I->grid_pos[a] = lo[a] + pos[a];
       I->grid_count[a] = count[a];
-      st = bind_index(I, op, &op->regions[0]->args[a], lo[a] + pos[a]);
+      st = bind_index(I, op, op->regions[0]->args[a], lo[a] + pos[a]);
     }
     const TpkOp *term = NULL;
     if (st == TPK_OK) st = exec_block(I, op->regions[0], &term);
@@ -1467,9 +1467,9 @@ static TpkStatus exec_for(Interp *I, const TpkOp *op) {
       val_assign(&carry[i], v);
   }
   for (int64_t it = lo; it < hi && st == TPK_OK; it++) {
-    st = bind_index(I, op, &body->args[0], it);
+    st = bind_index(I, op, body->args[0], it);
     for (int i = 0; i < n && st == TPK_OK; i++) {
-      Val *a = slot(I, &body->args[1 + i]);
+      Val *a = slot(I, body->args[1 + i]);
       if (!a)
         st = fail(I, op, TPK_ERR_INTERNAL, "region argument has no slot");
       else

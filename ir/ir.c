@@ -475,26 +475,20 @@ void tpk_func_replace_uses(TpkFunc *f, TpkValue *from, TpkValue *to) {
 TpkValue *tpk_block_add_arg(TpkModule *m, TpkBlock *block, const TpkType *type, const char *name) {
   if (!m || !block) return NULL;
   int cap = implied_cap(block->nargs, MIN_ARGS);
-  if (!block->args || block->nargs == cap) {
+  if (!block->args || block->nargs == cap) { /* only the array of pointers moves */
     int newcap = block->args ? cap * 2 : cap;
-    TpkValue *args = tpk_arena_alloc(&m->arena, (size_t)newcap * sizeof *args);
+    TpkValue **args = tpk_arena_alloc(&m->arena, (size_t)newcap * sizeof *args);
     if (!args) return NULL;
-    TpkValue *old = block->args;
-    if (old) memcpy(args, old, (size_t)block->nargs * sizeof *args);
+    if (block->args) memcpy(args, block->args, (size_t)block->nargs * sizeof *args);
     block->args = args;
-    /* The arguments moved: redirect uses already in the IR, and parameters.
-     * Pointers the caller still holds to the old copies go stale; the
-     * verifier reports them. */
-    for (int i = 0; old && i < block->nargs; i++) {
-      tpk_func_replace_uses(block->func, &old[i], &args[i]);
-      if (block->func && block->func->body == block && i < block->func->nparams) block->func->params[i].value = &args[i];
-    }
   }
-  TpkValue *v = &block->args[block->nargs];
+  TpkValue *v = tpk_arena_alloc(&m->arena, sizeof *v);
+  if (!v) return NULL;
   v->type = type;
   v->block = block;
-  v->index = block->nargs++;
+  v->index = block->nargs;
   v->name = intern_cstr(m, name);
+  block->args[block->nargs++] = v;
   return v;
 }
 

@@ -317,7 +317,8 @@ struct TpkOp {
 
 struct TpkBlock {
   int nargs;
-  TpkValue *args; /* array of nargs values */
+  TpkValue **args; /* nargs arguments, each allocated once: a value keeps its
+                      address when more arguments are added */
   TpkOp *first, *last;
   TpkOp *parent; /* the op owning this region; NULL for a function body */
   TpkFunc *func;
@@ -393,9 +394,8 @@ typedef struct TpkBuilder {
  * for arena exhaustion (returns NULL). Result types are taken as given; the
  * verifier checks them. */
 TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int nout, const TpkType *const *out);
-/* Appends an argument. When the block's argument array grows (past 8, 16,
- * ...) the arguments move: uses in the IR are redirected, but pointers from
- * earlier calls go stale, so add a region's arguments before using them. */
+/* Appends an argument (amortised O(1)); the returned value stays valid for
+ * the module's lifetime, however many arguments follow. */
 TpkValue *tpk_block_add_arg(TpkModule *m, TpkBlock *block, const TpkType *type, const char *name);
 
 void tpk_op_set_int(TpkModule *m, TpkOp *op, const char *key, int64_t v);

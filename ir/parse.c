@@ -516,24 +516,20 @@ static bool parse_region(Parser *p, TpkBlock *b) {
   if (is_punct(&p->tok, '^')) {
     next(p);
     if (!expect(p, '(')) return false;
-    Vec keys = {0}, toks = {0};
     if (!is_punct(&p->tok, ')')) do {
         if (p->tok.kind != T_VALUE) return expected(p, "a value");
-        Token *vt = tpk_arena_alloc(&p->scratch, sizeof *vt);
+        Token vt = p->tok;
         const char *key = value_key(p);
-        if (!vt || !key) return error_at(p, p->tok.line, p->tok.col, "out of memory");
-        *vt = p->tok;
+        if (!key) return false;
         next(p);
         if (!expect(p, ':')) return false;
         const TpkType *t = parse_type(p);
         if (!t) return false;
-        if (!tpk_block_add_arg(p->m, b, t, hint_of(key))) return error_at(p, vt->line, vt->col, "out of memory");
-        if (!vec_push(p, &keys, (void *)key) || !vec_push(p, &toks, vt)) return false;
+        TpkValue *arg = tpk_block_add_arg(p->m, b, t, hint_of(key));
+        if (!arg) return error_at(p, vt.line, vt.col, "out of memory");
+        if (!define(p, &vt, key, arg)) return false;
       } while (accept(p, ','));
     if (!expect(p, ')') || !expect(p, ':')) return false;
-    /* bind after all are added: adding may move the argument array */
-    for (int i = 0; i < keys.n; i++)
-      if (!define(p, toks.items[i], keys.items[i], &b->args[i])) return false;
   }
   if (!parse_block(p, b) || !expect(p, '}')) return false;
   p->depth--;

@@ -289,9 +289,9 @@ static void block_print(Printer *p, const TpkBlock *b, int depth) {
     tpk_str_puts(p->out, "^(");
     for (int i = 0; i < b->nargs; i++) {
       if (i) tpk_str_puts(p->out, ", ");
-      value_print(p, &b->args[i]);
+      value_print(p, b->args[i]);
       tpk_str_puts(p->out, ": ");
-      tpk_type_print(p->out, b->args[i].type);
+      tpk_type_print(p->out, b->args[i]->type);
     }
     tpk_str_puts(p->out, "):\n");
   }

@@ -536,8 +536,8 @@ static bool check_grid(Verifier *v) {
   const TpkBlock *b = op->regions[0];
   if (b->nargs != op->nin / 2) return fail(v, "region has %d arguments for %d axes", b->nargs, op->nin / 2);
   for (int i = 0; i < b->nargs; i++)
-    if (!is_loop_index(b->args[i].type))
-      return fail(v, "axis %d argument must be i32 or a tile, got %s", i, ty(v, b->args[i].type));
+    if (!is_loop_index(b->args[i]->type))
+      return fail(v, "axis %d argument must be i32 or a tile, got %s", i, ty(v, b->args[i]->type));
   return true;
 }
 
@@ -548,11 +548,11 @@ static bool check_for(Verifier *v) {
   if (op->nout != n) return fail(v, "has %d results for %d loop-carried values", op->nout, n);
   const TpkBlock *b = op->regions[0];
   if (b->nargs != n + 1) return fail(v, "region has %d arguments, expected the index and %d carried values", b->nargs, n);
-  if (!is_loop_index(b->args[0].type)) return fail(v, "index must be i32 or a tile, got %s", ty(v, b->args[0].type));
+  if (!is_loop_index(b->args[0]->type)) return fail(v, "index must be i32 or a tile, got %s", ty(v, b->args[0]->type));
   for (int i = 0; i < n; i++) {
     const TpkType *t = in_type(v, 2 + i);
-    if (b->args[1 + i].type != t)
-      return fail(v, "carried value %d is %s but its region argument is %s", i, ty(v, t), ty(v, b->args[1 + i].type));
+    if (b->args[1 + i]->type != t)
+      return fail(v, "carried value %d is %s but its region argument is %s", i, ty(v, t), ty(v, b->args[1 + i]->type));
     if (out_type(v, i) != t) return fail(v, "carried value %d is %s but result %d is %s", i, ty(v, t), i, ty(v, out_type(v, i)));
   }
   return check_ends_with_yield(v, b, n, "body");
@@ -733,8 +733,8 @@ static bool check_operand(Verifier *v, int i) {
   const TpkValue *x = v->op->in[i];
   if (!x) return fail(v, "operand %d is null", i);
   bool linked = x->def ? x->index >= 0 && x->index < x->def->nout && &x->def->out[x->index] == x
-                       : x->block && x->index >= 0 && x->index < x->block->nargs && &x->block->args[x->index] == x;
-  if (!linked) return fail(v, "operand %d is not a live value (a stale block argument or a copy?)", i);
+                       : x->block && x->index >= 0 && x->index < x->block->nargs && x->block->args[x->index] == x;
+  if (!linked) return fail(v, "operand %d is not a live value (a copy?)", i);
   void *state = irh_map_get(&v->scope, x);
   if (state != &IN_SCOPE)
     return fail(v, "operand %d%s%s is used %s", i, x->name ? " %" : "", x->name ? x->name : "",
@@ -792,10 +792,10 @@ static bool check_op(Verifier *v, const TpkOp *op, const TpkBlock *b, int depth)
 static bool check_block(Verifier *v, const TpkBlock *b, int depth) {
   if (depth > MAX_DEPTH) return fail(v, "regions are nested more than %d deep", MAX_DEPTH);
   for (int i = 0; i < b->nargs; i++) {
-    if (!b->args[i].type) return fail(v, "region argument %d has no type", i);
-    if (b->args[i].block != b || b->args[i].index != i || b->args[i].def)
+    if (!b->args[i] || !b->args[i]->type) return fail(v, "region argument %d has no type", i);
+    if (b->args[i]->block != b || b->args[i]->index != i || b->args[i]->def)
       return fail(v, "region argument %d is not linked to its block", i);
-    if (!set_scope(v, &b->args[i], &IN_SCOPE)) return false;
+    if (!set_scope(v, b->args[i], &IN_SCOPE)) return false;
   }
   const TpkOp *prev = NULL;
   for (const TpkOp *op = b->first; op; prev = op, op = op->next) {
@@ -811,7 +811,7 @@ static bool check_block(Verifier *v, const TpkBlock *b, int depth) {
   }
   /* leaving the region: its values go out of scope */
   for (int i = 0; i < b->nargs; i++)
-    if (!set_scope(v, &b->args[i], &OUT_OF_SCOPE)) return false;
+    if (!set_scope(v, b->args[i], &OUT_OF_SCOPE)) return false;
   for (const TpkOp *op = b->first; op; op = op->next)
     for (int i = 0; i < op->nout; i++)
       if (!set_scope(v, &op->out[i], &OUT_OF_SCOPE)) return false;
@@ -829,9 +829,9 @@ static bool check_params(Verifier *v) {
     return fail(v, "body has %d arguments for %d parameters", f->body->nargs, f->nparams);
   for (int i = 0; i < f->nparams; i++) {
     const TpkParam *p = &f->params[i];
-    const TpkType *t = f->body->args[i].type;
+    const TpkType *t = f->body->args[i]->type;
     const char *name = p->name ? p->name : "?";
-    if (p->value != &f->body->args[i]) return fail(v, "parameter %d is not body argument %d", i, i);
+    if (p->value != f->body->args[i]) return fail(v, "parameter %d is not body argument %d", i, i);
     for (int j = 0; p->name && j < i; j++)
       if (f->params[j].name == p->name) return fail(v, "parameter %%%s is declared twice", name);
     if (!t) return fail(v, "parameter %%%s has no type", name);

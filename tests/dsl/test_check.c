@@ -98,13 +98,13 @@ static void test_matmul_ir(void **state) {
   assert_non_null(grid);
   assert_int_equal(grid->nin, 4);
   assert_int_equal(grid->regions[0]->nargs, 2);
-  assert_type(grid->regions[0]->args[0].type, "tile<128>");
+  assert_type(grid->regions[0]->args[0]->type, "tile<128>");
   assert_null(find_op(f, TPK_OP_GRID, 1));
   TpkOp *loop = find_op(f, TPK_OP_FOR, 0);
   assert_non_null(loop);
   assert_int_equal(loop->nout, 1);
   assert_type(loop->out[0].type, "f32[128,128]");
-  assert_type(loop->regions[0]->args[0].type, "tile<256>");
+  assert_type(loop->regions[0]->args[0]->type, "tile<256>");
   TpkOp *dot = find_op(f, TPK_OP_DOT, 0);
   assert_type(dot->in[0]->type, "bf16[128,256]");
   assert_type(dot->out[0].type, "f32[128,128]");
@@ -150,8 +150,8 @@ static void test_flash_attention_transpose_folded(void **state) {
   assert_int_equal(loop->nout, 3);
   /* the grid's first axis is a scalar index, the second a tile */
   TpkOp *grid = find_op(f, TPK_OP_GRID, 0);
-  assert_type(grid->regions[0]->args[0].type, "i32");
-  assert_type(grid->regions[0]->args[1].type, "tile<128>");
+  assert_type(grid->regions[0]->args[0]->type, "i32");
+  assert_type(grid->regions[0]->args[1]->type, "tile<128>");
   assert_type(find_op(f, TPK_OP_DOT, 1)->out[0].type, "f32[128,D]");
   test_compile_free(&c);
 }
