@@ -512,7 +512,7 @@ static const TpkOp *direct_store(const TpkOp *op) {
   const TpkValue *r = &op->out[0];
   if (!st || st->opcode != TPK_OP_STORE || st->in[st->nin - 1] != r || !is_tile(r)) return NULL;
   if (strcmp(tpk_op_str(st, "mode", "set"), "set") != 0 || strchr(tpk_op_str(st, "index", ""), 'g')) return NULL;
-  if (tpk_count_uses(op->parent, r, NULL) != 1) return NULL;
+  if (tpk_value_use_count(r) != 1) return NULL;
   for (int i = 0; i < op->nin; i++)
     if (reads_in_place(op->in[i], st->in[0])) return NULL;
   return st;
@@ -916,17 +916,13 @@ static bool load_feeds_dot(const TpkOp *load) {
   if (n < 2 || pat[n - 1] == 's') return false;
   for (size_t i = 0; i < n; i++)
     if (pat[i] == 'g') return false;
-  const TpkOp *use = NULL;
-  int uses = 0;
-  for (const TpkOp *op = load->next; op; op = op->next) { /* uses in this block */
-    for (int i = 0; i < op->nin; i++)
-      if (op->in[i] == v) {
-        use = op;
-        uses++;
-      }
-    if (op->nregion) return false; /* a use could hide in a region: keep it simple */
-  }
-  return uses == 1 && use->opcode == TPK_OP_DOT && use->in[0] != use->in[1];
+  const TpkOp *use = tpk_value_single_user(v);
+  if (!use || use->parent != load->parent || use->opcode != TPK_OP_DOT || use->in[0] == use->in[1]) return false;
+  /* Conservative, as when uses were found by scanning the block: an op with
+   * regions after the load keeps the copy. */
+  for (const TpkOp *op = load->next; op; op = op->next)
+    if (op->nregion) return false;
+  return true;
 }
 
 /* A block that is one contiguous run of its tensor (leading scalar indices,

@@ -460,18 +460,6 @@ static TpkBlock *block_new(TpkModule *m, TpkOp *parent, TpkFunc *f) {
 
 enum { MIN_ARGS = 8 };
 
-static void replace_in_block(TpkBlock *b, TpkValue *from, TpkValue *to) {
-  for (TpkOp *op = b ? b->first : NULL; op; op = op->next) {
-    for (int i = 0; i < op->nin; i++)
-      if (op->in[i] == from) op->in[i] = to;
-    for (int r = 0; r < op->nregion; r++) replace_in_block(op->regions[r], from, to);
-  }
-}
-
-void tpk_func_replace_uses(TpkFunc *f, TpkValue *from, TpkValue *to) {
-  if (f) replace_in_block(f->body, from, to);
-}
-
 TpkValue *tpk_block_add_arg(TpkModule *m, TpkBlock *block, const TpkType *type, const char *name) {
   if (!m || !block) return NULL;
   int cap = implied_cap(block->nargs, MIN_ARGS);
@@ -492,6 +480,24 @@ TpkValue *tpk_block_add_arg(TpkModule *m, TpkBlock *block, const TpkType *type, 
   return v;
 }
 
+enum { MIN_PARAMS = 8 };
+
+TpkValue *tpk_func_add_param(TpkModule *m, TpkFunc *f, const TpkType *type, const char *name, TpkParamRole role) {
+  if (!m || !f || !f->body) return NULL;
+  int cap = implied_cap(f->nparams, MIN_PARAMS);
+  if (!f->params || f->nparams == cap) {
+    int newcap = f->params ? cap * 2 : cap;
+    TpkParam *params = tpk_arena_alloc(&m->arena, (size_t)newcap * sizeof *params);
+    if (!params) return NULL;
+    if (f->params) memcpy(params, f->params, (size_t)f->nparams * sizeof *params);
+    f->params = params;
+  }
+  TpkValue *v = tpk_block_add_arg(m, f->body, type, name);
+  if (!v) return NULL;
+  f->params[f->nparams++] = (TpkParam){.name = v->name, .role = role, .value = v};
+  return v;
+}
+
 TpkFunc *tpk_func_new(TpkModule *m, const char *name, bool is_kernel, int nparams, const TpkType *const *types,
                       const char *const *names, const TpkParamRole *roles) {
   if (!m || nparams < 0) return NULL;
@@ -501,16 +507,10 @@ TpkFunc *tpk_func_new(TpkModule *m, const char *name, bool is_kernel, int nparam
   f->is_kernel = is_kernel;
   f->module = m;
   f->body = block_new(m, NULL, f);
-  f->params = tpk_arena_alloc(&m->arena, (size_t)(nparams ? nparams : 1) * sizeof *f->params);
-  if (!f->body || !f->params || (name && !f->name)) return NULL;
-  f->nparams = nparams;
-  for (int i = 0; i < nparams; i++) {
-    TpkValue *v = tpk_block_add_arg(m, f->body, types ? types[i] : NULL, names ? names[i] : NULL);
-    if (!v) return NULL;
-    f->params[i].name = v->name;
-    f->params[i].role = roles ? roles[i] : TPK_PARAM_IN;
-    f->params[i].value = v;
-  }
+  if (!f->body || (name && !f->name)) return NULL;
+  for (int i = 0; i < nparams; i++)
+    if (!tpk_func_add_param(m, f, types ? types[i] : NULL, names ? names[i] : NULL, roles ? roles[i] : TPK_PARAM_IN))
+      return NULL;
   if (m->nfuncs == m->capfuncs) {
     int cap = m->capfuncs ? m->capfuncs * 2 : 8;
     TpkFunc **funcs = tpk_arena_alloc(&m->arena, (size_t)cap * sizeof *funcs);
@@ -523,6 +523,79 @@ TpkFunc *tpk_func_new(TpkModule *m, const char *name, bool is_kernel, int nparam
   return f;
 }
 
+/* ---- Uses ------------------------------------------------------------------ */
+
+static void use_link(TpkUse *u, TpkValue *v) {
+  u->prev = NULL;
+  u->next = v->uses;
+  if (v->uses) v->uses->prev = u;
+  v->uses = u;
+  v->nuses++;
+}
+
+/* Does nothing when u is not in v's list (an erased op's uses are gone). */
+static void use_unlink(TpkUse *u, TpkValue *v) {
+  if (!u->prev && v->uses != u) return;
+  if (u->prev)
+    u->prev->next = u->next;
+  else
+    v->uses = u->next;
+  if (u->next) u->next->prev = u->prev;
+  u->prev = u->next = NULL;
+  v->nuses--;
+}
+
+/* The operand slots are written here and in tpk_build only. */
+static TpkValue **operands(TpkOp *op) { return (TpkValue **)op->in; }
+
+void tpk_op_set_operand(TpkOp *op, int i, TpkValue *v) {
+  if (!op || i < 0 || i >= op->nin || op->in[i] == v) return;
+  if (op->in[i]) use_unlink(&op->uses[i], op->in[i]);
+  operands(op)[i] = v;
+  if (v) use_link(&op->uses[i], v);
+}
+
+static void drop_operands(TpkOp *op) {
+  for (int i = 0; i < op->nin; i++)
+    if (op->in[i]) use_unlink(&op->uses[i], op->in[i]);
+}
+
+/* Fill op's operand and use arrays (already sized for n) from in. */
+static void link_operands(TpkOp *op, int n, TpkValue *const *in) {
+  op->nin = n;
+  for (int i = 0; i < n; i++) {
+    operands(op)[i] = in[i];
+    op->uses[i] = (TpkUse){.user = op, .index = i};
+    if (in[i]) use_link(&op->uses[i], in[i]);
+  }
+}
+
+bool tpk_op_set_operands(TpkModule *m, TpkOp *op, int n, TpkValue *const *in) {
+  if (!m || !op || n < 0) return false;
+  TpkValue **slots = operands(op);
+  TpkUse *uses = op->uses;
+  if (n > op->nin) { /* new arrays; the old ones stay in the arena */
+    slots = tpk_arena_alloc(&m->arena, (size_t)n * sizeof *slots);
+    uses = tpk_arena_alloc(&m->arena, (size_t)n * sizeof *uses);
+    if (!slots || !uses) return false;
+  }
+  drop_operands(op);
+  op->in = slots;
+  op->uses = uses;
+  link_operands(op, n, in);
+  return true;
+}
+
+int tpk_value_use_count(const TpkValue *v) { return v ? v->nuses : 0; }
+
+TpkOp *tpk_value_single_user(const TpkValue *v) { return v && v->nuses == 1 ? v->uses->user : NULL; }
+
+void tpk_func_replace_uses(TpkFunc *f, TpkValue *from, TpkValue *to) {
+  (void)f; /* the uses are from's own list */
+  if (!from || from == to) return;
+  while (from->uses) tpk_op_set_operand(from->uses->user, from->uses->index, to);
+}
+
 /* ---- Ops ------------------------------------------------------------------- */
 
 TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int nout, const TpkType *const *out) {
@@ -532,14 +605,13 @@ TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int
   if (!op) return NULL;
   op->opcode = opc;
   op->loc = b->loc;
-  op->nin = nin;
   op->in = tpk_arena_alloc(&m->arena, (size_t)(nin ? nin : 1) * sizeof *op->in);
+  op->uses = tpk_arena_alloc(&m->arena, (size_t)(nin ? nin : 1) * sizeof *op->uses);
   op->nout = nout;
   op->out = tpk_arena_alloc(&m->arena, (size_t)(nout ? nout : 1) * sizeof *op->out);
   int nregion = OPS[opc].nregion;
   op->regions = tpk_arena_alloc(&m->arena, (size_t)(nregion ? nregion : 1) * sizeof *op->regions);
-  if (!op->in || !op->out || !op->regions) return NULL;
-  for (int i = 0; i < nin; i++) op->in[i] = in[i];
+  if (!op->in || !op->uses || !op->out || !op->regions) return NULL;
   for (int i = 0; i < nout; i++) {
     op->out[i].type = out[i];
     op->out[i].def = op;
@@ -549,6 +621,7 @@ TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int
   for (int r = 0; r < nregion; r++)
     if (!(op->regions[r] = block_new(m, op, f))) return NULL;
   op->nregion = nregion;
+  link_operands(op, nin, in); /* last: a failed build leaves no uses behind */
   if (b->block) {
     op->parent = b->block;
     op->prev = b->block->last;
@@ -561,8 +634,15 @@ TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int
   return op;
 }
 
+static void drop_uses_within(TpkOp *op) {
+  drop_operands(op);
+  for (int r = 0; r < op->nregion; r++)
+    for (TpkOp *o = op->regions[r] ? op->regions[r]->first : NULL; o; o = o->next) drop_uses_within(o);
+}
+
 void tpk_op_erase(TpkOp *op) {
   if (!op || !op->parent) return;
+  drop_uses_within(op);
   TpkBlock *b = op->parent;
   if (op->prev)
     op->prev->next = op->next;

@@ -292,19 +292,35 @@ typedef struct TpkAttr {
 
 /* ---- Values, ops, blocks, functions, modules -------------------------------- */
 
+/* One use of a value: operand `index` of op `user`. An op owns one per
+ * operand (op->uses[i] is the use of op->in[i]), linked into the used
+ * value's list, so a value's uses are known without walking its function:
+ *   for (const TpkUse *u = v->uses; u; u = u->next) ... u->user, u->index
+ * The lists are kept by every API that changes operands (tpk_build,
+ * tpk_op_set_operand(s), tpk_func_replace_uses, tpk_op_erase); the verifier
+ * checks them. Their order is unspecified. */
+typedef struct TpkUse {
+  TpkOp *user;
+  int index;
+  struct TpkUse *prev, *next; /* the value's other uses */
+} TpkUse;
+
 struct TpkValue {
   const TpkType *type;
   TpkOp *def;       /* the op whose result this is; NULL for a block argument */
   TpkBlock *block;  /* block arguments: the block; results: NULL */
   int index;        /* result number in def, or argument number in block */
   const char *name; /* print hint ("acc"), may be NULL */
+  TpkUse *uses;     /* first use, NULL when unused */
+  int nuses;        /* the length of that list */
 };
 
 struct TpkOp {
   TpkOpcode opcode;
   TpkLoc loc;
   int nin;
-  TpkValue **in;
+  TpkValue *const *in; /* operands: read freely, change with tpk_op_set_operand(s) */
+  TpkUse *uses;        /* uses[i] links in[i]'s use by this op */
   int nout;
   TpkValue *out; /* array of nout values */
   int nregion;
@@ -380,6 +396,10 @@ TpkFunc *tpk_module_find(TpkModule *m, const char *name);
  * arguments are created to match. Adds it to the module. */
 TpkFunc *tpk_func_new(TpkModule *m, const char *name, bool is_kernel, int nparams, const TpkType *const *types,
                       const char *const *names, const TpkParamRole *roles);
+/* Appends a parameter (and its body argument) to f, amortised O(1): a graph
+ * builder adds inputs one at a time. Returns the parameter's value, which
+ * keeps its address; f->params may move (do not hold TpkParam pointers). */
+TpkValue *tpk_func_add_param(TpkModule *m, TpkFunc *f, const TpkType *type, const char *name, TpkParamRole role);
 
 /* Where new ops go: appended to `block`. `loc` is stamped on each op. */
 typedef struct TpkBuilder {
@@ -388,11 +408,12 @@ typedef struct TpkBuilder {
   TpkLoc loc;
 } TpkBuilder;
 
-/* The generic constructor: an op with operands, result types and `nregion`
- * empty regions (each a block with the given argument types, see
- * tpk_block_add_arg), appended at the builder's position. Never fails except
- * for arena exhaustion (returns NULL). Result types are taken as given; the
- * verifier checks them. */
+/* The generic constructor: an op with operands, result types and the op
+ * table's number of empty regions (add their arguments with
+ * tpk_block_add_arg), appended at the end of the builder's block in O(1)
+ * (plus its operands and results); each operand gets a use. Never fails
+ * except for arena exhaustion (returns NULL). Result types are taken as
+ * given; the verifier checks them. */
 TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int nout, const TpkType *const *out);
 /* Appends an argument (amortised O(1)); the returned value stays valid for
  * the module's lifetime, however many arguments follow. */
@@ -430,10 +451,24 @@ int tpk_func_symbols(const TpkFunc *f, const char **names, int max);
  * dropped (dsl/README.md, "Ragged edges"). */
 const TpkOp *tpk_index_vector_load(const TpkValue *v);
 
-/* Remove an op (it must have no remaining uses) / replace every use of a
- * value inside func. */
-void tpk_op_erase(TpkOp *op);
+/* ---- Uses and rewriting ---------------------------------------------------- */
+
+/* Operand i of op becomes v: the use moves from the old value's list to v's. */
+void tpk_op_set_operand(TpkOp *op, int i, TpkValue *v);
+/* All operands of op become in[0..n) (n may differ from op->nin); false when
+ * the arena is exhausted, op unchanged. */
+bool tpk_op_set_operands(TpkModule *m, TpkOp *op, int n, TpkValue *const *in);
+/* Number of uses of v (an op using v twice counts twice). */
+int tpk_value_use_count(const TpkValue *v);
+/* The op using v when v has exactly one use, else NULL. */
+TpkOp *tpk_value_single_user(const TpkValue *v);
+/* Every use of `from` becomes a use of `to`, in O(uses of from). Both are
+ * values of f. */
 void tpk_func_replace_uses(TpkFunc *f, TpkValue *from, TpkValue *to);
+/* Unlink op from its block and drop the uses made by it and by the ops of
+ * its regions. Its results must have no uses left (the verifier reports a use
+ * of an erased op's result). An erased op is dead: do not link it again. */
+void tpk_op_erase(TpkOp *op);
 
 /* ---- Checking, printing, parsing ------------------------------------------- */
 

@@ -24,6 +24,8 @@ typedef struct Verifier {
   TpkArena scratch; /* type strings for messages, the scope map */
   IrhMap scope;     /* value -> IN_SCOPE / OUT_OF_SCOPE */
   IrhMap funcs;     /* interned function name -> its function */
+  IrhMap listed;    /* TpkUse* found in a use list -> the value of that list */
+  int nlisted, noperands; /* per function: use-list entries seen, operands checked */
 } Verifier;
 
 static char IN_SCOPE, OUT_OF_SCOPE; /* their addresses tag values in `scope` */
@@ -687,6 +689,46 @@ static const OpCheck CHECKS[TPK_OP_COUNT] = {
     [TPK_OP_CALL] = check_call,
 };
 
+/* ---- Use lists -------------------------------------------------------------- */
+
+static const char *value_str(Verifier *v, const TpkValue *x) {
+  return x->name ? tpk_arena_printf(&v->scratch, "%%%s", x->name) : "a value";
+}
+
+/* The function body op is linked into, through its blocks; NULL for an
+ * erased op or one inside an erased op. */
+static const TpkBlock *body_of(const TpkOp *op) {
+  const TpkBlock *b = op->parent;
+  while (b && b->parent) b = b->parent->parent;
+  return b && b->func && b->func->body == b ? b : NULL;
+}
+
+/* x's use list, when x comes into scope (before any use): every entry is an
+ * operand of a live op that holds x, linked both ways, and the list's length
+ * is x->nuses. Each operand then checks that it was listed (check_operand),
+ * and check_func that nothing else was. A use from another function is that
+ * function's error (its operand is out of scope there). */
+static bool check_use_list(Verifier *v, const TpkValue *x) {
+  int n = 0;
+  const TpkUse *prev = NULL;
+  for (const TpkUse *u = x->uses; u; prev = u, u = u->next) {
+    if (u->prev != prev || irh_map_get(&v->listed, u)) return fail(v, "use list of %s is broken (its links disagree)", value_str(v, x));
+    const TpkOp *user = u->user;
+    if (!user || u->index < 0 || u->index >= user->nin || &user->uses[u->index] != u || user->in[u->index] != x)
+      return fail(v, "use list of %s names an operand that does not use it", value_str(v, x));
+    const TpkBlock *body = body_of(user);
+    if (!body)
+      return fail(v, "use list of %s names a '%s' that is not in a function (erased?)", value_str(v, x),
+                  (unsigned)user->opcode < TPK_OP_COUNT ? tpk_op_info(user->opcode)->name : "?");
+    n++;
+    if (body != v->f->body) continue;
+    if (!irh_map_put(&v->listed, u, (void *)x)) return fail(v, "out of memory");
+    v->nlisted++;
+  }
+  if (n != x->nuses) return fail(v, "use list of %s has %d entries but counts %d", value_str(v, x), n, x->nuses);
+  return true;
+}
+
 /* ---- Generic structure ----------------------------------------------------- */
 
 /* The attributes against the signature "key:kind,?key:kind". */
@@ -740,6 +782,10 @@ static bool check_operand(Verifier *v, int i) {
     return fail(v, "operand %d%s%s is used %s", i, x->name ? " %" : "", x->name ? x->name : "",
                 state == &OUT_OF_SCOPE ? "outside the region that defines it" : "before its definition or in another function");
   if (!x->type) return fail(v, "operand %d has no type", i);
+  const TpkUse *u = &v->op->uses[i];
+  if (u->user != v->op || u->index != i || irh_map_get(&v->listed, u) != x)
+    return fail(v, "operand %d is missing from the use list of %s", i, value_str(v, x));
+  v->noperands++;
   return true;
 }
 
@@ -776,6 +822,8 @@ static bool check_op(Verifier *v, const TpkOp *op, const TpkBlock *b, int depth)
   if (!check_attrs(v, info->attrs)) return false;
   if ((info->flags & TPK_OPF_ELEMENTWISE) && !check_elementwise(v)) return false;
   if (CHECKS[op->opcode] && !CHECKS[op->opcode](v)) return false;
+  for (int i = 0; i < op->nout; i++)
+    if (!check_use_list(v, &op->out[i])) return false;
   /* results are visible after the op, not inside its own regions */
   for (int r = 0; r < op->nregion; r++) {
     const TpkBlock *rb = op->regions[r];
@@ -795,6 +843,7 @@ static bool check_block(Verifier *v, const TpkBlock *b, int depth) {
     if (!b->args[i] || !b->args[i]->type) return fail(v, "region argument %d has no type", i);
     if (b->args[i]->block != b || b->args[i]->index != i || b->args[i]->def)
       return fail(v, "region argument %d is not linked to its block", i);
+    if (!check_use_list(v, b->args[i])) return false;
     if (!set_scope(v, b->args[i], &IN_SCOPE)) return false;
   }
   const TpkOp *prev = NULL;
@@ -871,6 +920,7 @@ static bool check_func(Verifier *v) {
   if (!irh_map_put(&v->funcs, f->name, (void *)f)) return fail(v, "out of memory");
   if (!check_params(v) || !check_block(v, f->body, 0)) return false;
   v->op = NULL;
+  if (v->nlisted != v->noperands) return fail(v, "use lists name %d uses but the ops have %d operands", v->nlisted, v->noperands);
   if (!f->is_kernel && f->nresults > 0 && (!f->body->last || f->body->last->opcode != TPK_OP_RETURN))
     return fail(v, "body must end with a return of %d value%s", f->nresults, f->nresults == 1 ? "" : "s");
   return true;
@@ -886,6 +936,8 @@ TpkStatus tpk_ir_verify(const TpkModule *m, TpkError *err) {
   for (int i = 0; ok && i < m->nfuncs; i++) {
     v.f = m->funcs[i];
     irh_map_init(&v.scope, &v.scratch); /* values never cross functions */
+    irh_map_init(&v.listed, &v.scratch);
+    v.nlisted = v.noperands = 0;
     ok = check_func(&v);
   }
   tpk_arena_free(&v.scratch);

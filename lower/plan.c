@@ -554,8 +554,8 @@ void tpk_plan_free(TpkPlan *plan) {
  * needs no buffer of its own. */
 bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add_out) {
   const TpkValue *d = &dot->out[0];
-  const TpkOp *use = NULL;
-  if (tpk_count_uses(dot->parent, d, &use) != 1 || use->parent != dot->parent) return false;
+  const TpkOp *use = tpk_value_single_user(d);
+  if (!use || use->parent != dot->parent) return false;
   if (use->opcode != TPK_OP_ADD || use->in[0] == use->in[1] || use->out[0].type != d->type) return false;
   if (add_out) *add_out = use;
   return true;

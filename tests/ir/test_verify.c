@@ -301,6 +301,59 @@ static void test_block_argument_used_before_growth(void **state) {
   assert_ptr_equal(loop->regions[0]->args[0], iv);
 }
 
+/* IR changed without the API (an operand written directly, a count or link
+ * overwritten, an op unlinked without tpk_op_erase) leaves use lists that
+ * disagree with the operands: the verifier says so. */
+static TpkFunc *three_ops(TpkValue **x, TpkValue **a, TpkValue **c) {
+  const TpkType *t = tpk_type_scalar(M, TPK_F32);
+  const TpkType *ts[] = {t, t};
+  TpkFunc *f = tpk_func_new(M, "f", false, 2, ts, (const char *[]){"x", "y"}, NULL);
+  TpkBuilder b = {M, f->body, {4, 2}};
+  *x = f->params[0].value;
+  *a = tpk_build_unary(&b, TPK_OP_NEG, *x);
+  (*a)->name = "a";
+  *c = tpk_build_binary(&b, TPK_OP_MUL, *a, *a);
+  TpkError err = {0};
+  if (tpk_ir_verify(M, &err) != TPK_OK) fail_msg("%s", err.message);
+  return f;
+}
+
+static void test_corrupt_use_lists(void **state) {
+  (void)state;
+  TpkValue *x, *a, *c;
+  TpkFunc *f = three_ops(&x, &a, &c);
+  ((TpkValue **)c->def->in)[1] = f->params[1].value; /* bypasses tpk_op_set_operand */
+  expect_invalid("verify: @f: line 4:2: 'neg' use list of %a names an operand that does not use it");
+  tpk_module_free(M);
+
+  M = tpk_module_new(NULL);
+  f = three_ops(&x, &a, &c);
+  a->nuses = 3;
+  expect_invalid("'neg' use list of %a has 2 entries but counts 3");
+  tpk_module_free(M);
+
+  M = tpk_module_new(NULL);
+  f = three_ops(&x, &a, &c);
+  a->uses = a->uses->next; /* the first use dropped from the list */
+  a->uses->prev = NULL;
+  a->nuses = 1;
+  expect_invalid("is missing from the use list of %a"); /* which operand: the list's order is unspecified */
+  tpk_module_free(M);
+
+  M = tpk_module_new(NULL);
+  f = three_ops(&x, &a, &c);
+  a->uses->next->next = a->uses; /* a cycle */
+  expect_invalid("'neg' use list of %a is broken (its links disagree)");
+  tpk_module_free(M);
+
+  M = tpk_module_new(NULL);
+  f = three_ops(&x, &a, &c);
+  f->body->last = a->def; /* the mul unlinked by hand, its uses left behind */
+  a->def->next = NULL;
+  c->def->parent = NULL;
+  expect_invalid("'neg' use list of %a names a 'mul' that is not in a function (erased?)");
+}
+
 static void test_null_and_missing_types(void **state) {
   (void)state;
   TpkFunc *f = tpk_func_new(M, "f", false, 0, NULL, NULL, NULL);
@@ -470,6 +523,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_use_before_definition, setup, teardown),
       cmocka_unit_test_setup_teardown(test_value_from_other_function, setup, teardown),
       cmocka_unit_test_setup_teardown(test_block_argument_used_before_growth, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_corrupt_use_lists, setup, teardown),
       cmocka_unit_test_setup_teardown(test_null_and_missing_types, setup, teardown),
       cmocka_unit_test(test_invalid_ir),
   };
