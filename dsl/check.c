@@ -419,13 +419,12 @@ static TpkValue *load_whole(Checker *c, const TpkAst *n, TpkValue *ref) {
   if (!can_build(c, n)) return NULL;
   at(c, n);
   const TpkType *rt = ref->type;
-  char pattern[TPK_MAX_RANK + 1];
-  memset(pattern, ':', (size_t)rt->rank);
-  pattern[rt->rank] = 0;
+  TpkIndexPattern whole = {.rank = rt->rank};
+  for (int i = 0; i < rt->rank; i++) whole.dim[i] = TPK_INDEX_ALL;
   const TpkType *t = tpk_type_tensor(c->m, rt->dtype, rt->rank, rt->dims);
   TpkOp *op = tpk_build(&c->b, TPK_OP_LOAD, 1, &ref, 1, &t);
   if (!op) return NULL;
-  tpk_op_set_str(c->m, op, "index", pattern);
+  tpk_op_set_index(c->m, op, "index", &whole);
   return &op->out[0];
 }
 
@@ -727,7 +726,7 @@ static TpkValue *value_of_dim(Checker *c, const TpkAst *n, const TpkDim *d) {
 typedef struct Access {
   Sym *sym;      /* refs: the parameter/output/scratch; NULL for values */
   TpkValue *base; /* the ref or value indexed */
-  char pattern[TPK_MAX_RANK + 1];
+  TpkIndexPattern pattern;
   int nops;
   TpkValue *ops[TPK_MAX_RANK];
   int rank; /* the selected block's shape */
@@ -743,7 +742,7 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
   bool size_known = tpk_dim_is_const(dim, &size_k);
   if (item->kind == TPK_AST_SLICE) {
     if (!item->lhs && !item->rhs) {
-      acc->pattern[axis] = ':';
+      acc->pattern.dim[axis] = TPK_INDEX_ALL;
       acc->dims[acc->rank++] = dim;
       return true;
     }
@@ -764,7 +763,7 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
     }
     TpkValue *start = value_of_dim(c, item, lo);
     if (!start) return false;
-    acc->pattern[axis] = 'r';
+    acc->pattern.dim[axis] = TPK_INDEX_RANGE;
     acc->ops[acc->nops++] = start;
     acc->dims[acc->rank++] = size;
     return true;
@@ -772,7 +771,7 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
   Val v = eval(c, item);
   if (v.k == V_ERR) return false;
   if (v.k == V_TILE) {
-    acc->pattern[axis] = 't';
+    acc->pattern.dim[axis] = TPK_INDEX_TILE;
     acc->ops[acc->nops++] = v.v;
     acc->dims[acc->rank++] = v.v->type->block;
     return true;
@@ -805,9 +804,9 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
   TpkValue *iv = convert(c, v.v, TPK_I32);
   acc->ops[acc->nops++] = iv;
   if (t->rank == 0) {
-    acc->pattern[axis] = 's';
+    acc->pattern.dim[axis] = TPK_INDEX_SCALAR;
   } else {
-    acc->pattern[axis] = 'g';
+    acc->pattern.dim[axis] = TPK_INDEX_GATHER;
     acc->gather = true;
     acc->dims[acc->rank++] = t->dims[0];
   }
@@ -830,10 +829,10 @@ static bool index_items(Checker *c, const TpkAst *n, const char *base_name, int 
   for (const TpkAst *item = n->args; item; item = item->next, axis++)
     ok = index_item(c, item, axis, dims[axis], acc) && ok;
   for (; axis < rank; axis++) { /* missing trailing indices take the whole dimension */
-    acc->pattern[axis] = ':';
+    acc->pattern.dim[axis] = TPK_INDEX_ALL;
     acc->dims[acc->rank++] = dims[axis];
   }
-  acc->pattern[rank] = 0;
+  acc->pattern.rank = rank;
   return ok;
 }
 
@@ -853,10 +852,10 @@ static bool resolve_access(Checker *c, const TpkAst *n, Access *acc, bool *is_re
   const TpkType *rt = acc->base->type;
   if (n->kind != TPK_AST_INDEX) {
     for (int i = 0; i < rt->rank; i++) {
-      acc->pattern[i] = ':';
+      acc->pattern.dim[i] = TPK_INDEX_ALL;
       acc->dims[i] = rt->dims[i];
     }
-    acc->pattern[rt->rank] = 0;
+    acc->pattern.rank = rt->rank;
     acc->rank = rt->rank;
     return true;
   }
@@ -872,7 +871,7 @@ static TpkValue *build_load(Checker *c, const TpkAst *n, const Access *acc, cons
   const TpkType *t = tpk_type_tensor(c->m, acc->base->type->dtype, acc->rank, acc->dims);
   TpkOp *op = tpk_build(&c->b, TPK_OP_LOAD, acc->nops + 1, ins, 1, &t);
   if (!op) return NULL;
-  tpk_op_set_str(c->m, op, "index", acc->pattern);
+  tpk_op_set_index(c->m, op, "index", &acc->pattern);
   if (other) {
     if (tpk_dtype_is_float(t->dtype)) tpk_op_set_float(c->m, op, "other", other->k == V_INT ? (double)other->i : other->f);
     else tpk_op_set_int(c->m, op, "other", other->i);
@@ -909,7 +908,7 @@ static Val eval_index(Checker *c, const TpkAst *n) {
   const TpkType *rt = tpk_type_tensor(c->m, t->dtype, acc.rank, acc.dims);
   TpkOp *op = tpk_build(&c->b, TPK_OP_SLICE, acc.nops + 1, ins, 1, &rt);
   if (!op) return ERR;
-  tpk_op_set_str(c->m, op, "index", acc.pattern);
+  tpk_op_set_index(c->m, op, "index", &acc.pattern);
   return val_of(&op->out[0]);
 }
 
@@ -1023,10 +1022,11 @@ static Val bi_reduce(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   if (a->kw[1] && !bool_arg(c, a->kw[1]->rhs, &keepdims)) return ERR;
   at(c, n);
   TpkDType dt = t->dtype;
-  bool is_sum = strcmp(bi->name, "sum") == 0, is_mean = strcmp(bi->name, "mean") == 0;
+  int kind = TPK_REDUCE_SUM;
+  tpk_enum_from_name(TPK_ENUM_REDUCE_KIND, bi->name, &kind); /* the builtins are named as the IR's kinds */
   /* Integer sums accumulate in i32; a mean of integers is a float. */
-  if (is_mean && !tpk_dtype_is_float(dt)) dt = TPK_F32;
-  else if (is_sum && !tpk_dtype_is_float(dt)) dt = TPK_I32;
+  if (kind == TPK_REDUCE_MEAN && !tpk_dtype_is_float(dt)) dt = TPK_F32;
+  else if (kind == TPK_REDUCE_SUM && !tpk_dtype_is_float(dt)) dt = TPK_I32;
   else if (dt == TPK_BOOL) {
     tpk_diag_error(c->diags, n->span, "%s() is not defined on bool values", bi->name);
     return ERR;
@@ -1043,7 +1043,7 @@ static Val bi_reduce(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   const TpkType *rt = tpk_type_tensor(c->m, dt, rank, dims);
   TpkOp *op = tpk_build(&c->b, TPK_OP_REDUCE, 1, &v, 1, &rt);
   if (!op) return ERR;
-  tpk_op_set_str(c->m, op, "kind", bi->name);
+  tpk_op_set_reduce_kind(c->m, op, (TpkReduceKind)kind);
   tpk_op_set_ints(c->m, op, "axes", naxes, axes);
   tpk_op_set_bool(c->m, op, "keepdims", keepdims);
   return val_of(&op->out[0]);
@@ -1422,8 +1422,8 @@ static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const A
   const TpkType *t = tpk_type_dma(c->m);
   TpkOp *op = tpk_build(&c->b, TPK_OP_DMA_START, k, ins, 1, &t);
   if (!op) return ERR;
-  tpk_op_set_str(c->m, op, "src_index", src.pattern);
-  tpk_op_set_str(c->m, op, "dst_index", dst.pattern);
+  tpk_op_set_index(c->m, op, "src_index", &src.pattern);
+  tpk_op_set_index(c->m, op, "dst_index", &dst.pattern);
   return val_of(&op->out[0]);
 }
 
@@ -1689,12 +1689,12 @@ static void store(Checker *c, const TpkAst *st, const Access *acc) {
   Val v = eval(c, st->rhs);
   if (v.k == V_ERR || !can_build(c, st)) return;
   const TpkType *rt = acc->base->type;
-  const char *mode = "set";
+  TpkStoreMode mode = TPK_STORE_SET;
   switch (st->op) {
   case TPK_ASSIGN_SET: break;
-  case TPK_ASSIGN_ADD: mode = "add"; break;
+  case TPK_ASSIGN_ADD: mode = TPK_STORE_ADD; break;
   case TPK_ASSIGN_SUB:
-    mode = "add";
+    mode = TPK_STORE_ADD;
     v = negate(c, st->rhs, st->rhs, v);
     break;
   default: {
@@ -1716,8 +1716,8 @@ static void store(Checker *c, const TpkAst *st, const Access *acc) {
   ins[acc->nops + 1] = val;
   TpkOp *op = tpk_build(&c->b, TPK_OP_STORE, acc->nops + 2, ins, 0, NULL);
   if (!op) return;
-  tpk_op_set_str(c->m, op, "index", acc->pattern);
-  tpk_op_set_str(c->m, op, "mode", mode);
+  tpk_op_set_index(c->m, op, "index", &acc->pattern);
+  tpk_op_set_store_mode(c->m, op, mode);
 }
 
 static void check_assign(Checker *c, const TpkAst *st) {

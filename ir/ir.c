@@ -733,6 +733,152 @@ const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt) {
   return a && a->kind == TPK_ATTR_STR ? a->s : dflt;
 }
 
+/* ---- Closed sets ----------------------------------------------------------- */
+
+static const char *const REDUCE_KINDS[] = {
+    [TPK_REDUCE_SUM] = "sum", [TPK_REDUCE_MAX] = "max", [TPK_REDUCE_MIN] = "min", [TPK_REDUCE_MEAN] = "mean",
+    [TPK_REDUCE_PROD] = "prod"};
+static const char *const STORE_MODES[] = {[TPK_STORE_SET] = "set", [TPK_STORE_ADD] = "add"};
+
+static const struct EnumSet {
+  const char *name; /* in signatures */
+  const char *const *members;
+  int count;
+} ENUM_SETS[TPK_ENUM_SET_COUNT] = {
+    [TPK_ENUM_REDUCE_KIND] = {"reduce_kind", REDUCE_KINDS, (int)TPK_ARRAY_LEN(REDUCE_KINDS)},
+    [TPK_ENUM_STORE_MODE] = {"store_mode", STORE_MODES, (int)TPK_ARRAY_LEN(STORE_MODES)},
+};
+
+/* The text form of each TpkIndexKind. */
+static const char INDEX_CHARS[] = {[TPK_INDEX_TILE] = 't', [TPK_INDEX_ALL] = ':', [TPK_INDEX_SCALAR] = 's',
+                                   [TPK_INDEX_RANGE] = 'r', [TPK_INDEX_GATHER] = 'g'};
+
+const char *tpk_enum_set_name(TpkEnumSet set) { return (unsigned)set < TPK_ENUM_SET_COUNT ? ENUM_SETS[set].name : "?"; }
+
+const char *tpk_enum_name(TpkEnumSet set, int value) {
+  if ((unsigned)set >= TPK_ENUM_SET_COUNT || value < 0 || value >= ENUM_SETS[set].count) return NULL;
+  return ENUM_SETS[set].members[value];
+}
+
+bool tpk_enum_from_name(TpkEnumSet set, const char *name, int *value) {
+  for (int i = 0; name && (unsigned)set < TPK_ENUM_SET_COUNT && i < ENUM_SETS[set].count; i++)
+    if (strcmp(ENUM_SETS[set].members[i], name) == 0) {
+      *value = i;
+      return true;
+    }
+  return false;
+}
+
+int tpk_index_operands(const TpkIndexPattern *p) {
+  int n = 0;
+  for (int d = 0; d < p->rank; d++) n += p->dim[d] != TPK_INDEX_ALL;
+  return n;
+}
+
+void tpk_index_print(TpkStr *s, const TpkIndexPattern *p) {
+  for (int d = 0; d < p->rank; d++)
+    tpk_str_putc(s, (unsigned)p->dim[d] < sizeof INDEX_CHARS ? INDEX_CHARS[p->dim[d]] : '?');
+}
+
+static void op_set_enum(TpkModule *m, TpkOp *op, const char *key, TpkEnumSet set, int value) {
+  TpkAttr *a = attr_slot(m, op, key);
+  if (a) a->kind = TPK_ATTR_ENUM, a->set = set, a->i = value;
+}
+
+void tpk_op_set_reduce_kind(TpkModule *m, TpkOp *op, TpkReduceKind kind) {
+  op_set_enum(m, op, "kind", TPK_ENUM_REDUCE_KIND, (int)kind);
+}
+
+void tpk_op_set_store_mode(TpkModule *m, TpkOp *op, TpkStoreMode mode) {
+  op_set_enum(m, op, "mode", TPK_ENUM_STORE_MODE, (int)mode);
+}
+
+void tpk_op_set_index(TpkModule *m, TpkOp *op, const char *key, const TpkIndexPattern *p) {
+  TpkAttr *a = attr_slot(m, op, key);
+  if (!a || !p) return;
+  TpkIndexPattern *copy = tpk_arena_alloc(&m->arena, sizeof *copy);
+  if (!copy) return;
+  *copy = *p;
+  a->kind = TPK_ATTR_INDEX;
+  a->index = copy;
+}
+
+static int64_t enum_attr(const TpkOp *op, const char *key, TpkEnumSet set, int64_t dflt) {
+  const TpkAttr *a = tpk_op_attr(op, key);
+  return a && a->kind == TPK_ATTR_ENUM && a->set == set ? a->i : dflt;
+}
+
+TpkReduceKind tpk_op_reduce_kind(const TpkOp *op) {
+  return (TpkReduceKind)enum_attr(op, "kind", TPK_ENUM_REDUCE_KIND, TPK_REDUCE_SUM);
+}
+
+TpkStoreMode tpk_op_store_mode(const TpkOp *op) {
+  return (TpkStoreMode)enum_attr(op, "mode", TPK_ENUM_STORE_MODE, TPK_STORE_SET);
+}
+
+const TpkIndexPattern *tpk_op_index(const TpkOp *op, const char *key) {
+  static const TpkIndexPattern NONE = {0};
+  const TpkAttr *a = tpk_op_attr(op, key);
+  return a && a->kind == TPK_ATTR_INDEX && a->index ? a->index : &NONE;
+}
+
+/* The kind op's signature gives attribute key ("int", "reduce_kind", ...)
+ * and its length; NULL when the signature does not name key. */
+static const char *signature_kind(TpkOpcode opc, const char *key, size_t *len) {
+  const char *sig = (unsigned)opc < TPK_OP_COUNT ? OPS[opc].attrs : "";
+  size_t klen = strlen(key);
+  while (*sig) {
+    if (*sig == '?') sig++;
+    const char *colon = strchr(sig, ':');
+    if (!colon) break;
+    const char *end = strchr(colon, ',');
+    if (!end) end = colon + strlen(colon);
+    if ((size_t)(colon - sig) == klen && memcmp(sig, key, klen) == 0) {
+      *len = (size_t)(end - colon - 1);
+      return colon + 1;
+    }
+    sig = *end ? end + 1 : end;
+  }
+  return NULL;
+}
+
+static bool is_kind(const char *kind, size_t len, const char *name) { return strlen(name) == len && memcmp(kind, name, len) == 0; }
+
+static TpkStatus set_index_text(TpkModule *m, TpkOp *op, const char *key, const char *text, TpkError *err) {
+  TpkIndexPattern p = {0};
+  for (const char *c = text; *c; c++) {
+    const char *at = memchr(INDEX_CHARS, *c, sizeof INDEX_CHARS);
+    if (!at) return tpk_error(err, TPK_ERR_PARSE, "%s \"%s\" has an invalid entry '%c' (expected t : s r g)", key, text, *c);
+    if (p.rank == TPK_MAX_RANK)
+      return tpk_error(err, TPK_ERR_PARSE, "%s \"%s\" has more than %d entries", key, text, TPK_MAX_RANK);
+    p.dim[p.rank++] = (TpkIndexKind)(at - INDEX_CHARS);
+  }
+  tpk_op_set_index(m, op, key, &p);
+  return TPK_OK;
+}
+
+TpkStatus tpk_op_set_text(TpkModule *m, TpkOp *op, const char *key, const char *text, TpkError *err) {
+  if (!m || !op || !key || !text) return tpk_error(err, TPK_ERR_INVALID, "no attribute");
+  size_t len = 0;
+  const char *kind = signature_kind(op->opcode, key, &len);
+  if (kind && is_kind(kind, len, "index")) return set_index_text(m, op, key, text, err);
+  for (int set = 0; kind && set < TPK_ENUM_SET_COUNT; set++) {
+    if (!is_kind(kind, len, ENUM_SETS[set].name)) continue;
+    int value;
+    if (tpk_enum_from_name((TpkEnumSet)set, text, &value)) {
+      op_set_enum(m, op, key, (TpkEnumSet)set, value);
+      return TPK_OK;
+    }
+    TpkStr names = {0};
+    for (int i = 0; i < ENUM_SETS[set].count; i++) tpk_str_printf(&names, "%s%s", i ? ", " : "", ENUM_SETS[set].members[i]);
+    TpkStatus st = tpk_error(err, TPK_ERR_PARSE, "%s \"%s\" is not one of %s", key, text, names.data ? names.data : "");
+    tpk_str_free(&names);
+    return st;
+  }
+  tpk_op_set_str(m, op, key, text);
+  return TPK_OK;
+}
+
 /* ---- Convenience builders -------------------------------------------------- */
 
 static TpkValue *build1(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, const TpkType *t) {
@@ -820,6 +966,6 @@ int tpk_func_symbols(const TpkFunc *f, const char **names, int max) {
 const TpkOp *tpk_index_vector_load(const TpkValue *v) {
   const TpkOp *d = v->def;
   if (!d || d->opcode != TPK_OP_LOAD || v->type->rank != 1 || d->in[0]->type->rank != 1) return NULL;
-  const char *p = tpk_op_str(d, "index", "");
-  return strcmp(p, "t") == 0 || strcmp(p, "r") == 0 ? d : NULL;
+  const TpkIndexPattern *p = tpk_op_index(d, "index");
+  return p->rank == 1 && (p->dim[0] == TPK_INDEX_TILE || p->dim[0] == TPK_INDEX_RANGE) ? d : NULL;
 }

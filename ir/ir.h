@@ -167,9 +167,10 @@ enum {
 /*
  * The op table: X(ENUM, "text name", min operands, max operands (-1: any),
  *                 results (-1: any), regions, flags, attribute signature)
- * The attribute signature lists key:kind pairs, kinds int|float|num|bool|str|ints;
- * a leading `?` marks an optional attribute. `num` is int or float.
- * Semantics of each op are in ir/README.md.
+ * The attribute signature lists key:kind pairs, kinds
+ * int|float|num|bool|str|ints (num: int or float), reduce_kind|store_mode
+ * (enums, TpkEnumSet) and index (an index pattern); a leading `?` marks an
+ * optional attribute. Semantics of each op are in ir/README.md.
  */
 #define TPK_OPS(X)                                                                               \
   /* values */                                                                                   \
@@ -218,19 +219,19 @@ enum {
   X(BROADCAST, "broadcast", 1, 1, 1, 0, TPK_OPF_PURE, "")                                       \
   X(RESHAPE, "reshape", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
   X(TRANSPOSE, "transpose", 1, 1, 1, 0, TPK_OPF_PURE, "perm:ints")                              \
-  X(SLICE, "slice", 1, -1, 1, 0, TPK_OPF_PURE, "index:str")                                     \
+  X(SLICE, "slice", 1, -1, 1, 0, TPK_OPF_PURE, "index:index")                                   \
   X(CONCAT, "concat", 1, -1, 1, 0, TPK_OPF_PURE, "axis:int")                                    \
   X(IOTA, "iota", 0, 0, 1, 0, TPK_OPF_PURE, "axis:int")                                         \
-  X(REDUCE, "reduce", 1, 1, 1, 0, TPK_OPF_PURE, "kind:str,axes:ints,keepdims:bool")             \
+  X(REDUCE, "reduce", 1, 1, 1, 0, TPK_OPF_PURE, "kind:reduce_kind,axes:ints,keepdims:bool")     \
   X(DOT, "dot", 2, 2, 1, 0, TPK_OPF_PURE,                                                        \
     "lhs_contract:ints,rhs_contract:ints,lhs_batch:ints,rhs_batch:ints")                         \
   X(GATHER, "gather", 2, 2, 1, 0, TPK_OPF_PURE, "axis:int")                                     \
-  X(SCATTER, "scatter", 3, 3, 1, 0, TPK_OPF_PURE, "axis:int,mode:str")                          \
+  X(SCATTER, "scatter", 3, 3, 1, 0, TPK_OPF_PURE, "axis:int,mode:store_mode")                   \
   /* memory */                                                                                   \
-  X(LOAD, "load", 1, -1, 1, 0, 0, "index:str,?other:num")                                       \
-  X(STORE, "store", 2, -1, 0, 0, 0, "index:str,mode:str")                                       \
+  X(LOAD, "load", 1, -1, 1, 0, 0, "index:index,?other:num")                                     \
+  X(STORE, "store", 2, -1, 0, 0, 0, "index:index,mode:store_mode")                              \
   X(ALLOC, "alloc", 0, 0, 1, 0, 0, "")                                                          \
-  X(DMA_START, "dma_start", 2, -1, 1, 0, 0, "src_index:str,dst_index:str")                      \
+  X(DMA_START, "dma_start", 2, -1, 1, 0, 0, "src_index:index,dst_index:index")                  \
   X(DMA_WAIT, "dma_wait", 1, 1, 0, 0, 0, "")                                                    \
   /* control */                                                                                  \
   X(GRID, "grid", 2, -1, 0, 1, 0, "")                                                           \
@@ -260,34 +261,81 @@ const TpkOpInfo *tpk_op_info(TpkOpcode op);
 /* Opcode from its text name; TPK_OP_COUNT when unknown. */
 TpkOpcode tpk_opcode_from_name(const char *name, size_t len);
 
+/* ---- Closed sets: reduction kinds, store modes, index patterns ------------ */
+
+/* Attribute values from a closed set are enums in memory and names in the
+ * text form (`kind="sum"`, `mode="add"`, `index="t:"`), converted in ir/
+ * only: the parser rejects an unknown name, the verifier an enum out of
+ * range, and no other stage compares names. */
+
+typedef enum TpkReduceKind { TPK_REDUCE_SUM, TPK_REDUCE_MAX, TPK_REDUCE_MIN, TPK_REDUCE_MEAN, TPK_REDUCE_PROD } TpkReduceKind;
+
+/* store and scatter: `set` overwrites, `add` accumulates (scatter-add:
+ * duplicate 'g' indices all add). */
+typedef enum TpkStoreMode { TPK_STORE_SET, TPK_STORE_ADD } TpkStoreMode;
+
+/* The enums an attribute (TPK_ATTR_ENUM) can hold; the op table names them
+ * in signatures as reduce_kind and store_mode. */
+typedef enum TpkEnumSet { TPK_ENUM_REDUCE_KIND, TPK_ENUM_STORE_MODE, TPK_ENUM_SET_COUNT } TpkEnumSet;
+
+/* The set's name in op signatures ("reduce_kind"). */
+const char *tpk_enum_set_name(TpkEnumSet set);
+/* A member's text name ("sum", "add"); NULL when out of range. */
+const char *tpk_enum_name(TpkEnumSet set, int value);
+/* The member with that name; false when there is none. */
+bool tpk_enum_from_name(TpkEnumSet set, const char *name, int *value);
+
 /*
- * Index patterns (load, store, slice, dma_start): one character per
- * dimension of the indexed ref or value, consuming operands in order:
- *   't'  a tile<B> operand: the block [id*B, id*B+B), result dim B;
- *        elements past the end are masked (loads yield `other`, stores drop)
- *   ':'  the whole dimension, no operand
- *   's'  an i32 scalar operand: that element; the dimension is removed
- *   'r'  an i32 scalar operand `start`: the block [start, start+size) where
- *        size is the matching dim of the result type (static slices lo..hi)
- *   'g'  an i32 rank-1 tensor operand: gather/scatter along that dimension;
- *        result dim is the index vector's length
- * A load's result type has the non-'s' dims in order. A store's value
- * operand (last) has that shape. store mode "add" accumulates (scatter-add:
- * duplicate 'g' indices all add), "set" overwrites.
+ * Index patterns (load, store, slice, dma_start): one entry per dimension
+ * of the indexed ref or value, consuming index operands in order. Text form:
+ * one character per entry.
+ *   't' TILE    a tile<B> operand: the block [id*B, id*B+B), result dim B;
+ *               elements past the end are masked (loads yield `other`,
+ *               stores drop)
+ *   ':' ALL     the whole dimension, no operand
+ *   's' SCALAR  an i32 scalar operand: that element; the dimension is removed
+ *   'r' RANGE   an i32 scalar operand `start`: the block [start, start+size)
+ *               where size is the matching dim of the result type (static
+ *               slices lo..hi)
+ *   'g' GATHER  an i32 rank-1 tensor operand: gather/scatter along that
+ *               dimension; result dim is the index vector's length
+ * A load's result type has the non-SCALAR dims in order. A store's value
+ * operand (last) has that shape.
  */
+typedef enum TpkIndexKind { TPK_INDEX_TILE, TPK_INDEX_ALL, TPK_INDEX_SCALAR, TPK_INDEX_RANGE, TPK_INDEX_GATHER } TpkIndexKind;
+
+typedef struct TpkIndexPattern {
+  int rank;                       /* entries: the indexed ref's or value's rank */
+  TpkIndexKind dim[TPK_MAX_RANK]; /* one per dimension */
+} TpkIndexPattern;
+
+/* The index operands a pattern consumes (its entries other than ALL). */
+int tpk_index_operands(const TpkIndexPattern *p);
+/* The text form ("t:"), appended to s. */
+void tpk_index_print(TpkStr *s, const TpkIndexPattern *p);
 
 /* ---- Attributes ------------------------------------------------------------ */
 
-typedef enum TpkAttrKind { TPK_ATTR_INT, TPK_ATTR_FLOAT, TPK_ATTR_BOOL, TPK_ATTR_STR, TPK_ATTR_INTS } TpkAttrKind;
+typedef enum TpkAttrKind {
+  TPK_ATTR_INT,
+  TPK_ATTR_FLOAT,
+  TPK_ATTR_BOOL,
+  TPK_ATTR_STR,
+  TPK_ATTR_INTS,
+  TPK_ATTR_ENUM, /* a member of a closed set (TpkEnumSet) */
+  TPK_ATTR_INDEX /* an index pattern */
+} TpkAttrKind;
 
 typedef struct TpkAttr {
   const char *key;
   TpkAttrKind kind;
-  int64_t i;           /* INT, BOOL */
+  int64_t i;           /* INT, BOOL; ENUM: the member (a TpkReduceKind, ...) */
   double f;            /* FLOAT */
   const char *s;       /* STR */
   int n;               /* INTS */
   const int64_t *ints; /* INTS */
+  TpkEnumSet set;      /* ENUM */
+  const TpkIndexPattern *index; /* INDEX */
 } TpkAttr;
 
 /* ---- Values, ops, blocks, functions, modules -------------------------------- */
@@ -427,6 +475,21 @@ void tpk_op_set_ints(TpkModule *m, TpkOp *op, const char *key, int n, const int6
 const TpkAttr *tpk_op_attr(const TpkOp *op, const char *key);
 int64_t tpk_op_int(const TpkOp *op, const char *key, int64_t dflt);
 const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt);
+
+/* Closed sets, typed. A reduce's kind ("kind", sum when missing); a store's
+ * or scatter's mode ("mode", set when missing); an index pattern: "index" of
+ * a load, store or slice, "src_index" / "dst_index" of a dma_start (rank 0
+ * when missing). */
+TpkReduceKind tpk_op_reduce_kind(const TpkOp *op);
+TpkStoreMode tpk_op_store_mode(const TpkOp *op);
+const TpkIndexPattern *tpk_op_index(const TpkOp *op, const char *key);
+void tpk_op_set_reduce_kind(TpkModule *m, TpkOp *op, TpkReduceKind kind);
+void tpk_op_set_store_mode(TpkModule *m, TpkOp *op, TpkStoreMode mode);
+void tpk_op_set_index(TpkModule *m, TpkOp *op, const char *key, const TpkIndexPattern *p);
+/* Attribute key from a string of the text form, read as op's signature
+ * says: an enum member's name, an index pattern, else a plain string.
+ * TPK_ERR_PARSE with a message for a name that is not in its set. */
+TpkStatus tpk_op_set_text(TpkModule *m, TpkOp *op, const char *key, const char *text, TpkError *err);
 
 /* Convenience builders for common ops; each computes its result type. */
 TpkValue *tpk_build_const_int(TpkBuilder *b, const TpkType *type, int64_t v);

@@ -478,7 +478,8 @@ static bool parse_attr(Parser *p, TpkOp *op) {
   } else if (vt.kind == T_STRING) {
     const char *s = string_value(p);
     if (!s) return false;
-    tpk_op_set_str(p->m, op, key, s);
+    TpkError e = {0};
+    if (tpk_op_set_text(p->m, op, key, s, &e) != TPK_OK) return error_at(p, vt.line, vt.col, "%s", e.message);
   } else if (accept(p, '[')) {
     Vec items = {0};
     int64_t *vals = NULL;

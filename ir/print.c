@@ -162,6 +162,16 @@ static void attr_print(TpkStr *s, const TpkAttr *a) {
     for (int i = 0; i < a->n; i++) tpk_str_printf(s, "%s%" PRId64, i ? ", " : "", a->ints[i]);
     tpk_str_putc(s, ']');
     break;
+  case TPK_ATTR_ENUM: { /* closed sets print as the strings they are read from */
+    const char *name = a->i >= 0 && a->i <= INT32_MAX ? tpk_enum_name(a->set, (int)a->i) : NULL;
+    string_print(s, name ? name : "?");
+    break;
+  }
+  case TPK_ATTR_INDEX:
+    tpk_str_putc(s, '"');
+    if (a->index) tpk_index_print(s, a->index);
+    tpk_str_putc(s, '"');
+    break;
   }
 }
 

@@ -124,57 +124,61 @@ static bool check_axes(Verifier *v, const char *key, int rank, bool sorted, bool
 
 /* ---- Index patterns -------------------------------------------------------- */
 
-/* Check `pattern` against `base` (a ref or tensor), with index operands from
- * in[first]. Fills the selected shape; 'r' dims are NULL (their size comes
- * from the other side: the result, the stored value). Returns the number of
- * operands consumed, or -1 after reporting. */
+/* Check pattern `key` against `base` (a ref or tensor), with index operands
+ * from in[first]. Fills the selected shape; RANGE dims are NULL (their size
+ * comes from the other side: the result, the stored value). Returns the
+ * number of operands consumed, or -1 after reporting. */
 static int check_index(Verifier *v, const char *key, const TpkType *base, int first, const TpkDim **dims,
                        int *rank) {
-  const char *pat = tpk_op_str(v->op, key, "");
-  int len = (int)strlen(pat);
-  if (len != base->rank) {
-    fail(v, "%s \"%s\" has %d entries but the indexed value %s has rank %d", key, pat, len, ty(v, base), base->rank);
+  const TpkIndexPattern *pat = tpk_op_index(v->op, key);
+  if (pat->rank != base->rank) {
+    TpkStr text = {0};
+    tpk_index_print(&text, pat);
+    fail(v, "%s \"%s\" has %d entries but the indexed value %s has rank %d", key, text.data ? text.data : "", pat->rank,
+         ty(v, base), base->rank);
+    tpk_str_free(&text);
     return -1;
   }
   int k = first;
   *rank = 0;
-  for (int i = 0; i < len; i++) {
-    char c = pat[i];
-    if (c == ':') {
+  for (int i = 0; i < pat->rank; i++) {
+    TpkIndexKind c = pat->dim[i];
+    if (c == TPK_INDEX_ALL) {
       dims[(*rank)++] = base->dims[i];
       continue;
     }
-    if (!strchr("tsrg", c)) {
-      fail(v, "%s \"%s\" has an invalid entry '%c' (expected t : s r g)", key, pat, c);
-      return -1;
-    }
     if (k >= v->op->nin) {
-      fail(v, "%s \"%s\" needs more index operands than the op has", key, pat);
+      TpkStr text = {0};
+      tpk_index_print(&text, pat);
+      fail(v, "%s \"%s\" needs more index operands than the op has", key, text.data ? text.data : "");
+      tpk_str_free(&text);
       return -1;
     }
     const TpkType *t = in_type(v, k);
     switch (c) {
-    case 't':
+    case TPK_INDEX_TILE:
       if (t->kind != TPK_TYPE_TILE) {
-        fail(v, "index operand %d for '%c' must be a tile, got %s", k, c, ty(v, t));
+        fail(v, "index operand %d for 't' must be a tile, got %s", k, ty(v, t));
         return -1;
       }
       dims[(*rank)++] = t->block;
       break;
-    case 's':
-    case 'r':
+    case TPK_INDEX_SCALAR:
+    case TPK_INDEX_RANGE:
       if (!is_i32_scalar(t)) {
-        fail(v, "index operand %d for '%c' must be an i32 scalar, got %s", k, c, ty(v, t));
+        fail(v, "index operand %d for '%c' must be an i32 scalar, got %s", k, c == TPK_INDEX_RANGE ? 'r' : 's', ty(v, t));
         return -1;
       }
-      if (c == 'r') dims[(*rank)++] = NULL;
+      if (c == TPK_INDEX_RANGE) dims[(*rank)++] = NULL;
       break;
-    case 'g':
+    case TPK_INDEX_GATHER:
       if (!is_tensor(t) || t->rank != 1 || t->dtype != TPK_I32) {
         fail(v, "index operand %d for 'g' must be an i32 vector, got %s", k, ty(v, t));
         return -1;
       }
       dims[(*rank)++] = t->dims[0];
+      break;
+    case TPK_INDEX_ALL:
       break;
     }
     k++;
@@ -346,14 +350,10 @@ static bool check_iota(Verifier *v) {
 }
 
 static bool check_reduce(Verifier *v) {
-  static const char *const KINDS[] = {"sum", "max", "min", "mean", "prod"};
   const TpkType *x = in_type(v, 0);
   if (!need_tensor(v, 0, "operand")) return false;
-  const char *kind = tpk_op_str(v->op, "kind", "");
-  bool known = false;
-  for (size_t i = 0; i < TPK_ARRAY_LEN(KINDS); i++) known |= strcmp(kind, KINDS[i]) == 0;
-  if (!known) return fail(v, "kind \"%s\" is not one of sum, max, min, mean, prod", kind);
-  if (strcmp(kind, "mean") == 0 && !tpk_dtype_is_float(x->dtype)) return fail(v, "mean needs a float operand, got %s", ty(v, x));
+  if (tpk_op_reduce_kind(v->op) == TPK_REDUCE_MEAN && !tpk_dtype_is_float(x->dtype))
+    return fail(v, "mean needs a float operand, got %s", ty(v, x));
   bool used[TPK_MAX_RANK] = {0};
   if (tpk_op_attr(v->op, "axes")->n == 0) return fail(v, "axes must not be empty");
   if (!check_axes(v, "axes", x->rank, true, used)) return false;
@@ -419,17 +419,11 @@ static bool check_gather(Verifier *v) {
   return expect_result(v, 0, tensor_like(v, in_type(v, 0)->dtype, rank, dims));
 }
 
-static bool check_mode(Verifier *v) {
-  const char *mode = tpk_op_str(v->op, "mode", "");
-  if (strcmp(mode, "set") && strcmp(mode, "add")) return fail(v, "mode \"%s\" is not set or add", mode);
-  return true;
-}
-
 static bool check_scatter(Verifier *v) {
   const TpkDim *dims[TPK_MAX_RANK];
   int rank;
   const TpkType *base = in_type(v, 0), *upd = in_type(v, 2);
-  if (!need_tensor(v, 0, "base") || !check_mode(v) || !take_shape(v, base, in_type(v, 1), dims, &rank)) return false;
+  if (!need_tensor(v, 0, "base") || !take_shape(v, base, in_type(v, 1), dims, &rank)) return false;
   const TpkType *want = tensor_like(v, base->dtype, rank, dims);
   if (upd != want) return fail(v, "updates are %s, expected %s", ty(v, upd), ty(v, want));
   return expect_result(v, 0, base);
@@ -465,7 +459,6 @@ static bool check_store(Verifier *v) {
   const TpkOp *op = v->op;
   const TpkType *ref = in_type(v, 0), *val = in_type(v, op->nin - 1);
   if (ref->kind != TPK_TYPE_REF) return fail(v, "operand 0 must be a ref, got %s", ty(v, ref));
-  if (!check_mode(v)) return false;
   const TpkDim *sel[TPK_MAX_RANK];
   int rank;
   int n = check_index(v, "index", ref, 1, sel, &rank);
@@ -749,12 +742,23 @@ static bool check_attrs(Verifier *v, const char *sig) {
     if (!a && !optional) return fail(v, "is missing attribute '%.*s'", klen, sig);
     if (a) {
       matched++;
-      static const char *const KIND[] = {"int", "float", "bool", "str", "ints"};
-      bool ok = (int)strlen(KIND[a->kind]) == tlen && memcmp(KIND[a->kind], kind, (size_t)tlen) == 0;
+      static const char *const KIND[] = {"int", "float", "bool", "str", "ints", "enum", "index"};
+      if ((unsigned)a->kind >= TPK_ARRAY_LEN(KIND)) return fail(v, "attribute '%s' has an invalid kind", a->key);
+      const char *got = a->kind == TPK_ATTR_ENUM ? tpk_enum_set_name(a->set) : KIND[a->kind];
+      bool ok = (int)strlen(got) == tlen && memcmp(got, kind, (size_t)tlen) == 0;
       if (tlen == 3 && memcmp(kind, "num", 3) == 0) ok = a->kind == TPK_ATTR_INT || a->kind == TPK_ATTR_FLOAT;
-      if (!ok) return fail(v, "attribute '%s' must be %.*s, got %s", a->key, tlen, kind, KIND[a->kind]);
+      if (!ok) return fail(v, "attribute '%s' must be %.*s, got %s", a->key, tlen, kind, got);
       if (a->kind == TPK_ATTR_STR && !a->s) return fail(v, "attribute '%s' has no string", a->key);
       if (a->kind == TPK_ATTR_INTS && a->n > 0 && !a->ints) return fail(v, "attribute '%s' has no list", a->key);
+      if (a->kind == TPK_ATTR_ENUM && (a->i < 0 || a->i > INT32_MAX || !tpk_enum_name(a->set, (int)a->i)))
+        return fail(v, "attribute '%s' holds %" PRId64 ", not a %s", a->key, a->i, got);
+      if (a->kind == TPK_ATTR_INDEX) {
+        if (!a->index || a->index->rank < 0 || a->index->rank > TPK_MAX_RANK)
+          return fail(v, "attribute '%s' has no index pattern", a->key);
+        for (int d = 0; d < a->index->rank; d++)
+          if ((unsigned)a->index->dim[d] > TPK_INDEX_GATHER)
+            return fail(v, "attribute '%s' has an invalid entry %d", a->key, (int)a->index->dim[d]);
+      }
     }
     sig = *end ? end + 1 : end;
   }

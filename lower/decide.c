@@ -52,8 +52,8 @@ bool tpk_op_is_element_loop(const TpkOp *op) {
 
 bool tpk_reduce_takes_fused(const TpkOp *op) {
   if (op->opcode != TPK_OP_REDUCE || op->in[0]->type->dtype != TPK_F32) return false;
-  const char *kind = tpk_op_str(op, "kind", "sum");
-  if (strcmp(kind, "sum") != 0 && strcmp(kind, "mean") != 0) return false;
+  TpkReduceKind kind = tpk_op_reduce_kind(op);
+  if (kind != TPK_REDUCE_SUM && kind != TPK_REDUCE_MEAN) return false;
   const TpkAttr *axes = tpk_op_attr(op, "axes");
   if (!axes || axes->n == 0) return false;
   for (int i = 0; i < axes->n; i++) /* the last axes->n axes, in order */

@@ -95,6 +95,14 @@ static bool same_attrs(const TpkOp *a, const TpkOp *b) {
     case TPK_ATTR_INTS:
       if (x->n != y->n || (x->n && memcmp(x->ints, y->ints, (size_t)x->n * sizeof *x->ints) != 0)) return false;
       break;
+    case TPK_ATTR_ENUM:
+      if (x->set != y->set || x->i != y->i) return false;
+      break;
+    case TPK_ATTR_INDEX:
+      if (x->index->rank != y->index->rank ||
+          memcmp(x->index->dim, y->index->dim, (size_t)x->index->rank * sizeof *x->index->dim) != 0)
+        return false;
+      break;
     }
   }
   return true;

@@ -228,8 +228,9 @@ static void test_sum_fuses(void **state) {
       if (o->opcode != TPK_OP_MUL) continue;
       const TpkOp *use = tpk_value_single_user(&o->out[0]);
       assert_non_null(use);
-      bool want = use->opcode == TPK_OP_REDUCE && strcmp(tpk_op_str(use, "kind", ""), "mean") == 0;
-      if (tpk_value_is_fused(&o->out[0]) != want) fail_msg("a mul feeding a %s reduce: fused %d", tpk_op_str(use, "kind", ""), !want);
+      bool want = use->opcode == TPK_OP_REDUCE && tpk_op_reduce_kind(use) == TPK_REDUCE_MEAN;
+      if (tpk_value_is_fused(&o->out[0]) != want)
+        fail_msg("a mul feeding a %s reduce: fused %d", tpk_enum_name(TPK_ENUM_REDUCE_KIND, tpk_op_reduce_kind(use)), !want);
       muls++;
       if (!b) break;
     }
