@@ -1,10 +1,13 @@
 /*
  * ir.c — the IR's data: modules and their intern tables (strings, dims,
- * types), dimension algebra, functions, the builder and the op table.
+ * types), dimension algebra, functions, the builder, use lists, attributes
+ * and their closed sets, and the op table.
  *
  * Everything lives in the module arena. Interning is hash-consing: a dim or
  * type is looked up by its fields before it is created, so structural
- * equality is pointer equality everywhere downstream.
+ * equality is pointer equality everywhere downstream. Values are allocated
+ * once and never move; each keeps the list of its uses, which only the
+ * functions here change.
  */
 #include "ir/ir.h"
 

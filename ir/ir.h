@@ -536,9 +536,10 @@ void tpk_op_erase(TpkOp *op);
 /* ---- Checking, printing, parsing ------------------------------------------- */
 
 /* Structural and type checks of every op in the module: operand counts,
- * attribute signatures, type rules, index patterns, dominance (a value is
- * used only after its definition, in its block or a nested one), terminators
- * and yields matching loop/if results. Returns TPK_OK or the first problem,
+ * attribute signatures (closed-set values in range), use lists against the
+ * operands, type rules, index patterns, dominance (a value is used only
+ * after its definition, in its block or a nested one), terminators and
+ * yields matching loop/if results. Returns TPK_OK or the first problem,
  * with the function, op and location in err. */
 TpkStatus tpk_ir_verify(const TpkModule *m, TpkError *err);
 

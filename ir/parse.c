@@ -1,5 +1,5 @@
 /*
- * parse_ir.c — reads the IR's text form (print.c writes it) back into a
+ * parse.c — reads the IR's text form (print.c writes it) back into a
  * module. A hand-written lexer and recursive-descent parser: the grammar is
  * small and regular, and errors name `line:col: expected X, found Y`.
  *

@@ -1,7 +1,7 @@
 /*
  * print.c — the IR's text form (grammar in ir.h and ir/README.md).
  *
- * The output is deterministic and parse_ir.c reads it back to the same IR,
+ * The output is deterministic and parse.c reads it back to the same IR,
  * so print -> parse -> print is byte-identical: value names are assigned in
  * print order, dims and attributes print in canonical order, floats print
  * in the shortest form that reads back to the same double.

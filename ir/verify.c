@@ -1,8 +1,8 @@
 /*
  * verify.c — the IR's invariants, checked before any pass or backend trusts
  * them: structure (links, counts, attribute signatures from the op table),
- * the type rule of each op (one checker per opcode in CHECKS below),
- * dominance, and terminators. The first problem is reported as
+ * use lists, the type rule of each op (one checker per opcode in CHECKS
+ * below), dominance, and terminators. The first problem is reported as
  *   verify: @func: line L:C: 'op' what is wrong
  *
  * The module is logically const; checking may intern a few dims (shape

@@ -100,14 +100,11 @@ static bool row_op_ok(const TpkOp *op, const TpkDim *L, bool *is_row_op) {
 }
 
 /* Does any op outside the run use a value defined by a row op? */
-static bool escapes(const TpkBlock *b, const Run *rows) {
-  for (const TpkOp *op = b->first; op; op = op->next) {
-    if (!in_run(rows, op))
-      for (int i = 0; i < op->nin; i++)
-        if (op->in[i]->def && in_run(rows, op->in[i]->def)) return true;
-    for (int r = 0; r < op->nregion; r++)
-      if (escapes(op->regions[r], rows)) return true;
-  }
+static bool escapes(const Run *rows) {
+  for (int k = 0; k < rows->n; k++)
+    for (int i = 0; i < rows->ops[k]->nout; i++)
+      for (const TpkUse *u = rows->ops[k]->out[i].uses; u; u = u->next)
+        if (!in_run(rows, u->user)) return true;
   return false;
 }
 
@@ -203,7 +200,7 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
     if (!in_run(&rows, op))
       for (int i = 0; i < op->nin; i++)
         if (op->in[i]->def && in_run(&rows, op->in[i]->def)) ok = false;
-  if (!ok || !rows.n || escapes(f->body, &rows)) {
+  if (!ok || !rows.n || escapes(&rows)) {
     free(rows.ops);
     return true;
   }
