@@ -706,6 +706,7 @@ static bool check_use_list(Verifier *v, const TpkValue *x) {
   const TpkUse *prev = NULL;
   for (const TpkUse *u = x->uses; u; prev = u, u = u->next) {
     if (u->prev != prev || irh_map_get(&v->listed, u)) return fail(v, "use list of %s is broken (its links disagree)", value_str(v, x));
+    if (++n > x->nuses) return fail(v, "use list of %s is longer than its count %d", value_str(v, x), x->nuses);
     const TpkOp *user = u->user;
     if (!user || u->index < 0 || u->index >= user->nin || &user->uses[u->index] != u || user->in[u->index] != x)
       return fail(v, "use list of %s names an operand that does not use it", value_str(v, x));
@@ -713,7 +714,6 @@ static bool check_use_list(Verifier *v, const TpkValue *x) {
     if (!body)
       return fail(v, "use list of %s names a '%s' that is not in a function (erased?)", value_str(v, x),
                   (unsigned)user->opcode < TPK_OP_COUNT ? tpk_op_info(user->opcode)->name : "?");
-    n++;
     if (body != v->f->body) continue;
     if (!irh_map_put(&v->listed, u, (void *)x)) return fail(v, "out of memory");
     v->nlisted++;

@@ -336,6 +336,8 @@ static void test_corrupt_use_lists(void **state) {
   f = three_ops(&x, &a, &c);
   a->nuses = 3;
   expect_invalid("'neg' use list of %a has 2 entries but counts 3");
+  a->nuses = 1;
+  expect_invalid("'neg' use list of %a is longer than its count 1");
   tpk_module_free(M);
 
   M = tpk_module_new(NULL);
