@@ -468,13 +468,12 @@ static TpkValue *load_whole(Checker *c, const TpkAst *n, TpkValue *ref) {
   if (!can_build(c, n)) return NULL;
   at(c, n);
   const TpkType *rt = ref->type;
-  char pattern[TPK_MAX_RANK + 1];
-  memset(pattern, ':', (size_t)rt->rank);
-  pattern[rt->rank] = 0;
+  TpkIndexPattern whole = {.rank = rt->rank};
+  for (int i = 0; i < rt->rank; i++) whole.dim[i] = TPK_INDEX_ALL;
   const TpkType *t = tpk_type_tensor(c->m, rt->dtype, rt->rank, rt->dims);
   TpkOp *op = tpk_build(&c->b, TPK_OP_LOAD, 1, &ref, 1, &t);
   if (!op) return NULL;
-  tpk_op_set_str(c->m, op, "index", pattern);
+  tpk_op_set_index(c->m, op, "index", &whole);
   return &op->out[0];
 }
 
@@ -802,7 +801,7 @@ static TpkValue *value_of_dim(Checker *c, const TpkAst *n, const TpkDim *d) {
 typedef struct Access {
   Sym *sym;      /* refs: the parameter/output/scratch; NULL for values */
   TpkValue *base; /* the ref or value indexed */
-  char pattern[TPK_MAX_RANK + 1];
+  TpkIndexPattern pattern;
   int nops;
   TpkValue *ops[TPK_MAX_RANK];
   int rank; /* the selected block's shape */
@@ -818,7 +817,7 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
   bool size_known = tpk_dim_is_const(dim, &size_k);
   if (item->kind == TPK_AST_SLICE) {
     if (!item->lhs && !item->rhs) {
-      acc->pattern[axis] = ':';
+      acc->pattern.dim[axis] = TPK_INDEX_ALL;
       acc->dims[acc->rank++] = dim;
       return true;
     }
@@ -839,7 +838,7 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
     }
     TpkValue *start = value_of_dim(c, item, lo);
     if (!start) return false;
-    acc->pattern[axis] = 'r';
+    acc->pattern.dim[axis] = TPK_INDEX_RANGE;
     acc->ops[acc->nops++] = start;
     acc->dims[acc->rank++] = size;
     return true;
@@ -847,7 +846,7 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
   Val v = eval(c, item);
   if (v.k == V_ERR) return false;
   if (v.k == V_TILE) {
-    acc->pattern[axis] = 't';
+    acc->pattern.dim[axis] = TPK_INDEX_TILE;
     acc->ops[acc->nops++] = v.v;
     acc->dims[acc->rank++] = v.v->type->block;
     return true;
@@ -880,9 +879,9 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
   TpkValue *iv = convert(c, v.v, TPK_I32);
   acc->ops[acc->nops++] = iv;
   if (t->rank == 0) {
-    acc->pattern[axis] = 's';
+    acc->pattern.dim[axis] = TPK_INDEX_SCALAR;
   } else {
-    acc->pattern[axis] = 'g';
+    acc->pattern.dim[axis] = TPK_INDEX_GATHER;
     acc->gather = true;
     acc->dims[acc->rank++] = t->dims[0];
   }
@@ -905,10 +904,10 @@ static bool index_items(Checker *c, const TpkAst *n, const char *base_name, int 
   for (const TpkAst *item = n->args; item; item = item->next, axis++)
     ok = index_item(c, item, axis, dims[axis], acc) && ok;
   for (; axis < rank; axis++) { /* missing trailing indices take the whole dimension */
-    acc->pattern[axis] = ':';
+    acc->pattern.dim[axis] = TPK_INDEX_ALL;
     acc->dims[acc->rank++] = dims[axis];
   }
-  acc->pattern[rank] = 0;
+  acc->pattern.rank = rank;
   return ok;
 }
 
@@ -928,10 +927,10 @@ static bool resolve_access(Checker *c, const TpkAst *n, Access *acc, bool *is_re
   const TpkType *rt = acc->base->type;
   if (n->kind != TPK_AST_INDEX) {
     for (int i = 0; i < rt->rank; i++) {
-      acc->pattern[i] = ':';
+      acc->pattern.dim[i] = TPK_INDEX_ALL;
       acc->dims[i] = rt->dims[i];
     }
-    acc->pattern[rt->rank] = 0;
+    acc->pattern.rank = rt->rank;
     acc->rank = rt->rank;
     return true;
   }
@@ -947,7 +946,7 @@ static TpkValue *build_load(Checker *c, const TpkAst *n, const Access *acc, cons
   const TpkType *t = tpk_type_tensor(c->m, acc->base->type->dtype, acc->rank, acc->dims);
   TpkOp *op = tpk_build(&c->b, TPK_OP_LOAD, acc->nops + 1, ins, 1, &t);
   if (!op) return NULL;
-  tpk_op_set_str(c->m, op, "index", acc->pattern);
+  tpk_op_set_index(c->m, op, "index", &acc->pattern);
   if (other) {
     if (tpk_dtype_is_float(t->dtype)) tpk_op_set_float(c->m, op, "other", other->k == V_INT ? (double)other->i : other->f);
     else tpk_op_set_int(c->m, op, "other", other->i);
@@ -984,7 +983,7 @@ static Val eval_index(Checker *c, const TpkAst *n) {
   const TpkType *rt = tpk_type_tensor(c->m, t->dtype, acc.rank, acc.dims);
   TpkOp *op = tpk_build(&c->b, TPK_OP_SLICE, acc.nops + 1, ins, 1, &rt);
   if (!op) return ERR;
-  tpk_op_set_str(c->m, op, "index", acc.pattern);
+  tpk_op_set_index(c->m, op, "index", &acc.pattern);
   return val_of(&op->out[0]);
 }
 
@@ -1098,10 +1097,11 @@ static Val bi_reduce(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   if (a->kw[1] && !bool_arg(c, a->kw[1]->rhs, &keepdims)) return ERR;
   at(c, n);
   TpkDType dt = t->dtype;
-  bool is_sum = strcmp(bi->name, "sum") == 0, is_mean = strcmp(bi->name, "mean") == 0;
+  int kind = TPK_REDUCE_SUM;
+  tpk_enum_from_name(TPK_ENUM_REDUCE_KIND, bi->name, &kind); /* the builtins are named as the IR's kinds */
   /* Integer sums accumulate in i32; a mean of integers is a float. */
-  if (is_mean && !tpk_dtype_is_float(dt)) dt = TPK_F32;
-  else if (is_sum && !tpk_dtype_is_float(dt)) dt = TPK_I32;
+  if (kind == TPK_REDUCE_MEAN && !tpk_dtype_is_float(dt)) dt = TPK_F32;
+  else if (kind == TPK_REDUCE_SUM && !tpk_dtype_is_float(dt)) dt = TPK_I32;
   else if (dt == TPK_BOOL) {
     tpk_diag_error(c->diags, n->span, "%s() is not defined on bool values", bi->name);
     return ERR;
@@ -1118,7 +1118,7 @@ static Val bi_reduce(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   const TpkType *rt = tpk_type_tensor(c->m, dt, rank, dims);
   TpkOp *op = tpk_build(&c->b, TPK_OP_REDUCE, 1, &v, 1, &rt);
   if (!op) return ERR;
-  tpk_op_set_str(c->m, op, "kind", bi->name);
+  tpk_op_set_reduce_kind(c->m, op, (TpkReduceKind)kind);
   tpk_op_set_ints(c->m, op, "axes", naxes, axes);
   tpk_op_set_bool(c->m, op, "keepdims", keepdims);
   return val_of(&op->out[0]);
@@ -1499,8 +1499,8 @@ static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const A
   const TpkType *t = tpk_type_dma(c->m);
   TpkOp *op = tpk_build(&c->b, TPK_OP_DMA_START, k, ins, 1, &t);
   if (!op) return ERR;
-  tpk_op_set_str(c->m, op, "src_index", src.pattern);
-  tpk_op_set_str(c->m, op, "dst_index", dst.pattern);
+  tpk_op_set_index(c->m, op, "src_index", &src.pattern);
+  tpk_op_set_index(c->m, op, "dst_index", &dst.pattern);
   return val_of(&op->out[0]);
 }
 
@@ -1768,12 +1768,12 @@ static void store(Checker *c, const TpkAst *st, const Access *acc) {
   Val v = eval(c, st->rhs);
   if (v.k == V_ERR || !can_build(c, st)) return;
   const TpkType *rt = acc->base->type;
-  const char *mode = "set";
+  TpkStoreMode mode = TPK_STORE_SET;
   switch (st->op) {
   case TPK_ASSIGN_SET: break;
-  case TPK_ASSIGN_ADD: mode = "add"; break;
+  case TPK_ASSIGN_ADD: mode = TPK_STORE_ADD; break;
   case TPK_ASSIGN_SUB:
-    mode = "add";
+    mode = TPK_STORE_ADD;
     v = negate(c, st->rhs, st->rhs, v);
     break;
   default: {
@@ -1795,8 +1795,8 @@ static void store(Checker *c, const TpkAst *st, const Access *acc) {
   ins[acc->nops + 1] = val;
   TpkOp *op = tpk_build(&c->b, TPK_OP_STORE, acc->nops + 2, ins, 0, NULL);
   if (!op) return;
-  tpk_op_set_str(c->m, op, "index", acc->pattern);
-  tpk_op_set_str(c->m, op, "mode", mode);
+  tpk_op_set_index(c->m, op, "index", &acc->pattern);
+  tpk_op_set_store_mode(c->m, op, mode);
 }
 
 static void check_assign(Checker *c, const TpkAst *st) {
@@ -2073,11 +2073,9 @@ static void check_for_ranges(Checker *c, const TpkAst *st, const TpkAst *r, Sym 
   TpkBlock *saved_block = c->b.block;
   Sym *saved_scope = c->scope;
   c->b.block = blk;
-  /* All arguments first: the block's argument array moves as it grows. */
-  bool args_ok = op && tpk_block_add_arg(c->m, blk, rg.iv_type, r->name);
-  for (int i = 0; i < n && args_ok; i++) args_ok = tpk_block_add_arg(c->m, blk, vars[i]->type, vars[i]->name);
-  bind_index_or_poison(c, r, args_ok ? &blk->args[0] : NULL);
-  for (int i = 0; i < n && args_ok; i++) vars[i]->val = val_of(&blk->args[i + 1]);
+  TpkValue *iv = op ? tpk_block_add_arg(c->m, blk, rg.iv_type, r->name) : NULL;
+  bind_index_or_poison(c, r, iv);
+  for (int i = 0; i < n && iv; i++) vars[i]->val = val_of(tpk_block_add_arg(c->m, blk, vars[i]->type, vars[i]->name));
   check_for_ranges(c, st, r->next, vars, n);
   yield_carried(c, st, op ? n : 0, vars);
   c->scope = saved_scope;
@@ -2122,12 +2120,9 @@ static void check_grid(Checker *c, const TpkAst *st) {
   c->b.block = blk;
   c->grid_depth = 1;
   c->grid_rank = nranges;
-  bool args_ok = op != NULL; /* all arguments first: the array moves as it grows */
   k = 0;
-  for (const TpkAst *r = st->ranges; r && args_ok; r = r->next, k++)
-    args_ok = tpk_block_add_arg(c->m, blk, rg[k].iv_type, r->name) != NULL;
-  k = 0;
-  for (const TpkAst *r = st->ranges; r; r = r->next, k++) bind_index_or_poison(c, r, args_ok ? &blk->args[k] : NULL);
+  for (const TpkAst *r = st->ranges; r; r = r->next, k++)
+    bind_index_or_poison(c, r, op ? tpk_block_add_arg(c->m, blk, rg[k].iv_type, r->name) : NULL);
   check_stmts(c, st->body, false);
   c->grid_depth = 0;
   c->grid_rank = 0;

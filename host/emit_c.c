@@ -256,12 +256,18 @@ typedef struct Access {
   const TpkOp *op;
   const char *base;     /* C pointer to the memory */
   const TpkType *mem;   /* its type (ref or tensor) */
-  const char *pattern;
-  const char *start[TPK_MAX_RANK]; /* 't' 'r' 's': first element; 'g': the index tile */
-  Sz size[TPK_MAX_RANK];           /* block size along each dim (1 for 's') */
-  const TpkValue *gather[TPK_MAX_RANK];   /* 'g': the index vector */
-  const char *lane_limit[TPK_MAX_RANK];   /* 'g' of a store: lanes below it are real (mask_padding_lanes) */
+  const TpkIndexPattern *pattern;
+  const char *start[TPK_MAX_RANK]; /* TILE RANGE SCALAR: first element; GATHER: the index tile */
+  Sz size[TPK_MAX_RANK];           /* block size along each dim (1 for SCALAR) */
+  const TpkValue *gather[TPK_MAX_RANK];   /* GATHER: the index vector */
+  const char *lane_limit[TPK_MAX_RANK];   /* GATHER of a store: lanes below it are real (mask_padding_lanes) */
 } Access;
+
+static bool has_gather(const TpkIndexPattern *p) {
+  for (int d = 0; d < p->rank; d++)
+    if (p->dim[d] == TPK_INDEX_GATHER) return true;
+  return false;
+}
 
 /* ---- reading and writing elements ------------------------------------------------ */
 
@@ -511,14 +517,15 @@ static const TpkOp *direct_store(const TpkOp *op) {
   const TpkOp *st = op->next;
   const TpkValue *r = &op->out[0];
   if (!st || st->opcode != TPK_OP_STORE || st->in[st->nin - 1] != r || !is_tile(r)) return NULL;
-  if (strcmp(tpk_op_str(st, "mode", "set"), "set") != 0 || strchr(tpk_op_str(st, "index", ""), 'g')) return NULL;
-  if (tpk_count_uses(op->parent, r, NULL) != 1) return NULL;
+  if (tpk_op_store_mode(st) != TPK_STORE_SET || has_gather(tpk_op_index(st, "index"))) return NULL;
+  if (tpk_value_use_count(r) != 1) return NULL;
   for (int i = 0; i < op->nin; i++)
     if (reads_in_place(op->in[i], st->in[0])) return NULL;
   return st;
 }
 
-static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const TpkValue *mem, int first, Access *acc);
+static bool access_of(Emitter *e, const TpkOp *op, const TpkIndexPattern *pattern, const TpkValue *mem, int first,
+                      Access *acc);
 static void access_sizes(Emitter *e, Access *acc, const TpkType *block);
 static const char *access_offset(Emitter *e, const Access *acc, const char **valid);
 static void check_indices(Emitter *e, const Access *acc);
@@ -532,7 +539,7 @@ static void block_copy(Emitter *e, const Access *acc, const char *tile, const Tp
 static void emit_element_loop_stored(Emitter *e, const TpkOp *op, const char *n, const TpkOp *st) {
   const TpkValue *r = &op->out[0];
   Access acc;
-  if (!access_of(e, st, tpk_op_str(st, "index", ""), st->in[0], 1, &acc)) return;
+  if (!access_of(e, st, tpk_op_index(st, "index"), st->in[0], 1, &acc)) return;
   access_sizes(e, &acc, r->type);
   check_indices(e, &acc);
   const char *valid;
@@ -720,59 +727,58 @@ static void emit_iota(Emitter *e, const TpkOp *op) {
 
 
 /* Read the pattern's operands (starting at op->in[first]) into acc. */
-static bool access_of(Emitter *e, const TpkOp *op, const char *pattern, const TpkValue *mem, int first, Access *acc) {
+static bool access_of(Emitter *e, const TpkOp *op, const TpkIndexPattern *pattern, const TpkValue *mem, int first,
+                      Access *acc) {
   memset(acc, 0, sizeof *acc);
   acc->op = op;
   acc->base = name_of(e, mem);
   acc->mem = mem->type;
   acc->pattern = pattern;
   int k = first;
-  for (int d = 0; pattern[d]; d++) {
+  for (int d = 0; d < pattern->rank; d++) {
     const TpkValue *v = NULL;
-    switch (pattern[d]) {
-    case 't':
+    switch (pattern->dim[d]) {
+    case TPK_INDEX_TILE:
       v = op->in[k++];
       acc->start[d] = tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, v), tpk_tile_block(v->type));
       acc->size[d] = sz_int(e, tpk_tile_block(v->type));
       break;
-    case ':':
+    case TPK_INDEX_ALL:
       acc->start[d] = "0";
       acc->size[d] = dim(e, mem->type, d);
       break;
-    case 's':
+    case TPK_INDEX_SCALAR:
       v = op->in[k++];
       acc->start[d] = tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v));
       acc->size[d] = "1";
       break;
-    case 'r':
+    case TPK_INDEX_RANGE:
       v = op->in[k++];
       acc->start[d] = tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, v));
       acc->size[d] = NULL; /* from the block type, filled by the caller */
       break;
-    case 'g':
+    case TPK_INDEX_GATHER:
       v = op->in[k++];
       acc->gather[d] = v;
       acc->start[d] = name_of(e, v);
       acc->size[d] = dim(e, v->type, 0);
       break;
-    default:
-      return fail(e, op, "internal: bad index pattern '%s'", pattern);
     }
   }
   return true;
 }
 
-/* Fill the 'r' sizes from the block type (the non-'s' dims in order). */
+/* Fill the RANGE sizes from the block type (the non-SCALAR dims in order). */
 static void access_sizes(Emitter *e, Access *acc, const TpkType *block) {
   int j = 0;
-  for (int d = 0; acc->pattern[d]; d++) {
-    if (acc->pattern[d] == 's') continue;
-    if (acc->pattern[d] == 'r') acc->size[d] = dim(e, block, j);
+  for (int d = 0; d < acc->pattern->rank; d++) {
+    if (acc->pattern->dim[d] == TPK_INDEX_SCALAR) continue;
+    if (acc->pattern->dim[d] == TPK_INDEX_RANGE) acc->size[d] = dim(e, block, j);
     j++;
   }
 }
 
-/* The element of the memory at block coordinates i0.. (one per non-'s'
+/* The element of the memory at block coordinates i0.. (one per non-SCALAR
  * dim, named by `var(j)`), as an offset expression; the validity condition
  * (in range) goes to *valid. Gather indices are checked by the caller. */
 static const char *access_offset(Emitter *e, const Access *acc, const char **valid) {
@@ -780,17 +786,17 @@ static const char *access_offset(Emitter *e, const Access *acc, const char **val
   strides(e, acc->mem, ms);
   TpkStr off = {0}, ok = {0};
   int j = 0;
-  for (int d = 0; acc->pattern[d]; d++) {
-    char c = acc->pattern[d];
+  for (int d = 0; d < acc->pattern->rank; d++) {
+    TpkIndexKind c = acc->pattern->dim[d];
     Sz D = dim(e, acc->mem, d);
     const char *pos;
-    if (c == 's') pos = acc->start[d];
-    else if (c == 'g') pos = tpk_arena_printf(&e->arena, "(int64_t)%s[i%d]", acc->start[d], j++);
-    else if (c == ':') pos = tpk_arena_printf(&e->arena, "i%d", j++);
+    if (c == TPK_INDEX_SCALAR) pos = acc->start[d];
+    else if (c == TPK_INDEX_GATHER) pos = tpk_arena_printf(&e->arena, "(int64_t)%s[i%d]", acc->start[d], j++);
+    else if (c == TPK_INDEX_ALL) pos = tpk_arena_printf(&e->arena, "i%d", j++);
     else pos = tpk_arena_printf(&e->arena, "(%s + i%d)", acc->start[d], j++);
-    if (c == 't' || c == 'r')
+    if (c == TPK_INDEX_TILE || c == TPK_INDEX_RANGE)
       tpk_str_printf(&ok, "%s(uint64_t)%s < (uint64_t)%s", ok.len ? " && " : "", pos, D);
-    if (c == 'g' && acc->lane_limit[d]) tpk_str_printf(&ok, "%si%d < %s", ok.len ? " && " : "", j - 1, acc->lane_limit[d]);
+    if (c == TPK_INDEX_GATHER && acc->lane_limit[d]) tpk_str_printf(&ok, "%si%d < %s", ok.len ? " && " : "", j - 1, acc->lane_limit[d]);
     if (!sz_is(ms[d], 0)) tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", pos, ms[d]);
   }
   *valid = ok.len ? tpk_arena_strdup(&e->arena, ok.data) : NULL;
@@ -802,21 +808,21 @@ static const char *access_offset(Emitter *e, const Access *acc, const char **val
 
 /* Scalar and gather indices are checked once per access, before any copy. */
 static void check_indices(Emitter *e, const Access *acc) {
-  for (int d = 0; acc->pattern[d]; d++) {
+  for (int d = 0; d < acc->pattern->rank; d++) {
     Sz D = dim(e, acc->mem, d);
-    if (acc->pattern[d] == 's')
+    if (acc->pattern->dim[d] == TPK_INDEX_SCALAR)
       line(e, "if ((uint64_t)%s >= (uint64_t)%s) return tpk_fail2(err, \"line %d: index %%lld is out of range [0, %%lld)\", (long long)%s, (long long)%s);",
            acc->start[d], D, acc->op->loc.line, acc->start[d], D);
-    if (acc->pattern[d] == 'g')
+    if (acc->pattern->dim[d] == TPK_INDEX_GATHER)
       line(e, "for (int64_t k = 0; k < %s; k++) if ((uint64_t)%s[k] >= (uint64_t)%s) return tpk_fail2(err, \"line %d: gather index %%lld is out of range [0, %%lld)\", (long long)%s[k], (long long)%s);",
            acc->size[d], acc->start[d], D, acc->op->loc.line, acc->start[d], D);
   }
 }
 
-/* Is the last dim of the access a plain contiguous run (':' 't' 'r')? */
+/* Is the last dim of the access a plain contiguous run (ALL, TILE, RANGE)? */
 static bool row_contiguous(const Access *acc, int rank) {
   int last = rank - 1;
-  return last >= 0 && acc->pattern[last] != 's' && acc->pattern[last] != 'g';
+  return last >= 0 && acc->pattern->dim[last] != TPK_INDEX_SCALAR && acc->pattern->dim[last] != TPK_INDEX_GATHER;
 }
 
 /* Copy a block between memory (through acc) and a tile `tile` of type bt:
@@ -824,7 +830,7 @@ static bool row_contiguous(const Access *acc, int rank) {
  * with `add` accumulating. */
 static void block_copy(Emitter *e, const Access *acc, const char *tile, const TpkType *bt, bool to_tile,
                        const char *fill, bool add) {
-  int rank = (int)strlen(acc->pattern);
+  int rank = acc->pattern->rank;
   int brank = bt->rank;
   Sz bs[TPK_MAX_RANK];
   strides(e, bt, bs);
@@ -911,22 +917,16 @@ static const char *fill_value(Emitter *e, const TpkOp *op, TpkDType dt) {
 static bool load_feeds_dot(const TpkOp *load) {
   const TpkValue *v = &load->out[0];
   if (v->type->rank != 2 || load->in[0]->type->kind != TPK_TYPE_REF) return false;
-  const char *pat = tpk_op_str(load, "index", "");
-  size_t n = strlen(pat);
-  if (n < 2 || pat[n - 1] == 's') return false;
-  for (size_t i = 0; i < n; i++)
-    if (pat[i] == 'g') return false;
-  const TpkOp *use = NULL;
-  int uses = 0;
-  for (const TpkOp *op = load->next; op; op = op->next) { /* uses in this block */
-    for (int i = 0; i < op->nin; i++)
-      if (op->in[i] == v) {
-        use = op;
-        uses++;
-      }
-    if (op->nregion) return false; /* a use could hide in a region: keep it simple */
-  }
-  return uses == 1 && use->opcode == TPK_OP_DOT && use->in[0] != use->in[1];
+  const TpkIndexPattern *pat = tpk_op_index(load, "index");
+  int n = pat->rank;
+  if (n < 2 || pat->dim[n - 1] == TPK_INDEX_SCALAR || has_gather(pat)) return false;
+  const TpkOp *use = tpk_value_single_user(v);
+  if (!use || use->parent != load->parent || use->opcode != TPK_OP_DOT || use->in[0] == use->in[1]) return false;
+  /* Conservative, as when uses were found by scanning the block: an op with
+   * regions after the load keeps the copy. */
+  for (const TpkOp *op = load->next; op; op = op->next)
+    if (op->nregion) return false;
+  return true;
 }
 
 /* A block that is one contiguous run of its tensor (leading scalar indices,
@@ -935,18 +935,19 @@ static bool load_feeds_dot(const TpkOp *load) {
  * load is a view and nothing is copied. */
 static bool load_is_view(const TpkOp *load) {
   if (load->in[0]->type->kind != TPK_TYPE_REF || load->out[0].type->rank == 0 || load_feeds_dot(load)) return false;
-  const char *p = tpk_op_str(load, "index", "");
-  while (*p == 's') p++;
-  if (*p == 't' || *p == 'r' || *p == ':') p++;
-  while (*p == ':') p++;
-  return *p == 0;
+  const TpkIndexPattern *p = tpk_op_index(load, "index");
+  int d = 0;
+  while (d < p->rank && p->dim[d] == TPK_INDEX_SCALAR) d++;
+  if (d < p->rank && (p->dim[d] == TPK_INDEX_TILE || p->dim[d] == TPK_INDEX_RANGE || p->dim[d] == TPK_INDEX_ALL)) d++;
+  while (d < p->rank && p->dim[d] == TPK_INDEX_ALL) d++;
+  return d == p->rank;
 }
 
 /* The C condition that every blocked dimension of acc is in range. */
 static const char *in_range(Emitter *e, const Access *acc) {
   TpkStr cond = {0};
-  for (int d = 0; acc->pattern[d]; d++)
-    if (acc->pattern[d] == 't' || acc->pattern[d] == 'r')
+  for (int d = 0; d < acc->pattern->rank; d++)
+    if (acc->pattern->dim[d] == TPK_INDEX_TILE || acc->pattern->dim[d] == TPK_INDEX_RANGE)
       tpk_str_printf(&cond, "%s%s + %s <= %s", cond.len ? " && " : "", acc->start[d], acc->size[d], dim(e, acc->mem, d));
   const char *r = tpk_arena_strdup(&e->arena, cond.len ? cond.data : "1");
   tpk_str_free(&cond);
@@ -961,9 +962,8 @@ static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, co
   strides(e, acc->mem, ms);
   TpkStr off = {0};
   int rowdim = -1;
-  for (int d = 0; acc->pattern[d]; d++) {
-    char c = acc->pattern[d];
-    if (c != 's' && rowdim < 0) rowdim = d;
+  for (int d = 0; d < acc->pattern->rank; d++) {
+    if (acc->pattern->dim[d] != TPK_INDEX_SCALAR && rowdim < 0) rowdim = d;
     if (!sz_is(ms[d], 0) && strcmp(acc->start[d], "0") != 0)
       tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", acc->start[d], ms[d]);
   }
@@ -983,7 +983,7 @@ static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, co
 
 static void emit_load(Emitter *e, const TpkOp *op) {
   Access acc;
-  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
   access_sizes(e, &acc, op->out[0].type);
   check_indices(e, &acc);
   const char *n = def_tile(e, &op->out[0]);
@@ -996,7 +996,7 @@ static void emit_load(Emitter *e, const TpkOp *op) {
 /* A load of a single element (a scalar result) */
 static void emit_load_scalar(Emitter *e, const TpkOp *op) {
   Access acc;
-  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
   check_indices(e, &acc);
   const char *valid;
   const char *off = access_offset(e, &acc, &valid);
@@ -1009,11 +1009,11 @@ static void emit_load_scalar(Emitter *e, const TpkOp *op) {
  * out-of-range elements: their index (0, or `other`) names a real row that
  * is not the kernel's to write. */
 static void mask_padding_lanes(Emitter *e, Access *acc) {
-  for (int d = 0; acc->pattern[d]; d++) {
-    const TpkOp *ld = acc->pattern[d] == 'g' ? tpk_index_vector_load(acc->gather[d]) : NULL;
+  for (int d = 0; d < acc->pattern->rank; d++) {
+    const TpkOp *ld = acc->pattern->dim[d] == TPK_INDEX_GATHER ? tpk_index_vector_load(acc->gather[d]) : NULL;
     if (!ld) continue;
     const TpkValue *at = ld->in[1];
-    const char *start = strcmp(tpk_op_str(ld, "index", ""), "t") == 0
+    const char *start = tpk_op_index(ld, "index")->dim[0] == TPK_INDEX_TILE
                             ? tpk_arena_printf(&e->arena, "(%s * %" PRId64 ")", name_of(e, at), tpk_tile_block(at->type))
                             : tpk_arena_printf(&e->arena, "(int64_t)%s", name_of(e, at));
     acc->lane_limit[d] = tpk_arena_printf(&e->arena, "(%s - %s)", dim(e, ld->in[0]->type, 0), start);
@@ -1024,11 +1024,11 @@ static void emit_store(Emitter *e, const TpkOp *op) {
   if (op == e->stored) return; /* its value's loop wrote it */
   Access acc;
   const TpkValue *val = op->in[op->nin - 1];
-  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
   access_sizes(e, &acc, val->type);
   check_indices(e, &acc);
   mask_padding_lanes(e, &acc);
-  bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
+  bool add = tpk_op_store_mode(op) == TPK_STORE_ADD;
   if (!is_tile(val)) { /* a single element */
     const char *valid;
     const char *off = access_offset(e, &acc, &valid);
@@ -1043,7 +1043,7 @@ static void emit_store(Emitter *e, const TpkOp *op) {
 
 static void emit_slice(Emitter *e, const TpkOp *op) {
   Access acc;
-  if (!access_of(e, op, tpk_op_str(op, "index", ""), op->in[0], 1, &acc)) return;
+  if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
   if (!is_tile(&op->out[0])) {
     emit_load_scalar(e, op);
     return;
@@ -1056,25 +1056,24 @@ static void emit_slice(Emitter *e, const TpkOp *op) {
 
 /* copy_async: the host copies at once; wait() has nothing left to do. */
 static void emit_dma(Emitter *e, const TpkOp *op) {
-  const char *sp = tpk_op_str(op, "src_index", ""), *dp = tpk_op_str(op, "dst_index", "");
-  int nsrc = 0;
-  for (const char *c = sp; *c; c++) nsrc += *c != ':';
+  const TpkIndexPattern *sp = tpk_op_index(op, "src_index"), *dp = tpk_op_index(op, "dst_index");
+  int nsrc = tpk_index_operands(sp);
   Access src, dst;
   if (!access_of(e, op, sp, op->in[0], 1, &src) || !access_of(e, op, dp, op->in[1 + nsrc], 2 + nsrc, &dst)) return;
   /* the block's shape: the destination's selected dims */
   const TpkDim *dims[TPK_MAX_RANK];
   int rank = 0;
-  for (int d = 0; dp[d]; d++) {
-    if (dp[d] == 's') continue;
+  for (int d = 0; d < dp->rank; d++) {
+    if (dp->dim[d] == TPK_INDEX_SCALAR) continue;
     int64_t size = 0;
-    if (dp[d] != ':' && !sz_value(dst.size[d], &size)) {
+    if (dp->dim[d] != TPK_INDEX_ALL && !sz_value(dst.size[d], &size)) {
       fail(e, op, "internal: copy_async of a block whose size is not constant");
       return;
     }
-    dims[rank++] = dp[d] == ':' ? dst.mem->dims[d] : tpk_dim_const(e->f->module, size);
+    dims[rank++] = dp->dim[d] == TPK_INDEX_ALL ? dst.mem->dims[d] : tpk_dim_const(e->f->module, size);
   }
   const TpkType *bt = tpk_type_tensor(e->f->module, src.mem->dtype, rank, dims);
-  /* 'r' sizes come from the block */
+  /* RANGE sizes come from the block */
   access_sizes(e, &src, bt);
   access_sizes(e, &dst, bt);
   check_indices(e, &src);
@@ -1143,7 +1142,7 @@ static void emit_fused_sum(Emitter *e, const TpkOp *op, const char *out, const c
 
 static void emit_reduce(Emitter *e, const TpkOp *op) {
   const TpkValue *x = op->in[0], *r = &op->out[0];
-  const char *kind = tpk_op_str(op, "kind", "sum");
+  TpkReduceKind kind = tpk_op_reduce_kind(op);
   const TpkAttr *axes = tpk_op_attr(op, "axes");
   const TpkType *xt = x->type;
   bool reduced[TPK_MAX_RANK] = {false};
@@ -1154,7 +1153,7 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   }
   bool contiguous = true;
   for (int i = 1; i < axes->n; i++) contiguous &= axes->ints[i] == axes->ints[i - 1] + 1;
-  bool is_mean = strcmp(kind, "mean") == 0;
+  bool is_mean = kind == TPK_REDUCE_MEAN;
   const char *out = is_tile(r) ? def_tile(e, r) : NULL;
   const char *scalar = NULL;
   if (!out) {
@@ -1174,13 +1173,13 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
     return;
   }
   /* f32 over adjacent axes: the primitive. */
-  if (xt->dtype == TPK_F32 && contiguous && axes->n > 0 && strcmp(kind, "prod") != 0) {
+  if (xt->dtype == TPK_F32 && contiguous && axes->n > 0 && kind != TPK_REDUCE_PROD) {
     Sz outer = "1", inner = "1";
     for (int i = 0; i < axes->ints[0]; i++) outer = sz_mul(e, outer, dim(e, xt, i));
     for (int i = (int)axes->ints[axes->n - 1] + 1; i < xt->rank; i++) inner = sz_mul(e, inner, dim(e, xt, i));
     const char *dst = out ? out : tpk_arena_printf(&e->arena, "&%s", scalar);
     line(e, "p->reduce_f32(%s, %s, %s, %s, %s, %s);",
-         strcmp(kind, "max") == 0 ? "TPK_PRIM_MAX" : strcmp(kind, "min") == 0 ? "TPK_PRIM_MIN" : "TPK_PRIM_SUM",
+         kind == TPK_REDUCE_MAX ? "TPK_PRIM_MAX" : kind == TPK_REDUCE_MIN ? "TPK_PRIM_MIN" : "TPK_PRIM_SUM",
          name_of(e, x), outer, len, inner, dst);
     if (is_mean) {
       if (out) line(e, "for (int64_t k = 0; k < %s; k++) %s[k] = %s[k] / %s;", numel(e, r->type), out, out, float_size(e, len));
@@ -1193,9 +1192,9 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   TpkDType dt = xt->dtype;
   bool fl = tpk_dtype_is_float(dt);
   const char *acc_t = fl ? "float" : "int32_t";
-  const char *init = strcmp(kind, "max") == 0 ? (fl ? "(-1.0f / 0.0f)" : "INT32_MIN")
-                     : strcmp(kind, "min") == 0 ? (fl ? "(1.0f / 0.0f)" : "INT32_MAX")
-                     : strcmp(kind, "prod") == 0 ? "1" : "0";
+  const char *init = kind == TPK_REDUCE_MAX ? (fl ? "(-1.0f / 0.0f)" : "INT32_MIN")
+                     : kind == TPK_REDUCE_MIN ? (fl ? "(1.0f / 0.0f)" : "INT32_MAX")
+                     : kind == TPK_REDUCE_PROD ? "1" : "0";
   Sz xs[TPK_MAX_RANK];
   strides(e, xt, xs);
   int opened = 0;
@@ -1213,9 +1212,9 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
       opened++;
     }
   const char *xv = rd(e, x, linear(e, xt->rank, xs, NULL));
-  if (strcmp(kind, "max") == 0) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmax(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s > acc ? %s : acc)", xv, xv));
-  else if (strcmp(kind, "min") == 0) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmin(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s < acc ? %s : acc)", xv, xv));
-  else if (strcmp(kind, "prod") == 0) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc * %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc * (uint32_t)%s)", xv));
+  if (kind == TPK_REDUCE_MAX) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmax(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s > acc ? %s : acc)", xv, xv));
+  else if (kind == TPK_REDUCE_MIN) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmin(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s < acc ? %s : acc)", xv, xv));
+  else if (kind == TPK_REDUCE_PROD) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc * %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc * (uint32_t)%s)", xv));
   else line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc + %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc + (uint32_t)%s)", xv));
   int inner = 0;
   for (int i = 0; i < xt->rank; i++) inner += reduced[i];
@@ -1340,7 +1339,7 @@ static void emit_gather(Emitter *e, const TpkOp *op) {
 static void emit_scatter(Emitter *e, const TpkOp *op) {
   const TpkValue *base = op->in[0], *ids = op->in[1], *upd = op->in[2], *r = &op->out[0];
   int axis = (int)tpk_op_int(op, "axis", 0);
-  bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
+  bool add = tpk_op_store_mode(op) == TPK_STORE_ADD;
   Sz bs[TPK_MAX_RANK], us[TPK_MAX_RANK], is[TPK_MAX_RANK];
   strides(e, base->type, bs);
   strides(e, upd->type, us);
@@ -1401,17 +1400,23 @@ static void emit_concat(Emitter *e, const TpkOp *op) {
 
 static void emit_block(Emitter *e, const TpkBlock *b);
 
+/* The value a for (its carried block argument) or an if (its result)
+ * receives from position i of its yield. */
+static const TpkValue *carrier(const TpkOp *owner, int i) {
+  return owner->opcode == TPK_OP_FOR ? owner->regions[0]->args[1 + i] : &owner->out[i];
+}
+
 /* Loop-carried and if-merged values: assign the yielded values to the
  * carriers. Tiles are copied unless they already share memory; when a
  * yielded tile lives in another carrier's buffer, everything goes through a
  * temporary copy first so no carrier is overwritten before it is read. */
-static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *carriers, int n) {
+static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkOp *owner, int n) {
   bool clash = false;
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++)
-      if (i != j && is_tile(&carriers[j]) && offset_of(e, y->in[i]) == offset_of(e, &carriers[j])) clash = true;
+      if (i != j && is_tile(carrier(owner, j)) && offset_of(e, y->in[i]) == offset_of(e, carrier(owner, j))) clash = true;
   for (int i = 0; i < n; i++) {
-    const TpkValue *c = &carriers[i], *v = y->in[i];
+    const TpkValue *c = carrier(owner, i), *v = y->in[i];
     if (!is_tile(c)) {
       line(e, "%s y%d_%d = %s;", ctype(c->type->dtype), e->tmp, i, name_of(e, v));
       continue;
@@ -1425,7 +1430,7 @@ static void emit_yield_into(Emitter *e, const TpkOp *y, const TpkValue *carriers
     }
   }
   for (int i = 0; i < n; i++) {
-    const TpkValue *c = &carriers[i], *v = y->in[i];
+    const TpkValue *c = carrier(owner, i), *v = y->in[i];
     if (!is_tile(c)) {
       line(e, "%s = y%d_%d;", name_of(e, c), e->tmp, i);
       continue;
@@ -1450,7 +1455,7 @@ static void emit_for(Emitter *e, const TpkOp *op) {
   int n = op->nout;
   /* the carriers are the block arguments; the results are the same C objects */
   for (int i = 0; i < n; i++) {
-    const TpkValue *arg = &body->args[i + 1], *init = op->in[2 + i];
+    const TpkValue *arg = body->args[i + 1], *init = op->in[2 + i];
     if (is_tile(arg)) {
       const char *c = def_tile(e, arg);
       copy_tile(e, c, arg, init);
@@ -1461,12 +1466,12 @@ static void emit_for(Emitter *e, const TpkOp *op) {
       set_name(e, &op->out[i], c);
     }
   }
-  const TpkValue *iv = &body->args[0];
+  const TpkValue *iv = body->args[0];
   const char *ivn = new_name(e, iv);
   line(e, "for (int64_t %s = %s; %s < %s; %s++) {", ivn, bound(e, op->in[0]), ivn, bound(e, op->in[1]), ivn);
   e->indent++;
   emit_block(e, body);
-  if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, &body->args[1], n);
+  if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, op, n);
   e->indent--;
   line(e, "}");
 }
@@ -1483,7 +1488,7 @@ static void emit_if(Emitter *e, const TpkOp *op) {
     e->indent++;
     const TpkBlock *b = op->regions[r];
     emit_block(e, b);
-    if (n && b->last && b->last->opcode == TPK_OP_YIELD) emit_yield_into(e, b->last, op->out, n);
+    if (n && b->last && b->last->opcode == TPK_OP_YIELD) emit_yield_into(e, b->last, op, n);
     e->indent--;
     line(e, r == 0 ? "} else {" : "}");
   }
@@ -1515,7 +1520,7 @@ static void emit_split_grid_loops(Emitter *e, const TpkOp *op) {
     const char *q = inner.len ? tpk_arena_printf(&e->arena, "grid_q / (%s)", inner.data) : "grid_q";
     if (a > 0) q = tpk_arena_printf(&e->arena, "(%s) %% grid_n%d", q, a);
     tpk_str_free(&inner);
-    line(e, "int64_t %s = %s + %s;", new_name(e, &body->args[a]), bound(e, op->in[2 * a]), q);
+    line(e, "int64_t %s = %s + %s;", new_name(e, body->args[a]), bound(e, op->in[2 * a]), q);
   }
 }
 
@@ -1530,7 +1535,7 @@ static void emit_grid(Emitter *e, const TpkOp *op) {
   } else {
     line(e, "/* grid: %d ax%s, one iteration per program instance */", body->nargs, body->nargs == 1 ? "is" : "es");
     for (int a = 0; a < body->nargs; a++) {
-      const char *n = new_name(e, &body->args[a]);
+      const char *n = new_name(e, body->args[a]);
       line(e, "for (int64_t %s = %s; %s < %s; %s++) {", n, bound(e, op->in[2 * a]), n, bound(e, op->in[2 * a + 1]), n);
       e->indent++;
     }
@@ -1562,7 +1567,7 @@ static void emit_op(Emitter *e, const TpkOp *op) {
       return;
     }
     const char *x = op->opcode == TPK_OP_PROGRAM_ID
-                        ? tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", name_of(e, &e->grid->regions[0]->args[axis]), bound(e, e->grid->in[2 * axis]))
+                        ? tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", name_of(e, e->grid->regions[0]->args[axis]), bound(e, e->grid->in[2 * axis]))
                         : tpk_arena_printf(&e->arena, "(int32_t)(%s - %s)", bound(e, e->grid->in[2 * axis + 1]), bound(e, e->grid->in[2 * axis]));
     line(e, "int32_t %s = %s;", new_name(e, &op->out[0]), x);
     return;
@@ -1732,8 +1737,7 @@ static const TpkParam *param_of(const TpkFunc *f, const TpkValue *v) {
 static const TpkValue *written_memory(const TpkOp *op) {
   if (op->opcode == TPK_OP_STORE) return op->in[0];
   if (op->opcode == TPK_OP_DMA_START) {
-    int nsrc = 0;
-    for (const char *c = tpk_op_str(op, "src_index", ""); *c; c++) nsrc += *c != ':';
+    int nsrc = tpk_index_operands(tpk_op_index(op, "src_index"));
     return 1 + nsrc < op->nin ? op->in[1 + nsrc] : NULL;
   }
   return NULL;
@@ -1769,7 +1773,7 @@ static void effects_of(const TpkFunc *f, const TpkOp *op, Effects *fx) {
   const TpkValue *w = written_memory(op);
   if (w && is_param_memory(w)) {
     fx->writes = true;
-    if (op->opcode == TPK_OP_STORE && strcmp(tpk_op_str(op, "mode", "set"), "add") == 0) fx->adds = true;
+    if (op->opcode == TPK_OP_STORE && tpk_op_store_mode(op) == TPK_STORE_ADD) fx->adds = true;
     /* the operands after the destination are its indices (and a store's value, last) */
     int first = op->opcode == TPK_OP_STORE ? 1 : 0, end = op->opcode == TPK_OP_STORE ? op->nin - 1 : op->nin;
     for (int i = first; i < end; i++)

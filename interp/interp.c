@@ -194,7 +194,7 @@ static int slot_find(const Interp *I, const TpkValue *v) {
  * number, or -1 when out of memory. */
 static int collect(Interp *I, const TpkBlock *b, int n) {
   for (int i = 0; i < b->nargs; i++, n++)
-    if (!tpk_ptrmap_put(&I->slots, &b->args[i], (void *)(intptr_t)n)) return -1;
+    if (!tpk_ptrmap_put(&I->slots, b->args[i], (void *)(intptr_t)n)) return -1;
   for (const TpkOp *op = b->first; op; op = op->next) {
     for (int i = 0; i < op->nout; i++, n++)
       if (!tpk_ptrmap_put(&I->slots, &op->out[i], (void *)(intptr_t)n)) return -1;
@@ -427,7 +427,7 @@ static void put_instance(TpkStr *s, const Interp *I, int64_t inst) {
   }
   tpk_str_putc(s, '(');
   for (int a = 0; a < I->grid_axes; a++) {
-    const char *name = I->grid_body && I->grid_body->args[a].name ? I->grid_body->args[a].name : NULL;
+    const char *name = I->grid_body && I->grid_body->args[a]->name ? I->grid_body->args[a]->name : NULL;
     if (name)
       tpk_str_printf(s, "%s%s=%" PRId64, a ? ", " : "", name, I->grid_lo[a] + pos[a]);
     else
@@ -851,20 +851,13 @@ static TpkStatus exec_concat(Interp *I, const TpkOp *op) {
 static TpkStatus exec_reduce(Interp *I, const TpkOp *op) {
   Val *x = operand(I, op, 0, V_TENSOR);
   if (!x) return status(I);
-  const char *kind = tpk_op_str(op, "kind", "");
   const TpkAttr *axes = tpk_op_attr(op, "axes");
   bool red[TPK_MAX_RANK] = {0};
   for (int i = 0; axes && i < axes->n; i++) {
     if (axes->ints[i] < 0 || axes->ints[i] >= x->rank) return fail(I, op, TPK_ERR_INTERNAL, "axis out of range");
     red[axes->ints[i]] = true;
   }
-  enum { SUM, MEAN, MAX, MIN, PROD } k;
-  if (!strcmp(kind, "sum")) k = SUM;
-  else if (!strcmp(kind, "mean")) k = MEAN;
-  else if (!strcmp(kind, "max")) k = MAX;
-  else if (!strcmp(kind, "min")) k = MIN;
-  else if (!strcmp(kind, "prod")) k = PROD;
-  else return fail(I, op, TPK_ERR_UNSUPPORTED, "unknown reduction \"%s\"", kind);
+  TpkReduceKind k = tpk_op_reduce_kind(op);
   Val r;
   if (!new_result(I, op, 0, &r)) return status(I);
   /* Kept dims (the output, in x's order) and reduced dims (inner loop). */
@@ -891,8 +884,8 @@ static TpkStatus exec_reduce(Interp *I, const TpkOp *op) {
     int64_t base = 0;
     for (int d = 0; d < nk; d++) base += ko[d] * ks[d];
     int64_t ri[TPK_MAX_RANK] = {0};
-    float facc = k == PROD ? 1.0f : k == MAX ? -INFINITY : k == MIN ? INFINITY : 0.0f;
-    uint64_t iacc = k == PROD ? 1 : 0;
+    float facc = k == TPK_REDUCE_PROD ? 1.0f : k == TPK_REDUCE_MAX ? -INFINITY : k == TPK_REDUCE_MIN ? INFINITY : 0.0f;
+    uint64_t iacc = k == TPK_REDUCE_PROD ? 1 : 0;
     int64_t imax = INT64_MIN, imin = INT64_MAX;
     for (int64_t c = 0; c < count; c++, next_index(nr, rd, ri)) {
       int64_t xi = base;
@@ -900,29 +893,29 @@ static TpkStatus exec_reduce(Interp *I, const TpkOp *op) {
       if (isf) {
         float v = (float)tpk_ref_get(x->dt, x->data, xi);
         switch (k) {
-        case SUM:
-        case MEAN: facc = facc + v; break;
-        case PROD: facc = facc * v; break;
-        case MAX: facc = max_f(facc, v); break;
-        case MIN: facc = min_f(facc, v); break;
+        case TPK_REDUCE_SUM:
+        case TPK_REDUCE_MEAN: facc = facc + v; break;
+        case TPK_REDUCE_PROD: facc = facc * v; break;
+        case TPK_REDUCE_MAX: facc = max_f(facc, v); break;
+        case TPK_REDUCE_MIN: facc = min_f(facc, v); break;
         }
       } else {
         int64_t v = tpk_ref_get_int(x->dt, x->data, xi);
         switch (k) {
-        case SUM:
-        case MEAN: iacc += (uint64_t)v; break;
-        case PROD: iacc *= (uint64_t)v; break;
-        case MAX: imax = v > imax ? v : imax; break;
-        case MIN: imin = v < imin ? v : imin; break;
+        case TPK_REDUCE_SUM:
+        case TPK_REDUCE_MEAN: iacc += (uint64_t)v; break;
+        case TPK_REDUCE_PROD: iacc *= (uint64_t)v; break;
+        case TPK_REDUCE_MAX: imax = v > imax ? v : imax; break;
+        case TPK_REDUCE_MIN: imin = v < imin ? v : imin; break;
         }
       }
     }
     if (isf) {
-      if (k == MEAN) facc = facc / (float)count;
+      if (k == TPK_REDUCE_MEAN) facc = facc / (float)count;
       tpk_ref_set(r.dt, r.data, o, facc);
-    } else if (k == MAX || k == MIN) {
+    } else if (k == TPK_REDUCE_MAX || k == TPK_REDUCE_MIN) {
       /* An empty max/min of integers: the dtype's extreme, via saturation. */
-      tpk_ref_set(r.dt, r.data, o, k == MAX ? (count ? (double)imax : -INFINITY) : (count ? (double)imin : INFINITY));
+      tpk_ref_set(r.dt, r.data, o, k == TPK_REDUCE_MAX ? (count ? (double)imax : -INFINITY) : (count ? (double)imin : INFINITY));
     } else {
       tpk_ref_set_int(r.dt, r.data, o, iacc); /* mean is float-only (verified) */
     }
@@ -1100,7 +1093,7 @@ static TpkStatus exec_scatter(Interp *I, const TpkOp *op) {
     return fail(I, op, TPK_ERR_INTERNAL, "result does not match the base");
   }
   if (r.n) memcpy(r.data, base->data, (size_t)r.n * ESIZE(&r));
-  TpkStatus st = take(I, op, &r, ids, &r, upd, strcmp(tpk_op_str(op, "mode", "set"), "add") == 0);
+  TpkStatus st = take(I, op, &r, ids, &r, upd, tpk_op_store_mode(op) == TPK_STORE_ADD);
   if (st != TPK_OK) {
     val_release(&r);
     return st;
@@ -1141,34 +1134,33 @@ static int64_t padding_lanes(Interp *I, const TpkValue *v, int64_t n) {
   return real < 0 ? 0 : real < n ? real : n;
 }
 
-/* Parse pattern `key` of op against base, consuming operands from `first`.
- * `want` (may be NULL) is the shape on the other side, giving 'r' sizes.
+/* Apply index pattern `key` of op to base, consuming operands from `first`.
+ * `want` (may be NULL) is the shape on the other side, giving RANGE sizes.
  * Returns the number of operands used, or -1 after an error. */
 static int select_block(Interp *I, const TpkOp *op, const char *key, const Val *base, int first, const int64_t *want,
                         int want_rank, Sel *s) {
-  const char *pat = tpk_op_str(op, key, NULL);
+  const TpkIndexPattern *pat = tpk_op_index(op, key);
   memset(s, 0, sizeof *s);
   s->base = base;
-  if (!pat || (int)strlen(pat) != base->rank) {
+  if (pat->rank != base->rank) {
     fail(I, op, TPK_ERR_INTERNAL, "%s does not match the rank %d of the indexed value", key, base->rank);
     return -1;
   }
   strides_of(base->rank, base->dims, s->bstride);
   int k = first;
   for (int i = 0; i < base->rank; i++) {
-    char c = pat[i];
     int j = s->rank; /* <= i < TPK_MAX_RANK */
-    switch (c) {
-    case ':':
+    switch (pat->dim[i]) {
+    case TPK_INDEX_ALL:
       s->dims[j] = base->dims[i], s->bdim[j] = i, s->start[j] = 0, s->rank++;
       break;
-    case 't': {
+    case TPK_INDEX_TILE: {
       Val *t = operand(I, op, k++, V_TILE);
       if (!t) return -1;
       s->dims[j] = t->block, s->bdim[j] = i, s->start[j] = t->id * t->block, s->rank++;
       break;
     }
-    case 's': {
+    case TPK_INDEX_SCALAR: {
       int64_t v;
       if (!scalar_int(I, op, k++, &v)) return -1;
       if (v < 0 || v >= base->dims[i]) {
@@ -1185,14 +1177,14 @@ static int select_block(Interp *I, const TpkOp *op, const char *key, const Val *
       s->fixed += v * s->bstride[i];
       break;
     }
-    case 'r': {
+    case TPK_INDEX_RANGE: {
       int64_t v;
       if (!scalar_int(I, op, k++, &v)) return -1;
       s->dims[j] = want && j < want_rank ? want[j] : -1;
       s->bdim[j] = i, s->start[j] = v, s->rank++;
       break;
     }
-    case 'g': {
+    case TPK_INDEX_GATHER: {
       Val *g = operand(I, op, k++, V_TENSOR);
       if (!g) return -1;
       if (g->rank != 1 || tpk_dtype_is_float(g->dt)) {
@@ -1216,9 +1208,6 @@ static int select_block(Interp *I, const TpkOp *op, const char *key, const Val *
       if (op->opcode == TPK_OP_STORE) s->lanes[j] = padding_lanes(I, op->in[k - 1], g->n);
       break;
     }
-    default:
-      fail(I, op, TPK_ERR_INTERNAL, "invalid index entry '%c'", c);
-      return -1;
     }
   }
   return k - first;
@@ -1280,7 +1269,7 @@ static TpkStatus exec_store(Interp *I, const TpkOp *op) {
   Sel s;
   int n = select_block(I, op, "index", ref, 1, v->dims, v->rank, &s);
   if (n < 0 || !sel_matches(I, op, &s, v->rank, v->dims, "stored value")) return status(I);
-  bool add = strcmp(tpk_op_str(op, "mode", "set"), "add") == 0;
+  bool add = tpk_op_store_mode(op) == TPK_STORE_ADD;
   bool isf = tpk_dtype_is_float(v->dt);
   size_t es = ESIZE(v);
   check_pending(I, op, ref, "writes");
@@ -1430,7 +1419,7 @@ static TpkStatus exec_grid(Interp *I, const TpkOp *op) {
     for (int a = 0; a < axes && st == TPK_OK; a++) {
       I->grid_pos[a] = lo[a] + pos[a];
       I->grid_count[a] = count[a];
-      st = bind_index(I, op, &op->regions[0]->args[a], lo[a] + pos[a]);
+      st = bind_index(I, op, op->regions[0]->args[a], lo[a] + pos[a]);
     }
     const TpkOp *term = NULL;
     if (st == TPK_OK) st = exec_block(I, op->regions[0], &term);
@@ -1472,9 +1461,9 @@ static TpkStatus exec_for(Interp *I, const TpkOp *op) {
       val_assign(&carry[i], v);
   }
   for (int64_t it = lo; it < hi && st == TPK_OK; it++) {
-    st = bind_index(I, op, &body->args[0], it);
+    st = bind_index(I, op, body->args[0], it);
     for (int i = 0; i < n && st == TPK_OK; i++) {
-      Val *a = slot(I, &body->args[1 + i]);
+      Val *a = slot(I, body->args[1 + i]);
       if (!a)
         st = fail(I, op, TPK_ERR_INTERNAL, "region argument has no slot");
       else

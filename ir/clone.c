@@ -106,6 +106,11 @@ static bool clone_attrs(Cloner *c, TpkOp *to, const TpkOp *from) {
     case TPK_ATTR_BOOL: tpk_op_set_bool(c->dst, to, a->key, a->i != 0); break;
     case TPK_ATTR_STR: tpk_op_set_str(c->dst, to, a->key, a->s); break;
     case TPK_ATTR_INTS: tpk_op_set_ints(c->dst, to, a->key, a->n, a->ints); break;
+    case TPK_ATTR_INDEX: tpk_op_set_index(c->dst, to, a->key, a->index); break;
+    case TPK_ATTR_ENUM:
+      if (tpk_op_set_text(c->dst, to, a->key, tpk_enum_name(a->set, (int)a->i), c->err) != TPK_OK)
+        return clone_fail(c, from->loc, "internal error: an attribute's member is not in its set");
+      break;
     }
   }
   return to->nattr == from->nattr || clone_fail(c, from->loc, "out of memory cloning the IR");
@@ -147,11 +152,11 @@ static bool clone_block(Cloner *c, TpkBlock *to, const TpkBlock *from) {
   /* every argument first: then the values are where they stay (a
    * function's body has its parameters already) */
   for (int i = to->nargs; i < from->nargs; i++) {
-    const TpkType *t = clone_type(c, from->args[i].type, loc, "a loop value");
+    const TpkType *t = clone_type(c, from->args[i]->type, loc, "a loop value");
     if (!t || !tpk_block_add_arg(c->dst, to, t, NULL)) return t ? clone_fail(c, loc, "out of memory cloning the IR") : false;
   }
   for (int i = 0; i < from->nargs; i++)
-    if (!map_value(c, &from->args[i], &to->args[i])) return false; /* parameters again: harmless */
+    if (!map_value(c, from->args[i], to->args[i])) return false; /* parameters again: harmless */
   for (const TpkOp *op = from->first; op; op = op->next)
     if (!clone_op(c, to, op)) return false;
   return true;

@@ -1,10 +1,13 @@
 /*
  * ir.c — the IR's data: modules and their intern tables (strings, dims,
- * types), dimension algebra, functions, the builder and the op table.
+ * types), dimension algebra, functions, the builder, use lists, attributes
+ * and their closed sets, and the op table.
  *
  * Everything lives in the module arena. Interning is hash-consing: a dim or
  * type is looked up by its fields before it is created, so structural
- * equality is pointer equality everywhere downstream.
+ * equality is pointer equality everywhere downstream. Values are allocated
+ * once and never move; each keeps the list of its uses, which only the
+ * functions here change.
  */
 #include "ir/ir.h"
 
@@ -460,41 +463,41 @@ static TpkBlock *block_new(TpkModule *m, TpkOp *parent, TpkFunc *f) {
 
 enum { MIN_ARGS = 8 };
 
-static void replace_in_block(TpkBlock *b, TpkValue *from, TpkValue *to) {
-  for (TpkOp *op = b ? b->first : NULL; op; op = op->next) {
-    for (int i = 0; i < op->nin; i++)
-      if (op->in[i] == from) op->in[i] = to;
-    for (int r = 0; r < op->nregion; r++) replace_in_block(op->regions[r], from, to);
-  }
-}
-
-void tpk_func_replace_uses(TpkFunc *f, TpkValue *from, TpkValue *to) {
-  if (f) replace_in_block(f->body, from, to);
-}
-
 TpkValue *tpk_block_add_arg(TpkModule *m, TpkBlock *block, const TpkType *type, const char *name) {
   if (!m || !block) return NULL;
   int cap = implied_cap(block->nargs, MIN_ARGS);
-  if (!block->args || block->nargs == cap) {
+  if (!block->args || block->nargs == cap) { /* only the array of pointers moves */
     int newcap = block->args ? cap * 2 : cap;
-    TpkValue *args = tpk_arena_alloc(&m->arena, (size_t)newcap * sizeof *args);
+    TpkValue **args = tpk_arena_alloc(&m->arena, (size_t)newcap * sizeof *args);
     if (!args) return NULL;
-    TpkValue *old = block->args;
-    if (old) memcpy(args, old, (size_t)block->nargs * sizeof *args);
+    if (block->args) memcpy(args, block->args, (size_t)block->nargs * sizeof *args);
     block->args = args;
-    /* The arguments moved: redirect uses already in the IR, and parameters.
-     * Pointers the caller still holds to the old copies go stale; the
-     * verifier reports them. */
-    for (int i = 0; old && i < block->nargs; i++) {
-      tpk_func_replace_uses(block->func, &old[i], &args[i]);
-      if (block->func && block->func->body == block && i < block->func->nparams) block->func->params[i].value = &args[i];
-    }
   }
-  TpkValue *v = &block->args[block->nargs];
+  TpkValue *v = tpk_arena_alloc(&m->arena, sizeof *v);
+  if (!v) return NULL;
   v->type = type;
   v->block = block;
-  v->index = block->nargs++;
+  v->index = block->nargs;
   v->name = intern_cstr(m, name);
+  block->args[block->nargs++] = v;
+  return v;
+}
+
+enum { MIN_PARAMS = 8 };
+
+TpkValue *tpk_func_add_param(TpkModule *m, TpkFunc *f, const TpkType *type, const char *name, TpkParamRole role) {
+  if (!m || !f || !f->body) return NULL;
+  int cap = implied_cap(f->nparams, MIN_PARAMS);
+  if (!f->params || f->nparams == cap) {
+    int newcap = f->params ? cap * 2 : cap;
+    TpkParam *params = tpk_arena_alloc(&m->arena, (size_t)newcap * sizeof *params);
+    if (!params) return NULL;
+    if (f->params) memcpy(params, f->params, (size_t)f->nparams * sizeof *params);
+    f->params = params;
+  }
+  TpkValue *v = tpk_block_add_arg(m, f->body, type, name);
+  if (!v) return NULL;
+  f->params[f->nparams++] = (TpkParam){.name = v->name, .role = role, .value = v};
   return v;
 }
 
@@ -507,16 +510,10 @@ TpkFunc *tpk_func_new(TpkModule *m, const char *name, bool is_kernel, int nparam
   f->is_kernel = is_kernel;
   f->module = m;
   f->body = block_new(m, NULL, f);
-  f->params = tpk_arena_alloc(&m->arena, (size_t)(nparams ? nparams : 1) * sizeof *f->params);
-  if (!f->body || !f->params || (name && !f->name)) return NULL;
-  f->nparams = nparams;
-  for (int i = 0; i < nparams; i++) {
-    TpkValue *v = tpk_block_add_arg(m, f->body, types ? types[i] : NULL, names ? names[i] : NULL);
-    if (!v) return NULL;
-    f->params[i].name = v->name;
-    f->params[i].role = roles ? roles[i] : TPK_PARAM_IN;
-    f->params[i].value = v;
-  }
+  if (!f->body || (name && !f->name)) return NULL;
+  for (int i = 0; i < nparams; i++)
+    if (!tpk_func_add_param(m, f, types ? types[i] : NULL, names ? names[i] : NULL, roles ? roles[i] : TPK_PARAM_IN))
+      return NULL;
   if (m->nfuncs == m->capfuncs) {
     int cap = m->capfuncs ? m->capfuncs * 2 : 8;
     TpkFunc **funcs = tpk_arena_alloc(&m->arena, (size_t)cap * sizeof *funcs);
@@ -529,6 +526,79 @@ TpkFunc *tpk_func_new(TpkModule *m, const char *name, bool is_kernel, int nparam
   return f;
 }
 
+/* ---- Uses ------------------------------------------------------------------ */
+
+static void use_link(TpkUse *u, TpkValue *v) {
+  u->prev = NULL;
+  u->next = v->uses;
+  if (v->uses) v->uses->prev = u;
+  v->uses = u;
+  v->nuses++;
+}
+
+/* Does nothing when u is not in v's list (an erased op's uses are gone). */
+static void use_unlink(TpkUse *u, TpkValue *v) {
+  if (!u->prev && v->uses != u) return;
+  if (u->prev)
+    u->prev->next = u->next;
+  else
+    v->uses = u->next;
+  if (u->next) u->next->prev = u->prev;
+  u->prev = u->next = NULL;
+  v->nuses--;
+}
+
+/* The operand slots are written here and in tpk_build only. */
+static TpkValue **operands(TpkOp *op) { return (TpkValue **)op->in; }
+
+void tpk_op_set_operand(TpkOp *op, int i, TpkValue *v) {
+  if (!op || i < 0 || i >= op->nin || op->in[i] == v) return;
+  if (op->in[i]) use_unlink(&op->uses[i], op->in[i]);
+  operands(op)[i] = v;
+  if (v) use_link(&op->uses[i], v);
+}
+
+static void drop_operands(TpkOp *op) {
+  for (int i = 0; i < op->nin; i++)
+    if (op->in[i]) use_unlink(&op->uses[i], op->in[i]);
+}
+
+/* Fill op's operand and use arrays (already sized for n) from in. */
+static void link_operands(TpkOp *op, int n, TpkValue *const *in) {
+  op->nin = n;
+  for (int i = 0; i < n; i++) {
+    operands(op)[i] = in[i];
+    op->uses[i] = (TpkUse){.user = op, .index = i};
+    if (in[i]) use_link(&op->uses[i], in[i]);
+  }
+}
+
+bool tpk_op_set_operands(TpkModule *m, TpkOp *op, int n, TpkValue *const *in) {
+  if (!m || !op || n < 0) return false;
+  TpkValue **slots = operands(op);
+  TpkUse *uses = op->uses;
+  if (n > op->nin) { /* new arrays; the old ones stay in the arena */
+    slots = tpk_arena_alloc(&m->arena, (size_t)n * sizeof *slots);
+    uses = tpk_arena_alloc(&m->arena, (size_t)n * sizeof *uses);
+    if (!slots || !uses) return false;
+  }
+  drop_operands(op);
+  op->in = slots;
+  op->uses = uses;
+  link_operands(op, n, in);
+  return true;
+}
+
+int tpk_value_use_count(const TpkValue *v) { return v ? v->nuses : 0; }
+
+TpkOp *tpk_value_single_user(const TpkValue *v) { return v && v->nuses == 1 ? v->uses->user : NULL; }
+
+void tpk_func_replace_uses(TpkFunc *f, TpkValue *from, TpkValue *to) {
+  (void)f; /* the uses are from's own list */
+  if (!from || from == to) return;
+  while (from->uses) tpk_op_set_operand(from->uses->user, from->uses->index, to);
+}
+
 /* ---- Ops ------------------------------------------------------------------- */
 
 TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int nout, const TpkType *const *out) {
@@ -538,14 +608,13 @@ TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int
   if (!op) return NULL;
   op->opcode = opc;
   op->loc = b->loc;
-  op->nin = nin;
   op->in = tpk_arena_alloc(&m->arena, (size_t)(nin ? nin : 1) * sizeof *op->in);
+  op->uses = tpk_arena_alloc(&m->arena, (size_t)(nin ? nin : 1) * sizeof *op->uses);
   op->nout = nout;
   op->out = tpk_arena_alloc(&m->arena, (size_t)(nout ? nout : 1) * sizeof *op->out);
   int nregion = OPS[opc].nregion;
   op->regions = tpk_arena_alloc(&m->arena, (size_t)(nregion ? nregion : 1) * sizeof *op->regions);
-  if (!op->in || !op->out || !op->regions) return NULL;
-  for (int i = 0; i < nin; i++) op->in[i] = in[i];
+  if (!op->in || !op->uses || !op->out || !op->regions) return NULL;
   for (int i = 0; i < nout; i++) {
     op->out[i].type = out[i];
     op->out[i].def = op;
@@ -555,6 +624,7 @@ TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int
   for (int r = 0; r < nregion; r++)
     if (!(op->regions[r] = block_new(m, op, f))) return NULL;
   op->nregion = nregion;
+  link_operands(op, nin, in); /* last: a failed build leaves no uses behind */
   if (b->block) {
     op->parent = b->block;
     op->prev = b->block->last;
@@ -567,8 +637,15 @@ TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int
   return op;
 }
 
+static void drop_uses_within(TpkOp *op) {
+  drop_operands(op);
+  for (int r = 0; r < op->nregion; r++)
+    for (TpkOp *o = op->regions[r] ? op->regions[r]->first : NULL; o; o = o->next) drop_uses_within(o);
+}
+
 void tpk_op_erase(TpkOp *op) {
   if (!op || !op->parent) return;
+  drop_uses_within(op);
   TpkBlock *b = op->parent;
   if (op->prev)
     op->prev->next = op->next;
@@ -657,6 +734,152 @@ int64_t tpk_op_int(const TpkOp *op, const char *key, int64_t dflt) {
 const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt) {
   const TpkAttr *a = tpk_op_attr(op, key);
   return a && a->kind == TPK_ATTR_STR ? a->s : dflt;
+}
+
+/* ---- Closed sets ----------------------------------------------------------- */
+
+static const char *const REDUCE_KINDS[] = {
+    [TPK_REDUCE_SUM] = "sum", [TPK_REDUCE_MAX] = "max", [TPK_REDUCE_MIN] = "min", [TPK_REDUCE_MEAN] = "mean",
+    [TPK_REDUCE_PROD] = "prod"};
+static const char *const STORE_MODES[] = {[TPK_STORE_SET] = "set", [TPK_STORE_ADD] = "add"};
+
+static const struct EnumSet {
+  const char *name; /* in signatures */
+  const char *const *members;
+  int count;
+} ENUM_SETS[TPK_ENUM_SET_COUNT] = {
+    [TPK_ENUM_REDUCE_KIND] = {"reduce_kind", REDUCE_KINDS, (int)TPK_ARRAY_LEN(REDUCE_KINDS)},
+    [TPK_ENUM_STORE_MODE] = {"store_mode", STORE_MODES, (int)TPK_ARRAY_LEN(STORE_MODES)},
+};
+
+/* The text form of each TpkIndexKind. */
+static const char INDEX_CHARS[] = {[TPK_INDEX_TILE] = 't', [TPK_INDEX_ALL] = ':', [TPK_INDEX_SCALAR] = 's',
+                                   [TPK_INDEX_RANGE] = 'r', [TPK_INDEX_GATHER] = 'g'};
+
+const char *tpk_enum_set_name(TpkEnumSet set) { return (unsigned)set < TPK_ENUM_SET_COUNT ? ENUM_SETS[set].name : "?"; }
+
+const char *tpk_enum_name(TpkEnumSet set, int value) {
+  if ((unsigned)set >= TPK_ENUM_SET_COUNT || value < 0 || value >= ENUM_SETS[set].count) return NULL;
+  return ENUM_SETS[set].members[value];
+}
+
+bool tpk_enum_from_name(TpkEnumSet set, const char *name, int *value) {
+  for (int i = 0; name && (unsigned)set < TPK_ENUM_SET_COUNT && i < ENUM_SETS[set].count; i++)
+    if (strcmp(ENUM_SETS[set].members[i], name) == 0) {
+      *value = i;
+      return true;
+    }
+  return false;
+}
+
+int tpk_index_operands(const TpkIndexPattern *p) {
+  int n = 0;
+  for (int d = 0; d < p->rank; d++) n += p->dim[d] != TPK_INDEX_ALL;
+  return n;
+}
+
+void tpk_index_print(TpkStr *s, const TpkIndexPattern *p) {
+  for (int d = 0; d < p->rank; d++)
+    tpk_str_putc(s, (unsigned)p->dim[d] < sizeof INDEX_CHARS ? INDEX_CHARS[p->dim[d]] : '?');
+}
+
+static void op_set_enum(TpkModule *m, TpkOp *op, const char *key, TpkEnumSet set, int value) {
+  TpkAttr *a = attr_slot(m, op, key);
+  if (a) a->kind = TPK_ATTR_ENUM, a->set = set, a->i = value;
+}
+
+void tpk_op_set_reduce_kind(TpkModule *m, TpkOp *op, TpkReduceKind kind) {
+  op_set_enum(m, op, "kind", TPK_ENUM_REDUCE_KIND, (int)kind);
+}
+
+void tpk_op_set_store_mode(TpkModule *m, TpkOp *op, TpkStoreMode mode) {
+  op_set_enum(m, op, "mode", TPK_ENUM_STORE_MODE, (int)mode);
+}
+
+void tpk_op_set_index(TpkModule *m, TpkOp *op, const char *key, const TpkIndexPattern *p) {
+  TpkAttr *a = attr_slot(m, op, key);
+  if (!a || !p) return;
+  TpkIndexPattern *copy = tpk_arena_alloc(&m->arena, sizeof *copy);
+  if (!copy) return;
+  *copy = *p;
+  a->kind = TPK_ATTR_INDEX;
+  a->index = copy;
+}
+
+static int64_t enum_attr(const TpkOp *op, const char *key, TpkEnumSet set, int64_t dflt) {
+  const TpkAttr *a = tpk_op_attr(op, key);
+  return a && a->kind == TPK_ATTR_ENUM && a->set == set ? a->i : dflt;
+}
+
+TpkReduceKind tpk_op_reduce_kind(const TpkOp *op) {
+  return (TpkReduceKind)enum_attr(op, "kind", TPK_ENUM_REDUCE_KIND, TPK_REDUCE_SUM);
+}
+
+TpkStoreMode tpk_op_store_mode(const TpkOp *op) {
+  return (TpkStoreMode)enum_attr(op, "mode", TPK_ENUM_STORE_MODE, TPK_STORE_SET);
+}
+
+const TpkIndexPattern *tpk_op_index(const TpkOp *op, const char *key) {
+  static const TpkIndexPattern NONE = {0};
+  const TpkAttr *a = tpk_op_attr(op, key);
+  return a && a->kind == TPK_ATTR_INDEX && a->index ? a->index : &NONE;
+}
+
+/* The kind op's signature gives attribute key ("int", "reduce_kind", ...)
+ * and its length; NULL when the signature does not name key. */
+static const char *signature_kind(TpkOpcode opc, const char *key, size_t *len) {
+  const char *sig = (unsigned)opc < TPK_OP_COUNT ? OPS[opc].attrs : "";
+  size_t klen = strlen(key);
+  while (*sig) {
+    if (*sig == '?') sig++;
+    const char *colon = strchr(sig, ':');
+    if (!colon) break;
+    const char *end = strchr(colon, ',');
+    if (!end) end = colon + strlen(colon);
+    if ((size_t)(colon - sig) == klen && memcmp(sig, key, klen) == 0) {
+      *len = (size_t)(end - colon - 1);
+      return colon + 1;
+    }
+    sig = *end ? end + 1 : end;
+  }
+  return NULL;
+}
+
+static bool is_kind(const char *kind, size_t len, const char *name) { return strlen(name) == len && memcmp(kind, name, len) == 0; }
+
+static TpkStatus set_index_text(TpkModule *m, TpkOp *op, const char *key, const char *text, TpkError *err) {
+  TpkIndexPattern p = {0};
+  for (const char *c = text; *c; c++) {
+    const char *at = memchr(INDEX_CHARS, *c, sizeof INDEX_CHARS);
+    if (!at) return tpk_error(err, TPK_ERR_PARSE, "%s \"%s\" has an invalid entry '%c' (expected t : s r g)", key, text, *c);
+    if (p.rank == TPK_MAX_RANK)
+      return tpk_error(err, TPK_ERR_PARSE, "%s \"%s\" has more than %d entries", key, text, TPK_MAX_RANK);
+    p.dim[p.rank++] = (TpkIndexKind)(at - INDEX_CHARS);
+  }
+  tpk_op_set_index(m, op, key, &p);
+  return TPK_OK;
+}
+
+TpkStatus tpk_op_set_text(TpkModule *m, TpkOp *op, const char *key, const char *text, TpkError *err) {
+  if (!m || !op || !key || !text) return tpk_error(err, TPK_ERR_INVALID, "no attribute");
+  size_t len = 0;
+  const char *kind = signature_kind(op->opcode, key, &len);
+  if (kind && is_kind(kind, len, "index")) return set_index_text(m, op, key, text, err);
+  for (int set = 0; kind && set < TPK_ENUM_SET_COUNT; set++) {
+    if (!is_kind(kind, len, ENUM_SETS[set].name)) continue;
+    int value;
+    if (tpk_enum_from_name((TpkEnumSet)set, text, &value)) {
+      op_set_enum(m, op, key, (TpkEnumSet)set, value);
+      return TPK_OK;
+    }
+    TpkStr names = {0};
+    for (int i = 0; i < ENUM_SETS[set].count; i++) tpk_str_printf(&names, "%s%s", i ? ", " : "", ENUM_SETS[set].members[i]);
+    TpkStatus st = tpk_error(err, TPK_ERR_PARSE, "%s \"%s\" is not one of %s", key, text, names.data ? names.data : "");
+    tpk_str_free(&names);
+    return st;
+  }
+  tpk_op_set_str(m, op, key, text);
+  return TPK_OK;
 }
 
 /* ---- Convenience builders -------------------------------------------------- */
@@ -889,6 +1112,6 @@ TpkStatus tpk_func_check_requires(const TpkFunc *f, TpkSymLookup lookup, void *c
 const TpkOp *tpk_index_vector_load(const TpkValue *v) {
   const TpkOp *d = v->def;
   if (!d || d->opcode != TPK_OP_LOAD || v->type->rank != 1 || d->in[0]->type->rank != 1) return NULL;
-  const char *p = tpk_op_str(d, "index", "");
-  return strcmp(p, "t") == 0 || strcmp(p, "r") == 0 ? d : NULL;
+  const TpkIndexPattern *p = tpk_op_index(d, "index");
+  return p->rank == 1 && (p->dim[0] == TPK_INDEX_TILE || p->dim[0] == TPK_INDEX_RANGE) ? d : NULL;
 }

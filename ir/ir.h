@@ -167,9 +167,10 @@ enum {
 /*
  * The op table: X(ENUM, "text name", min operands, max operands (-1: any),
  *                 results (-1: any), regions, flags, attribute signature)
- * The attribute signature lists key:kind pairs, kinds int|float|num|bool|str|ints;
- * a leading `?` marks an optional attribute. `num` is int or float.
- * Semantics of each op are in ir/README.md.
+ * The attribute signature lists key:kind pairs, kinds
+ * int|float|num|bool|str|ints (num: int or float), reduce_kind|store_mode
+ * (enums, TpkEnumSet) and index (an index pattern); a leading `?` marks an
+ * optional attribute. Semantics of each op are in ir/README.md.
  */
 #define TPK_OPS(X)                                                                               \
   /* values */                                                                                   \
@@ -218,19 +219,19 @@ enum {
   X(BROADCAST, "broadcast", 1, 1, 1, 0, TPK_OPF_PURE, "")                                       \
   X(RESHAPE, "reshape", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
   X(TRANSPOSE, "transpose", 1, 1, 1, 0, TPK_OPF_PURE, "perm:ints")                              \
-  X(SLICE, "slice", 1, -1, 1, 0, TPK_OPF_PURE, "index:str")                                     \
+  X(SLICE, "slice", 1, -1, 1, 0, TPK_OPF_PURE, "index:index")                                   \
   X(CONCAT, "concat", 1, -1, 1, 0, TPK_OPF_PURE, "axis:int")                                    \
   X(IOTA, "iota", 0, 0, 1, 0, TPK_OPF_PURE, "axis:int")                                         \
-  X(REDUCE, "reduce", 1, 1, 1, 0, TPK_OPF_PURE, "kind:str,axes:ints,keepdims:bool")             \
+  X(REDUCE, "reduce", 1, 1, 1, 0, TPK_OPF_PURE, "kind:reduce_kind,axes:ints,keepdims:bool")     \
   X(DOT, "dot", 2, 2, 1, 0, TPK_OPF_PURE,                                                        \
     "lhs_contract:ints,rhs_contract:ints,lhs_batch:ints,rhs_batch:ints")                         \
   X(GATHER, "gather", 2, 2, 1, 0, TPK_OPF_PURE, "axis:int")                                     \
-  X(SCATTER, "scatter", 3, 3, 1, 0, TPK_OPF_PURE, "axis:int,mode:str")                          \
+  X(SCATTER, "scatter", 3, 3, 1, 0, TPK_OPF_PURE, "axis:int,mode:store_mode")                   \
   /* memory */                                                                                   \
-  X(LOAD, "load", 1, -1, 1, 0, 0, "index:str,?other:num")                                       \
-  X(STORE, "store", 2, -1, 0, 0, 0, "index:str,mode:str")                                       \
+  X(LOAD, "load", 1, -1, 1, 0, 0, "index:index,?other:num")                                     \
+  X(STORE, "store", 2, -1, 0, 0, 0, "index:index,mode:store_mode")                              \
   X(ALLOC, "alloc", 0, 0, 1, 0, 0, "")                                                          \
-  X(DMA_START, "dma_start", 2, -1, 1, 0, 0, "src_index:str,dst_index:str")                      \
+  X(DMA_START, "dma_start", 2, -1, 1, 0, 0, "src_index:index,dst_index:index")                  \
   X(DMA_WAIT, "dma_wait", 1, 1, 0, 0, 0, "")                                                    \
   /* control */                                                                                  \
   X(GRID, "grid", 2, -1, 0, 1, 0, "")                                                           \
@@ -260,37 +261,97 @@ const TpkOpInfo *tpk_op_info(TpkOpcode op);
 /* Opcode from its text name; TPK_OP_COUNT when unknown. */
 TpkOpcode tpk_opcode_from_name(const char *name, size_t len);
 
+/* ---- Closed sets: reduction kinds, store modes, index patterns ------------ */
+
+/* Attribute values from a closed set are enums in memory and names in the
+ * text form (`kind="sum"`, `mode="add"`, `index="t:"`), converted in ir/
+ * only: the parser rejects an unknown name, the verifier an enum out of
+ * range, and no other stage compares names. */
+
+typedef enum TpkReduceKind { TPK_REDUCE_SUM, TPK_REDUCE_MAX, TPK_REDUCE_MIN, TPK_REDUCE_MEAN, TPK_REDUCE_PROD } TpkReduceKind;
+
+/* store and scatter: `set` overwrites, `add` accumulates (scatter-add:
+ * duplicate 'g' indices all add). */
+typedef enum TpkStoreMode { TPK_STORE_SET, TPK_STORE_ADD } TpkStoreMode;
+
+/* The enums an attribute (TPK_ATTR_ENUM) can hold; the op table names them
+ * in signatures as reduce_kind and store_mode. */
+typedef enum TpkEnumSet { TPK_ENUM_REDUCE_KIND, TPK_ENUM_STORE_MODE, TPK_ENUM_SET_COUNT } TpkEnumSet;
+
+/* The set's name in op signatures ("reduce_kind"). */
+const char *tpk_enum_set_name(TpkEnumSet set);
+/* A member's text name ("sum", "add"); NULL when out of range. */
+const char *tpk_enum_name(TpkEnumSet set, int value);
+/* The member with that name; false when there is none. */
+bool tpk_enum_from_name(TpkEnumSet set, const char *name, int *value);
+
 /*
- * Index patterns (load, store, slice, dma_start): one character per
- * dimension of the indexed ref or value, consuming operands in order:
- *   't'  a tile<B> operand: the block [id*B, id*B+B), result dim B;
- *        elements past the end are masked (loads yield `other`, stores drop)
- *   ':'  the whole dimension, no operand
- *   's'  an i32 scalar operand: that element; the dimension is removed
- *   'r'  an i32 scalar operand `start`: the block [start, start+size) where
- *        size is the matching dim of the result type (static slices lo..hi)
- *   'g'  an i32 rank-1 tensor operand: gather/scatter along that dimension;
- *        result dim is the index vector's length
- * A load's result type has the non-'s' dims in order. A store's value
- * operand (last) has that shape. store mode "add" accumulates (scatter-add:
- * duplicate 'g' indices all add), "set" overwrites.
+ * Index patterns (load, store, slice, dma_start): one entry per dimension
+ * of the indexed ref or value, consuming index operands in order. Text form:
+ * one character per entry.
+ *   't' TILE    a tile<B> operand: the block [id*B, id*B+B), result dim B;
+ *               elements past the end are masked (loads yield `other`,
+ *               stores drop)
+ *   ':' ALL     the whole dimension, no operand
+ *   's' SCALAR  an i32 scalar operand: that element; the dimension is removed
+ *   'r' RANGE   an i32 scalar operand `start`: the block [start, start+size)
+ *               where size is the matching dim of the result type (static
+ *               slices lo..hi)
+ *   'g' GATHER  an i32 rank-1 tensor operand: gather/scatter along that
+ *               dimension; result dim is the index vector's length
+ * A load's result type has the non-SCALAR dims in order. A store's value
+ * operand (last) has that shape.
  */
+typedef enum TpkIndexKind { TPK_INDEX_TILE, TPK_INDEX_ALL, TPK_INDEX_SCALAR, TPK_INDEX_RANGE, TPK_INDEX_GATHER } TpkIndexKind;
+
+typedef struct TpkIndexPattern {
+  int rank;                       /* entries: the indexed ref's or value's rank */
+  TpkIndexKind dim[TPK_MAX_RANK]; /* one per dimension */
+} TpkIndexPattern;
+
+/* The index operands a pattern consumes (its entries other than ALL). */
+int tpk_index_operands(const TpkIndexPattern *p);
+/* The text form ("t:"), appended to s. */
+void tpk_index_print(TpkStr *s, const TpkIndexPattern *p);
 
 /* ---- Attributes ------------------------------------------------------------ */
 
-typedef enum TpkAttrKind { TPK_ATTR_INT, TPK_ATTR_FLOAT, TPK_ATTR_BOOL, TPK_ATTR_STR, TPK_ATTR_INTS } TpkAttrKind;
+typedef enum TpkAttrKind {
+  TPK_ATTR_INT,
+  TPK_ATTR_FLOAT,
+  TPK_ATTR_BOOL,
+  TPK_ATTR_STR,
+  TPK_ATTR_INTS,
+  TPK_ATTR_ENUM, /* a member of a closed set (TpkEnumSet) */
+  TPK_ATTR_INDEX /* an index pattern */
+} TpkAttrKind;
 
 typedef struct TpkAttr {
   const char *key;
   TpkAttrKind kind;
-  int64_t i;           /* INT, BOOL */
+  int64_t i;           /* INT, BOOL; ENUM: the member (a TpkReduceKind, ...) */
   double f;            /* FLOAT */
   const char *s;       /* STR */
   int n;               /* INTS */
   const int64_t *ints; /* INTS */
+  TpkEnumSet set;      /* ENUM */
+  const TpkIndexPattern *index; /* INDEX */
 } TpkAttr;
 
 /* ---- Values, ops, blocks, functions, modules -------------------------------- */
+
+/* One use of a value: operand `index` of op `user`. An op owns one per
+ * operand (op->uses[i] is the use of op->in[i]), linked into the used
+ * value's list, so a value's uses are known without walking its function:
+ *   for (const TpkUse *u = v->uses; u; u = u->next) ... u->user, u->index
+ * The lists are kept by every API that changes operands (tpk_build,
+ * tpk_op_set_operand(s), tpk_func_replace_uses, tpk_op_erase); the verifier
+ * checks them. Their order is unspecified. */
+typedef struct TpkUse {
+  TpkOp *user;
+  int index;
+  struct TpkUse *prev, *next; /* the value's other uses */
+} TpkUse;
 
 struct TpkValue {
   const TpkType *type;
@@ -298,13 +359,16 @@ struct TpkValue {
   TpkBlock *block;  /* block arguments: the block; results: NULL */
   int index;        /* result number in def, or argument number in block */
   const char *name; /* print hint ("acc"), may be NULL */
+  TpkUse *uses;     /* first use, NULL when unused */
+  int nuses;        /* the length of that list */
 };
 
 struct TpkOp {
   TpkOpcode opcode;
   TpkLoc loc;
   int nin;
-  TpkValue **in;
+  TpkValue *const *in; /* operands: read freely, change with tpk_op_set_operand(s) */
+  TpkUse *uses;        /* uses[i] links in[i]'s use by this op */
   int nout;
   TpkValue *out; /* array of nout values */
   int nregion;
@@ -317,7 +381,8 @@ struct TpkOp {
 
 struct TpkBlock {
   int nargs;
-  TpkValue *args; /* array of nargs values */
+  TpkValue **args; /* nargs arguments, each allocated once: a value keeps its
+                      address when more arguments are added */
   TpkOp *first, *last;
   TpkOp *parent; /* the op owning this region; NULL for a function body */
   TpkFunc *func;
@@ -402,6 +467,10 @@ TpkFunc *tpk_module_find(TpkModule *m, const char *name);
  * arguments are created to match. Adds it to the module. */
 TpkFunc *tpk_func_new(TpkModule *m, const char *name, bool is_kernel, int nparams, const TpkType *const *types,
                       const char *const *names, const TpkParamRole *roles);
+/* Appends a parameter (and its body argument) to f, amortised O(1): a graph
+ * builder adds inputs one at a time. Returns the parameter's value, which
+ * keeps its address; f->params may move (do not hold TpkParam pointers). */
+TpkValue *tpk_func_add_param(TpkModule *m, TpkFunc *f, const TpkType *type, const char *name, TpkParamRole role);
 
 /* Where new ops go: appended to `block`. `loc` is stamped on each op. */
 typedef struct TpkBuilder {
@@ -410,15 +479,15 @@ typedef struct TpkBuilder {
   TpkLoc loc;
 } TpkBuilder;
 
-/* The generic constructor: an op with operands, result types and `nregion`
- * empty regions (each a block with the given argument types, see
- * tpk_block_add_arg), appended at the builder's position. Never fails except
- * for arena exhaustion (returns NULL). Result types are taken as given; the
- * verifier checks them. */
+/* The generic constructor: an op with operands, result types and the op
+ * table's number of empty regions (add their arguments with
+ * tpk_block_add_arg), appended at the end of the builder's block in O(1)
+ * (plus its operands and results); each operand gets a use. Never fails
+ * except for arena exhaustion (returns NULL). Result types are taken as
+ * given; the verifier checks them. */
 TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int nout, const TpkType *const *out);
-/* Appends an argument. When the block's argument array grows (past 8, 16,
- * ...) the arguments move: uses in the IR are redirected, but pointers from
- * earlier calls go stale, so add a region's arguments before using them. */
+/* Appends an argument (amortised O(1)); the returned value stays valid for
+ * the module's lifetime, however many arguments follow. */
 TpkValue *tpk_block_add_arg(TpkModule *m, TpkBlock *block, const TpkType *type, const char *name);
 
 void tpk_op_set_int(TpkModule *m, TpkOp *op, const char *key, int64_t v);
@@ -429,6 +498,21 @@ void tpk_op_set_ints(TpkModule *m, TpkOp *op, const char *key, int n, const int6
 const TpkAttr *tpk_op_attr(const TpkOp *op, const char *key);
 int64_t tpk_op_int(const TpkOp *op, const char *key, int64_t dflt);
 const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt);
+
+/* Closed sets, typed. A reduce's kind ("kind", sum when missing); a store's
+ * or scatter's mode ("mode", set when missing); an index pattern: "index" of
+ * a load, store or slice, "src_index" / "dst_index" of a dma_start (rank 0
+ * when missing). */
+TpkReduceKind tpk_op_reduce_kind(const TpkOp *op);
+TpkStoreMode tpk_op_store_mode(const TpkOp *op);
+const TpkIndexPattern *tpk_op_index(const TpkOp *op, const char *key);
+void tpk_op_set_reduce_kind(TpkModule *m, TpkOp *op, TpkReduceKind kind);
+void tpk_op_set_store_mode(TpkModule *m, TpkOp *op, TpkStoreMode mode);
+void tpk_op_set_index(TpkModule *m, TpkOp *op, const char *key, const TpkIndexPattern *p);
+/* Attribute key from a string of the text form, read as op's signature
+ * says: an enum member's name, an index pattern, else a plain string.
+ * TPK_ERR_PARSE with a message for a name that is not in its set. */
+TpkStatus tpk_op_set_text(TpkModule *m, TpkOp *op, const char *key, const char *text, TpkError *err);
 
 /* Convenience builders for common ops; each computes its result type. */
 TpkValue *tpk_build_const_int(TpkBuilder *b, const TpkType *type, int64_t v);
@@ -466,10 +550,24 @@ bool tpk_require_holds(TpkOpcode cmp, const char *lhs, int64_t a, const char *rh
  * dropped (dsl/README.md, "Ragged edges"). */
 const TpkOp *tpk_index_vector_load(const TpkValue *v);
 
-/* Remove an op (it must have no remaining uses) / replace every use of a
- * value inside func. */
-void tpk_op_erase(TpkOp *op);
+/* ---- Uses and rewriting ---------------------------------------------------- */
+
+/* Operand i of op becomes v: the use moves from the old value's list to v's. */
+void tpk_op_set_operand(TpkOp *op, int i, TpkValue *v);
+/* All operands of op become in[0..n) (n may differ from op->nin); false when
+ * the arena is exhausted, op unchanged. */
+bool tpk_op_set_operands(TpkModule *m, TpkOp *op, int n, TpkValue *const *in);
+/* Number of uses of v (an op using v twice counts twice). */
+int tpk_value_use_count(const TpkValue *v);
+/* The op using v when v has exactly one use, else NULL. */
+TpkOp *tpk_value_single_user(const TpkValue *v);
+/* Every use of `from` becomes a use of `to`, in O(uses of from). Both are
+ * values of f. */
 void tpk_func_replace_uses(TpkFunc *f, TpkValue *from, TpkValue *to);
+/* Unlink op from its block and drop the uses made by it and by the ops of
+ * its regions. Its results must have no uses left (the verifier reports a use
+ * of an erased op's result). An erased op is dead: do not link it again. */
+void tpk_op_erase(TpkOp *op);
 
 /* Whether dims a and b are equal for every value the tunables they use may
  * take. Tunables are symbols until bound, but each takes one of a few
@@ -494,9 +592,10 @@ TpkFunc *tpk_func_clone(TpkModule *dst, const TpkFunc *f, TpkSymLookup subst, vo
 /* ---- Checking, printing, parsing ------------------------------------------- */
 
 /* Structural and type checks of every op in the module: operand counts,
- * attribute signatures, type rules, index patterns, dominance (a value is
- * used only after its definition, in its block or a nested one), terminators
- * and yields matching loop/if results. Returns TPK_OK or the first problem,
+ * attribute signatures (closed-set values in range), use lists against the
+ * operands, type rules, index patterns, dominance (a value is used only
+ * after its definition, in its block or a nested one), terminators and
+ * yields matching loop/if results. Returns TPK_OK or the first problem,
  * with the function, op and location in err. */
 TpkStatus tpk_ir_verify(const TpkModule *m, TpkError *err);
 

@@ -1,5 +1,5 @@
 /*
- * parse_ir.c — reads the IR's text form (print.c writes it) back into a
+ * parse.c — reads the IR's text form (print.c writes it) back into a
  * module. A hand-written lexer and recursive-descent parser: the grammar is
  * small and regular, and errors name `line:col: expected X, found Y`.
  *
@@ -478,7 +478,8 @@ static bool parse_attr(Parser *p, TpkOp *op) {
   } else if (vt.kind == T_STRING) {
     const char *s = string_value(p);
     if (!s) return false;
-    tpk_op_set_str(p->m, op, key, s);
+    TpkError e = {0};
+    if (tpk_op_set_text(p->m, op, key, s, &e) != TPK_OK) return error_at(p, vt.line, vt.col, "%s", e.message);
   } else if (accept(p, '[')) {
     Vec items = {0};
     int64_t *vals = NULL;
@@ -516,24 +517,20 @@ static bool parse_region(Parser *p, TpkBlock *b) {
   if (is_punct(&p->tok, '^')) {
     next(p);
     if (!expect(p, '(')) return false;
-    Vec keys = {0}, toks = {0};
     if (!is_punct(&p->tok, ')')) do {
         if (p->tok.kind != T_VALUE) return expected(p, "a value");
-        Token *vt = tpk_arena_alloc(&p->scratch, sizeof *vt);
+        Token vt = p->tok;
         const char *key = value_key(p);
-        if (!vt || !key) return error_at(p, p->tok.line, p->tok.col, "out of memory");
-        *vt = p->tok;
+        if (!key) return false;
         next(p);
         if (!expect(p, ':')) return false;
         const TpkType *t = parse_type(p);
         if (!t) return false;
-        if (!tpk_block_add_arg(p->m, b, t, hint_of(key))) return error_at(p, vt->line, vt->col, "out of memory");
-        if (!vec_push(p, &keys, (void *)key) || !vec_push(p, &toks, vt)) return false;
+        TpkValue *arg = tpk_block_add_arg(p->m, b, t, hint_of(key));
+        if (!arg) return error_at(p, vt.line, vt.col, "out of memory");
+        if (!define(p, &vt, key, arg)) return false;
       } while (accept(p, ','));
     if (!expect(p, ')') || !expect(p, ':')) return false;
-    /* bind after all are added: adding may move the argument array */
-    for (int i = 0; i < keys.n; i++)
-      if (!define(p, toks.items[i], keys.items[i], &b->args[i])) return false;
   }
   if (!parse_block(p, b) || !expect(p, '}')) return false;
   p->depth--;

@@ -1,7 +1,7 @@
 /*
  * print.c — the IR's text form (grammar in ir.h and ir/README.md).
  *
- * The output is deterministic and parse_ir.c reads it back to the same IR,
+ * The output is deterministic and parse.c reads it back to the same IR,
  * so print -> parse -> print is byte-identical: value names are assigned in
  * print order, dims and attributes print in canonical order, floats print
  * in the shortest form that reads back to the same double.
@@ -161,6 +161,16 @@ static void attr_print(TpkStr *s, const TpkAttr *a) {
     for (int i = 0; i < a->n; i++) tpk_str_printf(s, "%s%" PRId64, i ? ", " : "", a->ints[i]);
     tpk_str_putc(s, ']');
     break;
+  case TPK_ATTR_ENUM: { /* closed sets print as the strings they are read from */
+    const char *name = a->i >= 0 && a->i <= INT32_MAX ? tpk_enum_name(a->set, (int)a->i) : NULL;
+    string_print(s, name ? name : "?");
+    break;
+  }
+  case TPK_ATTR_INDEX:
+    tpk_str_putc(s, '"');
+    if (a->index) tpk_index_print(s, a->index);
+    tpk_str_putc(s, '"');
+    break;
   }
 }
 
@@ -289,9 +299,9 @@ static void block_print(Printer *p, const TpkBlock *b, int depth) {
     tpk_str_puts(p->out, "^(");
     for (int i = 0; i < b->nargs; i++) {
       if (i) tpk_str_puts(p->out, ", ");
-      value_print(p, &b->args[i]);
+      value_print(p, b->args[i]);
       tpk_str_puts(p->out, ": ");
-      tpk_type_print(p->out, b->args[i].type);
+      tpk_type_print(p->out, b->args[i]->type);
     }
     tpk_str_puts(p->out, "):\n");
   }

@@ -1,8 +1,8 @@
 /*
  * verify.c — the IR's invariants, checked before any pass or backend trusts
  * them: structure (links, counts, attribute signatures from the op table),
- * the type rule of each op (one checker per opcode in CHECKS below),
- * dominance, and terminators. The first problem is reported as
+ * use lists, the type rule of each op (one checker per opcode in CHECKS
+ * below), dominance, and terminators. The first problem is reported as
  *   verify: @func: line L:C: 'op' what is wrong
  *
  * The module is logically const; checking may intern a few dims (shape
@@ -23,9 +23,18 @@ typedef struct Verifier {
   TpkArena scratch; /* type strings for messages, the scope map */
   TpkPtrMap scope;  /* value -> IN_SCOPE / OUT_OF_SCOPE */
   TpkPtrMap funcs;  /* interned function name -> its function */
+  TpkPtrMap listed;  /* TpkUse* found in a use list -> the value of that list */
+  int nlisted, noperands; /* per function: use-list entries seen, operands checked */
 } Verifier;
 
 static char IN_SCOPE, OUT_OF_SCOPE; /* their addresses tag values in `scope` */
+
+/* The value whose use list holds u, or NULL when no list does. */
+static const TpkValue *listed_value(const Verifier *v, const TpkUse *u) {
+  void *x = NULL;
+  tpk_ptrmap_get(&v->listed, u, &x);
+  return x;
+}
 
 enum { MAX_DEPTH = 1000 };
 
@@ -121,57 +130,61 @@ static bool check_axes(Verifier *v, const char *key, int rank, bool sorted, bool
 
 /* ---- Index patterns -------------------------------------------------------- */
 
-/* Check `pattern` against `base` (a ref or tensor), with index operands from
- * in[first]. Fills the selected shape; 'r' dims are NULL (their size comes
- * from the other side: the result, the stored value). Returns the number of
- * operands consumed, or -1 after reporting. */
+/* Check pattern `key` against `base` (a ref or tensor), with index operands
+ * from in[first]. Fills the selected shape; RANGE dims are NULL (their size
+ * comes from the other side: the result, the stored value). Returns the
+ * number of operands consumed, or -1 after reporting. */
 static int check_index(Verifier *v, const char *key, const TpkType *base, int first, const TpkDim **dims,
                        int *rank) {
-  const char *pat = tpk_op_str(v->op, key, "");
-  int len = (int)strlen(pat);
-  if (len != base->rank) {
-    fail(v, "%s \"%s\" has %d entries but the indexed value %s has rank %d", key, pat, len, ty(v, base), base->rank);
+  const TpkIndexPattern *pat = tpk_op_index(v->op, key);
+  if (pat->rank != base->rank) {
+    TpkStr text = {0};
+    tpk_index_print(&text, pat);
+    fail(v, "%s \"%s\" has %d entries but the indexed value %s has rank %d", key, text.data ? text.data : "", pat->rank,
+         ty(v, base), base->rank);
+    tpk_str_free(&text);
     return -1;
   }
   int k = first;
   *rank = 0;
-  for (int i = 0; i < len; i++) {
-    char c = pat[i];
-    if (c == ':') {
+  for (int i = 0; i < pat->rank; i++) {
+    TpkIndexKind c = pat->dim[i];
+    if (c == TPK_INDEX_ALL) {
       dims[(*rank)++] = base->dims[i];
       continue;
     }
-    if (!strchr("tsrg", c)) {
-      fail(v, "%s \"%s\" has an invalid entry '%c' (expected t : s r g)", key, pat, c);
-      return -1;
-    }
     if (k >= v->op->nin) {
-      fail(v, "%s \"%s\" needs more index operands than the op has", key, pat);
+      TpkStr text = {0};
+      tpk_index_print(&text, pat);
+      fail(v, "%s \"%s\" needs more index operands than the op has", key, text.data ? text.data : "");
+      tpk_str_free(&text);
       return -1;
     }
     const TpkType *t = in_type(v, k);
     switch (c) {
-    case 't':
+    case TPK_INDEX_TILE:
       if (t->kind != TPK_TYPE_TILE) {
-        fail(v, "index operand %d for '%c' must be a tile, got %s", k, c, ty(v, t));
+        fail(v, "index operand %d for 't' must be a tile, got %s", k, ty(v, t));
         return -1;
       }
       dims[(*rank)++] = t->block;
       break;
-    case 's':
-    case 'r':
+    case TPK_INDEX_SCALAR:
+    case TPK_INDEX_RANGE:
       if (!is_i32_scalar(t)) {
-        fail(v, "index operand %d for '%c' must be an i32 scalar, got %s", k, c, ty(v, t));
+        fail(v, "index operand %d for '%c' must be an i32 scalar, got %s", k, c == TPK_INDEX_RANGE ? 'r' : 's', ty(v, t));
         return -1;
       }
-      if (c == 'r') dims[(*rank)++] = NULL;
+      if (c == TPK_INDEX_RANGE) dims[(*rank)++] = NULL;
       break;
-    case 'g':
+    case TPK_INDEX_GATHER:
       if (!is_tensor(t) || t->rank != 1 || t->dtype != TPK_I32) {
         fail(v, "index operand %d for 'g' must be an i32 vector, got %s", k, ty(v, t));
         return -1;
       }
       dims[(*rank)++] = t->dims[0];
+      break;
+    case TPK_INDEX_ALL:
       break;
     }
     k++;
@@ -343,14 +356,10 @@ static bool check_iota(Verifier *v) {
 }
 
 static bool check_reduce(Verifier *v) {
-  static const char *const KINDS[] = {"sum", "max", "min", "mean", "prod"};
   const TpkType *x = in_type(v, 0);
   if (!need_tensor(v, 0, "operand")) return false;
-  const char *kind = tpk_op_str(v->op, "kind", "");
-  bool known = false;
-  for (size_t i = 0; i < TPK_ARRAY_LEN(KINDS); i++) known |= strcmp(kind, KINDS[i]) == 0;
-  if (!known) return fail(v, "kind \"%s\" is not one of sum, max, min, mean, prod", kind);
-  if (strcmp(kind, "mean") == 0 && !tpk_dtype_is_float(x->dtype)) return fail(v, "mean needs a float operand, got %s", ty(v, x));
+  if (tpk_op_reduce_kind(v->op) == TPK_REDUCE_MEAN && !tpk_dtype_is_float(x->dtype))
+    return fail(v, "mean needs a float operand, got %s", ty(v, x));
   bool used[TPK_MAX_RANK] = {0};
   if (tpk_op_attr(v->op, "axes")->n == 0) return fail(v, "axes must not be empty");
   if (!check_axes(v, "axes", x->rank, true, used)) return false;
@@ -416,17 +425,11 @@ static bool check_gather(Verifier *v) {
   return expect_result(v, 0, tensor_like(v, in_type(v, 0)->dtype, rank, dims));
 }
 
-static bool check_mode(Verifier *v) {
-  const char *mode = tpk_op_str(v->op, "mode", "");
-  if (strcmp(mode, "set") && strcmp(mode, "add")) return fail(v, "mode \"%s\" is not set or add", mode);
-  return true;
-}
-
 static bool check_scatter(Verifier *v) {
   const TpkDim *dims[TPK_MAX_RANK];
   int rank;
   const TpkType *base = in_type(v, 0), *upd = in_type(v, 2);
-  if (!need_tensor(v, 0, "base") || !check_mode(v) || !take_shape(v, base, in_type(v, 1), dims, &rank)) return false;
+  if (!need_tensor(v, 0, "base") || !take_shape(v, base, in_type(v, 1), dims, &rank)) return false;
   const TpkType *want = tensor_like(v, base->dtype, rank, dims);
   if (upd != want) return fail(v, "updates are %s, expected %s", ty(v, upd), ty(v, want));
   return expect_result(v, 0, base);
@@ -462,7 +465,6 @@ static bool check_store(Verifier *v) {
   const TpkOp *op = v->op;
   const TpkType *ref = in_type(v, 0), *val = in_type(v, op->nin - 1);
   if (ref->kind != TPK_TYPE_REF) return fail(v, "operand 0 must be a ref, got %s", ty(v, ref));
-  if (!check_mode(v)) return false;
   const TpkDim *sel[TPK_MAX_RANK];
   int rank;
   int n = check_index(v, "index", ref, 1, sel, &rank);
@@ -535,8 +537,8 @@ static bool check_grid(Verifier *v) {
   const TpkBlock *b = op->regions[0];
   if (b->nargs != op->nin / 2) return fail(v, "region has %d arguments for %d axes", b->nargs, op->nin / 2);
   for (int i = 0; i < b->nargs; i++)
-    if (!is_loop_index(b->args[i].type))
-      return fail(v, "axis %d argument must be i32 or a tile, got %s", i, ty(v, b->args[i].type));
+    if (!is_loop_index(b->args[i]->type))
+      return fail(v, "axis %d argument must be i32 or a tile, got %s", i, ty(v, b->args[i]->type));
   return true;
 }
 
@@ -547,11 +549,11 @@ static bool check_for(Verifier *v) {
   if (op->nout != n) return fail(v, "has %d results for %d loop-carried values", op->nout, n);
   const TpkBlock *b = op->regions[0];
   if (b->nargs != n + 1) return fail(v, "region has %d arguments, expected the index and %d carried values", b->nargs, n);
-  if (!is_loop_index(b->args[0].type)) return fail(v, "index must be i32 or a tile, got %s", ty(v, b->args[0].type));
+  if (!is_loop_index(b->args[0]->type)) return fail(v, "index must be i32 or a tile, got %s", ty(v, b->args[0]->type));
   for (int i = 0; i < n; i++) {
     const TpkType *t = in_type(v, 2 + i);
-    if (b->args[1 + i].type != t)
-      return fail(v, "carried value %d is %s but its region argument is %s", i, ty(v, t), ty(v, b->args[1 + i].type));
+    if (b->args[1 + i]->type != t)
+      return fail(v, "carried value %d is %s but its region argument is %s", i, ty(v, t), ty(v, b->args[1 + i]->type));
     if (out_type(v, i) != t) return fail(v, "carried value %d is %s but result %d is %s", i, ty(v, t), i, ty(v, out_type(v, i)));
   }
   return check_ends_with_yield(v, b, n, "body");
@@ -686,6 +688,46 @@ static const OpCheck CHECKS[TPK_OP_COUNT] = {
     [TPK_OP_CALL] = check_call,
 };
 
+/* ---- Use lists -------------------------------------------------------------- */
+
+static const char *value_str(Verifier *v, const TpkValue *x) {
+  return x->name ? tpk_arena_printf(&v->scratch, "%%%s", x->name) : "a value";
+}
+
+/* The function body op is linked into, through its blocks; NULL for an
+ * erased op or one inside an erased op. */
+static const TpkBlock *body_of(const TpkOp *op) {
+  const TpkBlock *b = op->parent;
+  while (b && b->parent) b = b->parent->parent;
+  return b && b->func && b->func->body == b ? b : NULL;
+}
+
+/* x's use list, when x comes into scope (before any use): every entry is an
+ * operand of a live op that holds x, linked both ways, and the list's length
+ * is x->nuses. Each operand then checks that it was listed (check_operand),
+ * and check_func that nothing else was. A use from another function is that
+ * function's error (its operand is out of scope there). */
+static bool check_use_list(Verifier *v, const TpkValue *x) {
+  int n = 0;
+  const TpkUse *prev = NULL;
+  for (const TpkUse *u = x->uses; u; prev = u, u = u->next) {
+    if (u->prev != prev || tpk_ptrmap_get(&v->listed, u, NULL)) return fail(v, "use list of %s is broken (its links disagree)", value_str(v, x));
+    if (++n > x->nuses) return fail(v, "use list of %s is longer than its count %d", value_str(v, x), x->nuses);
+    const TpkOp *user = u->user;
+    if (!user || u->index < 0 || u->index >= user->nin || &user->uses[u->index] != u || user->in[u->index] != x)
+      return fail(v, "use list of %s names an operand that does not use it", value_str(v, x));
+    const TpkBlock *body = body_of(user);
+    if (!body)
+      return fail(v, "use list of %s names a '%s' that is not in a function (erased?)", value_str(v, x),
+                  (unsigned)user->opcode < TPK_OP_COUNT ? tpk_op_info(user->opcode)->name : "?");
+    if (body != v->f->body) continue;
+    if (!tpk_ptrmap_put(&v->listed, u, (void *)x)) return fail(v, "out of memory");
+    v->nlisted++;
+  }
+  if (n != x->nuses) return fail(v, "use list of %s has %d entries but counts %d", value_str(v, x), n, x->nuses);
+  return true;
+}
+
 /* ---- Generic structure ----------------------------------------------------- */
 
 /* The attributes against the signature "key:kind,?key:kind". */
@@ -706,12 +748,23 @@ static bool check_attrs(Verifier *v, const char *sig) {
     if (!a && !optional) return fail(v, "is missing attribute '%.*s'", klen, sig);
     if (a) {
       matched++;
-      static const char *const KIND[] = {"int", "float", "bool", "str", "ints"};
-      bool ok = (int)strlen(KIND[a->kind]) == tlen && memcmp(KIND[a->kind], kind, (size_t)tlen) == 0;
+      static const char *const KIND[] = {"int", "float", "bool", "str", "ints", "enum", "index"};
+      if ((unsigned)a->kind >= TPK_ARRAY_LEN(KIND)) return fail(v, "attribute '%s' has an invalid kind", a->key);
+      const char *got = a->kind == TPK_ATTR_ENUM ? tpk_enum_set_name(a->set) : KIND[a->kind];
+      bool ok = (int)strlen(got) == tlen && memcmp(got, kind, (size_t)tlen) == 0;
       if (tlen == 3 && memcmp(kind, "num", 3) == 0) ok = a->kind == TPK_ATTR_INT || a->kind == TPK_ATTR_FLOAT;
-      if (!ok) return fail(v, "attribute '%s' must be %.*s, got %s", a->key, tlen, kind, KIND[a->kind]);
+      if (!ok) return fail(v, "attribute '%s' must be %.*s, got %s", a->key, tlen, kind, got);
       if (a->kind == TPK_ATTR_STR && !a->s) return fail(v, "attribute '%s' has no string", a->key);
       if (a->kind == TPK_ATTR_INTS && a->n > 0 && !a->ints) return fail(v, "attribute '%s' has no list", a->key);
+      if (a->kind == TPK_ATTR_ENUM && (a->i < 0 || a->i > INT32_MAX || !tpk_enum_name(a->set, (int)a->i)))
+        return fail(v, "attribute '%s' holds %" PRId64 ", not a %s", a->key, a->i, got);
+      if (a->kind == TPK_ATTR_INDEX) {
+        if (!a->index || a->index->rank < 0 || a->index->rank > TPK_MAX_RANK)
+          return fail(v, "attribute '%s' has no index pattern", a->key);
+        for (int d = 0; d < a->index->rank; d++)
+          if ((unsigned)a->index->dim[d] > TPK_INDEX_GATHER)
+            return fail(v, "attribute '%s' has an invalid entry %d", a->key, (int)a->index->dim[d]);
+      }
     }
     sig = *end ? end + 1 : end;
   }
@@ -732,14 +785,18 @@ static bool check_operand(Verifier *v, int i) {
   const TpkValue *x = v->op->in[i];
   if (!x) return fail(v, "operand %d is null", i);
   bool linked = x->def ? x->index >= 0 && x->index < x->def->nout && &x->def->out[x->index] == x
-                       : x->block && x->index >= 0 && x->index < x->block->nargs && &x->block->args[x->index] == x;
-  if (!linked) return fail(v, "operand %d is not a live value (a stale block argument or a copy?)", i);
+                       : x->block && x->index >= 0 && x->index < x->block->nargs && x->block->args[x->index] == x;
+  if (!linked) return fail(v, "operand %d is not a live value (a copy?)", i);
   void *state = NULL;
   tpk_ptrmap_get(&v->scope, x, &state);
   if (state != &IN_SCOPE)
     return fail(v, "operand %d%s%s is used %s", i, x->name ? " %" : "", x->name ? x->name : "",
                 state == &OUT_OF_SCOPE ? "outside the region that defines it" : "before its definition or in another function");
   if (!x->type) return fail(v, "operand %d has no type", i);
+  const TpkUse *u = &v->op->uses[i];
+  if (u->user != v->op || u->index != i || listed_value(v, u) != x)
+    return fail(v, "operand %d is missing from the use list of %s", i, value_str(v, x));
+  v->noperands++;
   return true;
 }
 
@@ -776,6 +833,8 @@ static bool check_op(Verifier *v, const TpkOp *op, const TpkBlock *b, int depth)
   if (!check_attrs(v, info->attrs)) return false;
   if ((info->flags & TPK_OPF_ELEMENTWISE) && !check_elementwise(v)) return false;
   if (CHECKS[op->opcode] && !CHECKS[op->opcode](v)) return false;
+  for (int i = 0; i < op->nout; i++)
+    if (!check_use_list(v, &op->out[i])) return false;
   /* results are visible after the op, not inside its own regions */
   for (int r = 0; r < op->nregion; r++) {
     const TpkBlock *rb = op->regions[r];
@@ -792,10 +851,11 @@ static bool check_op(Verifier *v, const TpkOp *op, const TpkBlock *b, int depth)
 static bool check_block(Verifier *v, const TpkBlock *b, int depth) {
   if (depth > MAX_DEPTH) return fail(v, "regions are nested more than %d deep", MAX_DEPTH);
   for (int i = 0; i < b->nargs; i++) {
-    if (!b->args[i].type) return fail(v, "region argument %d has no type", i);
-    if (b->args[i].block != b || b->args[i].index != i || b->args[i].def)
+    if (!b->args[i] || !b->args[i]->type) return fail(v, "region argument %d has no type", i);
+    if (b->args[i]->block != b || b->args[i]->index != i || b->args[i]->def)
       return fail(v, "region argument %d is not linked to its block", i);
-    if (!set_scope(v, &b->args[i], &IN_SCOPE)) return false;
+    if (!check_use_list(v, b->args[i])) return false;
+    if (!set_scope(v, b->args[i], &IN_SCOPE)) return false;
   }
   const TpkOp *prev = NULL;
   for (const TpkOp *op = b->first; op; prev = op, op = op->next) {
@@ -811,7 +871,7 @@ static bool check_block(Verifier *v, const TpkBlock *b, int depth) {
   }
   /* leaving the region: its values go out of scope */
   for (int i = 0; i < b->nargs; i++)
-    if (!set_scope(v, &b->args[i], &OUT_OF_SCOPE)) return false;
+    if (!set_scope(v, b->args[i], &OUT_OF_SCOPE)) return false;
   for (const TpkOp *op = b->first; op; op = op->next)
     for (int i = 0; i < op->nout; i++)
       if (!set_scope(v, &op->out[i], &OUT_OF_SCOPE)) return false;
@@ -829,9 +889,9 @@ static bool check_params(Verifier *v) {
     return fail(v, "body has %d arguments for %d parameters", f->body->nargs, f->nparams);
   for (int i = 0; i < f->nparams; i++) {
     const TpkParam *p = &f->params[i];
-    const TpkType *t = f->body->args[i].type;
+    const TpkType *t = f->body->args[i]->type;
     const char *name = p->name ? p->name : "?";
-    if (p->value != &f->body->args[i]) return fail(v, "parameter %d is not body argument %d", i, i);
+    if (p->value != f->body->args[i]) return fail(v, "parameter %d is not body argument %d", i, i);
     for (int j = 0; p->name && j < i; j++)
       if (f->params[j].name == p->name) return fail(v, "parameter %%%s is declared twice", name);
     if (!t) return fail(v, "parameter %%%s has no type", name);
@@ -876,6 +936,7 @@ static bool check_func(Verifier *v) {
   if (!tpk_ptrmap_put(&v->funcs, f->name, (void *)f)) return fail(v, "out of memory");
   if (!check_params(v) || !check_block(v, f->body, 0)) return false;
   v->op = NULL;
+  if (v->nlisted != v->noperands) return fail(v, "use lists name %d uses but the ops have %d operands", v->nlisted, v->noperands);
   if (!f->is_kernel && f->nresults > 0 && (!f->body->last || f->body->last->opcode != TPK_OP_RETURN))
     return fail(v, "body must end with a return of %d value%s", f->nresults, f->nresults == 1 ? "" : "s");
   return true;
@@ -891,6 +952,8 @@ TpkStatus tpk_ir_verify(const TpkModule *m, TpkError *err) {
   for (int i = 0; ok && i < m->nfuncs; i++) {
     v.f = m->funcs[i];
     v.scope = (TpkPtrMap){.arena = &v.scratch}; /* values never cross functions */
+    v.listed = (TpkPtrMap){.arena = &v.scratch};
+    v.nlisted = v.noperands = 0;
     ok = check_func(&v);
   }
   tpk_arena_free(&v.scratch);

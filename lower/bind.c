@@ -106,26 +106,26 @@ static bool const_operand(const TpkValue *v, int64_t *out) {
 /* Constant scalar indices ('s') and static slices ('r' with a constant
  * start and size) of one access: inside their dimension. `sel` is the
  * selected block's type (the load's result, the stored value). */
-static TpkStatus check_access(const TpkOp *op, const char *pattern, const TpkType *base, int first,
+static TpkStatus check_access(const TpkOp *op, const TpkIndexPattern *pattern, const TpkType *base, int first,
                               const TpkType *sel, TpkError *err) {
   int operand = first, out_dim = 0;
-  for (int d = 0; pattern[d] && d < base->rank; d++) {
-    char c = pattern[d];
+  for (int d = 0; pattern && d < pattern->rank && d < base->rank; d++) {
+    TpkIndexKind kind = pattern->dim[d];
     int64_t size, start, len;
     bool sized = tpk_dim_is_const(base->dims[d], &size);
-    if (c == ':') {
+    if (kind == TPK_INDEX_ALL) {
       out_dim++;
       continue;
     }
     if (operand >= op->nin) break;
     const TpkValue *ix = op->in[operand++];
-    if (c == 's' && sized && const_operand(ix, &start) && (start < 0 || start >= size))
+    if (kind == TPK_INDEX_SCALAR && sized && const_operand(ix, &start) && (start < 0 || start >= size))
       return at_op(err, op, "index %" PRId64 " is out of bounds for dimension %d of size %" PRId64, start, d, size);
-    if (c == 'r' && sel && out_dim < sel->rank && const_operand(ix, &start) &&
+    if (kind == TPK_INDEX_RANGE && sel && out_dim < sel->rank && const_operand(ix, &start) &&
         tpk_dim_is_const(sel->dims[out_dim], &len) && (start < 0 || (sized && start + len > size)))
       return at_op(err, op, "slice %" PRId64 "..%" PRId64 " is out of bounds for dimension %d of size %" PRId64, start,
                    start + len, d, size);
-    if (c != 's') out_dim++;
+    if (kind != TPK_INDEX_SCALAR) out_dim++;
   }
   return TPK_OK;
 }
@@ -154,10 +154,10 @@ static TpkStatus check_accesses(const TpkBlock *b, TpkError *err) {
     switch (op->opcode) {
     case TPK_OP_LOAD:
     case TPK_OP_SLICE:
-      st = check_access(op, tpk_op_str(op, "index", ""), op->in[0]->type, 1, op->out[0].type, err);
+      st = check_access(op, tpk_op_index(op, "index"), op->in[0]->type, 1, op->out[0].type, err);
       break;
     case TPK_OP_STORE:
-      st = check_access(op, tpk_op_str(op, "index", ""), op->in[0]->type, 1, op->in[op->nin - 1]->type, err);
+      st = check_access(op, tpk_op_index(op, "index"), op->in[0]->type, 1, op->in[op->nin - 1]->type, err);
       break;
     default: break;
     }

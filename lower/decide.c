@@ -24,19 +24,6 @@
 
 #include <string.h>
 
-int tpk_count_uses(const TpkBlock *b, const TpkValue *v, const TpkOp **last) {
-  int n = 0;
-  for (const TpkOp *op = b->first; op; op = op->next) {
-    for (int i = 0; i < op->nin; i++)
-      if (op->in[i] == v) {
-        n++;
-        if (last) *last = op;
-      }
-    for (int r = 0; r < op->nregion; r++) n += tpk_count_uses(op->regions[r], v, last);
-  }
-  return n;
-}
-
 /* Transcendental functions the primitive library computes on f32 tiles. */
 static bool prim_unary_f32(const TpkOp *op) {
   switch (op->opcode) {
@@ -65,8 +52,8 @@ bool tpk_op_is_element_loop(const TpkOp *op) {
 
 bool tpk_reduce_takes_fused(const TpkOp *op) {
   if (op->opcode != TPK_OP_REDUCE || op->in[0]->type->dtype != TPK_F32) return false;
-  const char *kind = tpk_op_str(op, "kind", "sum");
-  if (strcmp(kind, "sum") != 0 && strcmp(kind, "mean") != 0) return false;
+  TpkReduceKind kind = tpk_op_reduce_kind(op);
+  if (kind != TPK_REDUCE_SUM && kind != TPK_REDUCE_MEAN) return false;
   const TpkAttr *axes = tpk_op_attr(op, "axes");
   if (!axes || axes->n == 0) return false;
   for (int i = 0; i < axes->n; i++) /* the last axes->n axes, in order */
@@ -82,8 +69,8 @@ static bool int_division(const TpkOp *op) {
 bool tpk_value_is_fused(const TpkValue *v) {
   const TpkOp *def = v->def;
   if (!def || !tpk_op_is_element_loop(def) || int_division(def)) return false;
-  const TpkOp *use = NULL;
-  if (tpk_count_uses(def->parent, v, &use) != 1 || use->parent != def->parent) return false;
+  const TpkOp *use = tpk_value_single_user(v);
+  if (!use || use->parent != def->parent) return false;
   if (!tpk_op_is_element_loop(use) && !tpk_reduce_takes_fused(use)) return false;
   if (use->opcode == TPK_OP_ADD) /* the addend of acc + dot is copied, then accumulated into */
     for (int i = 0; i < 2; i++) {
@@ -97,10 +84,6 @@ bool tpk_value_is_fused(const TpkValue *v) {
  * (transitive) consumer it is inlined into. */
 const TpkOp *tpk_fused_root(const TpkValue *v) {
   const TpkOp *op = v->def;
-  while (op && tpk_value_is_fused(&op->out[0])) {
-    const TpkOp *use = NULL;
-    tpk_count_uses(op->parent, &op->out[0], &use);
-    op = use;
-  }
+  while (op && tpk_value_is_fused(&op->out[0])) op = tpk_value_single_user(&op->out[0]);
   return op;
 }

@@ -96,8 +96,6 @@ bool tpk_op_is_element_loop(const TpkOp *op);
 bool tpk_reduce_takes_fused(const TpkOp *op);
 /* The op whose loop computes v's elements (v's op unless v is fused). */
 const TpkOp *tpk_fused_root(const TpkValue *v);
-/* Uses of v in b and its regions; *last gets the last using op. */
-int tpk_count_uses(const TpkBlock *b, const TpkValue *v, const TpkOp **last);
 
 /* The lowering passes for a target: simplify, tile whole-array statements,
  * verify, plan memory (see tpk_plan_memory). */

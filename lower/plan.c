@@ -181,7 +181,7 @@ static void scan_op(Planner *p, const TpkOp *op) {
     const TpkBlock *b = op->regions[r];
     p->pos = pos; /* block arguments are defined where their op starts */
     for (int i = 0; i < b->nargs; i++) {
-      int a = track(p, &b->args[i]);
+      int a = track(p, b->args[i]);
       /* a loop-carried tile lives for the whole loop */
       if (a >= 0 && end_of(p, op) > p->info[a].end) p->info[a].end = end_of(p, op);
     }
@@ -286,7 +286,7 @@ static void merge_region_results(Planner *p, const TpkOp *op) {
     if (res < 0) continue;
     if (op->opcode == TPK_OP_FOR) {
       const TpkBlock *body = op->regions[0];
-      int arg = index_get(p->ix, &body->args[i + 1]);
+      int arg = index_get(p->ix, body->args[i + 1]);
       if (arg < 0) continue;
       unite(p, arg, res);
       const TpkValue *init = op->in[2 + i];
@@ -302,7 +302,7 @@ static void merge_region_results(Planner *p, const TpkOp *op) {
         int yi = index_get(p->ix, yv);
         if (yi >= 0 && yv->def && yv->def->parent == body && find(p, yi) != find(p, arg) &&
             p->info[find(p, yi)].end == pos_of(p, y) && same_size(p, yi, arg) &&
-            can_take_loop_buffer(p, find(p, yi), &body->args[i + 1], p->info[arg].last_user_pos))
+            can_take_loop_buffer(p, find(p, yi), body->args[i + 1], p->info[arg].last_user_pos))
           unite(p, yi, arg);
       }
     } else if (op->opcode == TPK_OP_IF) {
@@ -560,8 +560,8 @@ void tpk_plan_free(TpkPlan *plan) {
  * needs no buffer of its own. */
 bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add_out) {
   const TpkValue *d = &dot->out[0];
-  const TpkOp *use = NULL;
-  if (tpk_count_uses(dot->parent, d, &use) != 1 || use->parent != dot->parent) return false;
+  const TpkOp *use = tpk_value_single_user(d);
+  if (!use || use->parent != dot->parent) return false;
   if (use->opcode != TPK_OP_ADD || use->in[0] == use->in[1] || use->out[0].type != d->type) return false;
   if (add_out) *add_out = use;
   return true;

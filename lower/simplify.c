@@ -66,8 +66,8 @@ static void fold_block(TpkFunc *f, TpkBlock *b) {
     if (!fold_int(op, &v)) continue;
     /* Turn the op itself into the constant: same result value, no uses to
      * rewrite. */
+    tpk_op_set_operands(f->module, op, 0, NULL);
     op->opcode = TPK_OP_CONST;
-    op->nin = 0;
     op->nattr = 0;
     op->attrs = NULL;
     tpk_op_set_int(f->module, op, "value", v);
@@ -94,6 +94,14 @@ static bool same_attrs(const TpkOp *a, const TpkOp *b) {
       break;
     case TPK_ATTR_INTS:
       if (x->n != y->n || (x->n && memcmp(x->ints, y->ints, (size_t)x->n * sizeof *x->ints) != 0)) return false;
+      break;
+    case TPK_ATTR_ENUM:
+      if (x->set != y->set || x->i != y->i) return false;
+      break;
+    case TPK_ATTR_INDEX:
+      if (x->index->rank != y->index->rank ||
+          memcmp(x->index->dim, y->index->dim, (size_t)x->index->rank * sizeof *x->index->dim) != 0)
+        return false;
       break;
     }
   }
@@ -144,27 +152,16 @@ static void cse_block(TpkFunc *f, TpkBlock *b, Avail *av) {
 
 /* ---- DCE ----------------------------------------------------------------------- */
 
-/* The set of values some op uses (map values are unused). */
-static bool collect_uses(const TpkBlock *b, TpkPtrMap *u) {
-  for (const TpkOp *op = b->first; op; op = op->next) {
-    for (int i = 0; i < op->nin; i++)
-      if (!tpk_ptrmap_put(u, op->in[i], NULL)) return false;
-    for (int r = 0; r < op->nregion; r++)
-      if (!collect_uses(op->regions[r], u)) return false;
-  }
-  return true;
-}
-
-static int dce_block(TpkBlock *b, const TpkPtrMap *u) {
+static int dce_block(TpkBlock *b) {
   int removed = 0;
   for (TpkOp *op = b->first, *next; op; op = next) {
     next = op->next;
-    for (int r = 0; r < op->nregion; r++) removed += dce_block(op->regions[r], u);
+    for (int r = 0; r < op->nregion; r++) removed += dce_block(op->regions[r]);
     if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_PURE) || op->nregion) continue;
     bool live = false;
-    for (int i = 0; i < op->nout; i++) live |= tpk_ptrmap_get(u, &op->out[i], NULL);
+    for (int i = 0; i < op->nout; i++) live |= op->out[i].nuses > 0;
     if (!live) {
-      tpk_op_erase(op);
+      tpk_op_erase(op); /* its operands lose a use: ops before it may die on the next round */
       removed++;
     }
   }
@@ -176,11 +173,6 @@ void tpk_simplify(TpkFunc *f) {
   Avail av = {0};
   cse_block(f, f->body, &av);
   free(av.ops);
-  for (;;) {
-    TpkPtrMap u = {0};
-    bool ok = collect_uses(f->body, &u);
-    int removed = ok ? dce_block(f->body, &u) : 0;
-    tpk_ptrmap_free(&u);
-    if (!removed) break;
+  while (dce_block(f->body)) {
   }
 }

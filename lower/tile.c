@@ -17,7 +17,6 @@
  */
 #include "lower/lower.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,9 +43,11 @@ static bool in_run(const Run *r, const TpkOp *op) {
   return false;
 }
 
-static bool whole_pattern(const char *p) {
-  for (; *p; p++)
-    if (*p != ':') return false;
+/* Does op's index take every dimension whole? */
+static bool whole_index(const TpkOp *op) {
+  const TpkIndexPattern *p = tpk_op_index(op, "index");
+  for (int d = 0; d < p->rank; d++)
+    if (p->dim[d] != TPK_INDEX_ALL) return false;
   return true;
 }
 
@@ -65,13 +66,13 @@ static bool row_op_ok(const TpkOp *op, const TpkDim *L, bool *is_row_op) {
   *is_row_op = in_rows || out_rows;
   if (op->opcode == TPK_OP_STORE) {
     *is_row_op = true;
-    return whole_pattern(tpk_op_str(op, "index", "")) && op->in[0]->type->rank > 0 && op->in[0]->type->dims[0] == L &&
+    return whole_index(op) && op->in[0]->type->rank > 0 && op->in[0]->type->dims[0] == L &&
            is_row(op->in[op->nin - 1], L);
   }
   if (!*is_row_op) return true; /* invariant: stays before the grid */
   switch (op->opcode) {
   case TPK_OP_LOAD:
-    return whole_pattern(tpk_op_str(op, "index", "")) && out_rows;
+    return whole_index(op) && out_rows;
   case TPK_OP_CONST:
     return out_rows;
   case TPK_OP_IOTA:
@@ -99,14 +100,11 @@ static bool row_op_ok(const TpkOp *op, const TpkDim *L, bool *is_row_op) {
 }
 
 /* Does any op outside the run use a value defined by a row op? */
-static bool escapes(const TpkBlock *b, const Run *rows) {
-  for (const TpkOp *op = b->first; op; op = op->next) {
-    if (!in_run(rows, op))
-      for (int i = 0; i < op->nin; i++)
-        if (op->in[i]->def && in_run(rows, op->in[i]->def)) return true;
-    for (int r = 0; r < op->nregion; r++)
-      if (escapes(op->regions[r], rows)) return true;
-  }
+static bool escapes(const Run *rows) {
+  for (int k = 0; k < rows->n; k++)
+    for (int i = 0; i < rows->ops[k]->nout; i++)
+      for (const TpkUse *u = rows->ops[k]->out[i].uses; u; u = u->next)
+        if (!in_run(rows, u->user)) return true;
   return false;
 }
 
@@ -179,7 +177,7 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   /* the leading dimension: from the first whole store */
   const TpkDim *L = NULL;
   for (TpkOp *op = first; op != end; op = op->next)
-    if (op->opcode == TPK_OP_STORE && whole_pattern(tpk_op_str(op, "index", "")) && op->in[0]->type->rank > 0) {
+    if (op->opcode == TPK_OP_STORE && whole_index(op) && op->in[0]->type->rank > 0) {
       L = op->in[0]->type->dims[0];
       break;
     }
@@ -202,7 +200,7 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
     if (!in_run(&rows, op))
       for (int i = 0; i < op->nin; i++)
         if (op->in[i]->def && in_run(&rows, op->in[i]->def)) ok = false;
-  if (!ok || !rows.n || escapes(f->body, &rows)) {
+  if (!ok || !rows.n || escapes(&rows)) {
     free(rows.ops);
     return true;
   }
@@ -253,10 +251,9 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
     if (op->nattr) memcpy(c->attrs, op->attrs, (size_t)op->nattr * sizeof *c->attrs);
     c->nattr = op->nattr;
     if (rows_ref) {
-      char pattern[TPK_MAX_RANK + 1];
-      snprintf(pattern, sizeof pattern, "%s", tpk_op_str(op, "index", ""));
-      pattern[0] = 't';
-      tpk_op_set_str(m, c, "index", pattern);
+      TpkIndexPattern rows_index = *tpk_op_index(op, "index");
+      rows_index.dim[0] = TPK_INDEX_TILE;
+      tpk_op_set_index(m, c, "index", &rows_index);
     }
     for (int i = 0; i < op->nout; i++) {
       c->out[i].name = op->out[i].name;

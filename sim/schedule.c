@@ -387,18 +387,18 @@ static void walk_for(Walker *w, const TpkOp *op) {
   }
   const TpkBlock *body = op->regions[0];
   int n = op->nout;
-  for (int i = 0; i < n; i++) set_task(w, &body->args[i + 1], task_of(w, op->in[2 + i]));
+  for (int i = 0; i < n; i++) set_task(w, body->args[i + 1], task_of(w, op->in[2 + i]));
   if (!push_stage(w, op)) return;
   for (int64_t it = lo; it < hi && !w->failed; it++) {
-    set_known(w, &body->args[0], it);
+    set_known(w, body->args[0], it);
     walk_block(w, body);
     const TpkOp *y = body->last;
     if (y && y->opcode == TPK_OP_YIELD)
-      for (int i = 0; i < n; i++) set_task(w, &body->args[i + 1], task_of(w, y->in[i]));
+      for (int i = 0; i < n; i++) set_task(w, body->args[i + 1], task_of(w, y->in[i]));
     next_stage(w);
   }
   w->depth--;
-  for (int i = 0; i < n; i++) set_task(w, &op->out[i], task_of(w, &body->args[i + 1]));
+  for (int i = 0; i < n; i++) set_task(w, &op->out[i], task_of(w, body->args[i + 1]));
 }
 
 static void walk_if(Walker *w, const TpkOp *op) {
@@ -433,7 +433,7 @@ static void walk_grid(Walker *w, const TpkOp *op) {
       int64_t n = w->grid_hi[a] - w->grid_lo[a];
       w->grid_ids[a] = w->grid_lo[a] + rem % n;
       rem /= n;
-      set_known(w, &body->args[a], w->grid_ids[a]);
+      set_known(w, body->args[a], w->grid_ids[a]);
     }
     w->core = (int)(s % w->ncores);
     Core *c = &w->cores[w->core];

@@ -45,6 +45,15 @@ static void assert_type(const TpkType *t, const char *want) {
   free(got);
 }
 
+/* Index pattern `key` of op, in its text form ("t:"). */
+static void assert_index(const TpkOp *op, const char *key, const char *want) {
+  TpkStr s = {0};
+  tpk_index_print(&s, tpk_op_index(op, key));
+  char *got = tpk_str_take(&s);
+  assert_string_equal(got ? got : "", want);
+  free(got);
+}
+
 /* Compile text that must check clean; the caller frees c. */
 static void compile_ok(TestCompile *c, const char *text, const TpkCheckOptions *opts) {
   test_compile(c, "test.tpk", text, opts);
@@ -99,26 +108,26 @@ static void test_matmul_ir(void **state) {
   assert_non_null(grid);
   assert_int_equal(grid->nin, 4);
   assert_int_equal(grid->regions[0]->nargs, 2);
-  assert_type(grid->regions[0]->args[0].type, "tile<BM>");
+  assert_type(grid->regions[0]->args[0]->type, "tile<BM>");
   assert_null(find_op(f, TPK_OP_GRID, 1));
   TpkOp *loop = find_op(f, TPK_OP_FOR, 0);
   assert_non_null(loop);
   assert_int_equal(loop->nout, 1);
   assert_type(loop->out[0].type, "f32[BM,BN]");
-  assert_type(loop->regions[0]->args[0].type, "tile<BK>");
+  assert_type(loop->regions[0]->args[0]->type, "tile<BK>");
   TpkOp *dot = find_op(f, TPK_OP_DOT, 0);
   assert_type(dot->in[0]->type, "bf16[BM,BK]");
   assert_type(dot->out[0].type, "f32[BM,BN]");
   /* bound, the defaults are constants everywhere */
   TpkFunc *g = tpk_module_find(c.bound, "matmul");
   assert_true(g->tunes[0].bound);
-  assert_type(find_op(g, TPK_OP_GRID, 0)->regions[0]->args[0].type, "tile<128>");
+  assert_type(find_op(g, TPK_OP_GRID, 0)->regions[0]->args[0]->type, "tile<128>");
   assert_type(find_op(g, TPK_OP_DOT, 0)->in[0]->type, "bf16[128,256]");
   assert_int_equal(tpk_op_attr(dot, "rhs_contract")->ints[0], 0);
   /* the loop result is what gets stored */
   TpkOp *st = find_op(f, TPK_OP_STORE, 0);
   assert_ptr_equal(st->in[st->nin - 1], &loop->out[0]);
-  assert_string_equal(tpk_op_str(st, "index", ""), "tt");
+  assert_index(st, "index", "tt");
   test_compile_free(&c);
 }
 
@@ -133,12 +142,12 @@ static void test_softmax_tune_and_bind(void **state) {
   assert_type(f->params[0].value->type, "ref<f32[M,1000]>");
   TpkOp *ld = find_op(f, TPK_OP_LOAD, 0);
   assert_type(ld->out[0].type, "f32[16,1000]");
-  assert_string_equal(tpk_op_str(ld, "index", ""), "t:");
+  assert_index(ld, "index", "t:");
   const TpkAttr *other = tpk_op_attr(ld, "other");
   assert_non_null(other);
   assert_true(other->kind == TPK_ATTR_FLOAT && other->f < 0 && other->f * 0 != 0); /* -inf */
   TpkOp *red = find_op(f, TPK_OP_REDUCE, 0);
-  assert_string_equal(tpk_op_str(red, "kind", ""), "max");
+  assert_int_equal(tpk_op_reduce_kind(red), TPK_REDUCE_MAX);
   assert_type(red->out[0].type, "f32[16,1]");
   test_compile_free(&c);
 }
@@ -156,8 +165,8 @@ static void test_flash_attention_transpose_folded(void **state) {
   assert_int_equal(loop->nout, 3);
   /* the grid's first axis is a scalar index, the second a tile */
   TpkOp *grid = find_op(f, TPK_OP_GRID, 0);
-  assert_type(grid->regions[0]->args[0].type, "i32");
-  assert_type(grid->regions[0]->args[1].type, "tile<128>");
+  assert_type(grid->regions[0]->args[0]->type, "i32");
+  assert_type(grid->regions[0]->args[1]->type, "tile<128>");
   assert_type(find_op(f, TPK_OP_DOT, 1)->out[0].type, "f32[128,D]");
   test_compile_free(&c);
 }
@@ -168,8 +177,8 @@ static void test_embedding_bwd_scatter(void **state) {
   TpkFunc *f = test_compile_kernel_file(&c, "tests/corpus/embedding_bwd.tpk", "embedding_bwd", NULL);
   assert_true(f->params[2].zero_init);
   TpkOp *st = find_op(f, TPK_OP_STORE, 0);
-  assert_string_equal(tpk_op_str(st, "index", ""), "g:");
-  assert_string_equal(tpk_op_str(st, "mode", ""), "add");
+  assert_index(st, "index", "g:");
+  assert_int_equal(tpk_op_store_mode(st), TPK_STORE_ADD);
   assert_type(st->in[1]->type, "i32[64]");
   test_compile_free(&c);
 }
@@ -225,7 +234,7 @@ static void test_whole_array_and_consts(void **state) {
   assert_type(f->params[1].value->type, "ref<f32[128]>");
   assert_type(f->params[3].value->type, "ref<f32[64]>");
   TpkOp *ld = find_op(f, TPK_OP_LOAD, 1);
-  assert_string_equal(tpk_op_str(ld, "index", ""), "r");
+  assert_index(ld, "index", "r");
   assert_type(ld->out[0].type, "f32[64]");
   test_compile_free(&c);
 }
@@ -246,8 +255,8 @@ static void test_scratch_and_dma(void **state) {
   TpkOp *alloc = find_op(f, TPK_OP_ALLOC, 0);
   assert_type(alloc->out[0].type, "ref<f32[BM,128], vmem>");
   TpkOp *dma = find_op(f, TPK_OP_DMA_START, 0);
-  assert_string_equal(tpk_op_str(dma, "src_index", ""), "t:");
-  assert_string_equal(tpk_op_str(dma, "dst_index", ""), "::");
+  assert_index(dma, "src_index", "t:");
+  assert_index(dma, "dst_index", "::");
   assert_non_null(find_op(f, TPK_OP_DMA_WAIT, 0));
   test_compile_free(&c);
 }

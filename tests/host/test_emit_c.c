@@ -226,10 +226,11 @@ static void test_sum_fuses(void **state) {
     const TpkBlock *b = op->opcode == TPK_OP_GRID ? op->regions[0] : NULL;
     for (const TpkOp *o = b ? b->first : op; o; o = b ? o->next : NULL) {
       if (o->opcode != TPK_OP_MUL) continue;
-      const TpkOp *use = NULL;
-      tpk_count_uses(o->parent, &o->out[0], &use);
-      bool want = use->opcode == TPK_OP_REDUCE && strcmp(tpk_op_str(use, "kind", ""), "mean") == 0;
-      if (tpk_value_is_fused(&o->out[0]) != want) fail_msg("a mul feeding a %s reduce: fused %d", tpk_op_str(use, "kind", ""), !want);
+      const TpkOp *use = tpk_value_single_user(&o->out[0]);
+      assert_non_null(use);
+      bool want = use->opcode == TPK_OP_REDUCE && tpk_op_reduce_kind(use) == TPK_REDUCE_MEAN;
+      if (tpk_value_is_fused(&o->out[0]) != want)
+        fail_msg("a mul feeding a %s reduce: fused %d", tpk_enum_name(TPK_ENUM_REDUCE_KIND, tpk_op_reduce_kind(use)), !want);
       muls++;
       if (!b) break;
     }

@@ -253,7 +253,7 @@ static void test_builder(void **state) {
   assert_non_null(f);
   assert_int_equal(f->nparams, 2);
   assert_int_equal(f->body->nargs, 2);
-  assert_ptr_equal(f->params[1].value, &f->body->args[1]);
+  assert_ptr_equal(f->params[1].value, f->body->args[1]);
   assert_string_equal(f->params[1].name, "b");
   assert_int_equal(f->params[0].role, TPK_PARAM_IN);
   assert_ptr_equal(f->body->func, f);
@@ -350,8 +350,8 @@ static void test_erase_and_replace(void **state) {
   tpk_op_erase(cond->def); /* erasing twice is harmless */
 }
 
-/* Adding block arguments past the array's capacity moves them; uses already
- * in the IR follow. */
+/* A block argument keeps its address however many follow it: past the
+ * argument array's capacity (8, 16, 64) only the array of pointers moves. */
 static void test_block_args_grow(void **state) {
   TpkModule *m = *state;
   const TpkType *i32 = tpk_type_scalar(m, TPK_I32);
@@ -362,16 +362,29 @@ static void test_block_args_grow(void **state) {
   TpkOp *loop = tpk_build(&b, TPK_OP_FOR, 2, ins, 0, NULL);
   TpkBlock *body = loop->regions[0];
   assert_ptr_equal(body->parent, loop);
-  TpkValue *iv = tpk_block_add_arg(m, body, i32, "i");
+  enum { N = 130 };
+  TpkValue *held[N];
+  TpkValue snapshot[N];
+  held[0] = tpk_block_add_arg(m, body, i32, "i");
   TpkBuilder bb = {m, body, {0, 0}};
-  TpkValue *use = tpk_build_unary(&bb, TPK_OP_NEG, iv);
-  for (int i = 0; i < 40; i++) assert_non_null(tpk_block_add_arg(m, body, i32, NULL));
-  assert_int_equal(body->nargs, 41);
-  assert_ptr_equal(use->def->in[0], &body->args[0]);
-  assert_string_equal(body->args[0].name, "i");
+  TpkValue *use = tpk_build_unary(&bb, TPK_OP_NEG, held[0]);
+  snapshot[0] = *held[0];
+  for (int i = 1; i < N; i++) {
+    held[i] = tpk_block_add_arg(m, body, i32, NULL);
+    assert_non_null(held[i]);
+    snapshot[i] = *held[i];
+    if (i == 8 || i == 16 || i == 64 || i == 128) /* the array just grew: every earlier value is where it was */
+      for (int k = 0; k <= i; k++) {
+        assert_ptr_equal(body->args[k], held[k]);
+        assert_memory_equal(held[k], &snapshot[k], sizeof snapshot[k]);
+      }
+  }
+  assert_int_equal(body->nargs, N);
+  assert_ptr_equal(use->def->in[0], held[0]);
+  assert_string_equal(held[0]->name, "i");
   for (int i = 0; i < body->nargs; i++) {
-    assert_ptr_equal(body->args[i].block, body);
-    assert_int_equal(body->args[i].index, i);
+    assert_ptr_equal(body->args[i]->block, body);
+    assert_int_equal(body->args[i]->index, i);
   }
 }
 
@@ -382,7 +395,139 @@ static void test_func_params_grow(void **state) {
   TpkParamRole roles[20];
   for (int i = 0; i < 20; i++) ts[i] = t, roles[i] = TPK_PARAM_IN;
   TpkFunc *f = tpk_func_new(m, "f", false, 20, ts, NULL, roles);
-  for (int i = 0; i < 20; i++) assert_ptr_equal(f->params[i].value, &f->body->args[i]);
+  for (int i = 0; i < 20; i++) assert_ptr_equal(f->params[i].value, f->body->args[i]);
+}
+
+/* ---- use lists ---- */
+
+static bool listed(const TpkValue *v, const TpkOp *user, int index) {
+  for (const TpkUse *u = v->uses; u; u = u->next)
+    if (u->user == user && u->index == index) return true;
+  return false;
+}
+
+/* Operands of the ops of b (and its regions) that are v: what a walk finds. */
+static int walked_uses(const TpkBlock *b, const TpkValue *v) {
+  int n = 0;
+  for (const TpkOp *op = b->first; op; op = op->next) {
+    for (int i = 0; i < op->nin; i++) n += op->in[i] == v;
+    for (int r = 0; r < op->nregion; r++) n += walked_uses(op->regions[r], v);
+  }
+  return n;
+}
+
+/* Every operand of b's ops is in its value's list, and every value b defines
+ * has as many uses listed as a walk of f finds. */
+static void assert_use_lists(const TpkFunc *f, const TpkBlock *b) {
+  for (int i = 0; i < b->nargs; i++) assert_int_equal(b->args[i]->nuses, walked_uses(f->body, b->args[i]));
+  for (const TpkOp *op = b->first; op; op = op->next) {
+    for (int i = 0; i < op->nin; i++)
+      if (!listed(op->in[i], op, i)) fail_msg("'%s' operand %d is not in its value's use list", tpk_op_info(op->opcode)->name, i);
+    for (int i = 0; i < op->nout; i++) assert_int_equal(op->out[i].nuses, walked_uses(f->body, &op->out[i]));
+    for (int r = 0; r < op->nregion; r++) assert_use_lists(f, op->regions[r]);
+  }
+}
+
+static void test_use_lists(void **state) {
+  TpkModule *m = *state;
+  const TpkType *t = tpk_type_scalar(m, TPK_F32);
+  TpkFunc *f = tpk_func_new(m, "f", false, 1, &t, NULL, NULL);
+  f->nresults = 1;
+  f->results = &t;
+  TpkBuilder b = {m, f->body, {0, 0}};
+  TpkValue *x = f->params[0].value;
+  TpkValue *a = tpk_build_unary(&b, TPK_OP_NEG, x);
+  TpkValue *c = tpk_build_unary(&b, TPK_OP_ABS, x);
+  TpkValue *d = tpk_build_binary(&b, TPK_OP_ADD, a, a);
+  TpkValue *cond = tpk_build_const_int(&b, tpk_type_scalar(m, TPK_BOOL), 1);
+  TpkOp *iff = tpk_build(&b, TPK_OP_IF, 1, &cond, 0, NULL);
+  TpkBuilder inner = {m, iff->regions[0], {0, 0}};
+  TpkValue *e = tpk_build_unary(&inner, TPK_OP_NEG, a);
+  TpkOp *ret = tpk_build(&b, TPK_OP_RETURN, 1, &d, 0, NULL);
+  /* after building */
+  assert_use_lists(f, f->body);
+  assert_int_equal(tpk_value_use_count(a), 3);
+  assert_true(listed(a, d->def, 0) && listed(a, d->def, 1) && listed(a, e->def, 0));
+  assert_null(tpk_value_single_user(a)); /* three uses */
+  assert_null(tpk_value_single_user(d->def->in[0]));
+  assert_int_equal(tpk_value_use_count(x), 2);
+  assert_ptr_equal(tpk_value_single_user(cond), iff);
+  assert_ptr_equal(tpk_value_single_user(d), ret);
+  assert_int_equal(tpk_value_use_count(e), 0);
+  assert_null(tpk_value_single_user(e));
+  TpkError err = {0};
+  if (tpk_ir_verify(m, &err) != TPK_OK) fail_msg("%s", err.message);
+  /* changing one operand moves its use */
+  tpk_op_set_operand(d->def, 1, c);
+  assert_ptr_equal(d->def->in[1], c);
+  assert_int_equal(tpk_value_use_count(a), 2);
+  assert_false(listed(a, d->def, 1));
+  assert_true(listed(c, d->def, 1));
+  tpk_op_set_operand(d->def, 1, c); /* the same value: nothing changes */
+  assert_int_equal(tpk_value_use_count(c), 1);
+  assert_use_lists(f, f->body);
+  /* replacing every use, in a nested region too */
+  tpk_func_replace_uses(f, a, c);
+  assert_int_equal(tpk_value_use_count(a), 0);
+  assert_int_equal(tpk_value_use_count(c), 3);
+  assert_ptr_equal(e->def->in[0], c);
+  assert_use_lists(f, f->body);
+  if (tpk_ir_verify(m, &err) != TPK_OK) fail_msg("%s", err.message);
+  /* all operands at once: fewer, more, none */
+  TpkValue *two[] = {x, x};
+  assert_true(tpk_op_set_operands(m, d->def, 2, two));
+  assert_int_equal(tpk_value_use_count(c), 1);
+  assert_int_equal(tpk_value_use_count(x), 4);
+  TpkValue *three[] = {c, c, x};
+  assert_true(tpk_op_set_operands(m, d->def, 3, three));
+  assert_int_equal(d->def->nin, 3);
+  assert_true(listed(c, d->def, 0) && listed(c, d->def, 1) && listed(x, d->def, 2));
+  assert_use_lists(f, f->body);
+  assert_true(tpk_op_set_operands(m, d->def, 0, NULL));
+  assert_int_equal(d->def->nin, 0);
+  assert_int_equal(tpk_value_use_count(c), 1); /* the neg in the if */
+  assert_int_equal(tpk_value_use_count(x), 2);
+  assert_use_lists(f, f->body);
+  /* erasing an op drops its uses and those of the ops in its regions */
+  tpk_op_erase(iff);
+  assert_int_equal(tpk_value_use_count(c), 0);
+  assert_int_equal(tpk_value_use_count(cond), 0);
+  tpk_op_erase(iff); /* twice: harmless */
+  tpk_op_erase(e->def); /* an op inside an erased op: its uses are gone already */
+  assert_int_equal(tpk_value_use_count(c), 0);
+  assert_use_lists(f, f->body);
+  tpk_op_erase(a->def);
+  assert_int_equal(tpk_value_use_count(x), 1);
+  assert_use_lists(f, f->body);
+}
+
+/* A graph builder adds inputs one at a time; each stays where it was. */
+static void test_func_add_param(void **state) {
+  TpkModule *m = *state;
+  const TpkType *t = tpk_type_scalar(m, TPK_F32);
+  TpkFunc *f = tpk_func_new(m, "g", false, 0, NULL, NULL, NULL);
+  TpkBuilder b = {m, f->body, {0, 0}};
+  enum { N = 70 };
+  TpkValue *in[N], *acc = NULL;
+  for (int i = 0; i < N; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "x%d", i);
+    in[i] = tpk_func_add_param(m, f, t, name, TPK_PARAM_IN);
+    assert_non_null(in[i]);
+    acc = acc ? tpk_build_binary(&b, TPK_OP_ADD, acc, in[i]) : in[i];
+  }
+  f->nresults = 1;
+  f->results = &t;
+  tpk_build(&b, TPK_OP_RETURN, 1, &acc, 0, NULL);
+  assert_int_equal(f->nparams, N);
+  for (int i = 0; i < N; i++) {
+    assert_ptr_equal(f->params[i].value, in[i]);
+    assert_ptr_equal(f->body->args[i], in[i]);
+    assert_int_equal(tpk_value_use_count(in[i]), 1);
+  }
+  assert_string_equal(f->params[N - 1].name, "x69");
+  TpkError err = {0};
+  if (tpk_ir_verify(m, &err) != TPK_OK) fail_msg("%s", err.message);
 }
 
 int main(void) {
@@ -401,6 +546,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_erase_and_replace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_block_args_grow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_func_params_grow, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_use_lists, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_func_add_param, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

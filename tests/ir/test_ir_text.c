@@ -351,6 +351,109 @@ static void test_print_names_from_builder(void **state) {
   tpk_module_free(m);
 }
 
+/* Closed sets: every reduce kind, both store modes, every index kind. They
+ * are enums once parsed and print back as the names they were read from. */
+static const char CLOSED_SETS[] =
+    "module \"sets.tpk\"\n"
+    "\n"
+    "kernel @k(%x: ref<f32[M,N,K,L]>, %ids: ref<i32[T]>, %y: inout ref<f32[M,N,K,L]>) {\n"
+    "  %c0 = const {value=0} : i32\n"
+    "  %c1 = const {value=1} : i32\n"
+    "  grid %c0, %c1 {\n"
+    "  ^(%i: tile<8>):\n"
+    "    %g = load %ids, %c0 {index=\"r\"} : i32[4]\n"
+    "    %b = load %x, %i, %c1, %c0, %g {index=\"tsrg\"} : f32[8,2,4]\n"
+    "    %w = load %x {index=\"::::\"} : f32[M,N,K,L]\n"
+    "    %0 = reduce %b {kind=\"sum\", axes=[1], keepdims=false} : f32[8,4]\n"
+    "    %1 = reduce %b {kind=\"max\", axes=[1], keepdims=true} : f32[8,1,4]\n"
+    "    %2 = reduce %b {kind=\"min\", axes=[0, 2], keepdims=false} : f32[2]\n"
+    "    %3 = reduce %b {kind=\"mean\", axes=[2], keepdims=false} : f32[8,2]\n"
+    "    %4 = reduce %b {kind=\"prod\", axes=[0], keepdims=false} : f32[2,4]\n"
+    "    %5 = scatter %0, %g, %0 {axis=1, mode=\"set\"} : f32[8,4]\n"
+    "    %6 = scatter %5, %g, %0 {axis=1, mode=\"add\"} : f32[8,4]\n"
+    "    store %y, %i, %c1, %c0, %g, %b {index=\"tsrg\", mode=\"add\"}\n"
+    "    store %y, %w {index=\"::::\", mode=\"set\"}\n"
+    "    %buf = alloc : ref<f32[8,4,L], vmem>\n"
+    "    %h = dma_start %x, %i, %c1, %c0, %buf {src_index=\"tsr:\", dst_index=\":::\"} : dma\n"
+    "    dma_wait %h\n"
+    "  }\n"
+    "}\n";
+
+static const TpkOp *nth_op(const TpkBlock *b, TpkOpcode opc, int n) {
+  for (const TpkOp *op = b->first; op; op = op->next)
+    if (op->opcode == opc && n-- == 0) return op;
+  return NULL;
+}
+
+static void test_closed_sets_roundtrip(void **state) {
+  (void)state;
+  check_roundtrip(CLOSED_SETS, NULL);
+  TpkError err = {0};
+  TpkModule *m = parse(CLOSED_SETS, &err);
+  if (!m) fail_msg("%s", err.message);
+  const TpkBlock *body = tpk_module_find(m, "k")->body->last->regions[0];
+  static const TpkReduceKind kinds[] = {TPK_REDUCE_SUM, TPK_REDUCE_MAX, TPK_REDUCE_MIN, TPK_REDUCE_MEAN, TPK_REDUCE_PROD};
+  for (int i = 0; i < 5; i++) {
+    const TpkAttr *a = tpk_op_attr(nth_op(body, TPK_OP_REDUCE, i), "kind");
+    assert_int_equal(a->kind, TPK_ATTR_ENUM);
+    assert_int_equal(a->set, TPK_ENUM_REDUCE_KIND);
+    assert_int_equal(tpk_op_reduce_kind(nth_op(body, TPK_OP_REDUCE, i)), kinds[i]);
+  }
+  assert_int_equal(tpk_op_store_mode(nth_op(body, TPK_OP_SCATTER, 0)), TPK_STORE_SET);
+  assert_int_equal(tpk_op_store_mode(nth_op(body, TPK_OP_SCATTER, 1)), TPK_STORE_ADD);
+  assert_int_equal(tpk_op_store_mode(nth_op(body, TPK_OP_STORE, 0)), TPK_STORE_ADD);
+  assert_int_equal(tpk_op_store_mode(nth_op(body, TPK_OP_STORE, 1)), TPK_STORE_SET);
+  const TpkIndexPattern *p = tpk_op_index(nth_op(body, TPK_OP_LOAD, 1), "index");
+  assert_int_equal(tpk_op_attr(nth_op(body, TPK_OP_LOAD, 1), "index")->kind, TPK_ATTR_INDEX);
+  assert_int_equal(p->rank, 4);
+  assert_int_equal(p->dim[0], TPK_INDEX_TILE);
+  assert_int_equal(p->dim[1], TPK_INDEX_SCALAR);
+  assert_int_equal(p->dim[2], TPK_INDEX_RANGE);
+  assert_int_equal(p->dim[3], TPK_INDEX_GATHER);
+  assert_int_equal(tpk_index_operands(p), 4);
+  p = tpk_op_index(nth_op(body, TPK_OP_LOAD, 2), "index");
+  assert_int_equal(p->rank, 4);
+  for (int d = 0; d < 4; d++) assert_int_equal(p->dim[d], TPK_INDEX_ALL);
+  assert_int_equal(tpk_index_operands(p), 0);
+  const TpkOp *dma = nth_op(body, TPK_OP_DMA_START, 0);
+  assert_int_equal(tpk_index_operands(tpk_op_index(dma, "src_index")), 3);
+  assert_int_equal(tpk_op_index(dma, "dst_index")->rank, 3);
+  assert_int_equal(tpk_op_index(dma, "index")->rank, 0); /* no such attribute */
+  tpk_module_free(m);
+
+  /* Built with the typed setters, the same ops print the same names. */
+  m = tpk_module_new(NULL);
+  const TpkDim *n8 = tpk_dim_const(m, 8);
+  const TpkType *ref = tpk_type_ref(m, TPK_F32, 1, &n8, TPK_MEM_HBM), *row = tpk_type_tensor(m, TPK_F32, 1, &n8);
+  TpkParamRole role = TPK_PARAM_INOUT;
+  TpkFunc *f = tpk_func_new(m, "b", true, 1, &ref, (const char *[]){"x"}, &role);
+  TpkBuilder b = {m, f->body, {0, 0}};
+  TpkOp *ld = tpk_build(&b, TPK_OP_LOAD, 1, &f->params[0].value, 1, &row);
+  TpkIndexPattern all = {.rank = 1, .dim = {TPK_INDEX_ALL}};
+  tpk_op_set_index(m, ld, "index", &all);
+  const TpkType *scalar = tpk_type_scalar(m, TPK_F32);
+  TpkValue *loaded = &ld->out[0];
+  TpkOp *red = tpk_build(&b, TPK_OP_REDUCE, 1, &loaded, 1, &scalar);
+  tpk_op_set_reduce_kind(m, red, TPK_REDUCE_MEAN);
+  tpk_op_set_ints(m, red, "axes", 1, (const int64_t[]){0});
+  tpk_op_set_bool(m, red, "keepdims", false);
+  TpkValue *st_in[] = {f->params[0].value, &ld->out[0]};
+  TpkOp *st = tpk_build(&b, TPK_OP_STORE, 2, st_in, 0, NULL);
+  tpk_op_set_index(m, st, "index", &all);
+  tpk_op_set_store_mode(m, st, TPK_STORE_ADD);
+  if (tpk_ir_verify(m, &err) != TPK_OK) fail_msg("%s", err.message);
+  char *text = print_module(m);
+  assert_string_equal(text, "module\n"
+                            "\n"
+                            "kernel @b(%x: inout ref<f32[8]>) {\n"
+                            "  %0 = load %x {index=\":\"} : f32[8]\n"
+                            "  %1 = reduce %0 {kind=\"mean\", axes=[0], keepdims=false} : f32\n"
+                            "  store %x, %0 {index=\":\", mode=\"add\"}\n"
+                            "}\n");
+  free(text);
+  tpk_module_free(m);
+}
+
 typedef struct ErrCase {
   const char *text, *message;
 } ErrCase;
@@ -386,6 +489,24 @@ static void test_parse_errors(void **state) {
       {"func @f() -> () {}\x01", "1:19: unexpected byte 0x01"},
       {"kernel @k(%a: ref<f32[N]>) require{add(N, 1)} {}", "1:36: expected a comparison (eq, ne, lt, le, gt, ge), found 'add'"},
       {"kernel @k(%a: ref<f32[N]>) require{le(N)} {}", "1:40: expected ',', found ')'"},
+      /* names of closed sets: reduce kinds, store modes, index patterns */
+      {"func @f(%a: f32[4,8]) -> () {\n  %0 = reduce %a {kind=\"avg\", axes=[1], keepdims=false} : f32[4]\n}",
+       "2:24: kind \"avg\" is not one of sum, max, min, mean, prod"},
+      {"func @f(%a: f32[4,8], %i: i32[4]) -> () {\n  %0 = scatter %a, %i, %a {axis=0, mode=\"sub\"} : f32[4,8]\n}",
+       "2:41: mode \"sub\" is not one of set, add"},
+      {"kernel @k(%x: out ref<f32[M]>) {\n  %0 = const {value=0.0} : f32[M]\n  store %x, %0 {index=\":\", mode=\"put\"}\n}",
+       "3:33: mode \"put\" is not one of set, add"},
+      {"kernel @k(%x: ref<f32[M,N]>) {\n  %c = const {value=0} : i32\n  %0 = load %x, %c {index=\"q:\"} : f32[N]\n}",
+       "3:27: index \"q:\" has an invalid entry 'q' (expected t : s r g)"},
+      {"kernel @k(%x: ref<f32[M]>) {\n  %0 = load %x {index=\":::::::::\"} : f32[M]\n}",
+       "2:23: index \":::::::::\" has more than 8 entries"},
+      {"kernel @k(%x: ref<f32[M]>, %y: ref<f32[M], vmem>) {\n  %0 = dma_start %x, %y {src_index=\":\", dst_index=\"T\"} : dma\n}",
+       "2:51: dst_index \"T\" has an invalid entry 'T' (expected t : s r g)"},
+      {"func @f(%a: f32[4,8]) -> () {\n  %0 = reduce %a {kind=\"SUM\", axes=[1], keepdims=false} : f32[4]\n}",
+       "2:24: kind \"SUM\" is not one of sum, max, min, mean, prod"},
+      /* an enum given as another kind of value */
+      {"func @f(%a: f32[4,8]) -> () {\n  %0 = reduce %a {kind=1, axes=[1], keepdims=false} : f32[4]\n}",
+       "verify: @f: 'reduce' attribute 'kind' must be reduce_kind, got int"},
       /* the parsed module is verified */
       {"func @f(%a: f32) -> (i32) {\n  return %a\n}", "verify: @f: 'return' value 0 is f32, the function returns i32"},
   };
@@ -530,6 +651,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip_all_ops),
       cmocka_unit_test(test_roundtrip_softmax_and_corners),
+      cmocka_unit_test(test_closed_sets_roundtrip),
       cmocka_unit_test(test_float_attrs),
       cmocka_unit_test(test_normalisation),
       cmocka_unit_test(test_print_names_from_builder),
