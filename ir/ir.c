@@ -659,6 +659,15 @@ const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt) {
   return a && a->kind == TPK_ATTR_STR ? a->s : dflt;
 }
 
+const TpkValue *tpk_dot_accumulator(const TpkOp *dot) {
+  return dot->opcode == TPK_OP_DOT && dot->nin == 3 ? dot->in[2] : NULL;
+}
+
+bool tpk_op_is_fused(const TpkOp *op) {
+  const TpkAttr *a = tpk_op_attr(op, "fused");
+  return a && a->kind == TPK_ATTR_BOOL && a->i;
+}
+
 /* ---- Convenience builders -------------------------------------------------- */
 
 static TpkValue *build1(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, const TpkType *t) {

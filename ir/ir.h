@@ -222,7 +222,8 @@ enum {
   X(CONCAT, "concat", 1, -1, 1, 0, TPK_OPF_PURE, "axis:int")                                    \
   X(IOTA, "iota", 0, 0, 1, 0, TPK_OPF_PURE, "axis:int")                                         \
   X(REDUCE, "reduce", 1, 1, 1, 0, TPK_OPF_PURE, "kind:str,axes:ints,keepdims:bool")             \
-  X(DOT, "dot", 2, 2, 1, 0, TPK_OPF_PURE,                                                        \
+  /* dot lhs, rhs [, acc]: with acc (lowering's decision), the products continue acc's sums */  \
+  X(DOT, "dot", 2, 3, 1, 0, TPK_OPF_PURE,                                                        \
     "lhs_contract:ints,rhs_contract:ints,lhs_batch:ints,rhs_batch:ints")                         \
   X(GATHER, "gather", 2, 2, 1, 0, TPK_OPF_PURE, "axis:int")                                     \
   X(SCATTER, "scatter", 3, 3, 1, 0, TPK_OPF_PURE, "axis:int,mode:str")                          \
@@ -406,6 +407,14 @@ void tpk_op_set_ints(TpkModule *m, TpkOp *op, const char *key, int n, const int6
 const TpkAttr *tpk_op_attr(const TpkOp *op, const char *key);
 int64_t tpk_op_int(const TpkOp *op, const char *key, int64_t dflt);
 const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt);
+
+/* Lowering's decisions, as the IR records them (lower/decide.c writes them,
+ * ir/README.md "Lowering decisions" gives their meaning):
+ *   - a dot's third operand, its accumulator: `dot %a, %b, %acc`;
+ *   - the unit attribute `fused=true`: the op's result is not stored but
+ *     computed inside the loop of its one user, in the same block. */
+const TpkValue *tpk_dot_accumulator(const TpkOp *dot); /* NULL without one */
+bool tpk_op_is_fused(const TpkOp *op);
 
 /* Convenience builders for common ops; each computes its result type. */
 TpkValue *tpk_build_const_int(TpkBuilder *b, const TpkType *type, int64_t v);

@@ -201,7 +201,7 @@ static void test_iota_fuses(void **state) {
   int iotas = 0;
   for (const TpkOp *op = grid->regions[0]->first; op; op = op->next)
     if (op->opcode == TPK_OP_IOTA) {
-      assert_true(tpk_value_is_fused(&op->out[0]));
+      assert_true(tpk_op_is_fused(op));
       iotas++;
     }
   assert_int_equal(iotas, 1);
@@ -229,7 +229,7 @@ static void test_sum_fuses(void **state) {
       const TpkOp *use = NULL;
       tpk_count_uses(o->parent, &o->out[0], &use);
       bool want = use->opcode == TPK_OP_REDUCE && strcmp(tpk_op_str(use, "kind", ""), "mean") == 0;
-      if (tpk_value_is_fused(&o->out[0]) != want) fail_msg("a mul feeding a %s reduce: fused %d", tpk_op_str(use, "kind", ""), !want);
+      if (tpk_op_is_fused(o) != want) fail_msg("a mul feeding a %s reduce: fused %d", tpk_op_str(use, "kind", ""), !want);
       muls++;
       if (!b) break;
     }
