@@ -8,7 +8,7 @@
  * kernel with its decisions; it still verifies. Two decisions:
  *
  * Accumulation. `x + dot(a, b)` where the dot's one use is that add, in the
- * dot's block, of the dot's type, becomes one op, the add turned into
+ * dot's block, becomes one op, the add turned into
  *     %s = dot %a, %b, %x {...}
  * (the same result value, so no use changes; the dot op goes). The products
  * continue x's sums, k ascending, as an MXU accumulates into its result
@@ -54,11 +54,12 @@ int tpk_count_uses(const TpkBlock *b, const TpkValue *v, const TpkOp **last) {
 
 /* ---- accumulation ------------------------------------------------------------- */
 
-/* Is v a plain dot's result whose one use, in the dot's block, is add? */
+/* Is v a plain dot's result whose one use, in the dot's block, is add?
+ * (The add's operands and result then have the dot's type: verified.) */
 static bool accumulates_into(const TpkValue *v, const TpkOp *add) {
   const TpkOp *dot = v->def, *use = NULL;
   if (!dot || dot->opcode != TPK_OP_DOT || tpk_dot_accumulator(dot) || dot->parent != add->parent) return false;
-  return tpk_count_uses(dot->parent, v, &use) == 1 && use == add && add->out[0].type == v->type;
+  return tpk_count_uses(dot->parent, v, &use) == 1 && use == add;
 }
 
 /* add (x + dot, either order) becomes `dot a, b, x` in place; the dot goes. */
