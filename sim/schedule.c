@@ -29,7 +29,6 @@
 #include <string.h>
 
 #include "ir/ir.h"
-#include "lower/lower.h"
 #include "sim/timeline.h"
 
 /* Assumed: the fixed cost of one grid step (Pallas's documentation puts the
