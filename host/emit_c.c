@@ -1185,7 +1185,7 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
     scalar = new_name(e, r);
     line(e, "%s %s;", ctype(r->type->dtype), scalar);
   }
-  if (x->def && tpk_op_is_fused(x->def)) {
+  if (tpk_op_is_fused(x->def)) {
     if (!fused_sum_ok(op)) {
       fail(e, op, "a value fused into this reduction: the host fuses only into f32 sums and means over trailing axes");
       return;

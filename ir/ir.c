@@ -664,7 +664,7 @@ const TpkValue *tpk_dot_accumulator(const TpkOp *dot) {
 }
 
 bool tpk_op_is_fused(const TpkOp *op) {
-  const TpkAttr *a = tpk_op_attr(op, "fused");
+  const TpkAttr *a = op ? tpk_op_attr(op, "fused") : NULL;
   return a && a->kind == TPK_ATTR_BOOL && a->i;
 }
 

@@ -414,7 +414,7 @@ const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt);
  *   - the unit attribute `fused=true`: the op's result is not stored but
  *     computed inside the loop of its one user, in the same block. */
 const TpkValue *tpk_dot_accumulator(const TpkOp *dot); /* NULL without one */
-bool tpk_op_is_fused(const TpkOp *op);
+bool tpk_op_is_fused(const TpkOp *op); /* false for NULL (a block argument's def) */
 
 /* Convenience builders for common ops; each computes its result type. */
 TpkValue *tpk_build_const_int(TpkBuilder *b, const TpkType *type, int64_t v);

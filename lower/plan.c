@@ -487,7 +487,7 @@ TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, T
   for (int i = 0; i < p.n; i++) {
     p.group_parent[i] = i;
     const TpkOp *d = p.info[i].v->def;
-    if (d && tpk_op_is_fused(d)) {
+    if (tpk_op_is_fused(d)) {
       p.info[i].bytes = 0; /* never materialised */
       p.info[i].bytes_dim = NULL;
     }
