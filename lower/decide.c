@@ -62,7 +62,9 @@ static bool accumulates_into(const TpkValue *v, const TpkOp *add) {
   return tpk_count_uses(dot->parent, v, &use) == 1 && use == add;
 }
 
-/* add (x + dot, either order) becomes `dot a, b, x` in place; the dot goes. */
+/* add (x + dot, either order) becomes `dot a, b, x` in place, as
+ * simplify.c folds ops: its result value, and so every use, stays. The dot
+ * goes. */
 static TpkStatus accumulate(TpkModule *m, TpkOp *add, int dot_operand, TpkError *err) {
   TpkOp *dot = add->in[dot_operand]->def;
   TpkValue **in = tpk_arena_alloc(&m->arena, 3 * sizeof *in);
@@ -86,7 +88,7 @@ static TpkStatus decide_accumulation(TpkModule *m, TpkBlock *b, TpkError *err) {
       TpkStatus st = decide_accumulation(m, op->regions[r], err);
       if (st != TPK_OK) return st;
     }
-    if (op->opcode != TPK_OP_ADD || op->in[0] == op->in[1]) continue;
+    if (op->opcode != TPK_OP_ADD) continue;
     for (int i = 0; i < 2; i++)
       if (accumulates_into(op->in[i], op)) {
         TpkStatus st = accumulate(m, op, i, err);
