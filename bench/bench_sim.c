@@ -110,8 +110,7 @@ static void bench_schedule(void) {
   const TpkChip *chip = tpk_sim_chip_find("v5e");
   TpkTarget t = {.name = "v5e", .vmem_bytes = (int64_t)chip->vmem_bytes, .tile_bytes = 1 << 20};
   TpkError err = {0};
-  tpk_simplify(m->funcs[0]);
-  if (tpk_tile_whole_arrays(m->funcs[0], &t, &err)) die(err.message);
+  if (tpk_lower_ir(m->funcs[0], &t, &err)) die(err.message);
   double best = 1e9;
   TpkSimReport rep;
   for (int i = 0; i < 3; i++) {

@@ -345,9 +345,7 @@ static int lower_all(TpkModule *m, const Dump *d, const TpkSource *src, TpkStr *
       snprintf(entry, sizeof entry, "tpk_kernel_%s", f->name);
       st = tpk_lower_to_c(f, &host, entry, src->text, i ? TPK_EMIT_NO_PRELUDE : 0, out, NULL, &err);
     } else {
-      tpk_simplify(f);
-      st = tpk_tile_whole_arrays(f, &host, &err);
-      if (st == TPK_OK) tpk_simplify(f);
+      st = tpk_lower_ir(f, &host, &err);
       if (st == TPK_OK) tpk_ir_print_func(out, f);
     }
     if (st != TPK_OK) {

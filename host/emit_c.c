@@ -10,7 +10,10 @@
  * Each op becomes a loop over its tile, or a call through the primitive
  * table for the operations that must be fast whatever compiled this code:
  * gemm, transcendental functions, f32 reductions, dtype conversions.
- * `acc + dot(a, b)` is one gemm accumulating into acc's buffer.
+ * Lowering's decisions are in the IR (lower/decide.c): an accumulating dot
+ * (`dot %a, %b, %acc`) is one gemm into a copy of acc (acc's own buffer when
+ * it dies there); an op marked `fused=true` has no tile and is computed
+ * inside its user's loop.
  *
  * Generated code never traps: integer division by zero and out-of-range
  * scalar or gather indices return an error naming the .tpk line.
@@ -428,7 +431,7 @@ static void close_loops(Emitter *e, int n);
 static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *at) {
   if (!is_tile(v)) return rd(e, v, "0");
   const TpkType *t = v->type;
-  if (!tpk_value_is_fused(v)) {
+  if (!tpk_op_is_fused(v->def)) {
     TpkStr off = {0};
     Sz vs[TPK_MAX_RANK];
     strides(e, t, vs);
@@ -502,7 +505,7 @@ static bool reads_in_place(const TpkValue *v, const TpkValue *ref) {
   const TpkOp *d = v->def;
   if (!d || !is_tile(v)) return false;
   if (d->opcode == TPK_OP_LOAD) return d->in[0] == ref && load_is_view(d);
-  if (!tpk_value_is_fused(v)) return false; /* a tile of its own in the workspace */
+  if (!tpk_op_is_fused(d)) return false; /* a tile of its own in the workspace */
   for (int i = 0; i < d->nin; i++)
     if (reads_in_place(d->in[i], ref)) return true;
   return false;
@@ -557,6 +560,14 @@ static void emit_element_loop_stored(Emitter *e, const TpkOp *op, const char *n,
   e->stored = st;
 }
 
+/* Conversions between f32 and bf16, which generated code rounds inline
+ * exactly as the primitive does (round to nearest even, NaN kept quiet);
+ * the others call the primitive. */
+static bool inline_convert(const TpkOp *op) {
+  TpkDType from = op->in[0]->type->dtype, to = op->out[0].type->dtype;
+  return (from == TPK_F32 && to == TPK_BF16) || (from == TPK_BF16 && to == TPK_F32);
+}
+
 /* An elementwise op (unary, binary, compare, select, convert of scalars). */
 static void emit_elementwise(Emitter *e, const TpkOp *op) {
   const TpkValue *r = &op->out[0];
@@ -595,7 +606,7 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
   }
   const char *n = def_tile(e, r);
   Sz count = numel(e, r->type);
-  if (op->opcode == TPK_OP_CONVERT && !tpk_op_is_element_loop(op)) {
+  if (op->opcode == TPK_OP_CONVERT && !inline_convert(op)) {
     line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, %s, %s, %s);", prim_dtype(in_dt), prim_dtype(r->type->dtype),
          name_of(e, op->in[0]), n, count);
     return;
@@ -921,12 +932,14 @@ static bool load_feeds_dot(const TpkOp *load) {
   int n = pat->rank;
   if (n < 2 || pat->dim[n - 1] == TPK_INDEX_SCALAR || has_gather(pat)) return false;
   const TpkOp *use = tpk_value_single_user(v);
-  if (!use || use->parent != load->parent || use->opcode != TPK_OP_DOT || use->in[0] == use->in[1]) return false;
+  if (!use || use->parent != load->parent || use->opcode != TPK_OP_DOT || use->in[0] == use->in[1] ||
+      tpk_dot_accumulator(use) == v)
+    return false;
   /* Conservative, as when uses were found by scanning the block: an op with
    * regions after the load keeps the copy. */
   for (const TpkOp *op = load->next; op; op = op->next)
     if (op->nregion) return false;
-  return true;
+  return true; /* an operand of the product, not the accumulator (copied as a tile) */
 }
 
 /* A block that is one contiguous run of its tensor (leading scalar indices,
@@ -1095,7 +1108,19 @@ static void emit_dma(Emitter *e, const TpkOp *op) {
 
 /* ---- reductions and dot ------------------------------------------------------------------ */
 
-/* A sum or mean of an element expression fused into it (fuse.c): no tile,
+/* Can emit_fused_sum reduce op's operand as its loop computes it? An f32
+ * sum or mean over trailing axes (what lower/decide.c fuses into). */
+static bool fused_sum_ok(const TpkOp *op) {
+  const TpkType *xt = op->in[0]->type;
+  TpkReduceKind kind = tpk_op_reduce_kind(op);
+  const TpkAttr *axes = tpk_op_attr(op, "axes");
+  if (xt->dtype != TPK_F32 || (kind != TPK_REDUCE_SUM && kind != TPK_REDUCE_MEAN)) return false;
+  for (int i = 0; i < axes->n; i++)
+    if (axes->ints[i] != xt->rank - axes->n + i) return false;
+  return true;
+}
+
+/* A sum or mean of an element expression fused into it: no tile,
  * each kept position's elements are added as they are computed, in
  * reduce_f32's row order (prims.h: 64 accumulators from -0, element l into
  * l % 64, folded in halves), so the bits are the primitive's on the tile
@@ -1160,7 +1185,11 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
     scalar = new_name(e, r);
     line(e, "%s %s;", ctype(r->type->dtype), scalar);
   }
-  if (tpk_value_is_fused(x)) {
+  if (tpk_op_is_fused(x->def)) {
+    if (!fused_sum_ok(op)) {
+      fail(e, op, "a value fused into this reduction: the host fuses only into f32 sums and means over trailing axes");
+      return;
+    }
     if (!out) { /* a block of its own: acc and friends stay local */
       line(e, "{");
       e->indent++;
@@ -1282,26 +1311,13 @@ static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumula
   if (batch) e->indent--;
 }
 
+/* dot(a, b), or with an accumulator x: x into the result (in place when
+ * they share memory), then one gemm accumulating into it. */
 static void emit_dot(Emitter *e, const TpkOp *op) {
-  if (tpk_dot_fuses_into_add(op, NULL)) return; /* done by its add */
   const char *n = def_tile(e, &op->out[0]);
-  emit_gemm(e, op, n, false);
-}
-
-/* x + dot(a, b): x into the result (in place when they share memory), then
- * one gemm accumulating into it. */
-static bool emit_add_dot(Emitter *e, const TpkOp *add) {
-  for (int i = 0; i < 2; i++) {
-    const TpkValue *d = add->in[i], *x = add->in[1 - i];
-    if (!d->def || d->def->opcode != TPK_OP_DOT) continue;
-    const TpkOp *fused_add = NULL;
-    if (!tpk_dot_fuses_into_add(d->def, &fused_add) || fused_add != add) continue;
-    const char *n = def_tile(e, &add->out[0]);
-    copy_tile(e, n, &add->out[0], x);
-    emit_gemm(e, d->def, n, true);
-    return true;
-  }
-  return false;
+  const TpkValue *x = tpk_dot_accumulator(op);
+  if (x) copy_tile(e, n, &op->out[0], x);
+  emit_gemm(e, op, n, x != NULL);
 }
 
 /* ---- value-level gather, scatter, concat ---------------------------------------------------- */
@@ -1550,7 +1566,7 @@ static void emit_grid(Emitter *e, const TpkOp *op) {
 
 static void emit_op(Emitter *e, const TpkOp *op) {
   source_comment(e, op);
-  if (op->nout == 1 && tpk_value_is_fused(&op->out[0])) return; /* computed inside its consumer's loop */
+  if (tpk_op_is_fused(op)) return; /* computed inside its consumer's loop */
   const TpkOpInfo *info = tpk_op_info(op->opcode);
   switch (op->opcode) {
   case TPK_OP_CONST: emit_const(e, op); return;
@@ -1607,9 +1623,6 @@ static void emit_op(Emitter *e, const TpkOp *op) {
   case TPK_OP_FOR: emit_for(e, op); return;
   case TPK_OP_IF: emit_if(e, op); return;
   case TPK_OP_YIELD: return; /* handled by the op owning the region */
-  case TPK_OP_ADD:
-    if (emit_add_dot(e, op)) return;
-    break;
   case TPK_OP_RETURN:
   case TPK_OP_CALL:
     fail(e, op, "'%s' is not supported in host kernels yet", info->name);

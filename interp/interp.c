@@ -13,7 +13,8 @@
  *     wrapping arithmetic, wrapped to the dtype on store;
  *   - dot and sum use one f32 accumulator per output element, in ascending
  *     order of the contracted / reduced index (row-major over several axes),
- *     dot with fmaf: the order the backends document.
+ *     dot with fmaf: the order the backends document. A dot with an
+ *     accumulator operand starts from its element instead of 0.
  *
  * Decisions where the IR reference leaves room (they are the oracle's, so
  * the backends must agree):
@@ -939,7 +940,8 @@ static int64_t *contract_offsets(const Val *x, const TpkAttr *axes, const int64_
 
 static TpkStatus exec_dot(Interp *I, const TpkOp *op) {
   Val *a = operand(I, op, 0, V_TENSOR), *b = operand(I, op, 1, V_TENSOR);
-  if (!a || !b) return status(I);
+  Val *x = op->nin == 3 ? operand(I, op, 2, V_TENSOR) : NULL; /* the accumulator */
+  if (!a || !b || (op->nin == 3 && !x)) return status(I);
   const TpkAttr *lc = tpk_op_attr(op, "lhs_contract"), *rc = tpk_op_attr(op, "rhs_contract");
   const TpkAttr *lb = tpk_op_attr(op, "lhs_batch"), *rb = tpk_op_attr(op, "rhs_batch");
   if (!lc || !rc || !lb || !rb || lc->n != rc->n || lb->n != rb->n || a->dt != b->dt)
@@ -973,7 +975,7 @@ static TpkStatus exec_dot(Interp *I, const TpkOp *op) {
     if (!bused[d] && orank < TPK_MAX_RANK) odims[orank] = b->dims[d], oa[orank] = 0, ob[orank++] = bs[d];
   Val r;
   if (!new_result(I, op, 0, &r)) return status(I);
-  if (r.rank != orank || !same_dims(orank, r.dims, odims)) {
+  if (r.rank != orank || !same_dims(orank, r.dims, odims) || (x && (x->n != r.n || x->dt != r.dt))) {
     val_release(&r);
     return fail(I, op, TPK_ERR_INTERNAL, "result shape does not match the dot");
   }
@@ -1004,12 +1006,13 @@ static TpkStatus exec_dot(Interp *I, const TpkOp *op) {
     int64_t abase = 0, bbase = 0;
     for (int d = 0; d < orank; d++) abase += idx[d] * oa[d], bbase += idx[d] * ob[d];
     if (isf) {
-      /* One f32 accumulator, k ascending, fused multiply-add. */
-      float acc = 0.0f;
+      /* One f32 accumulator, from the accumulator operand's element or 0,
+       * k ascending, fused multiply-add. */
+      float acc = x ? (float)tpk_ref_get(x->dt, x->data, o) : 0.0f;
       for (int64_t c = 0; c < count; c++) acc = fmaf(fa[abase + ta[c]], fb[bbase + tb[c]], acc);
       tpk_ref_set(r.dt, r.data, o, acc);
     } else {
-      uint64_t acc = 0; /* wraps; stored modulo 2^32 */
+      uint64_t acc = x ? (uint64_t)tpk_ref_get_int(x->dt, x->data, o) : 0; /* wraps; stored modulo 2^32 */
       for (int64_t c = 0; c < count; c++) acc += (uint64_t)(int64_t)ia[abase + ta[c]] * (uint64_t)(int64_t)ib[bbase + tb[c]];
       tpk_ref_set_int(r.dt, r.data, o, acc);
     }

@@ -882,6 +882,15 @@ TpkStatus tpk_op_set_text(TpkModule *m, TpkOp *op, const char *key, const char *
   return TPK_OK;
 }
 
+const TpkValue *tpk_dot_accumulator(const TpkOp *dot) {
+  return dot->opcode == TPK_OP_DOT && dot->nin == 3 ? dot->in[2] : NULL;
+}
+
+bool tpk_op_is_fused(const TpkOp *op) {
+  const TpkAttr *a = op ? tpk_op_attr(op, "fused") : NULL;
+  return a && a->kind == TPK_ATTR_BOOL && a->i;
+}
+
 /* ---- Convenience builders -------------------------------------------------- */
 
 static TpkValue *build1(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, const TpkType *t) {

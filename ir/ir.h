@@ -223,7 +223,8 @@ enum {
   X(CONCAT, "concat", 1, -1, 1, 0, TPK_OPF_PURE, "axis:int")                                    \
   X(IOTA, "iota", 0, 0, 1, 0, TPK_OPF_PURE, "axis:int")                                         \
   X(REDUCE, "reduce", 1, 1, 1, 0, TPK_OPF_PURE, "kind:reduce_kind,axes:ints,keepdims:bool")     \
-  X(DOT, "dot", 2, 2, 1, 0, TPK_OPF_PURE,                                                        \
+  /* dot lhs, rhs [, acc]: with acc (lowering's decision), the products continue acc's sums */  \
+  X(DOT, "dot", 2, 3, 1, 0, TPK_OPF_PURE,                                                        \
     "lhs_contract:ints,rhs_contract:ints,lhs_batch:ints,rhs_batch:ints")                         \
   X(GATHER, "gather", 2, 2, 1, 0, TPK_OPF_PURE, "axis:int")                                     \
   X(SCATTER, "scatter", 3, 3, 1, 0, TPK_OPF_PURE, "axis:int,mode:store_mode")                   \
@@ -513,6 +514,14 @@ void tpk_op_set_index(TpkModule *m, TpkOp *op, const char *key, const TpkIndexPa
  * says: an enum member's name, an index pattern, else a plain string.
  * TPK_ERR_PARSE with a message for a name that is not in its set. */
 TpkStatus tpk_op_set_text(TpkModule *m, TpkOp *op, const char *key, const char *text, TpkError *err);
+
+/* Lowering's decisions, as the IR records them (lower/decide.c writes them,
+ * ir/README.md "Lowering decisions" gives their meaning):
+ *   - a dot's third operand, its accumulator: `dot %a, %b, %acc`;
+ *   - the unit attribute `fused=true`: the op's result is not stored but
+ *     computed inside the loop of its one user, in the same block. */
+const TpkValue *tpk_dot_accumulator(const TpkOp *dot); /* NULL without one */
+bool tpk_op_is_fused(const TpkOp *op); /* false for NULL (a block argument's def) */
 
 /* Convenience builders for common ops; each computes its result type. */
 TpkValue *tpk_build_const_int(TpkBuilder *b, const TpkType *type, int64_t v);

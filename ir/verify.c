@@ -376,6 +376,8 @@ static bool check_reduce(Verifier *v) {
 
 static bool check_dot(Verifier *v) {
   const TpkType *a = in_type(v, 0), *b = in_type(v, 1);
+  if (v->op->nin == 3 && in_type(v, 2) != out_type(v, 0)) /* an accumulator (lowering's decision) */
+    return fail(v, "accumulator has type %s, the result %s", ty(v, in_type(v, 2)), ty(v, out_type(v, 0)));
   if (!need_tensor(v, 0, "lhs") || !need_tensor(v, 1, "rhs")) return false;
   if (a->dtype != b->dtype) return fail(v, "operands have different dtypes %s and %s", ty(v, a), ty(v, b));
   if (a->dtype == TPK_BOOL) return fail(v, "operands must be numeric, got %s", ty(v, a));
@@ -728,6 +730,47 @@ static bool check_use_list(Verifier *v, const TpkValue *x) {
   return true;
 }
 
+/* ---- Lowering decisions ------------------------------------------------------ */
+
+/* Does op compute its result one element at a time, from its operands'
+ * elements at the same (or broadcast) coordinates? */
+static bool per_element(const TpkOp *op) {
+  return (tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT ||
+         op->opcode == TPK_OP_BROADCAST || op->opcode == TPK_OP_CONVERT;
+}
+
+/* Uses of x by op and the ops of its regions. */
+static int uses_in(const TpkOp *op, const TpkValue *x) {
+  int n = 0;
+  for (int i = 0; i < op->nin; i++) n += op->in[i] == x;
+  for (int r = 0; r < op->nregion; r++)
+    for (const TpkOp *o = op->regions[r]->first; o; o = o->next) n += uses_in(o, x);
+  return n;
+}
+
+/* `fused=true`: the op's result is computed inside the loop of its one
+ * user instead of being stored, so the op computes element by element (or
+ * is an iota), and that user follows in the same block and computes element
+ * by element too, or reduces. */
+static bool check_fused(Verifier *v) {
+  const TpkOp *op = v->op;
+  const TpkAttr *a = tpk_op_attr(op, "fused");
+  if (a->kind != TPK_ATTR_BOOL || !a->i) return fail(v, "attribute 'fused' is a mark: true, or absent");
+  const TpkValue *r = op->nout == 1 ? &op->out[0] : NULL;
+  if (!r || r->type->kind != TPK_TYPE_TENSOR || r->type->rank == 0 || !(per_element(op) || op->opcode == TPK_OP_IOTA))
+    return fail(v, "is fused but does not compute a tile element by element");
+  const TpkOp *user = NULL;
+  int uses = 0;
+  for (const TpkOp *o = op->next; o; o = o->next) {
+    int n = uses_in(o, r);
+    if (n) user = o;
+    uses += n;
+  }
+  if (uses != 1 || !(per_element(user) || user->opcode == TPK_OP_REDUCE))
+    return fail(v, "is fused but its result is not used once, by an elementwise op or a reduce of its block");
+  return true;
+}
+
 /* ---- Generic structure ----------------------------------------------------- */
 
 /* The attributes against the signature "key:kind,?key:kind". */
@@ -775,6 +818,7 @@ static bool check_attrs(Verifier *v, const char *sig) {
       bool known = false;
       for (const char *p = strstr(s, k); p && !known; p = strstr(p + 1, k))
         known = (p == s || p[-1] == ',' || p[-1] == '?') && p[n] == ':';
+      known |= strcmp(k, "fused") == 0; /* a lowering decision, on any op (check_fused) */
       if (!known) return fail(v, "has unknown attribute '%s'", k);
     }
   return true;
@@ -835,6 +879,7 @@ static bool check_op(Verifier *v, const TpkOp *op, const TpkBlock *b, int depth)
   if (CHECKS[op->opcode] && !CHECKS[op->opcode](v)) return false;
   for (int i = 0; i < op->nout; i++)
     if (!check_use_list(v, &op->out[i])) return false;
+  if (tpk_op_attr(op, "fused") && !check_fused(v)) return false;
   /* results are visible after the op, not inside its own regions */
   for (int r = 0; r < op->nregion; r++) {
     const TpkBlock *rb = op->regions[r];

@@ -1,28 +1,87 @@
 /*
- * fuse.c — which tiles are computed inside their consumer's loop.
+ * decide.c — lowering's decisions, written into the IR.
  *
- * A chain of elementwise ops and broadcasts over one tile is one loop on the
- * host: `d * r * w + b` reads d, r, w and b once and writes one tile, instead
- * of materialising a broadcast and a temporary per op. A value is fused into
- * its consumer when it is
- *   - a broadcast, an iota (`j.start + iota(...)` column indices cost an
- *     index, not a tile), or an elementwise op or select the C emitter
- *     computes one element at a time (not one the primitive library
- *     computes on a whole f32 tile, not a conversion other than f32 <->
- *     bf16, not an integer division, which must report division by zero),
- *     and
- *   - used exactly once, in its own block, by an op that is itself computed
- *     element by element (elementwise, select or broadcast), and is not the
- *     addend of a fused `x + dot(a, b)`; or by an f32 sum or mean over
- *     trailing axes (tpk_reduce_takes_fused), which adds the elements as its
- *     loop computes them, in the primitive's lane order: `mean(d * d)`
- *     never stores `d * d`.
- * The planner gives fused values no memory and the emitter inlines them; this
- * file is the one place that decides, so they cannot disagree.
+ * How the host computes a tiled kernel is decided here, once, and recorded
+ * in the IR; the memory planner, the C emitter and the simulator read the
+ * record (tpk_dot_accumulator, tpk_op_is_fused) and never decide again, so
+ * they cannot disagree. Input: a simplified, tiled kernel. Output: the same
+ * kernel with its decisions; it still verifies. Two decisions:
+ *
+ * Accumulation. `x + dot(a, b)` where the dot's one use is that add, in the
+ * dot's block, becomes one op, the add turned into
+ *     %s = dot %a, %b, %x {...}
+ * (the same result value, so no use changes; the dot op goes). The products
+ * continue x's sums, k ascending, as an MXU accumulates into its result
+ * buffer: the emitter copies x into the result and runs one accumulating
+ * gemm, the planner gives the product alone no buffer, the simulator drains
+ * it into the result. This is the only dot/add rewrite: values differ from
+ * `x + dot` by rounding only.
+ *
+ * Fusion. A chain of elementwise ops and broadcasts over one tile is one
+ * loop on the host: `d * r * w + b` reads d, r, w and b once and writes one
+ * tile, instead of a broadcast and a temporary per op. An op gets `fused=true`
+ * (its result is computed inside its one user's loop, never stored) when
+ *   - it is a broadcast, an iota (`j.start + iota(...)` column indices cost
+ *     an index, not a tile), or an elementwise op or select the C emitter
+ *     computes one element at a time: not one the primitive library
+ *     computes on a whole f32 tile (exp, log, ...), not a conversion other
+ *     than f32 <-> bf16, not an integer division (it must report division
+ *     by zero); and
+ *   - its result is used exactly once, in its own block, by an op that is
+ *     itself computed element by element, or by an f32 sum or mean over
+ *     trailing axes, which adds the elements as its loop computes them, in
+ *     the primitive's lane order: `mean(d * d)` never stores `d * d`.
+ * Accumulation is decided first: the accumulator of a dot is read by a
+ * gemm, so it is never fused, and an accumulating dot is not an element
+ * loop, so nothing fuses through it.
  */
 #include "lower/lower.h"
 
 #include <string.h>
+
+/* ---- accumulation ------------------------------------------------------------- */
+
+/* Is v a plain dot's result whose one use, in the dot's block, is add?
+ * (The add's operands and result then have the dot's type: verified.) */
+static bool accumulates_into(const TpkValue *v, const TpkOp *add) {
+  const TpkOp *dot = v->def;
+  if (!dot || dot->opcode != TPK_OP_DOT || tpk_dot_accumulator(dot) || dot->parent != add->parent) return false;
+  return tpk_value_single_user(v) == add;
+}
+
+/* add (x + dot, either order) becomes `dot a, b, x` in place, as
+ * simplify.c folds ops: its result value, and so every use, stays. The dot
+ * goes. */
+static TpkStatus accumulate(TpkModule *m, TpkOp *add, int dot_operand, TpkError *err) {
+  TpkOp *dot = add->in[dot_operand]->def;
+  TpkValue *in[3] = {dot->in[0], dot->in[1], add->in[1 - dot_operand]};
+  if (!tpk_op_set_operands(m, add, 3, in)) return tpk_error(err, TPK_ERR_NOMEM, "out of memory deciding accumulation");
+  add->opcode = TPK_OP_DOT;
+  add->nattr = dot->nattr; /* the dot is erased: its attributes move */
+  add->attrs = dot->attrs;
+  add->loc = dot->loc; /* messages about the product name the dot's line */
+  tpk_op_erase(dot);
+  return TPK_OK;
+}
+
+static TpkStatus decide_accumulation(TpkModule *m, TpkBlock *b, TpkError *err) {
+  for (TpkOp *op = b->first; op; op = op->next) {
+    for (int r = 0; r < op->nregion; r++) {
+      TpkStatus st = decide_accumulation(m, op->regions[r], err);
+      if (st != TPK_OK) return st;
+    }
+    if (op->opcode != TPK_OP_ADD) continue;
+    for (int i = 0; i < 2; i++)
+      if (accumulates_into(op->in[i], op)) {
+        TpkStatus st = accumulate(m, op, i, err);
+        if (st != TPK_OK) return st;
+        break;
+      }
+  }
+  return TPK_OK;
+}
+
+/* ---- fusion -------------------------------------------------------------------- */
 
 /* Transcendental functions the primitive library computes on f32 tiles. */
 static bool prim_unary_f32(const TpkOp *op) {
@@ -42,7 +101,8 @@ static bool inline_convert(const TpkOp *op) {
   return (from == TPK_F32 && to == TPK_BF16) || (from == TPK_BF16 && to == TPK_F32);
 }
 
-bool tpk_op_is_element_loop(const TpkOp *op) {
+/* Does the C emitter compute op's tile one element at a time? */
+static bool element_loop(const TpkOp *op) {
   if (op->nout != 1 || op->out[0].type->kind != TPK_TYPE_TENSOR || op->out[0].type->rank == 0) return false;
   if (op->opcode == TPK_OP_CONVERT) return inline_convert(op);
   if (op->opcode == TPK_OP_BROADCAST || op->opcode == TPK_OP_SELECT || op->opcode == TPK_OP_IOTA) return true;
@@ -50,7 +110,9 @@ bool tpk_op_is_element_loop(const TpkOp *op) {
   return !prim_unary_f32(op);
 }
 
-bool tpk_reduce_takes_fused(const TpkOp *op) {
+/* An f32 sum or mean over trailing axes, which adds its operand's elements
+ * as its loop computes them. */
+static bool sum_takes_elements(const TpkOp *op) {
   if (op->opcode != TPK_OP_REDUCE || op->in[0]->type->dtype != TPK_F32) return false;
   TpkReduceKind kind = tpk_op_reduce_kind(op);
   if (kind != TPK_REDUCE_SUM && kind != TPK_REDUCE_MEAN) return false;
@@ -66,24 +128,27 @@ static bool int_division(const TpkOp *op) {
          !tpk_dtype_is_float(op->in[0]->type->dtype);
 }
 
-bool tpk_value_is_fused(const TpkValue *v) {
-  const TpkOp *def = v->def;
-  if (!def || !tpk_op_is_element_loop(def) || int_division(def)) return false;
-  const TpkOp *use = tpk_value_single_user(v);
-  if (!use || use->parent != def->parent) return false;
-  if (!tpk_op_is_element_loop(use) && !tpk_reduce_takes_fused(use)) return false;
-  if (use->opcode == TPK_OP_ADD) /* the addend of acc + dot is copied, then accumulated into */
-    for (int i = 0; i < 2; i++) {
-      const TpkValue *d = use->in[i];
-      if (d != v && d->def && d->def->opcode == TPK_OP_DOT && tpk_dot_fuses_into_add(d->def, NULL)) return false;
-    }
-  return true;
+static bool fuses(const TpkOp *op) {
+  if (!element_loop(op) || int_division(op)) return false;
+  const TpkOp *use = tpk_value_single_user(&op->out[0]);
+  if (!use || use->parent != op->parent) return false;
+  return element_loop(use) || sum_takes_elements(use);
 }
 
-/* The op that computes v's elements: v's own op, or, when v is fused, the
- * (transitive) consumer it is inlined into. */
-const TpkOp *tpk_fused_root(const TpkValue *v) {
-  const TpkOp *op = v->def;
-  while (op && tpk_value_is_fused(&op->out[0])) op = tpk_value_single_user(&op->out[0]);
-  return op;
+static TpkStatus decide_fusion(TpkModule *m, TpkBlock *b, TpkError *err) {
+  for (TpkOp *op = b->first; op; op = op->next) {
+    for (int r = 0; r < op->nregion; r++) {
+      TpkStatus st = decide_fusion(m, op->regions[r], err);
+      if (st != TPK_OK) return st;
+    }
+    if (tpk_op_is_fused(op) || !fuses(op)) continue;
+    tpk_op_set_bool(m, op, "fused", true);
+    if (!tpk_op_is_fused(op)) return tpk_error(err, TPK_ERR_NOMEM, "out of memory deciding fusion");
+  }
+  return TPK_OK;
+}
+
+TpkStatus tpk_decide(TpkFunc *f, TpkError *err) {
+  TpkStatus st = decide_accumulation(f->module, f->body, err);
+  return st == TPK_OK ? decide_fusion(f->module, f->body, err) : st;
 }

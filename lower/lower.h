@@ -3,8 +3,9 @@
  * the C emitter.
  *
  *   kernel IR (shapes bound) ─► simplify ─► tile whole-array statements
- *        ─► plan memory against the target's VMEM ─► emit C (host)
- *                                                 └► sim program (later)
+ *        ─► decide (accumulation, fusion: written into the IR)
+ *        ─► plan memory against the target's VMEM ─► emit C (host/)
+ *                                                 └► schedule (sim/)
  *
  * Passes rewrite the kernel in place; the result still verifies.
  */
@@ -76,29 +77,22 @@ TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, T
 const TpkPlanSlot *tpk_plan_slot(const TpkPlan *plan, const TpkValue *v);
 void tpk_plan_free(TpkPlan *plan);
 
-/* A dot whose only use is `x + dot(a, b)` of its own type, in its block:
- * the emitter accumulates it into the add's result and the planner gives it
- * no buffer. *add (if non-NULL) receives that add.
- * Numerics: the products then continue x's FMA chain (k ascending), as an
- * MXU accumulates into its result buffer, instead of summing from 0 and
- * adding x once (what the IR says literally, and what the reference
- * interpreter does). The two differ by rounding only; the simulator must
- * follow the host's order to match it bit for bit. */
-bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add);
+/* Lowering's decisions (decide.c), written into the IR: `x + dot(a, b)`
+ * becomes an accumulating dot, `dot %a, %b, %x`, and ops computed inside
+ * their one user's loop get `fused=true` (tpk_dot_accumulator and
+ * tpk_op_is_fused in ir/ir.h read them). The planner, the C emitter and the
+ * simulator follow what the IR says. Numerics: the accumulating dot's
+ * products continue x's FMA chain (k ascending), as an MXU accumulates into
+ * its result buffer, instead of summing from 0 and adding x once. Returns
+ * TPK_OK or an error (out of memory). */
+TpkStatus tpk_decide(TpkFunc *f, TpkError *err);
 
-/* Fusion (fuse.c): is v computed inside its single consumer's loop rather
- * than stored? The planner and the emitter both ask this. */
-bool tpk_value_is_fused(const TpkValue *v);
-/* Is op computed one element at a time (so values may fuse into it)? */
-bool tpk_op_is_element_loop(const TpkOp *op);
-/* Is op an f32 sum or mean over trailing axes, which values may fuse into
- * (their elements are added as they are computed)? */
-bool tpk_reduce_takes_fused(const TpkOp *op);
-/* The op whose loop computes v's elements (v's op unless v is fused). */
-const TpkOp *tpk_fused_root(const TpkValue *v);
 
-/* The lowering passes for a target: simplify, tile whole-array statements,
- * verify, plan memory (see tpk_plan_memory). */
+/* The passes before memory planning, for a target: simplify, tile
+ * whole-array statements, simplify, decide, verify. The IR they leave is
+ * what `tpk dump --lowered` prints and what backends read. */
+TpkStatus tpk_lower_ir(TpkFunc *f, const TpkTarget *t, TpkError *err);
+/* tpk_lower_ir, then plan memory (see tpk_plan_memory). */
 TpkStatus tpk_lower(TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err);
 
 #endif

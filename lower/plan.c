@@ -14,9 +14,12 @@
  *   - a loop-carried value: the loop's block argument, the loop's result,
  *     its initial value when that dies at the loop, and the yielded value when
  *     it is computed after the last read of the block argument;
- *   - an if's result and the values its branches yield when they die there.
- * A dot whose only use is an add of its shape is not materialised: the
- * emitter accumulates it into the add's result (tpk_dot_fuses_into_add).
+ *   - an if's result and the values its branches yield when they die there;
+ *   - an accumulating dot's result and its accumulator when that dies there
+ *     (the emitter copies the accumulator into the result, then the gemm
+ *     adds to it).
+ * Lowering's decisions are read from the IR (lower/decide.c): a fused value
+ * has no storage, and its operands are read where its user's loop runs.
  *
  * Groups get offsets first-fit in order of their start, 64-byte aligned, and
  * the peak is checked against the target's VMEM budget.
@@ -151,6 +154,13 @@ static void use_value(Planner *p, const TpkValue *v, const TpkOp *user, int user
 
 static void number_block(Planner *p, const TpkBlock *b);
 
+/* The op whose loop reads op's operands: op, or when op is fused, the user
+ * it is computed in (transitively). */
+static const TpkOp *reading_op(const TpkOp *op) {
+  while (op && tpk_op_is_fused(op)) op = tpk_value_single_user(&op->out[0]);
+  return op;
+}
+
 static void number_op(Planner *p, const TpkOp *op) {
   int k = p->nops;
   if (!grow((void **)&p->ops, &p->capops, k + 1, sizeof *p->ops) || !index_put(&p->opix, op, k)) {
@@ -173,7 +183,7 @@ static void scan_block(Planner *p, const TpkBlock *b);
 static void scan_op(Planner *p, const TpkOp *op) {
   int pos = pos_of(p, op);
   /* a fused op's operands are read where its consumer's loop runs */
-  const TpkOp *reader = op->nout == 1 ? tpk_fused_root(&op->out[0]) : op;
+  const TpkOp *reader = reading_op(op);
   for (int i = 0; i < op->nin; i++) use_value(p, op->in[i], reader, pos_of(p, reader));
   p->pos = pos;
   for (int i = 0; i < op->nout; i++) track(p, &op->out[i]);
@@ -245,6 +255,12 @@ static void merge_in_place(Planner *p, const TpkOp *op) {
     if (a >= 0 && dies_at(p, op->in[0], op) && sizes_fit(p, a, r)) unite(p, a, r);
     return;
   }
+  const TpkValue *acc = tpk_dot_accumulator(op);
+  if (acc) { /* the accumulator is copied into the result, in place when it dies here */
+    int a = index_get(p->ix, acc);
+    if (a >= 0 && !is_param(acc) && dies_at(p, acc, op)) unite(p, a, r); /* one type: one size */
+    return;
+  }
   bool elementwise = (info->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT ||
                      op->opcode == TPK_OP_CONVERT;
   if (!elementwise) return;
@@ -253,7 +269,6 @@ static void merge_in_place(Planner *p, const TpkOp *op) {
     int a = index_get(p->ix, u);
     if (a < 0 || is_param(u) || u->type->rank != op->out[0].type->rank) continue;
     if (!same_size(p, a, r)) continue;
-    if (u->def && u->def->opcode == TPK_OP_DOT && tpk_dot_fuses_into_add(u->def, NULL)) continue;
     if (dies_at(p, u, op)) {
       unite(p, a, r);
       return;
@@ -261,11 +276,11 @@ static void merge_in_place(Planner *p, const TpkOp *op) {
   }
 }
 
-/* Values of a loop or if that can share the op's result buffer. */
 /* May group g (holding the value a loop yields) take the loop's buffer,
  * whose block argument is `arg`? Every member must be computed after the
- * last read of the argument, and a member computed from the argument must be
- * elementwise (it reads each element before overwriting it). */
+ * last read of the argument, and a member computed from the argument must
+ * read each element before overwriting it: an elementwise op, or a dot
+ * accumulating into the argument (the gemm adds to it where it lies). */
 static bool can_take_loop_buffer(Planner *p, int g, const TpkValue *arg, int arg_last_use) {
   for (int i = 0; i < p->n; i++) {
     if (find(p, i) != g) continue;
@@ -274,7 +289,8 @@ static bool can_take_loop_buffer(Planner *p, int g, const TpkValue *arg, int arg
     bool reads_arg = false;
     for (int j = 0; j < d->nin; j++) reads_arg |= d->in[j] == arg;
     const TpkOpInfo *info = tpk_op_info(d->opcode);
-    if (reads_arg && !(info->flags & TPK_OPF_ELEMENTWISE) && d->opcode != TPK_OP_SELECT) return false;
+    bool accumulates = tpk_dot_accumulator(d) == arg && d->in[0] != arg && d->in[1] != arg;
+    if (reads_arg && !(info->flags & TPK_OPF_ELEMENTWISE) && d->opcode != TPK_OP_SELECT && !accumulates) return false;
   }
   return true;
 }
@@ -473,7 +489,7 @@ TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, T
   for (int i = 0; i < p.n; i++) {
     p.group_parent[i] = i;
     const TpkOp *d = p.info[i].v->def;
-    if ((d && d->opcode == TPK_OP_DOT && tpk_dot_fuses_into_add(d, NULL)) || tpk_value_is_fused(p.info[i].v)) {
+    if (tpk_op_is_fused(d)) {
       p.info[i].bytes = 0; /* never materialised */
       p.info[i].bytes_dim = NULL;
     }
@@ -553,16 +569,4 @@ void tpk_plan_free(TpkPlan *plan) {
   tpk_ptrmap_free(&plan->index);
   tpk_arena_free(&plan->arena);
   memset(plan, 0, sizeof *plan);
-}
-
-/* A dot whose single use is an add of the same type in its own block
- * (acc + dot(a, b)) is computed by accumulating into the add's result: it
- * needs no buffer of its own. */
-bool tpk_dot_fuses_into_add(const TpkOp *dot, const TpkOp **add_out) {
-  const TpkValue *d = &dot->out[0];
-  const TpkOp *use = tpk_value_single_user(d);
-  if (!use || use->parent != dot->parent) return false;
-  if (use->opcode != TPK_OP_ADD || use->in[0] == use->in[1] || use->out[0].type != d->type) return false;
-  if (add_out) *add_out = use;
-  return true;
 }

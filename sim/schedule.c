@@ -29,7 +29,6 @@
 #include <string.h>
 
 #include "ir/ir.h"
-#include "lower/lower.h"
 #include "sim/timeline.h"
 
 /* Assumed: the fixed cost of one grid step (Pallas's documentation puts the
@@ -202,12 +201,12 @@ static int64_t numel(const TpkType *t) {
 static int64_t bytes_of(const TpkType *t) { return numel(t) * (int64_t)tpk_dtype_size(t->dtype); }
 
 /* A compute task on the current core, after the tasks producing op's
- * operands. */
-static TpkTaskId compute(Walker *w, const TpkOp *op, int unit, double cycles, const char *label) {
+ * first nin operands. */
+static TpkTaskId compute_after(Walker *w, const TpkOp *op, int nin, int unit, double cycles, const char *label) {
   TpkTaskId deps[17];
   size_t n = 0;
   if (w->cores[w->core].step != TPK_TASK_NONE) deps[n++] = w->cores[w->core].step;
-  for (int i = 0; i < op->nin && n < 17; i++) {
+  for (int i = 0; i < nin && n < 17; i++) {
     TpkTaskId t = task_of(w, op->in[i]);
     if (t != TPK_TASK_NONE) deps[n++] = t;
   }
@@ -216,6 +215,11 @@ static TpkTaskId compute(Walker *w, const TpkOp *op, int unit, double cycles, co
   c->last = t;
   for (int i = 0; i < op->nout; i++) set_task(w, &op->out[i], t);
   return t;
+}
+
+/* The same after all of op's operands. */
+static TpkTaskId compute(Walker *w, const TpkOp *op, int unit, double cycles, const char *label) {
+  return compute_after(w, op, op->nin, unit, cycles, label);
 }
 
 /* The buffer of a block DMA'd in this stage is free once the stage two
@@ -337,9 +341,15 @@ static void dot(Walker *w, const TpkOp *op) {
   w->rep->flops += 2.0 * (double)B * (double)M * (double)N * (double)K;
   if (!w->rep->matmul_flops) w->rep->matmul_dtype = a->type->dtype;
   w->rep->matmul_flops += 2.0 * (double)B * (double)M * (double)N * (double)K;
-  TpkTaskId t = compute(w, op, w->cores[w->core].mxu, busy, "dot");
+  /* the products stream without waiting for an accumulator */
+  TpkTaskId t = compute_after(w, op, 2, w->cores[w->core].mxu, busy, "dot");
   TpkTaskId out = tpk_timeline_add(w->tl, w->cores[w->core].mxu_out,
                                    tpk_sim_matmul_latency_cycles(w->chip, a->type->dtype), &t, 1, "dot drain", "dot");
+  const TpkValue *acc = tpk_dot_accumulator(op);
+  if (acc) { /* the MXU accumulates into its result buffer, which holds acc */
+    TpkTaskId deps[2] = {task_of(w, acc), out};
+    out = tpk_timeline_add(w->tl, w->cores[w->core].mxu_out, 0, deps, 2, "accumulate", "dot");
+  }
   set_task(w, &op->out[0], out);
 }
 
@@ -480,19 +490,6 @@ static void walk_op(Walker *w, const TpkOp *op) {
     return;
   }
   case TPK_OP_RESHAPE: set_task(w, &op->out[0], task_of(w, op->in[0])); return;
-  case TPK_OP_ADD:
-    for (int i = 0; i < 2; i++) {
-      const TpkValue *d = op->in[i];
-      const TpkOp *fused = NULL;
-      if (d->def && d->def->opcode == TPK_OP_DOT && tpk_dot_fuses_into_add(d->def, &fused) && fused == op) {
-        /* acc + dot: the MXU accumulates into its result buffer */
-        TpkTaskId deps[2] = {task_of(w, op->in[0]), task_of(w, op->in[1])};
-        TpkTaskId t = tpk_timeline_add(w->tl, c->mxu_out, 0, deps, 2, "accumulate", "dot");
-        set_task(w, &op->out[0], t);
-        return;
-      }
-    }
-    break;
   case TPK_OP_REDUCE: {
     int64_t n = numel(op->in[0]->type), outs = numel(op->out[0].type);
     w->rep->flops += (double)n;

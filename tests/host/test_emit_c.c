@@ -1,11 +1,13 @@
 /*
  * test_emit_c.c — host/emit_c.c: which kernels share their grid among threads
  * (tpk_split_grid), how many instances a grid has, and the C that goes with
- * each answer. The values threads compute are checked in
+ * each answer; and that it follows lowering's decisions as the IR states
+ * them. The values threads compute are checked in
  * tests/runtime/test_host.c.
  */
 #include "support.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,7 +203,7 @@ static void test_iota_fuses(void **state) {
   int iotas = 0;
   for (const TpkOp *op = grid->regions[0]->first; op; op = op->next)
     if (op->opcode == TPK_OP_IOTA) {
-      assert_true(tpk_value_is_fused(&op->out[0]));
+      assert_true(tpk_op_is_fused(op));
       iotas++;
     }
   assert_int_equal(iotas, 1);
@@ -229,7 +231,7 @@ static void test_sum_fuses(void **state) {
       const TpkOp *use = tpk_value_single_user(&o->out[0]);
       assert_non_null(use);
       bool want = use->opcode == TPK_OP_REDUCE && tpk_op_reduce_kind(use) == TPK_REDUCE_MEAN;
-      if (tpk_value_is_fused(&o->out[0]) != want)
+      if (tpk_op_is_fused(o) != want)
         fail_msg("a mul feeding a %s reduce: fused %d", tpk_enum_name(TPK_ENUM_REDUCE_KIND, tpk_op_reduce_kind(use)), !want);
       muls++;
       if (!b) break;
@@ -237,6 +239,71 @@ static void test_sum_fuses(void **state) {
   }
   assert_int_equal(muls, 3);
   test_compile_free(&c);
+}
+
+/* The C for IR text as it stands (no passes): the emitter follows the
+ * decisions written in the IR. NULL and *err filled when emitting fails. */
+static char *emit_ir(const char *text, TpkError *err) {
+  TpkModule *m = tpk_ir_parse(text, strlen(text), "test", err);
+  if (!m) fail_msg("%s", err->message);
+  TpkTarget host = tpk_target_host(0);
+  TpkPlan plan;
+  if (tpk_plan_memory(m->funcs[0], &host, &plan, err) != TPK_OK) fail_msg("%s", err->message);
+  TpkStr c = {0};
+  TpkStatus st = tpk_emit_c(m->funcs[0], &plan, "k", NULL, TPK_EMIT_NO_PRELUDE, &c, err);
+  tpk_plan_free(&plan);
+  tpk_module_free(m);
+  if (st == TPK_OK) return tpk_str_take(&c);
+  tpk_str_free(&c);
+  return NULL;
+}
+
+static int count(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+  return n;
+}
+
+/* A mul marked fused=true gets no tile and is computed in the add's loop;
+ * unmarked, it is a tile of its own. A value marked fused into a max (which
+ * the host cannot fuse into) is an error, not a guess. */
+/* The kernel of test_fusion_read_from_ir with the given attributes on the
+ * mul feeding an add and the mul feeding a max. */
+static char *two_muls(const char *into_add, const char *into_max) {
+  TpkStr s = {0};
+  tpk_str_puts(&s, "kernel @k(%x: ref<f32[8,16]>, %y: out ref<f32[8,16]>, %z: out ref<f32[8]>) {\n"
+                   "  %a = load %x {index=\"::\"} : f32[8,16]\n");
+  tpk_str_printf(&s, "  %%m = mul %%a, %%a%s : f32[8,16]\n", into_add);
+  tpk_str_puts(&s, "  %s = add %m, %a : f32[8,16]\n"
+                   "  store %y, %s {index=\"::\", mode=\"set\"}\n");
+  tpk_str_printf(&s, "  %%n = mul %%a, %%a%s : f32[8,16]\n", into_max);
+  tpk_str_puts(&s, "  %r = reduce %n {kind=\"max\", axes=[1], keepdims=false} : f32[8]\n"
+                   "  store %z, %r {index=\":\", mode=\"set\"}\n"
+                   "}\n");
+  return tpk_str_take(&s);
+}
+
+/* A mul marked fused=true gets no tile and is computed in the add's loop;
+ * unmarked, it is a tile of its own. A value marked fused into a max (which
+ * the host cannot fuse into) is an error, not a guess. */
+static void test_fusion_read_from_ir(void **state) {
+  (void)state;
+  TpkError err = {0};
+  char *text = two_muls("", "");
+  char *plain = emit_ir(text, &err);
+  free(text);
+  text = two_muls(" {fused=true}", "");
+  char *fused = emit_ir(text, &err);
+  free(text);
+  assert_non_null(plain);
+  assert_non_null(fused);
+  assert_int_equal(count(plain, " bytes */"), count(fused, " bytes */") + 1);
+  free(plain);
+  free(fused);
+  text = two_muls("", " {fused=true}");
+  assert_null(emit_ir(text, &err));
+  free(text);
+  assert_non_null(strstr(err.message, "the host fuses only into f32 sums and means over trailing axes"));
 }
 
 int main(void) {
@@ -247,6 +314,7 @@ int main(void) {
       cmocka_unit_test(test_direct_store),
       cmocka_unit_test(test_iota_fuses),
       cmocka_unit_test(test_sum_fuses),
+      cmocka_unit_test(test_fusion_read_from_ir),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -866,6 +866,40 @@ static void test_requires(void **state) {
   release(&k);
 }
 
+/* An accumulating dot (lowering's decision, `dot %a, %b, %x`) continues
+ * x's sums: with x = 2^24 every product of 1 rounds away (ties to even),
+ * where dot-then-add would give 2^24 + 4. Integers wrap. */
+static const char *ACC_DOT =
+    "kernel @acc(%a: ref<f32[2,4]>, %b: ref<f32[4,2]>, %x: ref<f32[2,2]>, %y: out ref<f32[2,2]>,\n"
+    "            %ia: ref<i8[2,4]>, %ib: ref<i8[4,2]>, %ix: ref<i32[2,2]>, %iy: out ref<i32[2,2]>) {\n"
+    "  %0 = load %a {index=\"::\"} : f32[2,4]\n"
+    "  %1 = load %b {index=\"::\"} : f32[4,2]\n"
+    "  %2 = load %x {index=\"::\"} : f32[2,2]\n"
+    "  %3 = dot %0, %1, %2 {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[2,2]\n"
+    "  store %y, %3 {index=\"::\", mode=\"set\"}\n"
+    "  %4 = load %ia {index=\"::\"} : i8[2,4]\n"
+    "  %5 = load %ib {index=\"::\"} : i8[4,2]\n"
+    "  %6 = load %ix {index=\"::\"} : i32[2,2]\n"
+    "  %7 = dot %4, %5, %6 {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : i32[2,2]\n"
+    "  store %iy, %7 {index=\"::\", mode=\"set\"}\n"
+    "}\n";
+
+static void test_accumulating_dot(void **state) {
+  (void)state;
+  Kernel k;
+  compile_ir(&k, ACC_DOT, "acc");
+  float a[8], b[8], x[4] = {16777216.0f, 0.5f, -3.0f, 16777216.0f}, y[4];
+  int8_t ia[8], ib[8];
+  int32_t ix[4] = {INT32_MAX, 10, -7, 0}, iy[4];
+  for (int i = 0; i < 8; i++) a[i] = b[i] = 1.0f, ia[i] = ib[i] = 1;
+  run_ok(&k, (void *[]){a, b, x, y, ia, ib, ix, iy}, "");
+  float want[4] = {16777216.0f, 4.5f, 1.0f, 16777216.0f};
+  for (int i = 0; i < 4; i++) assert_close(y[i], want[i], 0, 0, "y", (size_t)i);
+  int32_t iwant[4] = {INT32_MIN + 3, 14, -3, 4};
+  for (int i = 0; i < 4; i++) assert_int_equal(iy[i], iwant[i]);
+  release(&k);
+}
+
 /* Every corpus kernel runs on small ragged shapes without error (or with a
  * clean gather/index error for random ids), under ASan in test-asan. */
 static void test_corpus_smoke(void **state) {
@@ -958,6 +992,7 @@ int main(void) {
       cmocka_unit_test(test_scalar_index_out_of_range),
       cmocka_unit_test(test_value_gather_and_limits),
       cmocka_unit_test(test_ir_only_ops),
+      cmocka_unit_test(test_accumulating_dot),
       cmocka_unit_test(test_corpus_smoke),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -79,6 +79,10 @@ static const char ALL_OPS[] =
     "    %io = iota {axis=1} : i32[8,N]\n"
     "    %red = reduce %t {kind=\"sum\", axes=[1], keepdims=false} : f32[8]\n"
     "    %dt = dot %t, %tr {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[8,8]\n"
+    "    %dacc = dot %t, %tr, %dt {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[8,8]\n"
+    "    %fio = iota {axis=0, fused=true} : f32[8,N]\n"
+    "    %fsq = mul %t, %fio {fused=true} : f32[8,N]\n"
+    "    %fsum = reduce %fsq {kind=\"sum\", axes=[1], keepdims=false} : f32[8]\n"
     "    %idv = load %ids, %c0 {index=\"r\"} : i32[16]\n"
     "    %gt = gather %t, %idv {axis=1} : f32[8,16]\n"
     "    %sc = scatter %t, %idv, %gt {axis=1, mode=\"add\"} : f32[8,N]\n"
@@ -228,6 +232,18 @@ static void mark_ops(const TpkBlock *b, bool *seen) {
   }
 }
 
+/* The op defining the value named `name` in b or its regions. */
+static const TpkOp *named_op(const TpkBlock *b, const char *name) {
+  for (const TpkOp *op = b->first; op; op = op->next) {
+    if (op->nout && op->out[0].name && strcmp(op->out[0].name, name) == 0) return op;
+    for (int r = 0; r < op->nregion; r++) {
+      const TpkOp *found = named_op(op->regions[r], name);
+      if (found) return found;
+    }
+  }
+  return NULL;
+}
+
 static void test_roundtrip_all_ops(void **state) {
   (void)state;
   check_roundtrip(ALL_OPS, NULL);
@@ -252,6 +268,12 @@ static void test_roundtrip_all_ops(void **state) {
   assert_int_equal(k->tunes[0].nchoices, 2);
   assert_int_equal(k->tunes[1].value, 256);
   assert_int_equal(k->tunes[1].nchoices, 0);
+  /* lowering's decisions */
+  const TpkOp *dacc = named_op(k->body, "dacc"), *dt = named_op(k->body, "dt");
+  assert_ptr_equal(tpk_dot_accumulator(dacc), &dt->out[0]);
+  assert_null(tpk_dot_accumulator(dt));
+  assert_true(tpk_op_is_fused(named_op(k->body, "fsq")));
+  assert_false(tpk_op_is_fused(named_op(k->body, "fsum")));
   TpkFunc *g = tpk_module_find(m, "graph");
   assert_false(g->is_kernel);
   assert_int_equal(g->nresults, 2);

@@ -44,11 +44,8 @@ static TpkSimReport time_on(const char *text, const char *chip_name, const TpkBi
   TpkFunc *f = c.bound->funcs[0];
   TpkTarget t = {.name = chip->name, .vmem_bytes = (int64_t)chip->vmem_bytes, .tile_bytes = 1 << 20};
   TpkError err = {0};
-  tpk_simplify(f);
-  assert_int_equal(tpk_tile_whole_arrays(f, &t, &err), TPK_OK);
-  tpk_simplify(f);
   TpkPlan plan;
-  if (tpk_plan_memory(f, &t, &plan, &err) != TPK_OK) fail_msg("%s", err.message);
+  if (tpk_lower(f, &t, &plan, &err) != TPK_OK) fail_msg("%s", err.message);
   tpk_plan_free(&plan);
   TpkSimReport rep;
   if (tpk_sim_schedule(f, chip, &rep, NULL, &err) != TPK_OK) fail_msg("%s", err.message);
