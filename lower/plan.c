@@ -543,6 +543,34 @@ const TpkPlanSlot *tpk_plan_slot(const TpkPlan *plan, const TpkValue *v) {
   return &plan->slots[i];
 }
 
+void tpk_plan_print(TpkStr *out, const TpkPlan *plan, const TpkFunc *f) {
+  TpkArena arena;
+  tpk_arena_init(&arena, 0);
+  TpkPtrMap names = {0};
+  bool named = tpk_ir_value_names(f, &arena, &names);
+  if (plan->symbolic) tpk_str_printf(out, "plan @%s: symbolic, %d groups\n", f->name, plan->ngroups);
+  else tpk_str_printf(out, "plan @%s: workspace %lld bytes\n", f->name, (long long)plan->workspace_bytes);
+  for (int i = 0; i < plan->nslots; i++) {
+    const TpkPlanSlot *slot = &plan->slots[i];
+    void *name = NULL;
+    tpk_str_printf(out, "  %%%s: ", named && tpk_ptrmap_get(&names, slot->value, &name) ? (const char *)name : "?");
+    if (!slot->bytes_dim || slot->bytes == 0) {
+      tpk_str_puts(out, "no storage");
+    } else if (plan->symbolic) {
+      tpk_str_printf(out, "group %d, ", slot->group);
+      tpk_dim_print(out, slot->bytes_dim);
+      tpk_str_puts(out, " bytes");
+    } else {
+      tpk_str_printf(out, "offset %lld, %lld bytes", (long long)slot->offset, (long long)slot->bytes);
+    }
+    if (slot->alias >= 0 && tpk_ptrmap_get(&names, plan->slots[slot->alias].value, &name))
+      tpk_str_printf(out, ", shares %%%s", (const char *)name);
+    tpk_str_putc(out, '\n');
+  }
+  tpk_ptrmap_free(&names);
+  tpk_arena_free(&arena);
+}
+
 void tpk_plan_free(TpkPlan *plan) {
   tpk_ptrmap_free(&plan->index);
   tpk_arena_free(&plan->arena);
