@@ -401,8 +401,10 @@ static TpkStatus too_big(Planner *p, const int *roots, int nroots, int64_t peak,
     TpkStr ty = {0};
     tpk_type_print(&ty, in->v->type);
     int line = in->v->def ? in->v->def->loc.line : 0;
-    tpk_str_printf(&s, "%s %s%s %s (%s, line %d)", k ? "," : "", in->v->name ? "%" : "", in->v->name ? in->v->name : "a value",
-                   ty.data ? ty.data : "?", size, line);
+    tpk_str_printf(&s, "%s %s%s %s (%s", k ? "," : "", in->v->name ? "%" : "", in->v->name ? in->v->name : "a value",
+                   ty.data ? ty.data : "?", size);
+    if (line > 0) tpk_str_printf(&s, ", line %d", line); /* no line: made by a pass or from IR text */
+    tpk_str_putc(&s, ')');
     tpk_str_free(&ty);
   }
   free(shown);
