@@ -229,7 +229,7 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
       break;
     }
   int64_t Lk;
-  if (!L || !tpk_dim_is_const(L, &Lk)) return true;
+  if (!L || !tpk_dim_is_const(L, &Lk) || Lk <= 0) return true;
   TpkPtrMap row_values = {0}, stored = {0}; /* stored: refs row ops have written so far */
   Run rows = {0};
   int64_t widest = 1;
