@@ -208,11 +208,13 @@ static void move_before(TpkOp *op, TpkOp *anchor) {
   anchor->prev = op;
 }
 
+/* The bytes of one row of v, INT64_MAX when they do not fit. */
 static int64_t row_bytes(const TpkValue *v) {
   int64_t n = (int64_t)tpk_dtype_size(v->type->dtype);
   for (int i = 1; i < v->type->rank; i++) {
     int64_t d = 1;
     tpk_dim_is_const(v->type->dims[i], &d);
+    if (d > 0 && n > INT64_MAX / d) return INT64_MAX;
     n *= d;
   }
   return n;
@@ -264,6 +266,10 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   if (B >= 8) B -= B % 8;
   if (B < 1) B = 1;
   if (B > Lk) B = Lk;
+  if (tpk_ceildiv(Lk, B) > INT32_MAX) { /* grid bounds are i32 */
+    free(rows.ops);
+    return true;
+  }
   const TpkDim *Bd = tpk_dim_const(m, B);
 
   TpkBuilder b = {.m = m, .block = f->body, .loc = first->loc};
