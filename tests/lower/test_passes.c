@@ -68,6 +68,33 @@ static const Pass PASSES[] = {
 /* The target passes see unless a step says otherwise: the host's sizes. */
 static const TpkTarget DEFAULT_TARGET = {.name = "test", .vmem_bytes = (int64_t)128 << 20, .tile_bytes = (int64_t)256 << 10};
 
+/* Everything one file's test allocates, freed by its teardown also when the
+ * test fails half way (cmocka leaves a failing test by a long jump). */
+typedef struct Case {
+  const char *file; /* "simplify-dce.ir" */
+  char *text, *input;
+  TpkModule *module;
+  TpkModule *owned[MAX_STEPS]; /* modules specialising passes made */
+  int nowned;
+  TpkPlan plan;
+  bool planned;
+  TpkStr actual;
+  TpkStr message; /* for a failure: a diff, printed IR, the known passes */
+} Case;
+
+static int free_case(void **state) {
+  Case *c = *state;
+  free(c->text);
+  free(c->input);
+  if (c->planned) tpk_plan_free(&c->plan);
+  for (int i = 0; i < c->nowned; i++) tpk_module_free(c->owned[i]);
+  if (c->module) tpk_module_free(c->module);
+  tpk_str_free(&c->actual);
+  tpk_str_free(&c->message);
+  *c = (Case){.file = c->file};
+  return 0;
+}
+
 /* ---- the run line ------------------------------------------------------------ */
 
 typedef struct Step {
@@ -96,7 +123,8 @@ static bool parse_size(const char *s, int64_t *out) {
 }
 
 /* "tile tile=4K" -> a step; fails the test on a word it does not know. */
-static void parse_step(const char *file, const char *text, size_t len, Step *step) {
+static void parse_step(Case *c, const char *text, size_t len, Step *step) {
+  const char *file = c->file;
   memset(step, 0, sizeof *step);
   if (len >= sizeof step->words) fail_msg("%s: run step too long", file);
   memcpy(step->words, text, len);
@@ -105,9 +133,8 @@ static void parse_step(const char *file, const char *text, size_t len, Step *ste
   if (!word) fail_msg("%s: an empty step in the run line", file);
   step->pass = find_pass(word);
   if (!step->pass) {
-    TpkStr known = {0};
-    for (size_t i = 0; i < sizeof PASSES / sizeof *PASSES; i++) tpk_str_printf(&known, " %s", PASSES[i].name);
-    fail_msg("%s: unknown pass '%s' (known:%s)", file, word, known.data);
+    for (size_t i = 0; i < sizeof PASSES / sizeof *PASSES; i++) tpk_str_printf(&c->message, " %s", PASSES[i].name);
+    fail_msg("%s: unknown pass '%s' (known:%s)", file, word, c->message.data);
   }
   while ((word = strtok_r(NULL, " \t", &save))) {
     char *eq = strchr(word, '=');
@@ -121,7 +148,8 @@ static void parse_step(const char *file, const char *text, size_t len, Step *ste
 }
 
 /* The steps of the one `// run:` line of the input. */
-static int parse_run_line(const char *file, const char *input, Step *steps) {
+static int parse_run_line(Case *c, const char *input, Step *steps) {
+  const char *file = c->file;
   const char *run = NULL;
   for (const char *line = input; line && *line;) {
     const char *p = line + strspn(line, " \t");
@@ -139,7 +167,7 @@ static int parse_run_line(const char *file, const char *input, Step *steps) {
     const char *bar = memchr(p, '|', (size_t)(end - p));
     const char *stop = bar ? bar : end;
     if (n == MAX_STEPS) fail_msg("%s: more than %d steps", file, MAX_STEPS);
-    parse_step(file, p, (size_t)(stop - p), &steps[n++]);
+    parse_step(c, p, (size_t)(stop - p), &steps[n++]);
     p = bar ? bar + 1 : end;
   }
   return n;
@@ -158,59 +186,53 @@ static TpkTarget step_target(const char *file, const Step *s) {
   return t;
 }
 
-typedef struct Run {
-  const char *file;
-  TpkModule *owned[MAX_STEPS]; /* modules specialising passes made */
-  int nowned;
-} Run;
-
-static void fail_unverified(const char *file, const char *pass, const TpkFunc *f, const TpkError *err) {
-  TpkStr ir = {0};
-  tpk_ir_print_func(&ir, f);
-  fail_msg("%s: after '%s' the IR does not verify: %s\n%s", file, pass, err->message, ir.data ? ir.data : "");
+static void fail_unverified(Case *c, const char *pass, const TpkFunc *f, const TpkError *err) {
+  tpk_ir_print_func(&c->message, f);
+  fail_msg("%s: after '%s' the IR does not verify: %s\n%s", c->file, pass, err->message, c->message.data);
 }
 
 /* Run the steps on f (the function may be replaced: bind makes a copy) and
- * append what the last one prints to out. */
-static void run_steps(Run *run, TpkFunc *f, const Step *steps, int nsteps, TpkStr *out) {
-  TpkPlan plan = {0};
-  bool planned = false;
+ * append what the last one prints to c->actual. */
+static void run_steps(Case *c, TpkFunc *f, const Step *steps, int nsteps) {
+  TpkStr *out = &c->actual;
   for (int k = 0; k < nsteps; k++) {
     const Step *s = &steps[k];
     const Pass *p = s->pass;
     TpkError err = {0};
     TpkStatus st = TPK_OK;
     if (p->in_place) {
-      if (s->noptions) fail_msg("%s: pass '%s' takes no options", run->file, p->name);
+      if (s->noptions) fail_msg("%s: pass '%s' takes no options", c->file, p->name);
       p->in_place(f);
     } else if (p->for_target) {
-      TpkTarget t = step_target(run->file, s);
+      TpkTarget t = step_target(c->file, s);
       st = p->for_target(f, &t, &err);
     } else if (p->planning) {
-      TpkTarget t = step_target(run->file, s);
-      if (planned) tpk_plan_free(&plan);
-      st = p->planning(f, &t, &plan, &err);
-      planned = st == TPK_OK;
+      TpkTarget t = step_target(c->file, s);
+      if (c->planned) tpk_plan_free(&c->plan);
+      st = p->planning(f, &t, &c->plan, &err);
+      c->planned = st == TPK_OK;
     } else if (p->specialising) {
       TpkModule *dst = tpk_module_new(f->module->source);
       assert_non_null(dst);
-      run->owned[run->nowned++] = dst;
+      c->owned[c->nowned++] = dst;
       TpkFunc *copy = NULL;
       st = p->specialising(dst, f, s->options, s->noptions, &copy, &err);
       if (st == TPK_OK) f = copy;
     }
     if (st != TPK_OK) {
       tpk_str_printf(out, "error: %s\n", err.message);
-      if (planned) tpk_plan_free(&plan);
-      return;
+      break;
     }
     TpkError verr = {0};
-    if (tpk_ir_verify(f->module, &verr) != TPK_OK) fail_unverified(run->file, p->name, f, &verr);
+    if (tpk_ir_verify(f->module, &verr) != TPK_OK) fail_unverified(c, p->name, f, &verr);
+    if (k == nsteps - 1) {
+      Prints prints = p->prints;
+      if (prints != PRINTS_PLAN) tpk_ir_print_func(out, f);
+      if (prints != PRINTS_IR) tpk_plan_print(out, &c->plan, f);
+    }
   }
-  Prints prints = steps[nsteps - 1].pass->prints;
-  if (prints != PRINTS_PLAN) tpk_ir_print_func(out, f);
-  if (prints != PRINTS_IR) tpk_plan_print(out, &plan, f);
-  if (planned) tpk_plan_free(&plan);
+  if (c->planned) tpk_plan_free(&c->plan);
+  c->planned = false;
 }
 
 /* ---- comparing ------------------------------------------------------------------ */
@@ -321,33 +343,32 @@ static void write_expectation(const char *path, const char *input, size_t input_
 }
 
 static void run_file(void **state) {
-  const char *file = *state;
+  Case *c = *state;
+  const char *file = c->file;
   char rel[512];
   snprintf(rel, sizeof rel, PASSES_DIR "/%s", file);
   char path[4096];
   snprintf(path, sizeof path, "%s", test_path(rel));
-  char *text = test_read_file(path, NULL);
+  char *text = c->text = test_read_file(path, NULL);
   if (!text) fail_msg("cannot read %s", path);
   const char *expect_at = find_expect_line(text);
   size_t input_len = expect_at ? (size_t)(expect_at - text) : strlen(text);
   const char *expected = expect_at ? expect_at + strlen(EXPECT_LINE) + (expect_at[strlen(EXPECT_LINE)] == '\n') : NULL;
-  char *input = strndup(text, input_len);
+  char *input = c->input = strndup(text, input_len);
   assert_non_null(input);
 
   Step steps[MAX_STEPS];
-  int nsteps = parse_run_line(file, input, steps);
+  int nsteps = parse_run_line(c, input, steps);
   TpkError err = {0};
-  TpkModule *m = tpk_ir_parse(input, input_len, file, &err);
+  TpkModule *m = c->module = tpk_ir_parse(input, input_len, file, &err);
   if (!m) fail_msg("%s: the input does not parse: %s", file, err.message);
 
-  Run run = {.file = file};
-  TpkStr actual = {0};
   int nfuncs = m->nfuncs; /* passes may add functions */
   for (int i = 0; i < nfuncs; i++) {
-    if (i) tpk_str_putc(&actual, '\n');
-    run_steps(&run, m->funcs[i], steps, nsteps, &actual);
+    if (i) tpk_str_putc(&c->actual, '\n');
+    run_steps(c, m->funcs[i], steps, nsteps);
   }
-  const char *got = actual.data ? actual.data : "";
+  const char *got = c->actual.data ? c->actual.data : "";
 
   const char *update = getenv("TPK_UPDATE_EXPECT");
   if (update && strcmp(update, "1") == 0) {
@@ -358,15 +379,9 @@ static void run_file(void **state) {
   } else if (!expected) {
     fail_msg("%s: no '%s' line; the passes print:\n%s(TPK_UPDATE_EXPECT=1 writes it)", file, EXPECT_LINE, got);
   } else if (strcmp(expected, got) != 0) {
-    TpkStr diff = {0};
-    unified_diff(&diff, expected, got);
-    fail_msg("%s: the passes print something else\n%s", file, diff.data);
+    unified_diff(&c->message, expected, got);
+    fail_msg("%s: the passes print something else\n%s", file, c->message.data);
   }
-  tpk_str_free(&actual);
-  for (int i = 0; i < run.nowned; i++) tpk_module_free(run.owned[i]);
-  tpk_module_free(m);
-  free(input);
-  free(text);
 }
 
 int main(int argc, char **argv) {
@@ -374,16 +389,20 @@ int main(int argc, char **argv) {
   int n = test_list_files(PASSES_DIR, ".ir", files, MAX_FILES);
   struct CMUnitTest *tests = calloc((size_t)(n ? n : 1), sizeof *tests);
   char **names = calloc((size_t)(n ? n : 1), sizeof *names);
-  if (!tests || !names) return 1;
+  Case *cases = calloc((size_t)(n ? n : 1), sizeof *cases);
+  if (!tests || !names || !cases) return 1;
   for (int i = 0; i < n; i++) {
     names[i] = strndup(files[i], strlen(files[i]) - strlen(".ir"));
-    tests[i] = (struct CMUnitTest){.name = names[i], .test_func = run_file, .initial_state = files[i]};
+    cases[i].file = files[i];
+    tests[i] = (struct CMUnitTest){.name = names[i], .test_func = run_file, .teardown_func = free_case,
+                                   .initial_state = &cases[i]};
   }
   if (argc > 1) cmocka_set_test_filter(argv[1]);
   int failed = _cmocka_run_group_tests("passes", tests, (size_t)n, NULL, NULL);
   for (int i = 0; i < n; i++) free(names[i]);
   test_names_free(files, n);
   free(names);
+  free(cases);
   free(tests);
   return failed;
 }
