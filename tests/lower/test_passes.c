@@ -34,15 +34,14 @@ enum { MAX_FILES = 512, MAX_STEPS = 8, MAX_OPTIONS = 16 };
 typedef enum Prints { PRINTS_IR, PRINTS_PLAN, PRINTS_IR_AND_PLAN } Prints;
 
 /*
- * The passes a `// run:` line may name. A pass is one line here; its
- * signature says which field holds it and what its options are:
- *   in_place     void (TpkFunc *)                                   no options
- *   for_target   TpkStatus (TpkFunc *, const TpkTarget *, TpkError *)       vmem=, tile=
- *   planning     TpkStatus (TpkFunc *, const TpkTarget *, TpkPlan *, TpkError *)
- *                                                                   vmem=, tile=
- *   specialising TpkStatus (TpkModule *dst, const TpkFunc *, const TpkBinding *, int,
- *                           TpkFunc **out, TpkError *)              NAME=INT bindings
- *                (the function is replaced by its specialised copy)
+ * The passes a `// run:` line may name, one line each in PASSES. The field
+ * that holds a pass is chosen by its signature, which also decides the
+ * options its steps take:
+ *   in_place      void (TpkFunc *)                                    none
+ *   for_target    TpkStatus (TpkFunc *, const TpkTarget *, TpkError *)  vmem=, tile=
+ *   planning      the same with a TpkPlan * before the error            vmem=, tile=
+ *   specialising  TpkStatus (TpkModule *dst, const TpkFunc *, const TpkBinding *, int,
+ *                 TpkFunc **out, TpkError *): later steps see the copy  NAME=INTEGER
  */
 typedef struct Pass {
   const char *name;
@@ -54,6 +53,7 @@ typedef struct Pass {
                             TpkError *err);
 } Pass;
 
+/* tpk_plan_memory, whose function is const */
 static TpkStatus plan_memory(TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err) {
   return tpk_plan_memory(f, t, plan, err);
 }
@@ -74,7 +74,7 @@ typedef struct Case {
   const char *file; /* "simplify-dce.ir" */
   char *text, *input;
   TpkModule *module;
-  TpkModule *owned[MAX_STEPS]; /* modules specialising passes made */
+  TpkModule *owned[32]; /* modules specialising passes made */
   int nowned;
   TpkPlan plan;
   bool planned;
@@ -212,6 +212,7 @@ static void run_steps(Case *c, TpkFunc *f, const Step *steps, int nsteps) {
       st = p->planning(f, &t, &c->plan, &err);
       c->planned = st == TPK_OK;
     } else if (p->specialising) {
+      if (c->nowned == (int)(sizeof c->owned / sizeof *c->owned)) fail_msg("%s: too many specialisations", c->file);
       TpkModule *dst = tpk_module_new(f->module->source);
       assert_non_null(dst);
       c->owned[c->nowned++] = dst;
