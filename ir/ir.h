@@ -611,6 +611,11 @@ TpkStatus tpk_ir_verify(const TpkModule *m, TpkError *err);
 /* Text form of the whole module / one function, appended to out. */
 void tpk_ir_print(TpkStr *out, const TpkModule *m);
 void tpk_ir_print_func(TpkStr *out, const TpkFunc *f);
+/* The names tpk_ir_print_func gives f's values, without the '%' ("x",
+ * "acc.1", "3"): value -> name (a string in `arena`) put into `names` for
+ * every parameter, op result and region argument, so listings about f (a
+ * memory plan) can refer to the printed IR. false when memory ran out. */
+bool tpk_ir_value_names(const TpkFunc *f, TpkArena *arena, TpkPtrMap *names);
 
 /* Parse the text form into a new module. On failure returns NULL and err
  * says `line:col: what was expected`. Parsed modules are verified. */

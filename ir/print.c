@@ -371,6 +371,41 @@ static void func_print(TpkStr *out, const TpkFunc *f) {
   tpk_arena_free(&p.arena);
 }
 
+/* Names in print order: parameters, then each op's results before its
+ * regions' arguments and ops, as func_print assigns them. */
+static bool name_block(Printer *p, const TpkBlock *b, TpkArena *arena, TpkPtrMap *names);
+
+static bool name_value(Printer *p, const TpkValue *v, TpkArena *arena, TpkPtrMap *names) {
+  const char *name = tpk_arena_strdup(arena, value_name(p, v));
+  return name && tpk_ptrmap_put(names, v, (void *)name);
+}
+
+static bool name_block(Printer *p, const TpkBlock *b, TpkArena *arena, TpkPtrMap *names) {
+  for (const TpkOp *op = b->first; op; op = op->next) {
+    for (int i = 0; i < op->nout; i++)
+      if (!name_value(p, &op->out[i], arena, names)) return false;
+    for (int r = 0; r < op->nregion; r++) {
+      const TpkBlock *region = op->regions[r];
+      for (int i = 0; i < region->nargs; i++)
+        if (!name_value(p, region->args[i], arena, names)) return false;
+      if (!name_block(p, region, arena, names)) return false;
+    }
+  }
+  return true;
+}
+
+bool tpk_ir_value_names(const TpkFunc *f, TpkArena *arena, TpkPtrMap *names) {
+  Printer p = {0};
+  tpk_arena_init(&p.arena, 0);
+  p.names = (TpkPtrMap){.arena = &p.arena};
+  p.used = (TpkStrSet){.arena = &p.arena};
+  bool ok = true;
+  for (int i = 0; ok && i < f->nparams; i++) ok = !f->params[i].value || name_value(&p, f->params[i].value, arena, names);
+  ok = ok && (!f->body || name_block(&p, f->body, arena, names));
+  tpk_arena_free(&p.arena);
+  return ok;
+}
+
 void tpk_ir_print_func(TpkStr *out, const TpkFunc *f) {
   if (out && f) func_print(out, f);
 }

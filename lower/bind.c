@@ -130,16 +130,17 @@ static TpkStatus check_access(const TpkOp *op, const TpkIndexPattern *pattern, c
   return TPK_OK;
 }
 
-/* Requirements on sizes (`require K <= N`) whose sizes are now known. */
-static TpkStatus check_requires(const TpkFunc *g, TpkError *err) {
-  for (int i = 0; i < g->nrequires; i++) {
-    const TpkRequire *r = &g->requires[i];
+/* Requirements on sizes (`require K <= N`) whose sizes the binding gives,
+ * checked on f (not the copy) so the message names them. */
+static TpkStatus check_requires(const TpkFunc *f, Values *v, TpkError *err) {
+  for (int i = 0; i < f->nrequires; i++) {
+    const TpkRequire *r = &f->requires[i];
     int64_t a, b;
-    if (!tpk_dim_is_const(r->lhs, &a) || !tpk_dim_is_const(r->rhs, &b)) continue; /* a size left symbolic */
-    TpkFunc one = *g;
+    if (!tpk_dim_eval(r->lhs, lookup, v, &a) || !tpk_dim_eval(r->rhs, lookup, v, &b)) continue; /* left symbolic */
+    TpkFunc one = *f;
     one.nrequires = 1;
     one.requires = (TpkRequire *)r;
-    TpkStatus st = tpk_func_check_requires(&one, NULL, NULL, err);
+    TpkStatus st = tpk_func_check_requires(&one, lookup, v, err);
     if (st != TPK_OK) {
       if (err) err->line = r->loc.line, err->col = r->loc.col;
       return st;
@@ -172,9 +173,9 @@ TpkStatus tpk_bind(TpkModule *dst, const TpkFunc *f, const TpkBinding *binds, in
   TpkStatus st = check_names(f, binds, nbinds, err);
   if (st != TPK_OK) return st;
   Values v = {.f = f, .binds = binds, .n = nbinds};
+  if ((st = check_requires(f, &v, err)) != TPK_OK) return st;
   TpkFunc *g = tpk_func_clone(dst, f, lookup, &v, err);
   if (!g) return err && err->code ? err->code : TPK_ERR_NOMEM;
-  if ((st = check_requires(g, err)) != TPK_OK) return st;
   fold_syms(dst, g->body, &v);
   tpk_simplify(g);
   if ((st = check_accesses(g->body, err)) != TPK_OK) return st;

@@ -76,6 +76,16 @@ TpkStatus tpk_plan_memory(const TpkFunc *f, const TpkTarget *t, TpkPlan *plan, T
  * storage. */
 const TpkPlanSlot *tpk_plan_slot(const TpkPlan *plan, const TpkValue *v);
 void tpk_plan_free(TpkPlan *plan);
+/* A listing of the plan for people and tests (tests/lower/passes), one line
+ * per slot, values named as tpk_ir_print_func names them:
+ *   plan @k: workspace 4096 bytes          plan @k: symbolic, 2 groups
+ *     %t: offset 0, 2048 bytes               %t: group 0, 4*N bytes
+ *     %u: offset 0, 2048 bytes, shares %t    %u: group 0, 4*N bytes, shares %t
+ *     %d: no storage                         %d: no storage
+ * "shares" names the slot whose storage the value uses; values without
+ * storage are computed inside their consumer (fused, or a dot accumulated
+ * into its add). */
+void tpk_plan_print(TpkStr *out, const TpkPlan *plan, const TpkFunc *f);
 
 /* Lowering's decisions (decide.c), written into the IR: `x + dot(a, b)`
  * becomes an accumulating dot, `dot %a, %b, %x`, and ops computed inside

@@ -417,8 +417,10 @@ static TpkStatus too_big(Planner *p, const int *roots, int nroots, int64_t peak,
     TpkStr ty = {0};
     tpk_type_print(&ty, in->v->type);
     int line = in->v->def ? in->v->def->loc.line : 0;
-    tpk_str_printf(&s, "%s %s%s %s (%s, line %d)", k ? "," : "", in->v->name ? "%" : "", in->v->name ? in->v->name : "a value",
-                   ty.data ? ty.data : "?", size, line);
+    tpk_str_printf(&s, "%s %s%s %s (%s", k ? "," : "", in->v->name ? "%" : "", in->v->name ? in->v->name : "a value",
+                   ty.data ? ty.data : "?", size);
+    if (line > 0) tpk_str_printf(&s, ", line %d", line); /* no line: made by a pass or from IR text */
+    tpk_str_putc(&s, ')');
     tpk_str_free(&ty);
   }
   free(shown);
@@ -563,6 +565,34 @@ const TpkPlanSlot *tpk_plan_slot(const TpkPlan *plan, const TpkValue *v) {
   int i = index_get(&plan->index, v);
   if (i < 0 || !plan->slots) return NULL;
   return &plan->slots[i];
+}
+
+void tpk_plan_print(TpkStr *out, const TpkPlan *plan, const TpkFunc *f) {
+  TpkArena arena;
+  tpk_arena_init(&arena, 0);
+  TpkPtrMap names = {0};
+  bool named = tpk_ir_value_names(f, &arena, &names);
+  if (plan->symbolic) tpk_str_printf(out, "plan @%s: symbolic, %d groups\n", f->name, plan->ngroups);
+  else tpk_str_printf(out, "plan @%s: workspace %lld bytes\n", f->name, (long long)plan->workspace_bytes);
+  for (int i = 0; i < plan->nslots; i++) {
+    const TpkPlanSlot *slot = &plan->slots[i];
+    void *name = NULL;
+    tpk_str_printf(out, "  %%%s: ", named && tpk_ptrmap_get(&names, slot->value, &name) ? (const char *)name : "?");
+    if (!slot->bytes_dim || slot->bytes == 0) {
+      tpk_str_puts(out, "no storage");
+    } else if (plan->symbolic) {
+      tpk_str_printf(out, "group %d, ", slot->group);
+      tpk_dim_print(out, slot->bytes_dim);
+      tpk_str_puts(out, " bytes");
+    } else {
+      tpk_str_printf(out, "offset %lld, %lld bytes", (long long)slot->offset, (long long)slot->bytes);
+    }
+    if (slot->alias >= 0 && tpk_ptrmap_get(&names, plan->slots[slot->alias].value, &name))
+      tpk_str_printf(out, ", shares %%%s", (const char *)name);
+    tpk_str_putc(out, '\n');
+  }
+  tpk_ptrmap_free(&names);
+  tpk_arena_free(&arena);
 }
 
 void tpk_plan_free(TpkPlan *plan) {

@@ -10,10 +10,14 @@
  *   elementwise ops, select, convert, broadcast into rows, reductions that
  *   keep axis 0, splat constants, iota along another axis, whole loads and
  *   stores of refs whose leading dimension is L.
+ * Which values are rows is found backwards from the stores, not from sizes
+ * alone: in a square kernel, b[N] broadcast over the columns of x[N, N] has
+ * the leading size but is not rows (it stays whole, before the grid).
  * Row values then get leading dimension B (the block), loads and stores
  * index the rows with the grid's tile, and ops that do not depend on rows
  * stay before the grid. Anything else (a dot, a transpose, a reduction over
- * rows, a gather...) leaves the run whole.
+ * rows, a gather, reading back what the run stored outside a row op...)
+ * leaves the run whole.
  */
 #include "lower/lower.h"
 
@@ -51,23 +55,67 @@ static bool whole_index(const TpkOp *op) {
   return true;
 }
 
-/* Is v a row value (leading dimension L)? */
-static bool is_row(const TpkValue *v, const TpkDim *L) {
+/* Does v have leading dimension L? */
+static bool leading(const TpkValue *v, const TpkDim *L) {
   return v->type->kind == TPK_TYPE_TENSOR && v->type->rank > 0 && v->type->dims[0] == L;
 }
 
+/* Does a store write whole rows of a ref with leading dimension L? */
+static bool stores_rows(const TpkOp *op, const TpkDim *L) {
+  const TpkType *ref = op->in[0]->type;
+  return whole_index(op) && ref->rank > 0 && ref->dims[0] == L;
+}
+
+static bool reduces_rows(const TpkOp *op) {
+  const TpkAttr *axes = tpk_op_attr(op, "axes");
+  for (int i = 0; axes && i < axes->n; i++)
+    if (axes->ints[i] == 0) return true;
+  return false;
+}
+
+static bool mark_row(TpkPtrMap *rows, const TpkValue *v, const TpkDim *L) {
+  return !leading(v, L) || tpk_ptrmap_put(rows, v, NULL);
+}
+
+/* The row values of the run [first, end): the values whole stores write as
+ * rows, and, backwards, the operands whose axis 0 is the axis 0 of a row
+ * result: of elementwise ops, select and convert, a broadcast's operand of
+ * the result's rank, a reduction's operand when axis 0 is kept. */
+static bool mark_rows(TpkOp *first, TpkOp *end, const TpkDim *L, TpkPtrMap *rows) {
+  TpkOp *last = end ? end->prev : first->parent->last;
+  for (TpkOp *op = last; op; op = op == first ? NULL : op->prev) {
+    if (op->opcode == TPK_OP_STORE) {
+      if (stores_rows(op, L) && !mark_row(rows, op->in[op->nin - 1], L)) return false;
+      continue;
+    }
+    if (op->nout != 1 || !tpk_ptrmap_get(rows, &op->out[0], NULL)) continue;
+    bool ok = true;
+    if (op->opcode == TPK_OP_BROADCAST) {
+      if (op->in[0]->type->rank == op->out[0].type->rank) ok = mark_row(rows, op->in[0], L);
+    } else if (op->opcode == TPK_OP_REDUCE) {
+      if (!reduces_rows(op)) ok = mark_row(rows, op->in[0], L);
+    } else if ((tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT ||
+               op->opcode == TPK_OP_CONVERT) {
+      for (int i = 0; i < op->nin && ok; i++) ok = mark_row(rows, op->in[i], L);
+    }
+    if (!ok) return false;
+  }
+  return true;
+}
+
+static bool is_row(const TpkValue *v, const TpkPtrMap *rows) { return tpk_ptrmap_get(rows, v, NULL); }
+
 /* Rows flow through op: does op take row inputs or make row outputs, and can
  * it be computed one block of rows at a time? */
-static bool row_op_ok(const TpkOp *op, const TpkDim *L, bool *is_row_op) {
+static bool row_op_ok(const TpkOp *op, const TpkDim *L, const TpkPtrMap *rows, bool *is_row_op) {
   bool in_rows = false, out_rows = false;
-  for (int i = 0; i < op->nin; i++) in_rows |= is_row(op->in[i], L);
-  for (int i = 0; i < op->nout; i++) out_rows |= is_row(&op->out[i], L);
+  for (int i = 0; i < op->nin; i++) in_rows |= is_row(op->in[i], rows);
+  for (int i = 0; i < op->nout; i++) out_rows |= is_row(&op->out[i], rows);
   const TpkOpInfo *info = tpk_op_info(op->opcode);
   *is_row_op = in_rows || out_rows;
   if (op->opcode == TPK_OP_STORE) {
     *is_row_op = true;
-    return whole_index(op) && op->in[0]->type->rank > 0 && op->in[0]->type->dims[0] == L &&
-           is_row(op->in[op->nin - 1], L);
+    return stores_rows(op, L) && is_row(op->in[op->nin - 1], rows);
   }
   if (!*is_row_op) return true; /* invariant: stays before the grid */
   switch (op->opcode) {
@@ -80,13 +128,10 @@ static bool row_op_ok(const TpkOp *op, const TpkDim *L, bool *is_row_op) {
   case TPK_OP_BROADCAST:
     /* rows in, rows out; or a value without the row dimension stretched
      * over rows (trailing alignment keeps it off axis 0) */
-    return out_rows && (is_row(op->in[0], L) || op->in[0]->type->rank < op->out[0].type->rank);
-  case TPK_OP_REDUCE: {
-    const TpkAttr *axes = tpk_op_attr(op, "axes");
-    for (int i = 0; axes && i < axes->n; i++)
-      if (axes->ints[i] == 0) return false;
-    return in_rows && out_rows;
-  }
+    return out_rows && (is_row(op->in[0], rows) ? op->in[0]->type->rank == op->out[0].type->rank
+                                                : op->in[0]->type->rank < op->out[0].type->rank);
+  case TPK_OP_REDUCE:
+    return !reduces_rows(op) && in_rows && out_rows;
   case TPK_OP_SELECT:
   case TPK_OP_CONVERT:
     break;
@@ -95,7 +140,7 @@ static bool row_op_ok(const TpkOp *op, const TpkDim *L, bool *is_row_op) {
   }
   /* elementwise: every tensor operand has the rows (scalars are fine) */
   for (int i = 0; i < op->nin; i++)
-    if (op->in[i]->type->rank > 0 && !is_row(op->in[i], L)) return false;
+    if (op->in[i]->type->rank > 0 && !is_row(op->in[i], rows)) return false;
   return out_rows;
 }
 
@@ -161,11 +206,13 @@ static void move_before(TpkOp *op, TpkOp *anchor) {
   anchor->prev = op;
 }
 
+/* The bytes of one row of v, INT64_MAX when they do not fit. */
 static int64_t row_bytes(const TpkValue *v) {
   int64_t n = (int64_t)tpk_dtype_size(v->type->dtype);
   for (int i = 1; i < v->type->rank; i++) {
     int64_t d = 1;
     tpk_dim_is_const(v->type->dims[i], &d);
+    if (d > 0 && n > INT64_MAX / d) return INT64_MAX;
     n *= d;
   }
   return n;
@@ -182,19 +229,27 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
       break;
     }
   int64_t Lk;
-  if (!L || !tpk_dim_is_const(L, &Lk)) return true;
+  if (!L || !tpk_dim_is_const(L, &Lk) || Lk <= 0) return true;
+  TpkPtrMap row_values = {0}, stored = {0}; /* stored: refs row ops have written so far */
   Run rows = {0};
   int64_t widest = 1;
-  bool ok = true;
+  bool ok = mark_rows(first, end, L, &row_values);
+  if (!ok) goto oom;
   for (TpkOp *op = first; op != end && ok; op = op->next) {
     bool row;
-    if (op->nregion || !row_op_ok(op, L, &row)) ok = false;
-    else if (row) {
-      ok = run_push(&rows, op);
+    if (op->nregion || !row_op_ok(op, L, &row_values, &row)) {
+      ok = false;
+    } else if (row) {
+      if (!run_push(&rows, op) || (op->opcode == TPK_OP_STORE && !tpk_ptrmap_put(&stored, op->in[0], NULL))) goto oom;
       for (int i = 0; i < op->nout; i++)
-        if (is_row(&op->out[i], L) && row_bytes(&op->out[i]) > widest) widest = row_bytes(&op->out[i]);
+        if (is_row(&op->out[i], &row_values) && row_bytes(&op->out[i]) > widest) widest = row_bytes(&op->out[i]);
+    } else {
+      /* an op left before the grid must not read what the grid writes */
+      for (int i = 0; i < op->nin; i++) ok &= !tpk_ptrmap_get(&stored, op->in[i], NULL);
     }
   }
+  tpk_ptrmap_free(&row_values);
+  tpk_ptrmap_free(&stored);
   /* invariant ops must not depend on row ops (they stay outside) */
   for (TpkOp *op = first; op != end && ok; op = op->next)
     if (!in_run(&rows, op))
@@ -209,6 +264,10 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   if (B >= 8) B -= B % 8;
   if (B < 1) B = 1;
   if (B > Lk) B = Lk;
+  if (tpk_ceildiv(Lk, B) > INT32_MAX) { /* grid bounds are i32 */
+    free(rows.ops);
+    return true;
+  }
   const TpkDim *Bd = tpk_dim_const(m, B);
 
   TpkBuilder b = {.m = m, .block = f->body, .loc = first->loc};
@@ -270,6 +329,8 @@ oom_map:
   free(map.from);
   free(map.to);
 oom:
+  tpk_ptrmap_free(&row_values);
+  tpk_ptrmap_free(&stored);
   free(rows.ops);
   return false;
 }

@@ -119,18 +119,21 @@ bool test_small_symbol(void *ctx, const char *sym, int64_t *value) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int test_list_tpk(const char *rel, char **names, int max) {
+int test_list_tpk(const char *rel, char **names, int max) { return test_list_files(rel, ".tpk", names, max); }
+
+int test_list_files(const char *rel, const char *ext, char **names, int max) {
   DIR *d = opendir(test_path(rel));
   if (!d) fail_msg("cannot open %s (run from the repository root or set TPK_ROOT)", test_path(rel));
   int n = 0;
+  size_t elen = strlen(ext);
   struct dirent *e;
   while ((e = readdir(d))) {
     size_t len = strlen(e->d_name);
-    if (len <= 4 || strcmp(e->d_name + len - 4, ".tpk") != 0) continue;
+    if (len <= elen || strcmp(e->d_name + len - elen, ext) != 0) continue;
     if (n == max) {
       closedir(d);
       test_names_free(names, n);
-      fail_msg("%s holds more than %d .tpk files", rel, max);
+      fail_msg("%s holds more than %d %s files", rel, max, ext);
     }
     names[n++] = strdup(e->d_name);
   }

@@ -51,6 +51,8 @@ bool test_small_symbol(void *ctx, const char *sym, int64_t *value);
  * strings ("softmax.tpk"); fails the test when the folder cannot be read or
  * holds more than `max`. Free with test_names_free. */
 int test_list_tpk(const char *rel, char **names, int max);
+/* The same for the files whose names end in `ext` (".ir"). */
+int test_list_files(const char *rel, const char *ext, char **names, int max);
 void test_names_free(char **names, int n);
 
 /* Read a whole file (heap, NUL-terminated), or NULL. `*len` may be NULL. */
