@@ -290,3 +290,9 @@ TpkStatus cli_source_read(TpkSource *src, const char *path, TpkError *err) {
   }
   return tpk_source_read(src, path, err);
 }
+
+void cli_print_error(const char *prefix, const char *msg) {
+  size_t n = strlen(msg);
+  bool rendered = strstr(msg, ": error: ") != NULL;
+  fprintf(stderr, "%s%s%s%s", rendered ? "" : prefix, rendered ? "" : ": ", msg, n && msg[n - 1] == '\n' ? "" : "\n");
+}

@@ -95,4 +95,9 @@ int cli_finish_output(int status);
 /* Read a .tpk file, or standard input for "-" (named "<stdin>"). */
 TpkStatus cli_source_read(TpkSource *src, const char *path, TpkError *err);
 
+/* A library error on stderr: "PREFIX: message", except that diagnostics
+ * arrive rendered (file:line:col: error: ..., with the line) and print as
+ * they are; one newline at the end. */
+void cli_print_error(const char *prefix, const char *msg);
+
 #endif

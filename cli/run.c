@@ -395,8 +395,7 @@ static int run(Run *r) {
       tpk_program_load_source(ctx, src.name, src.text, src.len, &prog) != TPK_OK) {
     /* diagnostics arrive rendered (file:line:col: error: ...); other
      * failures get the usual prefix */
-    const char *msg = tpk_last_error();
-    fprintf(stderr, "%s%s%s", strstr(msg, ": error: ") ? "" : "tpk: ", msg, msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+    cli_print_error("tpk", tpk_last_error());
     goto done;
   }
   if (!r->kernel) {
@@ -410,7 +409,7 @@ static int run(Run *r) {
     r->kernel = tpk_program_kernel_name(prog, 0);
   }
   if (tpk_program_kernel(prog, r->kernel, &k) != TPK_OK) {
-    fprintf(stderr, "tpk: %s\n", tpk_last_error());
+    cli_print_error("tpk", tpk_last_error());
     goto done;
   }
   np = tpk_kernel_param_count(k);
@@ -467,7 +466,7 @@ static int run(Run *r) {
     int64_t shape[TPK_MAX_DIMS];
     if (tpk_kernel_param_shape(k, i, sizes, nsizes, shape) != TPK_OK ||
         tpk_buffer_create(dev, dt, tpk_kernel_param_rank(k, i), shape, &bufs[i]) != TPK_OK) {
-      fprintf(stderr, "tpk: %s\n", tpk_last_error());
+      cli_print_error("tpk", tpk_last_error());
       goto done;
     }
     char st[128];
@@ -514,7 +513,7 @@ static int run(Run *r) {
    * the check compares the first call's results. */
   double t0 = tpk_now_seconds();
   if (tpk_kernel_launch(k, &launch) != TPK_OK) {
-    fprintf(stderr, "tpk: %s\n", tpk_last_error());
+    cli_print_error("tpk", tpk_last_error());
     goto done;
   }
   double first = (tpk_now_seconds() - t0) * 1e3;
@@ -540,7 +539,7 @@ static int run(Run *r) {
            100 * sim.vpu_utilisation, 100 * sim.hbm_utilisation);
     if (r->trace) {
       if (tpk_kernel_write_trace(k, r->trace) != TPK_OK) {
-        fprintf(stderr, "tpk: %s\n", tpk_last_error());
+        cli_print_error("tpk", tpk_last_error());
         goto done;
       }
       say(r, "  trace        %s (open it in ui.perfetto.dev or chrome://tracing)\n", r->trace);
@@ -567,7 +566,7 @@ static int run(Run *r) {
    * tier land, then time. */
   for (int i = 0; i < 3; i++)
     if (tpk_kernel_launch(k, &launch) != TPK_OK) {
-      fprintf(stderr, "tpk: %s\n", tpk_last_error());
+      cli_print_error("tpk", tpk_last_error());
       goto done;
     }
   tpk_context_wait_compiles(ctx);
@@ -576,7 +575,7 @@ static int run(Run *r) {
   for (int i = 0; i < r->repeat; i++) {
     double s = tpk_now_seconds();
     if (tpk_kernel_launch(k, &launch) != TPK_OK) {
-      fprintf(stderr, "tpk: %s\n", tpk_last_error());
+      cli_print_error("tpk", tpk_last_error());
       free(times);
       goto done;
     }

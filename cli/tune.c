@@ -202,10 +202,8 @@ static void summary(const Tune *t, const TpkTuneReport *r) {
 /* Exit status for a library error: a wrong request (unknown kernel, tunable,
  * symbol or device) is a wrong command line. */
 static int report_error(const TpkError *err, bool searching) {
-  const char *msg = err->message;
-  bool rendered = strstr(msg, ": error: ") != NULL;
   fflush(stdout);
-  fprintf(stderr, "%s%s%s", rendered ? "" : "tpk tune: ", msg, msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+  cli_print_error("tpk tune", err->message);
   if (err->code == TPK_ERR_INVALID && !searching) {
     fprintf(stderr, "Run 'tpk tune --help' for usage.\n");
     return CLI_USAGE;
@@ -287,8 +285,7 @@ static int tune(Tune *t) {
   TpkContext *ctx = NULL;
   TpkProgram *prog = NULL;
   if (tpk_context_create(&ctx) != TPK_OK || tpk_program_load_source(ctx, src.name, src.text, src.len, &prog) != TPK_OK) {
-    const char *msg = tpk_last_error();
-    fprintf(stderr, "%s%s%s", strstr(msg, ": error: ") ? "" : "tpk: ", msg, msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+    cli_print_error("tpk", tpk_last_error());
     tpk_context_destroy(ctx);
     tpk_source_free(&src);
     return CLI_FAIL;

@@ -42,6 +42,16 @@ void test_compile_free(TestCompile *c) {
   memset(c, 0, sizeof *c);
 }
 
+TpkKernel *test_kernel(TpkContext **ctx, TpkDevice **dev, const char *device, const char *name, const char *text,
+                       const char *kernel) {
+  TpkProgram *prog;
+  TpkKernel *k;
+  if (tpk_context_create(ctx) != TPK_OK || tpk_device_open(*ctx, device, dev) != TPK_OK ||
+      tpk_program_load_source(*ctx, name, text, strlen(text), &prog) != TPK_OK || tpk_program_kernel(prog, kernel, &k) != TPK_OK)
+    fail_msg("%s: %s", name, tpk_last_error());
+  return k;
+}
+
 char *test_read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;

@@ -89,6 +89,12 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
                                 const char *kname, int64_t size, const TpkBinding *tunes, int ntunes,
                                 TestTally *tally);
 
+/* A new context, device `device` opened in it, and kernel `kernel` of
+ * `text` loaded as file `name`; fails the test otherwise. The caller
+ * destroys *ctx. */
+TpkKernel *test_kernel(TpkContext **ctx, TpkDevice **dev, const char *device, const char *name, const char *text,
+                       const char *kernel);
+
 /* ---- running the tpk command ---- */
 
 typedef struct TestRun {

@@ -102,12 +102,7 @@ static void test_outputs_sized_by_tunables(void **state) {
   (void)state;
   TpkContext *ctx;
   TpkDevice *dev;
-  TpkProgram *prog;
-  TpkKernel *k;
-  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
-  assert_int_equal(tpk_program_load_source(ctx, "rows.tpk", GROUPS, strlen(GROUPS), &prog), TPK_OK);
-  assert_int_equal(tpk_program_kernel(prog, "rows", &k), TPK_OK);
+  TpkKernel *k = test_kernel(&ctx, &dev, "host", "rows.tpk", GROUPS, "rows");
   /* G is a tunable, not a shape symbol */
   assert_int_equal(tpk_kernel_symbol_count(k), 1);
   assert_string_equal(tpk_kernel_symbol_name(k, 0), "N");
@@ -183,12 +178,7 @@ static void test_binding_errors_point_at_the_line(void **state) {
       "}\n";
   TpkContext *ctx;
   TpkDevice *dev;
-  TpkProgram *prog;
-  TpkKernel *k;
-  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
-  assert_int_equal(tpk_program_load_source(ctx, "oob.tpk", SLICE, strlen(SLICE), &prog), TPK_OK);
-  assert_int_equal(tpk_program_kernel(prog, "f", &k), TPK_OK);
+  TpkKernel *k = test_kernel(&ctx, &dev, "host", "oob.tpk", SLICE, "f");
   TpkBuffer *x = buffer(dev, TPK_F32, 8, 100), *o = buffer(dev, TPK_F32, 8, 64);
   TpkLaunch L = {.args = (TpkBuffer *[]){x, o}};
   assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
