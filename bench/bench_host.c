@@ -192,19 +192,22 @@ static void bench_matmul(void) {
 static char *kernel_c(const char *src, const char *kname, int64_t m, int64_t n) {
   TpkSource s = {.name = "bench.tpk", .text = src, .len = strlen(src)};
   TpkBinding binds[2] = {{"M", m}, {"N", n}};
-  TpkCheckOptions o = {.binds = binds, .nbinds = 2, .only_kernel = kname};
+  TpkCheckOptions o = {.only_kernel = kname};
   TpkDiags d;
   tpk_diags_init(&d, &s);
-  TpkModule *mod;
+  TpkModule *mod, *bound = tpk_module_new(kname);
   if (tpk_compile_source(&s, &o, &d, &mod)) die("compile");
   tpk_diags_free(&d);
   TpkTarget host = tpk_target_host(tpk_parse_bytes(getenv("TPK_HOST_VMEM")));
   TpkStr out = {0};
   TpkError err = {0};
-  if (tpk_lower_to_c(mod->funcs[0], &host, "tpk_kernel_softmax", src, 0, &out, NULL, &err)) {
+  TpkFunc *f; /* as a launch binds it */
+  if (!bound || tpk_bind(bound, mod->funcs[0], binds, 2, &f, &err) ||
+      tpk_lower_to_c(f, &host, "tpk_kernel_softmax", src, 0, &out, NULL, &err)) {
     fprintf(stderr, "bench_host: %s\n", err.message);
     exit(1);
   }
+  tpk_module_free(bound);
   tpk_module_free(mod);
   return tpk_str_take(&out);
 }
