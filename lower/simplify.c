@@ -3,7 +3,9 @@
  * code elimination on one function.
  *
  * Folding covers scalar integer arithmetic and comparisons of constants
- * (tile counts, bounds), which binding shapes produces in quantity. CSE
+ * (tile counts, bounds), which binding shapes produces in quantity, and an
+ * i32 constant made f32 where it is exact (a bound tunable used as a
+ * number, `BM as f32`). CSE
  * merges pure ops with equal opcode, operands, attributes and result types
  * when the first dominates the second (earlier in the same block or in an
  * enclosing one). DCE removes pure ops whose results are unused, to a fixed
@@ -59,9 +61,29 @@ static bool fold_int(const TpkOp *op, int64_t *r) {
   }
 }
 
+/* An i32 scalar constant converted to f32, when every bit survives (|v|
+ * <= 2^24): the f32 constant it gives. */
+static bool fold_to_float(const TpkOp *op, double *r) {
+  int64_t v;
+  if (op->opcode != TPK_OP_CONVERT || op->out[0].type->rank != 0 || op->out[0].type->dtype != TPK_F32 ||
+      op->in[0]->type->dtype != TPK_I32 || !const_int(op->in[0], &v) || v > (1 << 24) || v < -(1 << 24))
+    return false;
+  *r = (double)v;
+  return true;
+}
+
 static void fold_block(TpkFunc *f, TpkBlock *b) {
   for (TpkOp *op = b->first; op; op = op->next) {
     for (int r = 0; r < op->nregion; r++) fold_block(f, op->regions[r]);
+    double x;
+    if (fold_to_float(op, &x)) {
+      tpk_op_set_operands(f->module, op, 0, NULL);
+      op->opcode = TPK_OP_CONST;
+      op->nattr = 0;
+      op->attrs = NULL;
+      tpk_op_set_float(f->module, op, "value", x);
+      continue;
+    }
     int64_t v;
     if (!fold_int(op, &v)) continue;
     /* Turn the op itself into the constant: same result value, no uses to
