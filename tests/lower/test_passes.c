@@ -11,9 +11,12 @@
  *   // run: plan vmem=1M
  *
  * IR a pass leaves behind must verify; that is checked after every pass and
- * is not something an expectation can record. TPK_UPDATE_EXPECT=1 rewrites
- * the expectations with what the passes print (review the diff). An argument
- * runs the tests whose names match a pattern: `test_passes 'simplify-*'`.
+ * is not something an expectation can record. Nor are two more checks: the
+ * printed IR parses back and prints the same, and a pass marked idempotent,
+ * run again on that parsed-back IR, changes nothing. TPK_UPDATE_EXPECT=1
+ * rewrites the expectations with what the passes print (review the diff).
+ * An argument runs the tests whose names match a pattern:
+ * `test_passes 'simplify-*'`.
  * tests/lower/README.md has the details.
  */
 #include "support.h"
@@ -47,6 +50,7 @@ typedef enum Prints { PRINTS_IR, PRINTS_PLAN, PRINTS_IR_AND_PLAN } Prints;
 typedef struct Pass {
   const char *name;
   Prints prints;
+  bool idempotent; /* an IR pass that, run again on its printed output, prints the same */
   void (*in_place)(TpkFunc *f);
   TpkStatus (*checked)(TpkFunc *f, TpkError *err);
   TpkStatus (*for_target)(TpkFunc *f, const TpkTarget *t, TpkError *err);
@@ -61,10 +65,10 @@ static TpkStatus plan_memory(TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkE
 }
 
 static const Pass PASSES[] = {
-    {"simplify", PRINTS_IR, .in_place = tpk_simplify},
+    {"simplify", PRINTS_IR, .idempotent = true, .in_place = tpk_simplify},
     {"bind", PRINTS_IR, .specialising = tpk_bind},
-    {"tile", PRINTS_IR, .for_target = tpk_tile_whole_arrays},
-    {"decide", PRINTS_IR, .checked = tpk_decide},
+    {"tile", PRINTS_IR, .idempotent = true, .for_target = tpk_tile_whole_arrays},
+    {"decide", PRINTS_IR, .idempotent = true, .checked = tpk_decide},
     {"plan", PRINTS_PLAN, .planning = plan_memory},
     {"lower", PRINTS_IR_AND_PLAN, .planning = tpk_lower},
 };
@@ -83,7 +87,10 @@ typedef struct Case {
   TpkPlan plan;
   bool planned;
   TpkStr actual;
-  TpkStr message; /* for a failure: a diff, printed IR, the known passes */
+  TpkStr message;      /* for a failure: a diff, printed IR, the known passes */
+  TpkStr printed;      /* one function's IR after the passes */
+  TpkModule *reparsed; /* `printed` parsed back */
+  TpkStr reprinted;    /* `reparsed` printed, after the last pass again if idempotent */
 } Case;
 
 static int free_case(void **state) {
@@ -95,6 +102,9 @@ static int free_case(void **state) {
   if (c->module) tpk_module_free(c->module);
   tpk_str_free(&c->actual);
   tpk_str_free(&c->message);
+  tpk_str_free(&c->printed);
+  if (c->reparsed) tpk_module_free(c->reparsed);
+  tpk_str_free(&c->reprinted);
   *c = (Case){.file = c->file};
   return 0;
 }
@@ -195,47 +205,93 @@ static void fail_unverified(Case *c, const char *pass, const TpkFunc *f, const T
   fail_msg("%s: after '%s' the IR does not verify: %s\n%s", c->file, pass, err->message, c->message.data);
 }
 
+/* Apply one step to *f; a specialising pass replaces *f with its copy. */
+static TpkStatus apply_step(Case *c, TpkFunc **f, const Step *s, TpkError *err) {
+  const Pass *p = s->pass;
+  if ((p->in_place || p->checked) && s->noptions) fail_msg("%s: pass '%s' takes no options", c->file, p->name);
+  if (p->in_place) {
+    p->in_place(*f);
+    return TPK_OK;
+  }
+  if (p->checked) return p->checked(*f, err);
+  if (p->for_target) {
+    TpkTarget t = step_target(c->file, s);
+    return p->for_target(*f, &t, err);
+  }
+  if (p->planning) {
+    TpkTarget t = step_target(c->file, s);
+    if (c->planned) tpk_plan_free(&c->plan);
+    TpkStatus st = p->planning(*f, &t, &c->plan, err);
+    c->planned = st == TPK_OK;
+    return st;
+  }
+  if (c->nowned == (int)(sizeof c->owned / sizeof *c->owned)) fail_msg("%s: too many specialisations", c->file);
+  TpkModule *dst = tpk_module_new((*f)->module->source);
+  assert_non_null(dst);
+  c->owned[c->nowned++] = dst;
+  TpkFunc *copy = NULL;
+  TpkStatus st = p->specialising(dst, *f, s->options, s->noptions, &copy, err);
+  if (st == TPK_OK) *f = copy;
+  return st;
+}
+
+static void check_verifies(Case *c, const char *pass, const TpkFunc *f) {
+  TpkError err = {0};
+  if (tpk_ir_verify(f->module, &err) != TPK_OK) fail_unverified(c, pass, f, &err);
+}
+
+static void unified_diff(TpkStr *s, const char *want, const char *got);
+
+/* The text form is how passes are handed IR, so what a run prints must read
+ * back as the same IR: f's printed text parses and prints the same. For an
+ * idempotent last pass, running it again on the parsed-back function must
+ * print the same too (a decision recorded in the IR is seen as taken). */
+static void check_printed_ir(Case *c, const TpkFunc *f, const Step *last) {
+  const char *pass = last->pass->name;
+  c->printed.len = 0, c->reprinted.len = 0;
+  tpk_ir_print_func(&c->printed, f);
+  assert_false(c->printed.failed);
+  if (c->reparsed) tpk_module_free(c->reparsed);
+  TpkError err = {0};
+  c->reparsed = tpk_ir_parse(c->printed.data, c->printed.len, c->file, &err);
+  if (!c->reparsed)
+    fail_msg("%s: the IR after '%s' does not parse back: %s\n%s", c->file, pass, err.message, c->printed.data);
+  assert_int_equal(c->reparsed->nfuncs, 1);
+  TpkFunc *back = c->reparsed->funcs[0];
+  const char *what = "parsed back, it prints";
+  if (last->pass->idempotent) {
+    assert_int_equal(last->pass->prints, PRINTS_IR);
+    if (apply_step(c, &back, last, &err) != TPK_OK)
+      fail_msg("%s: running '%s' again fails: %s", c->file, pass, err.message);
+    check_verifies(c, pass, back);
+    what = "run again on its printed output, it prints";
+  }
+  tpk_ir_print_func(&c->reprinted, back);
+  if (strcmp(c->printed.data, c->reprinted.data) != 0) {
+    unified_diff(&c->message, c->printed.data, c->reprinted.data);
+    fail_msg("%s: '%s' is not stable: %s something else (expected: the IR after the passes)\n%s", c->file, pass,
+             what, c->message.data);
+  }
+}
+
 /* Run the steps on f (the function may be replaced: bind makes a copy) and
  * append what the last one prints to c->actual. */
 static void run_steps(Case *c, TpkFunc *f, const Step *steps, int nsteps) {
   TpkStr *out = &c->actual;
   for (int k = 0; k < nsteps; k++) {
     const Step *s = &steps[k];
-    const Pass *p = s->pass;
     TpkError err = {0};
-    TpkStatus st = TPK_OK;
-    if (p->in_place) {
-      if (s->noptions) fail_msg("%s: pass '%s' takes no options", c->file, p->name);
-      p->in_place(f);
-    } else if (p->checked) {
-      if (s->noptions) fail_msg("%s: pass '%s' takes no options", c->file, p->name);
-      st = p->checked(f, &err);
-    } else if (p->for_target) {
-      TpkTarget t = step_target(c->file, s);
-      st = p->for_target(f, &t, &err);
-    } else if (p->planning) {
-      TpkTarget t = step_target(c->file, s);
-      if (c->planned) tpk_plan_free(&c->plan);
-      st = p->planning(f, &t, &c->plan, &err);
-      c->planned = st == TPK_OK;
-    } else if (p->specialising) {
-      if (c->nowned == (int)(sizeof c->owned / sizeof *c->owned)) fail_msg("%s: too many specialisations", c->file);
-      TpkModule *dst = tpk_module_new(f->module->source);
-      assert_non_null(dst);
-      c->owned[c->nowned++] = dst;
-      TpkFunc *copy = NULL;
-      st = p->specialising(dst, f, s->options, s->noptions, &copy, &err);
-      if (st == TPK_OK) f = copy;
-    }
-    if (st != TPK_OK) {
+    if (apply_step(c, &f, s, &err) != TPK_OK) {
       tpk_str_printf(out, "error: %s\n", err.message);
       break;
     }
-    TpkError verr = {0};
-    if (tpk_ir_verify(f->module, &verr) != TPK_OK) fail_unverified(c, p->name, f, &verr);
+    check_verifies(c, s->pass->name, f);
     if (k == nsteps - 1) {
-      Prints prints = p->prints;
-      if (prints != PRINTS_PLAN) tpk_ir_print_func(out, f);
+      Prints prints = s->pass->prints;
+      if (prints != PRINTS_PLAN) {
+        check_printed_ir(c, f, s);
+        tpk_str_puts(out, c->printed.data);
+      }
       if (prints != PRINTS_IR) tpk_plan_print(out, &c->plan, f);
     }
   }
