@@ -84,6 +84,29 @@ static void test_tunables_do_not_change_results(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* Whole-array statements at square sizes spanning several row blocks (the
+ * host tiles 256 KiB blocks: 300 rows of 300 f32 are two): a vector
+ * broadcast over columns must not be taken for rows (M == N made it look
+ * like one), and every kernel of whole_array.tpk matches the interpreter. */
+static void test_whole_arrays_at_square_sizes(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  char *text = test_read_file(test_path("tests/corpus/whole_array.tpk"), NULL);
+  assert_non_null(text);
+  TpkProgram *prog;
+  assert_int_equal(tpk_program_load_source(ctx, "whole_array.tpk", text, strlen(text), &prog), TPK_OK);
+  TestTally tally = {0};
+  for (int i = 0; i < tpk_program_kernel_count(prog); i++)
+    test_launch_vs_interpreter(dev, prog, "whole_array.tpk", text, tpk_program_kernel_name(prog, i), 300, NULL, 0, &tally);
+  assert_int_equal(tally.passed, tpk_program_kernel_count(prog));
+  tpk_program_destroy(prog);
+  free(text);
+  tpk_context_destroy(ctx);
+}
+
 static const char *ADD = "kernel add(x: f32[N], y: f32[N]) -> (o: f32[N]) { o = x + y; }\n"
                          "kernel scale(inout x: f32[N], a: f32) -> () { x = x * a; }\n";
 
@@ -820,6 +843,7 @@ int main(void) {
       cmocka_unit_test(test_queue_order),
       cmocka_unit_test(test_vmem_budget),
       cmocka_unit_test(test_tunables_do_not_change_results),
+      cmocka_unit_test(test_whole_arrays_at_square_sizes),
       cmocka_unit_test(test_tiers_agree_bitwise),
       cmocka_unit_test(test_corpus_on_simulated_chips),
       cmocka_unit_test(test_generic_code_matches_specialised),
