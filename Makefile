@@ -11,6 +11,24 @@
 # BUILD selects the output folder, so several builds (plain, asan, fuzz) live
 # side by side.
 
+# `make deps all demo` on a new machine: what deps installs (libtcc's archive
+# above all) is looked for when this file is read, so the goals after deps
+# are made by a new make, which reads it again once they are installed.
+ifneq ($(filter deps,$(MAKECMDGOALS)),)
+ifneq ($(filter-out deps,$(MAKECMDGOALS)),)
+AFTER_DEPS := $(filter-out deps,$(MAKECMDGOALS))
+endif
+endif
+
+ifdef AFTER_DEPS
+.PHONY: $(MAKECMDGOALS)
+$(firstword $(MAKECMDGOALS)):
+	@sh tools/deps.sh
+	@$(MAKE) --no-print-directory $(AFTER_DEPS)
+$(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
+	@:
+else
+
 BUILD ?= build
 CC ?= cc
 OPT ?= -O2
@@ -202,3 +220,5 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+endif
