@@ -268,20 +268,25 @@ static size_t page_size(void) {
 
 /* ---- Options ------------------------------------------------------------- */
 
-void tpk_jit_options_from_env(TpkJitOptions *o) {
+TpkStatus tpk_jit_options_from_env(TpkJitOptions *o, TpkError *err) {
   *o = (TpkJitOptions){.tier = TPK_TIER_AUTO, .hot_calls = -1};
+  o->cache_dir = getenv("TPK_CACHE_DIR"); /* "" disables the cache, as in the options */
+  const char *cc = getenv("CC");
+  o->cc = cc && *cc ? cc : NULL;
   const char *t = getenv("TPK_TIER");
   if (t && strcmp(t, "tcc") == 0) o->tier = TPK_TIER_TCC;
-  if (t && strcmp(t, "cc") == 0) o->tier = TPK_TIER_CC;
+  else if (t && strcmp(t, "cc") == 0) o->tier = TPK_TIER_CC;
+  else if (t && *t && strcmp(t, "auto") != 0)
+    return tpk_error(err, TPK_ERR_INVALID, "TPK_TIER=%s: expected tcc, cc or auto", t);
   const char *h = getenv("TPK_JIT_HOT_CALLS");
   if (h && *h) {
     char *end;
     long v = strtol(h, &end, 10);
-    if (!*end && v >= 0) o->hot_calls = v > MAX_HOT_CALLS ? MAX_HOT_CALLS : (int)v;
+    if (*end || v < 0)
+      return tpk_error(err, TPK_ERR_INVALID, "TPK_JIT_HOT_CALLS=%s: expected a count of calls (0 or more)", h);
+    o->hot_calls = v > MAX_HOT_CALLS ? MAX_HOT_CALLS : (int)v;
   }
-  o->cache_dir = getenv("TPK_CACHE_DIR"); /* "" disables the cache, as in the options */
-  const char *cc = getenv("CC");
-  o->cc = cc && *cc ? cc : NULL;
+  return TPK_OK;
 }
 
 static const char *tcc_lib_dir(void) {
@@ -382,7 +387,8 @@ TpkStatus tpk_jit_create(const TpkJitOptions *o, TpkJit **out, TpkError *err) {
   *out = NULL;
   TpkJitOptions def;
   if (!o) {
-    tpk_jit_options_from_env(&def);
+    TpkStatus st = tpk_jit_options_from_env(&def, err);
+    if (st != TPK_OK) return st;
     o = &def;
   }
   if (o->tier != TPK_TIER_AUTO && o->tier != TPK_TIER_TCC && o->tier != TPK_TIER_CC)

@@ -57,8 +57,10 @@ typedef struct TpkJitOptions {
 typedef struct TpkJit TpkJit;   /* one per runtime context; owns the background compiler thread */
 typedef struct TpkCode TpkCode; /* one compiled kernel, owned by its TpkJit */
 
-/* Options from the environment (TPK_TIER, TPK_JIT_HOT_CALLS, TPK_CACHE_DIR, CC). */
-void tpk_jit_options_from_env(TpkJitOptions *o);
+/* Options from the environment (TPK_TIER, TPK_JIT_HOT_CALLS, TPK_CACHE_DIR,
+ * CC). A value that does not parse is an error naming the variable, not a
+ * silent default; *o then holds the defaults. */
+TpkStatus tpk_jit_options_from_env(TpkJitOptions *o, TpkError *err);
 TpkStatus tpk_jit_create(const TpkJitOptions *o, TpkJit **out, TpkError *err);
 /* Waits for background compiles to finish or be cancelled, then frees all. */
 void tpk_jit_destroy(TpkJit *j);

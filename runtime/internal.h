@@ -11,6 +11,10 @@
 /* Set this thread's tpk_last_error() message and return st. */
 TpkStatus tpk_runtime_set_error(TpkStatus st, const char *message);
 
+/* A launch's counts: not negative, with an array wherever one is not 0
+ * (`who` names the call in the message). */
+TpkStatus tpk_launch_check_counts(const TpkLaunch *L, const char *who);
+
 /* runtime/load.c: a program's text, read from a file (the heap: free it),
  * and checked into IR (tpk_module_free it). On failure of the check,
  * `diagnostics` gets them rendered. The only files of runtime/ that see the

@@ -155,6 +155,7 @@ static void enqueue(TpkQueue *q, Work *w) {
 
 TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *L) {
   if (!q || !k || !L) return q_fail(TPK_ERR_INVALID, "tpk_queue_launch: no queue, kernel or launch");
+  if (tpk_launch_check_counts(L, "tpk_queue_launch") != TPK_OK) return TPK_ERR_INVALID;
   int n = tpk_kernel_param_count(k);
   Work *w = calloc(1, sizeof *w);
   if (!w) return q_fail(TPK_ERR_NOMEM, "out of memory queueing a launch");

@@ -173,9 +173,14 @@ TpkStatus tpk_context_create(TpkContext **out) {
   TpkContext *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return fail(TPK_ERR_NOMEM, "out of memory creating a context");
   TpkJitOptions o;
-  tpk_jit_options_from_env(&o);
   TpkError err = {0};
-  if (tpk_jit_create(&o, &ctx->jit, &err) != TPK_OK) {
+  /* the environment is read once, here: a value that does not parse is an
+   * error naming it */
+  const char *vmem = getenv("TPK_HOST_VMEM");
+  ctx->host_vmem = tpk_parse_bytes(vmem);
+  if (vmem && *vmem && ctx->host_vmem <= 0)
+    tpk_error(&err, TPK_ERR_INVALID, "TPK_HOST_VMEM=%s: expected a size in bytes, such as 134217728, 512K, 128M or 1G", vmem);
+  if (err.code || tpk_jit_options_from_env(&o, &err) != TPK_OK || tpk_jit_create(&o, &ctx->jit, &err) != TPK_OK) {
     free(ctx);
     return fail_err(&err);
   }
@@ -184,7 +189,6 @@ TpkStatus tpk_context_create(TpkContext **out) {
   const char *aot = getenv("TPK_AOT");
   ctx->use_aot = !aot || strcmp(aot, "0") != 0;
   ctx->threads = tpk_host_threads();
-  ctx->host_vmem = tpk_parse_bytes(getenv("TPK_HOST_VMEM"));
   ctx->std_programs = calloc((size_t)(tpk_std_nfiles ? tpk_std_nfiles : 1), sizeof *ctx->std_programs);
   if (!ctx->std_programs) {
     tpk_jit_destroy(ctx->jit);
@@ -979,8 +983,18 @@ static int run_parts(TpkPool *pool, PartJob *job) {
   return -1;
 }
 
+TpkStatus tpk_launch_check_counts(const TpkLaunch *L, const char *who) {
+  if (L->nsyms < 0 || L->ntunes < 0)
+    return fail(TPK_ERR_INVALID, "%s: nsyms is %d and ntunes %d; counts cannot be negative", who, L->nsyms, L->ntunes);
+  if ((L->nsyms && !L->syms) || (L->ntunes && !L->tunes))
+    return fail(TPK_ERR_INVALID, "%s: %s counts %d entries but the array is NULL", who, L->nsyms && !L->syms ? "nsyms" : "ntunes",
+                L->nsyms && !L->syms ? L->nsyms : L->ntunes);
+  return TPK_OK;
+}
+
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (!k || !L) return fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
+  if (tpk_launch_check_counts(L, "tpk_kernel_launch") != TPK_OK) return TPK_ERR_INVALID;
   const TpkFunc *f = k->f;
   Bound b;
   char from[MAX_SYMS][96];

@@ -84,6 +84,34 @@ static void test_tunables_do_not_change_results(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* The environment is read when a context is made: a value that does not
+ * parse is an error naming the variable, not a default (TPK_HOST_VMEM with
+ * a K suffix past int64 overflowed a signed shift). */
+static void test_environment_that_does_not_parse(void **state) {
+  (void)state;
+  static const struct {
+    const char *name, *value, *message;
+  } BAD[] = {
+      {"TPK_HOST_VMEM", "garbage", "TPK_HOST_VMEM=garbage: expected a size in bytes, such as 134217728, 512K, 128M or 1G"},
+      {"TPK_HOST_VMEM", "18014398509481985K",
+       "TPK_HOST_VMEM=18014398509481985K: expected a size in bytes, such as 134217728, 512K, 128M or 1G"},
+      {"TPK_TIER", "garbage", "TPK_TIER=garbage: expected tcc, cc or auto"},
+  };
+  for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+    setenv(BAD[i].name, BAD[i].value, 1);
+    TpkContext *ctx = NULL;
+    assert_int_equal(tpk_context_create(&ctx), TPK_ERR_INVALID);
+    assert_null(ctx);
+    assert_string_equal(tpk_last_error(), BAD[i].message);
+    unsetenv(BAD[i].name);
+  }
+  setenv("TPK_HOST_VMEM", "64M", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  tpk_context_destroy(ctx);
+  unsetenv("TPK_HOST_VMEM");
+}
+
 /* Whole-array statements at square sizes spanning several row blocks (the
  * host tiles 256 KiB blocks: 300 rows of 300 f32 are two): a vector
  * broadcast over columns must not be taken for rows (M == N made it look
@@ -149,7 +177,21 @@ static void test_bad_calls(void **state) {
   L.nsyms = 1;
   assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
   assert_string_equal(tpk_last_error(), "kernel 'add' has no shape symbol 'Q'");
+  /* counts: never negative (was taken as 0), never without their array */
+  L.nsyms = -1;
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
+  assert_string_equal(tpk_last_error(), "tpk_kernel_launch: nsyms is -1 and ntunes 0; counts cannot be negative");
   L.nsyms = 0;
+  L.ntunes = -3;
+  TpkQueue *q;
+  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  assert_int_equal(tpk_queue_launch(q, k, &L), TPK_ERR_INVALID);
+  assert_string_equal(tpk_last_error(), "tpk_queue_launch: nsyms is 0 and ntunes -3; counts cannot be negative");
+  tpk_queue_destroy(q);
+  L.ntunes = 2;
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
+  assert_string_equal(tpk_last_error(), "tpk_kernel_launch: ntunes counts 2 entries but the array is NULL");
+  L.ntunes = 0;
   float in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
   assert_int_equal(tpk_buffer_write(x, in, sizeof in), TPK_OK);
   assert_int_equal(tpk_buffer_write(x, in, 4), TPK_ERR_INVALID);
@@ -844,6 +886,7 @@ int main(void) {
       cmocka_unit_test(test_vmem_budget),
       cmocka_unit_test(test_tunables_do_not_change_results),
       cmocka_unit_test(test_whole_arrays_at_square_sizes),
+      cmocka_unit_test(test_environment_that_does_not_parse),
       cmocka_unit_test(test_tiers_agree_bitwise),
       cmocka_unit_test(test_corpus_on_simulated_chips),
       cmocka_unit_test(test_generic_code_matches_specialised),
