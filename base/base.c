@@ -391,6 +391,7 @@ void tpk_render_excerpt(TpkStr *out, const char *text, size_t text_len, size_t o
   if (!text || offset > text_len) return;
   size_t start = offset, end = offset;
   while (start > 0 && text[start - 1] != '\n') start--;
+  if (start == 0 && text_len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 && offset >= 3) start = 3; /* a byte order mark */
   while (end < text_len && text[end] != '\n') end++;
   if (end > start && text[end - 1] == '\r') end--;
   enum { MAX_SHOWN = 240 }; /* a minified line is cut, not dumped */

@@ -20,6 +20,9 @@ void tpk_lexer_init(TpkLexer *lx, const TpkSource *src, TpkArena *arena, TpkDiag
   lx->src = src;
   lx->cur = (const unsigned char *)src->text;
   lx->lim = lx->cur + src->len;
+  /* a UTF-8 byte order mark (editors on Windows write one) is not text:
+   * columns on line 1 count from after it */
+  if (src->len >= 3 && memcmp(lx->cur, "\xEF\xBB\xBF", 3) == 0) lx->cur += 3;
   lx->line_start = lx->cur;
   lx->line = 1;
   lx->arena = arena;

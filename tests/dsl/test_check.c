@@ -275,6 +275,22 @@ static void test_only_kernel(void **state) {
   free(text);
 }
 
+/* A file starting with a UTF-8 byte order mark checks; columns and carets
+ * on its first line count from after the mark. */
+static void test_byte_order_mark(void **state) {
+  (void)state;
+  TestCompile c;
+  test_compile(&c, "bom.tpk", "\xEF\xBB\xBFkernel f(x: f32[N]) -> (o: f32[N]) { o = x; }\n", NULL);
+  assert_int_equal(c.status, TPK_OK);
+  test_compile_free(&c);
+  test_compile(&c, "bom.tpk", "\xEF\xBB\xBFkernel f(x: f32[N]) -> (o: f32[N]) { o = y; }\n", NULL);
+  assert_int_equal(c.status, TPK_ERR_PARSE);
+  assert_non_null(strstr(c.rendered, "bom.tpk:1:42: error: unknown name 'y'\n"
+                                     "   kernel f(x: f32[N]) -> (o: f32[N]) { o = y; }\n"
+                                     "                                            ^\n"));
+  test_compile_free(&c);
+}
+
 /* Diagnostics that are easier to assert here than as golden files: the
  * error count and that checking goes on after an error. */
 static void test_errors_do_not_cascade(void **state) {
@@ -397,6 +413,7 @@ int main(void) {
       cmocka_unit_test(test_whole_array_and_consts),
       cmocka_unit_test(test_scratch_and_dma),
       cmocka_unit_test(test_only_kernel),
+      cmocka_unit_test(test_byte_order_mark),
       cmocka_unit_test(test_errors_do_not_cascade),
       cmocka_unit_test(test_long_const_chains),
       cmocka_unit_test(test_long_const_cycle),
