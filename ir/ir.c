@@ -11,6 +11,8 @@
  */
 #include "ir/ir.h"
 
+#include <inttypes.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -1020,6 +1022,17 @@ bool tpk_dims_equal_when_tuned(TpkModule *m, const TpkTune *tunes, int ntunes, c
     return false;
   }
   return true;
+}
+
+bool tpk_tune_allows(const TpkTune *t, int64_t v) {
+  if (t->nchoices == 0) return v == t->value;
+  for (int c = 0; c < t->nchoices; c++)
+    if (t->choices[c] == v) return true;
+  return false;
+}
+
+void tpk_tune_print_choices(TpkStr *s, const TpkTune *t) {
+  for (int c = 0; c < t->nchoices; c++) tpk_str_printf(s, "%s%" PRId64, c ? ", " : "", t->choices[c]);
 }
 
 const TpkTune *tpk_func_tune(const TpkFunc *f, const char *name) {

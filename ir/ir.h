@@ -587,6 +587,12 @@ void tpk_op_erase(TpkOp *op);
 bool tpk_dims_equal_when_tuned(TpkModule *m, const TpkTune *tunes, int ntunes, const TpkDim *a, const TpkDim *b,
                                char *witness, size_t witness_size);
 
+/* May tunable t take value v? One of its declared choices; with none
+ * recorded (`BK=256` alone), only the value it is bound to. */
+bool tpk_tune_allows(const TpkTune *t, int64_t v);
+/* t's declared choices, "8, 16, 32", appended to s. */
+void tpk_tune_print_choices(TpkStr *s, const TpkTune *t);
+
 /* The tunable named `name` of f, or NULL. */
 const TpkTune *tpk_func_tune(const TpkFunc *f, const char *name);
 

@@ -960,9 +960,7 @@ static bool check_params(Verifier *v) {
     if (!t->name) return fail(v, "tunable %d has no name", i);
     for (int j = 0; j < i; j++)
       if (strcmp(f->tunes[j].name, t->name) == 0) return fail(v, "tunable %s is declared twice", t->name);
-    bool listed = t->nchoices == 0;
-    for (int c = 0; c < t->nchoices; c++) listed |= t->choices[c] == t->value;
-    if (!listed) return fail(v, "tunable %s=%" PRId64 " is not one of its choices", t->name, t->value);
+    if (!tpk_tune_allows(t, t->value)) return fail(v, "tunable %s=%" PRId64 " is not one of its choices", t->name, t->value);
   }
   for (int i = 0; i < f->nrequires; i++) {
     const TpkRequire *r = &f->requires[i];

@@ -60,11 +60,9 @@ static TpkStatus check_names(const TpkFunc *f, const TpkBinding *binds, int n, T
     if (t) {
       if (t->bound && t->value != binds[i].value)
         return tpk_error(err, TPK_ERR_INVALID, "kernel '%s': tunable %s is already bound to %" PRId64, f->name, name, t->value);
-      bool listed = t->nchoices == 0;
-      for (int c = 0; c < t->nchoices; c++) listed |= t->choices[c] == binds[i].value;
-      if (!listed) {
+      if (!tpk_tune_allows(t, binds[i].value)) {
         TpkStr s = {0};
-        for (int c = 0; c < t->nchoices; c++) tpk_str_printf(&s, "%s%" PRId64, c ? ", " : "", t->choices[c]);
+        tpk_tune_print_choices(&s, t);
         tpk_error(err, TPK_ERR_INVALID, "kernel '%s': %s=%" PRId64 " is not one of the declared values [%s]", f->name,
                   name, binds[i].value, s.data ? s.data : "");
         tpk_str_free(&s);

@@ -513,10 +513,9 @@ static bool bound_lookup(void *ctx, const char *sym, int64_t *value) {
 
 /* A tunable's value must be one it declares. */
 static TpkStatus check_tune_value(const TpkKernel *k, const TpkTune *t, int64_t v, const char *from) {
-  for (int c = 0; c < t->nchoices; c++)
-    if (t->choices[c] == v) return TPK_OK;
+  if (tpk_tune_allows(t, v)) return TPK_OK;
   TpkStr s = {0};
-  for (int c = 0; c < t->nchoices; c++) tpk_str_printf(&s, "%s%lld", c ? ", " : "", (long long)t->choices[c]);
+  tpk_tune_print_choices(&s, t);
   fail(TPK_ERR_INVALID, "kernel '%s': tunable %s is %lld from %s, but it is one of [%s]", k->f->name, t->name,
        (long long)v, from, s.data ? s.data : "");
   tpk_str_free(&s);

@@ -174,9 +174,7 @@ bool tpk_tune_parse(const TpkFunc *f, const char *text, size_t len, int64_t *val
       if (strlen(f->tunes[i].name) == (size_t)(eq - p) && strncmp(f->tunes[i].name, p, (size_t)(eq - p)) == 0) t = i;
     int64_t v;
     if (t < 0 || seen[t] || !parse_uint(eq + 1, (size_t)(item_end - eq - 1), &v)) return false;
-    bool declared = false;
-    for (int c = 0; c < f->tunes[t].nchoices; c++) declared |= f->tunes[t].choices[c] == v;
-    if (!declared) return false;
+    if (!tpk_tune_allows(&f->tunes[t], v)) return false;
     seen[t] = true;
     values[t] = v;
     if (!comma) break;
@@ -843,10 +841,6 @@ static void host_teardown(Host *h) {
 static void list_tunables(TpkStr *s, const TpkFunc *f) {
   for (int i = 0; i < f->ntunes; i++) tpk_str_printf(s, "%s%s", i ? ", " : "", f->tunes[i].name);
 }
-static void list_choices(TpkStr *s, const TpkTune *t) {
-  for (int i = 0; i < t->nchoices; i++) tpk_str_printf(s, "%s%lld", i ? ", " : "", (long long)t->choices[i]);
-}
-
 /* The space: each tunable's declared choices, or the one value it is held
  * at. */
 static TpkStatus build_space(Search *s, int64_t *start, TpkError *err) {
@@ -867,10 +861,8 @@ static TpkStatus build_space(Search *s, int64_t *start, TpkError *err) {
       tpk_str_free(&s2);
       return TPK_ERR_INVALID;
     }
-    bool declared = false;
-    for (int c = 0; c < f->tunes[t].nchoices; c++) declared |= f->tunes[t].choices[c] == o->fixed[i].value;
-    if (!declared) {
-      list_choices(&s2, &f->tunes[t]);
+    if (!tpk_tune_allows(&f->tunes[t], o->fixed[i].value)) {
+      tpk_tune_print_choices(&s2, &f->tunes[t]);
       tpk_error(err, TPK_ERR_INVALID, "tunable %s of kernel '%s' is one of [%s], not %lld", f->tunes[t].name, f->name,
                 s2.data ? s2.data : "?", (long long)o->fixed[i].value);
       tpk_str_free(&s2);
