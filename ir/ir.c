@@ -12,7 +12,6 @@
 #include "ir/ir.h"
 
 #include <inttypes.h>
-
 #include <stdio.h>
 #include <string.h>
 
@@ -1033,6 +1032,23 @@ bool tpk_tune_allows(const TpkTune *t, int64_t v) {
 
 void tpk_tune_print_choices(TpkStr *s, const TpkTune *t) {
   for (int c = 0; c < t->nchoices; c++) tpk_str_printf(s, "%s%" PRId64, c ? ", " : "", t->choices[c]);
+}
+
+static void make_const(TpkModule *m, TpkOp *op) {
+  tpk_op_set_operands(m, op, 0, NULL);
+  op->opcode = TPK_OP_CONST;
+  op->nattr = 0;
+  op->attrs = NULL;
+}
+
+void tpk_op_make_const_int(TpkModule *m, TpkOp *op, int64_t v) {
+  make_const(m, op);
+  tpk_op_set_int(m, op, "value", v);
+}
+
+void tpk_op_make_const_float(TpkModule *m, TpkOp *op, double v) {
+  make_const(m, op);
+  tpk_op_set_float(m, op, "value", v);
 }
 
 const TpkTune *tpk_func_tune(const TpkFunc *f, const char *name) {

@@ -566,6 +566,10 @@ void tpk_op_set_operand(TpkOp *op, int i, TpkValue *v);
 /* All operands of op become in[0..n) (n may differ from op->nin); false when
  * the arena is exhausted, op unchanged. */
 bool tpk_op_set_operands(TpkModule *m, TpkOp *op, int n, TpkValue *const *in);
+/* op becomes `const {value=v}` in place (its operands and attributes
+ * dropped): its result value, and so every use, stays. For folding. */
+void tpk_op_make_const_int(TpkModule *m, TpkOp *op, int64_t v);
+void tpk_op_make_const_float(TpkModule *m, TpkOp *op, double v);
 /* Number of uses of v (an op using v twice counts twice). */
 int tpk_value_use_count(const TpkValue *v);
 /* The op using v when v has exactly one use, else NULL. */

@@ -85,10 +85,7 @@ static void fold_syms(TpkModule *m, TpkBlock *b, Values *v) {
   for (TpkOp *op = b->first; op; op = op->next) {
     for (int r = 0; r < op->nregion; r++) fold_syms(m, op->regions[r], v);
     int64_t value;
-    if (op->opcode != TPK_OP_SYM || !lookup(v, tpk_op_str(op, "name", ""), &value)) continue;
-    op->opcode = TPK_OP_CONST;
-    op->nattr = 0;
-    tpk_op_set_int(m, op, "value", value);
+    if (op->opcode == TPK_OP_SYM && lookup(v, tpk_op_str(op, "name", ""), &value)) tpk_op_make_const_int(m, op, value);
   }
 }
 

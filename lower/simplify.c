@@ -75,24 +75,12 @@ static bool fold_to_float(const TpkOp *op, double *r) {
 static void fold_block(TpkFunc *f, TpkBlock *b) {
   for (TpkOp *op = b->first; op; op = op->next) {
     for (int r = 0; r < op->nregion; r++) fold_block(f, op->regions[r]);
+    /* the op itself becomes the constant: same result value, no uses to
+     * rewrite */
     double x;
-    if (fold_to_float(op, &x)) {
-      tpk_op_set_operands(f->module, op, 0, NULL);
-      op->opcode = TPK_OP_CONST;
-      op->nattr = 0;
-      op->attrs = NULL;
-      tpk_op_set_float(f->module, op, "value", x);
-      continue;
-    }
     int64_t v;
-    if (!fold_int(op, &v)) continue;
-    /* Turn the op itself into the constant: same result value, no uses to
-     * rewrite. */
-    tpk_op_set_operands(f->module, op, 0, NULL);
-    op->opcode = TPK_OP_CONST;
-    op->nattr = 0;
-    op->attrs = NULL;
-    tpk_op_set_int(f->module, op, "value", v);
+    if (fold_to_float(op, &x)) tpk_op_make_const_float(f->module, op, x);
+    else if (fold_int(op, &v)) tpk_op_make_const_int(f->module, op, v);
   }
 }
 
