@@ -1120,29 +1120,35 @@ static const char *side_name(TpkStr *buf, const TpkDim *d) {
   return buf->data ? buf->data : "?";
 }
 
+TpkStatus tpk_require_check(const TpkFunc *f, const TpkRequire *r, TpkSymLookup lookup, void *ctx, TpkError *err) {
+  const char *cmp = tpk_require_cmp_text(r->cmp);
+  if (!cmp)
+    return tpk_error(err, TPK_ERR_INTERNAL, "kernel '%s': requirement %d is not a comparison", f->name,
+                     (int)(r - f->requires));
+  int64_t a, b;
+  bool known = tpk_dim_eval(r->lhs, lookup, ctx, &a) && tpk_dim_eval(r->rhs, lookup, ctx, &b);
+  TpkStr s = {0}, ln = {0}, rn = {0};
+  tpk_str_printf(&s, "kernel '%s': ", f->name);
+  if (known && tpk_require_holds(r->cmp, side_name(&ln, r->lhs), a, side_name(&rn, r->rhs), b, &s)) {
+    tpk_str_free(&s), tpk_str_free(&ln), tpk_str_free(&rn);
+    return TPK_OK;
+  }
+  if (!known) tpk_str_puts(&s, "a size it requires is unbound or does not compute");
+  tpk_str_puts(&s, " (it requires ");
+  tpk_dim_print(&s, r->lhs);
+  tpk_str_printf(&s, " %s ", cmp);
+  tpk_dim_print(&s, r->rhs);
+  if (r->loc.line) tpk_str_printf(&s, ", line %d", r->loc.line);
+  tpk_str_putc(&s, ')');
+  tpk_error(err, TPK_ERR_INVALID, "%s", s.data ? s.data : "a requirement does not hold");
+  tpk_str_free(&s), tpk_str_free(&ln), tpk_str_free(&rn);
+  return TPK_ERR_INVALID;
+}
+
 TpkStatus tpk_func_check_requires(const TpkFunc *f, TpkSymLookup lookup, void *ctx, TpkError *err) {
   for (int i = 0; i < f->nrequires; i++) {
-    const TpkRequire *r = &f->requires[i];
-    const char *cmp = tpk_require_cmp_text(r->cmp);
-    if (!cmp) return tpk_error(err, TPK_ERR_INTERNAL, "kernel '%s': requirement %d is not a comparison", f->name, i);
-    int64_t a, b;
-    bool known = tpk_dim_eval(r->lhs, lookup, ctx, &a) && tpk_dim_eval(r->rhs, lookup, ctx, &b);
-    TpkStr s = {0}, ln = {0}, rn = {0};
-    tpk_str_printf(&s, "kernel '%s': ", f->name);
-    if (known && tpk_require_holds(r->cmp, side_name(&ln, r->lhs), a, side_name(&rn, r->rhs), b, &s)) {
-      tpk_str_free(&s), tpk_str_free(&ln), tpk_str_free(&rn);
-      continue;
-    }
-    if (!known) tpk_str_puts(&s, "a size it requires is unbound or does not compute");
-    tpk_str_puts(&s, " (it requires ");
-    tpk_dim_print(&s, r->lhs);
-    tpk_str_printf(&s, " %s ", cmp);
-    tpk_dim_print(&s, r->rhs);
-    if (r->loc.line) tpk_str_printf(&s, ", line %d", r->loc.line);
-    tpk_str_putc(&s, ')');
-    tpk_error(err, TPK_ERR_INVALID, "%s", s.data ? s.data : "a requirement does not hold");
-    tpk_str_free(&s), tpk_str_free(&ln), tpk_str_free(&rn);
-    return TPK_ERR_INVALID;
+    TpkStatus st = tpk_require_check(f, &f->requires[i], lookup, ctx, err);
+    if (st != TPK_OK) return st;
   }
   return TPK_OK;
 }

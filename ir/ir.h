@@ -546,6 +546,8 @@ int tpk_func_symbols(const TpkFunc *f, const char **names, int max);
  * "kernel 'topk': K = 10 is larger than N = 8 (it requires K <= N, line 26)".
  * A requirement with an unbound symbol is an error too. */
 TpkStatus tpk_func_check_requires(const TpkFunc *f, TpkSymLookup lookup, void *ctx, TpkError *err);
+/* The same for one requirement r of f. */
+TpkStatus tpk_require_check(const TpkFunc *f, const TpkRequire *r, TpkSymLookup lookup, void *ctx, TpkError *err);
 /* "<=" for TPK_OP_LE and the other comparisons a requirement may use; NULL
  * for any other opcode. */
 const char *tpk_require_cmp_text(TpkOpcode cmp);

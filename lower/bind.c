@@ -132,10 +132,7 @@ static TpkStatus check_requires(const TpkFunc *f, Values *v, TpkError *err) {
     const TpkRequire *r = &f->requires[i];
     int64_t a, b;
     if (!tpk_dim_eval(r->lhs, lookup, v, &a) || !tpk_dim_eval(r->rhs, lookup, v, &b)) continue; /* left symbolic */
-    TpkFunc one = *f;
-    one.nrequires = 1;
-    one.requires = (TpkRequire *)r;
-    TpkStatus st = tpk_func_check_requires(&one, lookup, v, err);
+    TpkStatus st = tpk_require_check(f, r, lookup, v, err);
     if (st != TPK_OK) {
       if (err) err->line = r->loc.line, err->col = r->loc.col;
       return st;
