@@ -605,8 +605,7 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
             int j = bound_find(b, dim->sym);
             fail(TPK_ERR_INVALID, "kernel '%s': %s %s is %lld from %s but %lld from '%s' (dimension %d)",
                  kernel_name(k), tpk_func_tune(f, dim->sym) ? "tunable" : "shape symbol", dim->sym,
-                 j >= 0 ? (long long)b->value[j] : (long long)want, j >= 0 ? b->from[j] : "its declared default",
-                 (long long)buf->shape[d], p->name, d);
+                 (long long)b->value[j], b->from[j], (long long)buf->shape[d], p->name, d);
           } else {
             fail(TPK_ERR_INVALID, "kernel '%s': '%s' (dimension %d) must have size %s = %lld, the buffer has %lld",
                  kernel_name(k), p->name, d, s.data ? s.data : "?", (long long)want, (long long)buf->shape[d]);
