@@ -272,15 +272,29 @@ void tpk_str_put_json(TpkStr *s, const char *text) {
 
 /* ---- Errors --------------------------------------------------------------- */
 
-TpkStatus tpk_error(TpkError *err, TpkStatus code, const char *fmt, ...) {
+static TpkStatus verror(TpkError *err, TpkStatus code, int line, int col, const char *fmt, va_list ap) {
   if (err) {
     err->code = code;
-    err->line = err->col = 0;
-    va_list ap;
-    va_start(ap, fmt);
+    err->line = line;
+    err->col = col;
     vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
   }
+  return code;
+}
+
+TpkStatus tpk_error(TpkError *err, TpkStatus code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  verror(err, code, 0, 0, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+TpkStatus tpk_error_at(TpkError *err, TpkStatus code, int line, int col, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  verror(err, code, line, col, fmt, ap);
+  va_end(ap);
   return code;
 }
 

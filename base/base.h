@@ -147,6 +147,8 @@ typedef struct TpkError {
 /* Set err (if non-NULL) and return code, so callers write
  * `return tpk_error(err, TPK_ERR_INVALID, "...")`. */
 TpkStatus tpk_error(TpkError *err, TpkStatus code, const char *fmt, ...) TPK_PRINTF(3, 4);
+/* The same, about a place in the source (line and col, 1-based; 0: none). */
+TpkStatus tpk_error_at(TpkError *err, TpkStatus code, int line, int col, const char *fmt, ...) TPK_PRINTF(5, 6);
 
 /* ---- Source excerpts ------------------------------------------------------
  * One look for every message about a place in a .tpk file (dsl/diag.c

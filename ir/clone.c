@@ -23,11 +23,7 @@ typedef struct Cloner {
 } Cloner;
 
 static bool clone_fail(Cloner *c, TpkLoc loc, const char *what) {
-  if (!c->failed) {
-    tpk_error(c->err, TPK_ERR_INVALID, "%s", what);
-    c->err->line = loc.line;
-    c->err->col = loc.col;
-  }
+  if (!c->failed) tpk_error_at(c->err, TPK_ERR_INVALID, loc.line, loc.col, "%s", what);
   c->failed = true;
   return false;
 }

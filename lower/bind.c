@@ -8,14 +8,14 @@
  * constants, and simplification folds what became constant. What could only
  * be checked with the values is checked here, at the op's .tpk location:
  * sizes that overflow or are negative, requirements on sizes (`require K <=
- * N`), constant indices and static slices outside their dimension. Tunables a binding leaves out take their declared
- * defaults, so a bound kernel never has a free tunable; shape symbols it
- * leaves out stay symbolic (code that serves every size).
+ * N`), constant indices and static slices outside their dimension. Tunables
+ * a binding leaves out take their declared defaults, so a bound kernel never
+ * has a free tunable; shape symbols it leaves out stay symbolic (code that
+ * serves every size).
  */
 #include "lower/lower.h"
 
 #include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
 typedef struct Values {
@@ -31,18 +31,6 @@ static bool lookup(void *ctx, const char *name, int64_t *value) {
   const TpkTune *t = tpk_func_tune(v->f, name);
   if (t && !t->bound) return *value = t->value, true; /* the declared default */
   return false;
-}
-
-static TpkStatus at_op(TpkError *err, const TpkOp *op, const char *fmt, ...) TPK_PRINTF(3, 4);
-static TpkStatus at_op(TpkError *err, const TpkOp *op, const char *fmt, ...) {
-  char msg[900];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  tpk_error(err, TPK_ERR_INVALID, "%s", msg);
-  if (err) err->line = op->loc.line, err->col = op->loc.col;
-  return TPK_ERR_INVALID;
 }
 
 /* The names a binding may give: f's shape symbols and tunables, each once,
@@ -115,11 +103,13 @@ static TpkStatus check_access(const TpkOp *op, const TpkIndexPattern *pattern, c
     if (operand >= op->nin) break;
     const TpkValue *ix = op->in[operand++];
     if (kind == TPK_INDEX_SCALAR && sized && const_operand(ix, &start) && (start < 0 || start >= size))
-      return at_op(err, op, "index %" PRId64 " is out of bounds for dimension %d of size %" PRId64, start, d, size);
+      return tpk_error_at(err, TPK_ERR_INVALID, op->loc.line, op->loc.col,
+                          "index %" PRId64 " is out of bounds for dimension %d of size %" PRId64, start, d, size);
     if (kind == TPK_INDEX_RANGE && sel && out_dim < sel->rank && const_operand(ix, &start) &&
         tpk_dim_is_const(sel->dims[out_dim], &len) && (start < 0 || (sized && start + len > size)))
-      return at_op(err, op, "slice %" PRId64 "..%" PRId64 " is out of bounds for dimension %d of size %" PRId64, start,
-                   start + len, d, size);
+      return tpk_error_at(err, TPK_ERR_INVALID, op->loc.line, op->loc.col,
+                          "slice %" PRId64 "..%" PRId64 " is out of bounds for dimension %d of size %" PRId64, start,
+                          start + len, d, size);
     if (kind != TPK_INDEX_SCALAR) out_dim++;
   }
   return TPK_OK;
