@@ -274,6 +274,12 @@ static bool compare(const char *name, TpkDType dt, int rank, const int64_t *shap
 /* Run the reference interpreter on copies of the inputs: with --check,
  * compare every output and inout parameter; with --checked, in checked mode,
  * report the kernel bugs it finds. */
+static bool has_binding(const TpkBinding *b, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(b[i].name, name) == 0) return true;
+  return false;
+}
+
 static bool check_against_interpreter(const Run *r, TpkKernel *k, TpkBuffer **bufs, void **before,
                                       const double *scalars) {
   /* The kernel the launch ran, bound as it was: every size from the
@@ -285,27 +291,20 @@ static bool check_against_interpreter(const Run *r, TpkKernel *k, TpkBuffer **bu
     const TpkType *t = ir->params[i].value->type;
     for (int d = 0; t->kind == TPK_TYPE_REF && d < t->rank && nb < 64; d++) {
       const TpkDim *dim = t->dims[d];
-      bool seen = dim->kind != TPK_DIM_SYM;
-      for (int j = 0; j < nb && !seen; j++) seen = strcmp(binds[j].name, dim->sym) == 0;
-      if (!seen) binds[nb++] = (TpkBinding){dim->sym, tpk_buffer_shape(bufs[i])[d]};
+      if (dim->kind == TPK_DIM_SYM && !has_binding(binds, nb, dim->sym))
+        binds[nb++] = (TpkBinding){dim->sym, tpk_buffer_shape(bufs[i])[d]};
     }
   }
-  for (int i = 0; i < r->shape.count && nb < 64; i++) { /* symbols no buffer shows */
-    bool seen = false;
-    for (int j = 0; j < nb && !seen; j++) seen = strcmp(binds[j].name, r->shape.items[i].name) == 0;
-    if (!seen) binds[nb++] = r->shape.items[i];
-  }
+  for (int i = 0; i < r->shape.count && nb < 64; i++) /* symbols no buffer shows */
+    if (!has_binding(binds, nb, r->shape.items[i].name)) binds[nb++] = r->shape.items[i];
   const char *used = tpk_kernel_last_tunes(k);
   int64_t tunes[TPK_TUNE_MAX_TUNABLES];
   if (ir->ntunes > TPK_TUNE_MAX_TUNABLES || !tpk_tune_parse(ir, used, strcspn(used, " "), tunes)) {
     fprintf(stderr, "tpk: cannot read the tunables the launch used (%s)\n", used);
     return false;
   }
-  for (int i = 0; i < ir->ntunes; i++) {
-    bool seen = false; /* a tunable a shape uses is bound above */
-    for (int j = 0; j < nb && !seen; j++) seen = strcmp(binds[j].name, ir->tunes[i].name) == 0;
-    if (!seen) binds[nb++] = (TpkBinding){ir->tunes[i].name, tunes[i]};
-  }
+  for (int i = 0; i < ir->ntunes; i++) /* a tunable a shape uses is bound above */
+    if (!has_binding(binds, nb, ir->tunes[i].name)) binds[nb++] = (TpkBinding){ir->tunes[i].name, tunes[i]};
   int np = tpk_kernel_param_count(k);
   TpkModule *m = tpk_module_new(ir->name);
   TpkFunc *f = NULL;
