@@ -635,14 +635,19 @@ static bool is_weak(Val v) { return is_const(v) || v.k == V_DIM; }
  * BM * 2 is a size as much as BM is. */
 static bool fold_dim(Checker *c, TpkOpcode op, Val a, Val b, Val *out) {
   if ((a.k != V_DIM && a.k != V_INT) || (b.k != V_DIM && b.k != V_INT) || (a.k != V_DIM && b.k != V_DIM)) return false;
-  static const TpkDimKind KIND[TPK_OP_COUNT] = {[TPK_OP_ADD] = TPK_DIM_ADD, [TPK_OP_SUB] = TPK_DIM_SUB,
-                                                [TPK_OP_MUL] = TPK_DIM_MUL, [TPK_OP_DIV] = TPK_DIM_DIV};
-  if (!KIND[op] && op != TPK_OP_ADD) return false; /* TPK_DIM_CONST is 0: ADD needs its own test */
+  TpkDimKind kind;
+  switch (op) {
+  case TPK_OP_ADD: kind = TPK_DIM_ADD; break;
+  case TPK_OP_SUB: kind = TPK_DIM_SUB; break;
+  case TPK_OP_MUL: kind = TPK_DIM_MUL; break;
+  case TPK_OP_DIV: kind = TPK_DIM_DIV; break;
+  default: return false;
+  }
   const TpkDim *x = a.k == V_DIM ? a.dim : tpk_dim_const(c->m, a.i);
   const TpkDim *y = b.k == V_DIM ? b.dim : tpk_dim_const(c->m, b.i);
   int64_t k;
   if (op == TPK_OP_DIV && (!tpk_dim_is_const(y, &k) || k <= 0)) return false; /* a run-time division */
-  *out = dim_val(tpk_dim_binary(c->m, op == TPK_OP_ADD ? TPK_DIM_ADD : KIND[op], x, y));
+  *out = dim_val(tpk_dim_binary(c->m, kind, x, y));
   return out->k != V_ERR;
 }
 
