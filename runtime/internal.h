@@ -29,5 +29,7 @@ const TpkModule *tpk_program_ir(const TpkProgram *p);
 const char *tpk_program_name(const TpkProgram *p);
 TpkContext *tpk_program_context(const TpkProgram *p);
 const TpkFunc *tpk_kernel_ir(const TpkKernel *k);
+/* The context's JIT (host/jit.h): its disk cache, its counters. */
+struct TpkJit *tpk_context_jit(const TpkContext *ctx);
 
 #endif

@@ -449,6 +449,7 @@ const TpkModule *tpk_program_ir(const TpkProgram *p) { return p->module; }
 const char *tpk_program_name(const TpkProgram *p) { return p->name; }
 TpkContext *tpk_program_context(const TpkProgram *p) { return p->ctx; }
 const TpkFunc *tpk_kernel_ir(const TpkKernel *k) { return k->f; }
+TpkJit *tpk_context_jit(const TpkContext *ctx) { return ctx->jit; }
 
 int tpk_program_kernel_count(const TpkProgram *p) { return p ? p->nkernels : 0; }
 const char *tpk_program_kernel_name(const TpkProgram *p, int i) {
