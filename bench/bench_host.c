@@ -69,6 +69,7 @@ typedef struct Bench {
   TpkBuffer *bufs[8];
   int nbufs;
   TpkLaunch launch;
+  TpkLaunchResult ran;
 } Bench;
 
 static void bench_open(Bench *b, const char *tier, const char *src, const char *kname,
@@ -82,11 +83,11 @@ static void bench_open(Bench *b, const char *tier, const char *src, const char *
   unsetenv("TPK_TIER");
   b->nbufs = nbufs;
   for (int i = 0; i < nbufs; i++) b->bufs[i] = make(dev, i, NULL);
-  b->launch = (TpkLaunch){.args = b->bufs, .scalars = scalars};
+  b->launch = (TpkLaunch){.args = b->bufs, .scalars = scalars, .result = &b->ran};
   for (int i = 0; i < 2; i++) /* compile, warm up */
     if (tpk_kernel_launch(b->k, &b->launch)) die(kname);
-  if (strcmp(tpk_kernel_last_tier(b->k), tier) != 0) {
-    fprintf(stderr, "bench_host: %s ran on tier %s, not %s\n", kname, tpk_kernel_last_tier(b->k), tier);
+  if (strcmp(b->ran.tier, tier) != 0) {
+    fprintf(stderr, "bench_host: %s ran on tier %s, not %s\n", kname, b->ran.tier, tier);
     exit(1);
   }
 }

@@ -700,6 +700,7 @@ typedef struct Prepared {
   double scalars[MAX_PARAMS];
   int np;
   TpkLaunch launch;
+  TpkLaunchResult ran; /* what the last launch did */
 } Prepared;
 
 static void prepared_free(Prepared *p) {
@@ -787,7 +788,7 @@ static bool prepare(TpkDevice *dev, TpkKernel *k, const RowSetup *s, Prepared *p
       return false;
     }
   }
-  p->launch = (TpkLaunch){.args = p->bufs, .scalars = p->scalars, .syms = s->syms, .nsyms = s->nsyms};
+  p->launch = (TpkLaunch){.args = p->bufs, .scalars = p->scalars, .syms = s->syms, .nsyms = s->nsyms, .result = &p->ran};
   return true;
 }
 
@@ -924,7 +925,7 @@ static void measure_host(TpkContext *ctx, TpkKernel *k, const RowSetup *s, const
     if (!launch(k, &p, r)) goto done;
   tpk_context_wait_compiles(ctx);
   if (!launch(k, &p, r)) goto done;
-  snprintf(r->tier, sizeof r->tier, "%s", tpk_kernel_last_tier(k));
+  snprintf(r->tier, sizeof r->tier, "%s", p.ran.tier);
 
   TpkDType first_float = TPK_F32; /* the dtype PyTorch's inputs get */
   for (int i = 0; i < tpk_kernel_param_count(k); i++)
@@ -964,14 +965,14 @@ static void measure_sim(TpkContext *ctx, TpkKernel *k, const RowSetup *s, const 
                         RowResult *r) {
   TpkDevice *dev;
   Prepared p = {0};
-  TpkSimStats st;
   if (tpk_device_open(ctx, device, &dev) != TPK_OK) {
     row_fail(r, ROW_ERROR, "%s", tpk_last_error());
     return;
   }
   if (prepare(dev, k, s, &p, r) && launch(k, &p, r)) {
-    if (tpk_kernel_last_sim_stats(k, &st) != TPK_OK) {
-      row_fail(r, ROW_ERROR, "%s: no simulator statistics: %s", device, tpk_last_error());
+    const TpkSimStats st = p.ran.sim;
+    if (!p.ran.simulated) {
+      row_fail(r, ROW_ERROR, "%s: no simulator statistics", device);
     } else if (st.seconds > 0) {
       out->ran = true;
       out->us = st.seconds * 1e6;

@@ -280,8 +280,8 @@ static bool has_binding(const TpkBinding *b, int n, const char *name) {
   return false;
 }
 
-static bool check_against_interpreter(const Run *r, TpkKernel *k, TpkBuffer **bufs, void **before,
-                                      const double *scalars) {
+static bool check_against_interpreter(const Run *r, TpkKernel *k, const TpkLaunchResult *ran, TpkBuffer **bufs,
+                                      void **before, const double *scalars) {
   /* The kernel the launch ran, bound as it was: every size from the
    * buffers, the tunables the launch used. */
   const TpkFunc *ir = tpk_kernel_ir(k);
@@ -297,9 +297,9 @@ static bool check_against_interpreter(const Run *r, TpkKernel *k, TpkBuffer **bu
   }
   for (int i = 0; i < r->shape.count && nb < 64; i++) /* symbols no buffer shows */
     if (!has_binding(binds, nb, r->shape.items[i].name)) binds[nb++] = r->shape.items[i];
-  const char *used = tpk_kernel_last_tunes(k);
+  const char *used = ran->tunes;
   int64_t tunes[TPK_TUNE_MAX_TUNABLES];
-  if (ir->ntunes > TPK_TUNE_MAX_TUNABLES || !tpk_tune_parse(ir, used, strcspn(used, " "), tunes)) {
+  if (ir->ntunes > TPK_TUNE_MAX_TUNABLES || !tpk_tune_parse(ir, used, strlen(used), tunes)) {
     fprintf(stderr, "tpk: cannot read the tunables the launch used (%s)\n", used);
     return false;
   }
@@ -507,7 +507,9 @@ static int run(Run *r) {
   }
   TpkNamedInt tunes[64];
   for (int i = 0; i < r->tunes.count && i < 64; i++) tunes[i] = (TpkNamedInt){r->tunes.items[i].name, r->tunes.items[i].value};
-  TpkLaunch launch = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = nsyms, .tunes = tunes, .ntunes = r->tunes.count};
+  TpkLaunchResult ran;
+  TpkLaunch launch = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = nsyms, .tunes = tunes, .ntunes = r->tunes.count,
+                      .result = &ran};
   /* The first call compiles; inouts would be updated by every call, so
    * the check compares the first call's results. */
   double t0 = tpk_now_seconds();
@@ -517,13 +519,16 @@ static int run(Run *r) {
   }
   double first = (tpk_now_seconds() - t0) * 1e3;
   r->result.first_ms = first;
-  if (strcmp(tpk_kernel_last_tier(k), "aot") == 0)
+  if (strcmp(ran.tier, "aot") == 0)
     say(r, "  first call   %.3f ms (the standard library's code: nothing compiled)\n", first);
+  else if (strcmp(ran.tier, "cache") == 0)
+    say(r, "  first call   %.3f ms (cc's code, loaded from the cache)\n", first);
   else
-    say(r, "  first call   %.3f ms (compiled by %s)\n", first, tpk_kernel_last_tier(k));
-  if (*tpk_kernel_last_tunes(k) != ' ') say(r, "  tunables     %s\n", tpk_kernel_last_tunes(k)); /* " (..)": none */
-  TpkSimStats sim;
-  if (tpk_kernel_last_sim_stats(k, &sim) == TPK_OK) {
+    say(r, "  first call   %.3f ms (compiled by %s)\n", first, ran.tier);
+  if (ran.note[0]) fprintf(stderr, "tpk: note: %s\n", ran.note);
+  if (ran.tunes[0]) say(r, "  tunables     %s (%s)\n", ran.tunes, ran.tunes_from);
+  if (ran.simulated) {
+    TpkSimStats sim = ran.sim;
     r->result.has_sim = true;
     r->result.sim = sim;
     double flops = sim.matmul_flops ? sim.matmul_flops : sim.flops;
@@ -537,7 +542,7 @@ static int run(Run *r) {
     say(r, "               busy: MXU %.0f%%, VPU %.0f%%, HBM %.0f%%\n", 100 * sim.mxu_utilisation,
            100 * sim.vpu_utilisation, 100 * sim.hbm_utilisation);
     if (r->trace) {
-      if (tpk_kernel_write_trace(k, r->trace) != TPK_OK) {
+      if (tpk_trace_write(ran.trace, NULL, r->trace) != TPK_OK) {
         cli_print_error("tpk", tpk_last_error());
         goto done;
       }
@@ -545,7 +550,7 @@ static int run(Run *r) {
     }
   }
   bool ok = true;
-  if (r->check || r->checked) ok = check_against_interpreter(r, k, bufs, before, scalars);
+  if (r->check || r->checked) ok = check_against_interpreter(r, k, &ran, bufs, before, scalars);
   if (r->out_dir) {
     mkdir(r->out_dir, 0777);
     for (int i = 0; i < np; i++) {
@@ -582,7 +587,7 @@ static int run(Run *r) {
   }
   r->result.steady_ms = tpk_median(times, r->repeat); /* sorts times */
   say(r, "  steady       %.3f ms median of %d (min %.3f ms, tier %s)\n", r->result.steady_ms, r->repeat, times[0],
-         tpk_kernel_last_tier(k));
+         ran.tier);
   free(times);
   status = ok ? CLI_OK : CLI_FAIL;
 done:

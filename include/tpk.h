@@ -52,18 +52,34 @@ const char *tpk_status_name(TpkStatus s);
 
 /* ---- The runtime ------------------------------------------------------------
  *
- *   TpkContext   owns everything below, the JIT and the compilation cache
+ *   TpkContext   devices, programs, the JIT and the compilation cache
  *   TpkDevice    "host" (generated C on this CPU), "sim:<chip>" (timed on a TPU)
  *   TpkBuffer    a tensor on a device: dtype + shape + bytes
  *   TpkProgram   a loaded .tpk file (checked when loaded)
  *   TpkKernel    one kernel of a program
  *   TpkQueue     launches run in order on a worker thread; events mark points
  *
- * Every fallible call returns a TpkStatus; the message of the last failure
- * on the calling thread is tpk_last_error(). Objects are not thread-safe
- * unless said so: a context may be used from several threads only through
- * queues (each queue has its own worker).
- */
+ * Errors. Every fallible call returns a TpkStatus; the message of the last
+ * failure on the calling thread is tpk_last_error().
+ *
+ * Threads. Launches are re-entrant: one kernel may be launched from many
+ * threads at once, at the same or different sizes, and what a launch did
+ * comes back with it (TpkLaunch.result). Buffers, programs and queues may be
+ * created, used and destroyed from any thread; a buffer must not be written
+ * (or read) while a launch that writes it runs.
+ *
+ * Lifetimes. Handles may be destroyed in any order, from any thread, as a
+ * garbage collector does:
+ *   - every buffer, program and queue keeps its context alive: destroying
+ *     the context ends the caller's use of it, and its memory goes with
+ *     the last of them;
+ *   - a view keeps the bytes it looks at alive; a queued launch keeps its
+ *     kernel's program and its buffers alive until it has run;
+ *   - an event outlives its queue: waiting on it after the queue is gone
+ *     returns at once.
+ * A handle is used after its own destroy call never: that is the one order
+ * that stays the caller's to avoid. Kernels, devices and the standard
+ * library's programs are owned by their program or context. */
 typedef struct TpkContext TpkContext;
 typedef struct TpkDevice TpkDevice;
 typedef struct TpkBuffer TpkBuffer;
@@ -78,35 +94,62 @@ enum { TPK_MAX_DIMS = 8 };
 const char *tpk_last_error(void);
 
 /* A context: devices, programs, compiled code. The environment shapes how
- * it compiles (read once, here):
+ * it compiles (read once, here; a value that does not parse is an error
+ * naming the variable):
  *   TPK_TIER=tcc|cc|auto   the JIT's tiers (host/jit.h)
  *   TPK_CACHE_DIR=DIR      compiled code and tuning results on disk ("": none)
  *   TPK_HOST_VMEM=128M     the host's VMEM budget per grid instance
+ *   TPK_HOST_THREADS=N     threads a launch on the host may use
  *   TPK_GENERIC=1          compile each kernel once for every shape, not per shape
  *   TPK_AOT=0              compile the standard kernels too (debugging tpk) */
 TpkStatus tpk_context_create(TpkContext **out);
-/* Waits for queued work, then frees every object of the context. */
+/* Waits for the work queued on the context's queues, then releases the
+ * caller's hold on it (see Lifetimes): once its buffers, programs and queues
+ * are destroyed too, everything it owns is freed. */
 void tpk_context_destroy(TpkContext *ctx);
 
-/* "host" (this CPU), or "sim:<chip>" (v4, v5e, v5p, v6e, v7): kernels run
- * with the host's code, so results are the host's, and each launch is also
- * timed on the chip (tpk_kernel_last_sim_stats). Buffers on a sim device
- * count against the chip's HBM. */
+/* "host" (this CPU), or "sim:<chip>" (v4, v5e, v5p, v6e, v7). Kernels on a
+ * sim device run with the host's code, so its results are the host's, and
+ * each launch is also timed on the chip (TpkLaunchResult.sim). A sim
+ * device's buffers live in host memory (tpk_buffer_data reaches them) and
+ * count against the chip's HBM. Opening a device twice gives the same one. */
 TpkStatus tpk_device_open(TpkContext *ctx, const char *name, TpkDevice **out);
 const char *tpk_device_name(const TpkDevice *dev);
+/* The device's memory: `capacity` bytes (0: no limit but the host's) of
+ * which live buffers use `used`. Lets a caller check that everything a job
+ * needs fits before it allocates and fills any of it. */
+void tpk_device_memory(TpkDevice *dev, uint64_t *capacity, uint64_t *used);
 
+/* A new buffer, zero-filled. */
 TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out);
+/* Memory tpk did not allocate (a NumPy array's or CPU tensor's data) as a
+ * buffer, without copying. `strides` are in elements (NULL: row-major);
+ * they must be row-major contiguous (a dimension of size 1 may have any
+ * stride), else it is an error naming them. `data` must be aligned to the
+ * element size. When the buffer and every view of it are destroyed,
+ * release(user, data) is called once, on whichever thread destroyed the
+ * last of them (release may be NULL). If the call fails, release is not
+ * called: the memory is still the caller's. */
+typedef void (*TpkReleaseFn)(void *user, void *data);
+TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, const int64_t *strides,
+                          void *data, TpkReleaseFn release, void *user, TpkBuffer **out);
+/* A buffer that looks at `base`'s bytes from `offset` (a multiple of the
+ * dtype's size) with its own dtype and shape, which must fit in them. It
+ * keeps those bytes alive after `base` is destroyed. */
+TpkStatus tpk_buffer_view(TpkBuffer *base, size_t offset, TpkDType dtype, int rank, const int64_t *shape,
+                          TpkBuffer **out);
 void tpk_buffer_destroy(TpkBuffer *buf);
 TpkDType tpk_buffer_dtype(const TpkBuffer *buf);
 int tpk_buffer_rank(const TpkBuffer *buf);
 const int64_t *tpk_buffer_shape(const TpkBuffer *buf);
 size_t tpk_buffer_bytes(const TpkBuffer *buf);
+TpkDevice *tpk_buffer_device(const TpkBuffer *buf);
 /* Copy in/out; `bytes` must equal tpk_buffer_bytes. Elements are stored as
  * in host/prims.h: bf16/f16 as their 16 bits, f8 as 8 bits, bool as one
  * byte 0/1, row-major. */
 TpkStatus tpk_buffer_write(TpkBuffer *buf, const void *src, size_t bytes);
 TpkStatus tpk_buffer_read(const TpkBuffer *buf, void *dst, size_t bytes);
-/* Host buffers only: the memory itself (NULL on other devices). */
+/* The memory itself, in host memory on every device so far. */
 void *tpk_buffer_data(TpkBuffer *buf);
 
 /* Load and check a .tpk file or text. A file with errors fails with all its
@@ -141,36 +184,7 @@ const char *tpk_kernel_symbol_name(const TpkKernel *k, int i);
  * tunables it does not name take their declared defaults. */
 TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *syms, int nsyms, int64_t *shape);
 
-/* One call's arguments. `args[i]` is parameter i (inputs, then outputs, in
- * declaration order): a buffer for tensors; scalars take `scalars[i]` (the
- * value as a double, converted to the parameter's dtype; ints must be exact).
- * Shape symbols are bound from the buffers' shapes; a symbol that appears
- * only in outputs is bound from the output buffer or from `syms`.
- * Tunables not named in `tunes` take their declared defaults; a launch that
- * names none takes tuned ones when there are (tpk_kernel_last_tunes). */
-typedef struct TpkLaunch {
-  TpkBuffer *const *args; /* tpk_kernel_param_count entries; NULL for scalars */
-  const double *scalars;  /* same indexing; may be NULL if there are no scalars */
-  const TpkNamedInt *syms;
-  int nsyms;
-  const TpkNamedInt *tunes;
-  int ntunes;
-} TpkLaunch;
-
-/* Run synchronously on the device of the argument buffers. */
-TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *launch);
-
-/* Compilation tier of the kernel's last launch: "tcc", "cc", "aot". */
-const char *tpk_kernel_last_tier(const TpkKernel *k);
-/* The tunables of the kernel's last launch and where they came from:
- * "BM=256,BN=128 (tuning cache)"; the others are "(given)" by the launch,
- * "(shipped defaults)" (kernels/tuned.tsv) and "(declared defaults)".
- * A launch that names no tunables takes the first of `tpk tune`'s cache, the
- * shipped defaults and the declared defaults that knows its sizes and
- * device. Empty before the first launch. */
-const char *tpk_kernel_last_tunes(const TpkKernel *k);
-/* What the simulator says about the kernel's last launch on a "sim:<chip>"
- * device: the time it would take on the chip, and why. */
+/* What a launch did, filled in when TpkLaunch.result is set. */
 typedef struct TpkSimStats {
   const char *chip;          /* "v5e" */
   double cycles, seconds;    /* the kernel on the chip, and at its clock */
@@ -185,9 +199,56 @@ typedef struct TpkSimStats {
   double mxu_utilisation, vpu_utilisation, hbm_utilisation; /* busy fractions */
 } TpkSimStats;
 
-TpkStatus tpk_kernel_last_sim_stats(const TpkKernel *k, TpkSimStats *out);
-/* The Chrome-trace / Perfetto JSON of that launch: one track per unit. */
-TpkStatus tpk_kernel_write_trace(const TpkKernel *k, const char *path);
+typedef struct TpkTrace TpkTrace;
+
+typedef struct TpkLaunchResult {
+  /* The code that ran: "aot" (the standard library's, built with tpk),
+   * "tcc" (compiled by libtcc), "cc" (compiled by cc -O3 in this process),
+   * "cache" (cc code loaded from the disk cache). */
+  const char *tier;
+  /* The tunables it ran with, "BM=256,BN=128" ("" when the kernel has
+   * none), and where they came from: "given" by the launch, the "tuning
+   * cache" (`tpk tune`), the "shipped defaults" (kernels/tuned.tsv) or the
+   * "declared defaults". A launch that names no tunables takes the first of
+   * the tuning cache, the shipped defaults and the declared defaults that
+   * knows its sizes and device. */
+  char tunes[256];
+  const char *tunes_from;
+  /* Something the caller may want to say, such as "the cache folder is not
+   * writable: built without it" ("" when nothing). */
+  char note[256];
+  /* On a "sim:<chip>" device: what the simulator says (else all zero), and
+   * the timeline of every unit (else NULL), valid while the kernel's
+   * program lives (tpk_trace_write). */
+  bool simulated;
+  TpkSimStats sim;
+  const TpkTrace *trace;
+} TpkLaunchResult;
+
+/* One call's arguments. `args[i]` is parameter i (inputs, then outputs, in
+ * declaration order): a buffer for tensors; scalars take `scalars[i]` (the
+ * value as a double, converted to the parameter's dtype; ints must be exact).
+ * Shape symbols are bound from the buffers' shapes; a symbol that appears
+ * only in outputs is bound from the output buffer or from `syms`.
+ * Tunables not named in `tunes` take their declared defaults; a launch that
+ * names none takes tuned ones when there are (TpkLaunchResult.tunes_from).
+ * Every buffer must be of the kernel's context. */
+typedef struct TpkLaunch {
+  TpkBuffer *const *args; /* tpk_kernel_param_count entries; NULL for scalars */
+  const double *scalars;  /* same indexing; may be NULL if there are no scalars */
+  const TpkNamedInt *syms;
+  int nsyms;
+  const TpkNamedInt *tunes;
+  int ntunes;
+  TpkLaunchResult *result; /* NULL, or where to say what the launch did */
+} TpkLaunch;
+
+/* Run synchronously on the device of the argument buffers. */
+TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *launch);
+
+/* The Chrome-trace / Perfetto JSON of a simulated launch: one track per
+ * unit. `name` titles it ("matmul on v5e" when NULL). */
+TpkStatus tpk_trace_write(const TpkTrace *trace, const char *name, const char *path);
 
 /* Block until the background (cc -O3) compiles of every kernel launched so
  * far are done, so that later launches run optimized code (benchmarks). */
@@ -209,14 +270,19 @@ TpkStatus tpk_std_kernel(TpkContext *ctx, const char *name, TpkKernel **out);
 const char *tpk_std_source(const char *file);
 
 /* Queues: launches run in submission order on the queue's worker thread.
- * The launch is copied, so the caller's arrays may be reused at once; the
- * buffers must stay alive until the work is done. An error in queued work is
- * reported by the next tpk_queue_wait / tpk_event_wait. */
+ * The launch is copied, so the caller's arrays may be reused at once, and
+ * it holds its buffers and program until it has run (destroying them
+ * meanwhile is safe); its `result`, if any, must stay valid until then.
+ * The first error of queued work is reported by the next tpk_queue_wait,
+ * which clears it, and by tpk_event_wait of every event recorded after the
+ * failing work until then. Launches on a queue whose context was destroyed
+ * are refused. */
 TpkStatus tpk_queue_create(TpkContext *ctx, TpkQueue **out);
 void tpk_queue_destroy(TpkQueue *q); /* waits for its work first */
 TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *launch);
 TpkStatus tpk_queue_wait(TpkQueue *q);
-/* An event completes when all work queued before it has run. */
+/* An event completes when all work queued before it has run. It does not
+ * need its queue: waiting on it after the queue is destroyed returns. */
 TpkStatus tpk_queue_record(TpkQueue *q, TpkEvent **out);
 TpkStatus tpk_event_wait(TpkEvent *e);
 bool tpk_event_done(const TpkEvent *e);

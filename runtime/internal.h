@@ -32,4 +32,28 @@ const TpkFunc *tpk_kernel_ir(const TpkKernel *k);
 /* The context's JIT (host/jit.h): its disk cache, its counters. */
 struct TpkJit *tpk_context_jit(const TpkContext *ctx);
 
+/* Lifetimes (tpk.h): every buffer, program and queue holds its context;
+ * the context is freed when the caller has destroyed it and the last of
+ * them lets go. A destroyed context refuses new objects and launches. */
+void tpk_context_retain(TpkContext *ctx);
+void tpk_context_release(TpkContext *ctx);
+bool tpk_context_closed(const TpkContext *ctx);
+/* tpk_kernel_launch without the checks tpk_queue_launch made when the
+ * launch was queued (work queued before the context was destroyed runs). */
+TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L);
+/* A queued launch's hold on its kernel's program. */
+void tpk_program_retain(TpkProgram *p);
+void tpk_program_release(TpkProgram *p);
+TpkProgram *tpk_kernel_program(const TpkKernel *k);
+
+/* A context's queues (queue.c), so that destroying the context waits for
+ * their work. */
+typedef struct TpkQueues TpkQueues;
+TpkStatus tpk_queues_create(TpkQueues **out);
+void tpk_queues_destroy(TpkQueues *qs); /* after the last queue is gone */
+/* Wait until every queue has run what was queued so far (errors stay for
+ * each queue's next tpk_queue_wait). */
+void tpk_queues_drain(TpkQueues *qs);
+TpkQueues *tpk_context_queues(TpkContext *ctx);
+
 #endif

@@ -2,11 +2,16 @@
  * queue.c — asynchronous launches: each queue has one worker thread that runs
  * its work in submission order; events mark points in that order.
  *
- * A queued launch owns copies of the caller's arrays (buffers are borrowed:
- * they must outlive the work). The first error of queued work is kept and
- * returned by the next tpk_queue_wait or tpk_event_wait on the queue.
+ * A queued launch owns copies of the caller's arrays and holds its buffers
+ * and its kernel's program until it has run, so the caller may destroy
+ * them at once. The first error of queued work is kept until the next
+ * tpk_queue_wait; an event takes a copy of it when it completes, so an
+ * event needs nothing of its queue afterwards.
+ *
+ * A context keeps a registry of its queues (TpkQueues) so that destroying
+ * the context waits for their work.
  */
-#include "runtime/internal.h"
+#include "runtime/device.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -24,14 +29,24 @@ typedef struct Work {
   struct Work *next;
 } Work;
 
+/* Held by its caller and by its marker in the queue, freed by the last. */
 struct TpkEvent {
   pthread_mutex_t lock;
   pthread_cond_t cond;
+  int refs;
   bool done;
-  TpkQueue *queue;
+  TpkStatus error; /* the queue's first error when the event completed */
+  char message[4096];
+};
+
+struct TpkQueues {
+  pthread_mutex_t lock;
+  TpkQueue *list;
 };
 
 struct TpkQueue {
+  TpkContext *ctx;
+  TpkQueue *next; /* in the context's registry */
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t more, idle;
@@ -41,7 +56,22 @@ struct TpkQueue {
   char message[4096];
 };
 
-static void work_free(Work *w) {
+static void event_release(TpkEvent *e) {
+  pthread_mutex_lock(&e->lock);
+  bool last = --e->refs == 0;
+  pthread_mutex_unlock(&e->lock);
+  if (!last) return;
+  pthread_mutex_destroy(&e->lock);
+  pthread_cond_destroy(&e->cond);
+  free(e);
+}
+
+/* The work's holds go with it. */
+static void work_free(Work *w, int nargs) {
+  for (int i = 0; w->args && i < nargs; i++)
+    if (w->args[i]) tpk_buffer_release(w->args[i]);
+  if (w->kernel) tpk_program_release(tpk_kernel_program(w->kernel));
+  if (w->event) event_release(w->event);
   free(w->args);
   free(w->scalars);
   free(w->syms);
@@ -62,23 +92,26 @@ static void *worker(void *arg) {
     q->busy = true;
     pthread_mutex_unlock(&q->lock);
     TpkStatus st = TPK_OK;
-    if (w->kernel) st = tpk_kernel_launch(w->kernel, &w->launch);
-    if (w->event) {
-      pthread_mutex_lock(&w->event->lock);
-      w->event->done = true;
-      pthread_cond_broadcast(&w->event->cond);
-      pthread_mutex_unlock(&w->event->lock);
-    }
+    if (w->kernel) st = tpk_launch_queued(w->kernel, &w->launch);
     pthread_mutex_lock(&q->lock);
     if (st != TPK_OK && q->error == TPK_OK) {
       q->error = st;
       snprintf(q->message, sizeof q->message, "%s", tpk_last_error());
     }
+    if (w->event) {
+      TpkEvent *e = w->event;
+      pthread_mutex_lock(&e->lock);
+      e->error = q->error;
+      snprintf(e->message, sizeof e->message, "%s", q->message);
+      e->done = true;
+      pthread_cond_broadcast(&e->cond);
+      pthread_mutex_unlock(&e->lock);
+    }
+    pthread_mutex_unlock(&q->lock);
+    work_free(w, w->kernel ? tpk_kernel_param_count(w->kernel) : 0);
+    pthread_mutex_lock(&q->lock);
     q->busy = false;
     if (!q->head) pthread_cond_broadcast(&q->idle);
-    pthread_mutex_unlock(&q->lock);
-    work_free(w);
-    pthread_mutex_lock(&q->lock);
   }
   pthread_mutex_unlock(&q->lock);
   return NULL;
@@ -86,11 +119,42 @@ static void *worker(void *arg) {
 
 static TpkStatus q_fail(TpkStatus st, const char *msg) { return tpk_runtime_set_error(st, msg); }
 
+TpkStatus tpk_queues_create(TpkQueues **out) {
+  *out = calloc(1, sizeof **out);
+  if (!*out) return TPK_ERR_NOMEM;
+  pthread_mutex_init(&(*out)->lock, NULL);
+  return TPK_OK;
+}
+
+void tpk_queues_destroy(TpkQueues *qs) {
+  if (!qs) return;
+  pthread_mutex_destroy(&qs->lock);
+  free(qs);
+}
+
+/* Wait until q has run everything queued so far. */
+static void drain(TpkQueue *q) {
+  pthread_mutex_lock(&q->lock);
+  while (q->head || q->busy) pthread_cond_wait(&q->idle, &q->lock);
+  pthread_mutex_unlock(&q->lock);
+}
+
+/* The registry's lock is held throughout: a queue cannot be destroyed
+ * meanwhile, and its worker never takes this lock. */
+void tpk_queues_drain(TpkQueues *qs) {
+  pthread_mutex_lock(&qs->lock);
+  for (TpkQueue *q = qs->list; q; q = q->next) drain(q);
+  pthread_mutex_unlock(&qs->lock);
+}
+
 TpkStatus tpk_queue_create(TpkContext *ctx, TpkQueue **out) {
+  if (!out) return q_fail(TPK_ERR_INVALID, "tpk_queue_create: no place for the queue");
   *out = NULL;
   if (!ctx) return q_fail(TPK_ERR_INVALID, "tpk_queue_create: no context");
+  if (tpk_context_closed(ctx)) return q_fail(TPK_ERR_INVALID, "tpk_queue_create: the context was destroyed");
   TpkQueue *q = calloc(1, sizeof *q);
   if (!q) return q_fail(TPK_ERR_NOMEM, "out of memory creating a queue");
+  q->ctx = ctx;
   pthread_mutex_init(&q->lock, NULL);
   pthread_cond_init(&q->more, NULL);
   pthread_cond_init(&q->idle, NULL);
@@ -101,6 +165,12 @@ TpkStatus tpk_queue_create(TpkContext *ctx, TpkQueue **out) {
     free(q);
     return q_fail(TPK_ERR_NOMEM, "cannot start the queue's worker thread");
   }
+  tpk_context_retain(ctx);
+  TpkQueues *qs = tpk_context_queues(ctx);
+  pthread_mutex_lock(&qs->lock);
+  q->next = qs->list;
+  qs->list = q;
+  pthread_mutex_unlock(&qs->lock);
   *out = q;
   return TPK_OK;
 }
@@ -116,32 +186,34 @@ static TpkStatus take_error(TpkQueue *q) {
   return st == TPK_OK ? TPK_OK : q_fail(st, msg);
 }
 
-static TpkStatus wait_idle(TpkQueue *q) {
-  pthread_mutex_lock(&q->lock);
-  while (q->head || q->busy) pthread_cond_wait(&q->idle, &q->lock);
-  return take_error(q);
-}
-
 void tpk_queue_destroy(TpkQueue *q) {
   if (!q) return;
+  TpkQueues *qs = tpk_context_queues(q->ctx);
+  pthread_mutex_lock(&qs->lock);
+  for (TpkQueue **p = &qs->list; *p; p = &(*p)->next)
+    if (*p == q) {
+      *p = q->next;
+      break;
+    }
+  pthread_mutex_unlock(&qs->lock);
   pthread_mutex_lock(&q->lock);
   q->stop = true;
   pthread_cond_broadcast(&q->more);
   pthread_mutex_unlock(&q->lock);
-  pthread_join(q->thread, NULL);
-  for (Work *w = q->head, *n; w; w = n) { /* none left: the worker drains before stopping */
-    n = w->next;
-    work_free(w);
-  }
+  pthread_join(q->thread, NULL); /* the worker drains before it stops */
   pthread_mutex_destroy(&q->lock);
   pthread_cond_destroy(&q->more);
   pthread_cond_destroy(&q->idle);
+  TpkContext *ctx = q->ctx;
   free(q);
+  tpk_context_release(ctx);
 }
 
 TpkStatus tpk_queue_wait(TpkQueue *q) {
   if (!q) return q_fail(TPK_ERR_INVALID, "tpk_queue_wait: no queue");
-  return wait_idle(q);
+  drain(q);
+  pthread_mutex_lock(&q->lock);
+  return take_error(q);
 }
 
 static void enqueue(TpkQueue *q, Work *w) {
@@ -153,13 +225,22 @@ static void enqueue(TpkQueue *q, Work *w) {
   pthread_mutex_unlock(&q->lock);
 }
 
+/* A copy of name, or of "" (NULL names are refused when the launch runs). */
+static char *copy_name(char **at, const char *name) {
+  size_t len = strlen(name ? name : "") + 1;
+  memcpy(*at, name ? name : "", len);
+  char *copy = *at;
+  *at += len;
+  return copy;
+}
+
 TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *L) {
   if (!q || !k || !L) return q_fail(TPK_ERR_INVALID, "tpk_queue_launch: no queue, kernel or launch");
   if (tpk_launch_check_counts(L, "tpk_queue_launch") != TPK_OK) return TPK_ERR_INVALID;
+  if (tpk_context_closed(q->ctx)) return q_fail(TPK_ERR_INVALID, "tpk_queue_launch: the queue's context was destroyed");
   int n = tpk_kernel_param_count(k);
   Work *w = calloc(1, sizeof *w);
   if (!w) return q_fail(TPK_ERR_NOMEM, "out of memory queueing a launch");
-  w->kernel = k;
   size_t names = 0;
   for (int i = 0; i < L->nsyms; i++) names += strlen(L->syms[i].name ? L->syms[i].name : "") + 1;
   for (int i = 0; i < L->ntunes; i++) names += strlen(L->tunes[i].name ? L->tunes[i].name : "") + 1;
@@ -169,33 +250,30 @@ TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *L) {
   w->tunes = calloc((size_t)(L->ntunes ? L->ntunes : 1), sizeof *w->tunes);
   w->names = malloc(names ? names : 1);
   if (!w->args || !w->scalars || !w->syms || !w->tunes || !w->names) {
-    work_free(w);
+    work_free(w, 0);
     return q_fail(TPK_ERR_NOMEM, "out of memory queueing a launch");
   }
+  /* the holds: the kernel's program and every buffer, until it has run */
+  w->kernel = k;
+  tpk_program_retain(tpk_kernel_program(k));
   for (int i = 0; i < n; i++) {
-    if (L->args) w->args[i] = L->args[i];
+    if (L->args && L->args[i]) {
+      w->args[i] = L->args[i];
+      tpk_buffer_retain(w->args[i]);
+    }
     if (L->scalars) w->scalars[i] = L->scalars[i];
   }
   char *at = w->names;
-  for (int i = 0; i < L->nsyms; i++) {
-    size_t len = strlen(L->syms[i].name ? L->syms[i].name : "") + 1;
-    memcpy(at, L->syms[i].name ? L->syms[i].name : "", len);
-    w->syms[i] = (TpkNamedInt){at, L->syms[i].value};
-    at += len;
-  }
-  for (int i = 0; i < L->ntunes; i++) {
-    size_t len = strlen(L->tunes[i].name ? L->tunes[i].name : "") + 1;
-    memcpy(at, L->tunes[i].name ? L->tunes[i].name : "", len);
-    w->tunes[i] = (TpkNamedInt){at, L->tunes[i].value};
-    at += len;
-  }
+  for (int i = 0; i < L->nsyms; i++) w->syms[i] = (TpkNamedInt){copy_name(&at, L->syms[i].name), L->syms[i].value};
+  for (int i = 0; i < L->ntunes; i++) w->tunes[i] = (TpkNamedInt){copy_name(&at, L->tunes[i].name), L->tunes[i].value};
   w->launch = (TpkLaunch){.args = w->args, .scalars = w->scalars, .syms = w->syms, .nsyms = L->nsyms,
-                          .tunes = w->tunes, .ntunes = L->ntunes};
+                          .tunes = w->tunes, .ntunes = L->ntunes, .result = L->result};
   enqueue(q, w);
   return TPK_OK;
 }
 
 TpkStatus tpk_queue_record(TpkQueue *q, TpkEvent **out) {
+  if (!out) return q_fail(TPK_ERR_INVALID, "tpk_queue_record: no place for the event");
   *out = NULL;
   if (!q) return q_fail(TPK_ERR_INVALID, "tpk_queue_record: no queue");
   TpkEvent *e = calloc(1, sizeof *e);
@@ -207,7 +285,7 @@ TpkStatus tpk_queue_record(TpkQueue *q, TpkEvent **out) {
   }
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->cond, NULL);
-  e->queue = q;
+  e->refs = 2; /* the caller's, and the marker's */
   w->event = e;
   enqueue(q, w);
   *out = e;
@@ -218,10 +296,11 @@ TpkStatus tpk_event_wait(TpkEvent *e) {
   if (!e) return q_fail(TPK_ERR_INVALID, "tpk_event_wait: no event");
   pthread_mutex_lock(&e->lock);
   while (!e->done) pthread_cond_wait(&e->cond, &e->lock);
+  TpkStatus st = e->error;
+  char msg[sizeof e->message];
+  snprintf(msg, sizeof msg, "%s", e->message);
   pthread_mutex_unlock(&e->lock);
-  /* errors of the work before the event */
-  pthread_mutex_lock(&e->queue->lock);
-  return take_error(e->queue);
+  return st == TPK_OK ? TPK_OK : q_fail(st, msg);
 }
 
 bool tpk_event_done(const TpkEvent *e) {
@@ -233,11 +312,5 @@ bool tpk_event_done(const TpkEvent *e) {
 }
 
 void tpk_event_destroy(TpkEvent *e) {
-  if (!e) return;
-  pthread_mutex_lock(&e->lock); /* the worker may still signal it */
-  while (!e->done) pthread_cond_wait(&e->cond, &e->lock);
-  pthread_mutex_unlock(&e->lock);
-  pthread_mutex_destroy(&e->lock);
-  pthread_cond_destroy(&e->cond);
-  free(e);
+  if (e) event_release(e);
 }

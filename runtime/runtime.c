@@ -33,12 +33,11 @@
 
 #include "host/host.h"
 #include "host/jit.h"
-#include "runtime/pool.h"
 #include "host/prims.h"
 #include "host/std.h"
+#include "runtime/device.h"
+#include "runtime/pool.h"
 #include "runtime/tune.h"
-#include "sim/sim.h"
-#include "sim/timeline.h"
 
 /* ---- errors ------------------------------------------------------------------- */
 
@@ -60,23 +59,6 @@ TpkStatus tpk_runtime_set_error(TpkStatus st, const char *message) { return fail
 static TpkStatus fail_err(const TpkError *err) { return fail(err->code ? err->code : TPK_ERR_INTERNAL, "%s", err->message); }
 
 /* ---- objects ------------------------------------------------------------------ */
-
-struct TpkDevice {
-  TpkContext *ctx;
-  char name[64];
-  const TpkChip *chip; /* sim devices: the chip; NULL for the host */
-  uint64_t hbm_used;   /* sim devices: bytes of live buffers (under ctx->lock) */
-  TpkDevice *next;
-};
-
-struct TpkBuffer {
-  TpkDevice *dev;
-  TpkDType dtype;
-  int rank;
-  int64_t shape[TPK_MAX_DIMS];
-  size_t bytes;
-  void *data;
-};
 
 enum { MAX_SYMS = 64, MAX_PARTS = 64 };
 #define MAX_PART_WORKSPACES ((int64_t)512 << 20) /* bytes: see specialise */
@@ -101,8 +83,8 @@ typedef struct Spec {
   TpkCode *code;
   const Generic *generic; /* instead of code */
   int64_t syms[MAX_SYMS]; /* the shape symbols, in tpk_func_symbols order */
-  TpkSimReport sim;      /* sim devices: the launch timed on the chip */
-  TpkTimeline *timeline; /* ... and its timeline, for traces */
+  const TpkDevice *dev;
+  TpkPrepared *prepared; /* what the device keeps of it */
   int64_t workspace_bytes; /* one part's */
   int parts;               /* how many threads share the grid (1: one runs it all) */
   void *workspace;         /* parts workspaces, one after another */
@@ -123,13 +105,12 @@ struct TpkKernel {
   TpkProgram *prog;
   TpkFunc *f; /* the unbound IR: parameter types with symbols */
   TuneMemo *tuned; /* under prog->lock */
-  char last_tunes[256]; /* "BM=256,BN=128 (tuning cache)" */
-  const char *last_tier;
-  const Spec *last_sim; /* the specialisation of the last launch on a sim device */
 };
 
 struct TpkProgram {
   TpkContext *ctx;
+  atomic_int refs;    /* the caller's handle, and queued launches */
+  bool of_context;    /* a standard program: the context's own, not a hold on it */
   char *name;        /* the file, as messages name it */
   char *text;        /* its text, quoted by messages and generated code's comments */
   size_t len;
@@ -144,6 +125,9 @@ struct TpkProgram {
 };
 
 struct TpkContext {
+  atomic_int refs;     /* the caller's, and one per buffer, program and queue */
+  atomic_bool closed;  /* tpk_context_destroy was called */
+  TpkQueues *queues;
   TpkJit *jit;
   bool generic_jit; /* TPK_GENERIC=1: compile each kernel once for every shape */
   bool use_aot;     /* the standard library's code (TPK_AOT=0: compile it too) */
@@ -190,11 +174,14 @@ TpkStatus tpk_context_create(TpkContext **out) {
   ctx->use_aot = !aot || strcmp(aot, "0") != 0;
   ctx->threads = tpk_host_threads();
   ctx->std_programs = calloc((size_t)(tpk_std_nfiles ? tpk_std_nfiles : 1), sizeof *ctx->std_programs);
-  if (!ctx->std_programs) {
+  if (!ctx->std_programs || tpk_queues_create(&ctx->queues) != TPK_OK) {
+    free(ctx->std_programs);
     tpk_jit_destroy(ctx->jit);
     free(ctx);
     return fail(TPK_ERR_NOMEM, "out of memory creating a context");
   }
+  atomic_init(&ctx->refs, 1);
+  atomic_init(&ctx->closed, false);
   pthread_mutex_init(&ctx->lock, NULL);
   *out = ctx;
   return TPK_OK;
@@ -202,14 +189,13 @@ TpkStatus tpk_context_create(TpkContext **out) {
 
 static void spec_free(Spec *s) {
   free(s->key);
-  tpk_timeline_destroy(s->timeline);
+  if (s->prepared) s->dev->ops->unprepare(s->prepared);
   if (s->module) tpk_module_free(s->module);
   free(s->workspace);
   free(s);
 }
 
-void tpk_program_destroy(TpkProgram *prog) {
-  if (!prog) return;
+static void program_free(TpkProgram *prog) {
   TpkContext *ctx = prog->ctx;
   pthread_mutex_lock(&ctx->lock);
   for (TpkProgram **p = &ctx->programs; *p; p = &(*p)->next)
@@ -237,148 +223,114 @@ void tpk_program_destroy(TpkProgram *prog) {
     free(g->tunes);
     free(g);
   }
-
   free(prog->kernels);
   if (prog->module) tpk_module_free(prog->module);
   free(prog->name);
   free(prog->text);
   pthread_mutex_destroy(&prog->lock);
+  bool hold = !prog->of_context;
   free(prog);
+  if (hold) tpk_context_release(ctx);
 }
 
-void tpk_context_destroy(TpkContext *ctx) {
-  if (!ctx) return;
-  while (ctx->programs) tpk_program_destroy(ctx->programs);
+void tpk_program_retain(TpkProgram *p) { atomic_fetch_add(&p->refs, 1); }
+
+void tpk_program_release(TpkProgram *p) {
+  if (p && atomic_fetch_sub(&p->refs, 1) == 1) program_free(p);
+}
+
+void tpk_program_destroy(TpkProgram *prog) { tpk_program_release(prog); }
+
+TpkProgram *tpk_kernel_program(const TpkKernel *k) { return k->prog; }
+
+void tpk_context_retain(TpkContext *ctx) { atomic_fetch_add(&ctx->refs, 1); }
+
+bool tpk_context_closed(const TpkContext *ctx) { return atomic_load(&((TpkContext *)ctx)->closed); }
+
+TpkQueues *tpk_context_queues(TpkContext *ctx) { return ctx->queues; }
+
+/* The last hold is gone: nothing can reach the context any more. */
+static void context_free(TpkContext *ctx) {
+  /* only the standard programs are left: the others held the context */
+  while (ctx->programs) program_free(ctx->programs);
   /* The JIT goes after the programs' specs but before nothing else runs
    * their code: background compiles are finished or cancelled here. */
   tpk_jit_destroy(ctx->jit);
   tpk_pool_destroy(ctx->pool);
   for (TpkDevice *d = ctx->devices, *n; d; d = n) {
     n = d->next;
+    d->ops->close(d);
     free(d);
   }
+  tpk_queues_destroy(ctx->queues);
   pthread_mutex_destroy(&ctx->lock);
   free(ctx->std_programs);
   free(ctx);
 }
 
+void tpk_context_release(TpkContext *ctx) {
+  if (ctx && atomic_fetch_sub(&ctx->refs, 1) == 1) context_free(ctx);
+}
+
+void tpk_context_destroy(TpkContext *ctx) {
+  if (!ctx || atomic_exchange(&ctx->closed, true)) return;
+  tpk_queues_drain(ctx->queues);
+  tpk_context_release(ctx);
+}
+
 /* ---- devices and buffers --------------------------------------------------------- */
 
-TpkStatus tpk_device_open(TpkContext *ctx, const char *name, TpkDevice **out) {
-  *out = NULL;
-  if (!ctx || !name) return fail(TPK_ERR_INVALID, "tpk_device_open: no context or no name");
-  const TpkChip *chip = NULL;
-  if (strncmp(name, "sim:", 4) == 0) {
-    TpkSimTopology topo;
-    TpkError err = {0};
-    if (tpk_sim_topology_parse(name + 4, &topo, &err) != TPK_OK) return fail(err.code, "device '%s': %s", name, err.message);
-    if (topo.chips != 1)
-      return fail(TPK_ERR_UNSUPPORTED, "device '%s': simulating %lld chips over ICI is not supported yet; use one chip, e.g. sim:%s",
-                  name, (long long)topo.chips, topo.chip->name);
-    chip = topo.chip;
-  } else if (strcmp(name, "host") != 0)
-    return fail(TPK_ERR_INVALID, "unknown device '%s'; devices are \"host\" and \"sim:<chip>\" (e.g. sim:v5e)", name);
+static TpkStatus device_open(TpkContext *ctx, const char *name, TpkDevice **out) {
+  const TpkDeviceOps *kind = tpk_device_kind(name);
+  if (!kind) return fail(TPK_ERR_INVALID, "unknown device '%s'; devices are \"host\" and \"sim:<chip>\" (e.g. sim:v5e)", name);
+  if (strlen(name) >= sizeof (*out)->name) return fail(TPK_ERR_INVALID, "device name '%.40s...' is too long", name);
   pthread_mutex_lock(&ctx->lock);
-  for (TpkDevice *d = ctx->devices; d; d = d->next)
-    if (strcmp(d->name, name) == 0) *out = d;
-  if (!*out) {
-    TpkDevice *d = calloc(1, sizeof *d);
-    if (d) {
+  TpkDevice *d = ctx->devices;
+  while (d && strcmp(d->name, name) != 0) d = d->next;
+  TpkStatus st = TPK_OK;
+  TpkError err = {0};
+  if (!d) {
+    d = calloc(1, sizeof *d);
+    if (!d) st = tpk_error(&err, TPK_ERR_NOMEM, "out of memory opening device '%s'", name);
+    else {
       d->ctx = ctx;
-      d->chip = chip;
+      d->ops = kind;
+      d->host_vmem = ctx->host_vmem;
       snprintf(d->name, sizeof d->name, "%s", name);
-      d->next = ctx->devices;
-      ctx->devices = d;
-      *out = d;
+      atomic_init(&d->used, 0);
+      st = kind->open(d, name, &err);
+      if (st == TPK_OK) {
+        d->next = ctx->devices;
+        ctx->devices = d;
+      } else {
+        free(d);
+        d = NULL;
+      }
     }
   }
   pthread_mutex_unlock(&ctx->lock);
-  return *out ? TPK_OK : fail(TPK_ERR_NOMEM, "out of memory opening device '%s'", name);
+  if (st != TPK_OK) return fail_err(&err);
+  *out = d;
+  return TPK_OK;
+}
+
+TpkStatus tpk_device_open(TpkContext *ctx, const char *name, TpkDevice **out) {
+  if (!out) return fail(TPK_ERR_INVALID, "tpk_device_open: no place for the device");
+  *out = NULL;
+  if (!ctx || !name) return fail(TPK_ERR_INVALID, "tpk_device_open: no context or no name");
+  if (tpk_context_closed(ctx)) return fail(TPK_ERR_INVALID, "tpk_device_open: the context was destroyed");
+  return device_open(ctx, name, out);
 }
 
 const char *tpk_device_name(const TpkDevice *dev) { return dev ? dev->name : "?"; }
 
-TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
-  *out = NULL;
-  if (!dev) return fail(TPK_ERR_INVALID, "tpk_buffer_create: no device");
-  if ((unsigned)dtype >= TPK_DTYPE_COUNT) return fail(TPK_ERR_INVALID, "tpk_buffer_create: unknown dtype %d", (int)dtype);
-  if (rank < 0 || rank > TPK_MAX_DIMS) return fail(TPK_ERR_INVALID, "tpk_buffer_create: rank %d is not in 0..%d", rank, TPK_MAX_DIMS);
-  size_t bytes = tpk_dtype_size(dtype);
-  for (int i = 0; i < rank; i++) {
-    if (shape[i] < 0) return fail(TPK_ERR_INVALID, "tpk_buffer_create: dimension %d is negative (%lld)", i, (long long)shape[i]);
-    if (shape[i] && bytes > SIZE_MAX / 2 / (size_t)shape[i])
-      return fail(TPK_ERR_INVALID, "tpk_buffer_create: the shape's size overflows");
-    bytes *= (size_t)shape[i];
-  }
-  if (dev->chip) { /* the chip's HBM is finite */
-    pthread_mutex_lock(&dev->ctx->lock);
-    bool fits = dev->hbm_used + bytes <= dev->chip->hbm_bytes;
-    if (fits) dev->hbm_used += bytes;
-    uint64_t used = dev->hbm_used;
-    pthread_mutex_unlock(&dev->ctx->lock);
-    if (!fits)
-      return fail(TPK_ERR_NOMEM, "%s: out of HBM: a %.1f MiB buffer does not fit (%.1f of %.1f GiB in use)", dev->name,
-                  (double)bytes / (1 << 20), (double)used / (1 << 30), (double)dev->chip->hbm_bytes / (1 << 30));
-  }
-  TpkBuffer *b = calloc(1, sizeof *b);
-  size_t alloc = (bytes + 63) / 64 * 64;
-  void *data = aligned_alloc(64, alloc ? alloc : 64);
-  if (!b || !data) {
-    free(b);
-    free(data);
-    if (dev->chip) {
-      pthread_mutex_lock(&dev->ctx->lock);
-      dev->hbm_used -= bytes;
-      pthread_mutex_unlock(&dev->ctx->lock);
-    }
-    return fail(TPK_ERR_NOMEM, "out of host memory allocating %zu bytes", bytes);
-  }
-  memset(data, 0, alloc ? alloc : 64);
-  b->dev = dev;
-  b->dtype = dtype;
-  b->rank = rank;
-  for (int i = 0; i < rank; i++) b->shape[i] = shape[i];
-  b->bytes = bytes;
-  b->data = data;
-  *out = b;
-  return TPK_OK;
-}
-
-void tpk_buffer_destroy(TpkBuffer *b) {
-  if (!b) return;
-  if (b->dev->chip) {
-    pthread_mutex_lock(&b->dev->ctx->lock);
-    b->dev->hbm_used -= b->bytes;
-    pthread_mutex_unlock(&b->dev->ctx->lock);
-  }
-  free(b->data);
-  free(b);
-}
-
-TpkDType tpk_buffer_dtype(const TpkBuffer *b) { return b->dtype; }
-int tpk_buffer_rank(const TpkBuffer *b) { return b->rank; }
-const int64_t *tpk_buffer_shape(const TpkBuffer *b) { return b->shape; }
-size_t tpk_buffer_bytes(const TpkBuffer *b) { return b->bytes; }
-void *tpk_buffer_data(TpkBuffer *b) { return b ? b->data : NULL; }
-
-TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
-  if (!b || (!src && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");
-  if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_write: %zu bytes given, the buffer holds %zu", bytes, b->bytes);
-  memcpy(b->data, src, bytes);
-  return TPK_OK;
-}
-
-TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
-  if (!b || (!dst && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_read: no buffer or no destination");
-  if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_read: %zu bytes asked, the buffer holds %zu", bytes, b->bytes);
-  memcpy(dst, b->data, bytes);
-  return TPK_OK;
-}
-
 /* ---- programs and kernels ---------------------------------------------------------- */
 
-/* A program from its text (name and text: the heap, owned from here on). */
-static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, size_t len, TpkProgram **out) {
+/* A program from its text (name and text: the heap, owned from here on);
+ * the context's own (a standard program) or the caller's, which holds the
+ * context. */
+static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, size_t len, bool of_context,
+                                     TpkProgram **out) {
   TpkProgram *prog = calloc(1, sizeof *prog);
   if (!prog) {
     free(text);
@@ -387,6 +339,9 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
     return TPK_ERR_NOMEM;
   }
   prog->ctx = ctx;
+  atomic_init(&prog->refs, 1);
+  prog->of_context = of_context;
+  if (!of_context) tpk_context_retain(ctx);
   prog->name = name;
   prog->text = text;
   prog->len = len;
@@ -397,18 +352,18 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
   if (st != TPK_OK) {
     fail(st, "%s", diags.data ? diags.data : "the program did not check");
     tpk_str_free(&diags);
-    tpk_program_destroy(prog);
+    program_free(prog);
     return st;
   }
   prog->nkernels = prog->module->nfuncs;
   prog->kernels = calloc((size_t)(prog->nkernels ? prog->nkernels : 1), sizeof *prog->kernels);
   if (!prog->kernels) {
     fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
-    tpk_program_destroy(prog);
+    program_free(prog);
     return TPK_ERR_NOMEM;
   }
   for (int i = 0; i < prog->nkernels; i++)
-    prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i], .last_tier = "none"};
+    prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i]};
   pthread_mutex_lock(&ctx->lock);
   prog->next = ctx->programs;
   ctx->programs = prog;
@@ -420,6 +375,7 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
 TpkStatus tpk_program_load_file(TpkContext *ctx, const char *path, TpkProgram **out) {
   *out = NULL;
   if (!ctx || !path) return fail(TPK_ERR_INVALID, "tpk_program_load_file: no context or no path");
+  if (tpk_context_closed(ctx)) return fail(TPK_ERR_INVALID, "tpk_program_load_file: the context was destroyed");
   char *text, *name = strdup(path);
   size_t len;
   TpkError err = {0};
@@ -428,12 +384,12 @@ TpkStatus tpk_program_load_file(TpkContext *ctx, const char *path, TpkProgram **
     free(name);
     return fail_err(&err);
   }
-  return program_from_source(ctx, name, text, len, out);
+  return program_from_source(ctx, name, text, len, false, out);
 }
 
-TpkStatus tpk_program_load_source(TpkContext *ctx, const char *name, const char *text, size_t len, TpkProgram **out) {
-  *out = NULL;
-  if (!ctx || (!text && len)) return fail(TPK_ERR_INVALID, "tpk_program_load_source: no context or no text");
+/* A program from a copy of its text. */
+static TpkStatus program_from_copy(TpkContext *ctx, const char *name, const char *text, size_t len, bool of_context,
+                                   TpkProgram **out) {
   char *copy = malloc(len + 1), *n = strdup(name ? name : "<source>");
   if (!copy || !n) {
     free(copy);
@@ -442,7 +398,14 @@ TpkStatus tpk_program_load_source(TpkContext *ctx, const char *name, const char 
   }
   if (len) memcpy(copy, text, len);
   copy[len] = 0;
-  return program_from_source(ctx, n, copy, len, out);
+  return program_from_source(ctx, n, copy, len, of_context, out);
+}
+
+TpkStatus tpk_program_load_source(TpkContext *ctx, const char *name, const char *text, size_t len, TpkProgram **out) {
+  *out = NULL;
+  if (!ctx || (!text && len)) return fail(TPK_ERR_INVALID, "tpk_program_load_source: no context or no text");
+  if (tpk_context_closed(ctx)) return fail(TPK_ERR_INVALID, "tpk_program_load_source: the context was destroyed");
+  return program_from_copy(ctx, name, text, len, false, out);
 }
 
 const TpkModule *tpk_program_ir(const TpkProgram *p) { return p->module; }
@@ -480,8 +443,6 @@ TpkParamKind tpk_kernel_param_kind(const TpkKernel *k, int i) {
 }
 TpkDType tpk_kernel_param_dtype(const TpkKernel *k, int i) { return k->f->params[i].value->type->dtype; }
 int tpk_kernel_param_rank(const TpkKernel *k, int i) { return k->f->params[i].value->type->rank; }
-const char *tpk_kernel_last_tier(const TpkKernel *k) { return k->last_tier; }
-const char *tpk_kernel_last_tunes(const TpkKernel *k) { return k->last_tunes; }
 
 /* ---- binding a launch ---------------------------------------------------------------- */
 
@@ -525,13 +486,18 @@ static TpkStatus check_tune_value(const TpkKernel *k, const TpkTune *t, int64_t 
 
 static const char *kernel_name(const TpkKernel *k) { return k->f->name; }
 
-/* The device a launch runs on: its buffers', which must agree. */
+/* The device a launch runs on: its buffers', which must agree and be of
+ * the kernel's context (the host when it has no buffers). */
 static TpkStatus launch_device(const TpkKernel *k, const TpkLaunch *L, TpkDevice **out) {
   *out = NULL;
   const char *first = NULL;
+  TpkContext *ctx = k->prog->ctx;
   for (int i = 0; i < k->f->nparams; i++) {
     if (k->f->params[i].value->type->kind != TPK_TYPE_REF || !L->args || !L->args[i]) continue;
     TpkDevice *d = L->args[i]->dev;
+    if (d->ctx != ctx)
+      return fail(TPK_ERR_INVALID, "kernel '%s': the buffer for '%s' belongs to another context than the kernel", k->f->name,
+                  k->f->params[i].name);
     if (!*out) {
       *out = d;
       first = k->f->params[i].name;
@@ -540,7 +506,7 @@ static TpkStatus launch_device(const TpkKernel *k, const TpkLaunch *L, TpkDevice
                   k->f->name, k->f->params[i].name, d->name, first, (*out)->name);
     }
   }
-  return TPK_OK;
+  return *out ? TPK_OK : device_open(ctx, "host", out);
 }
 
 /* Bind symbols from buffers, check dtypes and every dimension. */
@@ -673,7 +639,7 @@ static char *tunes_text(const TpkKernel *k, const int64_t *tunes) {
 static char *spec_key(const TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev) {
   TpkStr s = {0};
   /* the device shapes the lowering (its VMEM), so it is part of the key */
-  tpk_str_printf(&s, "%s|%s", dev && dev->chip ? dev->chip->name : "host", k->f->name);
+  tpk_str_printf(&s, "%s|%s", dev->name, k->f->name);
   const char *names[MAX_SYMS];
   int n = tpk_func_symbols(k->f, names, MAX_SYMS);
   for (int i = 0; i < n && i < MAX_SYMS; i++) tpk_str_printf(&s, "|%s=%lld", names[i], (long long)b->value[bound_find(b, names[i])]);
@@ -811,10 +777,9 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   Generic *g;
   st = find_generic(k, tunes, &g);
   if (st != TPK_OK) return st;
-  /* On a sim device the kernel is lowered, tiled and planned for the chip's
-   * VMEM; the host runs that same code for the values. */
-  TpkTarget target = tpk_target_host(prog->ctx->host_vmem);
-  if (dev && dev->chip) target = tpk_sim_target(dev->chip, dev->name);
+  /* Lowered, tiled and planned for the device (a chip's VMEM on a sim
+   * device; the host runs that same code for the values). */
+  TpkTarget target = dev->ops->target(dev);
   TpkStr c = {0};
   TpkError err = {0};
   char entry[128];
@@ -839,8 +804,8 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   int64_t instances = grid ? tpk_grid_instances(grid) : 1;
   spec->parts = instances < 0 || instances > prog->ctx->threads ? prog->ctx->threads : instances < 1 ? 1 : (int)instances;
   while (spec->parts > 1 && (int64_t)spec->parts * spec->workspace_bytes > MAX_PART_WORKSPACES) spec->parts--;
-  /* shapes are bound, so the chip's timing is the same for every launch */
-  if (st == TPK_OK && dev && dev->chip) st = tpk_sim_schedule(f, dev->chip, &spec->sim, &spec->timeline, &err);
+  spec->dev = dev;
+  if (st == TPK_OK) st = dev->ops->prepare(dev, f, &spec->prepared, &err);
   return st == TPK_OK ? TPK_OK : fail_at_line(k, &err);
 }
 
@@ -931,26 +896,6 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
   return TPK_OK;
 }
 
-/* One launch's call of the kernel, split into parts that each run a share
- * of the grid with their own workspace (see TpkPrims.part). */
-typedef struct PartJob {
-  TpkKernelFn fn;
-  void *const *args;
-  const int64_t *syms;
-  char *ws;         /* part i's workspace is ws + i * ws_stride */
-  size_t ws_stride;
-  int parts;
-  TpkPrims prims[MAX_PARTS]; /* the primitive table, told which part it serves */
-  int rc[MAX_PARTS];
-  char err[MAX_PARTS][TPK_KERNEL_ERR_LEN];
-} PartJob;
-
-static void run_part(void *arg, int part) {
-  PartJob *job = arg;
-  job->err[part][0] = 0;
-  job->rc[part] = job->fn(&job->prims[part], job->args, job->syms, job->ws + (size_t)part * job->ws_stride, job->err[part]);
-}
-
 /* The context's pool (started on first use) in *pool, and how many parts
  * it can run of the `want` a launch would like (1 without a pool). */
 static int launch_pool(TpkContext *ctx, int want, TpkPool **pool) {
@@ -962,26 +907,6 @@ static int launch_pool(TpkContext *ctx, int want, TpkPool **pool) {
   return want < have ? want : have;
 }
 
-/* Runs the job's parts; returns the first part (in grid order) that
- * failed, or -1. Every part runs to its end even when another fails. */
-static int run_parts(TpkPool *pool, PartJob *job) {
-  const TpkPrims *p = tpk_prims();
-  if (job->parts <= 1) {
-    job->err[0][0] = 0;
-    job->rc[0] = job->fn(p, job->args, job->syms, job->ws, job->err[0]);
-    return job->rc[0] ? 0 : -1;
-  }
-  for (int i = 0; i < job->parts; i++) {
-    job->prims[i] = *p;
-    job->prims[i].part = i;
-    job->prims[i].parts = job->parts;
-  }
-  tpk_pool_run(pool, job->parts, run_part, job);
-  for (int i = 0; i < job->parts; i++)
-    if (job->rc[i]) return i;
-  return -1;
-}
-
 TpkStatus tpk_launch_check_counts(const TpkLaunch *L, const char *who) {
   if (L->nsyms < 0 || L->ntunes < 0)
     return fail(TPK_ERR_INVALID, "%s: nsyms is %d and ntunes %d; counts cannot be negative", who, L->nsyms, L->ntunes);
@@ -991,9 +916,22 @@ TpkStatus tpk_launch_check_counts(const TpkLaunch *L, const char *who) {
   return TPK_OK;
 }
 
+/* The name of the code's tier (TpkLaunchResult.tier). */
+static const char *tier_name(const Generic *g, const TpkCode *code) {
+  if (g && g->aot) return "aot";
+  return tpk_code_tier(code) == TPK_TIER_CC ? "cc" : "tcc";
+}
+
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (!k || !L) return fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
   if (tpk_launch_check_counts(L, "tpk_kernel_launch") != TPK_OK) return TPK_ERR_INVALID;
+  if (tpk_context_closed(k->prog->ctx))
+    return fail(TPK_ERR_INVALID, "kernel '%s': its context was destroyed; launches are refused", k->f->name);
+  return tpk_launch_queued(k, L);
+}
+
+/* A launch, checked or queued before the context was destroyed. */
+TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L) {
   const TpkFunc *f = k->f;
   Bound b;
   char from[MAX_SYMS][96];
@@ -1041,14 +979,13 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (st != TPK_OK) return st;
   for (int i = 0; i < f->nparams; i++)
     if (f->params[i].zero_init) memset(L->args[i]->data, 0, L->args[i]->bytes);
-  PartJob job;
-  TpkPool *pool = NULL;
-  job.parts = spec->parts > 1 ? launch_pool(k->prog->ctx, spec->parts, &pool) : 1;
+  TpkRun run = {.args = args, .syms = spec->syms, .parts = 1};
+  if (spec->parts > 1) run.parts = launch_pool(k->prog->ctx, spec->parts, &run.pool);
   /* the workspaces: the spec's own, or fresh ones if another thread has it */
   bool mine = !atomic_exchange(&spec->workspace_busy, true);
   void *ws = mine ? spec->workspace : NULL;
-  job.ws_stride = (size_t)(spec->workspace_bytes + 63) / 64 * 64;
-  size_t ws_bytes = job.ws_stride * (size_t)spec->parts;
+  run.workspace_stride = (size_t)(spec->workspace_bytes + 63) / 64 * 64;
+  size_t ws_bytes = run.workspace_stride * (size_t)spec->parts;
   if (!ws) {
     ws = aligned_alloc(64, ws_bytes ? ws_bytes : 64);
     if (!ws) {
@@ -1059,19 +996,23 @@ TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   }
   const Generic *g = spec->generic;
   TpkCode *code = g ? g->code : spec->code;
-  job.fn = g && g->aot ? g->aot->fn : tpk_code_entry(code);
-  job.args = args;
-  job.syms = spec->syms;
-  job.ws = ws;
-  int failed = run_parts(pool, &job);
-  k->last_tier = g && g->aot ? "aot" : tpk_code_tier(code) == TPK_TIER_CC ? "cc" : "tcc";
-  k->last_sim = dev && dev->chip ? spec : NULL;
-  char *setting = tunes_text(k, tunes);
-  snprintf(k->last_tunes, sizeof k->last_tunes, "%s (%s)", setting ? setting : "?", tunes_from);
-  free(setting);
+  run.fn = g && g->aot ? g->aot->fn : tpk_code_entry(code);
+  run.workspace = ws;
+  char message[TPK_KERNEL_ERR_LEN];
+  int failed = dev->ops->run(dev, &run, message);
   if (mine) atomic_store(&spec->workspace_busy, false);
   else free(ws);
-  if (failed >= 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, job.err[failed]);
+  if (failed >= 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, message);
+  if (L->result) {
+    TpkLaunchResult *r = L->result;
+    r->tier = tier_name(g, code);
+    char *setting = tunes_text(k, tunes);
+    snprintf(r->tunes, sizeof r->tunes, "%s", setting ? setting : "?");
+    free(setting);
+    r->tunes_from = tunes_from;
+    r->note[0] = 0;
+    dev->ops->report(dev, spec->prepared, r);
+  }
   return TPK_OK;
 }
 
@@ -1121,33 +1062,6 @@ void tpk_context_wait_compiles(TpkContext *ctx) {
     pthread_mutex_unlock(&p->lock);
   }
   pthread_mutex_unlock(&ctx->lock);
-}
-
-/* ---- the simulator's view of a launch --------------------------------------------- */
-
-TpkStatus tpk_kernel_last_sim_stats(const TpkKernel *k, TpkSimStats *out) {
-  memset(out, 0, sizeof *out);
-  if (!k || !k->last_sim) return fail(TPK_ERR_INVALID, "kernel '%s' has not run on a sim device", k ? k->f->name : "?");
-  const TpkSimReport *r = &k->last_sim->sim;
-  TpkDType dt = r->matmul_flops ? r->matmul_dtype : TPK_BF16;
-  *out = (TpkSimStats){.chip = r->chip->name, .cycles = r->cycles, .seconds = r->seconds, .clock_hz = r->chip->clock_hz,
-                       .flops = r->flops, .matmul_flops = r->matmul_flops, .hbm_bytes = r->hbm_bytes,
-                       .peak_flops = tpk_sim_peak_flops(r->chip, dt), .hbm_bytes_per_s = r->chip->hbm_bytes_per_s,
-                       .roofline_seconds = r->roofline_seconds, .memory_bound = r->memory_bound,
-                       .mxu_utilisation = r->mxu_utilisation, .vpu_utilisation = r->vpu_utilisation,
-                       .hbm_utilisation = r->hbm_utilisation};
-  return TPK_OK;
-}
-
-TpkStatus tpk_kernel_write_trace(const TpkKernel *k, const char *path) {
-  if (!k || !k->last_sim || !k->last_sim->timeline)
-    return fail(TPK_ERR_INVALID, "kernel '%s' has not run on a sim device", k ? k->f->name : "?");
-  char name[160];
-  snprintf(name, sizeof name, "%s on %s", k->f->name, k->last_sim->sim.chip->name);
-  TpkError err = {0};
-  if (tpk_timeline_write_trace(k->last_sim->timeline, path, k->last_sim->sim.chip->clock_hz, name, &err) != TPK_OK)
-    return fail_err(&err);
-  return TPK_OK;
 }
 
 /* ---- the standard library ------------------------------------------------------------ */
@@ -1211,14 +1125,14 @@ TpkStatus tpk_std_kernel(TpkContext *ctx, const char *name, TpkKernel **out) {
     const TpkStdFile *f = &tpk_std_files[e->file];
     char label[160];
     snprintf(label, sizeof label, "std:%s", f->name);
-    TpkStatus st = tpk_program_load_source(ctx, label, f->source, f->len, &prog);
+    TpkStatus st = program_from_copy(ctx, label, f->source, f->len, true, &prog);
     if (st != TPK_OK) return st;
     pthread_mutex_lock(&ctx->lock);
     TpkProgram *first = ctx->std_programs[e->file];
     if (!first) ctx->std_programs[e->file] = prog;
     pthread_mutex_unlock(&ctx->lock);
     if (first) {
-      tpk_program_destroy(prog);
+      program_free(prog);
       prog = first;
     }
   }

@@ -669,15 +669,19 @@ static bool host_launch(Search *s, const TpkLaunch *L, TpkTunePoint *p) {
   return false;
 }
 
+/* Whether a launch ran code compiled with optimization (tpk.h's tiers). */
+static bool optimized_tier(const char *tier) { return strcmp(tier, "tcc") != 0; }
+
 /* Compile through the launch path, make sure the optimized tier runs, then
  * take the median of the timed launches. */
 static void time_on_host(Search *s, TpkTunePoint *p) {
   TpkNamedInt tunes[TPK_TUNE_MAX_TUNABLES];
   for (int i = 0; i < s->f->ntunes; i++) tunes[i] = (TpkNamedInt){s->f->tunes[i].name, p->values[i]};
+  TpkLaunchResult ran;
   TpkLaunch L = {.args = s->host.bufs, .scalars = s->host.scalars, .syms = s->host.syms, .nsyms = s->host.nsyms,
-                 .tunes = tunes, .ntunes = s->f->ntunes};
+                 .tunes = tunes, .ntunes = s->f->ntunes, .result = &ran};
   if (!host_launch(s, &L, p)) return;
-  if (strcmp(tpk_kernel_last_tier(s->host.k), "cc") != 0) {
+  if (!optimized_tier(ran.tier)) {
     /* tcc ran first: call it past the promotion threshold (3 by default),
      * then wait for cc -O3 */
     for (int i = 0; i < 3; i++)
@@ -685,7 +689,7 @@ static void time_on_host(Search *s, TpkTunePoint *p) {
     tpk_context_wait_compiles(tpk_program_context(s->prog));
     if (!host_launch(s, &L, p)) return;
   }
-  snprintf(p->tier, sizeof p->tier, "%s", tpk_kernel_last_tier(s->host.k));
+  snprintf(p->tier, sizeof p->tier, "%s", ran.tier);
   int repeat = s->o->repeat > 0 ? s->o->repeat : DEFAULT_REPEAT;
   double *times = malloc((size_t)repeat * sizeof *times);
   if (!times) {

@@ -269,7 +269,7 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
 
 
 char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t seed, double int_scalar,
-                          const char *what, size_t *len) {
+                          const char *what, size_t *len, TpkLaunchResult *ran) {
   int np = tpk_kernel_param_count(k), ns = tpk_kernel_symbol_count(k);
   TpkNamedInt syms[32];
   for (int i = 0; i < ns && i < 32; i++) syms[i] = (TpkNamedInt){tpk_kernel_symbol_name(k, i), size};
@@ -288,7 +288,7 @@ char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t s
     if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT)
       tpk_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
   }
-  TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns};
+  TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns, .result = ran};
   if (tpk_kernel_launch(k, &L) != TPK_OK)
     fail_msg("%s on %s, size %lld: %s", what, tpk_device_name(dev), (long long)size, tpk_last_error());
   TpkStr out = {0};

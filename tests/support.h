@@ -74,9 +74,10 @@ bool test_outputs_close(TpkDType dt, const void *got, const void *want, int64_t 
 /* Launch k on dev with every shape symbol = size, inputs seeded random
  * (tpk_fill_random from `seed`), float scalars 0.5 and integer scalars
  * `int_scalar`; returns the bytes of its outputs and inouts, concatenated
- * (heap, *len). A failed launch fails the test, naming `what`. */
+ * (heap, *len), and what the launch did in *ran (if not NULL). A failed
+ * launch fails the test, naming `what`. */
 char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t seed, double int_scalar,
-                          const char *what, size_t *len);
+                          const char *what, size_t *len, TpkLaunchResult *ran);
 
 typedef struct TestTally {
   int passed, compared, both_failed;

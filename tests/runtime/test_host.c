@@ -313,11 +313,12 @@ static char *run_on(const char *device, const char *tier, const char *file, cons
   assert_int_equal(tpk_program_kernel(prog, kname, &k), TPK_OK);
   char what[300];
   snprintf(what, sizeof what, "%s:%s (%s)", file, kname, tier);
-  char *out = test_launch_outputs(k, dev, size, 42, 1, what, len);
-  assert_string_equal(tpk_kernel_last_tier(k), tier);
-  TpkSimStats stats;
-  if (strncmp(device, "sim:", 4) == 0) {
-    assert_int_equal(tpk_kernel_last_sim_stats(k, &stats), TPK_OK);
+  TpkLaunchResult ran;
+  char *out = test_launch_outputs(k, dev, size, 42, 1, what, len, &ran);
+  assert_string_equal(ran.tier, tier);
+  assert_int_equal(ran.simulated, strncmp(device, "sim:", 4) == 0);
+  if (ran.simulated) {
+    TpkSimStats stats = ran.sim;
     if (!(stats.seconds > 0 && stats.seconds >= stats.roofline_seconds))
       fail_msg("%s:%s on %s: simulated %g s, roofline %g s", file, kname, device, stats.seconds, stats.roofline_seconds);
   }
@@ -655,9 +656,10 @@ static void test_fused_sums_match_the_primitive(void **state) {
       tpk_fill_random(tpk_buffer_data(x), TPK_F32, m * n, &seed);
       tpk_fill_random(tpk_buffer_data(w), TPK_F32, n, &seed);
       TpkBuffer *fa[] = {x, w, y1, z1}, *sa[] = {x, w, y2, z2, k1, k2};
-      TpkLaunch lf = {.args = fa}, ls = {.args = sa};
+      TpkLaunchResult ran;
+      TpkLaunch lf = {.args = fa, .result = &ran}, ls = {.args = sa};
       if (tpk_kernel_launch(kf, &lf) != TPK_OK || tpk_kernel_launch(ks, &ls) != TPK_OK) fail_msg("%s", tpk_last_error());
-      assert_string_equal(tpk_kernel_last_tier(kf), RUNS[r].tier);
+      assert_string_equal(ran.tier, RUNS[r].tier);
       if (memcmp(tpk_buffer_data(y1), tpk_buffer_data(y2), (size_t)m * 4) != 0 ||
           memcmp(tpk_buffer_data(z1), tpk_buffer_data(z2), (size_t)m * 4) != 0)
         fail_msg("%s%s, %lldx%lld: a fused sum differs from the primitive's", RUNS[r].tier,
@@ -725,10 +727,11 @@ static void test_accumulating_dot_matches_lowered_ir(void **state) {
       assert_int_equal(tpk_buffer_write(ba, a, sizeof a), TPK_OK);
       assert_int_equal(tpk_buffer_write(bb, b, sizeof b), TPK_OK);
       TpkBuffer *args[] = {bx, ba, bb, by};
-      TpkLaunch L = {.args = args};
+      TpkLaunchResult ran;
+      TpkLaunch L = {.args = args, .result = &ran};
       if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s", tpk_last_error());
       assert_int_equal(tpk_buffer_read(by, y, sizeof y), TPK_OK);
-      assert_string_equal(tpk_kernel_last_tier(k), t ? "cc" : "tcc");
+      assert_string_equal(ran.tier, t ? "cc" : "tcc");
       for (int i = 0; i < M * N; i++)
         if (memcmp(&y[i], &want[i], 4) != 0)
           fail_msg("run %d, %s: y[%d] host %.9g, interpreter on the lowered IR %.9g", run, t ? "cc" : "tcc", i,
@@ -789,9 +792,10 @@ static void test_inline_conversions_match_the_primitive(void **state) {
     memcpy(tpk_buffer_data(x32), bits, N * 4);
     memcpy(tpk_buffer_data(x16), half, N * 2);
     TpkBuffer *da[] = {x32, y16}, *ua[] = {x16, y32};
-    TpkLaunch dl = {.args = da}, ul = {.args = ua};
+    TpkLaunchResult ran;
+    TpkLaunch dl = {.args = da, .result = &ran}, ul = {.args = ua};
     if (tpk_kernel_launch(down, &dl) != TPK_OK || tpk_kernel_launch(up, &ul) != TPK_OK) fail_msg("%s", tpk_last_error());
-    assert_string_equal(tpk_kernel_last_tier(down), TIERS[t]);
+    assert_string_equal(ran.tier, TIERS[t]);
     const uint16_t *got16 = tpk_buffer_data(y16);
     const uint32_t *got32 = tpk_buffer_data(y32);
     for (int i = 0; i < N; i++) {

@@ -24,9 +24,9 @@ static const char *MATMUL = "kernel matmul(a: bf16[M, K], b: bf16[K, N]) -> (c: 
                             "}\n";
 
 /* c = a x b on `device`, with a and b filled the same way every time; the
- * result is copied to out (M*N floats). */
+ * result is copied to out (M*N floats), what the launch did to *ran. */
 static TpkStatus run_matmul(TpkContext *ctx, const char *device, int64_t n, const TpkNamedInt *tunes, int ntunes,
-                            float *out, TpkKernel **kout) {
+                            float *out, TpkLaunchResult *ran) {
   TpkDevice *dev;
   TpkProgram *prog;
   TpkKernel *k;
@@ -49,13 +49,12 @@ static TpkStatus run_matmul(TpkContext *ctx, const char *device, int64_t n, cons
     pb[i] = (uint16_t)(ub >> 16);
   }
   TpkBuffer *args[] = {a, b, c};
-  TpkLaunch L = {.args = args, .tunes = tunes, .ntunes = ntunes};
+  TpkLaunch L = {.args = args, .tunes = tunes, .ntunes = ntunes, .result = ran};
   st = tpk_kernel_launch(k, &L);
   if (st == TPK_OK && out) memcpy(out, tpk_buffer_data(c), (size_t)(n * n) * sizeof(float));
   tpk_buffer_destroy(a);
   tpk_buffer_destroy(b);
   tpk_buffer_destroy(c);
-  if (kout) *kout = k;
   return st;
 }
 
@@ -68,11 +67,11 @@ static void test_same_results_as_host(void **state) {
   assert_int_equal(run_matmul(ctx, "host", N, NULL, 0, host, NULL), TPK_OK);
   const char *chips[] = {"sim:v5e", "sim:v5p", "sim:v6e"};
   for (size_t i = 0; i < TPK_ARRAY_LEN(chips); i++) {
-    TpkKernel *k;
-    assert_int_equal(run_matmul(ctx, chips[i], N, NULL, 0, sim, &k), TPK_OK);
+    TpkLaunchResult ran;
+    assert_int_equal(run_matmul(ctx, chips[i], N, NULL, 0, sim, &ran), TPK_OK);
     assert_memory_equal(host, sim, sizeof host); /* the same code computes both */
-    TpkSimStats st;
-    assert_int_equal(tpk_kernel_last_sim_stats(k, &st), TPK_OK);
+    assert_true(ran.simulated);
+    TpkSimStats st = ran.sim;
     assert_string_equal(st.chip, chips[i] + 4);
     assert_true(st.seconds > 0 && st.seconds >= st.roofline_seconds);
     /* the chip computes whole blocks: 700 pads to two 512-blocks a side */
@@ -85,12 +84,12 @@ static void test_stats_and_trace(void **state) {
   (void)state;
   TpkContext *ctx;
   assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-  TpkKernel *k;
+  TpkLaunchResult ran;
   /* 1024-blocks: 1024 FLOP/byte, compute bound on v5e (ridge ~240) */
   TpkNamedInt large[] = {{"BM", 1024}, {"BN", 1024}};
-  assert_int_equal(run_matmul(ctx, "sim:v5e", 2048, large, 2, NULL, &k), TPK_OK);
-  TpkSimStats st;
-  assert_int_equal(tpk_kernel_last_sim_stats(k, &st), TPK_OK);
+  assert_int_equal(run_matmul(ctx, "sim:v5e", 2048, large, 2, NULL, &ran), TPK_OK);
+  assert_true(ran.simulated);
+  TpkSimStats st = ran.sim;
   double peak_fraction = st.matmul_flops / st.seconds / st.peak_flops;
   assert_true(peak_fraction > 0.8 && peak_fraction <= 1.0);
   assert_false(st.memory_bound);
@@ -98,7 +97,7 @@ static void test_stats_and_trace(void **state) {
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   close(fd);
-  assert_int_equal(tpk_kernel_write_trace(k, path), TPK_OK);
+  assert_int_equal(tpk_trace_write(ran.trace, NULL, path), TPK_OK);
   char *json = test_read_file(path, NULL);
   assert_non_null(strstr(json, "\"traceEvents\""));
   assert_non_null(strstr(json, "matmul on v5e"));
@@ -106,15 +105,15 @@ static void test_stats_and_trace(void **state) {
   remove(path);
   /* smaller blocks reload more: the same kernel becomes memory bound */
   TpkNamedInt small[] = {{"BM", 128}, {"BN", 128}};
-  assert_int_equal(run_matmul(ctx, "sim:v5e", 2048, small, 2, NULL, &k), TPK_OK);
-  TpkSimStats st2;
-  assert_int_equal(tpk_kernel_last_sim_stats(k, &st2), TPK_OK);
+  assert_int_equal(run_matmul(ctx, "sim:v5e", 2048, small, 2, NULL, &ran), TPK_OK);
+  TpkSimStats st2 = ran.sim;
   assert_true(st2.hbm_bytes > 3 * st.hbm_bytes);
   assert_true(st2.seconds > st.seconds);
   /* a host launch has no simulated figures */
-  assert_int_equal(run_matmul(ctx, "host", 64, NULL, 0, NULL, &k), TPK_OK);
-  assert_int_equal(tpk_kernel_last_sim_stats(k, &st), TPK_ERR_INVALID);
-  assert_non_null(strstr(tpk_last_error(), "has not run on a sim device"));
+  assert_int_equal(run_matmul(ctx, "host", 64, NULL, 0, NULL, &ran), TPK_OK);
+  assert_false(ran.simulated);
+  assert_null(ran.trace);
+  assert_true(ran.sim.seconds == 0);
   tpk_context_destroy(ctx);
 }
 

@@ -45,8 +45,9 @@ static char *launch(TpkContext *ctx, const char *devname, const char *name, int6
   TpkKernel *k;
   assert_int_equal(tpk_device_open(ctx, devname, &dev), TPK_OK);
   if (tpk_std_kernel(ctx, name, &k) != TPK_OK) fail_msg("%s: %s", name, tpk_last_error());
-  char *out = test_launch_outputs(k, dev, size, 7, 3, name, len);
-  *tier = tpk_kernel_last_tier(k);
+  TpkLaunchResult ran;
+  char *out = test_launch_outputs(k, dev, size, 7, 3, name, len, &ran);
+  *tier = ran.tier;
   return out;
 }
 

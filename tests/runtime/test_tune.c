@@ -503,11 +503,11 @@ static void count_progress(void *user, const TpkTuneReport *r, const TpkTunePoin
 static double launch_cycles(TpkKernel *k, TpkBuffer **args, const TpkTuneReport *r, const int64_t *v) {
   TpkNamedInt tunes[TPK_TUNE_MAX_TUNABLES];
   for (int i = 0; i < r->ntunables; i++) tunes[i] = (TpkNamedInt){r->f->tunes[i].name, v[i]};
-  TpkLaunch L = {.args = args, .tunes = tunes, .ntunes = r->ntunables};
+  TpkLaunchResult ran;
+  TpkLaunch L = {.args = args, .tunes = tunes, .ntunes = r->ntunables, .result = &ran};
   if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s", tpk_last_error());
-  TpkSimStats st;
-  assert_int_equal(tpk_kernel_last_sim_stats(k, &st), TPK_OK);
-  return st.cycles;
+  assert_true(ran.simulated);
+  return ran.sim.cycles;
 }
 
 static void test_sim_search_finds_the_fastest(void **state) {
@@ -766,11 +766,14 @@ static void test_launches_use_the_cache(void **state) {
     assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 2, sb, &b[1]), TPK_OK);
     assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, sc, &b[2]), TPK_OK);
     TpkNamedInt given[] = {{"BK", 128}};
-    TpkLaunch L = {.args = b, .tunes = run == 2 ? given : NULL, .ntunes = run == 2 ? 1 : 0};
+    TpkLaunchResult ran;
+    TpkLaunch L = {.args = b, .tunes = run == 2 ? given : NULL, .ntunes = run == 2 ? 1 : 0, .result = &ran};
     assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
     const char *want[] = {"BM=256,BN=128,BK=256 (tuning cache)", "BM=128,BN=128,BK=128 (declared defaults)",
                           "BM=128,BN=128,BK=128 (given)"};
-    assert_string_equal(tpk_kernel_last_tunes(k), want[run]);
+    char got[300];
+    snprintf(got, sizeof got, "%s (%s)", ran.tunes, ran.tunes_from);
+    assert_string_equal(got, want[run]);
     for (int i = 0; i < 3; i++) tpk_buffer_destroy(b[i]);
   }
   tpk_context_destroy(ctx);

@@ -1,0 +1,441 @@
+/*
+ * device.c — the kinds of device (runtime/device.h) and buffers.
+ *
+ *   host        generated C on this CPU; memory is the host's, no limit
+ *   sim:<chip>  the same code for the values, and every launch timed on the
+ *               chip (sim/); memory is host memory counted against the
+ *               chip's HBM, so a kernel that would not fit fails here too
+ *
+ * Both kinds keep their bytes in host memory, so both can wrap memory the
+ * caller allocated (a NumPy array, a CPU tensor) and both run the host's
+ * compiled code, on the context's thread pool.
+ */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include "runtime/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "host/host.h"
+#include "sim/sim.h"
+#include "sim/timeline.h"
+
+static TpkStatus fail(TpkStatus st, const char *fmt, ...) TPK_PRINTF(2, 3);
+static TpkStatus fail(TpkStatus st, const char *fmt, ...) {
+  TpkError err = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err.message, sizeof err.message, fmt, ap);
+  va_end(ap);
+  return tpk_runtime_set_error(st, err.message);
+}
+
+/* ---- host memory, shared by both kinds ------------------------------------------ */
+
+/* Large buffers come straight from mmap: zero pages cost nothing until
+ * touched, so a buffer that is about to be filled is not written twice. */
+enum { MMAP_FROM = 1 << 20 };
+
+static void *host_alloc(const TpkDevice *dev, size_t bytes) {
+  (void)dev;
+  if (bytes >= MMAP_FROM) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+  }
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void *p = aligned_alloc(64, rounded ? rounded : 64);
+  if (p) memset(p, 0, rounded ? rounded : 64);
+  return p;
+}
+
+static void host_free(const TpkDevice *dev, void *data, size_t bytes) {
+  (void)dev;
+  if (bytes >= MMAP_FROM) munmap(data, bytes);
+  else free(data);
+}
+
+static void host_copy(const TpkDevice *dev, void *dst, const void *src, size_t bytes) {
+  (void)dev;
+  memcpy(dst, src, bytes);
+}
+
+/* ---- running compiled code ----------------------------------------------------- */
+
+typedef struct PartJob {
+  const TpkRun *run;
+  TpkPrims prims[64]; /* the primitive table, told which part it serves */
+  int rc[64];
+  char err[64][TPK_KERNEL_ERR_LEN];
+} PartJob;
+
+static void run_part(void *arg, int part) {
+  PartJob *job = arg;
+  const TpkRun *r = job->run;
+  job->err[part][0] = 0;
+  job->rc[part] = r->fn(&job->prims[part], r->args, r->syms, r->workspace + (size_t)part * r->workspace_stride, job->err[part]);
+}
+
+static int host_run(const TpkDevice *dev, const TpkRun *r, char *err) {
+  (void)dev;
+  const TpkPrims *p = tpk_prims();
+  if (r->parts <= 1) {
+    err[0] = 0;
+    return r->fn(p, r->args, r->syms, r->workspace, err) ? 0 : -1;
+  }
+  PartJob *job = malloc(sizeof *job);
+  if (!job) {
+    snprintf(err, TPK_KERNEL_ERR_LEN, "out of host memory starting %d parts", r->parts);
+    return 0;
+  }
+  job->run = r;
+  int parts = r->parts < 64 ? r->parts : 64;
+  for (int i = 0; i < parts; i++) {
+    job->prims[i] = *p;
+    job->prims[i].part = i;
+    job->prims[i].parts = parts;
+  }
+  tpk_pool_run(r->pool, parts, run_part, job);
+  int failed = -1;
+  for (int i = 0; i < parts && failed < 0; i++)
+    if (job->rc[i]) {
+      failed = i;
+      snprintf(err, TPK_KERNEL_ERR_LEN, "%s", job->err[i]);
+    }
+  free(job);
+  return failed;
+}
+
+/* ---- host ------------------------------------------------------------------------- */
+
+static bool host_claims(const char *name) { return strcmp(name, "host") == 0; }
+
+static TpkStatus host_open(TpkDevice *dev, const char *name, TpkError *err) {
+  (void)name, (void)err;
+  dev->capacity = 0;
+  return TPK_OK;
+}
+
+static void host_close(TpkDevice *dev) { (void)dev; }
+
+static TpkTarget host_target(const TpkDevice *dev) { return tpk_target_host(dev->host_vmem); }
+
+static TpkStatus host_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared **out, TpkError *err) {
+  (void)dev, (void)f, (void)err;
+  *out = NULL;
+  return TPK_OK;
+}
+
+static void host_unprepare(TpkPrepared *p) { (void)p; }
+
+static void host_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r) {
+  (void)dev, (void)p;
+  r->simulated = false;
+  memset(&r->sim, 0, sizeof r->sim);
+  r->trace = NULL;
+}
+
+static const TpkDeviceOps host_ops = {
+    .kind = "host", .memory = "memory", .claims = host_claims, .open = host_open, .close = host_close, .target = host_target,
+    .alloc = host_alloc, .free = host_free, .write = host_copy, .read = host_copy, .wraps_host_memory = true,
+    .prepare = host_prepare, .unprepare = host_unprepare, .run = host_run, .report = host_report,
+};
+
+/* ---- sim:<chip> -------------------------------------------------------------------- */
+
+/* The public face of a simulated launch's timeline. */
+struct TpkTrace {
+  TpkTimeline *timeline;
+  const TpkChip *chip;
+  const char *kernel;
+};
+
+struct TpkPrepared {
+  TpkSimReport report; /* shapes are bound, so every launch times the same */
+  TpkTrace trace;
+};
+
+static bool sim_claims(const char *name) { return strncmp(name, "sim:", 4) == 0; }
+
+static TpkStatus sim_open(TpkDevice *dev, const char *name, TpkError *err) {
+  TpkSimTopology topo;
+  if (tpk_sim_topology_parse(name + 4, &topo, err) != TPK_OK) {
+    char why[sizeof err->message];
+    snprintf(why, sizeof why, "%s", err->message);
+    return tpk_error(err, err->code, "device '%s': %s", name, why);
+  }
+  if (topo.chips != 1)
+    return tpk_error(err, TPK_ERR_UNSUPPORTED,
+                     "device '%s': simulating %lld chips over ICI is not supported yet; use one chip, e.g. sim:%s", name,
+                     (long long)topo.chips, topo.chip->name);
+  dev->state = (void *)topo.chip;
+  dev->capacity = topo.chip->hbm_bytes;
+  return TPK_OK;
+}
+
+static const TpkChip *sim_chip(const TpkDevice *dev) { return dev->state; }
+
+static TpkTarget sim_target(const TpkDevice *dev) { return tpk_sim_target(sim_chip(dev), dev->name); }
+
+static TpkStatus sim_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared **out, TpkError *err) {
+  *out = NULL;
+  TpkPrepared *p = calloc(1, sizeof *p);
+  if (!p) return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  TpkStatus st = tpk_sim_schedule(f, sim_chip(dev), &p->report, &p->trace.timeline, err);
+  if (st != TPK_OK) {
+    tpk_timeline_destroy(p->trace.timeline);
+    free(p);
+    return st;
+  }
+  p->trace.chip = sim_chip(dev);
+  p->trace.kernel = f->name;
+  *out = p;
+  return TPK_OK;
+}
+
+static void sim_unprepare(TpkPrepared *p) {
+  if (!p) return;
+  tpk_timeline_destroy(p->trace.timeline);
+  free(p);
+}
+
+static void sim_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r) {
+  (void)dev;
+  const TpkSimReport *s = &p->report;
+  TpkDType dt = s->matmul_flops ? s->matmul_dtype : TPK_BF16;
+  r->simulated = true;
+  r->sim = (TpkSimStats){.chip = s->chip->name, .cycles = s->cycles, .seconds = s->seconds, .clock_hz = s->chip->clock_hz,
+                         .flops = s->flops, .matmul_flops = s->matmul_flops, .hbm_bytes = s->hbm_bytes,
+                         .peak_flops = tpk_sim_peak_flops(s->chip, dt), .hbm_bytes_per_s = s->chip->hbm_bytes_per_s,
+                         .roofline_seconds = s->roofline_seconds, .memory_bound = s->memory_bound,
+                         .mxu_utilisation = s->mxu_utilisation, .vpu_utilisation = s->vpu_utilisation,
+                         .hbm_utilisation = s->hbm_utilisation};
+  r->trace = p->trace.timeline ? &p->trace : NULL;
+}
+
+static const TpkDeviceOps sim_ops = {
+    .kind = "sim", .memory = "HBM", .claims = sim_claims, .open = sim_open, .close = host_close, .target = sim_target,
+    .alloc = host_alloc, .free = host_free, .write = host_copy, .read = host_copy, .wraps_host_memory = true,
+    .prepare = sim_prepare, .unprepare = sim_unprepare, .run = host_run, .report = sim_report,
+};
+
+TpkStatus tpk_trace_write(const TpkTrace *t, const char *name, const char *path) {
+  if (!t || !path) return fail(TPK_ERR_INVALID, "tpk_trace_write: no trace or no path");
+  char title[160];
+  snprintf(title, sizeof title, "%s on %s", t->kernel, t->chip->name);
+  TpkError err = {0};
+  if (tpk_timeline_write_trace(t->timeline, path, t->chip->clock_hz, name ? name : title, &err) != TPK_OK)
+    return tpk_runtime_set_error(err.code ? err.code : TPK_ERR_IO, err.message);
+  return TPK_OK;
+}
+
+const TpkDeviceOps *tpk_device_kind(const char *name) {
+  static const TpkDeviceOps *const kinds[] = {&host_ops, &sim_ops};
+  for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+    if (kinds[i]->claims(name)) return kinds[i];
+  return NULL;
+}
+
+/* ---- buffers ------------------------------------------------------------------------ */
+
+struct TpkStorage {
+  atomic_int refs; /* the buffers that look at it */
+  TpkDevice *dev;
+  void *data;
+  size_t bytes;         /* counted against the device */
+  bool external;        /* the caller's memory, given back through release */
+  TpkReleaseFn release;
+  void *user;
+};
+
+/* Count `bytes` against the device's capacity, or say why not. */
+static TpkStatus reserve(TpkDevice *dev, size_t bytes) {
+  uint64_t used = atomic_load(&dev->used);
+  do {
+    if (dev->capacity && (bytes > dev->capacity || used > dev->capacity - bytes))
+      return fail(TPK_ERR_NOMEM, "%s: out of %s: a %.1f MiB buffer does not fit (%.1f of %.1f GiB in use)",
+                  dev->name, dev->ops->memory, (double)bytes / (1 << 20), (double)used / (1 << 30), (double)dev->capacity / (1 << 30));
+  } while (!atomic_compare_exchange_weak(&dev->used, &used, used + bytes));
+  return TPK_OK;
+}
+
+static void storage_release(TpkStorage *s) {
+  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  if (!s->external) s->dev->ops->free(s->dev, s->data, s->bytes);
+  else if (s->release) s->release(s->user, s->data);
+  atomic_fetch_sub(&s->dev->used, s->bytes);
+  free(s);
+}
+
+/* The size of a shape in bytes, checked. */
+static TpkStatus shape_bytes(const char *who, TpkDType dtype, int rank, const int64_t *shape, size_t *out) {
+  if ((unsigned)dtype >= TPK_DTYPE_COUNT) return fail(TPK_ERR_INVALID, "%s: unknown dtype %d", who, (int)dtype);
+  if (rank < 0 || rank > TPK_MAX_DIMS) return fail(TPK_ERR_INVALID, "%s: rank %d is not in 0..%d", who, rank, TPK_MAX_DIMS);
+  if (rank && !shape) return fail(TPK_ERR_INVALID, "%s: rank %d but no shape", who, rank);
+  size_t bytes = tpk_dtype_size(dtype);
+  for (int i = 0; i < rank; i++) {
+    if (shape[i] < 0) return fail(TPK_ERR_INVALID, "%s: dimension %d is negative (%lld)", who, i, (long long)shape[i]);
+    if (shape[i] && bytes > SIZE_MAX / 2 / (size_t)shape[i]) return fail(TPK_ERR_INVALID, "%s: the shape's size overflows", who);
+    bytes *= (size_t)shape[i];
+  }
+  *out = bytes;
+  return TPK_OK;
+}
+
+/* A handle on storage s (which it takes over) as dtype[shape] at offset. */
+static TpkStatus buffer_new(TpkStorage *s, size_t offset, TpkDType dtype, int rank, const int64_t *shape, size_t bytes,
+                            TpkBuffer **out) {
+  TpkBuffer *b = calloc(1, sizeof *b);
+  if (!b) {
+    storage_release(s);
+    return fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
+  }
+  atomic_init(&b->refs, 1);
+  b->dev = s->dev;
+  b->storage = s;
+  b->dtype = dtype;
+  b->rank = rank;
+  for (int i = 0; i < rank; i++) b->shape[i] = shape[i];
+  b->bytes = bytes;
+  b->data = (char *)s->data + offset;
+  tpk_context_retain(s->dev->ctx);
+  *out = b;
+  return TPK_OK;
+}
+
+TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
+  if (!out) return fail(TPK_ERR_INVALID, "tpk_buffer_create: no place for the buffer");
+  *out = NULL;
+  if (!dev) return fail(TPK_ERR_INVALID, "tpk_buffer_create: no device");
+  if (tpk_context_closed(dev->ctx)) return fail(TPK_ERR_INVALID, "tpk_buffer_create: the context was destroyed");
+  size_t bytes;
+  if (shape_bytes("tpk_buffer_create", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
+  if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
+  TpkStorage *s = calloc(1, sizeof *s);
+  void *data = s ? dev->ops->alloc(dev, bytes) : NULL;
+  if (!data) {
+    free(s);
+    atomic_fetch_sub(&dev->used, bytes);
+    return fail(TPK_ERR_NOMEM, "%s: out of host memory allocating %zu bytes", dev->name, bytes);
+  }
+  atomic_init(&s->refs, 1);
+  s->dev = dev;
+  s->data = data;
+  s->bytes = bytes;
+  return buffer_new(s, 0, dtype, rank, shape, bytes, out);
+}
+
+/* "(4, 1)" */
+static void print_dims(char *out, size_t size, int rank, const int64_t *v) {
+  int n = snprintf(out, size, "(");
+  for (int i = 0; i < rank && n > 0 && (size_t)n < size; i++)
+    n += snprintf(out + n, size - (size_t)n, "%s%lld", i ? ", " : "", (long long)v[i]);
+  if (n > 0 && (size_t)n < size) snprintf(out + n, size - (size_t)n, "%s)", rank == 1 ? "," : "");
+}
+
+TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, const int64_t *strides,
+                          void *data, TpkReleaseFn release, void *user, TpkBuffer **out) {
+  if (!out) return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: no place for the buffer");
+  *out = NULL;
+  if (!dev) return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: no device");
+  if (tpk_context_closed(dev->ctx)) return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: the context was destroyed");
+  if (!dev->ops->wraps_host_memory)
+    return fail(TPK_ERR_UNSUPPORTED, "tpk_buffer_wrap: %s cannot use host memory as a buffer", dev->name);
+  size_t bytes;
+  if (shape_bytes("tpk_buffer_wrap", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
+  if (!data && bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: no data");
+  size_t esize = tpk_dtype_size(dtype);
+  if ((uintptr_t)data % esize)
+    return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: the data at %p is not aligned to its %s elements (%zu bytes)", data,
+                tpk_dtype_name(dtype), esize);
+  if (strides) {
+    int64_t want[TPK_MAX_DIMS], step = 1;
+    bool contiguous = true;
+    for (int i = rank - 1; i >= 0; i--) {
+      want[i] = step;
+      contiguous &= shape[i] == 1 || strides[i] == step;
+      step *= shape[i];
+    }
+    if (!contiguous && bytes) {
+      char got[160], expected[160], dims[160];
+      print_dims(got, sizeof got, rank, strides);
+      print_dims(expected, sizeof expected, rank, want);
+      print_dims(dims, sizeof dims, rank, shape);
+      return fail(TPK_ERR_INVALID,
+                  "tpk_buffer_wrap: strides %s (in elements) are not row-major contiguous for shape %s, which needs %s; "
+                  "make a contiguous copy first",
+                  got, dims, expected);
+    }
+  }
+  if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
+  TpkStorage *s = calloc(1, sizeof *s);
+  if (!s) {
+    atomic_fetch_sub(&dev->used, bytes);
+    return fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
+  }
+  atomic_init(&s->refs, 1);
+  s->dev = dev;
+  s->data = data;
+  s->bytes = bytes;
+  s->external = true;
+  s->release = release;
+  s->user = user;
+  return buffer_new(s, 0, dtype, rank, shape, bytes, out);
+}
+
+TpkStatus tpk_buffer_view(TpkBuffer *base, size_t offset, TpkDType dtype, int rank, const int64_t *shape,
+                          TpkBuffer **out) {
+  if (!out) return fail(TPK_ERR_INVALID, "tpk_buffer_view: no place for the view");
+  *out = NULL;
+  if (!base) return fail(TPK_ERR_INVALID, "tpk_buffer_view: no buffer");
+  size_t bytes;
+  if (shape_bytes("tpk_buffer_view", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
+  if (offset % tpk_dtype_size(dtype))
+    return fail(TPK_ERR_INVALID, "tpk_buffer_view: offset %zu is not a multiple of %s's %zu bytes", offset,
+                tpk_dtype_name(dtype), tpk_dtype_size(dtype));
+  size_t start = (size_t)((char *)base->data - (char *)base->storage->data);
+  if (offset > base->bytes || bytes > base->bytes - offset)
+    return fail(TPK_ERR_INVALID, "tpk_buffer_view: %zu bytes at offset %zu do not fit in the buffer's %zu", bytes, offset,
+                base->bytes);
+  atomic_fetch_add(&base->storage->refs, 1);
+  return buffer_new(base->storage, start + offset, dtype, rank, shape, bytes, out);
+}
+
+void tpk_buffer_retain(TpkBuffer *b) { atomic_fetch_add(&b->refs, 1); }
+
+void tpk_buffer_release(TpkBuffer *b) {
+  if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+  TpkContext *ctx = b->dev->ctx;
+  storage_release(b->storage);
+  free(b);
+  tpk_context_release(ctx);
+}
+
+void tpk_buffer_destroy(TpkBuffer *b) { tpk_buffer_release(b); }
+
+TpkDType tpk_buffer_dtype(const TpkBuffer *b) { return b->dtype; }
+int tpk_buffer_rank(const TpkBuffer *b) { return b->rank; }
+const int64_t *tpk_buffer_shape(const TpkBuffer *b) { return b->shape; }
+size_t tpk_buffer_bytes(const TpkBuffer *b) { return b->bytes; }
+TpkDevice *tpk_buffer_device(const TpkBuffer *b) { return b ? b->dev : NULL; }
+void *tpk_buffer_data(TpkBuffer *b) { return b ? b->data : NULL; }
+
+TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
+  if (!b || (!src && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");
+  if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_write: %zu bytes given, the buffer holds %zu", bytes, b->bytes);
+  if (bytes) b->dev->ops->write(b->dev, b->data, src, bytes);
+  return TPK_OK;
+}
+
+TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
+  if (!b || (!dst && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_read: no buffer or no destination");
+  if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_read: %zu bytes asked, the buffer holds %zu", bytes, b->bytes);
+  if (bytes) b->dev->ops->read(b->dev, dst, b->data, bytes);
+  return TPK_OK;
+}
+
+void tpk_device_memory(TpkDevice *dev, uint64_t *capacity, uint64_t *used) {
+  if (capacity) *capacity = dev ? dev->capacity : 0;
+  if (used) *used = dev ? atomic_load(&dev->used) : 0;
+}

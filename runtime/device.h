@@ -1,0 +1,96 @@
+/*
+ * device.h — what a device is to the runtime: a table of operations, one
+ * table per kind of device (device.c: "host", "sim:<chip>"). The rest of
+ * the runtime calls through the table and never asks which kind it holds;
+ * a simulated pod will be one more table.
+ *
+ * Buffers live here too: their bytes come from the device's allocator (or
+ * from the caller, wrapped), and views share them.
+ */
+#ifndef TPK_RUNTIME_DEVICE_H
+#define TPK_RUNTIME_DEVICE_H
+
+#include <stdatomic.h>
+
+#include "host/jit.h"
+#include "lower/lower.h"
+#include "runtime/internal.h"
+#include "runtime/pool.h"
+
+/* What a device keeps of a kernel specialised for it (a sim device: the
+ * kernel's schedule on the chip). Freed with the specialisation. */
+typedef struct TpkPrepared TpkPrepared;
+
+/* One launch's call of compiled code, split into parts that each run a
+ * share of the grid with their own workspace (see TpkPrims.part). */
+typedef struct TpkRun {
+  TpkKernelFn fn;
+  void *const *args;
+  const int64_t *syms;
+  char *workspace; /* part i's is workspace + i * workspace_stride */
+  size_t workspace_stride;
+  int parts;
+  TpkPool *pool; /* runs the parts in parallel (NULL: one after another) */
+} TpkRun;
+
+typedef struct TpkDeviceOps {
+  const char *kind;   /* "host", "sim" */
+  const char *memory; /* what its memory is called in messages: "HBM" */
+  /* Whether `name` is a device of this kind. */
+  bool (*claims)(const char *name);
+  /* Fill in dev->state and dev->capacity for `name`; close frees state. */
+  TpkStatus (*open)(TpkDevice *dev, const char *name, TpkError *err);
+  void (*close)(TpkDevice *dev);
+  /* What kernels are lowered for (the VMEM budget, the chip). */
+  TpkTarget (*target)(const TpkDevice *dev);
+  /* Memory: zero-filled bytes, their release, copies in and out. */
+  void *(*alloc)(const TpkDevice *dev, size_t bytes);
+  void (*free)(const TpkDevice *dev, void *data, size_t bytes);
+  void (*write)(const TpkDevice *dev, void *dst, const void *src, size_t bytes);
+  void (*read)(const TpkDevice *dev, void *dst, const void *src, size_t bytes);
+  /* Whether memory the caller allocated on the host can be a buffer here. */
+  bool wraps_host_memory;
+  /* A kernel bound and lowered for the device (f): what it keeps of it,
+   * once per specialisation. */
+  TpkStatus (*prepare)(const TpkDevice *dev, const TpkFunc *f, TpkPrepared **out, TpkError *err);
+  void (*unprepare)(TpkPrepared *p);
+  /* Run a launch. Returns the first part (in grid order) that failed, with
+   * its message in err (TPK_KERNEL_ERR_LEN bytes), or -1. */
+  int (*run)(const TpkDevice *dev, const TpkRun *run, char *err);
+  /* What the device says of a launch of a prepared kernel. */
+  void (*report)(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r);
+} TpkDeviceOps;
+
+struct TpkDevice {
+  TpkContext *ctx;
+  const TpkDeviceOps *ops;
+  char name[64];
+  void *state;          /* the kind's own */
+  int64_t host_vmem;    /* the context's TPK_HOST_VMEM (0: the default) */
+  uint64_t capacity;    /* bytes its buffers may use; 0: no limit */
+  _Atomic uint64_t used;
+  TpkDevice *next;
+};
+
+/* The kind of device `name` is, or NULL. */
+const TpkDeviceOps *tpk_device_kind(const char *name);
+
+/* A buffer's bytes: shared by the buffer and its views. */
+typedef struct TpkStorage TpkStorage;
+
+struct TpkBuffer {
+  atomic_int refs; /* the caller's handle, and queued launches */
+  TpkDevice *dev;
+  TpkStorage *storage;
+  TpkDType dtype;
+  int rank;
+  int64_t shape[TPK_MAX_DIMS];
+  size_t bytes;
+  void *data; /* the storage's bytes at the view's offset */
+};
+
+/* A queued launch's hold on a buffer (tpk_buffer_destroy drops the caller's). */
+void tpk_buffer_retain(TpkBuffer *b);
+void tpk_buffer_release(TpkBuffer *b);
+
+#endif
