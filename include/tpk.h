@@ -70,16 +70,23 @@ const char *tpk_status_name(TpkStatus s);
  *
  * Lifetimes. Handles may be destroyed in any order, from any thread, as a
  * garbage collector does:
- *   - every buffer, program and queue keeps its context alive: destroying
- *     the context ends the caller's use of it, and its memory goes with
- *     the last of them;
+ *   - tpk_context_destroy ends the context: the work queued on its queues
+ *     runs, then the memory of every buffer still alive is given back
+ *     (wrapped memory to its owner, through its release callback), and
+ *     what the context compiled and its threads go. Buffers, programs and
+ *     queues you still hold stay valid to destroy afterwards, in any order;
+ *     other calls on them fail with "the context was destroyed" (a queue
+ *     still reports the errors of its work). The context's last bytes go
+ *     with the last of them;
  *   - a view keeps the bytes it looks at alive; a queued launch keeps its
- *     kernel's program and its buffers alive until it has run;
+ *     kernel's program and its buffers alive until it has run, so they may
+ *     be destroyed right after it is queued;
  *   - an event outlives its queue: waiting on it after the queue is gone
- *     returns at once.
- * A handle is used after its own destroy call never: that is the one order
- * that stays the caller's to avoid. Kernels, devices and the standard
- * library's programs are owned by their program or context. */
+ *     returns at once, with the errors of the work before it.
+ * Using a handle after its own destroy call, or while another thread
+ * destroys its context, stays the caller's to avoid. Kernels and devices are
+ * owned by their program and context; the standard library's programs by
+ * the context. */
 typedef struct TpkContext TpkContext;
 typedef struct TpkDevice TpkDevice;
 typedef struct TpkBuffer TpkBuffer;
@@ -103,9 +110,8 @@ const char *tpk_last_error(void);
  *   TPK_GENERIC=1          compile each kernel once for every shape, not per shape
  *   TPK_AOT=0              compile the standard kernels too (debugging tpk) */
 TpkStatus tpk_context_create(TpkContext **out);
-/* Waits for the work queued on the context's queues, then releases the
- * caller's hold on it (see Lifetimes): once its buffers, programs and queues
- * are destroyed too, everything it owns is freed. */
+/* Ends the context (see Lifetimes): runs the work queued on its queues,
+ * then frees its buffers' memory, its compiled code and its threads. */
 void tpk_context_destroy(TpkContext *ctx);
 
 /* "host" (this CPU), or "sim:<chip>" (v4, v5e, v5p, v6e, v7). Kernels on a
@@ -158,6 +164,8 @@ TpkStatus tpk_program_load_file(TpkContext *ctx, const char *path, TpkProgram **
 TpkStatus tpk_program_load_source(TpkContext *ctx, const char *name, const char *text, size_t len, TpkProgram **out);
 void tpk_program_destroy(TpkProgram *prog);
 int tpk_program_kernel_count(const TpkProgram *prog);
+/* The program a kernel belongs to (to destroy it, for one). */
+TpkProgram *tpk_kernel_program(const TpkKernel *k);
 const char *tpk_program_kernel_name(const TpkProgram *prog, int i);
 TpkStatus tpk_program_kernel(TpkProgram *prog, const char *name, TpkKernel **out);
 

@@ -242,6 +242,8 @@ const TpkDeviceOps *tpk_device_kind(const char *name) {
 struct TpkStorage {
   atomic_int refs; /* the buffers that look at it */
   TpkDevice *dev;
+  struct TpkStorage *prev, *next; /* the device's live memory (dev->lock) */
+  bool gone;                      /* given back when the context was destroyed (dev->lock) */
   void *data;
   size_t bytes;         /* counted against the device */
   bool external;        /* the caller's memory, given back through release */
@@ -260,12 +262,59 @@ static TpkStatus reserve(TpkDevice *dev, size_t bytes) {
   return TPK_OK;
 }
 
-static void storage_release(TpkStorage *s) {
-  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+/* Storage s joins its device's live memory. */
+static void storage_link(TpkStorage *s) {
+  TpkDevice *dev = s->dev;
+  pthread_mutex_lock(&dev->lock);
+  s->next = dev->memory;
+  if (s->next) s->next->prev = s;
+  dev->memory = s;
+  pthread_mutex_unlock(&dev->lock);
+}
+
+/* Leaves the device's live memory; dev->lock held. */
+static void storage_unlink(TpkStorage *s) {
+  if (s->prev) s->prev->next = s->next;
+  else s->dev->memory = s->next;
+  if (s->next) s->next->prev = s->prev;
+  s->prev = s->next = NULL;
+}
+
+/* The bytes go back to the device, or to their owner. */
+static void storage_give_back(TpkStorage *s) {
   if (!s->external) s->dev->ops->free(s->dev, s->data, s->bytes);
   else if (s->release) s->release(s->user, s->data);
   atomic_fetch_sub(&s->dev->used, s->bytes);
+}
+
+static void storage_release(TpkStorage *s) {
+  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  TpkDevice *dev = s->dev;
+  pthread_mutex_lock(&dev->lock);
+  bool gone = s->gone;
+  if (!gone) storage_unlink(s);
+  pthread_mutex_unlock(&dev->lock);
+  if (!gone) storage_give_back(s);
   free(s);
+}
+
+void tpk_device_free_memory(TpkDevice *dev) {
+  pthread_mutex_lock(&dev->lock);
+  while (dev->memory) {
+    TpkStorage *s = dev->memory;
+    storage_unlink(s);
+    s->gone = true;
+    storage_give_back(s);
+  }
+  pthread_mutex_unlock(&dev->lock);
+}
+
+/* A buffer's bytes, or NULL when its context was destroyed. */
+static void *buffer_bytes(const TpkBuffer *b) {
+  pthread_mutex_lock(&b->dev->lock);
+  void *data = b->storage->gone ? NULL : b->data;
+  pthread_mutex_unlock(&b->dev->lock);
+  return data;
 }
 
 /* The size of a shape in bytes, checked. */
@@ -323,6 +372,7 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
   s->dev = dev;
   s->data = data;
   s->bytes = bytes;
+  storage_link(s);
   return buffer_new(s, 0, dtype, rank, shape, bytes, out);
 }
 
@@ -381,6 +431,7 @@ TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_
   s->external = true;
   s->release = release;
   s->user = user;
+  storage_link(s);
   return buffer_new(s, 0, dtype, rank, shape, bytes, out);
 }
 
@@ -394,6 +445,7 @@ TpkStatus tpk_buffer_view(TpkBuffer *base, size_t offset, TpkDType dtype, int ra
   if (offset % tpk_dtype_size(dtype))
     return fail(TPK_ERR_INVALID, "tpk_buffer_view: offset %zu is not a multiple of %s's %zu bytes", offset,
                 tpk_dtype_name(dtype), tpk_dtype_size(dtype));
+  if (!buffer_bytes(base)) return fail(TPK_ERR_INVALID, "tpk_buffer_view: the buffer's context was destroyed");
   size_t start = (size_t)((char *)base->data - (char *)base->storage->data);
   if (offset > base->bytes || bytes > base->bytes - offset)
     return fail(TPK_ERR_INVALID, "tpk_buffer_view: %zu bytes at offset %zu do not fit in the buffer's %zu", bytes, offset,
@@ -419,11 +471,12 @@ int tpk_buffer_rank(const TpkBuffer *b) { return b->rank; }
 const int64_t *tpk_buffer_shape(const TpkBuffer *b) { return b->shape; }
 size_t tpk_buffer_bytes(const TpkBuffer *b) { return b->bytes; }
 TpkDevice *tpk_buffer_device(const TpkBuffer *b) { return b ? b->dev : NULL; }
-void *tpk_buffer_data(TpkBuffer *b) { return b ? b->data : NULL; }
+void *tpk_buffer_data(TpkBuffer *b) { return b ? buffer_bytes(b) : NULL; }
 
 TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
   if (!b || (!src && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");
   if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_write: %zu bytes given, the buffer holds %zu", bytes, b->bytes);
+  if (!buffer_bytes(b)) return fail(TPK_ERR_INVALID, "tpk_buffer_write: the buffer's context was destroyed");
   if (bytes) b->dev->ops->write(b->dev, b->data, src, bytes);
   return TPK_OK;
 }
@@ -431,6 +484,7 @@ TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
 TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
   if (!b || (!dst && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_read: no buffer or no destination");
   if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_read: %zu bytes asked, the buffer holds %zu", bytes, b->bytes);
+  if (!buffer_bytes(b)) return fail(TPK_ERR_INVALID, "tpk_buffer_read: the buffer's context was destroyed");
   if (bytes) b->dev->ops->read(b->dev, dst, b->data, bytes);
   return TPK_OK;
 }

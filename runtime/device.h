@@ -10,6 +10,7 @@
 #ifndef TPK_RUNTIME_DEVICE_H
 #define TPK_RUNTIME_DEVICE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "host/jit.h"
@@ -69,8 +70,15 @@ struct TpkDevice {
   int64_t host_vmem;    /* the context's TPK_HOST_VMEM (0: the default) */
   uint64_t capacity;    /* bytes its buffers may use; 0: no limit */
   _Atomic uint64_t used;
+  pthread_mutex_t lock; /* memory: the list of live storages */
+  struct TpkStorage *memory;
   TpkDevice *next;
 };
+
+/* The context was destroyed: give back the memory of every buffer still
+ * alive (wrapped memory to its owner). The handles stay valid to destroy;
+ * their data is gone. */
+void tpk_device_free_memory(TpkDevice *dev);
 
 /* The kind of device `name` is, or NULL. */
 const TpkDeviceOps *tpk_device_kind(const char *name);

@@ -44,16 +44,15 @@ TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L);
 /* A queued launch's hold on its kernel's program. */
 void tpk_program_retain(TpkProgram *p);
 void tpk_program_release(TpkProgram *p);
-TpkProgram *tpk_kernel_program(const TpkKernel *k);
 
 /* A context's queues (queue.c), so that destroying the context waits for
  * their work. */
 typedef struct TpkQueues TpkQueues;
 TpkStatus tpk_queues_create(TpkQueues **out);
 void tpk_queues_destroy(TpkQueues *qs); /* after the last queue is gone */
-/* Wait until every queue has run what was queued so far (errors stay for
- * each queue's next tpk_queue_wait). */
-void tpk_queues_drain(TpkQueues *qs);
+/* The context is being destroyed: every queue runs what was queued, then
+ * its worker stops (errors stay for each queue's next tpk_queue_wait). */
+void tpk_queues_close(TpkQueues *qs);
 TpkQueues *tpk_context_queues(TpkContext *ctx);
 
 #endif

@@ -52,6 +52,7 @@ struct TpkQueue {
   pthread_cond_t more, idle;
   Work *head, *tail;
   bool busy, stop;
+  bool joined; /* the worker has stopped (its context was destroyed) */
   TpkStatus error;     /* first error since the last wait */
   char message[4096];
 };
@@ -139,11 +140,22 @@ static void drain(TpkQueue *q) {
   pthread_mutex_unlock(&q->lock);
 }
 
+/* Runs q's work to the end and stops its worker. */
+static void stop_worker(TpkQueue *q) {
+  if (q->joined) return;
+  pthread_mutex_lock(&q->lock);
+  q->stop = true;
+  pthread_cond_broadcast(&q->more);
+  pthread_mutex_unlock(&q->lock);
+  pthread_join(q->thread, NULL); /* the worker drains before it stops */
+  q->joined = true;
+}
+
 /* The registry's lock is held throughout: a queue cannot be destroyed
  * meanwhile, and its worker never takes this lock. */
-void tpk_queues_drain(TpkQueues *qs) {
+void tpk_queues_close(TpkQueues *qs) {
   pthread_mutex_lock(&qs->lock);
-  for (TpkQueue *q = qs->list; q; q = q->next) drain(q);
+  for (TpkQueue *q = qs->list; q; q = q->next) stop_worker(q);
   pthread_mutex_unlock(&qs->lock);
 }
 
@@ -195,12 +207,8 @@ void tpk_queue_destroy(TpkQueue *q) {
       *p = q->next;
       break;
     }
+  stop_worker(q);
   pthread_mutex_unlock(&qs->lock);
-  pthread_mutex_lock(&q->lock);
-  q->stop = true;
-  pthread_cond_broadcast(&q->more);
-  pthread_mutex_unlock(&q->lock);
-  pthread_join(q->thread, NULL); /* the worker drains before it stops */
   pthread_mutex_destroy(&q->lock);
   pthread_cond_destroy(&q->more);
   pthread_cond_destroy(&q->idle);
@@ -216,13 +224,20 @@ TpkStatus tpk_queue_wait(TpkQueue *q) {
   return take_error(q);
 }
 
-static void enqueue(TpkQueue *q, Work *w) {
+/* Appends w, unless the worker has been told to stop (the context was
+ * destroyed): then false, and w is still the caller's. */
+static bool enqueue(TpkQueue *q, Work *w) {
   pthread_mutex_lock(&q->lock);
+  if (q->stop) {
+    pthread_mutex_unlock(&q->lock);
+    return false;
+  }
   if (q->tail) q->tail->next = w;
   else q->head = w;
   q->tail = w;
   pthread_cond_signal(&q->more);
   pthread_mutex_unlock(&q->lock);
+  return true;
 }
 
 /* A copy of name, or of "" (NULL names are refused when the launch runs). */
@@ -237,7 +252,6 @@ static char *copy_name(char **at, const char *name) {
 TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *L) {
   if (!q || !k || !L) return q_fail(TPK_ERR_INVALID, "tpk_queue_launch: no queue, kernel or launch");
   if (tpk_launch_check_counts(L, "tpk_queue_launch") != TPK_OK) return TPK_ERR_INVALID;
-  if (tpk_context_closed(q->ctx)) return q_fail(TPK_ERR_INVALID, "tpk_queue_launch: the queue's context was destroyed");
   int n = tpk_kernel_param_count(k);
   Work *w = calloc(1, sizeof *w);
   if (!w) return q_fail(TPK_ERR_NOMEM, "out of memory queueing a launch");
@@ -268,8 +282,9 @@ TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *L) {
   for (int i = 0; i < L->ntunes; i++) w->tunes[i] = (TpkNamedInt){copy_name(&at, L->tunes[i].name), L->tunes[i].value};
   w->launch = (TpkLaunch){.args = w->args, .scalars = w->scalars, .syms = w->syms, .nsyms = L->nsyms,
                           .tunes = w->tunes, .ntunes = L->ntunes, .result = L->result};
-  enqueue(q, w);
-  return TPK_OK;
+  if (enqueue(q, w)) return TPK_OK;
+  work_free(w, n);
+  return q_fail(TPK_ERR_INVALID, "tpk_queue_launch: the queue's context was destroyed");
 }
 
 TpkStatus tpk_queue_record(TpkQueue *q, TpkEvent **out) {
@@ -287,7 +302,14 @@ TpkStatus tpk_queue_record(TpkQueue *q, TpkEvent **out) {
   pthread_cond_init(&e->cond, NULL);
   e->refs = 2; /* the caller's, and the marker's */
   w->event = e;
-  enqueue(q, w);
+  if (!enqueue(q, w)) { /* the context was destroyed: all its work has run */
+    pthread_mutex_lock(&q->lock);
+    e->error = q->error;
+    snprintf(e->message, sizeof e->message, "%s", q->message);
+    pthread_mutex_unlock(&q->lock);
+    e->done = true;
+    work_free(w, 0);
+  }
   *out = e;
   return TPK_OK;
 }

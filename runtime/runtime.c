@@ -195,6 +195,32 @@ static void spec_free(Spec *s) {
   free(s);
 }
 
+/* What launches of prog built: its specialisations, code serving every
+ * shape, the tunables chosen. */
+static void program_free_compiled(TpkProgram *prog) {
+  for (Spec *s = prog->specs, *n; s; s = n) {
+    n = s->next;
+    spec_free(s);
+  }
+  prog->specs = NULL;
+  for (int i = 0; prog->kernels && i < prog->nkernels; i++) {
+    for (TuneMemo *t = prog->kernels[i].tuned, *n; t; t = n) {
+      n = t->next;
+      free(t->key);
+      free(t);
+    }
+    prog->kernels[i].tuned = NULL;
+  }
+  for (Generic *g = prog->generics, *n; g; g = n) {
+    n = g->next;
+    tpk_plan_free(&g->plan);
+    if (g->module) tpk_module_free(g->module);
+    free(g->tunes);
+    free(g);
+  }
+  prog->generics = NULL;
+}
+
 static void program_free(TpkProgram *prog) {
   TpkContext *ctx = prog->ctx;
   pthread_mutex_lock(&ctx->lock);
@@ -206,23 +232,7 @@ static void program_free(TpkProgram *prog) {
   for (int i = 0; i < tpk_std_nfiles; i++)
     if (ctx->std_programs[i] == prog) ctx->std_programs[i] = NULL;
   pthread_mutex_unlock(&ctx->lock);
-  for (Spec *s = prog->specs, *n; s; s = n) {
-    n = s->next;
-    spec_free(s);
-  }
-  for (int i = 0; prog->kernels && i < prog->nkernels; i++)
-    for (TuneMemo *t = prog->kernels[i].tuned, *n; t; t = n) {
-      n = t->next;
-      free(t->key);
-      free(t);
-    }
-  for (Generic *g = prog->generics, *n; g; g = n) {
-    n = g->next;
-    tpk_plan_free(&g->plan);
-    if (g->module) tpk_module_free(g->module);
-    free(g->tunes);
-    free(g);
-  }
+  program_free_compiled(prog);
   free(prog->kernels);
   if (prog->module) tpk_module_free(prog->module);
   free(prog->name);
@@ -253,13 +263,10 @@ TpkQueues *tpk_context_queues(TpkContext *ctx) { return ctx->queues; }
 static void context_free(TpkContext *ctx) {
   /* only the standard programs are left: the others held the context */
   while (ctx->programs) program_free(ctx->programs);
-  /* The JIT goes after the programs' specs but before nothing else runs
-   * their code: background compiles are finished or cancelled here. */
-  tpk_jit_destroy(ctx->jit);
-  tpk_pool_destroy(ctx->pool);
   for (TpkDevice *d = ctx->devices, *n; d; d = n) {
     n = d->next;
     d->ops->close(d);
+    pthread_mutex_destroy(&d->lock);
     free(d);
   }
   tpk_queues_destroy(ctx->queues);
@@ -272,9 +279,26 @@ void tpk_context_release(TpkContext *ctx) {
   if (ctx && atomic_fetch_sub(&ctx->refs, 1) == 1) context_free(ctx);
 }
 
+/* The end of the context for its user: queued work runs, then everything
+ * it holds that a handle does not need goes — the memory of its buffers,
+ * what it compiled, its threads. The handles stay valid to destroy. */
 void tpk_context_destroy(TpkContext *ctx) {
   if (!ctx || atomic_exchange(&ctx->closed, true)) return;
-  tpk_queues_drain(ctx->queues);
+  tpk_queues_close(ctx->queues);
+  pthread_mutex_lock(&ctx->lock);
+  for (TpkDevice *d = ctx->devices; d; d = d->next) tpk_device_free_memory(d);
+  for (TpkProgram *p = ctx->programs; p; p = p->next) {
+    pthread_mutex_lock(&p->lock);
+    program_free_compiled(p);
+    pthread_mutex_unlock(&p->lock);
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  /* The JIT goes after the programs' specs, when nothing runs their code:
+   * background compiles are finished or cancelled here. */
+  tpk_jit_destroy(ctx->jit);
+  ctx->jit = NULL;
+  tpk_pool_destroy(ctx->pool);
+  ctx->pool = NULL;
   tpk_context_release(ctx);
 }
 
@@ -298,11 +322,13 @@ static TpkStatus device_open(TpkContext *ctx, const char *name, TpkDevice **out)
       d->host_vmem = ctx->host_vmem;
       snprintf(d->name, sizeof d->name, "%s", name);
       atomic_init(&d->used, 0);
+      pthread_mutex_init(&d->lock, NULL);
       st = kind->open(d, name, &err);
       if (st == TPK_OK) {
         d->next = ctx->devices;
         ctx->devices = d;
       } else {
+        pthread_mutex_destroy(&d->lock);
         free(d);
         d = NULL;
       }
@@ -1051,7 +1077,7 @@ TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *s
 }
 
 void tpk_context_wait_compiles(TpkContext *ctx) {
-  if (!ctx) return;
+  if (!ctx || tpk_context_closed(ctx)) return;
   pthread_mutex_lock(&ctx->lock);
   for (TpkProgram *p = ctx->programs; p; p = p->next) {
     pthread_mutex_lock(&p->lock);
@@ -1067,7 +1093,7 @@ void tpk_context_wait_compiles(TpkContext *ctx) {
 /* ---- the standard library ------------------------------------------------------------ */
 
 int tpk_context_compiler_runs(const TpkContext *ctx) {
-  if (!ctx) return 0;
+  if (!ctx || !ctx->jit) return 0;
   TpkJitStats s = tpk_jit_stats(ctx->jit);
   return s.tcc_compiles + s.cc_compiles;
 }
