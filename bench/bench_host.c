@@ -100,6 +100,7 @@ static double bench_once(Bench *b) {
 
 static void bench_close(Bench *b) {
   for (int i = 0; i < b->nbufs; i++) tpk_buffer_destroy(b->bufs[i]);
+  tpk_program_destroy(tpk_kernel_program(b->k));
   tpk_context_destroy(b->ctx);
 }
 

@@ -88,6 +88,8 @@ static void bench_wall_time(void) {
     tpk_buffer_destroy(host.bufs[i]);
     tpk_buffer_destroy(sim.bufs[i]);
   }
+  tpk_program_destroy(tpk_kernel_program(host.k));
+  tpk_program_destroy(tpk_kernel_program(sim.k));
   tpk_context_destroy(ctx);
 }
 

@@ -1081,6 +1081,7 @@ static void run_row(const SuiteRow *row, const Options *o, const char *kernels_d
     for (int d = 0; d < o->ndevices && r->status == ROW_OK; d++)
       if (strncmp(o->devices[d], "sim:", 4) == 0) measure_sim(ctx, k, &s, o->devices[d], &r->sim[d], r);
 done:
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
   cli_bindings_free(&s.shape);
 }

@@ -595,6 +595,7 @@ done:
     tpk_buffer_destroy(bufs[i]);
     free(before[i]);
   }
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
   tpk_source_free(&src);
   return status;

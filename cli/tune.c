@@ -292,6 +292,7 @@ static int tune(Tune *t) {
   }
   if (t->cached) {
     int status = show_cached(t, prog);
+    tpk_program_destroy(prog);
     tpk_context_destroy(ctx);
     tpk_source_free(&src);
     return status;
@@ -338,6 +339,7 @@ static int tune(Tune *t) {
     }
   }
   tpk_tune_report_free(&r);
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
   tpk_source_free(&src);
   return status;

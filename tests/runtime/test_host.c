@@ -210,6 +210,7 @@ static void test_bad_calls(void **state) {
   tpk_buffer_destroy(y);
   tpk_buffer_destroy(o);
   tpk_buffer_destroy(h);
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
 }
 
@@ -257,6 +258,7 @@ static void test_queue_order(void **state) {
   tpk_event_destroy(ev);
   tpk_queue_destroy(q);
   tpk_buffer_destroy(x);
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
 }
 
@@ -283,6 +285,7 @@ static void test_vmem_budget(void **state) {
   unsetenv("TPK_HOST_VMEM");
   tpk_buffer_destroy(x);
   tpk_buffer_destroy(y);
+  tpk_program_destroy(tpk_kernel_program(k));
   tpk_context_destroy(ctx);
 }
 
@@ -322,6 +325,7 @@ static char *run_on(const char *device, const char *tier, const char *file, cons
     if (!(stats.seconds > 0 && stats.seconds >= stats.roofline_seconds))
       fail_msg("%s:%s on %s: simulated %g s, roofline %g s", file, kname, device, stats.seconds, stats.roofline_seconds);
   }
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
   free(text);
   unsetenv("TPK_TIER");
@@ -380,6 +384,7 @@ static int each_corpus_kernel(const int64_t *sizes, int nsizes, CorpusCase fn) {
         calls++;
       }
     }
+    tpk_program_destroy(prog);
     tpk_context_destroy(ctx);
     free(text);
     free(names[f]);
@@ -508,6 +513,7 @@ static void test_errors_from_worker_parts(void **state) {
   tpk_buffer_destroy(ids);
   tpk_buffer_destroy(table);
   tpk_buffer_destroy(y);
+  tpk_program_destroy(tpk_kernel_program(k));
   tpk_context_destroy(ctx);
   unsetenv("TPK_HOST_THREADS");
 }
@@ -537,6 +543,7 @@ static void test_launch_in_forked_child(void **state) {
     for (int i = 0; i < 1000; i++) xv[i] = (float)(3 * i);
     bool ok = tpk_kernel_launch(k, &L) == TPK_OK;
     for (int i = 0; i < 1000 && ok; i++) ok = yv[i] == (float)(6 * i);
+    tpk_program_destroy(tpk_kernel_program(k));
     tpk_context_destroy(ctx);
     _exit(ok ? 0 : 1);
   }
@@ -553,6 +560,7 @@ static void test_launch_in_forked_child(void **state) {
   for (int i = 0; i < 1000; i++) assert_true(yv[i] == (float)(2 * i)); /* the parent's buffers are its own */
   tpk_buffer_destroy(x);
   tpk_buffer_destroy(y);
+  tpk_program_destroy(tpk_kernel_program(k));
   tpk_context_destroy(ctx);
   unsetenv("TPK_HOST_THREADS");
 }
@@ -667,6 +675,7 @@ static void test_fused_sums_match_the_primitive(void **state) {
       TpkBuffer *all[] = {x, w, y1, z1, y2, z2, k1, k2};
       for (size_t i = 0; i < TPK_ARRAY_LEN(all); i++) tpk_buffer_destroy(all[i]);
     }
+    tpk_program_destroy(prog);
     tpk_context_destroy(ctx);
     unsetenv("TPK_GENERIC");
   }
@@ -738,6 +747,7 @@ static void test_accumulating_dot_matches_lowered_ir(void **state) {
                    (double)y[i], (double)want[i]);
       TpkBuffer *all[] = {bx, ba, bb, by};
       for (size_t i = 0; i < TPK_ARRAY_LEN(all); i++) tpk_buffer_destroy(all[i]);
+      tpk_program_destroy(tpk_kernel_program(k));
       tpk_context_destroy(ctx);
     }
   }
@@ -806,6 +816,7 @@ static void test_inline_conversions_match_the_primitive(void **state) {
     }
     TpkBuffer *all[] = {x32, y16, x16, y32};
     for (size_t i = 0; i < TPK_ARRAY_LEN(all); i++) tpk_buffer_destroy(all[i]);
+    tpk_program_destroy(prog);
     tpk_context_destroy(ctx);
   }
   unsetenv("TPK_TIER");
@@ -878,6 +889,7 @@ static void test_ragged_scatter_drops_padding_lanes(void **state) {
     for (int i = 0; i < 8; i++)
       if (dst[i] != want[i]) fail_msg("%s: dst[%d] is %g, expected %g", DEVICES[d], i, (double)dst[i], (double)want[i]);
     for (int i = 0; i < 3; i++) tpk_buffer_destroy(b[i]);
+    tpk_program_destroy(prog);
     tpk_context_destroy(ctx);
   }
 }

@@ -136,6 +136,7 @@ static void test_event_outlives_its_queue(void **state) {
   tpk_event_destroy(never_waited);
   tpk_buffer_destroy(x);
   tpk_buffer_destroy(wrong);
+  tpk_program_destroy(tpk_kernel_program(k));
   tpk_context_destroy(ctx);
 }
 
@@ -181,6 +182,7 @@ static void test_buffers_of_another_context(void **state) {
   tpk_buffer_destroy(y);
   tpk_context_destroy(b);
   tpk_context_destroy(a);
+  tpk_program_destroy(tpk_kernel_program(k));
 }
 
 /* ---- external memory ---- */
@@ -216,6 +218,7 @@ static void test_wrap_without_copying(void **state) {
     assert_ptr_equal(rx.data, xs);
     assert_int_equal(ry.calls, 0); /* the view still looks at it */
     assert_true(((float *)tpk_buffer_data(tail))[1] == 10.0f);
+    tpk_program_destroy(tpk_kernel_program(k));
     tpk_context_destroy(ctx);
     tpk_buffer_destroy(tail);
     assert_int_equal(ry.calls, 1);
@@ -288,6 +291,7 @@ static void test_views(void **state) {
   assert_string_equal(tpk_last_error(), "tpk_buffer_view: offset 2 is not a multiple of f32's 4 bytes");
   tpk_buffer_destroy(x);
   tpk_buffer_destroy(y);
+  tpk_program_destroy(tpk_kernel_program(k));
   tpk_context_destroy(ctx);
 }
 

@@ -23,6 +23,14 @@ static const char *MATMUL = "kernel matmul(a: bf16[M, K], b: bf16[K, N]) -> (c: 
                             "  }\n"
                             "}\n";
 
+/* The programs run_matmul loaded: their launches' traces live as long. */
+static TpkProgram *loaded[16];
+static int nloaded;
+
+static void destroy_loaded(void) {
+  while (nloaded) tpk_program_destroy(loaded[--nloaded]);
+}
+
 /* c = a x b on `device`, with a and b filled the same way every time; the
  * result is copied to out (M*N floats), what the launch did to *ran. */
 static TpkStatus run_matmul(TpkContext *ctx, const char *device, int64_t n, const TpkNamedInt *tunes, int ntunes,
@@ -33,6 +41,8 @@ static TpkStatus run_matmul(TpkContext *ctx, const char *device, int64_t n, cons
   TpkStatus st = tpk_device_open(ctx, device, &dev);
   if (st) return st;
   assert_int_equal(tpk_program_load_source(ctx, "mm.tpk", MATMUL, strlen(MATMUL), &prog), TPK_OK);
+  assert_true(nloaded < 16);
+  loaded[nloaded++] = prog;
   assert_int_equal(tpk_program_kernel(prog, "matmul", &k), TPK_OK);
   int64_t shape[2] = {n, n};
   TpkBuffer *a, *b, *c;
@@ -77,6 +87,7 @@ static void test_same_results_as_host(void **state) {
     /* the chip computes whole blocks: 700 pads to two 512-blocks a side */
     assert_true(fabs(st.matmul_flops - 2.0 * 1024 * 1024 * 1024) < 1);
   }
+  destroy_loaded();
   tpk_context_destroy(ctx);
 }
 
@@ -114,6 +125,7 @@ static void test_stats_and_trace(void **state) {
   assert_false(ran.simulated);
   assert_null(ran.trace);
   assert_true(ran.sim.seconds == 0);
+  destroy_loaded();
   tpk_context_destroy(ctx);
 }
 
@@ -155,6 +167,7 @@ static void test_devices_and_limits(void **state) {
   const char *wide = "kernel scale(x: f32[M, N]) -> (y: f32[M, N]) tune BM in [2048] {\n"
                      "  for i in tiles(M, BM) { y[i, :] = x[i, :] * 2.0; }\n"
                      "}\n";
+  tpk_program_destroy(prog);
   assert_int_equal(tpk_program_load_source(ctx, "wide.tpk", wide, strlen(wide), &prog), TPK_OK);
   assert_int_equal(tpk_program_kernel(prog, "scale", &k), TPK_OK);
   int64_t shape[2] = {4096, 4096};
@@ -165,6 +178,7 @@ static void test_devices_and_limits(void **state) {
   assert_non_null(strstr(tpk_last_error(), "needs 32.0 MiB of VMEM for one grid instance but sim:v4 has 16.0 MiB"));
   tpk_buffer_destroy(x);
   tpk_buffer_destroy(y);
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
 }
 

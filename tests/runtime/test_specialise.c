@@ -87,6 +87,7 @@ static void test_checked_once(void **state) {
   assert_int_equal(r.npoints, 6);
   tpk_tune_report_free(&r);
   assert_int_equal(parses, 1);
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
 }
 
@@ -146,6 +147,7 @@ static void test_outputs_sized_by_tunables(void **state) {
   tpk_buffer_destroy(x);
   tpk_buffer_destroy(y2);
   tpk_buffer_destroy(y3);
+  tpk_program_destroy(tpk_kernel_program(k));
   tpk_context_destroy(ctx);
 
   /* the command line sizes y with the tunable it is given */
@@ -195,6 +197,7 @@ static void test_binding_errors_point_at_the_line(void **state) {
   if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s", tpk_last_error());
   tpk_buffer_destroy(x);
   tpk_buffer_destroy(o);
+  tpk_program_destroy(tpk_kernel_program(k));
   tpk_context_destroy(ctx);
 
   /* a size that overflows once bound, at the op that has it */

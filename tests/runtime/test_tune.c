@@ -49,12 +49,15 @@ static const char *SCALE = "kernel scale(x: f32[M, N], s: f32) -> (y: f32[M, N])
 
 /* Programs the searches tune, in one context the group tears down. */
 static TpkContext *programs;
+static TpkProgram *loaded[64];
+static int nloaded;
 
 static TpkProgram *program(const char *name, const char *text) {
   if (!programs && tpk_context_create(&programs) != TPK_OK) fail_msg("%s", tpk_last_error());
   TpkProgram *p;
   if (tpk_program_load_source(programs, name, text, strlen(text), &p) != TPK_OK) fail_msg("%s", tpk_last_error());
-  return p;
+  assert_true(nloaded < 64);
+  return loaded[nloaded++] = p;
 }
 
 /* The kernel `name` of text checked with nothing bound (the program's view). */
@@ -79,6 +82,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   (void)state;
   tpk_context_destroy(programs);
+  for (int i = 0; i < nloaded; i++) tpk_program_destroy(loaded[i]);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
   return system(cmd) == 0 ? 0 : -1;
@@ -567,6 +571,7 @@ static void test_sim_search_finds_the_fastest(void **state) {
   tpk_buffer_destroy(a);
   tpk_buffer_destroy(b);
   tpk_buffer_destroy(c);
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
   tpk_tune_report_free(&r);
 }
@@ -776,6 +781,7 @@ static void test_launches_use_the_cache(void **state) {
     assert_string_equal(got, want[run]);
     for (int i = 0; i < 3; i++) tpk_buffer_destroy(b[i]);
   }
+  tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
   test_compile_free(&c);
 }
