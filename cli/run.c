@@ -280,6 +280,28 @@ static bool has_binding(const TpkBinding *b, int n, const char *name) {
   return false;
 }
 
+/* Whether every buffer of the launch fits in the device's memory, checked
+ * before any is allocated and filled (a simulated chip's HBM is finite, and
+ * filling 16 GiB only to fail on the next buffer takes minutes). */
+static bool fits_on_device(TpkKernel *k, TpkDevice *dev, const TpkNamedInt *sizes, int nsizes) {
+  uint64_t capacity, used;
+  tpk_device_memory(dev, &capacity, &used);
+  if (!capacity) return true;
+  double need = 0; /* a double: a product of sizes must not wrap */
+  for (int i = 0; i < tpk_kernel_param_count(k); i++) {
+    if (tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR) continue;
+    int64_t shape[TPK_MAX_DIMS];
+    if (tpk_kernel_param_shape(k, i, sizes, nsizes, shape) != TPK_OK) return true; /* the launch says why */
+    double bytes = (double)tpk_dtype_size(tpk_kernel_param_dtype(k, i));
+    for (int d = 0; d < tpk_kernel_param_rank(k, i); d++) bytes *= (double)shape[d];
+    need += bytes;
+  }
+  if (need <= (double)(capacity - used)) return true;
+  fprintf(stderr, "tpk: %s: out of memory: the kernel's buffers need %.1f GiB, the device has %.1f GiB (%.1f in use)\n",
+          tpk_device_name(dev), need / (1 << 30), (double)capacity / (1 << 30), (double)used / (1 << 30));
+  return false;
+}
+
 static bool check_against_interpreter(const Run *r, TpkKernel *k, const TpkLaunchResult *ran, TpkBuffer **bufs,
                                       void **before, const double *scalars) {
   /* The kernel the launch ran, bound as it was: every size from the
@@ -438,6 +460,7 @@ static int run(Run *r) {
   for (int i = 0; i < r->tunes.count && nsizes < 128; i++)
     sizes[nsizes++] = (TpkNamedInt){r->tunes.items[i].name, r->tunes.items[i].value};
   say(r, "%s: kernel %s on %s\n", src.name, r->kernel, tpk_device_name(dev));
+  if (!fits_on_device(k, dev, sizes, nsizes)) goto done;
   uint64_t rng = r->seed;
   for (int i = 0; i < np; i++) {
     const char *name = tpk_kernel_param_name(k, i);

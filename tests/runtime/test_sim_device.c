@@ -182,8 +182,20 @@ static void test_devices_and_limits(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* tpk run checks that every buffer fits the chip's HBM before it allocates
+ * and fills any (before: it filled the 16 GiB input for minutes, then found
+ * that the output did not fit). */
+static void test_run_checks_hbm_first(void **state) {
+  (void)state;
+  TestRun run = RUN("run", "std:softmax.tpk", "-k", "softmax", "--shape", "M=65536,N=65536", "--device", "sim:v5e");
+  assert_int_equal(run.status, 1);
+  assert_contains(run.err, "sim:v5e: out of memory: the kernel's buffers need 32.0 GiB, the device has 16.0 GiB");
+  test_run_free(&run);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_run_checks_hbm_first),
       cmocka_unit_test(test_same_results_as_host),
       cmocka_unit_test(test_stats_and_trace),
       cmocka_unit_test(test_devices_and_limits),
