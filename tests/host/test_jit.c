@@ -1115,6 +1115,338 @@ static void test_shared_folder_entries_are_trusted_by_their_mac(void **state) {
   free(dir);
 }
 
+/* A cache folder nobody may write: a private one with mode 0500, or, for
+ * root (whom modes do not stop), sysfs's /sys/kernel, which refuses new
+ * files to everyone. *made is the folder to remove afterwards, or NULL. */
+static const char *unwritable_folder(char **made) {
+  *made = NULL;
+  if (geteuid() != 0) {
+    *made = make_temp_dir();
+    assert_int_equal(chmod(*made, 0500), 0);
+    return *made;
+  }
+  char probe[] = "/sys/kernel/tpk-probe-XXXXXX";
+  if (mkdtemp(probe)) {
+    rmdir(probe);
+    fail_msg("/sys/kernel takes new folders here: no unwritable folder to test with");
+  }
+  return "/sys/kernel";
+}
+
+/* With TPK_TIER=cc, a cache folder that cannot be written made the compile
+ * fail; now the kernel is built in a private temporary folder, with a
+ * note, in both tiers that use cc. */
+static void test_unwritable_cache_folder_builds_without_it(void **state) {
+  (void)state;
+  char *made;
+  const char *dir = unwritable_folder(&made);
+  char src[2048], want[1100];
+  add_source(src, sizeof src, 60);
+  snprintf(want, sizeof want, "the cache folder %s is not writable: built without the cache", dir);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  run_add(c, 60, NULL);
+  assert_non_null(tpk_code_note(c));
+  assert_string_equal(tpk_code_note(c), want);
+  assert_stats(j, 0, 1, 0, 0);
+  tpk_jit_destroy(j);
+
+  j = new_jit(TPK_TIER_AUTO, 0, dir, NULL); /* promoted in the background: the same */
+  c = compile_ok(j, src, "add_kernel");
+  assert_null(tpk_code_note(c));
+  tpk_code_wait_optimized(c);
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  assert_null(tpk_code_cc_error(c));
+  assert_string_equal(tpk_code_note(c), want);
+  run_add(c, 60, NULL);
+  assert_stats(j, 1, 1, 0, 0);
+  tpk_jit_destroy(j);
+  if (made) {
+    chmod(made, 0700);
+    remove_tree(made);
+    free(made);
+  }
+}
+
+/* A folder sitting at an entry's path made the cc tier fail to store, and
+ * so to compile; now the build is loaded anyway, with a note, and the
+ * folder (not ours to remove) stays. */
+static void test_folder_at_an_entry_path_builds_without_the_cache(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048], so[1024], inner[1100];
+  add_source(src, sizeof src, 61);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  compile_ok(j, src, "add_kernel");
+  tpk_jit_destroy(j);
+  only_entry(dir, so, sizeof so);
+  assert_int_equal(unlink(so), 0);
+  assert_int_equal(mkdir(so, 0700), 0);
+  snprintf(inner, sizeof inner, "%s/something", so);
+  write_bytes(inner, "x", 1, 0600);
+  for (int round = 0; round < 2; round++) {
+    j = new_jit(round == 0 ? TPK_TIER_CC : TPK_TIER_AUTO, 0, dir, NULL);
+    TpkCode *c = compile_ok(j, src, "add_kernel");
+    tpk_code_wait_optimized(c);
+    assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+    assert_null(tpk_code_cc_error(c));
+    run_add(c, 61, NULL);
+    const char *note = tpk_code_note(c);
+    assert_non_null(note);
+    assert_non_null(strstr(note, "cannot store"));
+    assert_non_null(strstr(note, "Is a directory: built without the cache"));
+    assert_false(tpk_code_from_cache(c));
+    tpk_jit_destroy(j);
+    struct stat st;
+    assert_int_equal(stat(inner, &st), 0);
+    int others;
+    count_entries(dir, NULL, 0, &others);
+    assert_int_equal(others, 0); /* no temporary file left */
+  }
+  remove_tree(dir);
+  free(dir);
+}
+
+/* This host's name as build folder names carry it (host/jit.c). */
+static void host_name(char *out, size_t size) {
+  char h[65] = "";
+  assert_int_equal(gethostname(h, sizeof h - 1), 0);
+  size_t n = 0;
+  for (const char *p = h; *p && n + 1 < size; p++) {
+    char c = *p;
+    out[n++] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ? c : '_';
+  }
+  out[n] = 0;
+}
+
+/* dir/name as a build folder with a file in it, last changed `age` seconds ago. */
+static void make_build_folder(const char *dir, const char *name, int age) {
+  char path[4096], file[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  assert_int_equal(mkdir(path, 0700), 0);
+  snprintf(file, sizeof file, "%s/kernel.c", path);
+  write_bytes(file, "int x;\n", 7, 0600);
+  struct timespec t[2] = {{time(NULL) - age, 0}, {time(NULL) - age, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+static bool exists_in(const char *dir, const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+/* A process killed mid-compile left its build folder for good; now a
+ * store removes the stale ones: a process of this host that is gone, and
+ * quiet for 15 minutes, or any other for a day. A live process's folder
+ * stays, whatever its age. */
+static void test_stale_build_folders_are_removed(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char host[80], name[256];
+  host_name(host, sizeof host);
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  assert_true(dead > 0);
+  assert_int_equal(waitpid(dead, NULL, 0), dead);
+  const struct {
+    const char *fmt;
+    long pid;
+    int age;
+    bool removed;
+  } cases[] = {
+      {"tpk-build-%ld-%s-aB3dE9", (long)dead, 3600, true},       /* gone, quiet for an hour */
+      {"tpk-build-%ld-%s-aB3dE8", (long)dead, 60, false},        /* gone, but touched a minute ago */
+      {"tpk-build-%ld-%s-aB3dE7", (long)getpid(), 3 * 86400, false}, /* ours: live */
+      {"tpk-build-%ld-%s-aB3dE6", 1L, 3 * 86400, false},         /* init: live */
+      {"tpk-build-%ld-elsewhere-%.0saB3dE5", (long)dead, 3600, false}, /* another host: an hour says nothing */
+      {"tpk-build-%ld-elsewhere-%.0saB3dE4", (long)dead, 2 * 86400, true},
+      {"tpk-build-%.0ld%.0sQx81Lm", 0, 2 * 86400, true},        /* an older tpk's name */
+      {"tpk-build-%.0ld%.0sQx81Ln", 0, 3600, false},
+  };
+  enum { NCASES = sizeof cases / sizeof cases[0] };
+  char names[NCASES][256];
+  for (int i = 0; i < NCASES; i++) {
+    snprintf(names[i], sizeof names[i], cases[i].fmt, cases[i].pid, host);
+    make_build_folder(dir, names[i], cases[i].age);
+  }
+  /* a stale temporary entry file too */
+  snprintf(name, sizeof name, "%s/tpk-build-%ld-%s-Zz09Yy", dir, (long)dead, host);
+  write_bytes(name, "partial", 7, 0644);
+  struct timespec t[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, name, t, 0), 0);
+
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkJitCacheInfo info;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.build_folders, NCASES + 1);
+  char src[2048];
+  add_source(src, sizeof src, 62);
+  run_add(compile_ok(j, src, "add_kernel"), 62, NULL); /* a store tidies the folder */
+  for (int i = 0; i < NCASES; i++)
+    if (exists_in(dir, names[i]) == cases[i].removed)
+      fail_msg("%s was %s", names[i], cases[i].removed ? "kept" : "removed");
+  assert_int_equal(access(name, F_OK), -1);
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.entries, 1);
+  assert_int_equal(info.build_folders, 5);
+
+  /* clearing removes the entries and nothing live */
+  int64_t entries, builds;
+  assert_int_equal(tpk_jit_cache_clear(j, &entries, &builds, &err), TPK_OK);
+  assert_int_equal(entries, 1);
+  assert_int_equal(builds, 0);
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.entries, 0);
+  assert_int_equal(info.bytes, 0);
+  assert_int_equal(info.build_folders, 5);
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
+/* Stale build folders under $TMPDIR (builds outside the cache) go too, at
+ * the first build there. */
+static void test_stale_temporary_build_folders_are_removed(void **state) {
+  (void)state;
+  char *tmp = make_temp_dir();
+  char host[80], stale[256], live[256];
+  host_name(host, sizeof host);
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  assert_int_equal(waitpid(dead, NULL, 0), dead);
+  snprintf(stale, sizeof stale, "tpk-build-%ld-%s-aB3dE9", (long)dead, host);
+  snprintf(live, sizeof live, "tpk-build-%ld-%s-aB3dE9", (long)getpid(), host);
+  make_build_folder(tmp, stale, 3600);
+  make_build_folder(tmp, live, 3600);
+  char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+  setenv("TMPDIR", tmp, 1);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, "", NULL);
+  if (old) setenv("TMPDIR", old, 1);
+  else unsetenv("TMPDIR");
+  free(old);
+  char src[2048];
+  add_source(src, sizeof src, 63);
+  run_add(compile_ok(j, src, "add_kernel"), 63, NULL);
+  tpk_jit_destroy(j);
+  assert_false(exists_in(tmp, stale));
+  assert_true(exists_in(tmp, live));
+  remove_tree(tmp);
+  free(tmp);
+}
+
+static int64_t entry_bytes(const char *dir) {
+  char so[1024];
+  only_entry(dir, so, sizeof so);
+  struct stat st;
+  assert_int_equal(stat(so, &st), 0);
+  return (int64_t)st.st_size;
+}
+
+static bool has_entry_for(const char *dir, int offset) {
+  TpkJit *j = new_jit(TPK_TIER_AUTO, -1, dir, NULL);
+  char src[2048];
+  add_source(src, sizeof src, offset);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  bool hit = tpk_code_from_cache(c);
+  tpk_jit_destroy(j);
+  return hit;
+}
+
+/* TPK_CACHE_MAX holds the entries to a size: after a store the least
+ * recently used go first, and a hit counts as a use. */
+static void test_size_limit_evicts_least_recently_used(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048];
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  add_source(src, sizeof src, 70);
+  compile_ok(j, src, "add_kernel");
+  tpk_jit_destroy(j);
+  int64_t one = entry_bytes(dir); /* every entry of these kernels is this size */
+  j = new_keyed_jit(TPK_TIER_CC, dir, NULL, 3 * one + one / 2);
+  for (int i = 71; i <= 72; i++) {
+    add_source(src, sizeof src, i);
+    compile_ok(j, src, "add_kernel");
+  }
+  TpkJitCacheInfo info;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.entries, 3);
+  assert_int_equal(info.bytes, 3 * one);
+  assert_int_equal(info.max_bytes, 3 * one + one / 2);
+  assert_true(has_entry_for(dir, 70)); /* a hit: 70 is now the most recent */
+  add_source(src, sizeof src, 73);
+  compile_ok(j, src, "add_kernel"); /* over the limit: 71, the least recent, goes */
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.entries, 3);
+  tpk_jit_destroy(j);
+  assert_false(has_entry_for(dir, 71));
+  assert_true(has_entry_for(dir, 70));
+  assert_true(has_entry_for(dir, 72));
+  assert_true(has_entry_for(dir, 73));
+  remove_tree(dir);
+  free(dir);
+}
+
+typedef struct EvictJob {
+  const char *dir;
+  int64_t max;
+  int first;
+  TpkStatus status;
+} EvictJob;
+
+static void *build_into_small_cache(void *arg) {
+  EvictJob *job = arg;
+  TpkJitOptions o = {.tier = TPK_TIER_CC, .hot_calls = -1, .cache_dir = job->dir, .cache_max = job->max};
+  TpkJit *j = NULL;
+  TpkError err;
+  job->status = tpk_jit_create(&o, &j, &err);
+  for (int i = 0; i < 4 && job->status == TPK_OK; i++) {
+    char src[2048];
+    TpkCode *c = NULL;
+    add_source(src, sizeof src, job->first + i);
+    job->status = tpk_jit_compile(j, src, "add_kernel", &c, &err);
+    if (job->status == TPK_OK) run_add(c, job->first + i, NULL);
+  }
+  tpk_jit_destroy(j);
+  return NULL;
+}
+
+/* Several JITs (as processes would) storing into one small cache at once:
+ * every kernel runs, and the folder ends within its limit. */
+static void test_eviction_while_others_use_the_cache(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  char src[2048];
+  add_source(src, sizeof src, 80);
+  compile_ok(j, src, "add_kernel");
+  tpk_jit_destroy(j);
+  int64_t one = entry_bytes(dir), max = 2 * one + one / 2;
+  enum { N = 3 };
+  pthread_t th[N];
+  EvictJob jobs[N];
+  for (int t = 0; t < N; t++) {
+    jobs[t] = (EvictJob){dir, max, 81 + 4 * t, TPK_ERR_INTERNAL};
+    assert_int_equal(pthread_create(&th[t], NULL, build_into_small_cache, &jobs[t]), 0);
+  }
+  for (int t = 0; t < N; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < N; t++) assert_int_equal(jobs[t].status, TPK_OK);
+  j = new_keyed_jit(TPK_TIER_CC, dir, NULL, max);
+  TpkJitCacheInfo info;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  if (info.bytes > max) fail_msg("%lld bytes left in a cache of %lld", (long long)info.bytes, (long long)max);
+  assert_int_equal(info.entries, 2);
+  assert_int_equal(info.build_folders, 0);
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
 static void test_compile_errors_carry_the_compiler_message(void **state) {
   (void)state;
   static const char broken[] = "#include \"tpk_prims.h\"\n"
@@ -1336,12 +1668,27 @@ static void test_options_from_env(void **state) {
   assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_ERR_INVALID);
   assert_string_equal(err.message, "TPK_TIER=garbage: expected tcc, cc or auto");
   unsetenv("TPK_TIER");
+  setenv("TPK_CACHE_MAX", "lots", 1);
+  assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_ERR_INVALID);
+  assert_string_equal(err.message, "TPK_CACHE_MAX=lots: expected a size in bytes, such as 536870912, 512M or 2G");
+  setenv("TPK_CACHE_MAX", "18014398509481985K", 1); /* overflows */
+  assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_ERR_INVALID);
+  assert_non_null(strstr(err.message, "TPK_CACHE_MAX=18014398509481985K: expected a size in bytes"));
+  setenv("TPK_CACHE_MAX", "2G", 1);
+  setenv("TPK_CACHE_KEY_FILE", "/etc/tpk/team.key", 1);
+  assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_OK);
+  assert_int_equal(o.cache_max, (int64_t)2 << 30);
+  assert_string_equal(o.key_file, "/etc/tpk/team.key");
   unsetenv("TPK_JIT_HOT_CALLS");
   unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_CACHE_MAX");
+  unsetenv("TPK_CACHE_KEY_FILE");
   unsetenv("CC");
   assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_OK);
   assert_int_equal(o.tier, TPK_TIER_AUTO);
   assert_null(o.cache_dir);
+  assert_null(o.key_file);
+  assert_true(o.cache_max <= 0); /* the default */
   assert_null(o.cc);
 
   TpkJit *j = NULL;
@@ -1469,6 +1816,12 @@ int main(void) {
       cmocka_unit_test(test_key_files_that_are_refused),
       cmocka_unit_test(test_per_user_key_is_made_once),
       cmocka_unit_test(test_shared_folder_entries_are_trusted_by_their_mac),
+      cmocka_unit_test(test_unwritable_cache_folder_builds_without_it),
+      cmocka_unit_test(test_folder_at_an_entry_path_builds_without_the_cache),
+      cmocka_unit_test(test_stale_build_folders_are_removed),
+      cmocka_unit_test(test_stale_temporary_build_folders_are_removed),
+      cmocka_unit_test(test_size_limit_evicts_least_recently_used),
+      cmocka_unit_test(test_eviction_while_others_use_the_cache),
       cmocka_unit_test(test_compile_errors_carry_the_compiler_message),
       cmocka_unit_test(test_cc_failure_keeps_the_tcc_entry),
       cmocka_unit_test(test_concurrent_compiles),
