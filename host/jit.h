@@ -33,19 +33,21 @@
  * to 4096 bytes, owned by this user or by root, that neither its group nor
  * others can write and others cannot read (its group may: a team key), and
  * that is not inside the cache folder; otherwise the disk cache is off for
- * the JIT (kernels still compile) and every code says why in its note. An
+ * the JIT (kernels still compile), and each code of the auto and cc tiers
+ * carries the reason as its note. An
  * entry that does not authenticate (planted, damaged, built under another
  * key, or another kernel's entry renamed) is never loaded: it is rebuilt,
  * and removed or replaced. Whoever can read the key can make entries that
  * load: that is who the cache trusts.
  *
- * Faults never fail a compile: when the folder is not writable, or a build
- * cannot be stored (a directory sits at the entry's path), the kernel is
- * built in a private temporary folder and the code's note says so. Build
- * folders left by killed processes are removed once stale. The entries are
- * held to TPK_CACHE_MAX bytes (default 1G), least recently used first.
+ * Faults never fail a compile: when the folder is not writable (the build
+ * then runs in a private folder under $TMPDIR), or a build cannot be stored
+ * (a directory sits at the entry's path), the kernel is built without the
+ * cache and the code's note says so. Build folders left by killed processes
+ * are removed once stale. The entries are held to TPK_CACHE_MAX bytes
+ * (default 1G), least recently used first.
  *
- * Thread safety: compile, entry, tier, wait and stats may be called from any
+ * Thread safety: every function but tpk_jit_destroy may be called from any
  * thread. tpk_jit_destroy must come after the last kernel call returned.
  */
 #ifndef TPK_JIT_H
