@@ -270,6 +270,40 @@ static const char TUNE_HELP[] =
     "  tpk tune matmul.tpk --shape M=8192,N=8192,K=8192 --device sim:v6e --tune BK=512 \\\n"
     "      --save-default kernels/tuned.tsv\n";
 
+static const char CACHE_HELP[] =
+    "Usage: tpk cache stats|clear|path\n"
+    "\n"
+    "Show or empty the compilation cache: the shared objects the system cc built\n"
+    "for kernels (TPK_TIER=auto once a kernel is hot, or TPK_TIER=cc), kept so that\n"
+    "later processes load them instead of compiling.\n"
+    "\n"
+    "  stats   the folder, the key that authenticates its entries, how many entries\n"
+    "          there are and their size against the limit, and the build folders\n"
+    "          under way or left by processes that were killed\n"
+    "  clear   remove every entry and every build folder whose process is gone\n"
+    "          (safe while other processes use the cache; tuning results stay)\n"
+    "  path    print the folder\n"
+    "\n"
+    "The folder is $TPK_CACHE_DIR, else $XDG_CACHE_HOME/tpk, else ~/.cache/tpk\n"
+    "(TPK_CACHE_DIR= turns the cache off). It may be shared by users and hosts: an\n"
+    "entry is loaded only when its HMAC-SHA256 under the cache key verifies, and one\n"
+    "that does not is compiled again, never loaded. The key is $TPK_CACHE_KEY_FILE\n"
+    "(a team's, for a shared cache), else your own, made on first use\n"
+    "($XDG_CONFIG_HOME/tpk/cache.key, else ~/.config/tpk/cache.key). A key file\n"
+    "must be 32 to 4096 bytes, yours or root's, writable by no one else, unreadable\n"
+    "by others (its group may read it) and outside the cache folder; otherwise the\n"
+    "cache is off, and kernels still compile. TPK_CACHE_MAX (default 1G; 512M, 2G,\n"
+    "...) limits the entries' size: the least recently used go first.\n"
+    "\n"
+    "Exit status: 0 on success, 1 when the cache cannot be read or cleared (for\n"
+    "`path`: when there is no folder), 2 when the command line is wrong.\n"
+    "\n"
+    "Examples:\n"
+    "  tpk cache stats\n"
+    "  tpk cache clear\n"
+    "  du -sh \"$(tpk cache path)\"\n"
+    "  TPK_CACHE_DIR=/shared/tpk TPK_CACHE_KEY_FILE=/etc/tpk/team.key tpk cache stats\n";
+
 static const char HELP_HELP[] =
     "Usage: tpk help [COMMAND]\n"
     "\n"
@@ -287,6 +321,7 @@ static const CliCommand COMMANDS[] = {
     {"run", "run a kernel on random or .npy inputs, check it and time it", RUN_HELP, cli_run},
     {"bench", "time a kernel on the host and on simulated TPUs, one row per device", BENCH_HELP, cli_bench},
     {"tune", "search a kernel's tunables on a simulated TPU or the host; remember the winner", TUNE_HELP, cli_tune},
+    {"cache", "show or empty the cache of compiled kernels: stats, clear, path", CACHE_HELP, cli_cache},
     {"help", "show help for tpk or for one command", HELP_HELP, cli_help},
 };
 enum { NCOMMANDS = (int)TPK_ARRAY_LEN(COMMANDS) };

@@ -18,18 +18,31 @@
  * Code compiled by tcc is relocated into memory this file owns, so the
  * TCCState (a few hundred KB of tables) is freed right after each compile.
  *
- * Cache files are <dir>/<sha256 of key>.so. The key covers a format tag, the
- * cc command and its flags, the compiler binary's identity (path, size,
- * mtime), the text of tpk_prims.h and the source. SHA-256 rather than a fast
- * 64- or 128-bit hash: a collision would silently run another kernel's code,
- * the cost (microseconds) is nothing next to cc, and the same function
- * checks the file's integrity. A file is loaded only when it is a regular
- * file owned by this user, not writable by group or others, in a directory
- * with the same properties, and ends with a trailer holding the SHA-256 of
- * the rest of the file (ELF loaders ignore trailing bytes). dlopen does not
- * validate a file and may crash on a truncated one, so a damaged file fails
- * the trailer check first and is removed and rebuilt.
+ * The disk cache (the trust model is in jit.h). An entry is <dir>/<name>.so,
+ * <name> the SHA-256 (hex) of a format tag, the cc command and its flags,
+ * the compiler binary's identity (path, size, mtime), the text of
+ * tpk_prims.h and the source: SHA-256 rather than a fast 64- or 128-bit
+ * hash, since a collision would silently run another kernel's code, and the
+ * cost (microseconds) is nothing next to cc. The file is the shared object
+ * followed by a trailer: a magic tag and HMAC-SHA256(key, tag, name, bytes)
+ * (ELF loaders ignore trailing bytes). A lookup reads the whole file, checks
+ * the MAC, then loads the bytes it checked from a memfd: never the file by
+ * name again, which another writer of a shared folder could swap between
+ * the check and dlopen. dlopen does not validate a file and may crash on a
+ * truncated one; nothing reaches it that did not authenticate.
+ *
+ * Builds run in a private folder tpk-build-<pid>-<host>-XXXXXX: inside the
+ * cache folder when that is private (this user's, writable by no one else),
+ * else under $TMPDIR; never in a folder others can write, where they could
+ * change the source between our write and cc's read. A build is stored by
+ * writing a temporary file in the cache folder and renaming it over the
+ * entry's name, so readers see a whole entry or none. After each store the
+ * folder is tidied under an flock of <dir>/lock: entries beyond the size
+ * limit go, least recently used first (a hit touches its entry's mtime),
+ * and so do build folders whose process is gone.
  */
+/* memfd_create (Linux): the authenticated bytes are loaded from memory. */
+#define _GNU_SOURCE
 #include "host/jit.h"
 #include "base/files.h"
 
@@ -45,10 +58,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <libtcc.h>
@@ -71,11 +87,21 @@ enum {
   MAX_HOT_CALLS = 1 << 30,           /* keeps the call counter from overflowing */
   MAX_CACHE_FILE = 256 << 20,        /* larger cache files are not read */
   MAX_LOG = 16 << 10,                /* bytes of cc output kept for a message */
+  KEY_BYTES = 32,                    /* a new key; also the least a key file may hold */
+  MAX_KEY_FILE = 4096,
+  /* A build folder whose process is gone (this host) is removed after this
+   * long untouched: the margin covers a process in another pid namespace
+   * that shares the folder and the host name. */
+  STALE_BUILD_SECONDS = 15 * 60,
+  /* One from another host, or unnamed (an older tpk's), only by its age. */
+  STALE_FOREIGN_BUILD_SECONDS = 24 * 3600,
 };
+#define DEFAULT_CACHE_MAX ((int64_t)1 << 30)
 
-/* The trailer appended to every cache file. */
-static const char trailer_magic[8] = {'T', 'P', 'K', 'J', 'I', 'T', '0', '1'};
+/* The trailer appended to every cache file: the magic tag, then the MAC. */
+static const char trailer_magic[8] = {'T', 'P', 'K', 'J', 'I', 'T', '0', '2'};
 enum { TRAILER_LEN = 8 + 32 };
+static const char build_prefix[] = "tpk-build-";
 
 /* ---- SHA-256 (FIPS 180-4) ------------------------------------------------ */
 
@@ -126,6 +152,7 @@ static void sha_init(Sha256 *s) {
 }
 
 static void sha_update(Sha256 *s, const void *data, size_t n) {
+  if (!n) return; /* data may be NULL */
   const unsigned char *p = data;
   s->len += n;
   if (s->fill) {
@@ -152,6 +179,57 @@ static void sha_final(Sha256 *s, unsigned char out[32]) {
 
 static void sha_puts(Sha256 *s, const char *text) { sha_update(s, text, strlen(text) + 1); /* with the NUL */ }
 
+/* ---- HMAC-SHA256 (RFC 2104) ------------------------------------------------ */
+
+/* The two hash states after the padded key: a MAC is then the inner state
+ * fed the message, finished, and fed to the outer. */
+typedef struct Hmac {
+  Sha256 inner, outer;
+} Hmac;
+
+static void hmac_init(Hmac *m, const void *key, size_t len) {
+  unsigned char k0[64] = {0}, pad[64];
+  if (len > 64) {
+    Sha256 s;
+    sha_init(&s);
+    sha_update(&s, key, len);
+    sha_final(&s, k0);
+  } else if (len) {
+    memcpy(k0, key, len);
+  }
+  for (int i = 0; i < 64; i++) pad[i] = k0[i] ^ 0x36;
+  sha_init(&m->inner);
+  sha_update(&m->inner, pad, 64);
+  for (int i = 0; i < 64; i++) pad[i] = k0[i] ^ 0x5c;
+  sha_init(&m->outer);
+  sha_update(&m->outer, pad, 64);
+}
+
+/* `inner` is a copy of m->inner that absorbed the message. */
+static void hmac_final(const Hmac *m, Sha256 *inner, unsigned char out[32]) {
+  unsigned char d[32];
+  sha_final(inner, d);
+  Sha256 o = m->outer;
+  sha_update(&o, d, 32);
+  sha_final(&o, out);
+}
+
+void tpk_jit_hmac_sha256(const void *key, size_t key_len, const void *msg, size_t len, unsigned char out[32]) {
+  Hmac m;
+  hmac_init(&m, key, key_len);
+  Sha256 s = m.inner;
+  sha_update(&s, msg, len);
+  hmac_final(&m, &s, out);
+}
+
+/* Equal without an early exit: how long a comparison takes says nothing of
+ * where a forged MAC first differs. */
+static bool same_mac(const unsigned char *a, const unsigned char *b) {
+  unsigned char diff = 0;
+  for (int i = 0; i < 32; i++) diff |= (unsigned char)(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 /* ---- Types ------------------------------------------------------------------ */
 
 enum { PROMO_NONE, PROMO_PENDING, PROMO_DONE }; /* TpkCode.promo */
@@ -168,6 +246,9 @@ struct TpkCode {
   size_t tcc_len;
   void *dl;                /* dlopen handle of the cc build, or NULL */
   char *cc_error;          /* message of a failed background cc, or NULL */
+  char *note;              /* set before the code is handed out, then fixed */
+  char *cc_note;           /* set by the background build before promo is PROMO_DONE */
+  atomic_bool from_cache;  /* fn came from the disk cache */
   TpkCode *next;           /* all codes of the jit */
   TpkCode *qnext;          /* the worker's queue */
 };
@@ -175,12 +256,20 @@ struct TpkCode {
 struct TpkJit {
   TpkTier tier;
   int hot_calls;
-  char *cache_dir;  /* NULL: no disk cache (disabled, or not private) */
-  char *tmp_root;   /* parent of build folders when there is no cache */
-  char *tcc_lib;    /* tcc's folder (include/, libtcc1.a) */
-  char **cc_argv;   /* compiler words and flags, NULL-terminated */
-  char *cc_command; /* the same, space-separated, for messages */
-  Sha256 key_base;  /* the cache key with everything but the source */
+  char *cache_path;   /* the cache folder configured, used or not; NULL: none */
+  char *cache_dir;    /* the same when the disk cache is in use, else NULL */
+  char *cache_note;   /* why it is not in use (for a user), or NULL */
+  char *key_file;     /* the key file in use, or NULL */
+  bool build_in_cache; /* the cache folder is private: build folders go there */
+  int64_t cache_max;  /* bytes */
+  Hmac mac;           /* keyed by the key file's contents */
+  char *tmp_root;     /* parent of build folders outside the cache */
+  char host[72];      /* this host's name, as build folder names carry it */
+  atomic_bool tmp_tidied; /* stale build folders under tmp_root removed once */
+  char *tcc_lib;      /* tcc's folder (include/, libtcc1.a) */
+  char **cc_argv;     /* compiler words and flags, NULL-terminated */
+  char *cc_command;   /* the same, space-separated, for messages */
+  Sha256 key_base;    /* the cache key with everything but the source */
 
   pthread_mutex_t mu; /* guards everything below */
   pthread_cond_t work_cv, done_cv;
@@ -189,7 +278,7 @@ struct TpkJit {
   pthread_t worker;
   pid_t child; /* cc process the worker waits on, 0 if none */
 
-  atomic_int n_tcc, n_cc, n_hits, n_cc_fail;
+  atomic_int n_tcc, n_cc, n_hits, n_cc_fail, n_misses, n_rejects;
 };
 
 /* The one lock libtcc forces on the process (see the top of the file). */
@@ -221,12 +310,6 @@ static bool is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static bool write_file(const char *path, const char *text) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  bool ok = tpk_write_all(fd, text, strlen(text));
-  return close(fd) == 0 && ok;
-}
 
 /* Up to `max` bytes of a file, NUL-terminated (heap), or NULL. */
 static char *read_text(const char *path, size_t max) {
@@ -286,6 +369,12 @@ TpkStatus tpk_jit_options_from_env(TpkJitOptions *o, TpkError *err) {
       return tpk_error(err, TPK_ERR_INVALID, "TPK_JIT_HOT_CALLS=%s: expected a count of calls (0 or more)", h);
     o->hot_calls = v > MAX_HOT_CALLS ? MAX_HOT_CALLS : (int)v;
   }
+  const char *k = getenv("TPK_CACHE_KEY_FILE");
+  o->key_file = k && *k ? k : NULL;
+  const char *m = getenv("TPK_CACHE_MAX");
+  if (m && *m && (o->cache_max = tpk_parse_bytes(m)) <= 0)
+    return tpk_error(err, TPK_ERR_INVALID, "TPK_CACHE_MAX=%s: expected a size in bytes, such as 536870912, 512M or 2G",
+                     m);
   return TPK_OK;
 }
 
@@ -368,7 +457,7 @@ static bool build_cc_argv(TpkJit *j, const char *cc) {
   if (cmd.failed) return false;
 
   sha_init(&j->key_base);
-  sha_puts(&j->key_base, "tpk jit cache v1");
+  sha_puts(&j->key_base, "tpk jit cache v2"); /* v1 entries had no MAC */
   for (size_t i = 0; j->cc_argv[i]; i++) sha_puts(&j->key_base, j->cc_argv[i]);
   hash_compiler_identity(&j->key_base, j->cc_argv[0]);
   sha_puts(&j->key_base, tpk_jit_prims_h);
@@ -381,6 +470,163 @@ static void cache_key(const TpkJit *j, const char *source, char hex[65]) {
   sha_puts(&s, source);
   sha_final(&s, d);
   for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
+
+/* ---- The cache's key and folder ------------------------------------------------ */
+
+/* $XDG_CONFIG_HOME/tpk/cache.key, else ~/.config/tpk/cache.key (heap), or
+ * NULL when no home is known. */
+static char *default_key_path(void) {
+  const char *d = getenv("XDG_CONFIG_HOME");
+  if (d && d[0] == '/') return tpk_path_join(d, "tpk/cache.key"); /* the XDG spec ignores relative values */
+  d = getenv("HOME");
+  if (d && d[0] == '/') return tpk_path_join(d, ".config/tpk/cache.key");
+  return NULL;
+}
+
+static bool random_bytes(unsigned char *buf, size_t n) {
+  while (n) {
+    ssize_t r = getrandom(buf, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    buf += r, n -= (size_t)r;
+  }
+  if (!n) return true;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC); /* a kernel without getrandom */
+  bool ok = fd >= 0 && read_all(fd, buf, n);
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+/* Makes the key file `path` unless there is one: 32 random bytes go to a
+ * new temporary file (mode 0600) that is then linked to `path`. link,
+ * unlike rename, fails when `path` exists, so of two processes starting at
+ * once one makes the key and both read that one. */
+static bool create_key_file(const char *path) {
+  char *dir = dup_str(path);
+  char *slash = dir ? strrchr(dir, '/') : NULL;
+  if (slash && slash != dir) {
+    *slash = 0;
+    tpk_make_dirs(dir); /* 0700; a failure shows below */
+  }
+  free(dir);
+  size_t n = strlen(path) + 16;
+  char *tmp = malloc(n);
+  if (!tmp) return false;
+  snprintf(tmp, n, "%s.tmp-XXXXXX", path);
+  int fd = mkostemp(tmp, O_CLOEXEC);
+  unsigned char key[KEY_BYTES];
+  bool ok = fd >= 0 && random_bytes(key, sizeof key) && tpk_write_all(fd, key, sizeof key) && fsync(fd) == 0;
+  if (fd >= 0 && close(fd) != 0) ok = false;
+  if (ok && link(tmp, path) != 0 && errno != EEXIST) ok = false;
+  int why = errno;
+  if (fd >= 0) unlink(tmp);
+  free(tmp);
+  memset(key, 0, sizeof key);
+  errno = why;
+  return ok;
+}
+
+/* Is `path` inside folder `dir` (both resolved)? */
+static bool is_inside(const char *path, const char *dir) {
+  char *p = realpath(path, NULL), *d = realpath(dir, NULL);
+  size_t n = d ? strlen(d) : 0;
+  bool in = p && d && strncmp(p, d, n) == 0 && (p[n] == '/' || strcmp(d, "/") == 0);
+  free(p);
+  free(d);
+  return in;
+}
+
+/* Keys j's MACs with the key file `path` when the rule of jit.h allows it
+ * (making the file first when `create` and there is none); else says why
+ * not in *why. */
+static bool use_key_file(TpkJit *j, const char *path, bool create, TpkStr *why) {
+  int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK; /* a FIFO planted there must not hang us */
+  int fd = open(path, flags);
+  if (fd < 0 && errno == ENOENT && create) {
+    if (!create_key_file(path)) {
+      tpk_str_printf(why, "the cache key file %s cannot be made: %s", path, strerror(errno));
+      return false;
+    }
+    fd = open(path, flags);
+  }
+  if (fd < 0) {
+    tpk_str_printf(why, "the cache key file %s cannot be read: %s", path, strerror(errno));
+    return false;
+  }
+  struct stat st;
+  unsigned char *key = NULL;
+  size_t len = 0;
+  bool ok = false;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    tpk_str_printf(why, "the cache key file %s is not a regular file", path);
+  } else if (st.st_uid != geteuid() && st.st_uid != 0) {
+    tpk_str_printf(why, "the cache key file %s belongs to another user (uid %ld), not to you or root", path,
+                   (long)st.st_uid);
+  } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    tpk_str_printf(why, "the cache key file %s can be written by its group or by others", path);
+  } else if (st.st_mode & S_IRWXO) {
+    tpk_str_printf(why, "the cache key file %s can be read by others", path);
+  } else if (st.st_size < KEY_BYTES || st.st_size > MAX_KEY_FILE) {
+    tpk_str_printf(why, "the cache key file %s holds %lld bytes, not %d to %d", path, (long long)st.st_size, KEY_BYTES,
+                   MAX_KEY_FILE);
+  } else if (!(key = malloc((size_t)st.st_size)) || !read_all(fd, key, (size_t)st.st_size)) {
+    tpk_str_printf(why, "the cache key file %s cannot be read", path);
+  } else if (is_inside(path, j->cache_path)) {
+    tpk_str_printf(why, "the cache key file %s is inside the cache folder %s", path, j->cache_path);
+  } else {
+    len = (size_t)st.st_size;
+    ok = true;
+  }
+  close(fd);
+  if (ok) hmac_init(&j->mac, key, len);
+  if (key) memset(key, 0, len);
+  free(key);
+  return ok;
+}
+
+/* The disk cache from the options: in use with a folder and a key that
+ * may be used, else off with a note for the user (none when it was turned
+ * off on purpose: TPK_CACHE_DIR="" or TPK_TIER=tcc). */
+static bool setup_cache(TpkJit *j, const TpkJitOptions *o) {
+  j->cache_max = o->cache_max > 0 ? o->cache_max : DEFAULT_CACHE_MAX;
+  j->cache_path = o->cache_dir ? (*o->cache_dir ? dup_str(o->cache_dir) : NULL) : tpk_cache_root();
+  if (!j->cache_path || j->tier == TPK_TIER_TCC) return true;
+  TpkStr why = {0};
+  char *key = o->key_file ? dup_str(o->key_file) : default_key_path();
+  struct stat st;
+  if (!tpk_make_dirs(j->cache_path) || stat(j->cache_path, &st) != 0) {
+    tpk_str_printf(&why, "the cache folder %s cannot be made: %s", j->cache_path, strerror(errno));
+  } else if (!S_ISDIR(st.st_mode)) {
+    tpk_str_printf(&why, "the cache folder %s is not a folder", j->cache_path);
+  } else if (!key) {
+    tpk_str_puts(&why, "no cache key file: set TPK_CACHE_KEY_FILE, or HOME for a key of your own");
+  } else if (use_key_file(j, key, !o->key_file, &why)) {
+    j->cache_dir = dup_str(j->cache_path);
+    j->key_file = key;
+    key = NULL;
+    j->build_in_cache = tpk_dir_is_private(j->cache_path);
+  }
+  free(key);
+  if (why.len) {
+    tpk_str_puts(&why, ": the compilation cache is off");
+    j->cache_note = tpk_str_take(&why);
+  }
+  tpk_str_free(&why);
+  return !why.failed && (!j->cache_path || j->cache_dir || j->cache_note);
+}
+
+/* This host's name as build folder names carry it: letters, digits, '.'
+ * and '_' ('-' separates the name's fields). */
+static void host_name(char out[72]) {
+  char h[65] = "";
+  if (gethostname(h, sizeof h - 1) != 0 || !h[0]) snprintf(h, sizeof h, "unknown");
+  size_t n = 0;
+  for (const char *p = h; *p && n < 64; p++) {
+    char c = *p;
+    out[n++] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ? c : '_';
+  }
+  out[n] = 0;
 }
 
 TpkStatus tpk_jit_create(const TpkJitOptions *o, TpkJit **out, TpkError *err) {
@@ -401,13 +647,10 @@ TpkStatus tpk_jit_create(const TpkJitOptions *o, TpkJit **out, TpkError *err) {
   const char *tmp = getenv("TMPDIR");
   j->tmp_root = dup_str(tmp && tmp[0] == '/' ? tmp : "/tmp");
   j->tcc_lib = dup_str(tcc_lib_dir());
-  bool ok = j->tmp_root && j->tcc_lib && build_cc_argv(j, cc && *cc ? cc : "cc");
-  if (ok && j->tier != TPK_TIER_TCC) {
-    /* An unusable cache folder is not an error: kernels still compile. */
-    char *dir = o->cache_dir ? (*o->cache_dir ? dup_str(o->cache_dir) : NULL) : tpk_cache_root();
-    if (dir && tpk_make_dirs(dir) && tpk_dir_is_private(dir)) j->cache_dir = dir;
-    else free(dir);
-  }
+  host_name(j->host);
+  atomic_init(&j->tmp_tidied, false);
+  /* An unusable cache folder or key is not an error: kernels still compile. */
+  bool ok = j->tmp_root && j->tcc_lib && build_cc_argv(j, cc && *cc ? cc : "cc") && setup_cache(j, o);
   if (!ok || pthread_mutex_init(&j->mu, NULL) != 0) goto fail;
   if (pthread_cond_init(&j->work_cv, NULL) != 0) {
     pthread_mutex_destroy(&j->mu);
@@ -424,7 +667,10 @@ fail:
   for (size_t i = 0; j->cc_argv && j->cc_argv[i]; i++) free(j->cc_argv[i]);
   free(j->cc_argv);
   free(j->cc_command);
+  free(j->cache_path);
   free(j->cache_dir);
+  free(j->cache_note);
+  free(j->key_file);
   free(j->tmp_root);
   free(j->tcc_lib);
   free(j);
@@ -536,6 +782,44 @@ static TpkStatus tcc_build(TpkJit *j, TpkCode *c, TpkError *err) {
 
 /* ---- Disk cache ------------------------------------------------------------ */
 
+typedef enum Lookup { LOOKUP_MISS, LOOKUP_HIT, LOOKUP_REJECTED } Lookup;
+typedef enum Load { LOAD_OK, LOAD_FAILED, LOAD_NO_ENTRY } Load;
+
+/* A cache entry as a scan of the folder sees it. */
+typedef struct Entry {
+  char name[72]; /* <64 hex digits>.so */
+  struct timespec mtime;
+  int64_t size;
+} Entry;
+
+/* What a scan of a folder found. */
+typedef struct Scan {
+  Entry *entries;
+  size_t n, cap;
+  int64_t bytes;         /* of the entries */
+  int64_t builds;        /* build folders (and temporary files) kept */
+  int64_t stale_removed; /* build folders removed as stale */
+} Scan;
+
+static void entry_name(const char *key, char name[72]) { snprintf(name, 72, "%s.so", key); }
+
+static bool is_entry_name(const char *name) {
+  if (strlen(name) != 64 + 3 || strcmp(name + 64, ".so") != 0) return false;
+  for (int i = 0; i < 64; i++)
+    if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return false;
+  return true;
+}
+
+/* The MAC of entry `key` holding `body`: the trailer's second part. The
+ * name is covered, so an entry renamed to another kernel's name fails. */
+static void entry_mac(const TpkJit *j, const char *key, const unsigned char *body, size_t len, unsigned char out[32]) {
+  Sha256 s = j->mac.inner;
+  sha_update(&s, trailer_magic, sizeof trailer_magic);
+  sha_puts(&s, key);
+  sha_update(&s, body, len);
+  hmac_final(&j->mac, &s, out);
+}
+
 /* Removes `path` if it is still the file `st` describes (another process may
  * have renamed a good build over it meanwhile). */
 static void remove_if_same(const char *path, const struct stat *st) {
@@ -543,94 +827,337 @@ static void remove_if_same(const char *path, const struct stat *st) {
   if (lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino) unlink(path);
 }
 
-/* Loads cache file `key` and finds `entry` in it. Returns false on a miss;
- * a damaged file is removed, a file this user does not own or others can
- * write is left alone and never loaded (a rebuild renames over it). */
-static bool cache_load(TpkJit *j, const char *key, const char *entry, void **handle, TpkKernelFn *fn) {
-  char name[80];
-  snprintf(name, sizeof name, "%s.so", key);
-  char *path = tpk_path_join(j->cache_dir, name);
-  if (!path) return false;
-  bool ok = false;
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0) {
-    if (errno == ELOOP) unlink(path); /* a symlink is never ours */
-    free(path);
+/* "tpk-build-<pid>-<host>-": what names this process's build folders and
+ * temporary files; mkdtemp or mkstemp adds six characters. */
+static void build_name(const TpkJit *j, char *out, size_t size) {
+  snprintf(out, size, "%s%ld-%s-XXXXXX", build_prefix, (long)getpid(), j->host);
+}
+
+/* A new private (0700) build folder under `parent` (heap), or NULL with
+ * errno set. */
+static char *make_build_dir(const TpkJit *j, const char *parent) {
+  char name[128];
+  build_name(j, name, sizeof name);
+  char *dir = tpk_path_join(parent, name);
+  if (dir && !mkdtemp(dir)) {
+    int why = errno;
+    free(dir);
+    errno = why;
+    return NULL;
+  }
+  return dir;
+}
+
+/* Removes build folder (or temporary file) `name` of the folder dirfd, and
+ * the files in it (cc's own temporary files land there too: TMPDIR points
+ * at it). Never follows a symlink: the name may be in a folder others can
+ * write. */
+static bool remove_build_at(int dirfd, const char *name) {
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return unlinkat(dirfd, name, 0) == 0; /* a file */
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
     return false;
   }
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
-    goto done;
-  bool damaged = st.st_size < TRAILER_LEN || st.st_size > MAX_CACHE_FILE;
-  unsigned char *buf = damaged ? NULL : malloc((size_t)st.st_size);
-  if (buf && read_all(fd, buf, (size_t)st.st_size)) {
-    size_t body = (size_t)st.st_size - TRAILER_LEN;
-    Sha256 s;
-    unsigned char d[32];
-    sha_init(&s);
-    sha_update(&s, buf, body);
-    sha_final(&s, d);
-    damaged = memcmp(buf + body, trailer_magic, 8) != 0 || memcmp(buf + body + 8, d, 32) != 0;
-  } else {
-    damaged = true;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlinkat(fd, e->d_name, 0);
+  closedir(d);
+  return unlinkat(dirfd, name, AT_REMOVEDIR) == 0;
+}
+
+static void remove_build_dir(const char *dir) { remove_build_at(AT_FDCWD, dir); }
+
+/* Was build folder (or temporary file) `name`, which st describes, left by
+ * a process that is gone? Only this user's count. The name says which
+ * process on which host made it (build_name): on this host a live process
+ * keeps its folder, whatever its age; another host's, or a name without a
+ * process, only its age can retire. */
+static bool is_stale_build(const TpkJit *j, const char *name, const struct stat *st, time_t now) {
+  if (st->st_uid != geteuid()) return false;
+  double age = difftime(now, st->st_mtime);
+  const char *p = name + sizeof build_prefix - 1, *end = p;
+  long pid = 0;
+  while (*end >= '0' && *end <= '9' && pid < 100000000) pid = pid * 10 + (*end++ - '0');
+  size_t hlen = strlen(j->host);
+  bool here = end != p && *end == '-' && strncmp(end + 1, j->host, hlen) == 0 && end[1 + hlen] == '-' &&
+              strlen(end + 2 + hlen) == 6;
+  if (!here) return age > STALE_FOREIGN_BUILD_SECONDS;
+  if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM) return false;
+  return age > STALE_BUILD_SECONDS;
+}
+
+/* Lists the entries of the folder dfd and counts its build folders; with
+ * `remove_stale`, removes the stale ones on the way. False when out of
+ * memory or the folder cannot be read. */
+static bool scan_folder(const TpkJit *j, int dfd, bool remove_stale, Scan *sc) {
+  int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return false;
   }
-  free(buf);
-  if (!damaged) {
-    /* Load what was checked: the descriptor, not the name, when /proc allows.
-     * dlopen hands back an already loaded object whose name matches, and
-     * an earlier build loaded through a descriptor of the same number
-     * (closed since) has that name: use a number whose name is free. */
-    char fdpath[64];
-    int alt = -1;
-    bool by_fd = true;
-    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
-    for (int tries = 0; by_fd; tries++) {
-      void *taken = dlopen(fdpath, RTLD_LOCAL | RTLD_NOW | RTLD_NOLOAD);
-      if (!taken) break;
-      dlclose(taken);
-      int next = tries < 64 ? fcntl(fd, F_DUPFD_CLOEXEC, (alt >= 0 ? alt : fd) + 1) : -1;
-      if (alt >= 0) close(alt);
-      alt = next;
-      by_fd = alt >= 0;
-      if (by_fd) snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", alt);
-    }
-    void *h = dlopen(by_fd && access(fdpath, F_OK) == 0 ? fdpath : path, RTLD_LOCAL | RTLD_NOW);
-    if (alt >= 0) close(alt);
-    if (!h) {
-      damaged = true;
-    } else {
-      void *sym = dlsym(h, entry);
-      if (sym) {
-        *handle = h;
-        *fn = as_kernel(sym);
-        ok = true;
-      } else {
-        dlclose(h); /* the same source with another entry name: compile reports it */
+  time_t now = time(NULL);
+  bool ok = true;
+  struct dirent *e;
+  struct stat st;
+  while ((e = readdir(d))) {
+    if (is_entry_name(e->d_name)) {
+      if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (sc->n == sc->cap) {
+        size_t cap = sc->cap ? 2 * sc->cap : 64;
+        Entry *grown = realloc(sc->entries, cap * sizeof *grown);
+        if (!grown) {
+          ok = false;
+          break;
+        }
+        sc->entries = grown;
+        sc->cap = cap;
       }
+      Entry *x = &sc->entries[sc->n++];
+      memcpy(x->name, e->d_name, 68);
+      x->mtime = st.st_mtim;
+      x->size = (int64_t)st.st_size;
+      sc->bytes += x->size;
+    } else if (strncmp(e->d_name, build_prefix, sizeof build_prefix - 1) == 0) {
+      if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (remove_stale && is_stale_build(j, e->d_name, &st, now) && remove_build_at(dfd, e->d_name)) sc->stale_removed++;
+      else sc->builds++;
     }
   }
-  if (damaged) remove_if_same(path, &st);
-done:
-  close(fd);
-  free(path);
+  closedir(d);
   return ok;
 }
 
-/* Removes a build folder and everything in it (cc's own temporary files
- * land there too: TMPDIR points at it). */
-static void remove_build_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-      char *p = tpk_path_join(dir, e->d_name);
-      if (p) unlink(p);
-      free(p);
-    }
-    closedir(d);
+/* Opens the folder `dir` and takes its lock, an flock of <dir>/lock, for
+ * what must not run twice at once (eviction, clearing). Returns the
+ * folder's descriptor, or -1 with errno; *lock is the lock's descriptor,
+ * or -1 when the lock file cannot be had (a folder we cannot write: we
+ * cannot remove anything from it either). */
+static int lock_folder(const char *dir, int *lock) {
+  *lock = -1;
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return -1;
+  int flags = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC; /* NONBLOCK: a FIFO planted there must not hang us */
+  int fd = openat(dfd, "lock", O_RDWR | O_CREAT | flags, 0644);
+  if (fd < 0) fd = openat(dfd, "lock", O_RDONLY | flags); /* a shared folder's, made by someone else */
+  struct stat st;
+  if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    close(fd);
+    fd = -1;
   }
-  rmdir(dir);
+  while (fd >= 0 && flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  *lock = fd;
+  return dfd;
+}
+
+static void unlock_folder(int dfd, int lock) {
+  if (lock >= 0) close(lock); /* closing releases the flock */
+  close(dfd);
+}
+
+static int older_first(const void *a, const void *b) {
+  const Entry *x = a, *y = b;
+  if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+  if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* After a store, under the folder's lock: removes stale build folders, and
+ * entries beyond the size limit, least recently used first (a hit touches
+ * its entry's mtime). Removing an entry that another process is reading or
+ * has loaded is safe on Linux: unlink drops the name, and an open or
+ * mapped file lives on until it is closed and unmapped (here, besides,
+ * what a process loads is its own memfd copy). */
+static void tidy_cache(TpkJit *j) {
+  int lock;
+  int dfd = lock_folder(j->cache_dir, &lock);
+  if (dfd < 0) return;
+  Scan sc = {0};
+  if (lock >= 0 && scan_folder(j, dfd, true, &sc) && sc.bytes > j->cache_max) {
+    qsort(sc.entries, sc.n, sizeof *sc.entries, older_first);
+    for (size_t i = 0; i < sc.n && sc.bytes > j->cache_max; i++)
+      if (unlinkat(dfd, sc.entries[i].name, 0) == 0 || errno == ENOENT) sc.bytes -= sc.entries[i].size;
+  }
+  free(sc.entries);
+  unlock_folder(dfd, lock);
+}
+
+/* Stale build folders under tmp_root, removed before this JIT's first build
+ * there. */
+static void tidy_tmp_once(TpkJit *j) {
+  if (atomic_exchange(&j->tmp_tidied, true)) return;
+  int dfd = open(j->tmp_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return;
+  Scan sc = {0};
+  scan_folder(j, dfd, true, &sc);
+  free(sc.entries);
+  close(dfd);
+}
+
+static bool write_bytes(const char *path, const void *data, size_t len) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool ok = tpk_write_all(fd, data, len);
+  return close(fd) == 0 && ok;
+}
+
+/* dlopens the shared object `bytes` and finds `entry` in it. The bytes go
+ * to a memfd; where memfds or /proc are missing, dlopen reads `file`, a
+ * private file holding them, or a private copy made for the purpose. On
+ * LOAD_FAILED, why gets the loader's message. */
+static Load load_bytes(const TpkJit *j, const unsigned char *bytes, size_t len, const char *file, const char *entry,
+                       void **handle, TpkKernelFn *fn, char *why, size_t whylen) {
+  void *h = NULL;
+  bool tried = false;
+  int mfd = memfd_create("tpk-kernel", MFD_CLOEXEC);
+  if (mfd >= 0 && tpk_write_all(mfd, bytes, len)) {
+    /* dlopen hands back an already loaded object whose name matches, and
+     * an earlier build loaded through a descriptor of the same number
+     * (closed since) has that name: use a number whose name is free. */
+    char fdpath[64];
+    int fd = mfd, alt = -1;
+    for (int tries = 0; fd >= 0; tries++) {
+      snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+      void *taken = dlopen(fdpath, RTLD_LOCAL | RTLD_NOW | RTLD_NOLOAD);
+      if (!taken) break;
+      dlclose(taken);
+      int next = tries < 64 ? fcntl(mfd, F_DUPFD_CLOEXEC, fd + 1) : -1;
+      if (alt >= 0) close(alt);
+      fd = alt = next;
+    }
+    if (fd >= 0 && access(fdpath, F_OK) == 0) {
+      tried = true;
+      h = dlopen(fdpath, RTLD_LOCAL | RTLD_NOW);
+    }
+    if (alt >= 0) close(alt);
+  }
+  if (mfd >= 0) close(mfd);
+  char *dir = NULL, *copy = NULL;
+  if (!tried && !file) {
+    dir = make_build_dir(j, j->build_in_cache ? j->cache_dir : j->tmp_root);
+    copy = dir ? tpk_path_join(dir, "kernel.so") : NULL;
+    if (copy && write_bytes(copy, bytes, len)) file = copy;
+  }
+  if (!tried && file) {
+    tried = true;
+    h = dlopen(file, RTLD_LOCAL | RTLD_NOW);
+  }
+  Load res = LOAD_FAILED;
+  if (!h) {
+    const char *e = tried ? dlerror() : NULL;
+    snprintf(why, whylen, "%s", e ? e : "no private copy could be made to load");
+  } else {
+    void *sym = dlsym(h, entry);
+    if (sym) {
+      *handle = h;
+      *fn = as_kernel(sym);
+      res = LOAD_OK;
+    } else {
+      dlclose(h);
+      res = LOAD_NO_ENTRY;
+    }
+  }
+  if (dir) remove_build_dir(dir);
+  free(dir);
+  free(copy);
+  return res;
+}
+
+/* Loads cache entry `key` and finds `entry` in it, when the entry
+ * authenticates. One that does not (planted, damaged, another key's,
+ * another kernel's renamed) is rejected, and removed when we may. */
+static Lookup cache_load(TpkJit *j, const char *key, const char *entry, void **handle, TpkKernelFn *fn) {
+  char name[72];
+  entry_name(key, name);
+  char *path = tpk_path_join(j->cache_dir, name);
+  if (!path) return LOOKUP_MISS;
+  Lookup res = LOOKUP_MISS;
+  unsigned char *buf = NULL;
+  struct stat st;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP) { /* a symlink never authenticates */
+      unlink(path);
+      res = LOOKUP_REJECTED;
+    }
+    goto done;
+  }
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) goto done; /* a folder there: the store will say so */
+  if (st.st_size <= TRAILER_LEN || st.st_size > MAX_CACHE_FILE) {
+    res = LOOKUP_REJECTED;
+  } else if ((buf = malloc((size_t)st.st_size))) {
+    size_t body = (size_t)st.st_size - TRAILER_LEN;
+    unsigned char mac[32];
+    bool authentic = read_all(fd, buf, (size_t)st.st_size);
+    if (authentic) {
+      entry_mac(j, key, buf, body, mac);
+      authentic = memcmp(buf + body, trailer_magic, 8) == 0 && same_mac(buf + body + 8, mac);
+    }
+    char why[256];
+    if (!authentic) res = LOOKUP_REJECTED;
+    else if (load_bytes(j, buf, body, NULL, entry, handle, fn, why, sizeof why) == LOAD_OK) res = LOOKUP_HIT;
+    /* else an authentic build without `entry` (compile reports it), or a
+     * load that failed here: a rebuild replaces it */
+  }
+  if (res == LOOKUP_REJECTED) remove_if_same(path, &st);
+  if (res == LOOKUP_HIT) futimens(fd, NULL); /* most recently used; may fail on another user's entry */
+done:
+  if (fd >= 0) close(fd);
+  free(buf);
+  free(path);
+  return res;
+}
+
+/* The note on a build the cache folder would not take: `doing` failed
+ * with errno `why`. */
+static void store_failed(TpkStr *note, const char *dir, const char *doing, int why) {
+  if (why == EACCES || why == EPERM || why == EROFS)
+    tpk_str_printf(note, "the cache folder %s is not writable: built without the cache", dir);
+  else
+    tpk_str_printf(note, "the cache folder %s: %s: %s: built without the cache", dir, doing, strerror(why));
+}
+
+/* Stores `data` (a build and its trailer) as entry `key`: a temporary file
+ * in the cache folder, renamed over the entry's name, so that readers see
+ * a whole entry or none. On failure says why in *note. */
+static bool store_entry(const TpkJit *j, const char *key, const unsigned char *data, size_t len, TpkStr *note) {
+  char tmpl[128], name[72];
+  build_name(j, tmpl, sizeof tmpl);
+  entry_name(key, name);
+  char *tmp = tpk_path_join(j->cache_dir, tmpl), *path = tpk_path_join(j->cache_dir, name);
+  int fd = tmp && path ? mkostemp(tmp, O_CLOEXEC) : -1;
+  bool ok = false;
+  char doing[128];
+  snprintf(doing, sizeof doing, "cannot store %s", name);
+  if (fd < 0) {
+    store_failed(note, j->cache_dir, doing, tmp && path ? errno : ENOMEM);
+  } else {
+    /* readable by whoever may enter the folder: a shared cache's users */
+    ok = tpk_write_all(fd, data, len) && fchmod(fd, 0644) == 0;
+    int why = errno;
+    if (close(fd) != 0 && ok) {
+      ok = false;
+      why = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+      ok = false;
+      why = errno;
+    }
+    if (!ok) {
+      unlink(tmp);
+      store_failed(note, j->cache_dir, doing, why);
+    }
+  }
+  free(tmp);
+  free(path);
+  return ok;
 }
 
 /* The environment for cc: ours with TMPDIR set to the build folder, so
@@ -706,25 +1233,32 @@ static int run_cc(TpkJit *j, char **argv, char **env, const char *log, bool trac
   return status;
 }
 
-/* Builds c's source with cc (counted in n_cc) and loads it: into the cache
- * folder when there is one, else a private temporary folder. On failure
- * returns false with a message (heap) in *msg. */
-static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
-  *msg = NULL;
-  TpkStr m = {0};
-  char *dir = tpk_path_join(j->cache_dir ? j->cache_dir : j->tmp_root, "tpk-build-XXXXXX");
-  char *hdr = NULL, *src = NULL, *so = NULL, *log = NULL, *out = NULL, **argv = NULL, **env = NULL;
-  if (!dir || !mkdtemp(dir)) {
-    tpk_str_printf(&m, "cc: cannot create a build folder in %s: %s", j->cache_dir ? j->cache_dir : j->tmp_root,
-                   strerror(errno));
-    free(dir);
-    *msg = tpk_str_take(&m);
-    return false;
+/* Builds c's source with cc (counted in n_cc) and loads it, storing the
+ * build in the cache when there is one. A build the cache does not take is
+ * still loaded, with a note (heap) in *note. On failure returns false with
+ * a message (heap) in *msg. */
+static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg, char **note) {
+  *msg = *note = NULL;
+  TpkStr m = {0}, n = {0};
+  bool store = j->cache_dir != NULL;
+  char *dir = NULL;
+  if (store && j->build_in_cache && !(dir = make_build_dir(j, j->cache_dir))) {
+    store_failed(&n, j->cache_dir, "cannot make a build folder", errno);
+    store = false;
   }
-  hdr = tpk_path_join(dir, "tpk_prims.h");
-  src = tpk_path_join(dir, "kernel.c");
-  so = tpk_path_join(dir, "kernel.so");
-  log = tpk_path_join(dir, "cc.log");
+  if (!dir) {
+    tidy_tmp_once(j);
+    if (!(dir = make_build_dir(j, j->tmp_root))) {
+      tpk_str_printf(&m, "cc: cannot create a build folder in %s: %s", j->tmp_root, strerror(errno));
+      tpk_str_free(&n);
+      *msg = tpk_str_take(&m);
+      return false;
+    }
+  }
+  char *hdr = tpk_path_join(dir, "tpk_prims.h"), *src = tpk_path_join(dir, "kernel.c");
+  char *so = tpk_path_join(dir, "kernel.so"), *log = tpk_path_join(dir, "cc.log");
+  char **argv = NULL, **env = NULL;
+  unsigned char *bytes = NULL;
   size_t nargs = 0;
   while (j->cc_argv[nargs]) nargs++;
   argv = calloc(nargs + 5, sizeof *argv);
@@ -733,7 +1267,7 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
     tpk_str_puts(&m, "cc: out of memory");
     goto done;
   }
-  if (!write_file(hdr, tpk_jit_prims_h) || !write_file(src, c->source)) {
+  if (!write_bytes(hdr, tpk_jit_prims_h, strlen(tpk_jit_prims_h)) || !write_bytes(src, c->source, strlen(c->source))) {
     tpk_str_printf(&m, "cc: cannot write the kernel source in %s: %s", dir, strerror(errno));
     goto done;
   }
@@ -758,48 +1292,35 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg) {
     free(text);
     goto done;
   }
+  /* The build's bytes, with room for the trailer. */
+  int fd = open(so, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  size_t size = 0;
+  if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0 && st.st_size <= MAX_CACHE_FILE - TRAILER_LEN) {
+    size = (size_t)st.st_size;
+    if ((bytes = malloc(size + TRAILER_LEN)) && !read_all(fd, bytes, size)) {
+      free(bytes);
+      bytes = NULL;
+    }
+  }
+  if (fd >= 0) close(fd);
+  if (!bytes) {
+    tpk_str_printf(&m, "cc: cannot read the build of '%s' (%s)", c->entry, so);
+    goto done;
+  }
+  if (store) {
+    memcpy(bytes + size, trailer_magic, 8);
+    entry_mac(j, c->key, bytes, size, bytes + size + 8);
+    if (store_entry(j, c->key, bytes, size + TRAILER_LEN, &n)) tidy_cache(j);
+  }
   void *h = NULL;
   TpkKernelFn fn = NULL;
-  if (j->cache_dir) {
-    /* Trailer, then an atomic rename: a racing process renames an equal file. */
-    char name[80];
-    snprintf(name, sizeof name, "%s.so", c->key);
-    out = tpk_path_join(j->cache_dir, name);
-    Sha256 s;
-    unsigned char trailer[TRAILER_LEN];
-    char *body = NULL;
-    int fd = open(so, O_RDWR | O_CLOEXEC);
-    struct stat st;
-    bool stored = fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0 && st.st_size < MAX_CACHE_FILE &&
-                  (body = malloc((size_t)st.st_size)) && read_all(fd, (unsigned char *)body, (size_t)st.st_size);
-    if (stored) {
-      sha_init(&s);
-      sha_update(&s, body, (size_t)st.st_size);
-      memcpy(trailer, trailer_magic, 8);
-      sha_final(&s, trailer + 8);
-      stored = tpk_write_all(fd, trailer, sizeof trailer) && fchmod(fd, 0600) == 0;
-    }
-    free(body);
-    if (fd >= 0 && close(fd) != 0) stored = false;
-    if (!stored || !out || rename(so, out) != 0) {
-      tpk_str_printf(&m, "cc: cannot store the build in %s: %s", j->cache_dir, strerror(errno));
-      goto done;
-    }
-    if (!cache_load(j, c->key, c->entry, &h, &fn)) {
-      tpk_str_printf(&m, "cc: the build of '%s' did not load from the cache, or has no function '%s'", c->entry,
-                     c->entry);
-      goto done;
-    }
-  } else {
-    h = dlopen(so, RTLD_LOCAL | RTLD_NOW);
-    void *sym = h ? dlsym(h, c->entry) : NULL;
-    if (!sym) {
-      const char *why = dlerror();
-      tpk_str_printf(&m, "cc: cannot load the build of '%s': %s", c->entry, why ? why : "no such function");
-      if (h) dlclose(h);
-      goto done;
-    }
-    fn = as_kernel(sym);
+  char why[256];
+  Load loaded = load_bytes(j, bytes, size, so, c->entry, &h, &fn, why, sizeof why);
+  if (loaded != LOAD_OK) {
+    tpk_str_printf(&m, "cc: cannot load the build of '%s': %s", c->entry,
+                   loaded == LOAD_NO_ENTRY ? "no such function" : why);
+    goto done;
   }
   c->dl = h;
   atomic_store(&c->fn, fn);
@@ -812,11 +1333,16 @@ done:
   free(src);
   free(so);
   free(log);
-  free(out);
   free(argv);
+  free(bytes);
   free_env(env);
-  if (!ok) *msg = tpk_str_take(&m);
-  else tpk_str_free(&m);
+  if (ok) {
+    tpk_str_free(&m);
+    if (n.len) *note = tpk_str_take(&n);
+  } else {
+    *msg = tpk_str_take(&m);
+  }
+  tpk_str_free(&n);
   return ok;
 }
 
@@ -825,15 +1351,18 @@ done:
 static void promote(TpkJit *j, TpkCode *c) {
   void *h;
   TpkKernelFn fn;
-  if (j->cache_dir && cache_load(j, c->key, c->entry, &h, &fn)) { /* another process built it meanwhile */
+  Lookup found = j->cache_dir ? cache_load(j, c->key, c->entry, &h, &fn) : LOOKUP_MISS;
+  if (found == LOOKUP_REJECTED) atomic_fetch_add(&j->n_rejects, 1);
+  if (found == LOOKUP_HIT) { /* another process built it meanwhile */
     atomic_fetch_add(&j->n_hits, 1);
     c->dl = h;
+    atomic_store(&c->from_cache, true);
     atomic_store(&c->fn, fn);
     atomic_store(&c->tier, TPK_TIER_CC);
     return;
   }
   char *msg;
-  if (cc_build(j, c, true, &msg)) return;
+  if (cc_build(j, c, true, &msg, &c->cc_note)) return; /* cc_note is read once promo is PROMO_DONE */
   pthread_mutex_lock(&j->mu);
   bool cancelled = j->shutdown;
   pthread_mutex_unlock(&j->mu);
@@ -902,6 +1431,8 @@ static void free_code(TpkCode *c) {
   free(c->source);
   free(c->entry);
   free(c->cc_error);
+  free(c->note);
+  free(c->cc_note);
   free(c);
 }
 
@@ -917,26 +1448,40 @@ TpkStatus tpk_jit_compile(TpkJit *j, const char *source, const char *entry, TpkC
   atomic_init(&c->tier, (int)TPK_TIER_TCC);
   atomic_init(&c->calls, 0);
   atomic_init(&c->promo, PROMO_NONE);
+  atomic_init(&c->from_cache, false);
   if (!c->source || !c->entry) {
     free_code(c);
     return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", entry);
   }
   bool loaded = false;
-  if (j->cache_dir && j->tier != TPK_TIER_TCC) {
+  if (j->cache_dir) { /* never with the tcc tier */
     void *h;
     TpkKernelFn fn;
     cache_key(j, source, c->key);
-    if (cache_load(j, c->key, entry, &h, &fn)) {
+    Lookup found = cache_load(j, c->key, entry, &h, &fn);
+    if (found == LOOKUP_HIT) {
       atomic_fetch_add(&j->n_hits, 1);
       c->dl = h;
+      atomic_store(&c->from_cache, true);
       atomic_store(&c->fn, fn);
       atomic_store(&c->tier, TPK_TIER_CC);
       loaded = true;
+    } else {
+      atomic_fetch_add(&j->n_misses, 1);
+      if (found == LOOKUP_REJECTED) atomic_fetch_add(&j->n_rejects, 1);
     }
+  } else if (j->cache_note && !(c->note = dup_str(j->cache_note))) {
+    free_code(c);
+    return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", entry);
   }
   if (!loaded && j->tier == TPK_TIER_CC) {
-    char *msg;
-    if (!cc_build(j, c, false, &msg)) {
+    char *msg, *note;
+    bool built = cc_build(j, c, false, &msg, &note);
+    if (note) { /* the cache is in use, so there is no note yet */
+      free(c->note);
+      c->note = note;
+    }
+    if (!built) {
       atomic_fetch_add(&j->n_cc_fail, 1);
       tpk_error(err, TPK_ERR_INTERNAL, "%s", msg ? msg : "cc: out of memory");
       free(msg);
@@ -989,10 +1534,71 @@ const char *tpk_code_cc_error(const TpkCode *c) {
   return atomic_load(&((TpkCode *)c)->promo) == PROMO_DONE ? c->cc_error : NULL;
 }
 
+bool tpk_code_from_cache(const TpkCode *c) { return atomic_load(&((TpkCode *)c)->from_cache); }
+
+const char *tpk_code_note(const TpkCode *c) {
+  if (atomic_load(&((TpkCode *)c)->promo) == PROMO_DONE && c->cc_note) return c->cc_note;
+  return c->note;
+}
+
 TpkJitStats tpk_jit_stats(const TpkJit *j) {
   TpkJit *m = (TpkJit *)j; /* atomic loads on a const object predate C17 */
-  return (TpkJitStats){atomic_load(&m->n_tcc), atomic_load(&m->n_cc), atomic_load(&m->n_hits),
-                       atomic_load(&m->n_cc_fail)};
+  return (TpkJitStats){atomic_load(&m->n_tcc),     atomic_load(&m->n_cc),     atomic_load(&m->n_hits),
+                       atomic_load(&m->n_cc_fail), atomic_load(&m->n_misses), atomic_load(&m->n_rejects)};
+}
+
+TpkStatus tpk_jit_cache_info(TpkJit *j, TpkJitCacheInfo *out, TpkError *err) {
+  *out = (TpkJitCacheInfo){.dir = j->cache_path, .in_use = j->cache_dir != NULL, .note = j->cache_note,
+                           .key_file = j->key_file, .max_bytes = j->cache_max};
+  if (j->cache_path && j->tier == TPK_TIER_TCC) out->note = "TPK_TIER=tcc compiles with tcc only, which the cache does not keep";
+  if (!j->cache_path) return TPK_OK;
+  int dfd = open(j->cache_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    if (errno == ENOENT) return TPK_OK;
+    return tpk_error(err, TPK_ERR_IO, "cannot read the cache folder %s: %s", j->cache_path, strerror(errno));
+  }
+  Scan sc = {0};
+  bool ok = scan_folder(j, dfd, false, &sc);
+  int why = errno;
+  close(dfd);
+  free(sc.entries);
+  if (!ok) return tpk_error(err, TPK_ERR_IO, "cannot read the cache folder %s: %s", j->cache_path, strerror(why));
+  out->entries = (int64_t)sc.n;
+  out->bytes = sc.bytes;
+  out->build_folders = sc.builds;
+  return TPK_OK;
+}
+
+TpkStatus tpk_jit_cache_clear(TpkJit *j, int64_t *entries_removed, int64_t *builds_removed, TpkError *err) {
+  *entries_removed = *builds_removed = 0;
+  if (!j->cache_path)
+    return tpk_error(err, TPK_ERR_INVALID, "there is no cache folder (TPK_CACHE_DIR is empty, or no home is known)");
+  int lock;
+  int dfd = lock_folder(j->cache_path, &lock);
+  if (dfd < 0) {
+    if (errno == ENOENT) return TPK_OK;
+    return tpk_error(err, TPK_ERR_IO, "cannot open the cache folder %s: %s", j->cache_path, strerror(errno));
+  }
+  Scan sc = {0};
+  bool ok = scan_folder(j, dfd, true, &sc);
+  int why = ok ? 0 : errno;
+  int64_t kept = 0;
+  for (size_t i = 0; i < sc.n; i++) {
+    if (unlinkat(dfd, sc.entries[i].name, 0) == 0) {
+      (*entries_removed)++;
+    } else if (errno != ENOENT) {
+      kept++;
+      why = errno;
+    }
+  }
+  *builds_removed = sc.stale_removed;
+  free(sc.entries);
+  unlock_folder(dfd, lock);
+  if (!ok) return tpk_error(err, TPK_ERR_IO, "cannot read the cache folder %s: %s", j->cache_path, strerror(why));
+  if (kept)
+    return tpk_error(err, TPK_ERR_IO, "%lld entries of the cache folder %s could not be removed: %s", (long long)kept,
+                     j->cache_path, strerror(why));
+  return TPK_OK;
 }
 
 void tpk_jit_destroy(TpkJit *j) {
@@ -1014,7 +1620,10 @@ void tpk_jit_destroy(TpkJit *j) {
   for (size_t i = 0; j->cc_argv[i]; i++) free(j->cc_argv[i]);
   free(j->cc_argv);
   free(j->cc_command);
+  free(j->cache_path);
   free(j->cache_dir);
+  free(j->cache_note);
+  free(j->key_file);
   free(j->tmp_root);
   free(j->tcc_lib);
   free(j);

@@ -17,15 +17,37 @@
  * that header (host/prims.h, embedded in the library at build time), so
  * no file needs to be installed anywhere.
  *
- * Shared objects built by cc are kept in a cache folder keyed by a hash of
- * the source and the compiler command ($TPK_CACHE_DIR, else
- * $XDG_CACHE_HOME/tpk, else ~/.cache/tpk), so a later process loads them
- * without compiling: in the auto and cc tiers a cached build is used at
- * once, without tcc. A corrupt or unloadable cache file is removed and
- * rebuilt, never trusted; a file (or folder) another user owns or others
- * can write is never loaded (kernels are then compiled as if it were absent).
+ * Shared objects built by cc are kept in a cache folder ($TPK_CACHE_DIR,
+ * else $XDG_CACHE_HOME/tpk, else ~/.cache/tpk), named by a hash of the
+ * source and the compiler command, so a later process loads them without
+ * compiling: in the auto and cc tiers a cached build is used at once,
+ * without tcc.
  *
- * Thread safety: compile, entry, tier, wait and stats may be called from any
+ * The cache's trust model. The folder may be shared by processes, users and
+ * hosts (a team's cache), so nothing about a file in it is trusted but its
+ * MAC: every entry ends with HMAC-SHA256, under a key kept outside the
+ * folder, of the entry's name (which kernel it is) and its bytes. The key is
+ * $TPK_CACHE_KEY_FILE, else a per-user key made on first use
+ * ($XDG_CONFIG_HOME/tpk/cache.key, else ~/.config/tpk/cache.key: 32 random
+ * bytes, mode 0600). A key file is used only when it is a regular file of 32
+ * to 4096 bytes, owned by this user or by root, that neither its group nor
+ * others can write and others cannot read (its group may: a team key), and
+ * that is not inside the cache folder; otherwise the disk cache is off for
+ * the JIT (kernels still compile), and each code of the auto and cc tiers
+ * carries the reason as its note. An
+ * entry that does not authenticate (planted, damaged, built under another
+ * key, or another kernel's entry renamed) is never loaded: it is rebuilt,
+ * and removed or replaced. Whoever can read the key can make entries that
+ * load: that is who the cache trusts.
+ *
+ * Faults never fail a compile: when the folder is not writable (the build
+ * then runs in a private folder under $TMPDIR), or a build cannot be stored
+ * (a directory sits at the entry's path), the kernel is built without the
+ * cache and the code's note says so. Build folders left by killed processes
+ * are removed once stale. The entries are held to TPK_CACHE_MAX bytes
+ * (default 1G), least recently used first.
+ *
+ * Thread safety: every function but tpk_jit_destroy may be called from any
  * thread. tpk_jit_destroy must come after the last kernel call returned.
  */
 #ifndef TPK_JIT_H
@@ -51,6 +73,8 @@ typedef struct TpkJitOptions {
   TpkTier tier;          /* TPK_TIER_AUTO unless forced */
   int hot_calls;         /* calls before promotion to cc (auto); < 0: default 3 */
   const char *cache_dir; /* NULL: the default above; "" disables the disk cache */
+  const char *key_file;  /* NULL: the per-user key above (made on first use) */
+  int64_t cache_max;     /* bytes the cache's entries may take; <= 0: the default, 1G */
   const char *cc;        /* NULL: $CC, else "cc" */
 } TpkJitOptions;
 
@@ -58,7 +82,7 @@ typedef struct TpkJit TpkJit;   /* one per runtime context; owns the background 
 typedef struct TpkCode TpkCode; /* one compiled kernel, owned by its TpkJit */
 
 /* Options from the environment (TPK_TIER, TPK_JIT_HOT_CALLS, TPK_CACHE_DIR,
- * CC). A value that does not parse is an error naming the variable, not a
+ * TPK_CACHE_KEY_FILE, TPK_CACHE_MAX, CC). A value that does not parse is an error naming the variable, not a
  * silent default; *o then holds the defaults. */
 TpkStatus tpk_jit_options_from_env(TpkJitOptions *o, TpkError *err);
 TpkStatus tpk_jit_create(const TpkJitOptions *o, TpkJit **out, TpkError *err);
@@ -82,11 +106,39 @@ void tpk_code_wait_optimized(TpkCode *c);
 /* Why the background cc build of c failed (the compiler's output), or NULL
  * when it did not fail or has not finished. */
 const char *tpk_code_cc_error(const TpkCode *c);
+/* The code was loaded from the disk cache, not compiled by this process. */
+bool tpk_code_from_cache(const TpkCode *c);
+/* NULL, or one line about how c was built that a user should hear, such as
+ * "the cache folder /x is not writable: built without the cache". Stable
+ * once tpk_code_wait_optimized returned (a background build may add one). */
+const char *tpk_code_note(const TpkCode *c);
 
-/* Counters for tests: how many times each compiler was invoked. */
+/* Counters: how many times each compiler was invoked, and what the disk
+ * cache did. A miss is a kernel compiled because the cache had no entry
+ * for it that loads; a rejected entry (counted also as a miss) was there
+ * but did not authenticate. */
 typedef struct TpkJitStats {
-  int tcc_compiles, cc_compiles, cache_hits, cc_failures;
+  int tcc_compiles, cc_compiles, cache_hits, cc_failures, cache_misses, cache_rejects;
 } TpkJitStats;
 TpkJitStats tpk_jit_stats(const TpkJit *j);
+
+/* The disk cache as `tpk cache stats` shows it. Strings belong to the JIT. */
+typedef struct TpkJitCacheInfo {
+  const char *dir;      /* the cache folder, or NULL: none (TPK_CACHE_DIR="", or no home) */
+  bool in_use;          /* this JIT loads and stores entries there */
+  const char *note;     /* why it does not, when it does not and a user should hear it */
+  const char *key_file; /* the key file in use, or NULL */
+  int64_t max_bytes;    /* TPK_CACHE_MAX */
+  int64_t entries, bytes; /* compiled kernels in the folder now, and their size */
+  int64_t build_folders;  /* builds under way, or left by killed processes */
+} TpkJitCacheInfo;
+TpkStatus tpk_jit_cache_info(TpkJit *j, TpkJitCacheInfo *out, TpkError *err);
+/* Removes every entry and every stale build folder (builds of live
+ * processes stay), under the folder's lock, so concurrent users are safe:
+ * code they loaded keeps running, and they rebuild what they miss. */
+TpkStatus tpk_jit_cache_clear(TpkJit *j, int64_t *entries_removed, int64_t *builds_removed, TpkError *err);
+
+/* HMAC-SHA256 (RFC 2104), what authenticates cache entries. */
+void tpk_jit_hmac_sha256(const void *key, size_t key_len, const void *msg, size_t len, unsigned char out[32]);
 
 #endif

@@ -304,4 +304,57 @@ void tpk_event_destroy(TpkEvent *e);
  * give other libraries the same count (torch.set_num_threads). */
 int tpk_host_threads(void);
 
+/* ---- The compilation cache ----------------------------------------------------
+ *
+ * Kernels the system cc compiles (TPK_TIER=auto once hot, or TPK_TIER=cc)
+ * are kept on disk, and later processes load them instead of compiling:
+ *   TPK_CACHE_DIR=DIR        the folder ($XDG_CACHE_HOME/tpk, else ~/.cache/tpk;
+ *                            "" turns the cache off)
+ *   TPK_CACHE_KEY_FILE=FILE  the key that authenticates entries (default: your
+ *                            own, made on first use: $XDG_CONFIG_HOME/tpk/cache.key,
+ *                            else ~/.config/tpk/cache.key, 32 random bytes, 0600)
+ *   TPK_CACHE_MAX=SIZE       the entries' size limit (default 1G); the least
+ *                            recently used go first
+ *
+ * Trust. The folder may be shared by processes, users and hosts, so tpk
+ * trusts nothing in it but a MAC: each entry carries HMAC-SHA256, under the
+ * key, of which kernel it is and its bytes, and one that does not verify
+ * (planted, damaged, another key's, another kernel's renamed) is compiled
+ * again, never loaded. Whoever can read the key can make entries that load;
+ * for a team cache, share a key file only the team can read. A key file is
+ * used only when it is a regular file of 32 to 4096 bytes, owned by you or
+ * root, that neither its group nor others can write and others cannot read,
+ * outside the cache folder; otherwise the cache is off (kernels still
+ * compile) and the reason is the stats' note. Faults (a folder that cannot
+ * be written, a build that cannot be stored) never fail a launch: the kernel
+ * is built without the cache. Tuning results (`tpk tune`) live in the same
+ * folder, under tune/; they are not authenticated, are read only when you own
+ * them and no one else can write them, and can only choose among a kernel's
+ * declared tunable values.
+ */
+typedef struct TpkCacheStats {
+  const char *path;      /* the folder, or NULL when there is none */
+  bool enabled;          /* this context loads and stores compiled kernels there */
+  const char *note;      /* why it does not, when a user should hear it; else NULL */
+  const char *key_file;  /* the key file in use, or NULL */
+  int64_t entries;       /* compiled kernels in the folder now */
+  int64_t bytes;         /* their size */
+  int64_t max_bytes;     /* TPK_CACHE_MAX */
+  int64_t build_folders; /* builds under way, or left by killed processes */
+  int hits;              /* this context's kernels loaded from the cache */
+  int misses;            /* ... compiled because the cache had no entry that loads */
+  int rejected;          /* ... entries found that did not authenticate */
+} TpkCacheStats;
+
+/* The cache folder (owned by ctx), or NULL when there is none. */
+const char *tpk_cache_path(TpkContext *ctx);
+/* What is in the folder now, and what this context's lookups found.
+ * Strings belong to ctx. */
+TpkStatus tpk_cache_stats(TpkContext *ctx, TpkCacheStats *out);
+/* Removes every compiled entry, and every build folder left by a process
+ * that is gone; tuning results stay. Safe while other processes use the
+ * cache: code they loaded keeps running, and they compile what they miss.
+ * Either count pointer may be NULL. */
+TpkStatus tpk_cache_clear(TpkContext *ctx, int64_t *entries_removed, int64_t *builds_removed);
+
 #endif

@@ -1,7 +1,9 @@
 /*
  * test_jit.c — host/jit.c: both tiers, promotion, the disk cache (hits,
- * damaged and insecure files), compile errors, concurrency, shutdown with
- * work pending, and the latency of a representative generated kernel.
+ * damaged files, entries that do not authenticate, key files, faults,
+ * stale build folders, the size limit), compile errors, concurrency,
+ * shutdown with work pending, and the latency of a representative
+ * generated kernel.
  *
  * Self-contained: the kernels are hand-written in the style host/emit_c.c
  * produces, and they call a small primitive table defined here.
@@ -15,12 +17,15 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -395,7 +400,7 @@ static void remove_tree(const char *path) {
 }
 
 /* Entries of dir: how many end in .so (the last one's path in so_path), and
- * how many others there are (left-over build folders). */
+ * how many others there are (left-over build folders), besides the lock. */
 static int count_entries(const char *dir, char *so_path, size_t size, int *others) {
   int n = 0;
   *others = 0;
@@ -404,7 +409,7 @@ static int count_entries(const char *dir, char *so_path, size_t size, int *other
   struct dirent *e;
   while ((e = readdir(d))) {
     size_t len = strlen(e->d_name);
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "lock")) continue;
     if (len > 3 && !strcmp(e->d_name + len - 3, ".so")) {
       n++;
       if (so_path) snprintf(so_path, size, "%s/%s", dir, e->d_name);
@@ -418,6 +423,17 @@ static int count_entries(const char *dir, char *so_path, size_t size, int *other
 
 static TpkJit *new_jit(TpkTier tier, int hot_calls, const char *cache_dir, const char *cc) {
   TpkJitOptions o = {.tier = tier, .hot_calls = hot_calls, .cache_dir = cache_dir, .cc = cc};
+  TpkJit *j = NULL;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_create(&o, &j, &err), TPK_OK);
+  assert_non_null(j);
+  return j;
+}
+
+/* A JIT with the key file `key` (NULL: the per-user key) and a size limit
+ * (0: the default). */
+static TpkJit *new_keyed_jit(TpkTier tier, const char *cache_dir, const char *key, int64_t max) {
+  TpkJitOptions o = {.tier = tier, .hot_calls = -1, .cache_dir = cache_dir, .key_file = key, .cache_max = max};
   TpkJit *j = NULL;
   TpkError err = {0};
   assert_int_equal(tpk_jit_create(&o, &j, &err), TPK_OK);
@@ -439,6 +455,68 @@ static void assert_stats(TpkJit *j, int tcc, int cc, int hits, int failures) {
   if (s.tcc_compiles != tcc || s.cc_compiles != cc || s.cache_hits != hits || s.cc_failures != failures)
     fail_msg("stats tcc %d cc %d hits %d failures %d, expected %d %d %d %d", s.tcc_compiles, s.cc_compiles,
              s.cache_hits, s.cc_failures, tcc, cc, hits, failures);
+}
+
+/* The cache's counters beyond those of assert_stats. */
+static void assert_cache_stats(TpkJit *j, int misses, int rejects) {
+  TpkJitStats s = tpk_jit_stats(j);
+  if (s.cache_misses != misses || s.cache_rejects != rejects)
+    fail_msg("cache misses %d rejects %d, expected %d %d", s.cache_misses, s.cache_rejects, misses, rejects);
+}
+
+static void write_bytes(const char *path, const void *data, size_t n, mode_t mode) {
+  unlink(path);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, data, n), (ssize_t)n);
+  assert_int_equal(close(fd), 0);
+  assert_int_equal(chmod(path, mode), 0); /* whatever the umask */
+}
+
+static unsigned char *read_bytes(const char *path, size_t *n) {
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  unsigned char *buf = malloc((size_t)st.st_size + 1);
+  assert_non_null(buf);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(buf, 1, (size_t)st.st_size, f), (size_t)st.st_size);
+  fclose(f);
+  *n = (size_t)st.st_size;
+  return buf;
+}
+
+/* A key file of n bytes (all `fill`) with mode `mode`, as dir/name; returns
+ * its path (heap). */
+static char *make_key(const char *dir, const char *name, size_t n, unsigned char fill, mode_t mode) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  unsigned char key[8192];
+  assert_true(n <= sizeof key);
+  memset(key, fill, n);
+  write_bytes(path, key, n, mode);
+  return strdup(path);
+}
+
+/* SHA-256 of a file by the system's sha256sum: an outside opinion. */
+static void sha256_of_file(const char *path, unsigned char out[32]) {
+  char cmd[1200], hex[65] = "";
+  snprintf(cmd, sizeof cmd, "sha256sum '%s'", path);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  assert_int_equal(fscanf(p, "%64s", hex), 1);
+  pclose(p);
+  for (int i = 0; i < 32; i++) {
+    unsigned v;
+    assert_int_equal(sscanf(hex + 2 * i, "%2x", &v), 1);
+    out[i] = (unsigned char)v;
+  }
+}
+
+/* The path of the only entry of dir. */
+static void only_entry(const char *dir, char *path, size_t size) {
+  int others;
+  assert_int_equal(count_entries(dir, path, size, &others), 1);
 }
 
 /* ---- tests ---- */
@@ -481,7 +559,9 @@ static void test_cc_tier_compiles_with_cc(void **state) {
   assert_int_equal(others, 0); /* the build folder is gone */
   struct stat st;
   assert_int_equal(stat(so, &st), 0);
-  assert_int_equal(st.st_mode & 077, 0);
+  assert_int_equal(st.st_mode & 022, 0); /* only we may write it */
+  assert_false(tpk_code_from_cache(c));
+  assert_null(tpk_code_note(c));
   tpk_jit_destroy(j);
   remove_tree(dir);
   free(dir);
@@ -545,12 +625,15 @@ static void test_cache_hit_in_second_jit(void **state) {
   assert_stats(j, 0, 1, 0, 0);
   tpk_jit_destroy(j);
 
-  /* auto: a cached build is used at once, with neither compiler */
+  /* auto: a cached build is used at once, with neither compiler, and it
+   * says so */
   j = new_jit(TPK_TIER_AUTO, -1, dir, NULL);
   TpkCode *c = compile_ok(j, src, "add_kernel");
   assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  assert_true(tpk_code_from_cache(c));
   run_add(c, 5, NULL);
   assert_stats(j, 0, 0, 1, 0);
+  assert_cache_stats(j, 0, 0);
 
   /* a different source misses */
   add_source(src, sizeof src, 6);
@@ -669,47 +752,697 @@ static void test_damaged_cache_file_is_rebuilt(void **state) {
   }
 }
 
-static void test_insecure_cache_is_not_loaded(void **state) {
+/* RFC 4231's test vectors for HMAC-SHA256 (case 5's output is truncated to
+ * 128 bits there). */
+static void test_hmac_sha256_rfc4231(void **state) {
+  (void)state;
+  unsigned char k0b[20], kaa[20], k25[25], k0c[20], k131[131], ddd[50], dcd[50];
+  memset(k0b, 0x0b, sizeof k0b);
+  memset(kaa, 0xaa, sizeof kaa);
+  memset(k0c, 0x0c, sizeof k0c);
+  memset(k131, 0xaa, sizeof k131);
+  memset(ddd, 0xdd, sizeof ddd);
+  memset(dcd, 0xcd, sizeof dcd);
+  for (int i = 0; i < 25; i++) k25[i] = (unsigned char)(i + 1);
+  static const char d7[] = "This is a test using a larger than block-size key and a larger than block-size data. "
+                           "The key needs to be hashed before being used by the HMAC algorithm.";
+  static const char d6[] = "Test Using Larger Than Block-Size Key - Hash Key First";
+  const struct {
+    const void *key;
+    size_t klen;
+    const void *msg;
+    size_t mlen;
+    const char *hex;
+  } v[] = {
+      {k0b, 20, "Hi There", 8, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+      {"Jefe", 4, "what do ya want for nothing?", 28,
+       "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+      {kaa, 20, ddd, 50, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+      {k25, 25, dcd, 50, "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
+      {k0c, 20, "Test With Truncation", 20, "a3b6167473100ee06e0c796c2955552b"},
+      {k131, 131, d6, sizeof d6 - 1, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+      {k131, 131, d7, sizeof d7 - 1, "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+  };
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    unsigned char mac[32];
+    char hex[65];
+    tpk_jit_hmac_sha256(v[i].key, v[i].klen, v[i].msg, v[i].mlen, mac);
+    for (int b = 0; b < 32; b++) snprintf(hex + 2 * b, 3, "%02x", mac[b]);
+    if (strncmp(hex, v[i].hex, strlen(v[i].hex)) != 0) fail_msg("RFC 4231 case %zu: %s, expected %s", i + 1, hex, v[i].hex);
+  }
+}
+
+/* The hole of issue 10: whoever could write the cache folder could put a
+ * shared object there under a kernel's entry name, with the unkeyed
+ * trailer the cache checked (a magic tag and the SHA-256 of the rest), and
+ * tpk loaded and ran it. Planted entries, with the old tag or today's, are
+ * compiled over, never run. */
+static void test_planted_entry_is_not_loaded(void **state) {
+  (void)state;
+  char *dir = make_temp_dir(), *evil_dir = make_temp_dir();
+  char src[2048], evil[2048], entry[1024], evil_entry[1024], body_path[1100];
+  add_source(src, sizeof src, 8);
+  add_source(evil, sizeof evil, 99); /* the code to plant: cc's build of another kernel */
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, evil_dir, NULL);
+  compile_ok(j, evil, "add_kernel");
+  tpk_jit_destroy(j);
+  only_entry(evil_dir, evil_entry, sizeof evil_entry);
+  size_t n;
+  unsigned char *evil_bytes = read_bytes(evil_entry, &n);
+  size_t body = n - 40; /* without its trailer */
+  snprintf(body_path, sizeof body_path, "%s/body", evil_dir);
+  write_bytes(body_path, evil_bytes, body, 0600);
+  unsigned char sha[32];
+  sha256_of_file(body_path, sha);
+
+  j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  compile_ok(j, src, "add_kernel");
+  tpk_jit_destroy(j);
+  only_entry(dir, entry, sizeof entry);
+  const char *const tags[] = {"TPKJIT01", "TPKJIT02"};
+  for (int t = 0; t < 2; t++) {
+    unsigned char *planted = malloc(body + 40);
+    assert_non_null(planted);
+    memcpy(planted, evil_bytes, body);
+    memcpy(planted + body, tags[t], 8);
+    memcpy(planted + body + 8, sha, 32);
+    write_bytes(entry, planted, body + 40, 0600);
+    free(planted);
+    j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+    TpkCode *c = compile_ok(j, src, "add_kernel");
+    run_add(c, 8, NULL); /* our kernel's code, not the planted one */
+    assert_false(tpk_code_from_cache(c));
+    assert_null(tpk_code_note(c));
+    assert_stats(j, 0, 1, 0, 0);
+    assert_cache_stats(j, 1, 1);
+    tpk_jit_destroy(j);
+  }
+  /* the rebuild replaced the planted file, and loads */
+  j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  run_add(c, 8, NULL);
+  assert_true(tpk_code_from_cache(c));
+  assert_stats(j, 0, 0, 1, 0);
+  assert_cache_stats(j, 0, 0);
+  tpk_jit_destroy(j);
+  free(evil_bytes);
+  remove_tree(dir);
+  remove_tree(evil_dir);
+  free(dir);
+  free(evil_dir);
+}
+
+/* An entry authenticates only under the key it was built with. */
+static void test_entry_of_another_key_is_not_loaded(void **state) {
+  (void)state;
+  char *dir = make_temp_dir(), *keys = make_temp_dir();
+  char *k1 = make_key(keys, "one.key", 32, 0x11, 0600), *k2 = make_key(keys, "two.key", 64, 0x22, 0600);
+  char src[2048];
+  add_source(src, sizeof src, 40);
+  TpkJit *j = new_keyed_jit(TPK_TIER_CC, dir, k1, 0);
+  run_add(compile_ok(j, src, "add_kernel"), 40, NULL);
+  tpk_jit_destroy(j);
+
+  j = new_keyed_jit(TPK_TIER_CC, dir, k2, 0); /* not loaded: rebuilt under key 2 */
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  run_add(c, 40, NULL);
+  assert_false(tpk_code_from_cache(c));
+  assert_stats(j, 0, 1, 0, 0);
+  assert_cache_stats(j, 1, 1);
+  TpkJitCacheInfo info;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_true(info.in_use);
+  assert_string_equal(info.key_file, k2);
+  assert_int_equal(info.entries, 1);
+  tpk_jit_destroy(j);
+
+  j = new_keyed_jit(TPK_TIER_CC, dir, k2, 0);
+  run_add(compile_ok(j, src, "add_kernel"), 40, NULL);
+  assert_stats(j, 0, 0, 1, 0);
+  tpk_jit_destroy(j);
+
+  j = new_keyed_jit(TPK_TIER_AUTO, dir, k1, 0); /* key 2's entry under key 1: tcc instead */
+  c = compile_ok(j, src, "add_kernel");
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_TCC);
+  run_add(c, 40, NULL);
+  assert_stats(j, 1, 0, 0, 0);
+  assert_cache_stats(j, 1, 1);
+  tpk_jit_destroy(j);
+  free(k1);
+  free(k2);
+  remove_tree(keys);
+  remove_tree(dir);
+  free(keys);
+  free(dir);
+}
+
+/* The MAC covers which kernel an entry is: kernel A's authentic entry
+ * renamed to kernel B's name is refused, and B is built. */
+static void test_renamed_entry_is_refused(void **state) {
   (void)state;
   char *dir = make_temp_dir();
+  char a[2048], b[2048], a_entry[1024], b_entry[1024];
+  add_source(a, sizeof a, 30);
+  add_source(b, sizeof b, 31);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  compile_ok(j, a, "add_kernel");
+  only_entry(dir, a_entry, sizeof a_entry);
+  compile_ok(j, b, "add_kernel");
+  tpk_jit_destroy(j);
+  char moved[1100];
+  snprintf(moved, sizeof moved, "%s.a", a_entry);
+  assert_int_equal(rename(a_entry, moved), 0);
+  only_entry(dir, b_entry, sizeof b_entry);
+  assert_int_equal(rename(moved, b_entry), 0); /* A's bytes under B's name */
+
+  j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkCode *c = compile_ok(j, b, "add_kernel");
+  run_add(c, 31, NULL);
+  assert_false(tpk_code_from_cache(c));
+  assert_stats(j, 0, 1, 0, 0);
+  assert_cache_stats(j, 1, 1);
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
+/* A key file is used only when it is a regular file of 32 to 4096 bytes,
+ * yours or root's, that neither its group nor others can write, others
+ * cannot read, and that is not inside the cache folder. Otherwise the
+ * cache is off with a note, and kernels still compile and run. */
+static void test_key_files_that_are_refused(void **state) {
+  (void)state;
+  char *dir = make_temp_dir(), *keys = make_temp_dir();
+  char inside[1100], missing[1100], folder[1100];
+  snprintf(missing, sizeof missing, "%s/missing.key", keys);
+  snprintf(folder, sizeof folder, "%s/folder.key", keys);
+  assert_int_equal(mkdir(folder, 0700), 0);
+  char *world = make_key(keys, "world.key", 32, 1, 0604);
+  char *group_w = make_key(keys, "group-w.key", 32, 2, 0620);
+  char *other_w = make_key(keys, "other-w.key", 32, 3, 0602);
+  char *shorter = make_key(keys, "short.key", 16, 4, 0600);
+  char *longer = make_key(keys, "long.key", 4097, 5, 0600);
+  char *in_cache = make_key(dir, "cache.key", 32, 6, 0600);
+  snprintf(inside, sizeof inside, "%s", in_cache);
+  const struct {
+    const char *key, *says;
+  } refused[] = {
+      {world, "can be read by others"},
+      {group_w, "can be written by its group or by others"},
+      {other_w, "can be written by its group or by others"},
+      {shorter, "holds 16 bytes, not 32 to 4096"},
+      {longer, "holds 4097 bytes, not 32 to 4096"},
+      {inside, "is inside the cache folder"},
+      {missing, "cannot be read: No such file or directory"},
+      {folder, "is not a regular file"},
+  };
+  char src[2048];
+  add_source(src, sizeof src, 41);
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    TpkJit *j = new_keyed_jit(TPK_TIER_CC, dir, refused[i].key, 0);
+    TpkCode *c = compile_ok(j, src, "add_kernel");
+    run_add(c, 41, NULL);
+    const char *note = tpk_code_note(c);
+    if (!note || !strstr(note, refused[i].says) || !strstr(note, refused[i].key) ||
+        !strstr(note, ": the compilation cache is off"))
+      fail_msg("key %s: note '%s', expected one saying '%s'", refused[i].key, note ? note : "(none)", refused[i].says);
+    TpkJitCacheInfo info;
+    TpkError err = {0};
+    assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+    assert_false(info.in_use);
+    assert_string_equal(info.note, note);
+    assert_null(info.key_file);
+    assert_stats(j, 0, 1, 0, 0);
+    tpk_jit_destroy(j);
+    int others;
+    assert_int_equal(count_entries(dir, NULL, 0, &others), 0); /* nothing stored */
+  }
+  assert_int_equal(access(missing, F_OK), -1); /* a key file one names is never made */
+
+  /* another user's key (only root can arrange that) */
+  if (geteuid() == 0) {
+    char *theirs = make_key(keys, "theirs.key", 32, 7, 0600);
+    assert_int_equal(chown(theirs, 65534, 65534), 0);
+    TpkJit *j = new_keyed_jit(TPK_TIER_CC, dir, theirs, 0);
+    TpkCode *c = compile_ok(j, src, "add_kernel");
+    run_add(c, 41, NULL);
+    assert_non_null(tpk_code_note(c));
+    assert_non_null(strstr(tpk_code_note(c), "belongs to another user (uid 65534)"));
+    tpk_jit_destroy(j);
+    free(theirs);
+  }
+
+  /* a team key may be group-readable; read-only is fine */
+  char *team = make_key(keys, "team.key", 32, 8, 0640), *ro = make_key(keys, "ro.key", 100, 9, 0400);
+  const char *good[] = {team, ro};
+  for (int i = 0; i < 2; i++) {
+    TpkJit *j = new_keyed_jit(TPK_TIER_CC, dir, good[i], 0);
+    TpkCode *c = compile_ok(j, src, "add_kernel");
+    assert_null(tpk_code_note(c));
+    tpk_jit_destroy(j);
+    int others;
+    assert_int_equal(count_entries(dir, NULL, 0, &others), 1);
+  }
+  char *all[] = {world, group_w, other_w, shorter, longer, in_cache, team, ro};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+  remove_tree(keys);
+  remove_tree(dir);
+  free(keys);
+  free(dir);
+}
+
+typedef struct KeyJob {
+  const char *dir;
+  int offset;
+  TpkStatus status;
+} KeyJob;
+
+static void *build_with_default_key(void *arg) {
+  KeyJob *job = arg;
+  TpkJitOptions o = {.tier = TPK_TIER_CC, .hot_calls = -1, .cache_dir = job->dir};
+  TpkJit *j = NULL;
+  TpkCode *c = NULL;
+  TpkError err;
+  char src[2048];
+  add_source(src, sizeof src, job->offset);
+  job->status = tpk_jit_create(&o, &j, &err);
+  if (job->status == TPK_OK) job->status = tpk_jit_compile(j, src, "add_kernel", &c, &err);
+  if (job->status == TPK_OK && (tpk_code_note(c) || tpk_code_from_cache(c))) job->status = TPK_ERR_INTERNAL;
+  tpk_jit_destroy(j);
+  return NULL;
+}
+
+/* The per-user key is made on first use, 0600, under $XDG_CONFIG_HOME;
+ * JITs starting at once (as processes would) agree on one key: each loads
+ * what the others built. */
+static void test_per_user_key_is_made_once(void **state) {
+  (void)state;
+  char *config = make_temp_dir(), *dir = make_temp_dir();
+  char *old = strdup(getenv("XDG_CONFIG_HOME"));
+  setenv("XDG_CONFIG_HOME", config, 1);
+  enum { N = 4 };
+  pthread_t th[N];
+  KeyJob jobs[N];
+  for (int t = 0; t < N; t++) {
+    jobs[t] = (KeyJob){dir, 50 + t, TPK_ERR_INTERNAL};
+    assert_int_equal(pthread_create(&th[t], NULL, build_with_default_key, &jobs[t]), 0);
+  }
+  for (int t = 0; t < N; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < N; t++) assert_int_equal(jobs[t].status, TPK_OK);
+  char key[1100];
+  snprintf(key, sizeof key, "%s/tpk/cache.key", config);
+  struct stat st;
+  assert_int_equal(stat(key, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  assert_int_equal(st.st_size, 32);
+  char tpk_dir[1100];
+  snprintf(tpk_dir, sizeof tpk_dir, "%s/tpk", config);
+  int others;
+  assert_int_equal(count_entries(tpk_dir, NULL, 0, &others), 0);
+  assert_int_equal(others, 1); /* the key, and no temporary left */
+
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  for (int t = 0; t < N; t++) {
+    char src[2048];
+    add_source(src, sizeof src, 50 + t);
+    TpkCode *c = compile_ok(j, src, "add_kernel");
+    assert_true(tpk_code_from_cache(c));
+    run_add(c, 50 + t, NULL);
+  }
+  assert_stats(j, 0, 0, N, 0);
+  TpkJitCacheInfo info;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_string_equal(info.key_file, key);
+  tpk_jit_destroy(j);
+  setenv("XDG_CONFIG_HOME", old, 1);
+  free(old);
+  remove_tree(config);
+  remove_tree(dir);
+  free(config);
+  free(dir);
+}
+
+/* A shared folder (a team's cache, others may write it) is used: the
+ * trust is in the MAC, not in who owns a file or who may write it, and
+ * what loads is the copy of the bytes that authenticated. */
+static void test_shared_folder_entries_are_trusted_by_their_mac(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  assert_int_equal(chmod(dir, 0777), 0);
   char src[2048], so[1024];
-  add_source(src, sizeof src, 8);
+  add_source(src, sizeof src, 9);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  run_add(c, 9, NULL);
+  assert_null(tpk_code_note(c));
+  tpk_jit_destroy(j);
+  only_entry(dir, so, sizeof so);
+  struct stat st;
+  assert_int_equal(stat(so, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0644); /* readable by the team */
+
+  assert_int_equal(chmod(so, 0666), 0);
+  if (geteuid() == 0) assert_int_equal(chown(so, 65534, 65534), 0);
+  j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  c = compile_ok(j, src, "add_kernel");
+  run_add(c, 9, NULL);
+  assert_true(tpk_code_from_cache(c));
+  assert_stats(j, 0, 0, 1, 0);
+  tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
+/* A cache folder nobody may write: a private one with mode 0500, or, for
+ * root (whom modes do not stop), sysfs's /sys/kernel, which refuses new
+ * files to everyone. *made is the folder to remove afterwards, or NULL. */
+static const char *unwritable_folder(char **made) {
+  *made = NULL;
+  if (geteuid() != 0) {
+    *made = make_temp_dir();
+    assert_int_equal(chmod(*made, 0500), 0);
+    return *made;
+  }
+  char probe[] = "/sys/kernel/tpk-probe-XXXXXX";
+  if (mkdtemp(probe)) {
+    rmdir(probe);
+    fail_msg("/sys/kernel takes new folders here: no unwritable folder to test with");
+  }
+  return "/sys/kernel";
+}
+
+/* With TPK_TIER=cc, a cache folder that cannot be written made the compile
+ * fail; now the kernel is built in a private temporary folder, with a
+ * note, in both tiers that use cc. */
+static void test_unwritable_cache_folder_builds_without_it(void **state) {
+  (void)state;
+  char *made;
+  const char *dir = unwritable_folder(&made);
+  char src[2048], want[1100];
+  add_source(src, sizeof src, 60);
+  snprintf(want, sizeof want, "the cache folder %s is not writable: built without the cache", dir);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  run_add(c, 60, NULL);
+  assert_non_null(tpk_code_note(c));
+  assert_string_equal(tpk_code_note(c), want);
+  assert_stats(j, 0, 1, 0, 0);
+  tpk_jit_destroy(j);
+
+  j = new_jit(TPK_TIER_AUTO, 0, dir, NULL); /* promoted in the background: the same */
+  c = compile_ok(j, src, "add_kernel");
+  assert_null(tpk_code_note(c));
+  tpk_code_wait_optimized(c);
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  assert_null(tpk_code_cc_error(c));
+  assert_string_equal(tpk_code_note(c), want);
+  run_add(c, 60, NULL);
+  assert_stats(j, 1, 1, 0, 0);
+  tpk_jit_destroy(j);
+  if (made) {
+    chmod(made, 0700);
+    remove_tree(made);
+    free(made);
+  }
+}
+
+/* A folder sitting at an entry's path made the cc tier fail to store, and
+ * so to compile; now the build is loaded anyway, with a note, and the
+ * folder (not ours to remove) stays. */
+static void test_folder_at_an_entry_path_builds_without_the_cache(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048], so[1024], inner[1100];
+  add_source(src, sizeof src, 61);
   TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
   compile_ok(j, src, "add_kernel");
   tpk_jit_destroy(j);
-  int others;
-  assert_int_equal(count_entries(dir, so, sizeof so, &others), 1);
+  only_entry(dir, so, sizeof so);
+  assert_int_equal(unlink(so), 0);
+  assert_int_equal(mkdir(so, 0700), 0);
+  snprintf(inner, sizeof inner, "%s/something", so);
+  write_bytes(inner, "x", 1, 0600);
+  for (int round = 0; round < 2; round++) {
+    j = new_jit(round == 0 ? TPK_TIER_CC : TPK_TIER_AUTO, 0, dir, NULL);
+    TpkCode *c = compile_ok(j, src, "add_kernel");
+    tpk_code_wait_optimized(c);
+    assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+    assert_null(tpk_code_cc_error(c));
+    run_add(c, 61, NULL);
+    const char *note = tpk_code_note(c);
+    assert_non_null(note);
+    assert_non_null(strstr(note, "cannot store"));
+    assert_non_null(strstr(note, "Is a directory: built without the cache"));
+    assert_false(tpk_code_from_cache(c));
+    tpk_jit_destroy(j);
+    struct stat st;
+    assert_int_equal(stat(inner, &st), 0);
+    int others;
+    count_entries(dir, NULL, 0, &others);
+    assert_int_equal(others, 0); /* no temporary file left */
+  }
+  remove_tree(dir);
+  free(dir);
+}
 
-  /* world-writable: not loaded, replaced by a private rebuild */
-  assert_int_equal(chmod(so, 0666), 0);
-  j = new_jit(TPK_TIER_CC, -1, dir, NULL);
-  run_add(compile_ok(j, src, "add_kernel"), 8, NULL);
-  assert_stats(j, 0, 1, 0, 0);
+/* This host's name as build folder names carry it (host/jit.c). */
+static void host_name(char *out, size_t size) {
+  char h[65] = "";
+  assert_int_equal(gethostname(h, sizeof h - 1), 0);
+  size_t n = 0;
+  for (const char *p = h; *p && n + 1 < size; p++) {
+    char c = *p;
+    out[n++] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ? c : '_';
+  }
+  out[n] = 0;
+}
+
+/* dir/name as a build folder with a file in it, last changed `age` seconds ago. */
+static void make_build_folder(const char *dir, const char *name, int age) {
+  char path[4096], file[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  assert_int_equal(mkdir(path, 0700), 0);
+  snprintf(file, sizeof file, "%s/kernel.c", path);
+  write_bytes(file, "int x;\n", 7, 0600);
+  struct timespec t[2] = {{time(NULL) - age, 0}, {time(NULL) - age, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+static bool exists_in(const char *dir, const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+/* A process killed mid-compile left its build folder for good; now a
+ * store removes the stale ones: a process of this host that is gone, and
+ * quiet for 15 minutes, or any other for a day. A live process's folder
+ * stays, whatever its age. */
+static void test_stale_build_folders_are_removed(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char host[80], name[256];
+  host_name(host, sizeof host);
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  assert_true(dead > 0);
+  assert_int_equal(waitpid(dead, NULL, 0), dead);
+  const struct {
+    const char *fmt;
+    long pid;
+    int age;
+    bool removed;
+  } cases[] = {
+      {"tpk-build-%ld-%s-aB3dE9", (long)dead, 3600, true},       /* gone, quiet for an hour */
+      {"tpk-build-%ld-%s-aB3dE8", (long)dead, 60, false},        /* gone, but touched a minute ago */
+      {"tpk-build-%ld-%s-aB3dE7", (long)getpid(), 3 * 86400, false}, /* ours: live */
+      {"tpk-build-%ld-%s-aB3dE6", 1L, 3 * 86400, false},         /* init: live */
+      {"tpk-build-%ld-elsewhere-%.0saB3dE5", (long)dead, 3600, false}, /* another host: an hour says nothing */
+      {"tpk-build-%ld-elsewhere-%.0saB3dE4", (long)dead, 2 * 86400, true},
+      {"tpk-build-%.0ld%.0sQx81Lm", 0, 2 * 86400, true},        /* an older tpk's name */
+      {"tpk-build-%.0ld%.0sQx81Ln", 0, 3600, false},
+  };
+  enum { NCASES = sizeof cases / sizeof cases[0] };
+  char names[NCASES][256];
+  for (int i = 0; i < NCASES; i++) {
+    snprintf(names[i], sizeof names[i], cases[i].fmt, cases[i].pid, host);
+    make_build_folder(dir, names[i], cases[i].age);
+  }
+  /* a stale temporary entry file too */
+  snprintf(name, sizeof name, "%s/tpk-build-%ld-%s-Zz09Yy", dir, (long)dead, host);
+  write_bytes(name, "partial", 7, 0644);
+  struct timespec t[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, name, t, 0), 0);
+
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  TpkJitCacheInfo info;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.build_folders, NCASES + 1);
+  char src[2048];
+  add_source(src, sizeof src, 62);
+  run_add(compile_ok(j, src, "add_kernel"), 62, NULL); /* a store tidies the folder */
+  for (int i = 0; i < NCASES; i++)
+    if (exists_in(dir, names[i]) == cases[i].removed)
+      fail_msg("%s was %s", names[i], cases[i].removed ? "kept" : "removed");
+  assert_int_equal(access(name, F_OK), -1);
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.entries, 1);
+  assert_int_equal(info.build_folders, 5);
+
+  /* clearing removes the entries and nothing live */
+  int64_t entries, builds;
+  assert_int_equal(tpk_jit_cache_clear(j, &entries, &builds, &err), TPK_OK);
+  assert_int_equal(entries, 1);
+  assert_int_equal(builds, 0);
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.entries, 0);
+  assert_int_equal(info.bytes, 0);
+  assert_int_equal(info.build_folders, 5);
   tpk_jit_destroy(j);
+  remove_tree(dir);
+  free(dir);
+}
+
+/* Stale build folders under $TMPDIR (builds outside the cache) go too, at
+ * the first build there. */
+static void test_stale_temporary_build_folders_are_removed(void **state) {
+  (void)state;
+  char *tmp = make_temp_dir();
+  char host[80], stale[256], live[256];
+  host_name(host, sizeof host);
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  assert_int_equal(waitpid(dead, NULL, 0), dead);
+  snprintf(stale, sizeof stale, "tpk-build-%ld-%s-aB3dE9", (long)dead, host);
+  snprintf(live, sizeof live, "tpk-build-%ld-%s-aB3dE9", (long)getpid(), host);
+  make_build_folder(tmp, stale, 3600);
+  make_build_folder(tmp, live, 3600);
+  char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+  setenv("TMPDIR", tmp, 1);
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, "", NULL);
+  if (old) setenv("TMPDIR", old, 1);
+  else unsetenv("TMPDIR");
+  free(old);
+  char src[2048];
+  add_source(src, sizeof src, 63);
+  run_add(compile_ok(j, src, "add_kernel"), 63, NULL);
+  tpk_jit_destroy(j);
+  assert_false(exists_in(tmp, stale));
+  assert_true(exists_in(tmp, live));
+  remove_tree(tmp);
+  free(tmp);
+}
+
+static int64_t entry_bytes(const char *dir) {
+  char so[1024];
+  only_entry(dir, so, sizeof so);
   struct stat st;
   assert_int_equal(stat(so, &st), 0);
-  assert_int_equal(st.st_mode & 077, 0);
+  return (int64_t)st.st_size;
+}
 
-  /* owned by someone else (only root can arrange that) */
-  if (geteuid() == 0) {
-    assert_int_equal(chown(so, 65534, 65534), 0);
-    j = new_jit(TPK_TIER_CC, -1, dir, NULL);
-    run_add(compile_ok(j, src, "add_kernel"), 8, NULL);
-    assert_stats(j, 0, 1, 0, 0);
-    tpk_jit_destroy(j);
-    assert_int_equal(stat(so, &st), 0);
-    assert_int_equal(st.st_uid, geteuid());
-  }
-
-  /* a cache folder others can write is not used at all */
-  assert_int_equal(chmod(dir, 0777), 0);
-  j = new_jit(TPK_TIER_CC, -1, dir, NULL);
-  run_add(compile_ok(j, src, "add_kernel"), 8, NULL);
-  assert_stats(j, 0, 1, 0, 0);
-  add_source(src, sizeof src, 9);
-  run_add(compile_ok(j, src, "add_kernel"), 9, NULL);
+static bool has_entry_for(const char *dir, int offset) {
+  TpkJit *j = new_jit(TPK_TIER_AUTO, -1, dir, NULL);
+  char src[2048];
+  add_source(src, sizeof src, offset);
+  TpkCode *c = compile_ok(j, src, "add_kernel");
+  bool hit = tpk_code_from_cache(c);
   tpk_jit_destroy(j);
-  assert_int_equal(count_entries(dir, NULL, 0, &others), 1); /* nothing stored there */
+  return hit;
+}
+
+/* TPK_CACHE_MAX holds the entries to a size: after a store the least
+ * recently used go first, and a hit counts as a use. */
+static void test_size_limit_evicts_least_recently_used(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char src[2048];
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  add_source(src, sizeof src, 70);
+  compile_ok(j, src, "add_kernel");
+  tpk_jit_destroy(j);
+  int64_t one = entry_bytes(dir); /* every entry of these kernels is this size */
+  j = new_keyed_jit(TPK_TIER_CC, dir, NULL, 3 * one + one / 2);
+  for (int i = 71; i <= 72; i++) {
+    add_source(src, sizeof src, i);
+    compile_ok(j, src, "add_kernel");
+  }
+  TpkJitCacheInfo info;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.entries, 3);
+  assert_int_equal(info.bytes, 3 * one);
+  assert_int_equal(info.max_bytes, 3 * one + one / 2);
+  assert_true(has_entry_for(dir, 70)); /* a hit: 70 is now the most recent */
+  add_source(src, sizeof src, 73);
+  compile_ok(j, src, "add_kernel"); /* over the limit: 71, the least recent, goes */
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  assert_int_equal(info.entries, 3);
+  tpk_jit_destroy(j);
+  assert_false(has_entry_for(dir, 71));
+  assert_true(has_entry_for(dir, 70));
+  assert_true(has_entry_for(dir, 72));
+  assert_true(has_entry_for(dir, 73));
+  remove_tree(dir);
+  free(dir);
+}
+
+typedef struct EvictJob {
+  const char *dir;
+  int64_t max;
+  int first;
+  TpkStatus status;
+} EvictJob;
+
+static void *build_into_small_cache(void *arg) {
+  EvictJob *job = arg;
+  TpkJitOptions o = {.tier = TPK_TIER_CC, .hot_calls = -1, .cache_dir = job->dir, .cache_max = job->max};
+  TpkJit *j = NULL;
+  TpkError err;
+  job->status = tpk_jit_create(&o, &j, &err);
+  for (int i = 0; i < 4 && job->status == TPK_OK; i++) {
+    char src[2048];
+    TpkCode *c = NULL;
+    add_source(src, sizeof src, job->first + i);
+    job->status = tpk_jit_compile(j, src, "add_kernel", &c, &err);
+    if (job->status == TPK_OK) run_add(c, job->first + i, NULL);
+  }
+  tpk_jit_destroy(j);
+  return NULL;
+}
+
+/* Several JITs (as processes would) storing into one small cache at once:
+ * every kernel runs, and the folder ends within its limit. */
+static void test_eviction_while_others_use_the_cache(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
+  char src[2048];
+  add_source(src, sizeof src, 80);
+  compile_ok(j, src, "add_kernel");
+  tpk_jit_destroy(j);
+  int64_t one = entry_bytes(dir), max = 2 * one + one / 2;
+  enum { N = 3 };
+  pthread_t th[N];
+  EvictJob jobs[N];
+  for (int t = 0; t < N; t++) {
+    jobs[t] = (EvictJob){dir, max, 81 + 4 * t, TPK_ERR_INTERNAL};
+    assert_int_equal(pthread_create(&th[t], NULL, build_into_small_cache, &jobs[t]), 0);
+  }
+  for (int t = 0; t < N; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < N; t++) assert_int_equal(jobs[t].status, TPK_OK);
+  j = new_keyed_jit(TPK_TIER_CC, dir, NULL, max);
+  TpkJitCacheInfo info;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_cache_info(j, &info, &err), TPK_OK);
+  if (info.bytes > max) fail_msg("%lld bytes left in a cache of %lld", (long long)info.bytes, (long long)max);
+  assert_int_equal(info.entries, 2);
+  assert_int_equal(info.build_folders, 0);
+  tpk_jit_destroy(j);
   remove_tree(dir);
   free(dir);
 }
@@ -935,12 +1668,27 @@ static void test_options_from_env(void **state) {
   assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_ERR_INVALID);
   assert_string_equal(err.message, "TPK_TIER=garbage: expected tcc, cc or auto");
   unsetenv("TPK_TIER");
+  setenv("TPK_CACHE_MAX", "lots", 1);
+  assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_ERR_INVALID);
+  assert_string_equal(err.message, "TPK_CACHE_MAX=lots: expected a size in bytes, such as 536870912, 512M or 2G");
+  setenv("TPK_CACHE_MAX", "18014398509481985K", 1); /* overflows */
+  assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_ERR_INVALID);
+  assert_non_null(strstr(err.message, "TPK_CACHE_MAX=18014398509481985K: expected a size in bytes"));
+  setenv("TPK_CACHE_MAX", "2G", 1);
+  setenv("TPK_CACHE_KEY_FILE", "/etc/tpk/team.key", 1);
+  assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_OK);
+  assert_int_equal(o.cache_max, (int64_t)2 << 30);
+  assert_string_equal(o.key_file, "/etc/tpk/team.key");
   unsetenv("TPK_JIT_HOT_CALLS");
   unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_CACHE_MAX");
+  unsetenv("TPK_CACHE_KEY_FILE");
   unsetenv("CC");
   assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_OK);
   assert_int_equal(o.tier, TPK_TIER_AUTO);
   assert_null(o.cache_dir);
+  assert_null(o.key_file);
+  assert_true(o.cache_max <= 0); /* the default */
   assert_null(o.cc);
 
   TpkJit *j = NULL;
@@ -1048,6 +1796,10 @@ static void test_shared_library_tcc(void **state) {
 }
 
 int main(void) {
+  /* The per-user key goes to a folder of the test's own, not the home's. */
+  char config[] = "/tmp/tpk-test-jit-config-XXXXXX";
+  if (!mkdtemp(config)) return 1;
+  setenv("XDG_CONFIG_HOME", config, 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tcc_compiles_and_runs),
       cmocka_unit_test(test_cc_tier_compiles_with_cc),
@@ -1057,7 +1809,19 @@ int main(void) {
       cmocka_unit_test(test_cached_builds_of_one_entry_stay_apart),
       cmocka_unit_test(test_builds_of_one_entry_load_apart),
       cmocka_unit_test(test_damaged_cache_file_is_rebuilt),
-      cmocka_unit_test(test_insecure_cache_is_not_loaded),
+      cmocka_unit_test(test_hmac_sha256_rfc4231),
+      cmocka_unit_test(test_planted_entry_is_not_loaded),
+      cmocka_unit_test(test_entry_of_another_key_is_not_loaded),
+      cmocka_unit_test(test_renamed_entry_is_refused),
+      cmocka_unit_test(test_key_files_that_are_refused),
+      cmocka_unit_test(test_per_user_key_is_made_once),
+      cmocka_unit_test(test_shared_folder_entries_are_trusted_by_their_mac),
+      cmocka_unit_test(test_unwritable_cache_folder_builds_without_it),
+      cmocka_unit_test(test_folder_at_an_entry_path_builds_without_the_cache),
+      cmocka_unit_test(test_stale_build_folders_are_removed),
+      cmocka_unit_test(test_stale_temporary_build_folders_are_removed),
+      cmocka_unit_test(test_size_limit_evicts_least_recently_used),
+      cmocka_unit_test(test_eviction_while_others_use_the_cache),
       cmocka_unit_test(test_compile_errors_carry_the_compiler_message),
       cmocka_unit_test(test_cc_failure_keeps_the_tcc_entry),
       cmocka_unit_test(test_concurrent_compiles),
@@ -1068,5 +1832,7 @@ int main(void) {
       cmocka_unit_test(test_latency_of_a_200_line_kernel),
       cmocka_unit_test(test_shared_library_tcc),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  remove_tree(config);
+  return failed;
 }

@@ -304,6 +304,12 @@ static void test_cache_damaged(void **state) {
   assert_true(tpk_tune_cache_load(tmp_root, &key, f, &got));
   assert_int_equal(chmod(path, 0666), 0);
   assert_false(tpk_tune_cache_load(tmp_root, &key, f, &got));
+  if (geteuid() == 0) { /* another user's (only root can arrange that): not planted by them */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_true(tpk_tune_cache_load(tmp_root, &key, f, &got));
+    assert_int_equal(chown(path, 65534, 65534), 0);
+    assert_false(tpk_tune_cache_load(tmp_root, &key, f, &got));
+  }
   assert_int_equal(unlink(path), 0);
   assert_int_equal(symlink(other_path, path), 0);
   assert_false(tpk_tune_cache_load(tmp_root, &key, f, &got));
