@@ -945,7 +945,8 @@ TpkStatus tpk_launch_check_counts(const TpkLaunch *L, const char *who) {
 /* The name of the code's tier (TpkLaunchResult.tier). */
 static const char *tier_name(const Generic *g, const TpkCode *code) {
   if (g && g->aot) return "aot";
-  return tpk_code_tier(code) == TPK_TIER_CC ? "cc" : "tcc";
+  if (tpk_code_tier(code) != TPK_TIER_CC) return "tcc";
+  return tpk_code_from_cache(code) ? "cache" : "cc";
 }
 
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
@@ -1036,7 +1037,8 @@ TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L) {
     snprintf(r->tunes, sizeof r->tunes, "%s", setting ? setting : "?");
     free(setting);
     r->tunes_from = tunes_from;
-    r->note[0] = 0;
+    const char *note = code ? tpk_code_note(code) : NULL;
+    snprintf(r->note, sizeof r->note, "%s", note ? note : "");
     dev->ops->report(dev, spec->prepared, r);
   }
   return TPK_OK;
