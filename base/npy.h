@@ -28,7 +28,9 @@ typedef struct TpkNpy {
  * int64 value outside i32's range is an error naming it). A truncated or
  * malformed file is an error, never a crash. */
 TpkStatus tpk_npy_read(const char *path, TpkNpy *out, TpkError *err);
-/* Write data (dtype and shape as given; bf16/f8 are widened to float32). */
+/* Write data (dtype and shape as given; bf16/f8 are widened to float32),
+ * replacing the file safely: tpk_file_write (base/files.h) says what is
+ * refused. */
 TpkStatus tpk_npy_write(const char *path, TpkDType dtype, int rank, const int64_t *shape, const void *data,
                         TpkError *err);
 void tpk_npy_free(TpkNpy *n);
