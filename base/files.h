@@ -34,15 +34,19 @@ bool tpk_write_all(int fd, const void *data, size_t n);
 typedef TpkStatus (*TpkFileFill)(FILE *f, void *arg, TpkError *err);
 
 /* Write the file `path` safely: `fill` writes the contents to a new file
- * created (O_EXCL, mode 0666 less the umask) in the same folder, which is
- * synced and renamed over `path`; so a reader sees the old file or the whole
- * new one, never part of it, and a failure (or a crash) leaves the old file
- * as it was. An existing file keeps its permission bits.
- * Refused, writing nothing: an empty path, a path ending in a folder ("out/",
- * "."), a symbolic link at the final component (never followed, whatever it
- * points to: links among the folders above it are followed, the user named
- * them), a folder or anything but a regular file at the path, and a file
- * this user may not write. */
-TpkStatus tpk_file_write(const char *path, TpkFileFill fill, void *arg, TpkError *err);
+ * created (O_EXCL) in the same folder, which is synced and renamed over
+ * `path`; so a reader sees the old file or the whole new one, never part of
+ * it, and a failure (or a crash) leaves the old file as it was. The file
+ * gets the permission bits `mode` less the umask (0666 for a user's file,
+ * 0600 for a private cache entry); one it replaces keeps its bits, within
+ * `mode`.
+ * Refused, writing nothing: an empty path or one ending in a folder ("out/",
+ * ".") (TPK_ERR_INVALID); a symbolic link at the final component, never
+ * followed whatever it points to (links among the folders above it are
+ * followed: the user named them), a folder or anything but a regular file
+ * at the path, and a file this user may not write (TPK_ERR_IO). */
+TpkStatus tpk_file_write(const char *path, unsigned mode, TpkFileFill fill, void *arg, TpkError *err);
+/* tpk_file_write of n bytes. */
+TpkStatus tpk_file_write_bytes(const char *path, unsigned mode, const void *data, size_t n, TpkError *err);
 
 #endif

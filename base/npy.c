@@ -100,14 +100,16 @@ static bool parse_shape(Parser *ps, int *rank, int64_t *shape, const char **why)
 }
 
 typedef struct Descr {
-  const char *name; /* without the byte-order character */
-  TpkDType dtype;   /* what we store */
-  size_t size;      /* bytes per element in the file */
+  const char *name;  /* without the byte-order character */
+  TpkDType dtype;    /* what we store */
+  size_t size;       /* bytes per element in the file */
+  const char *numpy; /* NumPy's name of the type */
 } Descr;
 
 static const Descr DESCRS[] = {
-    {"f4", TPK_F32, 4}, {"f2", TPK_F16, 2}, {"i4", TPK_I32, 4}, {"i2", TPK_I16, 2}, {"i1", TPK_I8, 1},
-    {"u1", TPK_U8, 1},  {"b1", TPK_BOOL, 1}, {"f8", TPK_F32, 8}, {"i8", TPK_I32, 8},
+    {"f4", TPK_F32, 4, "float32"}, {"f2", TPK_F16, 2, "float16"}, {"i4", TPK_I32, 4, "int32"},
+    {"i2", TPK_I16, 2, "int16"},   {"i1", TPK_I8, 1, "int8"},     {"u1", TPK_U8, 1, "uint8"},
+    {"b1", TPK_BOOL, 1, "bool"},   {"f8", TPK_F32, 8, "float64"}, {"i8", TPK_I32, 8, "int64"},
 };
 
 static TpkStatus parse_descr(const char *path, const char *d, const Descr **out, TpkError *err) {
@@ -286,6 +288,7 @@ static TpkStatus read_body(FILE *fp, const char *path, TpkNpy *out, TpkError *er
   }
   free(raw);
   out->dtype = d->dtype;
+  out->file_dtype = d->numpy;
   out->data = data;
   out->bytes = (size_t)mbytes;
   return TPK_OK;
@@ -396,5 +399,5 @@ TpkStatus tpk_npy_write(const char *path, TpkDType dtype, int rank, const int64_
   len += pad;
   head[len++] = '\n';
   o.len = len;
-  return tpk_file_write(path, npy_fill, &o, err);
+  return tpk_file_write(path, 0666, npy_fill, &o, err);
 }

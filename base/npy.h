@@ -16,7 +16,8 @@
 enum { TPK_NPY_MAX_RANK = 8 };
 
 typedef struct TpkNpy {
-  TpkDType dtype; /* as stored: f32, f16, i32, i16, i8, u8, bool; see tpk_npy_read */
+  TpkDType dtype; /* as held in data: f32, f16, i32, i16, i8, u8, bool; see tpk_npy_read */
+  const char *file_dtype; /* NumPy's name of the type in the file: "float64", "int32", ... */
   int rank;
   int64_t shape[TPK_NPY_MAX_RANK];
   void *data;     /* malloc'ed, row-major; free with tpk_npy_free */

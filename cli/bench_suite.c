@@ -23,6 +23,7 @@
  * OpenBLAS, no PyTorch) only empties its columns ("n/a", with a hint).
  */
 #include "cli/cli.h"
+#include "base/files.h"
 #include "host/prims.h"
 #include "tpk.h"
 
@@ -268,7 +269,10 @@ static int parse_options(Options *o, const CliCommand *cmd, int argc, char **arg
                              "to bench one file: tpk bench FILE --kernel NAME --shape ...", value);
     case OPT_SUITE: suite = value; break;
     case OPT_DEVICE: devices = value; break;
-    case OPT_JSON: o->json_path = value; break;
+    case OPT_JSON:
+      if (!*value) return cli_usage_error(cmd->name, "--json expects a file name, got ''");
+      o->json_path = value;
+      break;
     case OPT_ONLY: only = value; break;
     case OPT_SMOKE: o->smoke = true; break;
     case OPT_LIST: o->list = true; break;
@@ -1213,14 +1217,29 @@ static void json_num(FILE *f, double v, bool present) {
   else fputs("null", f);
 }
 
-static bool write_json(const char *path, const Options *o, const char *kernels_dir, const Blas *blas,
-                       const Torch *torch, const RowResult *results, const GoalResult *goals, int ngoals,
-                       const int *counts) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, "tpk: cannot write %s: %s\n", path, strerror(errno));
-    return false;
-  }
+/* Everything --json FILE writes. */
+typedef struct JsonReport {
+  const Options *o;
+  const char *kernels_dir;
+  const Blas *blas;
+  const Torch *torch;
+  const RowResult *results;
+  const GoalResult *goals;
+  int ngoals;
+  const int *counts;
+} JsonReport;
+
+static TpkStatus json_fill(FILE *f, void *arg, TpkError *err) {
+  (void)err;
+  const JsonReport *rep = arg;
+  const Options *o = rep->o;
+  const char *kernels_dir = rep->kernels_dir;
+  const Blas *blas = rep->blas;
+  const Torch *torch = rep->torch;
+  const RowResult *results = rep->results;
+  const GoalResult *goals = rep->goals;
+  int ngoals = rep->ngoals;
+  const int *counts = rep->counts;
   const Suite *suite = o->suite;
   fprintf(f, "{\n  \"suite\": ");
   json_str(f, suite->name);
@@ -1339,10 +1358,7 @@ static bool write_json(const char *path, const Options *o, const char *kernels_d
   fprintf(f, "\n  ],\n  \"summary\": {\"rows\": %d, \"ok\": %d, \"missing\": %d, \"errors\": %d, \"goals\": %d, "
              "\"goals_met\": %d}\n}\n",
           counts[0], counts[1], counts[2], counts[3], ngoals, counts[4]);
-  bool ok = !ferror(f);
-  if (fclose(f) != 0) ok = false;
-  if (!ok) fprintf(stderr, "tpk: cannot write %s\n", path);
-  return ok;
+  return TPK_OK; /* write errors: tpk_file_write sees them on f */
 }
 
 /* ---- The command --------------------------------------------------------------------- */
@@ -1462,8 +1478,14 @@ int cli_bench_suite(const CliCommand *cmd, int argc, char **argv) {
   printf("\n");
   if (need_torch && !torch.up && torch.note[0]) printf("PyTorch reference n/a: %s\n", torch.note);
   status = counts[2] || counts[3] ? CLI_FAIL : CLI_OK;
-  if (o.json_path && !write_json(o.json_path, &o, kernels_dir, &blas, &torch, results, goals, ngoals, counts))
-    status = CLI_FAIL;
+  if (o.json_path) {
+    JsonReport report = {&o, kernels_dir, &blas, &torch, results, goals, ngoals, counts};
+    TpkError err = {0};
+    if (tpk_file_write(o.json_path, 0666, json_fill, &report, &err) != TPK_OK) {
+      fprintf(stderr, "tpk: %s\n", err.message);
+      status = CLI_FAIL;
+    }
+  }
 done:
   torch_stop(&torch);
   if (blas.lib) dlclose(blas.lib);

@@ -614,7 +614,7 @@ TpkStatus tpk_timeline_write_trace_opts(const TpkTimeline *tl, const char *path,
   if (!path) return tpk_error(err, TPK_ERR_INVALID, "timeline trace: no path");
   /* Check before creating the file, so a failed timeline leaves none behind. */
   if (!tl || tl->error.code != TPK_OK) return trace_emit(tl, opts, &(TraceOut){0}, err);
-  return tpk_file_write(path, trace_fill, &(TraceFile){tl, opts}, err);
+  return tpk_file_write(path, 0666, trace_fill, &(TraceFile){tl, opts}, err);
 }
 
 TpkStatus tpk_timeline_write_trace(const TpkTimeline *tl, const char *path, double clock_hz, const char *process_name,

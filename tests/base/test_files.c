@@ -82,7 +82,7 @@ static TpkStatus fill(FILE *f, void *arg, TpkError *err) {
 }
 
 static TpkStatus write_text(const char *path, const char *text, TpkError *err) {
-  return tpk_file_write(path, fill, &(Fill){.text = text}, err);
+  return tpk_file_write(path, 0666, fill, &(Fill){.text = text}, err);
 }
 
 static void test_new_and_replaced_files(void **state) {
@@ -94,12 +94,22 @@ static void test_new_and_replaced_files(void **state) {
   /* replaced: a reader sees the old text until the new one is complete */
   assert_int_equal(chmod(at("a.txt"), 0640), 0);
   Fill f = {.text = "two", .target = at("a.txt"), .target_was = "one"};
-  assert_int_equal(tpk_file_write(at("a.txt"), fill, &f, &err), TPK_OK);
+  assert_int_equal(tpk_file_write(at("a.txt"), 0666, fill, &f, &err), TPK_OK);
   assert_file(at("a.txt"), "two");
   struct stat st;
   assert_int_equal(stat(at("a.txt"), &st), 0);
   assert_int_equal(st.st_mode & 07777, 0640);
   assert_int_equal(entries(), 1);
+  /* a private file stays private, whatever the file it replaces allowed */
+  assert_int_equal(chmod(at("a.txt"), 0666), 0);
+  assert_int_equal(tpk_file_write_bytes(at("a.txt"), 0600, "three", 5, &err), TPK_OK);
+  assert_file(at("a.txt"), "three");
+  assert_int_equal(stat(at("a.txt"), &st), 0);
+  assert_int_equal(st.st_mode & 07777, 0600);
+  assert_int_equal(tpk_file_write_bytes(at("new.txt"), 0600, "four", 4, &err), TPK_OK);
+  assert_int_equal(stat(at("new.txt"), &st), 0);
+  assert_int_equal(st.st_mode & 07777, 0600);
+  unlink(at("new.txt"));
   /* a relative path with no folder */
   char cwd[512];
   assert_non_null(getcwd(cwd, sizeof cwd));
@@ -126,7 +136,7 @@ static void test_refusals_write_nothing(void **state) {
   assert_int_equal(write_text(path, "x", &err), TPK_ERR_INVALID);
 
   assert_int_equal(mkdir(at("sub"), 0700), 0);
-  assert_int_equal(write_text(at("sub"), "x", &err), TPK_ERR_INVALID);
+  assert_int_equal(write_text(at("sub"), "x", &err), TPK_ERR_IO);
   assert_non_null(strstr(err.message, "it is a folder"));
 
   assert_int_equal(write_text(at("missing/x.txt"), "x", &err), TPK_ERR_IO);
@@ -134,7 +144,7 @@ static void test_refusals_write_nothing(void **state) {
 
   /* a fill that fails: the old file stays */
   put(at("keep.txt"), "old");
-  assert_int_equal(tpk_file_write(at("keep.txt"), fill, &(Fill){.text = "new", .fail = true}, &err), TPK_ERR_NOMEM);
+  assert_int_equal(tpk_file_write(at("keep.txt"), 0666, fill, &(Fill){.text = "new", .fail = true}, &err), TPK_ERR_NOMEM);
   assert_string_equal(err.message, "the fill failed");
   assert_file(at("keep.txt"), "old");
 
@@ -158,7 +168,7 @@ static void test_symlinks(void **state) {
   TpkError err = {0};
   put(at("victim.txt"), "precious");
   assert_int_equal(symlink(at("victim.txt"), at("link.txt")), 0);
-  assert_int_equal(write_text(at("link.txt"), "overwritten", &err), TPK_ERR_INVALID);
+  assert_int_equal(write_text(at("link.txt"), "overwritten", &err), TPK_ERR_IO);
   assert_non_null(strstr(err.message, "link.txt: it is a symbolic link, and tpk does not write through one"));
   assert_file(at("victim.txt"), "precious");
   struct stat st;
@@ -166,7 +176,7 @@ static void test_symlinks(void **state) {
   assert_true(S_ISLNK(st.st_mode));
 
   assert_int_equal(symlink(at("created.txt"), at("dangling.txt")), 0);
-  assert_int_equal(write_text(at("dangling.txt"), "x", &err), TPK_ERR_INVALID);
+  assert_int_equal(write_text(at("dangling.txt"), "x", &err), TPK_ERR_IO);
   assert_int_equal(access(at("created.txt"), F_OK), -1);
 
   assert_int_equal(mkdir(at("real"), 0700), 0);
