@@ -522,6 +522,15 @@ static void *symbol(void *lib, const char *name) {
 }
 
 static void blas_open(Blas *b) {
+  /* Read when the library loads: the threads it starts (started ones spin
+   * beside the measured thread), and kernels for this CPU, which a
+   * DYNAMIC_ARCH build may not recognise (bench/openblas.h says more). */
+  char threads_text[16];
+  snprintf(threads_text, sizeof threads_text, "%d", suite_threads);
+  setenv("OPENBLAS_NUM_THREADS", threads_text, 1);
+  const char *isa = tpk_gemm_isa();
+  if (!getenv("OPENBLAS_CORETYPE") && strcmp(isa, "generic") != 0)
+    setenv("OPENBLAS_CORETYPE", strcmp(isa, "avx512") == 0 ? "SkylakeX" : "Haswell", 1);
   const char *names[] = {"libopenblas.so.0", "libopenblas.so"};
   for (int i = 0; i < 2 && !b->lib; i++) b->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
   if (!b->lib) {
@@ -529,22 +538,33 @@ static void blas_open(Blas *b) {
     return;
   }
   void *sgemm = symbol(b->lib, "cblas_sgemm"), *threads = symbol(b->lib, "openblas_set_num_threads"),
-       *config = symbol(b->lib, "openblas_get_config");
-  if (!sgemm || !threads) {
-    snprintf(b->note, sizeof b->note, "libopenblas.so.0 lacks cblas_sgemm or openblas_set_num_threads");
+       *now = symbol(b->lib, "openblas_get_num_threads"), *config = symbol(b->lib, "openblas_get_config");
+  if (!sgemm || !threads || !now) {
+    snprintf(b->note, sizeof b->note, "libopenblas.so.0 lacks cblas_sgemm or openblas_set/get_num_threads");
     return;
   }
   void (*set_threads)(int);
+  int (*get_threads)(void);
   const char *(*get_config)(void) = NULL;
-  memcpy(&b->sgemm, &sgemm, sizeof b->sgemm); /* object to function pointer, as POSIX dlsym allows */
-  memcpy(&set_threads, &threads, sizeof set_threads);
+  memcpy(&set_threads, &threads, sizeof set_threads); /* object to function pointer, as POSIX dlsym allows */
+  memcpy(&get_threads, &now, sizeof get_threads);
   if (config) memcpy(&get_config, &config, sizeof get_config);
   set_threads(suite_threads);
-  /* "OpenBLAS 0.3.26 NO_AFFINITY Haswell MAX_THREADS=64": the first two words */
+  if (get_threads() != suite_threads) { /* the comparison is only fair on as many threads as tpk's */
+    snprintf(b->note, sizeof b->note, "OpenBLAS runs on %d threads, not %d", get_threads(), suite_threads);
+    return;
+  }
+  memcpy(&b->sgemm, &sgemm, sizeof b->sgemm);
+  /* "OpenBLAS 0.3.26 NO_AFFINITY Haswell MAX_THREADS=64": the first two
+   * words, and the kernels it chose */
   const char *cfg = get_config ? get_config() : "OpenBLAS";
   size_t len = strcspn(cfg, " ");
   if (cfg[len]) len += 1 + strcspn(cfg + len + 1, " ");
-  snprintf(b->version, sizeof b->version, "%.*s", (int)len, cfg);
+  void *corename = symbol(b->lib, "openblas_get_corename");
+  const char *(*get_core)(void) = NULL;
+  if (corename) memcpy(&get_core, &corename, sizeof get_core);
+  snprintf(b->version, sizeof b->version, "%.*s%s%s%s", (int)len, cfg, get_core ? " (" : "", get_core ? get_core() : "",
+           get_core ? " kernels)" : "");
 }
 
 /* ---- PyTorch, through bench/torch_ref.py ------------------------------------------- */
@@ -689,6 +709,11 @@ static void torch_start(Torch *t, const char *python) {
     torch_stop(t);
   } else if (!json_string(hello, "torch", t->version, sizeof t->version)) {
     snprintf(t->note, sizeof t->note, "unexpected answer from bench/torch_ref.py");
+    torch_stop(t);
+  } else if (!json_after(hello, "threads") || atoi(json_after(hello, "threads")) != suite_threads) {
+    /* the comparison is only fair on as many threads as tpk's */
+    snprintf(t->note, sizeof t->note, "bench/torch_ref.py runs PyTorch on %d threads, not %d",
+             json_after(hello, "threads") ? atoi(json_after(hello, "threads")) : 0, suite_threads);
     torch_stop(t);
   } else {
     t->up = true;
