@@ -186,7 +186,9 @@ static bool load_input(const char *pname, const char *path, TpkBuffer *b) {
   bool convertible = npy.dtype == want || (npy.dtype == TPK_F32 && tpk_dtype_is_float(want));
   if (!ok || !convertible) {
     char have[128], need[128];
-    shape_text(have, sizeof have, npy.file_dtype, npy.rank, npy.shape);
+    /* tpk's name of the file's dtype; NumPy's for float64 and int64, which tpk lacks */
+    bool held_as_is = numpy_name(npy.dtype) && strcmp(numpy_name(npy.dtype), npy.file_dtype) == 0;
+    shape_text(have, sizeof have, held_as_is ? tpk_dtype_name(npy.dtype) : npy.file_dtype, npy.rank, npy.shape);
     shape_text(need, sizeof need, tpk_dtype_name(want), tpk_buffer_rank(b), tpk_buffer_shape(b));
     const char *from = tpk_dtype_is_float(want) ? "float32 or float64" : want == TPK_I32 ? "int32 or int64" : numpy_name(want);
     fprintf(stderr, "tpk: %s holds %s but parameter '%s' needs %s%s%s%s\n", path, have, pname, need,

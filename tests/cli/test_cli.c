@@ -580,7 +580,7 @@ static void test_run_npy_dtypes(void **state) {
   snprintf(path, sizeof path, "%s", temp_npy("i32.npy", "<i4", i, 3, 4));
   r = run_copy("copy", path, &y);
   assert_int_equal(r.status, 1);
-  snprintf(want, sizeof want, "tpk: %s holds int32[3] but parameter 'x' needs f32[3] (a file of float32 or float64)\n", path);
+  snprintf(want, sizeof want, "tpk: %s holds i32[3] but parameter 'x' needs f32[3] (a file of float32 or float64)\n", path);
   assert_string_equal(r.err, want);
   test_run_free(&r);
   free(y);
