@@ -107,6 +107,8 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
     }
   }
   if (!r->path) return cli_usage_error(cmd->name, "no input file (usage: tpk run FILE --kernel NAME --shape M=...,N=...)");
+  if (r->bench && (r->check || r->checked || r->out_dir || r->trace))
+    return cli_usage_error(cmd->name, "--check, --checked, --out and --trace belong to `tpk run`");
   if (r->shape.count > MAX_NAMED || r->tunes.count > MAX_NAMED)
     return cli_usage_error(cmd->name, "at most %d %s (got %d)", MAX_NAMED,
                            r->shape.count > MAX_NAMED ? "sizes in --shape" : "tunables in --tune",
@@ -118,8 +120,6 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
       return cli_usage_error(cmd->name, "--out %s: not a folder (--out names the folder the .npy files go to)", r->out_dir);
   }
   if (r->trace && !*r->trace) return cli_usage_error(cmd->name, "--trace expects a file name, got ''");
-  if (r->bench && (r->check || r->checked || r->out_dir || r->trace))
-    return cli_usage_error(cmd->name, "--check, --checked, --out and --trace belong to `tpk run`");
   if (!r->bench && r->trace && strncmp(r->device, "sim:", 4) != 0)
     return cli_usage_error(cmd->name, "--trace records the simulator's timeline: use it with --device sim:<chip>");
   return CLI_OK;
