@@ -9,12 +9,12 @@
  * Each row is a JSON line for bench/run.py.
  *
  * Every kernel runs on one thread, as the rows say, and so does OpenBLAS
- * (memcpy is one call): the contexts are made with TPK_HOST_THREADS=1 and
+ * (memcpy is one call): the contexts are made with TPK_HOST_THREADS=1, and
  * OpenBLAS is loaded with one thread and kernels for this CPU
- * (bench/openblas.h). That is checked where it matters, by
- * what happened rather than what was asked for: the CPU time other threads
- * of the process spend during the timed calls must stay near zero, or the
- * bench fails instead of printing the row. `bench_host --check-threads` runs
+ * (bench/openblas.h). That is checked by what happened rather than what was
+ * asked for: the CPU time other threads of the process spend during the
+ * timed calls must stay near zero, or the bench fails instead of printing
+ * the row. `bench_host --check-threads` runs
  * that check alone, untimed, with a control that must trip it (a context of
  * two threads), for the test suite (tests/bench/test_bench_host.c).
  */
@@ -29,7 +29,6 @@
 #include "host/jit.h"
 #include "tpk.h"
 #include "bench/openblas.h"
-
 
 static void row(const char *name, double value, const char *unit, const char *baseline, double ratio) {
   printf("{\"name\": \"%s\", \"device\": \"host\", \"value\": %.4g, \"unit\": \"%s\", \"baseline\": ", name, value, unit);
@@ -221,8 +220,6 @@ static TpkBuffer *layernorm_buf(TpkDevice *dev, int i, void *unused) {
   return b;
 }
 
-/* The machine's speed drifts (shared cores), so tpk and OpenBLAS calls are
- * interleaved and each side's median compared. */
 static double sgemm_once(const float *a, const float *b, float *c, CpuUse *cpu) {
   CpuMark m = cpu_mark();
   double s = tpk_now_seconds();
@@ -231,6 +228,9 @@ static double sgemm_once(const float *a, const float *b, float *c, CpuUse *cpu) 
   cpu_add(cpu, m);
   return t;
 }
+
+/* The machine's speed drifts (shared cores), so tpk and OpenBLAS calls are
+ * interleaved and each side's median compared. */
 
 static void bench_matmul(void) {
   bench_openblas_one_thread("bench_host");
