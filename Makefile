@@ -151,6 +151,8 @@ $(BUILD)/tpk: $(CLI_OBJ) $(BUILD)/libtpk.a
 $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/libtpk.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< $(TEST_SUPPORT) $(BUILD)/libtpk.a -lcmocka $(LDFLAGS) $(LDLIBS)
+# Runs bench_host --check-threads: the benchmark's one-thread rows are one thread.
+$(BUILD)/tests/bench/test_bench_host: $(BUILD)/bench/bench_host
 # Counts every parse of .tpk text the library does (a program is checked once).
 $(BUILD)/tests/runtime/test_specialise: LDFLAGS += -Wl,--wrap=tpk_parse
 $(TEST_SUPPORT): tests/support.c tests/support.h

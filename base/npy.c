@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/files.h"
 #include "base/refnum.h"
 
 enum { HEADER_LIMIT = 1 << 20 }; /* NumPy itself refuses headers past ~10 KB */
@@ -99,14 +100,16 @@ static bool parse_shape(Parser *ps, int *rank, int64_t *shape, const char **why)
 }
 
 typedef struct Descr {
-  const char *name; /* without the byte-order character */
-  TpkDType dtype;   /* what we store */
-  size_t size;      /* bytes per element in the file */
+  const char *name;  /* without the byte-order character */
+  TpkDType dtype;    /* what we store */
+  size_t size;       /* bytes per element in the file */
+  const char *numpy; /* NumPy's name of the type */
 } Descr;
 
 static const Descr DESCRS[] = {
-    {"f4", TPK_F32, 4}, {"f2", TPK_F16, 2}, {"i4", TPK_I32, 4}, {"i2", TPK_I16, 2}, {"i1", TPK_I8, 1},
-    {"u1", TPK_U8, 1},  {"b1", TPK_BOOL, 1}, {"f8", TPK_F32, 8}, {"i8", TPK_I32, 8},
+    {"f4", TPK_F32, 4, "float32"}, {"f2", TPK_F16, 2, "float16"}, {"i4", TPK_I32, 4, "int32"},
+    {"i2", TPK_I16, 2, "int16"},   {"i1", TPK_I8, 1, "int8"},     {"u1", TPK_U8, 1, "uint8"},
+    {"b1", TPK_BOOL, 1, "bool"},   {"f8", TPK_F32, 8, "float64"}, {"i8", TPK_I32, 8, "int64"},
 };
 
 static TpkStatus parse_descr(const char *path, const char *d, const Descr **out, TpkError *err) {
@@ -285,6 +288,7 @@ static TpkStatus read_body(FILE *fp, const char *path, TpkNpy *out, TpkError *er
   }
   free(raw);
   out->dtype = d->dtype;
+  out->file_dtype = d->numpy;
   out->data = data;
   out->bytes = (size_t)mbytes;
   return TPK_OK;
@@ -310,6 +314,55 @@ void tpk_npy_free(TpkNpy *n) {
 
 /* ---- Writing -------------------------------------------------------------------- */
 
+/* What the writer needs, validated by tpk_npy_write. */
+typedef struct NpyOut {
+  TpkDType dtype;
+  const void *data;
+  uint64_t n;    /* elements */
+  size_t fsize;  /* bytes per element in the file */
+  char head[512]; /* the header dict, padded, ending in '\n' */
+  int len;
+} NpyOut;
+
+static TpkStatus npy_fill(FILE *fp, void *arg, TpkError *err) {
+  (void)err;
+  const NpyOut *o = arg;
+  TpkDType dtype = o->dtype;
+  const void *data = o->data;
+  int len = o->len;
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(len & 0xff), (unsigned char)(len >> 8)};
+  fwrite(pre, 1, 10, fp);
+  fwrite(o->head, 1, (size_t)len, fp);
+  /* Elements in little-endian order, buffered in chunks. */
+  unsigned char chunk[4096];
+  size_t used = 0;
+  for (uint64_t i = 0; i < o->n && !ferror(fp); i++) {
+    uint32_t bits = 0;
+    switch (dtype) {
+    case TPK_F32: memcpy(&bits, (const float *)data + i, 4); break;
+    case TPK_BF16:
+    case TPK_F8E4M3:
+    case TPK_F8E5M2: {
+      float x = (float)tpk_ref_get(dtype, data, (int64_t)i); /* exact widening */
+      memcpy(&bits, &x, 4);
+      break;
+    }
+    case TPK_F16:
+    case TPK_I16: bits = ((const uint16_t *)data)[i]; break;
+    case TPK_I32: memcpy(&bits, (const int32_t *)data + i, 4); break;
+    case TPK_BOOL: bits = ((const uint8_t *)data)[i] != 0; break;
+    default: bits = ((const uint8_t *)data)[i]; break;
+    }
+    for (size_t b = 0; b < o->fsize; b++) chunk[used++] = (unsigned char)(bits >> (8 * b));
+    if (used + 4 > sizeof chunk) {
+      fwrite(chunk, 1, used, fp);
+      used = 0;
+    }
+  }
+  if (used) fwrite(chunk, 1, used, fp);
+  return TPK_OK; /* write errors: tpk_file_write sees them on fp */
+}
+
 TpkStatus tpk_npy_write(const char *path, TpkDType dtype, int rank, const int64_t *shape, const void *data,
                         TpkError *err) {
   if (!path) return tpk_error(err, TPK_ERR_INVALID, "tpk_npy_write: no path given");
@@ -323,67 +376,28 @@ TpkStatus tpk_npy_write(const char *path, TpkDType dtype, int rank, const int64_
     n *= (uint64_t)shape[i];
   }
   if (n && !data) return tpk_error(err, TPK_ERR_INVALID, "%s: no data given", path);
+  NpyOut o = {.dtype = dtype, .data = data, .n = n};
   const char *descr;
-  size_t fsize;
   switch (dtype) {
-  case TPK_F16: descr = "<f2", fsize = 2; break;
-  case TPK_I32: descr = "<i4", fsize = 4; break;
-  case TPK_I16: descr = "<i2", fsize = 2; break;
-  case TPK_I8: descr = "|i1", fsize = 1; break;
-  case TPK_U8: descr = "|u1", fsize = 1; break;
-  case TPK_BOOL: descr = "|b1", fsize = 1; break;
-  default: descr = "<f4", fsize = 4; break; /* f32, and bf16/f8 widened exactly */
+  case TPK_F16: descr = "<f2", o.fsize = 2; break;
+  case TPK_I32: descr = "<i4", o.fsize = 4; break;
+  case TPK_I16: descr = "<i2", o.fsize = 2; break;
+  case TPK_I8: descr = "|i1", o.fsize = 1; break;
+  case TPK_U8: descr = "|u1", o.fsize = 1; break;
+  case TPK_BOOL: descr = "|b1", o.fsize = 1; break;
+  default: descr = "<f4", o.fsize = 4; break; /* f32, and bf16/f8 widened exactly */
   }
-  char head[512];
-  int len = snprintf(head, sizeof head, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
-  for (int i = 0; i < rank; i++) len += snprintf(head + len, sizeof head - (size_t)len, "%s%" PRId64, i ? ", " : "", shape[i]);
-  len += snprintf(head + len, sizeof head - (size_t)len, "%s), }", rank == 1 ? "," : "");
+  char *head = o.head;
+  size_t cap = sizeof o.head;
+  int len = snprintf(head, cap, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+  for (int i = 0; i < rank; i++) len += snprintf(head + len, cap - (size_t)len, "%s%" PRId64, i ? ", " : "", shape[i]);
+  len += snprintf(head + len, cap - (size_t)len, "%s), }", rank == 1 ? "," : "");
   /* Pad with spaces so magic + header is a multiple of 64, ending in '\n'. */
   int total = 10 + len + 1;
   int pad = (64 - total % 64) % 64;
   memset(head + len, ' ', (size_t)pad);
   len += pad;
   head[len++] = '\n';
-  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(len & 0xff), (unsigned char)(len >> 8)};
-
-  FILE *fp = fopen(path, "wb");
-  if (!fp) return tpk_error(err, TPK_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-  bool ok = fwrite(pre, 1, 10, fp) == 10 && fwrite(head, 1, (size_t)len, fp) == (size_t)len;
-  /* Elements in little-endian order, buffered in chunks. */
-  unsigned char chunk[4096];
-  size_t used = 0;
-  for (uint64_t i = 0; ok && i < n; i++) {
-    uint32_t bits = 0;
-    switch (dtype) {
-    case TPK_F32: memcpy(&bits, (const float *)data + i, 4); break;
-    case TPK_BF16: {
-      float x = (float)tpk_ref_get(dtype, data, (int64_t)i); /* exact widening */
-      memcpy(&bits, &x, 4);
-      break;
-    }
-    case TPK_F8E4M3:
-    case TPK_F8E5M2: {
-      float x = (float)tpk_ref_get(dtype, data, (int64_t)i);
-      memcpy(&bits, &x, 4);
-      break;
-    }
-    case TPK_F16:
-    case TPK_I16: bits = ((const uint16_t *)data)[i]; break;
-    case TPK_I32: memcpy(&bits, (const int32_t *)data + i, 4); break;
-    case TPK_BOOL: bits = ((const uint8_t *)data)[i] != 0; break;
-    default: bits = ((const uint8_t *)data)[i]; break;
-    }
-    for (size_t b = 0; b < fsize; b++) chunk[used++] = (unsigned char)(bits >> (8 * b));
-    if (used + 4 > sizeof chunk) {
-      ok = fwrite(chunk, 1, used, fp) == used;
-      used = 0;
-    }
-  }
-  if (ok && used) ok = fwrite(chunk, 1, used, fp) == used;
-  if (fclose(fp) != 0) ok = false;
-  if (!ok) {
-    remove(path);
-    return tpk_error(err, TPK_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-  }
-  return TPK_OK;
+  o.len = len;
+  return tpk_file_write(path, 0666, npy_fill, &o, err);
 }

@@ -16,7 +16,8 @@
 enum { TPK_NPY_MAX_RANK = 8 };
 
 typedef struct TpkNpy {
-  TpkDType dtype; /* as stored: f32, f16, i32, i16, i8, u8, bool; see tpk_npy_read */
+  TpkDType dtype; /* as held in data: f32, f16, i32, i16, i8, u8, bool; see tpk_npy_read */
+  const char *file_dtype; /* NumPy's name of the type in the file: "float64", "int32", ... */
   int rank;
   int64_t shape[TPK_NPY_MAX_RANK];
   void *data;     /* malloc'ed, row-major; free with tpk_npy_free */
@@ -28,7 +29,9 @@ typedef struct TpkNpy {
  * int64 value outside i32's range is an error naming it). A truncated or
  * malformed file is an error, never a crash. */
 TpkStatus tpk_npy_read(const char *path, TpkNpy *out, TpkError *err);
-/* Write data (dtype and shape as given; bf16/f8 are widened to float32). */
+/* Write data (dtype and shape as given; bf16/f8 are widened to float32),
+ * replacing the file safely: tpk_file_write (base/files.h) says what is
+ * refused. */
 TpkStatus tpk_npy_write(const char *path, TpkDType dtype, int rank, const int64_t *shape, const void *data,
                         TpkError *err);
 void tpk_npy_free(TpkNpy *n);

@@ -16,6 +16,7 @@
  *   bench_frontend [--runs N] [--lines N] [--write FILE]
  * --write saves the generated source (to look at it or `tpk check` it).
  */
+#include "base/files.h"
 #include "dsl/dsl.h"
 
 #include <stdio.h>
@@ -317,13 +318,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_frontend: out of memory generating the source\n");
     return 1;
   }
-  if (write_path) {
-    FILE *f = fopen(write_path, "wb");
-    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) {
-      fprintf(stderr, "bench_frontend: cannot write %s\n", write_path);
-      free(text);
-      return 1;
-    }
+  TpkError err = {0};
+  if (write_path && tpk_file_write_bytes(write_path, 0666, text, len, &err) != TPK_OK) {
+    fprintf(stderr, "bench_frontend: %s\n", err.message);
+    free(text);
+    return 1;
   }
   TpkSource src = {.name = "bench.tpk", .text = text, .len = len};
 

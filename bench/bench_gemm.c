@@ -2,8 +2,9 @@
  * bench_gemm.c — the gemm primitive against OpenBLAS, one thread.
  *
  * f32 C = A x B at 1024^3 (row-major, no transposes): tpk_gemm_f32 (this
- * CPU's best instruction set), OpenBLAS cblas_sgemm limited to one thread,
- * and the portable-C path; then bf16 operands (tpk_gemm_bf16) against
+ * CPU's best instruction set), OpenBLAS cblas_sgemm on one thread with
+ * kernels for this CPU (bench/openblas.h), and the portable-C path; then
+ * bf16 operands (tpk_gemm_bf16) against
  * OpenBLAS on the same values in f32. Each is warmed up once, then timed
  * --runs times (default 7) with tpk and OpenBLAS runs interleaved, so a
  * noisy neighbour slows both alike; the median is reported.
@@ -17,6 +18,7 @@
 #include "base/base.h"
 #include "host/gemm.h"
 #include "host/prims.h"
+#include "bench/openblas.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -85,6 +87,7 @@ static double max_rel_diff(const float *x, const float *y, size_t n) {
 }
 
 int main(int argc, char **argv) {
+  bench_openblas_setup(argv);
   int runs = 7, n = 1024, generic_runs = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--runs"))
@@ -98,7 +101,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: bench_gemm [--runs N>=1] [--size N>=1] [--generic-runs N>=0]\n");
     return 2;
   }
-  openblas_set_num_threads(1);
+  bench_openblas_one_thread("bench_gemm");
 
   size_t nn = (size_t)n * (size_t)n;
   float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b);

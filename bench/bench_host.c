@@ -1,12 +1,22 @@
 /*
  * bench_host.c — the host backend end to end, through the public API.
  *
- *   - f32 matmul 1024^3 as a .tpk kernel, one thread, tcc tier and cc tier,
- *     against OpenBLAS sgemm (one thread) in the same run;
+ *   - f32 matmul 1024^3 as a .tpk kernel, tcc tier and cc tier, against
+ *     OpenBLAS sgemm in the same run;
  *   - compile latency of a kernel: libtcc vs cc -O3;
  *   - softmax and layernorm on 4096x4096 f32: GB/s moved vs memcpy of the
  *     same bytes.
  * Each row is a JSON line for bench/run.py.
+ *
+ * Every kernel runs on one thread, as the rows say, and so does OpenBLAS
+ * (memcpy is one call): the contexts are made with TPK_HOST_THREADS=1, and
+ * OpenBLAS is loaded with one thread and kernels for this CPU
+ * (bench/openblas.h). That is checked by what happened rather than what was
+ * asked for: the CPU time other threads of the process spend during the
+ * timed calls must stay near zero, or the bench fails instead of printing
+ * the row. `bench_host --check-threads` runs
+ * that check alone, untimed, with a control that must trip it (a context of
+ * two threads), for the test suite (tests/bench/test_bench_host.c).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -18,8 +28,7 @@
 #include "dsl/dsl.h"
 #include "host/jit.h"
 #include "tpk.h"
-
-void openblas_set_num_threads(int);
+#include "bench/openblas.h"
 
 static void row(const char *name, double value, const char *unit, const char *baseline, double ratio) {
   printf("{\"name\": \"%s\", \"device\": \"host\", \"value\": %.4g, \"unit\": \"%s\", \"baseline\": ", name, value, unit);
@@ -30,6 +39,49 @@ static void row(const char *name, double value, const char *unit, const char *ba
 
 static void die(const char *what) {
   fprintf(stderr, "bench_host: %s: %s\n", what, tpk_last_error());
+  exit(1);
+}
+
+/* ---- one thread, measured ----------------------------------------------------------- */
+
+/* CPU time of timed calls: on the calling thread, and on every other thread
+ * of the process (the runtime's workers, OpenBLAS's) while they ran. */
+typedef struct CpuUse {
+  double mine, elsewhere;
+} CpuUse;
+
+static double cpu_seconds(clockid_t clock) {
+  struct timespec t;
+  clock_gettime(clock, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+typedef struct CpuMark {
+  double thread, process;
+} CpuMark;
+
+static CpuMark cpu_mark(void) {
+  return (CpuMark){cpu_seconds(CLOCK_THREAD_CPUTIME_ID), cpu_seconds(CLOCK_PROCESS_CPUTIME_ID)};
+}
+
+static void cpu_add(CpuUse *u, CpuMark since) {
+  CpuMark now = cpu_mark();
+  double mine = now.thread - since.thread;
+  u->mine += mine;
+  u->elsewhere += (now.process - since.process) - mine;
+}
+
+/* Did other threads work while the calls ran? More than a tenth of the
+ * calling thread's time is work (a parked worker or an idle OpenBLAS
+ * thread costs nothing). */
+static bool used_other_threads(const CpuUse *u) {
+  return u->elsewhere > 0.1 * u->mine;
+}
+
+static void check_one_thread(const char *what, const CpuUse *u) {
+  if (!used_other_threads(u)) return;
+  fprintf(stderr, "bench_host: %s is measured on one thread, but other threads used %.0f%% as much CPU time as "
+          "the calling one while it ran\n", what, 100 * u->elsewhere / u->mine);
   exit(1);
 }
 
@@ -70,17 +122,26 @@ typedef struct Bench {
   int nbufs;
   TpkLaunch launch;
   TpkLaunchResult ran;
+  CpuUse cpu; /* of the timed launches */
 } Bench;
+
+/* The threads the benchmark's contexts run a grid on: one, as the rows say
+ * (`--check-threads` makes a context of two as its control). */
+static const char *bench_threads = "1";
 
 static void bench_open(Bench *b, const char *tier, const char *src, const char *kname,
                        TpkBuffer *(*make)(TpkDevice *, int, void *), int nbufs, double *scalars) {
+  memset(b, 0, sizeof *b);
+  /* a context reads both when it is made */
   setenv("TPK_TIER", tier, 1);
+  setenv("TPK_HOST_THREADS", bench_threads, 1);
   TpkDevice *dev;
   TpkProgram *prog;
   if (tpk_context_create(&b->ctx) || tpk_device_open(b->ctx, "host", &dev) ||
       tpk_program_load_source(b->ctx, "bench.tpk", src, strlen(src), &prog) || tpk_program_kernel(prog, kname, &b->k))
     die(kname);
   unsetenv("TPK_TIER");
+  unsetenv("TPK_HOST_THREADS");
   b->nbufs = nbufs;
   for (int i = 0; i < nbufs; i++) b->bufs[i] = make(dev, i, NULL);
   b->launch = (TpkLaunch){.args = b->bufs, .scalars = scalars, .result = &b->ran};
@@ -93,9 +154,12 @@ static void bench_open(Bench *b, const char *tier, const char *src, const char *
 }
 
 static double bench_once(Bench *b) {
+  CpuMark c = cpu_mark();
   double s = tpk_now_seconds();
   if (tpk_kernel_launch(b->k, &b->launch)) die("launch");
-  return tpk_now_seconds() - s;
+  double t = tpk_now_seconds() - s;
+  cpu_add(&b->cpu, c);
+  return t;
 }
 
 static void bench_close(Bench *b) {
@@ -113,6 +177,7 @@ static double time_kernel(const char *tier, const char *src, const char *kname, 
   for (int i = 0; i < reps; i++) t[i] = bench_once(&b);
   double m = tpk_median(t, reps);
   free(t);
+  check_one_thread(kname, &b.cpu);
   bench_close(&b);
   return m;
 }
@@ -157,10 +222,20 @@ static TpkBuffer *layernorm_buf(TpkDevice *dev, int i, void *unused) {
   return b;
 }
 
+static double sgemm_once(const float *a, const float *b, float *c, CpuUse *cpu) {
+  CpuMark m = cpu_mark();
+  double s = tpk_now_seconds();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, MM, MM, MM, 1, a, MM, b, MM, 0, c, MM);
+  double t = tpk_now_seconds() - s;
+  cpu_add(cpu, m);
+  return t;
+}
+
 /* The machine's speed drifts (shared cores), so tpk and OpenBLAS calls are
  * interleaved and each side's median compared. */
+
 static void bench_matmul(void) {
-  openblas_set_num_threads(1);
+  bench_openblas_one_thread("bench_host");
   float *a = malloc(sizeof(float) * MM * MM), *b = malloc(sizeof(float) * MM * MM), *c = malloc(sizeof(float) * MM * MM);
   for (int k = 0; k < MM * MM; k++) {
     a[k] = (float)(k % 13) * 0.1f;
@@ -171,23 +246,26 @@ static void bench_matmul(void) {
   bench_open(&cc, "cc", MATMUL, "matmul", matmul_buf, 3, NULL);
   enum { REPS = 9 };
   double tb[REPS], tt[REPS], tc[REPS];
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, MM, MM, MM, 1, a, MM, b, MM, 0, c, MM);
+  CpuUse blas = {0};
+  sgemm_once(a, b, c, &blas);
+  blas = (CpuUse){0};
   for (int i = 0; i < REPS; i++) {
-    double s = tpk_now_seconds();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, MM, MM, MM, 1, a, MM, b, MM, 0, c, MM);
-    tb[i] = tpk_now_seconds() - s;
+    tb[i] = sgemm_once(a, b, c, &blas);
     tt[i] = bench_once(&tcc);
     tc[i] = bench_once(&cc);
   }
-  double flops = 2.0 * MM * MM * MM, blas = flops / tpk_median(tb, REPS) / 1e9;
+  check_one_thread("OpenBLAS sgemm", &blas);
+  check_one_thread("the matmul kernel, tcc tier", &tcc.cpu);
+  check_one_thread("the matmul kernel, cc tier", &cc.cpu);
+  double flops = 2.0 * MM * MM * MM, gblas = flops / tpk_median(tb, REPS) / 1e9;
   double gt = flops / tpk_median(tt, REPS) / 1e9, gc = flops / tpk_median(tc, REPS) / 1e9;
   bench_close(&tcc);
   bench_close(&cc);
   free(a);
   free(b);
   free(c);
-  row("f32 matmul 1024^3 kernel, one thread, tcc tier", gt, "GFLOP/s", "OpenBLAS sgemm", gt / blas);
-  row("f32 matmul 1024^3 kernel, one thread, cc tier", gc, "GFLOP/s", "OpenBLAS sgemm", gc / blas);
+  row("f32 matmul 1024^3 kernel, one thread, tcc tier", gt, "GFLOP/s", "OpenBLAS sgemm", gt / gblas);
+  row("f32 matmul 1024^3 kernel, one thread, cc tier", gc, "GFLOP/s", "OpenBLAS sgemm", gc / gblas);
 }
 
 /* The C of a kernel, as the runtime would compile it. */
@@ -264,15 +342,49 @@ static void bench_rows(void) {
   double sm = moved / time_kernel("cc", ROWWISE, "softmax", softmax_buf, 2, NULL, 7) / 1e9;
   double scalars[5] = {0, 0, 0, 1e-5, 0};
   double ln = moved / time_kernel("cc", ROWWISE, "layernorm", layernorm_buf, 5, scalars, 7) / 1e9;
-  row("softmax 4096x4096 f32, cc tier", sm, "GB/s", "memcpy of the same bytes", sm / mem);
-  row("layernorm 4096x4096 f32, cc tier", ln, "GB/s", "memcpy of the same bytes", ln / mem);
+  row("softmax 4096x4096 f32, one thread, cc tier", sm, "GB/s", "memcpy of the same bytes", sm / mem);
+  row("layernorm 4096x4096 f32, one thread, cc tier", ln, "GB/s", "memcpy of the same bytes", ln / mem);
 }
 
-int main(void) {
+/* `--check-threads`: the one-thread check on the rows' own setup, untimed
+ * (a few launches of the matmul kernel and of sgemm), and its control: a
+ * context of two threads must trip it. Exit status 0 when both hold. */
+static int check_threads(void) {
+  float *a = calloc((size_t)MM * MM, sizeof *a), *b = calloc((size_t)MM * MM, sizeof *b),
+        *c = calloc((size_t)MM * MM, sizeof *c);
+  if (!a || !b || !c) return 1;
+  bench_openblas_one_thread("bench_host");
+  CpuUse blas = {0};
+  for (int i = 0; i < 3; i++) sgemm_once(a, b, c, &blas);
+  free(a), free(b), free(c);
+  Bench one, two;
+  bench_open(&one, "tcc", MATMUL, "matmul", matmul_buf, 3, NULL);
+  for (int i = 0; i < 3; i++) bench_once(&one);
+  bench_close(&one);
+  bench_threads = "2";
+  bench_open(&two, "tcc", MATMUL, "matmul", matmul_buf, 3, NULL); /* its grid: 4 x 2 instances */
+  for (int i = 0; i < 3; i++) bench_once(&two);
+  bench_close(&two);
+  bench_threads = "1";
+  printf("OpenBLAS sgemm, one thread: other threads used %.1f%% of its CPU time\n", 100 * blas.elsewhere / blas.mine);
+  printf("matmul kernel, one thread: other threads used %.1f%% of its CPU time\n", 100 * one.cpu.elsewhere / one.cpu.mine);
+  printf("matmul kernel, two threads (the control): other threads used %.1f%%\n", 100 * two.cpu.elsewhere / two.cpu.mine);
+  bool ok = !used_other_threads(&blas) && !used_other_threads(&one.cpu) && used_other_threads(&two.cpu);
+  printf("%s\n", ok ? "ok: one thread is one thread, and two are seen" : "FAILED");
+  return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  bench_openblas_setup(argv);
   /* a private cache, so the cc tier really compiles */
   char dir[] = "/tmp/tpk-bench-XXXXXX";
   if (!mkdtemp(dir)) return 1;
   setenv("TPK_CACHE_DIR", dir, 1);
+  if (argc == 2 && strcmp(argv[1], "--check-threads") == 0) return check_threads();
+  if (argc != 1) {
+    fprintf(stderr, "usage: bench_host [--check-threads]\n");
+    return 2;
+  }
   bench_compile();
   bench_matmul();
   bench_rows();

@@ -183,6 +183,76 @@ void cli_bindings_free(CliBindings *b) {
   memset(b, 0, sizeof *b);
 }
 
+/* ---- NAME=VALUE lists ------------------------------------------------------------ */
+
+static bool pairs_add(CliPairs *p, const char *name, size_t nlen, const char *text, size_t tlen) {
+  if (p->count == p->cap) {
+    int cap = p->cap ? p->cap * 2 : 8;
+    CliPair *items = realloc(p->items, (size_t)cap * sizeof *items);
+    if (!items) return false;
+    p->items = items;
+    p->cap = cap;
+  }
+  char *n = strndup(name, nlen), *t = strndup(text, tlen);
+  if (!n || !t) {
+    free(n);
+    free(t);
+    return false;
+  }
+  p->items[p->count++] = (CliPair){n, t};
+  return true;
+}
+
+bool cli_pairs_parse(CliPairs *p, const char *option, const char *text) {
+  fflush(stdout);
+  for (const char *s = text;;) {
+    size_t len = strcspn(s, ",");
+    const char *eq = memchr(s, '=', len);
+    if (!eq || eq == s || eq + 1 == s + len) {
+      fprintf(stderr, "tpk: --%s expects NAME=VALUE[,NAME=VALUE...], got '%.*s'\n", option, (int)len, s);
+      return false;
+    }
+    size_t nlen = (size_t)(eq - s);
+    for (int i = 0; i < p->count; i++) {
+      if (strlen(p->items[i].name) == nlen && strncmp(p->items[i].name, s, nlen) == 0) {
+        fprintf(stderr, "tpk: --%s: '%.*s' is given twice\n", option, (int)nlen, s);
+        return false;
+      }
+    }
+    if (!pairs_add(p, s, nlen, eq + 1, len - nlen - 1)) {
+      fprintf(stderr, "tpk: out of memory\n");
+      return false;
+    }
+    if (s[len] == 0) return true;
+    s += len + 1;
+  }
+}
+
+const char *cli_pairs_find(const CliPairs *p, const char *name) {
+  for (int i = 0; i < p->count; i++)
+    if (strcmp(p->items[i].name, name) == 0) return p->items[i].text;
+  return NULL;
+}
+
+void cli_pairs_free(CliPairs *p) {
+  for (int i = 0; i < p->count; i++) {
+    free(p->items[i].name);
+    free(p->items[i].text);
+  }
+  free(p->items);
+  memset(p, 0, sizeof *p);
+}
+
+bool cli_parse_seed(const char *text, uint64_t *out) {
+  /* strtoull would take "-1" as 2^64 - 1, and skip leading spaces */
+  if (!*text || strspn(text, "0123456789") != strlen(text)) return false;
+  errno = 0;
+  unsigned long long v = strtoull(text, NULL, 10);
+  if (errno) return false;
+  *out = v;
+  return true;
+}
+
 /* ---- Output -------------------------------------------------------------------------- */
 
 void cli_out(const char *s, size_t len) {

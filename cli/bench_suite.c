@@ -23,6 +23,7 @@
  * OpenBLAS, no PyTorch) only empties its columns ("n/a", with a hint).
  */
 #include "cli/cli.h"
+#include "base/files.h"
 #include "host/prims.h"
 #include "tpk.h"
 
@@ -268,7 +269,10 @@ static int parse_options(Options *o, const CliCommand *cmd, int argc, char **arg
                              "to bench one file: tpk bench FILE --kernel NAME --shape ...", value);
     case OPT_SUITE: suite = value; break;
     case OPT_DEVICE: devices = value; break;
-    case OPT_JSON: o->json_path = value; break;
+    case OPT_JSON:
+      if (!*value) return cli_usage_error(cmd->name, "--json expects a file name, got ''");
+      o->json_path = value;
+      break;
     case OPT_ONLY: only = value; break;
     case OPT_SMOKE: o->smoke = true; break;
     case OPT_LIST: o->list = true; break;
@@ -518,6 +522,15 @@ static void *symbol(void *lib, const char *name) {
 }
 
 static void blas_open(Blas *b) {
+  /* Read when the library loads: the threads it starts (started ones spin
+   * beside the measured thread), and kernels for this CPU, which a
+   * DYNAMIC_ARCH build may not recognise (bench/openblas.h says more). */
+  char threads_text[16];
+  snprintf(threads_text, sizeof threads_text, "%d", suite_threads);
+  setenv("OPENBLAS_NUM_THREADS", threads_text, 1);
+  const char *isa = tpk_gemm_isa();
+  if (!getenv("OPENBLAS_CORETYPE") && strcmp(isa, "generic") != 0)
+    setenv("OPENBLAS_CORETYPE", strcmp(isa, "avx512") == 0 ? "SkylakeX" : "Haswell", 1);
   const char *names[] = {"libopenblas.so.0", "libopenblas.so"};
   for (int i = 0; i < 2 && !b->lib; i++) b->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
   if (!b->lib) {
@@ -525,22 +538,33 @@ static void blas_open(Blas *b) {
     return;
   }
   void *sgemm = symbol(b->lib, "cblas_sgemm"), *threads = symbol(b->lib, "openblas_set_num_threads"),
-       *config = symbol(b->lib, "openblas_get_config");
-  if (!sgemm || !threads) {
-    snprintf(b->note, sizeof b->note, "libopenblas.so.0 lacks cblas_sgemm or openblas_set_num_threads");
+       *now = symbol(b->lib, "openblas_get_num_threads"), *config = symbol(b->lib, "openblas_get_config");
+  if (!sgemm || !threads || !now) {
+    snprintf(b->note, sizeof b->note, "libopenblas.so.0 lacks cblas_sgemm or openblas_set/get_num_threads");
     return;
   }
   void (*set_threads)(int);
+  int (*get_threads)(void);
   const char *(*get_config)(void) = NULL;
-  memcpy(&b->sgemm, &sgemm, sizeof b->sgemm); /* object to function pointer, as POSIX dlsym allows */
-  memcpy(&set_threads, &threads, sizeof set_threads);
+  memcpy(&set_threads, &threads, sizeof set_threads); /* object to function pointer, as POSIX dlsym allows */
+  memcpy(&get_threads, &now, sizeof get_threads);
   if (config) memcpy(&get_config, &config, sizeof get_config);
   set_threads(suite_threads);
-  /* "OpenBLAS 0.3.26 NO_AFFINITY Haswell MAX_THREADS=64": the first two words */
+  if (get_threads() != suite_threads) { /* the comparison is only fair on as many threads as tpk's */
+    snprintf(b->note, sizeof b->note, "OpenBLAS runs on %d threads, not %d", get_threads(), suite_threads);
+    return;
+  }
+  memcpy(&b->sgemm, &sgemm, sizeof b->sgemm);
+  /* "OpenBLAS 0.3.26 NO_AFFINITY Haswell MAX_THREADS=64": the first two
+   * words, and the kernels it chose */
   const char *cfg = get_config ? get_config() : "OpenBLAS";
   size_t len = strcspn(cfg, " ");
   if (cfg[len]) len += 1 + strcspn(cfg + len + 1, " ");
-  snprintf(b->version, sizeof b->version, "%.*s", (int)len, cfg);
+  void *corename = symbol(b->lib, "openblas_get_corename");
+  const char *(*get_core)(void) = NULL;
+  if (corename) memcpy(&get_core, &corename, sizeof get_core);
+  snprintf(b->version, sizeof b->version, "%.*s%s%s%s", (int)len, cfg, get_core ? " (" : "", get_core ? get_core() : "",
+           get_core ? " kernels)" : "");
 }
 
 /* ---- PyTorch, through bench/torch_ref.py ------------------------------------------- */
@@ -685,6 +709,11 @@ static void torch_start(Torch *t, const char *python) {
     torch_stop(t);
   } else if (!json_string(hello, "torch", t->version, sizeof t->version)) {
     snprintf(t->note, sizeof t->note, "unexpected answer from bench/torch_ref.py");
+    torch_stop(t);
+  } else if (!json_after(hello, "threads") || atoi(json_after(hello, "threads")) != suite_threads) {
+    /* the comparison is only fair on as many threads as tpk's */
+    snprintf(t->note, sizeof t->note, "bench/torch_ref.py runs PyTorch on %d threads, not %d",
+             json_after(hello, "threads") ? atoi(json_after(hello, "threads")) : 0, suite_threads);
     torch_stop(t);
   } else {
     t->up = true;
@@ -1215,14 +1244,29 @@ static void json_num(FILE *f, double v, bool present) {
   else fputs("null", f);
 }
 
-static bool write_json(const char *path, const Options *o, const char *kernels_dir, const Blas *blas,
-                       const Torch *torch, const RowResult *results, const GoalResult *goals, int ngoals,
-                       const int *counts) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, "tpk: cannot write %s: %s\n", path, strerror(errno));
-    return false;
-  }
+/* Everything --json FILE writes. */
+typedef struct JsonReport {
+  const Options *o;
+  const char *kernels_dir;
+  const Blas *blas;
+  const Torch *torch;
+  const RowResult *results;
+  const GoalResult *goals;
+  int ngoals;
+  const int *counts;
+} JsonReport;
+
+static TpkStatus json_fill(FILE *f, void *arg, TpkError *err) {
+  (void)err;
+  const JsonReport *rep = arg;
+  const Options *o = rep->o;
+  const char *kernels_dir = rep->kernels_dir;
+  const Blas *blas = rep->blas;
+  const Torch *torch = rep->torch;
+  const RowResult *results = rep->results;
+  const GoalResult *goals = rep->goals;
+  int ngoals = rep->ngoals;
+  const int *counts = rep->counts;
   const Suite *suite = o->suite;
   fprintf(f, "{\n  \"suite\": ");
   json_str(f, suite->name);
@@ -1341,10 +1385,7 @@ static bool write_json(const char *path, const Options *o, const char *kernels_d
   fprintf(f, "\n  ],\n  \"summary\": {\"rows\": %d, \"ok\": %d, \"missing\": %d, \"errors\": %d, \"goals\": %d, "
              "\"goals_met\": %d}\n}\n",
           counts[0], counts[1], counts[2], counts[3], ngoals, counts[4]);
-  bool ok = !ferror(f);
-  if (fclose(f) != 0) ok = false;
-  if (!ok) fprintf(stderr, "tpk: cannot write %s\n", path);
-  return ok;
+  return TPK_OK; /* write errors: tpk_file_write sees them on f */
 }
 
 /* ---- The command --------------------------------------------------------------------- */
@@ -1464,8 +1505,14 @@ int cli_bench_suite(const CliCommand *cmd, int argc, char **argv) {
   printf("\n");
   if (need_torch && !torch.up && torch.note[0]) printf("PyTorch reference n/a: %s\n", torch.note);
   status = counts[2] || counts[3] ? CLI_FAIL : CLI_OK;
-  if (o.json_path && !write_json(o.json_path, &o, kernels_dir, &blas, &torch, results, goals, ngoals, counts))
-    status = CLI_FAIL;
+  if (o.json_path) {
+    JsonReport report = {&o, kernels_dir, &blas, &torch, results, goals, ngoals, counts};
+    TpkError err = {0};
+    if (tpk_file_write(o.json_path, 0666, json_fill, &report, &err) != TPK_OK) {
+      fprintf(stderr, "tpk: %s\n", err.message);
+      status = CLI_FAIL;
+    }
+  }
 done:
   torch_stop(&torch);
   if (blas.lib) dlclose(blas.lib);

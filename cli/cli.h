@@ -83,6 +83,27 @@ typedef struct CliBindings {
 bool cli_bindings_parse(CliBindings *b, const char *option, const char *text);
 void cli_bindings_free(CliBindings *b);
 
+/* ---- NAME=VALUE lists (--scalar, --inputs) --------------------------------------- */
+typedef struct CliPair {
+  char *name, *text; /* heap copies */
+} CliPair;
+typedef struct CliPairs {
+  CliPair *items;
+  int count, cap;
+} CliPairs;
+
+/* Parse "eps=1e-5,x=a.npy" and append to p. A malformed item (no '=', an
+ * empty name or value, an empty item) prints `tpk: --OPTION expects
+ * NAME=VALUE[,NAME=VALUE...], got 'ITEM'`; a name given twice (across
+ * repeated options too) is an error; both return false. */
+bool cli_pairs_parse(CliPairs *p, const char *option, const char *text);
+/* The value given for name, or NULL. */
+const char *cli_pairs_find(const CliPairs *p, const char *name);
+void cli_pairs_free(CliPairs *p);
+
+/* A seed: decimal digits only (no sign, no spaces) that fit in 64 bits. */
+bool cli_parse_seed(const char *text, uint64_t *out);
+
 /* ---- Output --------------------------------------------------------------------- */
 /* Write s to stdout (stderr) and flush, so stdout and stderr interleave in
  * order when both go to one pipe. Write errors are noticed at exit by

@@ -33,10 +33,6 @@ static const CliOption OPTIONS[] = {
     {"checked", 0, false, OPT_CHECKED},
 };
 
-typedef struct NamedText {
-  char *name, *text;
-} NamedText;
-
 /* What one run measured, for `tpk bench`. */
 typedef struct RunResult {
   double first_ms, steady_ms;
@@ -51,32 +47,14 @@ typedef struct Run {
   bool json;         /* tpk bench --json */
   RunResult result;
   CliBindings shape, tunes;
-  NamedText scalars[64], inputs[64];
-  int nscalars, ninputs;
+  CliPairs scalars, inputs;
   uint64_t seed;
   bool check, checked;
   int repeat;
 } Run;
 
-/* "a=x,b=y" into name/text pairs (heap copies). */
-static bool parse_pairs(const char *option, const char *text, NamedText *out, int *n, int max) {
-  const char *p = text;
-  while (*p) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    const char *eq = memchr(p, '=', len);
-    if (!eq || eq == p || eq + 1 == p + len || *n == max) {
-      fprintf(stderr, "tpk: --%s expects NAME=VALUE[,NAME=VALUE...], got '%.*s'\n", option, (int)len, p);
-      return false;
-    }
-    out[*n].name = strndup(p, (size_t)(eq - p));
-    out[*n].text = strndup(eq + 1, len - (size_t)(eq - p) - 1);
-    if (!out[*n].name || !out[*n].text) return false;
-    (*n)++;
-    p += len + (comma ? 1 : 0);
-  }
-  return true;
-}
+/* Sizes and tunables a launch takes (its arrays here are fixed). */
+enum { MAX_NAMED = 64 };
 
 static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
   CliArgs args;
@@ -97,10 +75,10 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
       if (!cli_bindings_parse(&r->tunes, "tune", value)) return CLI_USAGE;
       break;
     case OPT_SCALAR:
-      if (!parse_pairs("scalar", value, r->scalars, &r->nscalars, 64)) return CLI_USAGE;
+      if (!cli_pairs_parse(&r->scalars, "scalar", value)) return CLI_USAGE;
       break;
     case OPT_INPUTS:
-      if (!parse_pairs("inputs", value, r->inputs, &r->ninputs, 64)) return CLI_USAGE;
+      if (!cli_pairs_parse(&r->inputs, "inputs", value)) return CLI_USAGE;
       break;
     case OPT_OUT: r->out_dir = value; break;
     case OPT_DEVICE: r->device = value; break;
@@ -112,9 +90,8 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
     case OPT_CHECK: r->check = true; break;
     case OPT_CHECKED: r->checked = true; break;
     case OPT_SEED:
-      errno = 0;
-      r->seed = strtoull(value, &end, 10);
-      if (errno || *end || end == value) return cli_usage_error(cmd->name, "--seed expects a non-negative integer, got '%s'", value);
+      if (!cli_parse_seed(value, &r->seed))
+        return cli_usage_error(cmd->name, "--seed expects a non-negative integer, got '%s'", value);
       break;
     case OPT_REPEAT: {
       errno = 0;
@@ -132,6 +109,17 @@ static int parse_args(Run *r, const CliCommand *cmd, int argc, char **argv) {
   if (!r->path) return cli_usage_error(cmd->name, "no input file (usage: tpk run FILE --kernel NAME --shape M=...,N=...)");
   if (r->bench && (r->check || r->checked || r->out_dir || r->trace))
     return cli_usage_error(cmd->name, "--check, --checked, --out and --trace belong to `tpk run`");
+  if (r->shape.count > MAX_NAMED || r->tunes.count > MAX_NAMED)
+    return cli_usage_error(cmd->name, "at most %d %s (got %d)", MAX_NAMED,
+                           r->shape.count > MAX_NAMED ? "sizes in --shape" : "tunables in --tune",
+                           r->shape.count > MAX_NAMED ? r->shape.count : r->tunes.count);
+  if (r->out_dir) {
+    struct stat st;
+    if (!*r->out_dir) return cli_usage_error(cmd->name, "--out expects a folder name, got ''");
+    if (stat(r->out_dir, &st) == 0 && !S_ISDIR(st.st_mode))
+      return cli_usage_error(cmd->name, "--out %s: not a folder (--out names the folder the .npy files go to)", r->out_dir);
+  }
+  if (r->trace && !*r->trace) return cli_usage_error(cmd->name, "--trace expects a file name, got ''");
   if (!r->bench && r->trace && strncmp(r->device, "sim:", 4) != 0)
     return cli_usage_error(cmd->name, "--trace records the simulator's timeline: use it with --device sim:<chip>");
   return CLI_OK;
@@ -155,14 +143,35 @@ static int64_t numel(int rank, const int64_t *shape) {
   return n;
 }
 
-static void shape_text(char *buf, size_t n, TpkDType dt, int rank, const int64_t *shape) {
-  int k = snprintf(buf, n, "%s[", tpk_dtype_name(dt));
+static void shape_text(char *buf, size_t n, const char *dtype, int rank, const int64_t *shape) {
+  int k = snprintf(buf, n, "%s[", dtype);
   for (int i = 0; i < rank && k < (int)n; i++) k += snprintf(buf + k, n - (size_t)k, "%s%lld", i ? ", " : "", (long long)shape[i]);
   if (k < (int)n) snprintf(buf + k, n - (size_t)k, "]");
 }
 
-/* An input from a .npy file: the same shape, and the same dtype or a
- * float32 file for a bf16/f16/f8 parameter (rounded to nearest even). */
+/* NumPy's name of a dtype; NULL for bf16 and f8, which NumPy lacks. */
+static const char *numpy_name(TpkDType dt) {
+  switch (dt) {
+  case TPK_F32: return "float32";
+  case TPK_F16: return "float16";
+  case TPK_I32: return "int32";
+  case TPK_I16: return "int16";
+  case TPK_I8: return "int8";
+  case TPK_U8: return "uint8";
+  case TPK_BOOL: return "bool";
+  default: return NULL;
+  }
+}
+
+/* An input from a .npy file: the same shape, and the parameter's dtype or
+ * one a NumPy user is likely to hold instead, converted:
+ *   - float64 (NumPy's default) or float32 for any float parameter, rounded
+ *     to nearest even (float64 through float32);
+ *   - int64 (NumPy's default integer) for an i32 parameter, each value
+ *     checked to fit.
+ * A conversion is noted in one line on stderr, except float32 for bf16 and
+ * f8, which NumPy has no type for: that is how their data is written. Any
+ * other dtype is refused, naming both. */
 static bool load_input(const char *pname, const char *path, TpkBuffer *b) {
   TpkNpy npy;
   TpkError err = {0};
@@ -173,15 +182,24 @@ static bool load_input(const char *pname, const char *path, TpkBuffer *b) {
   bool ok = npy.rank == tpk_buffer_rank(b);
   for (int i = 0; ok && i < npy.rank; i++) ok = npy.shape[i] == tpk_buffer_shape(b)[i];
   TpkDType want = tpk_buffer_dtype(b);
+  /* the reader holds float64 as f32 and int64 as i32 */
   bool convertible = npy.dtype == want || (npy.dtype == TPK_F32 && tpk_dtype_is_float(want));
   if (!ok || !convertible) {
     char have[128], need[128];
-    shape_text(have, sizeof have, npy.dtype, npy.rank, npy.shape);
-    shape_text(need, sizeof need, want, tpk_buffer_rank(b), tpk_buffer_shape(b));
-    fprintf(stderr, "tpk: %s holds %s but parameter '%s' needs %s\n", path, have, pname, need);
+    /* tpk's name of the file's dtype; NumPy's for float64 and int64, which tpk lacks */
+    bool held_as_is = numpy_name(npy.dtype) && strcmp(numpy_name(npy.dtype), npy.file_dtype) == 0;
+    shape_text(have, sizeof have, held_as_is ? tpk_dtype_name(npy.dtype) : npy.file_dtype, npy.rank, npy.shape);
+    shape_text(need, sizeof need, tpk_dtype_name(want), tpk_buffer_rank(b), tpk_buffer_shape(b));
+    const char *from = tpk_dtype_is_float(want) ? "float32 or float64" : want == TPK_I32 ? "int32 or int64" : numpy_name(want);
+    fprintf(stderr, "tpk: %s holds %s but parameter '%s' needs %s%s%s%s\n", path, have, pname, need,
+            convertible ? "" : " (a file of ", convertible ? "" : from, convertible ? "" : ")");
     tpk_npy_free(&npy);
     return false;
   }
+  const char *same = numpy_name(want);
+  if (same ? strcmp(npy.file_dtype, same) != 0 : strcmp(npy.file_dtype, "float32") != 0)
+    fprintf(stderr, "tpk: note: %s holds %s; %s to %s for parameter '%s'\n", path, npy.file_dtype,
+            tpk_dtype_is_float(want) ? "rounded" : "converted", tpk_dtype_name(want), pname);
   tpk_prims()->convert((int)npy.dtype, (int)want, npy.data, tpk_buffer_data(b), numel(npy.rank, npy.shape));
   tpk_npy_free(&npy);
   return true;
@@ -438,9 +456,9 @@ static int run(Run *r) {
     fprintf(stderr, "tpk: kernel '%s' has more than 256 parameters\n", r->kernel);
     goto done;
   }
-  TpkNamedInt syms[64];
+  TpkNamedInt syms[MAX_NAMED]; /* parse_args allows no more */
   int nsyms = 0;
-  for (int i = 0; i < r->shape.count && nsyms < 64; i++) syms[nsyms++] = (TpkNamedInt){r->shape.items[i].name, r->shape.items[i].value};
+  for (int i = 0; i < r->shape.count; i++) syms[nsyms++] = (TpkNamedInt){r->shape.items[i].name, r->shape.items[i].value};
   for (int i = 0; i < tpk_kernel_symbol_count(k); i++) {
     const char *s = tpk_kernel_symbol_name(k, i);
     bool have = false;
@@ -467,9 +485,7 @@ static int run(Run *r) {
     TpkParamKind kind = tpk_kernel_param_kind(k, i);
     TpkDType dt = tpk_kernel_param_dtype(k, i);
     if (kind == TPK_PARAM_KIND_SCALAR) {
-      const char *text = NULL;
-      for (int j = 0; j < r->nscalars; j++)
-        if (strcmp(r->scalars[j].name, name) == 0) text = r->scalars[j].text;
+      const char *text = cli_pairs_find(&r->scalars, name);
       if (!text) {
         fprintf(stderr, "tpk: scalar '%s' (%s) needs a value: --scalar %s=...\n", name, tpk_dtype_name(dt), name);
         status = CLI_USAGE;
@@ -492,10 +508,8 @@ static int run(Run *r) {
       goto done;
     }
     char st[128];
-    shape_text(st, sizeof st, dt, tpk_kernel_param_rank(k, i), shape);
-    const char *file = NULL;
-    for (int j = 0; j < r->ninputs; j++)
-      if (strcmp(r->inputs[j].name, name) == 0) file = r->inputs[j].text;
+    shape_text(st, sizeof st, tpk_dtype_name(dt), tpk_kernel_param_rank(k, i), shape);
+    const char *file = cli_pairs_find(&r->inputs, name);
     if (kind == TPK_PARAM_KIND_OUTPUT) {
       if (file) {
         fprintf(stderr, "tpk: '%s' is an output; --inputs gives inputs only\n", name);
@@ -519,17 +533,17 @@ static int run(Run *r) {
       memcpy(before[i], tpk_buffer_data(bufs[i]), bytes);
     }
   }
-  for (int j = 0; j < r->ninputs; j++) {
+  for (int j = 0; j < r->inputs.count; j++) {
     bool known = false;
-    for (int i = 0; i < np; i++) known |= strcmp(tpk_kernel_param_name(k, i), r->inputs[j].name) == 0;
+    for (int i = 0; i < np; i++) known |= strcmp(tpk_kernel_param_name(k, i), r->inputs.items[j].name) == 0;
     if (!known) {
-      fprintf(stderr, "tpk: kernel '%s' has no parameter '%s' (--inputs)\n", r->kernel, r->inputs[j].name);
+      fprintf(stderr, "tpk: kernel '%s' has no parameter '%s' (--inputs)\n", r->kernel, r->inputs.items[j].name);
       status = CLI_USAGE;
       goto done;
     }
   }
-  TpkNamedInt tunes[64];
-  for (int i = 0; i < r->tunes.count && i < 64; i++) tunes[i] = (TpkNamedInt){r->tunes.items[i].name, r->tunes.items[i].value};
+  TpkNamedInt tunes[MAX_NAMED]; /* parse_args allows no more */
+  for (int i = 0; i < r->tunes.count; i++) tunes[i] = (TpkNamedInt){r->tunes.items[i].name, r->tunes.items[i].value};
   TpkLaunchResult ran;
   TpkLaunch launch = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = nsyms, .tunes = tunes, .ntunes = r->tunes.count,
                       .result = &ran};
@@ -575,18 +589,25 @@ static int run(Run *r) {
   bool ok = true;
   if (r->check || r->checked) ok = check_against_interpreter(r, k, &ran, bufs, before, scalars);
   if (r->out_dir) {
-    mkdir(r->out_dir, 0777);
+    /* The folder is followed if it is a link (the user named it); each
+     * file is written by tpk_npy_write, which never follows one. */
+    if (mkdir(r->out_dir, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "tpk: cannot create the folder %s: %s\n", r->out_dir, strerror(errno));
+      goto done;
+    }
     for (int i = 0; i < np; i++) {
       TpkParamKind kind = tpk_kernel_param_kind(k, i);
       if (kind != TPK_PARAM_KIND_OUTPUT && kind != TPK_PARAM_KIND_INOUT) continue;
-      char path[4096];
-      snprintf(path, sizeof path, "%s/%s.npy", r->out_dir, tpk_kernel_param_name(k, i));
-      if (tpk_npy_write(path, tpk_buffer_dtype(bufs[i]), tpk_buffer_rank(bufs[i]), tpk_buffer_shape(bufs[i]),
-                        tpk_buffer_data(bufs[i]), &err) != TPK_OK) {
-        fprintf(stderr, "tpk: %s\n", err.message);
+      TpkStr path = {0};
+      tpk_str_printf(&path, "%s/%s.npy", r->out_dir, tpk_kernel_param_name(k, i));
+      if (path.failed || tpk_npy_write(path.data, tpk_buffer_dtype(bufs[i]), tpk_buffer_rank(bufs[i]),
+                                       tpk_buffer_shape(bufs[i]), tpk_buffer_data(bufs[i]), &err) != TPK_OK) {
+        fprintf(stderr, "tpk: %s\n", path.failed ? "out of memory" : err.message);
+        tpk_str_free(&path);
         goto done;
       }
-      say(r, "  wrote        %s\n", path);
+      say(r, "  wrote        %s\n", path.data);
+      tpk_str_free(&path);
     }
   }
   /* Steady state: warm up past the promotion threshold, let the optimized
@@ -627,14 +648,8 @@ done:
 static void run_free(Run *r) {
   cli_bindings_free(&r->shape);
   cli_bindings_free(&r->tunes);
-  for (int i = 0; i < r->nscalars; i++) {
-    free(r->scalars[i].name);
-    free(r->scalars[i].text);
-  }
-  for (int i = 0; i < r->ninputs; i++) {
-    free(r->inputs[i].name);
-    free(r->inputs[i].text);
-  }
+  cli_pairs_free(&r->scalars);
+  cli_pairs_free(&r->inputs);
 }
 
 int cli_run(const CliCommand *cmd, int argc, char **argv) {

@@ -27,13 +27,10 @@ static const CliOption OPTIONS[] = {
     {"quiet", 'q', false, OPT_QUIET},
 };
 
-enum { MAX_SCALARS = 64 };
-
 typedef struct Tune {
   const char *path, *kernel, *device, *defaults, *save_default;
   CliBindings shape, fixed;
-  char *scalar_name[MAX_SCALARS], *scalar_text[MAX_SCALARS];
-  int nscalars;
+  CliPairs scalars;
   int repeat, max_configs;
   uint64_t seed;
   bool no_cache, cached, quiet;
@@ -46,24 +43,6 @@ static bool parse_count(const char *value, int lo, int hi, int *out) {
   long v = strtol(value, &end, 10);
   if (errno || *end || end == value || v < lo || v > hi) return false;
   *out = (int)v;
-  return true;
-}
-
-/* "eps=1e-5,lr=0.01" */
-static bool parse_scalars(Tune *t, const char *text) {
-  for (const char *p = text; *p;) {
-    size_t len = strcspn(p, ",");
-    const char *eq = memchr(p, '=', len);
-    if (!eq || eq == p || eq + 1 == p + len || t->nscalars == MAX_SCALARS) {
-      fprintf(stderr, "tpk: --scalar expects NAME=VALUE[,NAME=VALUE...], got '%.*s'\n", (int)len, p);
-      return false;
-    }
-    t->scalar_name[t->nscalars] = strndup(p, (size_t)(eq - p));
-    t->scalar_text[t->nscalars] = strndup(eq + 1, len - (size_t)(eq - p) - 1);
-    if (!t->scalar_name[t->nscalars] || !t->scalar_text[t->nscalars]) return false;
-    t->nscalars++;
-    p += len + (p[len] == ',');
-  }
   return true;
 }
 
@@ -84,7 +63,7 @@ static int parse_args(Tune *t, const CliCommand *cmd, int argc, char **argv) {
       if (!cli_bindings_parse(&t->fixed, "tune", value)) return CLI_USAGE;
       break;
     case OPT_SCALAR:
-      if (!parse_scalars(t, value)) return CLI_USAGE;
+      if (!cli_pairs_parse(&t->scalars, "scalar", value)) return CLI_USAGE;
       break;
     case OPT_DEVICE: t->device = value; break;
     case OPT_REPEAT:
@@ -95,14 +74,10 @@ static int parse_args(Tune *t, const CliCommand *cmd, int argc, char **argv) {
       if (!parse_count(value, 1, 1000000, &t->max_configs))
         return cli_usage_error(cmd->name, "--max-configs expects an integer from 1 to 1000000, got '%s'", value);
       break;
-    case OPT_SEED: {
-      char *end;
-      errno = 0;
-      t->seed = strtoull(value, &end, 10);
-      if (errno || *end || end == value || value[0] == '-')
+    case OPT_SEED:
+      if (!cli_parse_seed(value, &t->seed))
         return cli_usage_error(cmd->name, "--seed expects a non-negative integer, got '%s'", value);
       break;
-    }
     case OPT_NO_CACHE: t->no_cache = true; break;
     case OPT_CACHED: t->cached = true; break;
     case OPT_DEFAULTS: t->defaults = value; break;
@@ -119,7 +94,7 @@ static int parse_args(Tune *t, const CliCommand *cmd, int argc, char **argv) {
   if (t->cached && (t->save_default || t->no_cache || t->fixed.count))
     return cli_usage_error(cmd->name, "--cached shows what is remembered; it does not take --tune, --no-cache or --save-default");
   bool host = strcmp(t->device, "host") == 0;
-  if (!host && (t->repeat || t->nscalars))
+  if (!host && (t->repeat || t->scalars.count))
     return cli_usage_error(cmd->name, "--repeat and --scalar are for measuring on the host; the simulator needs no values");
   return CLI_OK;
 }
@@ -257,15 +232,15 @@ done:
 /* The --scalar values by parameter, checked against the kernel's scalars. */
 static int scalar_values(Tune *t, const TpkFunc *f, double *out) {
   for (int i = 0; i < f->nparams && i < 256; i++) out[i] = 1.0;
-  for (int j = 0; j < t->nscalars; j++) {
+  for (int j = 0; j < t->scalars.count; j++) {
+    const CliPair *s = &t->scalars.items[j];
     int found = -1;
     for (int i = 0; i < f->nparams && i < 256; i++)
-      if (strcmp(f->params[i].name, t->scalar_name[j]) == 0 && f->params[i].value->type->kind == TPK_TYPE_TENSOR) found = i;
-    if (found < 0) return cli_usage_error("tune", "kernel '%s' has no scalar parameter '%s' (--scalar)", f->name, t->scalar_name[j]);
+      if (strcmp(f->params[i].name, s->name) == 0 && f->params[i].value->type->kind == TPK_TYPE_TENSOR) found = i;
+    if (found < 0) return cli_usage_error("tune", "kernel '%s' has no scalar parameter '%s' (--scalar)", f->name, s->name);
     char *end;
-    out[found] = strtod(t->scalar_text[j], &end);
-    if (*end || end == t->scalar_text[j])
-      return cli_usage_error("tune", "--scalar %s expects a number, got '%s'", t->scalar_name[j], t->scalar_text[j]);
+    out[found] = strtod(s->text, &end);
+    if (*end || end == s->text) return cli_usage_error("tune", "--scalar %s expects a number, got '%s'", s->name, s->text);
   }
   return CLI_OK;
 }
@@ -352,9 +327,6 @@ int cli_tune(const CliCommand *cmd, int argc, char **argv) {
   if (status == CLI_OK) status = tune(&t);
   cli_bindings_free(&t.shape);
   cli_bindings_free(&t.fixed);
-  for (int i = 0; i < t.nscalars; i++) {
-    free(t.scalar_name[i]);
-    free(t.scalar_text[i]);
-  }
+  cli_pairs_free(&t.scalars);
   return status;
 }

@@ -196,31 +196,6 @@ static void config_from_values(TpkTuneConfig *out, const TpkFunc *f, const int64
 
 /* ---- Files ------------------------------------------------------------------------------ */
 
-/* Write `text` to `path` through a temporary file in the same folder and a
- * rename: a reader sees the old file or the new one, whole. */
-static TpkStatus write_atomic(const char *path, const char *text, TpkError *err) {
-  size_t n = strlen(path) + 16;
-  char *tmp = malloc(n);
-  if (!tmp) return tpk_error(err, TPK_ERR_NOMEM, "out of memory writing %s", path);
-  snprintf(tmp, n, "%s.tmp-XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    tpk_error(err, TPK_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    free(tmp);
-    return TPK_ERR_IO;
-  }
-  bool ok = tpk_write_all(fd, text, strlen(text));
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    tpk_error(err, TPK_ERR_IO, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
-    unlink(tmp);
-    free(tmp);
-    return TPK_ERR_IO;
-  }
-  free(tmp);
-  return TPK_OK;
-}
-
 /* The whole file if it is a regular file of at most `max` bytes (heap,
  * NUL-terminated); with `private_only`, also owned by this user and
  * writable by no one else. NULL otherwise; errno ENOENT when it is absent. */
@@ -292,7 +267,7 @@ TpkStatus tpk_tune_cache_store(const char *root, const TpkTuneKey *key, const Tp
   TpkStatus st = TPK_OK;
   if (!dir || !path || text.failed) st = tpk_error(err, TPK_ERR_NOMEM, "out of memory writing the tuning cache");
   else if (!tpk_make_dirs(dir)) st = tpk_error(err, TPK_ERR_IO, "cannot create the tuning cache folder %s: %s", dir, strerror(errno));
-  else st = write_atomic(path, text.data, err);
+  else st = tpk_file_write_bytes(path, 0600, text.data, text.len, err);
   tpk_str_free(&text);
   free(dir);
   if (st == TPK_OK && path_out) *path_out = path;
@@ -584,7 +559,7 @@ TpkStatus tpk_tune_defaults_save(const char *path, const TpkTuneKey *key, const 
   st = tpk_tune_table_put(&t, key, file, tunes, seconds, err);
   char *out = st == TPK_OK ? tpk_tune_table_render(&t) : NULL;
   if (st == TPK_OK && !out) st = tpk_error(err, TPK_ERR_NOMEM, "out of memory writing %s", path);
-  if (st == TPK_OK) st = write_atomic(path, out, err);
+  if (st == TPK_OK) st = tpk_file_write_bytes(path, 0666, out, strlen(out), err);
   free(out);
   tpk_tune_table_free(&t);
   return st;

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/files.h"
+
 /* ---- Data ------------------------------------------------------------------ */
 
 enum {
@@ -593,21 +595,26 @@ TpkStatus tpk_timeline_trace_json(const TpkTimeline *tl, double clock_hz, const 
   return tpk_timeline_trace_json_opts(tl, &opts, out, NULL);
 }
 
+typedef struct TraceFile {
+  const TpkTimeline *tl;
+  const TpkTimelineTraceOptions *opts;
+} TraceFile;
+
+static TpkStatus trace_fill(FILE *f, void *arg, TpkError *err) {
+  const TraceFile *t = arg;
+  TpkStr buf = {0};
+  TraceOut o = {.s = &buf, .f = f};
+  TpkStatus st = trace_emit(t->tl, t->opts, &o, err);
+  tpk_str_free(&buf);
+  return st == TPK_ERR_IO ? TPK_OK : st; /* tpk_file_write reports write errors, naming the file */
+}
+
 TpkStatus tpk_timeline_write_trace_opts(const TpkTimeline *tl, const char *path, const TpkTimelineTraceOptions *opts,
                                         TpkError *err) {
   if (!path) return tpk_error(err, TPK_ERR_INVALID, "timeline trace: no path");
   /* Check before creating the file, so a failed timeline leaves none behind. */
   if (!tl || tl->error.code != TPK_OK) return trace_emit(tl, opts, &(TraceOut){0}, err);
-  FILE *f = fopen(path, "wb");
-  if (!f) return tpk_error(err, TPK_ERR_IO, "timeline trace: cannot write %s", path);
-  TpkStr buf = {0};
-  TraceOut o = {.s = &buf, .f = f};
-  TpkStatus st = trace_emit(tl, opts, &o, err);
-  tpk_str_free(&buf);
-  if (fclose(f) != 0 && st == TPK_OK) st = tpk_error(err, TPK_ERR_IO, "timeline trace: cannot write %s", path);
-  if (st == TPK_ERR_IO) tpk_error(err, TPK_ERR_IO, "timeline trace: cannot write %s", path);
-  if (st != TPK_OK) remove(path);
-  return st;
+  return tpk_file_write(path, 0666, trace_fill, &(TraceFile){tl, opts}, err);
 }
 
 TpkStatus tpk_timeline_write_trace(const TpkTimeline *tl, const char *path, double clock_hz, const char *process_name,

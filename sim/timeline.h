@@ -160,7 +160,9 @@ TpkStatus tpk_timeline_trace_json(const TpkTimeline *tl, double clock_hz, const 
 TpkStatus tpk_timeline_trace_json_opts(const TpkTimeline *tl, const TpkTimelineTraceOptions *opts, TpkStr *out,
                                        TpkError *err);
 /* Write the trace to a file, streaming (memory stays bounded whatever the
- * number of tasks). TPK_ERR_IO when the file cannot be written. */
+ * number of tasks), through tpk_file_write (base/files.h): a new file renamed
+ * over the old, never through a symbolic link. TPK_ERR_IO when the file
+ * cannot be written, TPK_ERR_INVALID for a path it refuses. */
 TpkStatus tpk_timeline_write_trace(const TpkTimeline *tl, const char *path, double clock_hz, const char *process_name,
                                    TpkError *err);
 TpkStatus tpk_timeline_write_trace_opts(const TpkTimeline *tl, const char *path, const TpkTimelineTraceOptions *opts,

@@ -164,6 +164,7 @@ static void test_versions_and_conversions(void **state) {
     assert_int_equal(read_back(buf, n, &a, &err), TPK_OK);
     assert_int_equal(a.rank, 1);
     assert_memory_equal(a.data, x, sizeof x);
+    assert_string_equal(a.file_dtype, "float32");
     tpk_npy_free(&a);
   }
   /* keys in another order, double quotes, no trailing comma, a 1-tuple
@@ -176,12 +177,14 @@ static void test_versions_and_conversions(void **state) {
   n = make_npy(buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", d, sizeof d);
   assert_int_equal(read_back(buf, n, &a, &err), TPK_OK);
   assert_int_equal(a.dtype, TPK_F32);
+  assert_string_equal(a.file_dtype, "float64"); /* what the file held: the caller may say it converted */
   assert_true(((float *)a.data)[0] == 0.1f && isinf(((float *)a.data)[1]));
   tpk_npy_free(&a);
   int64_t l[2] = {-5, 2147483647};
   n = make_npy(buf, 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", l, sizeof l);
   assert_int_equal(read_back(buf, n, &a, &err), TPK_OK);
   assert_int_equal(a.dtype, TPK_I32);
+  assert_string_equal(a.file_dtype, "int64");
   assert_int_equal(((int32_t *)a.data)[0], -5);
   assert_int_equal(((int32_t *)a.data)[1], 2147483647);
   tpk_npy_free(&a);

@@ -26,7 +26,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  static const char *files[] = {"t.json", "check.py", "capped.json", "all.json"};
+  static const char *files[] = {"t.json", "check.py", "capped.json", "all.json", "victim.json", "link.json"};
   for (size_t i = 0; i < TPK_ARRAY_LEN(files); i++) {
     snprintf(path_buf, sizeof path_buf, "%s/%s", dir, files[i]);
     remove(path_buf);
@@ -628,6 +628,20 @@ static void test_trace_cap(void **state) {
   assert_int_equal(tpk_timeline_write_trace(tl, "/nonexistent-dir/t.json", 1e9, NULL, &err), TPK_ERR_IO);
   assert_non_null(strstr(err.message, "/nonexistent-dir/t.json"));
   assert_int_equal(tpk_timeline_write_trace(tl, NULL, 1e9, NULL, &err), TPK_ERR_INVALID);
+  assert_int_equal(tpk_timeline_write_trace(tl, "", 1e9, NULL, &err), TPK_ERR_INVALID);
+  /* a symbolic link planted at the path is not followed */
+  char victim[256];
+  snprintf(victim, sizeof victim, "%s", tmp("victim.json"));
+  FILE *f = fopen(victim, "w");
+  assert_non_null(f);
+  fputs("keep", f);
+  fclose(f);
+  assert_int_equal(symlink(victim, tmp("link.json")), 0);
+  assert_int_equal(tpk_timeline_write_trace(tl, tmp("link.json"), 1e9, NULL, &err), TPK_ERR_IO);
+  assert_non_null(strstr(err.message, "symbolic link"));
+  char *kept = test_read_file(victim, NULL);
+  assert_string_equal(kept, "keep");
+  free(kept);
   tpk_timeline_destroy(tl);
 }
 
