@@ -233,10 +233,20 @@ static void program_free(TpkProgram *prog) {
   if (hold) tpk_context_release(ctx);
 }
 
-void tpk_program_retain(TpkProgram *p) { atomic_fetch_add(&p->refs, 1); }
+/* A hold keeps the program's kernels valid. A standard program is its
+ * context's own and goes with the context whatever its count, so a hold on
+ * one holds the context too (a queue of another context may run its
+ * kernel after this context was destroyed). */
+void tpk_program_retain(TpkProgram *p) {
+  atomic_fetch_add(&p->refs, 1);
+  if (p->of_context) tpk_context_retain(p->ctx);
+}
 
 void tpk_program_release(TpkProgram *p) {
-  if (p && atomic_fetch_sub(&p->refs, 1) == 1) program_free(p);
+  if (!p) return;
+  TpkContext *held = p->of_context ? p->ctx : NULL;
+  if (atomic_fetch_sub(&p->refs, 1) == 1) program_free(p);
+  tpk_context_release(held); /* last: it may free a standard program */
 }
 
 void tpk_program_destroy(TpkProgram *prog) { tpk_program_release(prog); }

@@ -269,6 +269,61 @@ static void test_one_kernel_from_eight_threads(void **state) {
   unsetenv("TPK_HOST_THREADS");
 }
 
+/* ---- reproducers ------------------------------------------------------------------ */
+
+/* A queue runs launches of a standard kernel of another context, whose
+ * program is that context's own (it holds no reference on the context),
+ * and that context is destroyed before they run: they must keep the kernel
+ * alive. The first launch has the kernel's context's buffers (it runs),
+ * the second the queue's context's (refused). Large launches queued first
+ * keep the worker busy meanwhile. */
+static void test_queued_std_kernel_outlives_its_context(void **state) {
+  (void)state;
+  TpkContext *a, *b;
+  TpkDevice *adev, *bdev;
+  TpkKernel *slow, *top;
+  TpkQueue *q;
+  assert_int_equal(tpk_context_create(&a), TPK_OK);
+  assert_int_equal(tpk_context_create(&b), TPK_OK);
+  assert_int_equal(tpk_device_open(a, "host", &adev), TPK_OK);
+  assert_int_equal(tpk_device_open(b, "host", &bdev), TPK_OK);
+  assert_int_equal(tpk_std_kernel(a, "matmul", &slow), TPK_OK);
+  assert_int_equal(tpk_std_kernel(b, "max_all", &top), TPK_OK);
+  assert_int_equal(tpk_queue_create(a, &q), TPK_OK);
+  int64_t sq[2] = {256, 256}, n = 1000, one = 1;
+  TpkBuffer *ma, *mb, *mc, *x, *y, *ax, *ay;
+  assert_int_equal(tpk_buffer_create(adev, TPK_F32, 2, sq, &ma), TPK_OK);
+  assert_int_equal(tpk_buffer_create(adev, TPK_F32, 2, sq, &mb), TPK_OK);
+  assert_int_equal(tpk_buffer_create(adev, TPK_F32, 2, sq, &mc), TPK_OK);
+  assert_int_equal(tpk_buffer_create(bdev, TPK_F32, 1, &n, &x), TPK_OK);
+  assert_int_equal(tpk_buffer_create(bdev, TPK_F32, 1, &one, &y), TPK_OK);
+  assert_int_equal(tpk_buffer_create(adev, TPK_F32, 1, &n, &ax), TPK_OK);
+  assert_int_equal(tpk_buffer_create(adev, TPK_F32, 1, &one, &ay), TPK_OK);
+  float *xv = tpk_buffer_data(x), *axv = tpk_buffer_data(ax);
+  for (int i = 0; i < n; i++) xv[i] = axv[i] = (float)(i % 97);
+  TpkBuffer *margs[] = {ma, mb, mc}, *bargs[] = {x, y}, *aargs[] = {ax, ay};
+  TpkLaunch mm = {.args = margs}, on_b = {.args = bargs}, on_a = {.args = aargs};
+  for (int i = 0; i < 4; i++) assert_int_equal(tpk_queue_launch(q, slow, &mm), TPK_OK);
+  assert_int_equal(tpk_queue_launch(q, top, &on_b), TPK_OK);
+  assert_int_equal(tpk_queue_wait(q), TPK_OK);
+  for (int i = 0; i < 4; i++) assert_int_equal(tpk_queue_launch(q, slow, &mm), TPK_OK);
+  TpkStatus st = tpk_queue_launch(q, top, &on_a);
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+  tpk_context_destroy(b);
+  if (st == TPK_OK) st = tpk_queue_wait(q); /* refused now, or when it runs */
+  assert_int_equal(st, TPK_ERR_INVALID);
+  assert_contains(tpk_last_error(), "belongs to another context");
+  assert_true(*(float *)tpk_buffer_data(ay) == 0); /* never ran */
+  tpk_queue_destroy(q);
+  tpk_buffer_destroy(ma);
+  tpk_buffer_destroy(mb);
+  tpk_buffer_destroy(mc);
+  tpk_buffer_destroy(ax);
+  tpk_buffer_destroy(ay);
+  tpk_context_destroy(a);
+}
+
 /* ---- a random walk over lifetimes ----------------------------------------------------- */
 
 /* What the walk launches: small, several grid instances (the host's pool
@@ -1142,6 +1197,7 @@ static void test_random_lifetimes(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_kernel_from_eight_threads),
+      cmocka_unit_test(test_queued_std_kernel_outlives_its_context),
       cmocka_unit_test(test_random_lifetimes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
