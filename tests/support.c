@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <math.h>
@@ -40,6 +41,30 @@ void test_compile_free(TestCompile *c) {
   if (c->bound) tpk_module_free(c->bound);
   free(c->rendered);
   memset(c, 0, sizeof *c);
+}
+
+/* Whether `name` matches one of the comma-separated globs of `list`. */
+static bool named_in(const char *list, const char *name) {
+  for (const char *at = list; *at;) {
+    size_t len = strcspn(at, ",");
+    char glob[256];
+    snprintf(glob, sizeof glob, "%.*s", (int)len, at);
+    if (len && fnmatch(glob, name, 0) == 0) return true;
+    at += len + (at[len] == ',');
+  }
+  return false;
+}
+
+int test_run_selected(const char *group, const struct CMUnitTest *tests, size_t n) {
+  const char *list = getenv("TPK_TESTS");
+  struct CMUnitTest *chosen = malloc((n ? n : 1) * sizeof *chosen);
+  if (!chosen) return 1;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!list || !*list || named_in(list, tests[i].name)) chosen[k++] = tests[i];
+  int failures = _cmocka_run_group_tests(group, chosen, k, NULL, NULL);
+  free(chosen);
+  return failures;
 }
 
 TpkKernel *test_kernel(TpkContext **ctx, TpkDevice **dev, const char *device, const char *name, const char *text,

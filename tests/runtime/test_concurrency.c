@@ -338,11 +338,11 @@ enum {
   WALKERS = 4,
   WALK_OPS = 150,
   LIVE_CTXS = 3, /* at most this many contexts not destroyed at once */
-  MAX_CTXS = 10,
-  MAX_PROGS = 40,
-  MAX_BUFS = 120,
-  MAX_QUEUES = 16,
-  MAX_EVENTS = 48,
+  MAX_CTXS = 24,
+  MAX_PROGS = 48,
+  MAX_BUFS = 160,
+  MAX_QUEUES = 24,
+  MAX_EVENTS = 64,
 };
 
 /* The walk's bookkeeping of every handle it made. A handle is used by one
@@ -405,9 +405,30 @@ typedef struct WalkQueue {
 
 typedef struct WalkEvent {
   TpkEvent *h;
+  int queue;
   int users;
   bool live;
 } WalkEvent;
+
+/* What the walk did that the tally reports: a walk that ran none of it
+ * tested little. */
+typedef enum Seen {
+  SEEN_RAN,                 /* launches that ran */
+  SEEN_REFUSED_DESTROYED,   /* refused: the context was destroyed */
+  SEEN_REFUSED_CONTEXT,     /* refused: buffers of another context */
+  SEEN_REFUSED_DEVICE,      /* refused: buffers on two devices */
+  SEEN_DESTROYED_QUEUED,    /* buffers destroyed right after queueing a launch on them */
+  SEEN_PROG_DESTROYED_QUEUED, /* programs destroyed right after queueing */
+  SEEN_AFTER_CONTEXT,       /* buffers, programs, queues destroyed after their context */
+  SEEN_EVENT_AFTER_QUEUE,   /* events waited on or destroyed after their queue */
+  SEEN_COUNT
+} Seen;
+
+static const char *const SEEN_NAMES[SEEN_COUNT] = {
+    "launches ran", "refused (context destroyed)", "refused (another context)", "refused (two devices)",
+    "buffers destroyed after queueing", "programs destroyed after queueing", "destroyed after their context",
+    "events used after their queue",
+};
 
 typedef struct World {
   pthread_mutex_t lock;
@@ -419,7 +440,7 @@ typedef struct World {
   WalkQueue queues[MAX_QUEUES];
   WalkEvent events[MAX_EVENTS];
   int nctxs, nprogs, nbufs, ngroups, nwraps, nqueues, nevents;
-  atomic_int ran, refused; /* launches */
+  atomic_int seen[SEEN_COUNT];
 } World;
 
 typedef struct Walker {
@@ -457,18 +478,22 @@ static bool ctx_free(const World *w, int i, const void *want) {
   (void)want;
   return w->ctxs[i].state == CTX_LIVE && w->ctxs[i].users == 0;
 }
-/* A program; `want` points at the context it should be of (-1: any). */
+/* A program; `want` points at the context it should be of: ANY_CTX, or
+ * LIVE_CTX (one not destroyed). */
+enum { ANY_CTX = -1, LIVE_CTX = -2 };
+static bool prog_of(const World *w, int i, int ctx) {
+  int c = w->progs[i].ctx;
+  return w->progs[i].live && (ctx == ANY_CTX || (ctx == LIVE_CTX && w->ctxs[c].state == CTX_LIVE) || c == ctx);
+}
 static bool prog_shareable(const World *w, int i, const void *want) {
-  int ctx = *(const int *)want;
-  return w->progs[i].live && w->progs[i].users >= 0 && (ctx < 0 || w->progs[i].ctx == ctx);
+  return prog_of(w, i, *(const int *)want) && w->progs[i].users >= 0;
 }
 static bool prog_free(const World *w, int i, const void *want) {
-  int ctx = *(const int *)want;
-  return w->progs[i].live && w->progs[i].users == 0 && (ctx < 0 || w->progs[i].ctx == ctx);
+  return prog_of(w, i, *(const int *)want) && w->progs[i].users == 0;
 }
+/* A queue; `want` is NULL (any) or points at LIVE_CTX. */
 static bool queue_shareable(const World *w, int i, const void *want) {
-  (void)want;
-  return w->queues[i].live && w->queues[i].users >= 0;
+  return w->queues[i].live && w->queues[i].users >= 0 && (!want || w->ctxs[w->queues[i].ctx].state == CTX_LIVE);
 }
 static bool queue_free(const World *w, int i, const void *want) {
   (void)want;
@@ -516,8 +541,13 @@ static void give_back_buf(World *w, int i) {
 }
 
 /* A taken buffer out of the tables (the caller destroys it after). */
+static void count(World *w, Seen what, int n);
+
+static bool ctx_gone(const World *w, int c) { return w->ctxs[c].state != CTX_LIVE; }
+
 static void forget_buf(World *w, int i) {
   WalkBuf *b = &w->bufs[i];
+  count(w, SEEN_AFTER_CONTEXT, ctx_gone(w, b->ctx));
   b->live = false;
   b->taken = false;
   w->groups[b->group].busy = false;
@@ -563,6 +593,20 @@ static bool check_values(Walker *W, const char *what, const float *got, const fl
   for (int64_t i = 0; i < n; i++)
     if (got[i] != want[i]) return failed(&W->fail, "%s: element %lld is %g, not %g", what, (long long)i, got[i], want[i]);
   return true;
+}
+
+static void count(World *w, Seen what, int n) { atomic_fetch_add(&w->seen[what], n); }
+
+/* n refusals with this message in the tally. */
+static void count_refused(World *w, const char *message, int n) {
+  if (strstr(message, "context was destroyed")) count(w, SEEN_REFUSED_DESTROYED, n);
+  else if (strstr(message, "belongs to another context")) count(w, SEEN_REFUSED_CONTEXT, n);
+  else if (strstr(message, "a launch runs on one device")) count(w, SEEN_REFUSED_DEVICE, n);
+}
+
+static void count_launch(World *w, TpkStatus st) {
+  if (st == TPK_OK) count(w, SEEN_RAN, 1);
+  else count_refused(w, tpk_last_error(), 1);
 }
 
 /* ---- the walk's steps ---- */
@@ -636,10 +680,13 @@ static void walk_prog_load(Walker *W) {
 
 static void walk_prog_destroy(Walker *W) {
   World *w = W->w;
-  int any = -1;
+  int any = ANY_CTX;
   pthread_mutex_lock(&w->lock);
   int p = pick(&W->rng, w, w->nprogs, prog_free, &any);
-  if (p >= 0) w->progs[p].live = false;
+  if (p >= 0) {
+    w->progs[p].live = false;
+    count(w, SEEN_AFTER_CONTEXT, ctx_gone(w, w->progs[p].ctx));
+  }
   pthread_mutex_unlock(&w->lock);
   if (p >= 0) tpk_program_destroy(w->progs[p].h);
 }
@@ -729,7 +776,7 @@ static void walk_buf_destroy(Walker *W) {
  * (kc's, one device), sometimes of another context or on two devices. */
 static void take_launch_bufs(Walker *W, int kc, int *x, int *y) {
   World *w = W->w;
-  int how = below(&W->rng, 10);
+  int how = below(&W->rng, 20);
   BufWant wx = {how == 0 ? -1 : kc, how == 0 ? kc : -1, -1, 0, -1};
   *x = take_buf(W, &wx);
   *y = -1;
@@ -761,9 +808,9 @@ static float *expected_y(const WalkBuf *x, const WalkBuf *y, float a, bool runs)
 /* bump(x, a) -> y, synchronously. */
 static void walk_launch(Walker *W) {
   World *w = W->w;
-  int any = -1, x = -1, y = -1;
+  int x = -1, y = -1, which = below(&W->rng, 5) ? LIVE_CTX : ANY_CTX;
   pthread_mutex_lock(&w->lock);
-  int p = pick(&W->rng, w, w->nprogs, prog_shareable, &any);
+  int p = pick(&W->rng, w, w->nprogs, prog_shareable, &which);
   int kc = p >= 0 ? w->progs[p].ctx : -1;
   if (p >= 0) take_launch_bufs(W, kc, &x, &y);
   if (y < 0) p = -1;
@@ -791,7 +838,7 @@ static void walk_launch(Walker *W) {
       failed(&W->fail, "%s: tier '%s', tunes '%s'", what, r.tier ? r.tier : "(null)", r.tunes);
     if (st == TPK_OK) check_sim_result(&W->fail, what, &r, by->sim);
   }
-  atomic_fetch_add(st == TPK_OK ? &w->ran : &w->refused, 1);
+  count_launch(w, st);
   free(runs);
   free(stays);
   pthread_mutex_lock(&w->lock);
@@ -837,7 +884,7 @@ static void walk_std_launch(Walker *W) {
       if (st == TPK_OK && (!r.tier || strcmp(r.tier, "aot") != 0)) failed(&W->fail, "%s: tier '%s'", what, r.tier ? r.tier : "(null)");
       if (st == TPK_OK) check_sim_result(&W->fail, what, &r, by->sim);
     }
-    atomic_fetch_add(st == TPK_OK ? &w->ran : &w->refused, 1);
+    count_launch(w, st);
   }
   tpk_buffer_destroy(top);
   pthread_mutex_lock(&w->lock);
@@ -866,7 +913,10 @@ static void walk_queue_destroy(Walker *W) {
   World *w = W->w;
   pthread_mutex_lock(&w->lock);
   int q = pick(&W->rng, w, w->nqueues, queue_free, NULL);
-  if (q >= 0) w->queues[q].live = false;
+  if (q >= 0) {
+    w->queues[q].live = false;
+    count(w, SEEN_AFTER_CONTEXT, ctx_gone(w, w->queues[q].ctx));
+  }
   pthread_mutex_unlock(&w->lock);
   if (q >= 0) tpk_queue_destroy(w->queues[q].h);
 }
@@ -899,7 +949,7 @@ static TpkEvent *record_event(Walker *W, int q) {
     return NULL;
   }
   pthread_mutex_lock(&w->lock);
-  if (w->nevents < MAX_EVENTS) w->events[w->nevents++] = (WalkEvent){.h = e, .users = 1, .live = true};
+  if (w->nevents < MAX_EVENTS) w->events[w->nevents++] = (WalkEvent){.h = e, .queue = q, .users = 1, .live = true};
   else tpk_event_destroy(e), e = NULL;
   pthread_mutex_unlock(&w->lock);
   return e;
@@ -930,7 +980,10 @@ static void walk_event_wait(Walker *W) {
   World *w = W->w;
   pthread_mutex_lock(&w->lock);
   int e = pick(&W->rng, w, w->nevents, event_shareable, NULL);
-  if (e >= 0) w->events[e].users++;
+  if (e >= 0) {
+    w->events[e].users++;
+    count(w, SEEN_EVENT_AFTER_QUEUE, !w->queues[w->events[e].queue].live);
+  }
   pthread_mutex_unlock(&w->lock);
   if (e < 0) return;
   check_wait(W, "tpk_event_wait", tpk_event_wait(w->events[e].h));
@@ -944,61 +997,95 @@ static void walk_event_destroy(Walker *W) {
   World *w = W->w;
   pthread_mutex_lock(&w->lock);
   int e = pick(&W->rng, w, w->nevents, event_free, NULL);
-  if (e >= 0) w->events[e].live = false;
+  if (e >= 0) {
+    w->events[e].live = false;
+    count(w, SEEN_EVENT_AFTER_QUEUE, !w->queues[w->events[e].queue].live);
+  }
   pthread_mutex_unlock(&w->lock);
   if (e >= 0) tpk_event_destroy(w->events[e].h);
 }
 
-/* Queue bump (or the standard max_all... no: bump, of a program or, when
- * `destroy_prog`, of one this step destroys right after queueing) one to
- * three times on a queue, then either wait and check y, or destroy x and y
- * at once (when no other handle looks at their bytes) and let the release
- * callback of a wrapped y check what the launch wrote. */
+/* Queue a launch one to three times on a queue, then either wait and
+ * check y, or destroy x and y at once (when no other handle looks at their
+ * bytes) and let the release callback of a wrapped y check what the launch
+ * wrote. The launch is bump of a program (which this step may destroy
+ * right after queueing), or the standard transpose of a context (whose
+ * handle this step stops using right after queueing) on views of x and y
+ * as [1, n] and [n, 1], destroyed right after queueing: y = x. */
 static void walk_queue_launch(Walker *W) {
   World *w = W->w;
-  int x = -1, y = -1;
-  bool destroy_prog = below(&W->rng, 3) == 0;
+  int x = -1, y = -1, p = -1, kc = -1;
+  bool std = below(&W->rng, 4) == 0, destroy_prog = !std && below(&W->rng, 3) == 0;
+  int live = LIVE_CTX;
   pthread_mutex_lock(&w->lock);
-  int q = pick(&W->rng, w, w->nqueues, queue_shareable, NULL);
+  int q = pick(&W->rng, w, w->nqueues, queue_shareable, below(&W->rng, 5) ? &live : NULL);
   int qc = q >= 0 ? w->queues[q].ctx : -1;
-  int want_ctx = below(&W->rng, 5) ? qc : -1;
-  int p = q >= 0 ? pick(&W->rng, w, w->nprogs, destroy_prog ? prog_free : prog_shareable, &want_ctx) : -1;
-  int kc = p >= 0 ? w->progs[p].ctx : -1;
-  if (p >= 0) take_launch_bufs(W, kc, &x, &y);
-  if (y < 0) p = -1;
-  if (p >= 0) {
+  int want_ctx = below(&W->rng, 5) ? qc : ANY_CTX;
+  if (q >= 0 && std) {
+    kc = want_ctx >= 0 && ctx_usable(w, want_ctx, NULL) ? want_ctx : pick(&W->rng, w, w->nctxs, ctx_usable, NULL);
+  } else if (q >= 0) {
+    p = pick(&W->rng, w, w->nprogs, destroy_prog ? prog_free : prog_shareable, &want_ctx);
+    kc = p >= 0 ? w->progs[p].ctx : -1;
+  }
+  if (kc >= 0) take_launch_bufs(W, kc, &x, &y);
+  if (y < 0) kc = -1;
+  if (kc >= 0) {
     w->queues[q].users++;
-    if (destroy_prog) w->progs[p].live = false;
+    if (std) w->ctxs[kc].users++;
+    else if (destroy_prog) w->progs[p].live = false;
     else w->progs[p].users++;
   }
-  CtxState before = p >= 0 ? w->ctxs[qc].state : CTX_NONE;
-  const char *refused = p >= 0 ? refusal(w, kc, x, y) : NULL;
+  CtxState before = kc >= 0 ? w->ctxs[qc].state : CTX_NONE;
+  const char *refused = kc >= 0 ? refusal(w, kc, x, y) : NULL;
   pthread_mutex_unlock(&w->lock);
-  if (p < 0) return;
+  if (kc < 0) return;
   const WalkBuf *bx = &w->bufs[x], *by = &w->bufs[y];
-  float a = (float)(below(&W->rng, 9) - 4);
+  float a = std ? 0 : (float)(below(&W->rng, 9) - 4);
   float *runs = expected_y(bx, by, a, !refused), *stays = expected_y(bx, by, a, false);
-  TpkBuffer *args[] = {bx->h, NULL, by->h};
+  if (std) memcpy(runs, tpk_buffer_data(bx->h), (size_t)bx->elems * sizeof(float)); /* the transpose copies */
+  TpkKernel *k = NULL;
+  TpkBuffer *args[3] = {bx->h, NULL, by->h}, *views[2] = {NULL, NULL};
   double scalars[] = {0, a, 0};
   TpkLaunch L = {.args = args, .scalars = scalars};
-  char what[128];
-  snprintf(what, sizeof what, "a queued launch of bump (queue of context %d, kernel of %d, buffers of %d and %d)", qc, kc,
-           bx->ctx, by->ctx);
-  int queued = 0, times = 1 + below(&W->rng, 3);
+  char what[160];
+  snprintf(what, sizeof what, "a queued launch of %s (queue of context %d, kernel of %d, buffers of %d and %d)",
+           std ? "transpose" : "bump", qc, kc, bx->ctx, by->ctx);
+  if (std) {
+    int64_t row[2] = {1, bx->elems}, col[2] = {by->elems, 1};
+    if (tpk_std_kernel(w->ctxs[kc].h, "transpose", &k) != TPK_OK ||
+        tpk_buffer_view(bx->h, 0, TPK_F32, 2, row, &views[0]) != TPK_OK ||
+        tpk_buffer_view(by->h, 0, TPK_F32, 2, col, &views[1]) != TPK_OK)
+      failed(&W->fail, "%s: %s", what, tpk_last_error());
+    args[0] = views[0];
+    args[1] = views[1];
+    L.scalars = NULL;
+  } else {
+    k = w->progs[p].k;
+  }
+  bool ready = k && (!std || views[1]);
+  int queued = 0, times = ready ? 1 + below(&W->rng, 3) : 0;
   for (int i = 0; i < times; i++) {
-    TpkStatus st = tpk_queue_launch(w->queues[q].h, w->progs[p].k, &L);
+    TpkStatus st = tpk_queue_launch(w->queues[q].h, k, &L);
     pthread_mutex_lock(&w->lock);
     bool closing = w->ctxs[qc].state != CTX_LIVE;
     pthread_mutex_unlock(&w->lock);
-    /* bad buffers may be refused now or at the wait */
+    /* bad buffers may be refused now or when the launch runs */
     if (st != TPK_OK && refused && strstr(tpk_last_error(), refused)) {
-      atomic_fetch_add(&w->refused, 1);
+      count_launch(w, st);
       continue;
     }
+    if (st != TPK_OK) count_launch(w, st);
     check_status(W, what, st, NULL, before == CTX_CLOSED, closing);
     queued += st == TPK_OK;
   }
-  if (destroy_prog) tpk_program_destroy(w->progs[p].h);
+  /* what the launches use, gone at once: the queue holds them */
+  tpk_buffer_destroy(views[0]);
+  tpk_buffer_destroy(views[1]);
+  if (std) done_ctx(w, kc);
+  if (destroy_prog) {
+    count(w, SEEN_PROG_DESTROYED_QUEUED, queued > 0);
+    tpk_program_destroy(w->progs[p].h);
+  }
   const float *want = queued && !refused ? runs : stays;
   /* destroy x and y now, or wait and look at y */
   pthread_mutex_lock(&w->lock);
@@ -1011,6 +1098,7 @@ static void walk_queue_launch(Walker *W) {
     wy->expect_n = by->elems;
   }
   if (now) {
+    count(w, SEEN_DESTROYED_QUEUED, queued ? 2 : 0);
     forget_buf(w, x);
     forget_buf(w, y);
   }
@@ -1024,12 +1112,13 @@ static void walk_queue_launch(Walker *W) {
     if (e) done_event(w, e);
     check_values(W, what, tpk_buffer_data(by->h), want, by->elems);
   }
-  atomic_fetch_add(&w->ran, queued);
+  if (refused) count_refused(w, refused, queued); /* when they ran */
+  else count(w, SEEN_RAN, queued);
   free(runs);
   free(stays);
   pthread_mutex_lock(&w->lock);
   w->queues[q].users--;
-  if (!destroy_prog) w->progs[p].users--;
+  if (!std && !destroy_prog) w->progs[p].users--;
   if (!now) {
     give_back_buf(w, x);
     give_back_buf(w, y);
@@ -1046,7 +1135,7 @@ static void walk_buf_create(Walker *W) { walk_buf_new(W, false); }
 static void walk_buf_wrap(Walker *W) { walk_buf_new(W, true); }
 
 static const Step STEPS[] = {
-    {walk_ctx_create, 4},    {walk_ctx_destroy, 2},  {walk_prog_load, 5},     {walk_prog_destroy, 2},
+    {walk_ctx_create, 4},    {walk_ctx_destroy, 1},  {walk_prog_load, 5},     {walk_prog_destroy, 2},
     {walk_buf_create, 8},    {walk_buf_wrap, 6},     {walk_buf_view, 4},      {walk_buf_destroy, 5},
     {walk_launch, 12},       {walk_std_launch, 4},   {walk_queue_create, 3},  {walk_queue_destroy, 2},
     {walk_queue_launch, 12}, {walk_record, 3},       {walk_event_wait, 3},    {walk_event_destroy, 3},
@@ -1093,14 +1182,28 @@ static void destroy_the_rest(World *w, uint64_t *rng) {
   for (int i = 0; i < n; i++) {
     int at = left[i].i;
     switch (left[i].kind) {
-    case CTX: tpk_context_destroy(w->ctxs[at].h); break;
-    case PROG: tpk_program_destroy(w->progs[at].h); break;
+    case CTX:
+      w->ctxs[at].state = CTX_CLOSED;
+      tpk_context_destroy(w->ctxs[at].h);
+      break;
+    case PROG:
+      count(w, SEEN_AFTER_CONTEXT, ctx_gone(w, w->progs[at].ctx));
+      tpk_program_destroy(w->progs[at].h);
+      break;
     case BUF:
+      count(w, SEEN_AFTER_CONTEXT, ctx_gone(w, w->bufs[at].ctx));
       atomic_fetch_sub(&w->groups[w->bufs[at].group].handles, 1);
       tpk_buffer_destroy(w->bufs[at].h);
       break;
-    case QUEUE: tpk_queue_destroy(w->queues[at].h); break;
-    case EVENT: tpk_event_destroy(w->events[at].h); break;
+    case QUEUE:
+      count(w, SEEN_AFTER_CONTEXT, ctx_gone(w, w->queues[at].ctx));
+      w->queues[at].live = false;
+      tpk_queue_destroy(w->queues[at].h);
+      break;
+    case EVENT:
+      count(w, SEEN_EVENT_AFTER_QUEUE, !w->queues[w->events[at].queue].live);
+      tpk_event_destroy(w->events[at].h);
+      break;
     }
   }
 }
@@ -1139,8 +1242,7 @@ static void random_walk(uint64_t seed) {
     atomic_init(&w->wraps[i].releases, 0);
     atomic_init(&w->groups[i].handles, 0);
   }
-  atomic_init(&w->ran, 0);
-  atomic_init(&w->refused, 0);
+  for (int i = 0; i < SEEN_COUNT; i++) atomic_init(&w->seen[i], 0);
   Watchdog dog = {.seed = seed};
   pthread_mutex_init(&dog.lock, NULL);
   pthread_cond_init(&dog.done_cond, NULL);
@@ -1162,8 +1264,10 @@ static void random_walk(uint64_t seed) {
   pthread_join(dog_thread, NULL);
   pthread_cond_destroy(&dog.done_cond);
   pthread_mutex_destroy(&dog.lock);
-  fprintf(stderr, "  %d contexts, %d programs, %d buffers (%d wrapped), %d queues, %d events; %d launches ran, %d refused\n",
-          w->nctxs, w->nprogs, w->nbufs, w->nwraps, w->nqueues, w->nevents, atomic_load(&w->ran), atomic_load(&w->refused));
+  fprintf(stderr, "  %d contexts, %d programs, %d buffers (%d wrapped), %d queues, %d events\n ", w->nctxs, w->nprogs,
+          w->nbufs, w->nwraps, w->nqueues, w->nevents);
+  for (int i = 0; i < SEEN_COUNT; i++) fprintf(stderr, "%s %d %s", i ? "," : "", atomic_load(&w->seen[i]), SEEN_NAMES[i]);
+  fprintf(stderr, "\n");
   for (int t = 0; t < WALKERS; t++)
     if (walkers[t].fail.message[0]) fail_msg("seed %llu: %s", (unsigned long long)seed, walkers[t].fail.message);
   for (int i = 0; i < w->nwraps; i++) {
@@ -1200,5 +1304,5 @@ int main(void) {
       cmocka_unit_test(test_queued_std_kernel_outlives_its_context),
       cmocka_unit_test(test_random_lifetimes),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return test_run_tests(tests);
 }
