@@ -43,14 +43,15 @@ void test_compile_free(TestCompile *c) {
   memset(c, 0, sizeof *c);
 }
 
-/* Whether `name` matches one of the comma-separated globs of `list`. */
+/* Whether `name` matches one of the globs of `list` (separated by commas
+ * or spaces). */
 static bool named_in(const char *list, const char *name) {
   for (const char *at = list; *at;) {
-    size_t len = strcspn(at, ",");
+    size_t len = strcspn(at, ", ");
     char glob[256];
     snprintf(glob, sizeof glob, "%.*s", (int)len, at);
     if (len && fnmatch(glob, name, 0) == 0) return true;
-    at += len + (at[len] == ',');
+    at += len + (at[len] != 0);
   }
   return false;
 }

@@ -96,10 +96,10 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
 TpkKernel *test_kernel(TpkContext **ctx, TpkDevice **dev, const char *device, const char *name, const char *text,
                        const char *kernel);
 
-/* cmocka_run_group_tests over the tests that $TPK_TESTS names (a comma-
- * separated list of names or globs, "test_queue_*,test_launch_in_*"), or
- * over all of them when it is unset or empty: how a suite (make test-tsan)
- * runs part of a test binary. */
+/* cmocka_run_group_tests over the tests that $TPK_TESTS names (names or
+ * globs separated by commas or spaces, "test_queue_*,test_launch_in_*"),
+ * or over all of them when it is unset or empty: how a suite (make
+ * test-tsan) runs part of a test binary. */
 #define test_run_tests(tests) test_run_selected(#tests, (tests), sizeof(tests) / sizeof((tests)[0]))
 int test_run_selected(const char *group, const struct CMUnitTest *tests, size_t n);
 
