@@ -179,13 +179,14 @@ test-asan:
 # (TPK_TESTS picks tests of a binary). The standard kernels are left
 # uninstrumented, like the code the JIT compiles: they pick their variant
 # (avx2 or not) in ifunc resolvers, which run before TSan's runtime is up.
-# Nothing is suppressed: TSan sees no access of uninstrumented code (libtcc,
-# compiled kernels), so they cannot be reported; a report is a race to fix.
+# TSan does not see what uninstrumented code (libtcc, compiled kernels)
+# does, so it cannot report it; tools/tsan.supp says why each of its
+# entries is there. Any other report is a race to fix.
 TSAN_BUILD := build/tsan
 TSAN_TESTS := runtime/test_concurrency host/test_jit $(patsubst tests/%.c,%,$(wildcard tests/runtime/test_lifetimes.c))
 TSAN_HOST_TESTS := test_queue_order test_errors_from_worker_parts test_whole_kernels_with_threads \
 	test_launch_in_forked_child test_thread_counts_agree_bitwise
-TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(abspath tools/tsan.supp)"
 test-tsan:
 	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) OPT=-O2 SANITIZE=-fsanitize=thread STD_SANITIZE= \
 		$(addprefix $(TSAN_BUILD)/tests/,$(TSAN_TESTS) runtime/test_host) $(TSAN_BUILD)/libtpk.so

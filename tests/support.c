@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <math.h>
@@ -88,6 +89,32 @@ char *test_read_file(const char *path, size_t *len) {
   fclose(f);
   if (len) *len = s.len;
   return tpk_str_take(&s);
+}
+
+char *test_temp_dir(const char *prefix) {
+  const char *base = getenv("TMPDIR");
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s-XXXXXX", base && *base ? base : "/tmp", prefix);
+  char *dir = strdup(path);
+  if (!dir || !mkdtemp(dir)) fail_msg("cannot make a folder like %s", path);
+  return dir;
+}
+
+void test_remove_tree(const char *path) {
+  DIR *d = opendir(path);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char sub[1024];
+      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+      struct stat st;
+      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) test_remove_tree(sub);
+      else unlink(sub);
+    }
+    closedir(d);
+  }
+  rmdir(path);
 }
 
 const char *test_root(void) {

@@ -58,6 +58,11 @@ void test_names_free(char **names, int n);
 /* Read a whole file (heap, NUL-terminated), or NULL. `*len` may be NULL. */
 char *test_read_file(const char *path, size_t *len);
 
+/* A new empty folder under $TMPDIR (else /tmp) named prefix-XXXXXX (heap);
+ * fails the test otherwise. test_remove_tree deletes it and what it holds. */
+char *test_temp_dir(const char *prefix);
+void test_remove_tree(const char *path);
+
 /* The repository root: $TPK_ROOT, else the current directory. */
 const char *test_root(void);
 /* Path under the root, in a static buffer (valid until the next call). */

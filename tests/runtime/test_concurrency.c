@@ -269,6 +269,14 @@ static void test_one_kernel_from_eight_threads(void **state) {
   unsetenv("TPK_HOST_THREADS");
 }
 
+/* A small kernel with several grid instances (the host's pool runs them)
+ * whose results are exact: y = 2x + a on small integers. */
+static const char BUMP[] =
+    "kernel bump(x: f32[N], a: f32) -> (y: f32[N])\n"
+    "{\n"
+    "  for i in tiles(N, 16) { y[i] = x[i] * 2.0 + a; }\n"
+    "}\n";
+
 /* ---- reproducers ------------------------------------------------------------------ */
 
 /* A queue runs launches of a standard kernel of another context, whose
@@ -324,15 +332,106 @@ static void test_queued_std_kernel_outlives_its_context(void **state) {
   tpk_context_destroy(a);
 }
 
-/* ---- a random walk over lifetimes ----------------------------------------------------- */
+/* Contexts on several threads load one kernel's compiled code from the
+ * disk cache at once and close it again (dlopen and dlclose of one shared
+ * object from several threads), as threads of a process that shares a
+ * cache do. Every launch computes y = 2x + a and compiles nothing. */
+enum { CACHE_USERS = 4, CACHE_ITERS = 5 };
 
-/* What the walk launches: small, several grid instances (the host's pool
- * runs them), and exact (y = 2x + a on small integers). */
-static const char BUMP[] =
-    "kernel bump(x: f32[N], a: f32) -> (y: f32[N])\n"
-    "{\n"
-    "  for i in tiles(N, 16) { y[i] = x[i] * 2.0 + a; }\n"
-    "}\n";
+
+/* One context's launch of bump at N = 40; false with a message in f. */
+static bool launch_cached_bump(Failure *f, int who) {
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  TpkKernel *k;
+  TpkBuffer *x, *y;
+  int64_t n = 40;
+  if (tpk_context_create(&ctx) != TPK_OK) return failed(f, "tpk_context_create: %s", tpk_last_error());
+  bool ok = tpk_device_open(ctx, "host", &dev) == TPK_OK &&
+            tpk_program_load_source(ctx, "bump.tpk", BUMP, strlen(BUMP), &prog) == TPK_OK &&
+            tpk_program_kernel(prog, "bump", &k) == TPK_OK && tpk_buffer_create(dev, TPK_F32, 1, &n, &x) == TPK_OK &&
+            tpk_buffer_create(dev, TPK_F32, 1, &n, &y) == TPK_OK;
+  if (!ok) {
+    failed(f, "thread %d: %s", who, tpk_last_error());
+    tpk_context_destroy(ctx);
+    return false;
+  }
+  float *xv = tpk_buffer_data(x), *yv = tpk_buffer_data(y);
+  for (int i = 0; i < n; i++) xv[i] = (float)(i - who);
+  TpkBuffer *args[] = {x, NULL, y};
+  double scalars[] = {0, who, 0};
+  TpkLaunchResult r;
+  TpkLaunch L = {.args = args, .scalars = scalars, .result = &r};
+  if (tpk_kernel_launch(k, &L) != TPK_OK) ok = failed(f, "thread %d: %s", who, tpk_last_error());
+  for (int i = 0; ok && i < n; i++)
+    if (yv[i] != xv[i] * 2.0f + (float)who) ok = failed(f, "thread %d: y[%d] is %g", who, i, yv[i]);
+  if (ok && (!is_jit_tier(r.tier) || strcmp(r.tier, "tcc") == 0 || tpk_context_compiler_runs(ctx) != 0))
+    ok = failed(f, "thread %d: ran on tier '%s' after %d compiler runs; the cache has the code", who,
+                r.tier ? r.tier : "(null)", tpk_context_compiler_runs(ctx));
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+  tpk_program_destroy(prog);
+  tpk_context_destroy(ctx);
+  return ok;
+}
+
+typedef struct CacheUser {
+  int id;
+  Failure fail;
+} CacheUser;
+
+static void *cache_user_main(void *arg) {
+  CacheUser *u = arg;
+  for (int i = 0; i < CACHE_ITERS && launch_cached_bump(&u->fail, u->id); i++) {
+  }
+  return NULL;
+}
+
+static void test_threads_load_cached_code(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-concurrency");
+  setenv("TPK_CACHE_DIR", dir, 1);
+  setenv("TPK_TIER", "cc", 1);
+  /* the first build puts the code in the cache */
+  TpkContext *ctx;
+  TpkProgram *prog;
+  TpkKernel *k;
+  TpkDevice *dev;
+  TpkBuffer *x, *y;
+  int64_t n = 40;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "bump.tpk", BUMP, strlen(BUMP), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "bump", &k), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &x), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &y), TPK_OK);
+  TpkBuffer *args[] = {x, NULL, y};
+  double scalars[] = {0, 1, 0};
+  TpkLaunch L = {.args = args, .scalars = scalars};
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+  assert_int_equal(tpk_context_compiler_runs(ctx), 1);
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+  tpk_program_destroy(prog);
+  tpk_context_destroy(ctx);
+
+  CacheUser users[CACHE_USERS];
+  pthread_t threads[CACHE_USERS];
+  for (int t = 0; t < CACHE_USERS; t++) {
+    users[t] = (CacheUser){.id = t};
+    assert_int_equal(pthread_create(&threads[t], NULL, cache_user_main, &users[t]), 0);
+  }
+  for (int t = 0; t < CACHE_USERS; t++) pthread_join(threads[t], NULL);
+  unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_TIER");
+  test_remove_tree(dir);
+  free(dir);
+  for (int t = 0; t < CACHE_USERS; t++)
+    if (users[t].fail.message[0]) fail_msg("%s", users[t].fail.message);
+}
+
+/* ---- a random walk over lifetimes ----------------------------------------------------- */
 
 enum {
   WALKERS = 4,
@@ -1233,8 +1332,6 @@ static void *watchdog_main(void *arg) {
 }
 
 static void random_walk(uint64_t seed) {
-  fprintf(stderr, "random walk: seed %llu (TPK_TEST_SEED=%llu repeats it)\n", (unsigned long long)seed,
-          (unsigned long long)seed);
   World *w = calloc(1, sizeof *w);
   assert_non_null(w);
   pthread_mutex_init(&w->lock, NULL);
@@ -1281,20 +1378,38 @@ static void random_walk(uint64_t seed) {
   free(w);
 }
 
+/* A walk with an odd seed compiles with tcc alone (many small programs:
+ * fastest); one with an even seed also promotes every kernel to cc at
+ * once, in the background, into a cache of its own, so contexts and
+ * programs are destroyed with builds in flight. */
+static void random_walk_on_tiers(uint64_t seed) {
+  char *dir = seed % 2 ? NULL : test_temp_dir("tpk-test-walk");
+  setenv("TPK_TIER", dir ? "auto" : "tcc", 1);
+  if (dir) {
+    setenv("TPK_JIT_HOT_CALLS", "0", 1);
+    setenv("TPK_CACHE_DIR", dir, 1);
+  }
+  fprintf(stderr, "random walk: seed %llu, %s (TPK_TEST_SEED=%llu repeats it)\n", (unsigned long long)seed,
+          dir ? "tcc, then cc in the background" : "tcc", (unsigned long long)seed);
+  random_walk(seed);
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_JIT_HOT_CALLS");
+  unsetenv("TPK_CACHE_DIR");
+  if (dir) test_remove_tree(dir);
+  free(dir);
+}
+
 /* The suite's seeds, or $TPK_TEST_SEED alone. */
 static void test_random_lifetimes(void **state) {
   (void)state;
-  /* many small programs: tcc compiles them fastest */
-  setenv("TPK_TIER", "tcc", 1);
   setenv("TPK_HOST_THREADS", "2", 1);
   const char *env = getenv("TPK_TEST_SEED");
   if (env && *env) {
-    random_walk(strtoull(env, NULL, 10));
+    random_walk_on_tiers(strtoull(env, NULL, 10));
   } else {
     static const uint64_t SEEDS[] = {1, 2, 3, 4};
-    for (size_t i = 0; i < TPK_ARRAY_LEN(SEEDS); i++) random_walk(SEEDS[i]);
+    for (size_t i = 0; i < TPK_ARRAY_LEN(SEEDS); i++) random_walk_on_tiers(SEEDS[i]);
   }
-  unsetenv("TPK_TIER");
   unsetenv("TPK_HOST_THREADS");
 }
 
@@ -1302,6 +1417,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_kernel_from_eight_threads),
       cmocka_unit_test(test_queued_std_kernel_outlives_its_context),
+      cmocka_unit_test(test_threads_load_cached_code),
       cmocka_unit_test(test_random_lifetimes),
   };
   return test_run_tests(tests);
