@@ -1225,6 +1225,26 @@ static void walk_queue_launch(Walker *W) {
   pthread_mutex_unlock(&w->lock);
 }
 
+/* Ask a context what it is doing: wait for its background builds, read a
+ * device's memory (what a caller checks before it allocates). */
+static void walk_ask_ctx(Walker *W) {
+  World *w = W->w;
+  pthread_mutex_lock(&w->lock);
+  int c = use_ctx(W);
+  pthread_mutex_unlock(&w->lock);
+  if (c < 0) return;
+  tpk_context_wait_compiles(w->ctxs[c].h);
+  TpkDevice *dev;
+  uint64_t capacity, used;
+  if (tpk_device_open(w->ctxs[c].h, "sim:v5e", &dev) != TPK_OK) {
+    failed(&W->fail, "tpk_device_open: %s", tpk_last_error());
+  } else {
+    tpk_device_memory(dev, &capacity, &used);
+    if (used > capacity) failed(&W->fail, "sim:v5e uses %llu bytes of its %llu", (unsigned long long)used, (unsigned long long)capacity);
+  }
+  done_ctx(w, c);
+}
+
 typedef struct Step {
   void (*run)(Walker *W);
   int weight;
@@ -1238,7 +1258,7 @@ static const Step STEPS[] = {
     {walk_buf_create, 8},    {walk_buf_wrap, 6},     {walk_buf_view, 4},      {walk_buf_destroy, 5},
     {walk_launch, 12},       {walk_std_launch, 4},   {walk_queue_create, 3},  {walk_queue_destroy, 2},
     {walk_queue_launch, 12}, {walk_record, 3},       {walk_event_wait, 3},    {walk_event_destroy, 3},
-    {walk_queue_wait, 2},
+    {walk_queue_wait, 2},    {walk_ask_ctx, 2},
 };
 
 static void *walker_main(void *arg) {
