@@ -132,8 +132,13 @@ void tpk_queues_destroy(TpkQueues *qs) {
   free(qs);
 }
 
-/* Wait until q has run everything queued so far. */
+/* Wait until q has run everything queued so far. Not on q's own worker:
+ * a release callback runs there when a queued launch let go of the last
+ * reference to wrapped memory, and a garbage-collected caller may destroy
+ * the context from it; the worker cannot wait for itself. (The queue holds
+ * the context, so the rest of its work runs safely afterwards.) */
 static void drain(TpkQueue *q) {
+  if (pthread_equal(pthread_self(), q->thread)) return;
   pthread_mutex_lock(&q->lock);
   while (q->head || q->busy) pthread_cond_wait(&q->idle, &q->lock);
   pthread_mutex_unlock(&q->lock);
