@@ -52,6 +52,7 @@ struct TpkQueue {
   pthread_cond_t more, idle;
   Work *head, *tail;
   bool busy, stop;
+  bool orphan;         /* destroyed on its own worker, which frees it when it stops */
   TpkStatus error;     /* first error since the last wait */
   char message[4096];
 };
@@ -78,6 +79,17 @@ static void work_free(Work *w, int nargs) {
   free(w->tunes);
   free(w->names);
   free(w);
+}
+
+/* The queue's own memory and its hold on the context, once its worker
+ * has stopped. */
+static void queue_free(TpkQueue *q) {
+  pthread_mutex_destroy(&q->lock);
+  pthread_cond_destroy(&q->more);
+  pthread_cond_destroy(&q->idle);
+  TpkContext *ctx = q->ctx;
+  free(q);
+  tpk_context_release(ctx);
 }
 
 static void *worker(void *arg) {
@@ -113,7 +125,9 @@ static void *worker(void *arg) {
     q->busy = false;
     if (!q->head) pthread_cond_broadcast(&q->idle);
   }
+  bool orphan = q->orphan;
   pthread_mutex_unlock(&q->lock);
+  if (orphan) queue_free(q);
   return NULL;
 }
 
@@ -201,17 +215,21 @@ void tpk_queue_destroy(TpkQueue *q) {
       break;
     }
   pthread_mutex_unlock(&qs->lock);
+  /* On the queue's own worker (a release callback: see drain) the worker
+   * cannot be joined; it runs the rest of the work and frees the queue
+   * when it stops. */
+  bool on_worker = pthread_equal(pthread_self(), q->thread);
   pthread_mutex_lock(&q->lock);
   q->stop = true;
+  q->orphan = on_worker;
   pthread_cond_broadcast(&q->more);
   pthread_mutex_unlock(&q->lock);
+  if (on_worker) {
+    pthread_detach(q->thread);
+    return;
+  }
   pthread_join(q->thread, NULL); /* the worker drains before it stops */
-  pthread_mutex_destroy(&q->lock);
-  pthread_cond_destroy(&q->more);
-  pthread_cond_destroy(&q->idle);
-  TpkContext *ctx = q->ctx;
-  free(q);
-  tpk_context_release(ctx);
+  queue_free(q);
 }
 
 TpkStatus tpk_queue_wait(TpkQueue *q) {

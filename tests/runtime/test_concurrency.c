@@ -335,22 +335,25 @@ static void test_queued_std_kernel_outlives_its_context(void **state) {
 
 /* A release callback runs on a queue's worker when a queued launch held
  * the last reference to wrapped memory; a garbage-collected caller may
- * destroy its context from there (the tensor held the last reference to
- * it). tpk_context_destroy then must not wait for the queue whose worker
- * it runs on (it would wait for itself). The scenario runs on a thread of
- * its own, so that a hang fails the test instead of stopping the suite. */
+ * destroy its context or the queue from there (the tensor held the last
+ * reference to them). Neither may wait for the worker it runs on, which
+ * would wait for itself. The scenario runs on a thread of its own, so that
+ * a hang fails the test instead of stopping the suite. */
 typedef struct Reentry {
-  TpkContext *ctx; /* destroyed by the release callback */
+  bool queue;      /* the callback destroys the queue, else the context */
+  TpkContext *ctx;
+  TpkQueue *q;
   pthread_mutex_t lock;
   pthread_cond_t cond;
   bool released, done;
   TpkStatus waited;
 } Reentry;
 
-static void release_and_destroy_context(void *user, void *data) {
+static void release_and_destroy(void *user, void *data) {
   Reentry *r = user;
   free(data);
-  tpk_context_destroy(r->ctx);
+  if (r->queue) tpk_queue_destroy(r->q);
+  else tpk_context_destroy(r->ctx);
   pthread_mutex_lock(&r->lock);
   r->released = true;
   pthread_mutex_unlock(&r->lock);
@@ -360,23 +363,28 @@ static void *reentry_main(void *arg) {
   Reentry *r = arg;
   TpkDevice *dev;
   TpkKernel *k;
-  TpkQueue *q;
   TpkBuffer *x, *y;
+  TpkEvent *e;
   int64_t n = 100, one = 1;
   float *data = calloc((size_t)n, sizeof *data);
   if (!data || tpk_context_create(&r->ctx) != TPK_OK || tpk_device_open(r->ctx, "host", &dev) != TPK_OK ||
-      tpk_std_kernel(r->ctx, "max_all", &k) != TPK_OK || tpk_queue_create(r->ctx, &q) != TPK_OK ||
-      tpk_buffer_wrap(dev, TPK_F32, 1, &n, NULL, data, release_and_destroy_context, r, &x) != TPK_OK ||
+      tpk_std_kernel(r->ctx, "max_all", &k) != TPK_OK || tpk_queue_create(r->ctx, &r->q) != TPK_OK ||
+      tpk_buffer_wrap(dev, TPK_F32, 1, &n, NULL, data, release_and_destroy, r, &x) != TPK_OK ||
       tpk_buffer_create(dev, TPK_F32, 1, &one, &y) != TPK_OK)
     abort();
   data[7] = 5;
   TpkBuffer *args[] = {x, y};
   TpkLaunch L = {.args = args};
-  r->waited = tpk_queue_launch(q, k, &L);
+  r->waited = tpk_queue_launch(r->q, k, &L);
+  if (r->waited == TPK_OK) r->waited = tpk_queue_record(r->q, &e);
   tpk_buffer_destroy(x); /* the queued launch holds the last reference */
-  if (r->waited == TPK_OK) r->waited = tpk_queue_wait(q);
+  if (r->waited == TPK_OK) {
+    r->waited = tpk_event_wait(e); /* an event outlives its queue */
+    tpk_event_destroy(e);
+  }
   if (r->waited == TPK_OK && *(float *)tpk_buffer_data(y) != 5) r->waited = TPK_ERR_INTERNAL;
-  tpk_queue_destroy(q);
+  if (r->queue) tpk_context_destroy(r->ctx);
+  else tpk_queue_destroy(r->q);
   tpk_buffer_destroy(y);
   pthread_mutex_lock(&r->lock);
   r->done = true;
@@ -385,10 +393,10 @@ static void *reentry_main(void *arg) {
   return NULL;
 }
 
-static void test_release_callback_destroys_the_context(void **state) {
-  (void)state;
+static void reenter_from_release(bool queue) {
   Reentry *r = calloc(1, sizeof *r); /* leaked if the scenario hangs: its thread still uses it */
   assert_non_null(r);
+  r->queue = queue;
   pthread_mutex_init(&r->lock, NULL);
   pthread_cond_init(&r->cond, NULL);
   pthread_t thread;
@@ -401,13 +409,23 @@ static void test_release_callback_destroys_the_context(void **state) {
   }
   bool done = r->done, released = r->released;
   pthread_mutex_unlock(&r->lock);
-  if (!done) fail_msg("destroying the context from a release callback on the queue's worker hangs");
+  if (!done) fail_msg("destroying the %s from a release callback on the queue's worker hangs", queue ? "queue" : "context");
   pthread_join(thread, NULL);
   assert_true(released);
   assert_int_equal(r->waited, TPK_OK);
   pthread_cond_destroy(&r->cond);
   pthread_mutex_destroy(&r->lock);
   free(r);
+}
+
+static void test_release_callback_destroys_the_context(void **state) {
+  (void)state;
+  reenter_from_release(false);
+}
+
+static void test_release_callback_destroys_the_queue(void **state) {
+  (void)state;
+  reenter_from_release(true);
 }
 
 /* Contexts on several threads load one kernel's compiled code from the
@@ -1516,6 +1534,7 @@ int main(void) {
       cmocka_unit_test(test_one_kernel_from_eight_threads),
       cmocka_unit_test(test_queued_std_kernel_outlives_its_context),
       cmocka_unit_test(test_release_callback_destroys_the_context),
+      cmocka_unit_test(test_release_callback_destroys_the_queue),
       cmocka_unit_test(test_threads_load_cached_code),
       cmocka_unit_test(test_random_lifetimes),
   };
