@@ -40,8 +40,10 @@ struct TpkEvent {
 };
 
 struct TpkQueues {
-  pthread_mutex_t lock;
+  pthread_mutex_t lock; /* the list, and each queue's pins and drained */
+  pthread_cond_t unpinned;
   TpkQueue *list;
+  unsigned rounds; /* of tpk_queues_drain */
 };
 
 struct TpkQueue {
@@ -53,6 +55,8 @@ struct TpkQueue {
   Work *head, *tail;
   bool busy, stop;
   bool orphan;         /* destroyed on its own worker, which frees it when it stops */
+  int pins;            /* drains of the context waiting for it: not freed until 0 */
+  unsigned drained;    /* the last round of tpk_queues_drain that waited for it */
   TpkStatus error;     /* first error since the last wait */
   char message[4096];
 };
@@ -82,8 +86,12 @@ static void work_free(Work *w, int nargs) {
 }
 
 /* The queue's own memory and its hold on the context, once its worker
- * has stopped. */
+ * has stopped and no drain of the context waits for it. */
 static void queue_free(TpkQueue *q) {
+  TpkQueues *qs = tpk_context_queues(q->ctx);
+  pthread_mutex_lock(&qs->lock);
+  while (q->pins) pthread_cond_wait(&qs->unpinned, &qs->lock);
+  pthread_mutex_unlock(&qs->lock);
   pthread_mutex_destroy(&q->lock);
   pthread_cond_destroy(&q->more);
   pthread_cond_destroy(&q->idle);
@@ -137,11 +145,13 @@ TpkStatus tpk_queues_create(TpkQueues **out) {
   *out = calloc(1, sizeof **out);
   if (!*out) return TPK_ERR_NOMEM;
   pthread_mutex_init(&(*out)->lock, NULL);
+  pthread_cond_init(&(*out)->unpinned, NULL);
   return TPK_OK;
 }
 
 void tpk_queues_destroy(TpkQueues *qs) {
   if (!qs) return;
+  pthread_cond_destroy(&qs->unpinned);
   pthread_mutex_destroy(&qs->lock);
   free(qs);
 }
@@ -158,11 +168,25 @@ static void drain(TpkQueue *q) {
   pthread_mutex_unlock(&q->lock);
 }
 
-/* The registry's lock is held throughout: a queue cannot be destroyed
- * meanwhile, and its worker never takes this lock. */
+/* Each queue in turn, without the registry's lock while waiting for it:
+ * a release callback on the worker waited for may destroy or create
+ * another queue of the context, which takes the lock. The queue waited for
+ * is pinned meanwhile (destroying it frees it only once unpinned); the
+ * list is scanned again after each wait, since it may have changed. */
 void tpk_queues_drain(TpkQueues *qs) {
   pthread_mutex_lock(&qs->lock);
-  for (TpkQueue *q = qs->list; q; q = q->next) drain(q);
+  unsigned round = ++qs->rounds;
+  for (;;) {
+    TpkQueue *q = qs->list;
+    while (q && q->drained == round) q = q->next;
+    if (!q) break;
+    q->drained = round;
+    q->pins++;
+    pthread_mutex_unlock(&qs->lock);
+    drain(q);
+    pthread_mutex_lock(&qs->lock);
+    if (--q->pins == 0) pthread_cond_broadcast(&qs->unpinned);
+  }
   pthread_mutex_unlock(&qs->lock);
 }
 

@@ -335,57 +335,75 @@ static void test_queued_std_kernel_outlives_its_context(void **state) {
 
 /* A release callback runs on a queue's worker when a queued launch held
  * the last reference to wrapped memory; a garbage-collected caller may
- * destroy its context or the queue from there (the tensor held the last
- * reference to them). Neither may wait for the worker it runs on, which
- * would wait for itself. The scenario runs on a thread of its own, so that
- * a hang fails the test instead of stopping the suite. */
-typedef struct Reentry {
-  bool queue;      /* the callback destroys the queue, else the context */
+ * destroy its context or a queue from there (the tensor held the last
+ * reference to them): the queue that runs it, or another one while
+ * another thread destroys the context, which waits for the first queue.
+ * None of it may wait for the worker it runs on. The scenario runs on a
+ * thread of its own, so that a hang fails the test instead of stopping the
+ * suite. */
+typedef enum Reentry {
+  DESTROY_CONTEXT,     /* the callback destroys the context */
+  DESTROY_QUEUE,       /* the queue that runs it */
+  DESTROY_OTHER_QUEUE, /* another queue, while the context is destroyed */
+} Reentry;
+
+typedef struct Reentrant {
+  Reentry what;
   TpkContext *ctx;
-  TpkQueue *q;
+  TpkQueue *q, *other;
   pthread_mutex_t lock;
   pthread_cond_t cond;
   bool released, done;
   TpkStatus waited;
-} Reentry;
+} Reentrant;
 
 static void release_and_destroy(void *user, void *data) {
-  Reentry *r = user;
+  Reentrant *r = user;
   free(data);
-  if (r->queue) tpk_queue_destroy(r->q);
-  else tpk_context_destroy(r->ctx);
+  if (r->what == DESTROY_CONTEXT) tpk_context_destroy(r->ctx);
+  else tpk_queue_destroy(r->what == DESTROY_QUEUE ? r->q : r->other);
   pthread_mutex_lock(&r->lock);
   r->released = true;
   pthread_mutex_unlock(&r->lock);
 }
 
 static void *reentry_main(void *arg) {
-  Reentry *r = arg;
+  Reentrant *r = arg;
   TpkDevice *dev;
-  TpkKernel *k;
-  TpkBuffer *x, *y;
+  TpkKernel *top, *slow;
+  TpkBuffer *x, *y, *m[3];
   TpkEvent *e;
-  int64_t n = 100, one = 1;
+  int64_t n = 100, one = 1, sq[2] = {256, 256};
   float *data = calloc((size_t)n, sizeof *data);
   if (!data || tpk_context_create(&r->ctx) != TPK_OK || tpk_device_open(r->ctx, "host", &dev) != TPK_OK ||
-      tpk_std_kernel(r->ctx, "max_all", &k) != TPK_OK || tpk_queue_create(r->ctx, &r->q) != TPK_OK ||
+      tpk_std_kernel(r->ctx, "max_all", &top) != TPK_OK || tpk_std_kernel(r->ctx, "matmul", &slow) != TPK_OK ||
+      tpk_queue_create(r->ctx, &r->q) != TPK_OK || tpk_queue_create(r->ctx, &r->other) != TPK_OK ||
       tpk_buffer_wrap(dev, TPK_F32, 1, &n, NULL, data, release_and_destroy, r, &x) != TPK_OK ||
       tpk_buffer_create(dev, TPK_F32, 1, &one, &y) != TPK_OK)
     abort();
+  for (int i = 0; i < 3; i++)
+    if (tpk_buffer_create(dev, TPK_F32, 2, sq, &m[i]) != TPK_OK) abort();
   data[7] = 5;
+  /* work that keeps the queue busy while the context is destroyed */
+  TpkLaunch mm = {.args = m};
+  for (int i = 0; r->what == DESTROY_OTHER_QUEUE && i < 4; i++)
+    if (tpk_queue_launch(r->q, slow, &mm) != TPK_OK) abort();
   TpkBuffer *args[] = {x, y};
   TpkLaunch L = {.args = args};
-  r->waited = tpk_queue_launch(r->q, k, &L);
+  r->waited = tpk_queue_launch(r->q, top, &L);
   if (r->waited == TPK_OK) r->waited = tpk_queue_record(r->q, &e);
   tpk_buffer_destroy(x); /* the queued launch holds the last reference */
+  if (r->what == DESTROY_OTHER_QUEUE) tpk_context_destroy(r->ctx);
   if (r->waited == TPK_OK) {
     r->waited = tpk_event_wait(e); /* an event outlives its queue */
     tpk_event_destroy(e);
   }
   if (r->waited == TPK_OK && *(float *)tpk_buffer_data(y) != 5) r->waited = TPK_ERR_INTERNAL;
-  if (r->queue) tpk_context_destroy(r->ctx);
-  else tpk_queue_destroy(r->q);
+  if (r->what != DESTROY_QUEUE) tpk_queue_destroy(r->q);
+  if (r->what != DESTROY_OTHER_QUEUE) tpk_queue_destroy(r->other);
+  if (r->what == DESTROY_QUEUE) tpk_context_destroy(r->ctx);
   tpk_buffer_destroy(y);
+  for (int i = 0; i < 3; i++) tpk_buffer_destroy(m[i]);
   pthread_mutex_lock(&r->lock);
   r->done = true;
   pthread_cond_signal(&r->cond);
@@ -393,10 +411,11 @@ static void *reentry_main(void *arg) {
   return NULL;
 }
 
-static void reenter_from_release(bool queue) {
-  Reentry *r = calloc(1, sizeof *r); /* leaked if the scenario hangs: its thread still uses it */
+static void reenter_from_release(Reentry what) {
+  static const char *const WHAT[] = {"the context", "the queue", "another queue while the context is destroyed"};
+  Reentrant *r = calloc(1, sizeof *r); /* leaked if the scenario hangs: its thread still uses it */
   assert_non_null(r);
-  r->queue = queue;
+  r->what = what;
   pthread_mutex_init(&r->lock, NULL);
   pthread_cond_init(&r->cond, NULL);
   pthread_t thread;
@@ -409,7 +428,7 @@ static void reenter_from_release(bool queue) {
   }
   bool done = r->done, released = r->released;
   pthread_mutex_unlock(&r->lock);
-  if (!done) fail_msg("destroying the %s from a release callback on the queue's worker hangs", queue ? "queue" : "context");
+  if (!done) fail_msg("destroying %s from a release callback on a queue's worker hangs", WHAT[what]);
   pthread_join(thread, NULL);
   assert_true(released);
   assert_int_equal(r->waited, TPK_OK);
@@ -420,12 +439,17 @@ static void reenter_from_release(bool queue) {
 
 static void test_release_callback_destroys_the_context(void **state) {
   (void)state;
-  reenter_from_release(false);
+  reenter_from_release(DESTROY_CONTEXT);
 }
 
 static void test_release_callback_destroys_the_queue(void **state) {
   (void)state;
-  reenter_from_release(true);
+  reenter_from_release(DESTROY_QUEUE);
+}
+
+static void test_release_callback_destroys_a_queue_while_the_context_is_destroyed(void **state) {
+  (void)state;
+  reenter_from_release(DESTROY_OTHER_QUEUE);
 }
 
 /* Contexts on several threads load one kernel's compiled code from the
@@ -1535,6 +1559,7 @@ int main(void) {
       cmocka_unit_test(test_queued_std_kernel_outlives_its_context),
       cmocka_unit_test(test_release_callback_destroys_the_context),
       cmocka_unit_test(test_release_callback_destroys_the_queue),
+      cmocka_unit_test(test_release_callback_destroys_a_queue_while_the_context_is_destroyed),
       cmocka_unit_test(test_threads_load_cached_code),
       cmocka_unit_test(test_random_lifetimes),
   };
