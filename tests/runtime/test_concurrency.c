@@ -11,8 +11,12 @@
  *     programs destroyed right after queueing launches that use them,
  *     queues before their events, and launches with another context's
  *     buffers (refused, never run). Every release callback runs once.
+ *   - Reproducers of what the walk and reading the runtime found: a queued
+ *     standard kernel of another context, release callbacks that destroy
+ *     the context or a queue on a queue's worker, threads loading one
+ *     cached build at once.
  *
- * Both are built for the sanitizers: `make test-asan` (use after free,
+ * All are built for the sanitizers: `make test-asan` (use after free,
  * leaks at exit) and `make test-tsan` (data races, lock order).
  * TPK_TEST_SEED=N runs the random walk with that seed only.
  */
@@ -20,13 +24,11 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "tpk.h"
 
