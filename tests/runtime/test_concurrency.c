@@ -1170,10 +1170,12 @@ static TpkEvent *record_event(Walker *W, int q) {
     return NULL;
   }
   pthread_mutex_lock(&w->lock);
-  if (w->nevents < MAX_EVENTS) w->events[w->nevents++] = (WalkEvent){.h = e, .queue = q, .users = 1, .live = true};
-  else tpk_event_destroy(e), e = NULL;
+  bool kept = w->nevents < MAX_EVENTS;
+  if (kept) w->events[w->nevents++] = (WalkEvent){.h = e, .queue = q, .users = 1, .live = true};
   pthread_mutex_unlock(&w->lock);
-  return e;
+  if (kept) return e;
+  tpk_event_destroy(e); /* the table is full */
+  return NULL;
 }
 
 static void done_event(World *w, TpkEvent *e) {
