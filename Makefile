@@ -5,6 +5,7 @@
 #   make test        every test (C unit tests, golden diagnostics, tutorials, the
 #                    standard kernels against NumPy and PyTorch)
 #   make test-asan   the C tests under AddressSanitizer + UBSan
+#   make test-tsan   the C tests that run threads, under ThreadSanitizer
 #   make bench       benchmarks -> bench/results.json and bench/RESULTS.md
 #   make fuzz        the frontend fuzzer (FUZZ_SECONDS=60 by default)
 #
@@ -33,6 +34,9 @@ BUILD ?= build
 CC ?= cc
 OPT ?= -O2
 SANITIZE ?=
+# The standard kernels are generated code, sanitized like the rest unless
+# a sanitizer cannot run them (test-tsan).
+STD_SANITIZE ?= $(SANITIZE)
 PYTHON ?= python3
 
 CPPFLAGS := -Iinclude -I. -I$(BUILD) -D_POSIX_C_SOURCE=200809L
@@ -69,7 +73,7 @@ TEST_SRC := $(wildcard tests/*/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(BUILD)/tests/support.o
 
-.PHONY: all deps test test-asan test-c bench fuzz clean
+.PHONY: all deps test test-asan test-tsan test-c bench fuzz clean
 all: $(BUILD)/libtpk.a $(BUILD)/libtpk.so $(BUILD)/tpk
 
 deps:
@@ -126,7 +130,7 @@ $(BUILD)/kernels/tpk_prims.h: host/prims.h
 # Generated code: the JIT's cc-tier flags (-ffp-contract=off keeps the bits
 # of every tier equal), without -Werror: its helpers are not all used.
 $(STD_OBJ): %.o: %.c $(BUILD)/kernels/tpk_prims.h
-	$(CC) $(CPPFLAGS) -I$(BUILD)/kernels -std=c11 -g -O3 -fPIC -ffp-contract=off $(SANITIZE) -w -c $< -o $@
+	$(CC) $(CPPFLAGS) -I$(BUILD)/kernels -std=c11 -g -O3 -fPIC -ffp-contract=off $(STD_SANITIZE) -w -c $< -o $@
 
 # ---- library and command line ----
 $(BUILD)/libtpk.a: $(LIB_OBJ) $(STD_OBJ) $(STD_LIST)
@@ -171,6 +175,25 @@ test: test-c
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -fno-omit-frame-pointer" \
 		SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all" test-c
+
+# The tests that run threads, under ThreadSanitizer, in build/tsan: whole
+# binaries, and test_host's tests of queues and the host's thread pool
+# (TPK_TESTS picks tests of a binary). The standard kernels are left
+# uninstrumented, like the code the JIT compiles: they pick their variant
+# (avx2 or not) in ifunc resolvers, which run before TSan's runtime is up.
+# TSan does not see what uninstrumented code (libtcc, compiled kernels)
+# does, so it cannot report it; tools/tsan.supp says why each of its
+# entries is there. Any other report is a race to fix.
+TSAN_BUILD := build/tsan
+TSAN_TESTS := runtime/test_concurrency host/test_jit $(patsubst tests/%.c,%,$(wildcard tests/runtime/test_lifetimes.c))
+TSAN_HOST_TESTS := test_queue_order test_errors_from_worker_parts test_whole_kernels_with_threads \
+	test_launch_in_forked_child test_thread_counts_agree_bitwise
+TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(abspath tools/tsan.supp)"
+test-tsan:
+	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) OPT=-O2 SANITIZE=-fsanitize=thread STD_SANITIZE= \
+		$(addprefix $(TSAN_BUILD)/tests/,$(TSAN_TESTS) runtime/test_host) $(TSAN_BUILD)/libtpk.so
+	@$(TSAN_ENV) sh tools/run-tests.sh $(TSAN_BUILD) $(addprefix $(TSAN_BUILD)/tests/,$(TSAN_TESTS))
+	@$(TSAN_ENV) TPK_TESTS="$(TSAN_HOST_TESTS)" sh tools/run-tests.sh $(TSAN_BUILD) $(TSAN_BUILD)/tests/runtime/test_host
 
 # ---- demo: the language contract's six examples, checked, then standard kernels run ----
 .PHONY: demo corpus-check

@@ -298,15 +298,29 @@ static void storage_release(TpkStorage *s) {
   free(s);
 }
 
+/* The bytes are given back outside the lock, since a release callback may
+ * call tpk again. Each storage is pinned (a hold of its own) meanwhile; one
+ * whose last buffer is going this very moment is left to that release. */
 void tpk_device_free_memory(TpkDevice *dev) {
+  TpkStorage *pinned = NULL;
   pthread_mutex_lock(&dev->lock);
-  while (dev->memory) {
-    TpkStorage *s = dev->memory;
+  for (TpkStorage *s = dev->memory, *next; s; s = next) {
+    next = s->next;
+    int refs = atomic_load(&s->refs);
+    while (refs > 0 && !atomic_compare_exchange_weak(&s->refs, &refs, refs + 1)) {
+    }
+    if (refs == 0) continue;
     storage_unlink(s);
     s->gone = true;
-    storage_give_back(s);
+    s->next = pinned; /* unlinked and gone: the links are this loop's */
+    pinned = s;
   }
   pthread_mutex_unlock(&dev->lock);
+  for (TpkStorage *s = pinned, *next; s; s = next) {
+    next = s->next;
+    storage_give_back(s);
+    storage_release(s);
+  }
 }
 
 /* A buffer's bytes, or NULL when its context was destroyed. */
@@ -445,7 +459,7 @@ TpkStatus tpk_buffer_view(TpkBuffer *base, size_t offset, TpkDType dtype, int ra
   if (offset % tpk_dtype_size(dtype))
     return fail(TPK_ERR_INVALID, "tpk_buffer_view: offset %zu is not a multiple of %s's %zu bytes", offset,
                 tpk_dtype_name(dtype), tpk_dtype_size(dtype));
-  if (!buffer_bytes(base)) return fail(TPK_ERR_INVALID, "tpk_buffer_view: the buffer's context was destroyed");
+  /* (a view of a buffer whose context was destroyed has no bytes either) */
   size_t start = (size_t)((char *)base->data - (char *)base->storage->data);
   if (offset > base->bytes || bytes > base->bytes - offset)
     return fail(TPK_ERR_INVALID, "tpk_buffer_view: %zu bytes at offset %zu do not fit in the buffer's %zu", bytes, offset,
@@ -476,16 +490,23 @@ void *tpk_buffer_data(TpkBuffer *b) { return b ? buffer_bytes(b) : NULL; }
 TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
   if (!b || (!src && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");
   if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_write: %zu bytes given, the buffer holds %zu", bytes, b->bytes);
-  if (!buffer_bytes(b)) return fail(TPK_ERR_INVALID, "tpk_buffer_write: the buffer's context was destroyed");
-  if (bytes) b->dev->ops->write(b->dev, b->data, src, bytes);
+  /* under the device's lock: the context's end may be giving the bytes back */
+  pthread_mutex_lock(&b->dev->lock);
+  bool gone = b->storage->gone;
+  if (!gone && bytes) b->dev->ops->write(b->dev, b->data, src, bytes);
+  pthread_mutex_unlock(&b->dev->lock);
+  if (gone) return fail(TPK_ERR_INVALID, "tpk_buffer_write: the buffer's context was destroyed");
   return TPK_OK;
 }
 
 TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
   if (!b || (!dst && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_read: no buffer or no destination");
   if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_read: %zu bytes asked, the buffer holds %zu", bytes, b->bytes);
-  if (!buffer_bytes(b)) return fail(TPK_ERR_INVALID, "tpk_buffer_read: the buffer's context was destroyed");
-  if (bytes) b->dev->ops->read(b->dev, dst, b->data, bytes);
+  pthread_mutex_lock(&b->dev->lock);
+  bool gone = b->storage->gone;
+  if (!gone && bytes) b->dev->ops->read(b->dev, dst, b->data, bytes);
+  pthread_mutex_unlock(&b->dev->lock);
+  if (gone) return fail(TPK_ERR_INVALID, "tpk_buffer_read: the buffer's context was destroyed");
   return TPK_OK;
 }
 

@@ -9,7 +9,8 @@
  * event needs nothing of its queue afterwards.
  *
  * A context keeps a registry of its queues (TpkQueues) so that destroying
- * the context waits for their work.
+ * the context runs their work and stops them: a queue refuses new work
+ * then, and its worker ends once the queue is empty.
  */
 #include "runtime/device.h"
 
@@ -40,8 +41,10 @@ struct TpkEvent {
 };
 
 struct TpkQueues {
-  pthread_mutex_t lock;
+  pthread_mutex_t lock; /* the list, and each queue's pins and drained */
+  pthread_cond_t unpinned;
   TpkQueue *list;
+  unsigned rounds; /* of tpk_queues_drain */
 };
 
 struct TpkQueue {
@@ -51,8 +54,10 @@ struct TpkQueue {
   pthread_mutex_t lock;
   pthread_cond_t more, idle;
   Work *head, *tail;
-  bool busy, stop;
-  bool joined; /* the worker has stopped (its context was destroyed) */
+  bool busy, stop;  /* stop: no more work is taken (destroyed, or its context) */
+  bool orphan;         /* destroyed on its own worker, which frees it when it stops */
+  int pins;            /* drains of the context waiting for it: not freed until 0 */
+  unsigned drained;    /* the last round of tpk_queues_drain that waited for it */
   TpkStatus error;     /* first error since the last wait */
   char message[4096];
 };
@@ -79,6 +84,21 @@ static void work_free(Work *w, int nargs) {
   free(w->tunes);
   free(w->names);
   free(w);
+}
+
+/* The queue's own memory and its hold on the context, once its worker
+ * has stopped and no drain of the context waits for it. */
+static void queue_free(TpkQueue *q) {
+  TpkQueues *qs = tpk_context_queues(q->ctx);
+  pthread_mutex_lock(&qs->lock);
+  while (q->pins) pthread_cond_wait(&qs->unpinned, &qs->lock);
+  pthread_mutex_unlock(&qs->lock);
+  pthread_mutex_destroy(&q->lock);
+  pthread_cond_destroy(&q->more);
+  pthread_cond_destroy(&q->idle);
+  TpkContext *ctx = q->ctx;
+  free(q);
+  tpk_context_release(ctx);
 }
 
 static void *worker(void *arg) {
@@ -114,7 +134,9 @@ static void *worker(void *arg) {
     q->busy = false;
     if (!q->head) pthread_cond_broadcast(&q->idle);
   }
+  bool orphan = q->orphan;
   pthread_mutex_unlock(&q->lock);
+  if (orphan) queue_free(q);
   return NULL;
 }
 
@@ -124,38 +146,58 @@ TpkStatus tpk_queues_create(TpkQueues **out) {
   *out = calloc(1, sizeof **out);
   if (!*out) return TPK_ERR_NOMEM;
   pthread_mutex_init(&(*out)->lock, NULL);
+  pthread_cond_init(&(*out)->unpinned, NULL);
   return TPK_OK;
 }
 
 void tpk_queues_destroy(TpkQueues *qs) {
   if (!qs) return;
+  pthread_cond_destroy(&qs->unpinned);
   pthread_mutex_destroy(&qs->lock);
   free(qs);
 }
 
-/* Wait until q has run everything queued so far. */
+/* Wait until q has run everything queued so far. Not on q's own worker:
+ * a release callback runs there when a queued launch let go of the last
+ * reference to wrapped memory, and a garbage-collected caller may destroy
+ * the context from it; the worker cannot wait for itself. (The queue holds
+ * the context, so the rest of its work runs safely afterwards.) */
 static void drain(TpkQueue *q) {
+  if (pthread_equal(pthread_self(), q->thread)) return;
   pthread_mutex_lock(&q->lock);
   while (q->head || q->busy) pthread_cond_wait(&q->idle, &q->lock);
   pthread_mutex_unlock(&q->lock);
 }
 
-/* Runs q's work to the end and stops its worker. */
-static void stop_worker(TpkQueue *q) {
-  if (q->joined) return;
+/* Tell q's worker to take no more work and to end when q is empty. */
+static void stop(TpkQueue *q) {
   pthread_mutex_lock(&q->lock);
   q->stop = true;
   pthread_cond_broadcast(&q->more);
   pthread_mutex_unlock(&q->lock);
-  pthread_join(q->thread, NULL); /* the worker drains before it stops */
-  q->joined = true;
 }
 
-/* The registry's lock is held throughout: a queue cannot be destroyed
- * meanwhile, and its worker never takes this lock. */
+/* Each queue in turn is stopped and drained, without the registry's lock
+ * while waiting for it: a release callback on the worker waited for may
+ * destroy or create another queue of the context, which takes the lock.
+ * The queue waited for is pinned meanwhile (destroying it frees it only
+ * once unpinned); the list is scanned again after each wait, since it may
+ * have changed. A stopped worker is joined by tpk_queue_destroy. */
 void tpk_queues_close(TpkQueues *qs) {
   pthread_mutex_lock(&qs->lock);
-  for (TpkQueue *q = qs->list; q; q = q->next) stop_worker(q);
+  unsigned round = ++qs->rounds;
+  for (;;) {
+    TpkQueue *q = qs->list;
+    while (q && q->drained == round) q = q->next;
+    if (!q) break;
+    q->drained = round;
+    q->pins++;
+    pthread_mutex_unlock(&qs->lock);
+    stop(q);
+    drain(q);
+    pthread_mutex_lock(&qs->lock);
+    if (--q->pins == 0) pthread_cond_broadcast(&qs->unpinned);
+  }
   pthread_mutex_unlock(&qs->lock);
 }
 
@@ -207,14 +249,21 @@ void tpk_queue_destroy(TpkQueue *q) {
       *p = q->next;
       break;
     }
-  stop_worker(q);
   pthread_mutex_unlock(&qs->lock);
-  pthread_mutex_destroy(&q->lock);
-  pthread_cond_destroy(&q->more);
-  pthread_cond_destroy(&q->idle);
-  TpkContext *ctx = q->ctx;
-  free(q);
-  tpk_context_release(ctx);
+  /* On the queue's own worker (a release callback: see drain) the worker
+   * cannot be joined; it runs the rest of the work and frees the queue
+   * when it stops. */
+  bool on_worker = pthread_equal(pthread_self(), q->thread);
+  pthread_mutex_lock(&q->lock);
+  q->orphan = on_worker;
+  pthread_mutex_unlock(&q->lock);
+  stop(q);
+  if (on_worker) {
+    pthread_detach(q->thread);
+    return;
+  }
+  pthread_join(q->thread, NULL); /* the worker drains before it stops */
+  queue_free(q);
 }
 
 TpkStatus tpk_queue_wait(TpkQueue *q) {
@@ -224,8 +273,8 @@ TpkStatus tpk_queue_wait(TpkQueue *q) {
   return take_error(q);
 }
 
-/* Appends w, unless the worker has been told to stop (the context was
- * destroyed): then false, and w is still the caller's. */
+/* Appends w, unless the queue was stopped (its context was destroyed):
+ * then false, and w is still the caller's. */
 static bool enqueue(TpkQueue *q, Work *w) {
   pthread_mutex_lock(&q->lock);
   if (q->stop) {
@@ -252,6 +301,14 @@ static char *copy_name(char **at, const char *name) {
 TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *L) {
   if (!q || !k || !L) return q_fail(TPK_ERR_INVALID, "tpk_queue_launch: no queue, kernel or launch");
   if (tpk_launch_check_counts(L, "tpk_queue_launch") != TPK_OK) return TPK_ERR_INVALID;
+  /* A kernel runs on a queue of its own context: another context's end
+   * would not wait for this queue, and its code would go under it. */
+  if (tpk_program_context(tpk_kernel_program(k)) != q->ctx) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "tpk_queue_launch: kernel '%s' belongs to another context than the queue",
+             tpk_kernel_ir(k)->name);
+    return q_fail(TPK_ERR_INVALID, msg);
+  }
   int n = tpk_kernel_param_count(k);
   Work *w = calloc(1, sizeof *w);
   if (!w) return q_fail(TPK_ERR_NOMEM, "out of memory queueing a launch");
@@ -302,7 +359,7 @@ TpkStatus tpk_queue_record(TpkQueue *q, TpkEvent **out) {
   pthread_cond_init(&e->cond, NULL);
   e->refs = 2; /* the caller's, and the marker's */
   w->event = e;
-  if (!enqueue(q, w)) { /* the context was destroyed: all its work has run */
+  if (!enqueue(q, w)) { /* stopped: everything queued before has run */
     pthread_mutex_lock(&q->lock);
     e->error = q->error;
     snprintf(e->message, sizeof e->message, "%s", q->message);

@@ -127,6 +127,10 @@ struct TpkProgram {
 struct TpkContext {
   atomic_int refs;     /* the caller's, and one per buffer, program and queue */
   atomic_bool closed;  /* tpk_context_destroy was called */
+  /* Held shared by every launch while it runs, exclusively by the end of
+   * the context while it frees what launches use: a launch on another
+   * thread either finishes first or is refused. */
+  pthread_rwlock_t running;
   TpkQueues *queues;
   TpkJit *jit;
   bool generic_jit; /* TPK_GENERIC=1: compile each kernel once for every shape */
@@ -182,6 +186,7 @@ TpkStatus tpk_context_create(TpkContext **out) {
   }
   atomic_init(&ctx->refs, 1);
   atomic_init(&ctx->closed, false);
+  pthread_rwlock_init(&ctx->running, NULL);
   pthread_mutex_init(&ctx->lock, NULL);
   *out = ctx;
   return TPK_OK;
@@ -243,10 +248,20 @@ static void program_free(TpkProgram *prog) {
   if (hold) tpk_context_release(ctx);
 }
 
-void tpk_program_retain(TpkProgram *p) { atomic_fetch_add(&p->refs, 1); }
+/* A hold keeps the program's kernels valid. A standard program is its
+ * context's own and goes with the context whatever its count, so a hold on
+ * one holds the context too (a queue of another context may run its
+ * kernel after this context was destroyed). */
+void tpk_program_retain(TpkProgram *p) {
+  atomic_fetch_add(&p->refs, 1);
+  if (p->of_context) tpk_context_retain(p->ctx);
+}
 
 void tpk_program_release(TpkProgram *p) {
-  if (p && atomic_fetch_sub(&p->refs, 1) == 1) program_free(p);
+  if (!p) return;
+  TpkContext *held = p->of_context ? p->ctx : NULL;
+  if (atomic_fetch_sub(&p->refs, 1) == 1) program_free(p);
+  tpk_context_release(held); /* last: it may free a standard program */
 }
 
 void tpk_program_destroy(TpkProgram *prog) { tpk_program_release(prog); }
@@ -270,6 +285,7 @@ static void context_free(TpkContext *ctx) {
     free(d);
   }
   tpk_queues_destroy(ctx->queues);
+  pthread_rwlock_destroy(&ctx->running);
   pthread_mutex_destroy(&ctx->lock);
   free(ctx->std_programs);
   free(ctx);
@@ -285,6 +301,7 @@ void tpk_context_release(TpkContext *ctx) {
 void tpk_context_destroy(TpkContext *ctx) {
   if (!ctx || atomic_exchange(&ctx->closed, true)) return;
   tpk_queues_close(ctx->queues);
+  pthread_rwlock_wrlock(&ctx->running);
   pthread_mutex_lock(&ctx->lock);
   for (TpkDevice *d = ctx->devices; d; d = d->next) tpk_device_free_memory(d);
   for (TpkProgram *p = ctx->programs; p; p = p->next) {
@@ -299,6 +316,7 @@ void tpk_context_destroy(TpkContext *ctx) {
   ctx->jit = NULL;
   tpk_pool_destroy(ctx->pool);
   ctx->pool = NULL;
+  pthread_rwlock_unlock(&ctx->running);
   tpk_context_release(ctx);
 }
 
@@ -949,16 +967,35 @@ static const char *tier_name(const Generic *g, const TpkCode *code) {
   return tpk_code_from_cache(code) ? "cache" : "cc";
 }
 
+static TpkStatus launch(TpkKernel *k, const TpkLaunch *L);
+
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (!k || !L) return fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
   if (tpk_launch_check_counts(L, "tpk_kernel_launch") != TPK_OK) return TPK_ERR_INVALID;
-  if (tpk_context_closed(k->prog->ctx))
-    return fail(TPK_ERR_INVALID, "kernel '%s': its context was destroyed; launches are refused", k->f->name);
-  return tpk_launch_queued(k, L);
+  TpkContext *ctx = k->prog->ctx;
+  pthread_rwlock_rdlock(&ctx->running);
+  TpkStatus st = tpk_context_closed(ctx)
+                     ? fail(TPK_ERR_INVALID, "kernel '%s': its context was destroyed; launches are refused", k->f->name)
+                     : launch(k, L);
+  pthread_rwlock_unlock(&ctx->running);
+  return st;
+}
+
+TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L) {
+  TpkContext *ctx = k->prog->ctx;
+  pthread_rwlock_rdlock(&ctx->running);
+  /* The one way to get here after the context's end: a release callback
+   * on this queue's worker destroyed the context, which could not wait for
+   * the worker it ran on. */
+  TpkStatus st = !ctx->jit ? fail(TPK_ERR_INVALID, "kernel '%s': its context was destroyed before this queued launch ran",
+                                  k->f->name)
+                           : launch(k, L);
+  pthread_rwlock_unlock(&ctx->running);
+  return st;
 }
 
 /* A launch, checked or queued before the context was destroyed. */
-TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L) {
+static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
   const TpkFunc *f = k->f;
   Bound b;
   char from[MAX_SYMS][96];
@@ -1079,7 +1116,12 @@ TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *s
 }
 
 void tpk_context_wait_compiles(TpkContext *ctx) {
-  if (!ctx || tpk_context_closed(ctx)) return;
+  if (!ctx) return;
+  pthread_rwlock_rdlock(&ctx->running);
+  if (!ctx->jit) {
+    pthread_rwlock_unlock(&ctx->running);
+    return;
+  }
   pthread_mutex_lock(&ctx->lock);
   for (TpkProgram *p = ctx->programs; p; p = p->next) {
     pthread_mutex_lock(&p->lock);
@@ -1090,6 +1132,7 @@ void tpk_context_wait_compiles(TpkContext *ctx) {
     pthread_mutex_unlock(&p->lock);
   }
   pthread_mutex_unlock(&ctx->lock);
+  pthread_rwlock_unlock(&ctx->running);
 }
 
 /* ---- the standard library ------------------------------------------------------------ */
@@ -1136,6 +1179,7 @@ const char *tpk_std_source(const char *file) {
 TpkStatus tpk_std_kernel(TpkContext *ctx, const char *name, TpkKernel **out) {
   *out = NULL;
   if (!ctx || !name) return fail(TPK_ERR_INVALID, "tpk_std_kernel: no context or no name");
+  if (tpk_context_closed(ctx)) return fail(TPK_ERR_INVALID, "tpk_std_kernel: the context was destroyed");
   const TpkStdEntry *e = NULL;
   for (int i = 0; (e = std_kernel_entry(i)) && strcmp(e->kernel, name) != 0; i++) {
   }

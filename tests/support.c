@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fnmatch.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <math.h>
@@ -42,6 +44,31 @@ void test_compile_free(TestCompile *c) {
   memset(c, 0, sizeof *c);
 }
 
+/* Whether `name` matches one of the globs of `list` (separated by commas
+ * or spaces). */
+static bool named_in(const char *list, const char *name) {
+  for (const char *at = list; *at;) {
+    size_t len = strcspn(at, ", ");
+    char glob[256];
+    snprintf(glob, sizeof glob, "%.*s", (int)len, at);
+    if (len && fnmatch(glob, name, 0) == 0) return true;
+    at += len + (at[len] != 0);
+  }
+  return false;
+}
+
+int test_run_selected(const char *group, const struct CMUnitTest *tests, size_t n) {
+  const char *list = getenv("TPK_TESTS");
+  struct CMUnitTest *chosen = malloc((n ? n : 1) * sizeof *chosen);
+  if (!chosen) return 1;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!list || !*list || named_in(list, tests[i].name)) chosen[k++] = tests[i];
+  int failures = _cmocka_run_group_tests(group, chosen, k, NULL, NULL);
+  free(chosen);
+  return failures;
+}
+
 TpkKernel *test_kernel(TpkContext **ctx, TpkDevice **dev, const char *device, const char *name, const char *text,
                        const char *kernel) {
   TpkProgram *prog;
@@ -62,6 +89,32 @@ char *test_read_file(const char *path, size_t *len) {
   fclose(f);
   if (len) *len = s.len;
   return tpk_str_take(&s);
+}
+
+char *test_temp_dir(const char *prefix) {
+  const char *base = getenv("TMPDIR");
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s-XXXXXX", base && *base ? base : "/tmp", prefix);
+  char *dir = strdup(path);
+  if (!dir || !mkdtemp(dir)) fail_msg("cannot make a folder like %s", path);
+  return dir;
+}
+
+void test_remove_tree(const char *path) {
+  DIR *d = opendir(path);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char sub[1024];
+      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+      struct stat st;
+      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) test_remove_tree(sub);
+      else unlink(sub);
+    }
+    closedir(d);
+  }
+  rmdir(path);
 }
 
 const char *test_root(void) {

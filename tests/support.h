@@ -58,6 +58,11 @@ void test_names_free(char **names, int n);
 /* Read a whole file (heap, NUL-terminated), or NULL. `*len` may be NULL. */
 char *test_read_file(const char *path, size_t *len);
 
+/* A new empty folder under $TMPDIR (else /tmp) named prefix-XXXXXX (heap);
+ * fails the test otherwise. test_remove_tree deletes it and what it holds. */
+char *test_temp_dir(const char *prefix);
+void test_remove_tree(const char *path);
+
 /* The repository root: $TPK_ROOT, else the current directory. */
 const char *test_root(void);
 /* Path under the root, in a static buffer (valid until the next call). */
@@ -95,6 +100,13 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
  * destroys *ctx. */
 TpkKernel *test_kernel(TpkContext **ctx, TpkDevice **dev, const char *device, const char *name, const char *text,
                        const char *kernel);
+
+/* cmocka_run_group_tests over the tests that $TPK_TESTS names (names or
+ * globs separated by commas or spaces, "test_queue_*,test_launch_in_*"),
+ * or over all of them when it is unset or empty: how a suite (make
+ * test-tsan) runs part of a test binary. */
+#define test_run_tests(tests) test_run_selected(#tests, (tests), sizeof(tests) / sizeof((tests)[0]))
+int test_run_selected(const char *group, const struct CMUnitTest *tests, size_t n);
 
 /* ---- running the tpk command ---- */
 

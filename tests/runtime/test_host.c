@@ -961,5 +961,5 @@ int main(void) {
       cmocka_unit_test(test_inline_conversions_match_the_primitive),
       cmocka_unit_test(test_corpus_matches_interpreter),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return test_run_tests(tests);
 }
