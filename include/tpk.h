@@ -83,10 +83,13 @@ const char *tpk_status_name(TpkStatus s);
  *     be destroyed right after it is queued;
  *   - an event outlives its queue: waiting on it after the queue is gone
  *     returns at once, with the errors of the work before it.
- * Using a handle after its own destroy call, or while another thread
- * destroys its context, stays the caller's to avoid. Kernels and devices are
- * owned by their program and context; the standard library's programs by
- * the context. */
+ * A launch on another thread either finishes before the context's end
+ * frees anything or is refused; a pointer from tpk_buffer_data is the one
+ * thing the end cannot wait for. Using a handle after its own destroy call
+ * stays the caller's to avoid. A release callback may destroy tpk objects
+ * (even the context) but must not wait on the queue whose work released
+ * the memory. Kernels and devices are owned by their program and context;
+ * the standard library's programs by the context. */
 typedef struct TpkContext TpkContext;
 typedef struct TpkDevice TpkDevice;
 typedef struct TpkBuffer TpkBuffer;
@@ -277,7 +280,8 @@ TpkStatus tpk_std_kernel(TpkContext *ctx, const char *name, TpkKernel **out);
 /* The source text of a standard file ("softmax.tpk"), or NULL. */
 const char *tpk_std_source(const char *file);
 
-/* Queues: launches run in submission order on the queue's worker thread.
+/* Queues: launches run in submission order on the queue's worker thread;
+ * a queue takes kernels of its own context only.
  * The launch is copied, so the caller's arrays may be reused at once, and
  * it holds its buffers and program until it has run (destroying them
  * meanwhile is safe); its `result`, if any, must stay valid until then.

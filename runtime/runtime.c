@@ -854,6 +854,7 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
 }
 
 static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, Spec **out) {
+  *out = NULL;
   char *key = spec_key(k, b, tunes, dev);
   if (!key) return fail(TPK_ERR_NOMEM, "out of memory");
   TpkProgram *prog = k->prog;
