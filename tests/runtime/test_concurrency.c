@@ -995,6 +995,25 @@ static void take_launch_bufs(Walker *W, int kc, int *x, int *y) {
   }
 }
 
+/* A buffer's values, read while another walker may be ending its context
+ * (tpk_buffer_read copies under the device's lock; a pointer from
+ * tpk_buffer_data would not be safe then). NULL when the memory is gone. */
+static float *read_floats(TpkBuffer *b, int64_t n) {
+  float *v = malloc((size_t)n * sizeof *v);
+  if (!v) abort();
+  if (tpk_buffer_read(b, v, (size_t)n * sizeof *v) == TPK_OK) return v;
+  free(v);
+  return NULL;
+}
+
+/* check_values against what b holds now. */
+static bool check_buffer(Walker *W, const char *what, TpkBuffer *b, const float *want, int64_t n) {
+  float *got = read_floats(b, n);
+  bool ok = check_values(W, what, got, want, n);
+  free(got);
+  return ok;
+}
+
 static float *copy_floats(const float *v, int64_t n) {
   if (!v) return NULL;
   float *c = malloc((size_t)n * sizeof *c);
@@ -1005,10 +1024,14 @@ static float *copy_floats(const float *v, int64_t n) {
 
 /* What y must hold after y = 2x + a (or, refused, what it holds now). */
 static float *expected_y(const WalkBuf *x, const WalkBuf *y, float a, bool runs) {
-  const float *xv = tpk_buffer_data(x->h), *yv = tpk_buffer_data(y->h);
-  if (!xv || !yv) return NULL; /* a context was destroyed: its memory is gone */
-  float *want = copy_floats(yv, y->elems);
+  float *xv = read_floats(x->h, x->elems), *want = read_floats(y->h, y->elems);
+  if (!xv || !want) { /* a context was destroyed: its memory is gone */
+    free(xv);
+    free(want);
+    return NULL;
+  }
   for (int64_t i = 0; runs && i < y->elems; i++) want[i] = xv[i] * 2.0f + a;
+  free(xv);
   return want;
 }
 
@@ -1040,7 +1063,7 @@ static void walk_launch(Walker *W) {
   char what[96];
   snprintf(what, sizeof what, "a launch of bump (context %d, buffers of %d and %d)", kc, bx->ctx, by->ctx);
   if (check_status(W, what, st, refused, before == CTX_CLOSED, closing)) {
-    check_values(W, what, tpk_buffer_data(by->h), st == TPK_OK ? runs : stays, by->elems);
+    check_buffer(W, what, by->h, st == TPK_OK ? runs : stays, by->elems);
     if (st == TPK_OK && (!is_jit_tier(r.tier) || strcmp(r.tunes, "") != 0))
       failed(&W->fail, "%s: tier '%s', tunes '%s'", what, r.tier ? r.tier : "(null)", r.tunes);
     if (st == TPK_OK) check_sim_result(&W->fail, what, &r, by->sim);
@@ -1079,7 +1102,7 @@ static void walk_std_launch(Walker *W) {
   if (tpk_std_kernel(w->ctxs[c].h, "max_all", &k) != TPK_OK || tpk_buffer_view(by->h, 0, TPK_F32, 1, &one, &top) != TPK_OK) {
     failed(&W->fail, "%s: %s", what, tpk_last_error());
   } else {
-    const float *xv = tpk_buffer_data(bx->h), *tv = tpk_buffer_data(top);
+    float *xv = read_floats(bx->h, bx->elems), *tv = read_floats(top, 1);
     float want = refused && tv ? *tv : -INFINITY;
     for (int64_t i = 0; xv && !refused && i < bx->elems; i++) want = fmaxf(want, xv[i]);
     TpkBuffer *args[] = {bx->h, top};
@@ -1087,11 +1110,13 @@ static void walk_std_launch(Walker *W) {
     TpkLaunch L = {.args = args, .result = &r};
     TpkStatus st = tpk_kernel_launch(k, &L);
     if (check_status(W, what, st, refused, false, false)) {
-      check_values(W, what, tpk_buffer_data(top), xv && (tv || !refused) ? &want : NULL, 1);
+      check_buffer(W, what, top, xv && (tv || !refused) ? &want : NULL, 1);
       if (st == TPK_OK && (!r.tier || strcmp(r.tier, "aot") != 0)) failed(&W->fail, "%s: tier '%s'", what, r.tier ? r.tier : "(null)");
       if (st == TPK_OK) check_sim_result(&W->fail, what, &r, by->sim);
     }
     count_launch(w, st);
+    free(xv);
+    free(tv);
   }
   tpk_buffer_destroy(top);
   pthread_mutex_lock(&w->lock);
@@ -1252,8 +1277,9 @@ static void walk_queue_launch(Walker *W) {
   const WalkBuf *bx = &w->bufs[x], *by = &w->bufs[y];
   float a = std ? 0 : (float)(below(&W->rng, 9) - 4);
   float *runs = expected_y(bx, by, a, !refused), *stays = expected_y(bx, by, a, false);
-  const float *xv = tpk_buffer_data(bx->h);
-  if (std && runs && xv) memcpy(runs, xv, (size_t)bx->elems * sizeof(float)); /* the transpose copies */
+  float *xv = std ? read_floats(bx->h, bx->elems) : NULL;
+  if (runs && xv) memcpy(runs, xv, (size_t)bx->elems * sizeof(float)); /* the transpose copies */
+  free(xv);
   TpkKernel *k = NULL;
   TpkBuffer *args[3] = {bx->h, NULL, by->h}, *views[2] = {NULL, NULL};
   double scalars[] = {0, a, 0};
@@ -1321,7 +1347,7 @@ static void walk_queue_launch(Walker *W) {
     TpkEvent *e = below(&W->rng, 2) ? record_event(W, q) : NULL;
     check_wait(W, what, e ? tpk_event_wait(e) : tpk_queue_wait(w->queues[q].h));
     if (e) done_event(w, e);
-    check_values(W, what, tpk_buffer_data(by->h), want, by->elems);
+    check_buffer(W, what, by->h, want, by->elems);
   }
   if (refused) count_refused(w, refused, queued); /* when they ran */
   else count(w, SEEN_RAN, queued);
