@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "host/jit.h"
+#include "support.h"
 
 /* ---- a primitive table for the tests ---- */
 
@@ -372,33 +373,6 @@ static double cpu_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-static char *make_temp_dir(void) {
-  const char *base = getenv("TMPDIR");
-  char path[512];
-  snprintf(path, sizeof path, "%s/tpk-test-jit-XXXXXX", base && *base ? base : "/tmp");
-  char *dir = strdup(path);
-  assert_non_null(dir);
-  assert_non_null(mkdtemp(dir));
-  return dir;
-}
-
-static void remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[1024];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      struct stat st;
-      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(sub);
-      else unlink(sub);
-    }
-    closedir(d);
-  }
-  rmdir(path);
-}
-
 /* Entries of dir: how many end in .so (the last one's path in so_path), and
  * how many others there are (left-over build folders), besides the lock. */
 static int count_entries(const char *dir, char *so_path, size_t size, int *others) {
@@ -546,7 +520,7 @@ static void test_tcc_compiles_and_runs(void **state) {
 
 static void test_cc_tier_compiles_with_cc(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char src[2048], so[1024];
   add_source(src, sizeof src, 2);
   TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
@@ -563,13 +537,13 @@ static void test_cc_tier_compiles_with_cc(void **state) {
   assert_false(tpk_code_from_cache(c));
   assert_null(tpk_code_note(c));
   tpk_jit_destroy(j);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
 static void test_cc_tier_without_cache_leaves_nothing(void **state) {
   (void)state;
-  char *tmp = make_temp_dir();
+  char *tmp = test_temp_dir("tpk-test-jit");
   char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
   setenv("TMPDIR", tmp, 1);
   char src[2048];
@@ -585,13 +559,13 @@ static void test_cc_tier_without_cache_leaves_nothing(void **state) {
   assert_int_equal(count_entries(tmp, NULL, 0, &others), 0);
   assert_int_equal(others, 0);
   tpk_jit_destroy(j);
-  remove_tree(tmp);
+  test_remove_tree(tmp);
   free(tmp);
 }
 
 static void test_auto_promotes_after_hot_calls(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char src[2048];
   add_source(src, sizeof src, 4);
   TpkJit *j = new_jit(TPK_TIER_AUTO, 3, dir, NULL);
@@ -611,13 +585,13 @@ static void test_auto_promotes_after_hot_calls(void **state) {
   assert_stats(j, 1, 1, 0, 0);
   assert_null(tpk_code_cc_error(c));
   tpk_jit_destroy(j);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
 static void test_cache_hit_in_second_jit(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char src[2048];
   add_source(src, sizeof src, 5);
   TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
@@ -641,7 +615,7 @@ static void test_cache_hit_in_second_jit(void **state) {
   assert_int_equal(tpk_code_tier(c), TPK_TIER_TCC);
   assert_stats(j, 1, 0, 1, 0);
   tpk_jit_destroy(j);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -651,7 +625,7 @@ static void test_cache_hit_in_second_jit(void **state) {
  * loaded when its descriptor had the same number. */
 static void test_builds_of_one_entry_load_apart(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char src[4][2048];
   for (int i = 0; i < 4; i++) add_source(src[i], sizeof src[i], 11 + i);
   TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
@@ -665,7 +639,7 @@ static void test_builds_of_one_entry_load_apart(void **state) {
   for (int i = 0; i < 4; i++) run_add(built[i], 11 + i, NULL);
   assert_stats(j, 0, 0, 4, 0);
   tpk_jit_destroy(j);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -704,7 +678,7 @@ static void damage_file(const char *path, Damage how) {
  * which the dynamic loader took for the object it had already loaded.) */
 static void test_cached_builds_of_one_entry_stay_apart(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char src[2048];
   TpkCode *c[3];
   for (int round = 0; round < 2; round++) {
@@ -719,7 +693,7 @@ static void test_cached_builds_of_one_entry_stay_apart(void **state) {
     assert_stats(j, 0, round == 0 ? 3 : 0, round == 0 ? 0 : 3, 0);
     tpk_jit_destroy(j);
   }
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -727,7 +701,7 @@ static void test_damaged_cache_file_is_rebuilt(void **state) {
   (void)state;
   const Damage kinds[] = {TRUNCATE, GARBAGE, FLIP_BYTE, EMPTY, DROP_TRAILER};
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-    char *dir = make_temp_dir();
+    char *dir = test_temp_dir("tpk-test-jit");
     char src[2048], so[1024];
     add_source(src, sizeof src, 7);
     TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
@@ -747,7 +721,7 @@ static void test_damaged_cache_file_is_rebuilt(void **state) {
     run_add(compile_ok(j, src, "add_kernel"), 7, NULL);
     assert_stats(j, 0, 0, 1, 0);
     tpk_jit_destroy(j);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
   }
 }
@@ -799,7 +773,7 @@ static void test_hmac_sha256_rfc4231(void **state) {
  * compiled over, never run. */
 static void test_planted_entry_is_not_loaded(void **state) {
   (void)state;
-  char *dir = make_temp_dir(), *evil_dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit"), *evil_dir = test_temp_dir("tpk-test-jit");
   char src[2048], evil[2048], entry[1024], evil_entry[1024], body_path[1100];
   add_source(src, sizeof src, 8);
   add_source(evil, sizeof evil, 99); /* the code to plant: cc's build of another kernel */
@@ -846,8 +820,8 @@ static void test_planted_entry_is_not_loaded(void **state) {
   assert_cache_stats(j, 0, 0);
   tpk_jit_destroy(j);
   free(evil_bytes);
-  remove_tree(dir);
-  remove_tree(evil_dir);
+  test_remove_tree(dir);
+  test_remove_tree(evil_dir);
   free(dir);
   free(evil_dir);
 }
@@ -855,7 +829,7 @@ static void test_planted_entry_is_not_loaded(void **state) {
 /* An entry authenticates only under the key it was built with. */
 static void test_entry_of_another_key_is_not_loaded(void **state) {
   (void)state;
-  char *dir = make_temp_dir(), *keys = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit"), *keys = test_temp_dir("tpk-test-jit");
   char *k1 = make_key(keys, "one.key", 32, 0x11, 0600), *k2 = make_key(keys, "two.key", 64, 0x22, 0600);
   char src[2048];
   add_source(src, sizeof src, 40);
@@ -891,8 +865,8 @@ static void test_entry_of_another_key_is_not_loaded(void **state) {
   tpk_jit_destroy(j);
   free(k1);
   free(k2);
-  remove_tree(keys);
-  remove_tree(dir);
+  test_remove_tree(keys);
+  test_remove_tree(dir);
   free(keys);
   free(dir);
 }
@@ -901,7 +875,7 @@ static void test_entry_of_another_key_is_not_loaded(void **state) {
  * renamed to kernel B's name is refused, and B is built. */
 static void test_renamed_entry_is_refused(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char a[2048], b[2048], a_entry[1024], b_entry[1024];
   add_source(a, sizeof a, 30);
   add_source(b, sizeof b, 31);
@@ -923,7 +897,7 @@ static void test_renamed_entry_is_refused(void **state) {
   assert_stats(j, 0, 1, 0, 0);
   assert_cache_stats(j, 1, 1);
   tpk_jit_destroy(j);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -933,7 +907,7 @@ static void test_renamed_entry_is_refused(void **state) {
  * cache is off with a note, and kernels still compile and run. */
 static void test_key_files_that_are_refused(void **state) {
   (void)state;
-  char *dir = make_temp_dir(), *keys = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit"), *keys = test_temp_dir("tpk-test-jit");
   char inside[1100], missing[1100], folder[1100];
   snprintf(missing, sizeof missing, "%s/missing.key", keys);
   snprintf(folder, sizeof folder, "%s/folder.key", keys);
@@ -1006,8 +980,8 @@ static void test_key_files_that_are_refused(void **state) {
   }
   char *all[] = {world, group_w, other_w, shorter, longer, in_cache, team, ro};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-  remove_tree(keys);
-  remove_tree(dir);
+  test_remove_tree(keys);
+  test_remove_tree(dir);
   free(keys);
   free(dir);
 }
@@ -1038,7 +1012,7 @@ static void *build_with_default_key(void *arg) {
  * what the others built. */
 static void test_per_user_key_is_made_once(void **state) {
   (void)state;
-  char *config = make_temp_dir(), *dir = make_temp_dir();
+  char *config = test_temp_dir("tpk-test-jit"), *dir = test_temp_dir("tpk-test-jit");
   char *old = strdup(getenv("XDG_CONFIG_HOME"));
   setenv("XDG_CONFIG_HOME", config, 1);
   enum { N = 4 };
@@ -1078,8 +1052,8 @@ static void test_per_user_key_is_made_once(void **state) {
   tpk_jit_destroy(j);
   setenv("XDG_CONFIG_HOME", old, 1);
   free(old);
-  remove_tree(config);
-  remove_tree(dir);
+  test_remove_tree(config);
+  test_remove_tree(dir);
   free(config);
   free(dir);
 }
@@ -1089,7 +1063,7 @@ static void test_per_user_key_is_made_once(void **state) {
  * what loads is the copy of the bytes that authenticated. */
 static void test_shared_folder_entries_are_trusted_by_their_mac(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   assert_int_equal(chmod(dir, 0777), 0);
   char src[2048], so[1024];
   add_source(src, sizeof src, 9);
@@ -1111,7 +1085,7 @@ static void test_shared_folder_entries_are_trusted_by_their_mac(void **state) {
   assert_true(tpk_code_from_cache(c));
   assert_stats(j, 0, 0, 1, 0);
   tpk_jit_destroy(j);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -1121,7 +1095,7 @@ static void test_shared_folder_entries_are_trusted_by_their_mac(void **state) {
 static const char *unwritable_folder(char **made) {
   *made = NULL;
   if (geteuid() != 0) {
-    *made = make_temp_dir();
+    *made = test_temp_dir("tpk-test-jit");
     assert_int_equal(chmod(*made, 0500), 0);
     return *made;
   }
@@ -1164,7 +1138,7 @@ static void test_unwritable_cache_folder_builds_without_it(void **state) {
   tpk_jit_destroy(j);
   if (made) {
     chmod(made, 0700);
-    remove_tree(made);
+    test_remove_tree(made);
     free(made);
   }
 }
@@ -1174,7 +1148,7 @@ static void test_unwritable_cache_folder_builds_without_it(void **state) {
  * folder (not ours to remove) stays. */
 static void test_folder_at_an_entry_path_builds_without_the_cache(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char src[2048], so[1024], inner[1100];
   add_source(src, sizeof src, 61);
   TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
@@ -1204,7 +1178,7 @@ static void test_folder_at_an_entry_path_builds_without_the_cache(void **state) 
     count_entries(dir, NULL, 0, &others);
     assert_int_equal(others, 0); /* no temporary file left */
   }
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -1243,7 +1217,7 @@ static bool exists_in(const char *dir, const char *name) {
  * stays, whatever its age. */
 static void test_stale_build_folders_are_removed(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char host[80], name[256];
   host_name(host, sizeof host);
   pid_t dead = fork();
@@ -1303,7 +1277,7 @@ static void test_stale_build_folders_are_removed(void **state) {
   assert_int_equal(info.bytes, 0);
   assert_int_equal(info.build_folders, 5);
   tpk_jit_destroy(j);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -1311,7 +1285,7 @@ static void test_stale_build_folders_are_removed(void **state) {
  * the first build there. */
 static void test_stale_temporary_build_folders_are_removed(void **state) {
   (void)state;
-  char *tmp = make_temp_dir();
+  char *tmp = test_temp_dir("tpk-test-jit");
   char host[80], stale[256], live[256];
   host_name(host, sizeof host);
   pid_t dead = fork();
@@ -1333,7 +1307,7 @@ static void test_stale_temporary_build_folders_are_removed(void **state) {
   tpk_jit_destroy(j);
   assert_false(exists_in(tmp, stale));
   assert_true(exists_in(tmp, live));
-  remove_tree(tmp);
+  test_remove_tree(tmp);
   free(tmp);
 }
 
@@ -1359,7 +1333,7 @@ static bool has_entry_for(const char *dir, int offset) {
  * recently used go first, and a hit counts as a use. */
 static void test_size_limit_evicts_least_recently_used(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char src[2048];
   TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
   add_source(src, sizeof src, 70);
@@ -1387,7 +1361,7 @@ static void test_size_limit_evicts_least_recently_used(void **state) {
   assert_true(has_entry_for(dir, 70));
   assert_true(has_entry_for(dir, 72));
   assert_true(has_entry_for(dir, 73));
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -1419,7 +1393,7 @@ static void *build_into_small_cache(void *arg) {
  * every kernel runs, and the folder ends within its limit. */
 static void test_eviction_while_others_use_the_cache(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   TpkJit *j = new_jit(TPK_TIER_CC, -1, dir, NULL);
   char src[2048];
   add_source(src, sizeof src, 80);
@@ -1443,7 +1417,7 @@ static void test_eviction_while_others_use_the_cache(void **state) {
   assert_int_equal(info.entries, 2);
   assert_int_equal(info.build_folders, 0);
   tpk_jit_destroy(j);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -1489,7 +1463,7 @@ static void test_compile_errors_carry_the_compiler_message(void **state) {
 
 static void test_cc_failure_keeps_the_tcc_entry(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   char fake[1024];
   snprintf(fake, sizeof fake, "%s/fakecc", dir);
   FILE *f = fopen(fake, "w");
@@ -1510,7 +1484,7 @@ static void test_cc_failure_keeps_the_tcc_entry(void **state) {
   assert_non_null(strstr(why, "fake cc: no luck today"));
   run_add(c, 10, NULL);
   tpk_jit_destroy(j);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -1577,7 +1551,7 @@ static void *build_same_kernel(void *arg) {
  * both succeed, one file remains, no temporary is left. */
 static void test_racing_builds_share_the_cache(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   pthread_t th[2];
   RaceJob jobs[2] = {{dir, TPK_ERR_INTERNAL}, {dir, TPK_ERR_INTERNAL}};
   for (int t = 0; t < 2; t++) assert_int_equal(pthread_create(&th[t], NULL, build_same_kernel, &jobs[t]), 0);
@@ -1586,7 +1560,7 @@ static void test_racing_builds_share_the_cache(void **state) {
   int others;
   assert_int_equal(count_entries(dir, NULL, 0, &others), 1);
   assert_int_equal(others, 0);
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -1620,7 +1594,7 @@ static void test_calls_during_promotion(void **state) {
 
 static void test_destroy_with_pending_work(void **state) {
   (void)state;
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   TpkJit *j = new_jit(TPK_TIER_AUTO, 0, dir, NULL);
   TpkCode *codes[8];
   for (int i = 0; i < 8; i++) {
@@ -1637,7 +1611,7 @@ static void test_destroy_with_pending_work(void **state) {
   int others;
   count_entries(dir, NULL, 0, &others);
   assert_int_equal(others, 0); /* no build folder left behind */
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
 }
 
@@ -1728,7 +1702,7 @@ static void test_latency_of_a_200_line_kernel(void **state) {
   k200_run(c, a);
   tpk_jit_destroy(j);
 
-  char *dir = make_temp_dir();
+  char *dir = test_temp_dir("tpk-test-jit");
   j = new_jit(TPK_TIER_CC, -1, dir, NULL);
   double t0 = now_ms();
   c = compile_ok(j, k200_source, "fused_block");
@@ -1750,7 +1724,7 @@ static void test_latency_of_a_200_line_kernel(void **state) {
                 "cc -O3 compile %.0f ms; cache hit load %.2f ms\n",
                 tcc_ms, RUNS, t[0], cpu[RUNS / 2], cc_ms, hit_ms);
   assert_true(cpu[RUNS / 2] < 50); /* target 5 ms; loose against slow or sanitized machines */
-  remove_tree(dir);
+  test_remove_tree(dir);
   free(dir);
   free(a);
   free(b);
@@ -1833,6 +1807,6 @@ int main(void) {
       cmocka_unit_test(test_shared_library_tcc),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
-  remove_tree(config);
+  test_remove_tree(config);
   return failed;
 }
