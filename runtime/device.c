@@ -346,14 +346,12 @@ static TpkStatus shape_bytes(const char *who, TpkDType dtype, int rank, const in
   return TPK_OK;
 }
 
-/* A handle on storage s (which it takes over) as dtype[shape] at offset. */
+/* A handle on storage s (whose hold it takes over) as dtype[shape] at
+ * offset. On failure s is untouched: the caller undoes what it did. */
 static TpkStatus buffer_new(TpkStorage *s, size_t offset, TpkDType dtype, int rank, const int64_t *shape, size_t bytes,
                             TpkBuffer **out) {
   TpkBuffer *b = calloc(1, sizeof *b);
-  if (!b) {
-    storage_release(s);
-    return fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
-  }
+  if (!b) return fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
   atomic_init(&b->refs, 1);
   b->dev = s->dev;
   b->storage = s;
@@ -367,6 +365,31 @@ static TpkStatus buffer_new(TpkStorage *s, size_t offset, TpkDType dtype, int ra
   return TPK_OK;
 }
 
+/* New storage for `bytes` at data, already counted against dev: the
+ * device's memory, or the caller's (external, given back through release).
+ * NULL when out of memory; data and the count are then still the caller's. */
+static TpkStorage *storage_new(TpkDevice *dev, void *data, size_t bytes, bool external, TpkReleaseFn release, void *user) {
+  TpkStorage *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  atomic_init(&s->refs, 1);
+  s->dev = dev;
+  s->data = data;
+  s->bytes = bytes;
+  s->external = external;
+  s->release = release;
+  s->user = user;
+  storage_link(s);
+  return s;
+}
+
+/* Undo storage_new: its bytes and their count stay the caller's. */
+static void storage_discard(TpkStorage *s) {
+  pthread_mutex_lock(&s->dev->lock);
+  storage_unlink(s);
+  pthread_mutex_unlock(&s->dev->lock);
+  free(s);
+}
+
 TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
   if (!out) return fail(TPK_ERR_INVALID, "tpk_buffer_create: no place for the buffer");
   *out = NULL;
@@ -375,19 +398,16 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
   size_t bytes;
   if (shape_bytes("tpk_buffer_create", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
   if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
-  TpkStorage *s = calloc(1, sizeof *s);
-  void *data = s ? dev->ops->alloc(dev, bytes) : NULL;
-  if (!data) {
-    free(s);
+  void *data = dev->ops->alloc(dev, bytes);
+  TpkStorage *s = data ? storage_new(dev, data, bytes, false, NULL, NULL) : NULL;
+  TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out)
+                   : fail(TPK_ERR_NOMEM, "%s: out of host memory allocating %zu bytes", dev->name, bytes);
+  if (st != TPK_OK) {
+    if (s) storage_discard(s);
+    if (data) dev->ops->free(dev, data, bytes);
     atomic_fetch_sub(&dev->used, bytes);
-    return fail(TPK_ERR_NOMEM, "%s: out of host memory allocating %zu bytes", dev->name, bytes);
   }
-  atomic_init(&s->refs, 1);
-  s->dev = dev;
-  s->data = data;
-  s->bytes = bytes;
-  storage_link(s);
-  return buffer_new(s, 0, dtype, rank, shape, bytes, out);
+  return st;
 }
 
 /* "(4, 1)" */
@@ -433,20 +453,13 @@ TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_
     }
   }
   if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
-  TpkStorage *s = calloc(1, sizeof *s);
-  if (!s) {
+  TpkStorage *s = storage_new(dev, data, bytes, true, release, user);
+  TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out) : fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
+  if (st != TPK_OK) { /* release is not called: the memory is still the caller's */
+    if (s) storage_discard(s);
     atomic_fetch_sub(&dev->used, bytes);
-    return fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
   }
-  atomic_init(&s->refs, 1);
-  s->dev = dev;
-  s->data = data;
-  s->bytes = bytes;
-  s->external = true;
-  s->release = release;
-  s->user = user;
-  storage_link(s);
-  return buffer_new(s, 0, dtype, rank, shape, bytes, out);
+  return st;
 }
 
 TpkStatus tpk_buffer_view(TpkBuffer *base, size_t offset, TpkDType dtype, int rank, const int64_t *shape,
@@ -465,7 +478,9 @@ TpkStatus tpk_buffer_view(TpkBuffer *base, size_t offset, TpkDType dtype, int ra
     return fail(TPK_ERR_INVALID, "tpk_buffer_view: %zu bytes at offset %zu do not fit in the buffer's %zu", bytes, offset,
                 base->bytes);
   atomic_fetch_add(&base->storage->refs, 1);
-  return buffer_new(base->storage, start + offset, dtype, rank, shape, bytes, out);
+  TpkStatus st = buffer_new(base->storage, start + offset, dtype, rank, shape, bytes, out);
+  if (st != TPK_OK) storage_release(base->storage); /* the base still holds it */
+  return st;
 }
 
 void tpk_buffer_retain(TpkBuffer *b) { atomic_fetch_add(&b->refs, 1); }
