@@ -22,16 +22,6 @@
 #include "sim/sim.h"
 #include "sim/timeline.h"
 
-static TpkStatus fail(TpkStatus st, const char *fmt, ...) TPK_PRINTF(2, 3);
-static TpkStatus fail(TpkStatus st, const char *fmt, ...) {
-  TpkError err = {0};
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err.message, sizeof err.message, fmt, ap);
-  va_end(ap);
-  return tpk_runtime_set_error(st, err.message);
-}
-
 /* ---- host memory, shared by both kinds ------------------------------------------ */
 
 /* Large buffers come straight from mmap: zero pages cost nothing until
@@ -221,7 +211,7 @@ static const TpkDeviceOps sim_ops = {
 };
 
 TpkStatus tpk_trace_write(const TpkTrace *t, const char *name, const char *path) {
-  if (!t || !path) return fail(TPK_ERR_INVALID, "tpk_trace_write: no trace or no path");
+  if (!t || !path) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_trace_write: no trace or no path");
   char title[160];
   snprintf(title, sizeof title, "%s on %s", t->kernel, t->chip->name);
   TpkError err = {0};
@@ -256,7 +246,7 @@ static TpkStatus reserve(TpkDevice *dev, size_t bytes) {
   uint64_t used = atomic_load(&dev->used);
   do {
     if (dev->capacity && (bytes > dev->capacity || used > dev->capacity - bytes))
-      return fail(TPK_ERR_NOMEM, "%s: out of %s: a %.1f MiB buffer does not fit (%.1f of %.1f GiB in use)",
+      return tpk_runtime_fail(TPK_ERR_NOMEM, "%s: out of %s: a %.1f MiB buffer does not fit (%.1f of %.1f GiB in use)",
                   dev->name, dev->ops->memory, (double)bytes / (1 << 20), (double)used / (1 << 30), (double)dev->capacity / (1 << 30));
   } while (!atomic_compare_exchange_weak(&dev->used, &used, used + bytes));
   return TPK_OK;
@@ -333,13 +323,13 @@ static void *buffer_bytes(const TpkBuffer *b) {
 
 /* The size of a shape in bytes, checked. */
 static TpkStatus shape_bytes(const char *who, TpkDType dtype, int rank, const int64_t *shape, size_t *out) {
-  if ((unsigned)dtype >= TPK_DTYPE_COUNT) return fail(TPK_ERR_INVALID, "%s: unknown dtype %d", who, (int)dtype);
-  if (rank < 0 || rank > TPK_MAX_DIMS) return fail(TPK_ERR_INVALID, "%s: rank %d is not in 0..%d", who, rank, TPK_MAX_DIMS);
-  if (rank && !shape) return fail(TPK_ERR_INVALID, "%s: rank %d but no shape", who, rank);
+  if ((unsigned)dtype >= TPK_DTYPE_COUNT) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: unknown dtype %d", who, (int)dtype);
+  if (rank < 0 || rank > TPK_MAX_DIMS) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: rank %d is not in 0..%d", who, rank, TPK_MAX_DIMS);
+  if (rank && !shape) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: rank %d but no shape", who, rank);
   size_t bytes = tpk_dtype_size(dtype);
   for (int i = 0; i < rank; i++) {
-    if (shape[i] < 0) return fail(TPK_ERR_INVALID, "%s: dimension %d is negative (%lld)", who, i, (long long)shape[i]);
-    if (shape[i] && bytes > SIZE_MAX / 2 / (size_t)shape[i]) return fail(TPK_ERR_INVALID, "%s: the shape's size overflows", who);
+    if (shape[i] < 0) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: dimension %d is negative (%lld)", who, i, (long long)shape[i]);
+    if (shape[i] && bytes > SIZE_MAX / 2 / (size_t)shape[i]) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: the shape's size overflows", who);
     bytes *= (size_t)shape[i];
   }
   *out = bytes;
@@ -351,7 +341,7 @@ static TpkStatus shape_bytes(const char *who, TpkDType dtype, int rank, const in
 static TpkStatus buffer_new(TpkStorage *s, size_t offset, TpkDType dtype, int rank, const int64_t *shape, size_t bytes,
                             TpkBuffer **out) {
   TpkBuffer *b = calloc(1, sizeof *b);
-  if (!b) return fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
+  if (!b) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
   atomic_init(&b->refs, 1);
   b->dev = s->dev;
   b->storage = s;
@@ -391,17 +381,17 @@ static void storage_discard(TpkStorage *s) {
 }
 
 TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
-  if (!out) return fail(TPK_ERR_INVALID, "tpk_buffer_create: no place for the buffer");
+  if (!out) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: no place for the buffer");
   *out = NULL;
-  if (!dev) return fail(TPK_ERR_INVALID, "tpk_buffer_create: no device");
-  if (tpk_context_closed(dev->ctx)) return fail(TPK_ERR_INVALID, "tpk_buffer_create: the context was destroyed");
+  if (!dev) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: no device");
+  if (tpk_context_closed(dev->ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: the context was destroyed");
   size_t bytes;
   if (shape_bytes("tpk_buffer_create", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
   if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
   void *data = dev->ops->alloc(dev, bytes);
   TpkStorage *s = data ? storage_new(dev, data, bytes, false, NULL, NULL) : NULL;
   TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out)
-                   : fail(TPK_ERR_NOMEM, "%s: out of host memory allocating %zu bytes", dev->name, bytes);
+                   : tpk_runtime_fail(TPK_ERR_NOMEM, "%s: out of host memory allocating %zu bytes", dev->name, bytes);
   if (st != TPK_OK) {
     if (s) storage_discard(s);
     if (data) dev->ops->free(dev, data, bytes);
@@ -420,18 +410,18 @@ static void print_dims(char *out, size_t size, int rank, const int64_t *v) {
 
 TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, const int64_t *strides,
                           void *data, TpkReleaseFn release, void *user, TpkBuffer **out) {
-  if (!out) return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: no place for the buffer");
+  if (!out) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_wrap: no place for the buffer");
   *out = NULL;
-  if (!dev) return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: no device");
-  if (tpk_context_closed(dev->ctx)) return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: the context was destroyed");
+  if (!dev) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_wrap: no device");
+  if (tpk_context_closed(dev->ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_wrap: the context was destroyed");
   if (!dev->ops->wraps_host_memory)
-    return fail(TPK_ERR_UNSUPPORTED, "tpk_buffer_wrap: %s cannot use host memory as a buffer", dev->name);
+    return tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "tpk_buffer_wrap: %s cannot use host memory as a buffer", dev->name);
   size_t bytes;
   if (shape_bytes("tpk_buffer_wrap", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
-  if (!data && bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: no data");
+  if (!data && bytes) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_wrap: no data");
   size_t esize = tpk_dtype_size(dtype);
   if ((uintptr_t)data % esize)
-    return fail(TPK_ERR_INVALID, "tpk_buffer_wrap: the data at %p is not aligned to its %s elements (%zu bytes)", data,
+    return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_wrap: the data at %p is not aligned to its %s elements (%zu bytes)", data,
                 tpk_dtype_name(dtype), esize);
   if (strides) {
     int64_t want[TPK_MAX_DIMS], step = 1;
@@ -446,7 +436,7 @@ TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_
       print_dims(got, sizeof got, rank, strides);
       print_dims(expected, sizeof expected, rank, want);
       print_dims(dims, sizeof dims, rank, shape);
-      return fail(TPK_ERR_INVALID,
+      return tpk_runtime_fail(TPK_ERR_INVALID,
                   "tpk_buffer_wrap: strides %s (in elements) are not row-major contiguous for shape %s, which needs %s; "
                   "make a contiguous copy first",
                   got, dims, expected);
@@ -454,7 +444,7 @@ TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_
   }
   if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
   TpkStorage *s = storage_new(dev, data, bytes, true, release, user);
-  TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out) : fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
+  TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
   if (st != TPK_OK) { /* release is not called: the memory is still the caller's */
     if (s) storage_discard(s);
     atomic_fetch_sub(&dev->used, bytes);
@@ -464,18 +454,18 @@ TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_
 
 TpkStatus tpk_buffer_view(TpkBuffer *base, size_t offset, TpkDType dtype, int rank, const int64_t *shape,
                           TpkBuffer **out) {
-  if (!out) return fail(TPK_ERR_INVALID, "tpk_buffer_view: no place for the view");
+  if (!out) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_view: no place for the view");
   *out = NULL;
-  if (!base) return fail(TPK_ERR_INVALID, "tpk_buffer_view: no buffer");
+  if (!base) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_view: no buffer");
   size_t bytes;
   if (shape_bytes("tpk_buffer_view", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
   if (offset % tpk_dtype_size(dtype))
-    return fail(TPK_ERR_INVALID, "tpk_buffer_view: offset %zu is not a multiple of %s's %zu bytes", offset,
+    return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_view: offset %zu is not a multiple of %s's %zu bytes", offset,
                 tpk_dtype_name(dtype), tpk_dtype_size(dtype));
   /* (a view of a buffer whose context was destroyed has no bytes either) */
   size_t start = (size_t)((char *)base->data - (char *)base->storage->data);
   if (offset > base->bytes || bytes > base->bytes - offset)
-    return fail(TPK_ERR_INVALID, "tpk_buffer_view: %zu bytes at offset %zu do not fit in the buffer's %zu", bytes, offset,
+    return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_view: %zu bytes at offset %zu do not fit in the buffer's %zu", bytes, offset,
                 base->bytes);
   atomic_fetch_add(&base->storage->refs, 1);
   TpkStatus st = buffer_new(base->storage, start + offset, dtype, rank, shape, bytes, out);
@@ -503,25 +493,25 @@ TpkDevice *tpk_buffer_device(const TpkBuffer *b) { return b ? b->dev : NULL; }
 void *tpk_buffer_data(TpkBuffer *b) { return b ? buffer_bytes(b) : NULL; }
 
 TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
-  if (!b || (!src && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");
-  if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_write: %zu bytes given, the buffer holds %zu", bytes, b->bytes);
+  if (!b || (!src && bytes)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");
+  if (bytes != b->bytes) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_write: %zu bytes given, the buffer holds %zu", bytes, b->bytes);
   /* under the device's lock: the context's end may be giving the bytes back */
   pthread_mutex_lock(&b->dev->lock);
   bool gone = b->storage->gone;
   if (!gone && bytes) b->dev->ops->write(b->dev, b->data, src, bytes);
   pthread_mutex_unlock(&b->dev->lock);
-  if (gone) return fail(TPK_ERR_INVALID, "tpk_buffer_write: the buffer's context was destroyed");
+  if (gone) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_write: the buffer's context was destroyed");
   return TPK_OK;
 }
 
 TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
-  if (!b || (!dst && bytes)) return fail(TPK_ERR_INVALID, "tpk_buffer_read: no buffer or no destination");
-  if (bytes != b->bytes) return fail(TPK_ERR_INVALID, "tpk_buffer_read: %zu bytes asked, the buffer holds %zu", bytes, b->bytes);
+  if (!b || (!dst && bytes)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_read: no buffer or no destination");
+  if (bytes != b->bytes) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_read: %zu bytes asked, the buffer holds %zu", bytes, b->bytes);
   pthread_mutex_lock(&b->dev->lock);
   bool gone = b->storage->gone;
   if (!gone && bytes) b->dev->ops->read(b->dev, dst, b->data, bytes);
   pthread_mutex_unlock(&b->dev->lock);
-  if (gone) return fail(TPK_ERR_INVALID, "tpk_buffer_read: the buffer's context was destroyed");
+  if (gone) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_read: the buffer's context was destroyed");
   return TPK_OK;
 }
 

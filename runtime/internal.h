@@ -10,6 +10,7 @@
 
 /* Set this thread's tpk_last_error() message and return st. */
 TpkStatus tpk_runtime_set_error(TpkStatus st, const char *message);
+TpkStatus tpk_runtime_fail(TpkStatus st, const char *fmt, ...) TPK_PRINTF(2, 3);
 
 /* A launch's counts: not negative, with an array wherever one is not 0
  * (`who` names the call in the message). */

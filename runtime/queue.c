@@ -303,12 +303,9 @@ TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *L) {
   if (tpk_launch_check_counts(L, "tpk_queue_launch") != TPK_OK) return TPK_ERR_INVALID;
   /* A kernel runs on a queue of its own context: another context's end
    * would not wait for this queue, and its code would go under it. */
-  if (tpk_program_context(tpk_kernel_program(k)) != q->ctx) {
-    char msg[256];
-    snprintf(msg, sizeof msg, "tpk_queue_launch: kernel '%s' belongs to another context than the queue",
-             tpk_kernel_ir(k)->name);
-    return q_fail(TPK_ERR_INVALID, msg);
-  }
+  if (tpk_program_context(tpk_kernel_program(k)) != q->ctx)
+    return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_queue_launch: kernel '%s' belongs to another context than the queue",
+                            tpk_kernel_ir(k)->name);
   int n = tpk_kernel_param_count(k);
   Work *w = calloc(1, sizeof *w);
   if (!w) return q_fail(TPK_ERR_NOMEM, "out of memory queueing a launch");

@@ -45,8 +45,7 @@ static _Thread_local char last_error[4096];
 
 const char *tpk_last_error(void) { return last_error; }
 
-static TpkStatus fail(TpkStatus st, const char *fmt, ...) TPK_PRINTF(2, 3);
-static TpkStatus fail(TpkStatus st, const char *fmt, ...) {
+TpkStatus tpk_runtime_fail(TpkStatus st, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
@@ -54,9 +53,9 @@ static TpkStatus fail(TpkStatus st, const char *fmt, ...) {
   return st;
 }
 
-TpkStatus tpk_runtime_set_error(TpkStatus st, const char *message) { return fail(st, "%s", message); }
+TpkStatus tpk_runtime_set_error(TpkStatus st, const char *message) { return tpk_runtime_fail(st, "%s", message); }
 
-static TpkStatus fail_err(const TpkError *err) { return fail(err->code ? err->code : TPK_ERR_INTERNAL, "%s", err->message); }
+static TpkStatus fail_err(const TpkError *err) { return tpk_runtime_fail(err->code ? err->code : TPK_ERR_INTERNAL, "%s", err->message); }
 
 /* ---- objects ------------------------------------------------------------------ */
 
@@ -159,7 +158,7 @@ int tpk_host_threads(void) {
 TpkStatus tpk_context_create(TpkContext **out) {
   *out = NULL;
   TpkContext *ctx = calloc(1, sizeof *ctx);
-  if (!ctx) return fail(TPK_ERR_NOMEM, "out of memory creating a context");
+  if (!ctx) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory creating a context");
   TpkJitOptions o;
   TpkError err = {0};
   /* the environment is read once, here: a value that does not parse is an
@@ -182,7 +181,7 @@ TpkStatus tpk_context_create(TpkContext **out) {
     free(ctx->std_programs);
     tpk_jit_destroy(ctx->jit);
     free(ctx);
-    return fail(TPK_ERR_NOMEM, "out of memory creating a context");
+    return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory creating a context");
   }
   atomic_init(&ctx->refs, 1);
   atomic_init(&ctx->closed, false);
@@ -324,8 +323,8 @@ void tpk_context_destroy(TpkContext *ctx) {
 
 static TpkStatus device_open(TpkContext *ctx, const char *name, TpkDevice **out) {
   const TpkDeviceOps *kind = tpk_device_kind(name);
-  if (!kind) return fail(TPK_ERR_INVALID, "unknown device '%s'; devices are \"host\" and \"sim:<chip>\" (e.g. sim:v5e)", name);
-  if (strlen(name) >= sizeof (*out)->name) return fail(TPK_ERR_INVALID, "device name '%.40s...' is too long", name);
+  if (!kind) return tpk_runtime_fail(TPK_ERR_INVALID, "unknown device '%s'; devices are \"host\" and \"sim:<chip>\" (e.g. sim:v5e)", name);
+  if (strlen(name) >= sizeof (*out)->name) return tpk_runtime_fail(TPK_ERR_INVALID, "device name '%.40s...' is too long", name);
   pthread_mutex_lock(&ctx->lock);
   TpkDevice *d = ctx->devices;
   while (d && strcmp(d->name, name) != 0) d = d->next;
@@ -359,10 +358,10 @@ static TpkStatus device_open(TpkContext *ctx, const char *name, TpkDevice **out)
 }
 
 TpkStatus tpk_device_open(TpkContext *ctx, const char *name, TpkDevice **out) {
-  if (!out) return fail(TPK_ERR_INVALID, "tpk_device_open: no place for the device");
+  if (!out) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_device_open: no place for the device");
   *out = NULL;
-  if (!ctx || !name) return fail(TPK_ERR_INVALID, "tpk_device_open: no context or no name");
-  if (tpk_context_closed(ctx)) return fail(TPK_ERR_INVALID, "tpk_device_open: the context was destroyed");
+  if (!ctx || !name) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_device_open: no context or no name");
+  if (tpk_context_closed(ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_device_open: the context was destroyed");
   return device_open(ctx, name, out);
 }
 
@@ -378,7 +377,7 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
   TpkProgram *prog = calloc(1, sizeof *prog);
   if (!prog) {
     free(text);
-    fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
+    tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
     free(name);
     return TPK_ERR_NOMEM;
   }
@@ -394,7 +393,7 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
   TpkStr diags = {0};
   TpkStatus st = tpk_runtime_check(name, text, len, &prog->module, &diags);
   if (st != TPK_OK) {
-    fail(st, "%s", diags.data ? diags.data : "the program did not check");
+    tpk_runtime_fail(st, "%s", diags.data ? diags.data : "the program did not check");
     tpk_str_free(&diags);
     program_free(prog);
     return st;
@@ -402,7 +401,7 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
   prog->nkernels = prog->module->nfuncs;
   prog->kernels = calloc((size_t)(prog->nkernels ? prog->nkernels : 1), sizeof *prog->kernels);
   if (!prog->kernels) {
-    fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
+    tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
     program_free(prog);
     return TPK_ERR_NOMEM;
   }
@@ -418,12 +417,12 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
 
 TpkStatus tpk_program_load_file(TpkContext *ctx, const char *path, TpkProgram **out) {
   *out = NULL;
-  if (!ctx || !path) return fail(TPK_ERR_INVALID, "tpk_program_load_file: no context or no path");
-  if (tpk_context_closed(ctx)) return fail(TPK_ERR_INVALID, "tpk_program_load_file: the context was destroyed");
+  if (!ctx || !path) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_program_load_file: no context or no path");
+  if (tpk_context_closed(ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_program_load_file: the context was destroyed");
   char *text, *name = strdup(path);
   size_t len;
   TpkError err = {0};
-  if (!name) return fail(TPK_ERR_NOMEM, "out of memory loading %s", path);
+  if (!name) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory loading %s", path);
   if (tpk_runtime_read_file(path, &text, &len, &err) != TPK_OK) {
     free(name);
     return fail_err(&err);
@@ -438,7 +437,7 @@ static TpkStatus program_from_copy(TpkContext *ctx, const char *name, const char
   if (!copy || !n) {
     free(copy);
     free(n);
-    return fail(TPK_ERR_NOMEM, "out of memory loading a program");
+    return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory loading a program");
   }
   if (len) memcpy(copy, text, len);
   copy[len] = 0;
@@ -447,8 +446,8 @@ static TpkStatus program_from_copy(TpkContext *ctx, const char *name, const char
 
 TpkStatus tpk_program_load_source(TpkContext *ctx, const char *name, const char *text, size_t len, TpkProgram **out) {
   *out = NULL;
-  if (!ctx || (!text && len)) return fail(TPK_ERR_INVALID, "tpk_program_load_source: no context or no text");
-  if (tpk_context_closed(ctx)) return fail(TPK_ERR_INVALID, "tpk_program_load_source: the context was destroyed");
+  if (!ctx || (!text && len)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_program_load_source: no context or no text");
+  if (tpk_context_closed(ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_program_load_source: the context was destroyed");
   return program_from_copy(ctx, name, text, len, false, out);
 }
 
@@ -465,7 +464,7 @@ const char *tpk_program_kernel_name(const TpkProgram *p, int i) {
 
 TpkStatus tpk_program_kernel(TpkProgram *p, const char *name, TpkKernel **out) {
   *out = NULL;
-  if (!p || !name) return fail(TPK_ERR_INVALID, "tpk_program_kernel: no program or no name");
+  if (!p || !name) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_program_kernel: no program or no name");
   for (int i = 0; i < p->nkernels; i++)
     if (strcmp(p->kernels[i].f->name, name) == 0) {
       *out = &p->kernels[i];
@@ -473,7 +472,7 @@ TpkStatus tpk_program_kernel(TpkProgram *p, const char *name, TpkKernel **out) {
     }
   TpkStr list = {0};
   for (int i = 0; i < p->nkernels; i++) tpk_str_printf(&list, "%s%s", i ? ", " : "", p->kernels[i].f->name);
-  fail(TPK_ERR_INVALID, "%s has no kernel '%s'; it has: %s", p->name, name, list.data ? list.data : "(none)");
+  tpk_runtime_fail(TPK_ERR_INVALID, "%s has no kernel '%s'; it has: %s", p->name, name, list.data ? list.data : "(none)");
   tpk_str_free(&list);
   return TPK_ERR_INVALID;
 }
@@ -522,7 +521,7 @@ static TpkStatus check_tune_value(const TpkKernel *k, const TpkTune *t, int64_t 
   if (tpk_tune_allows(t, v)) return TPK_OK;
   TpkStr s = {0};
   tpk_tune_print_choices(&s, t);
-  fail(TPK_ERR_INVALID, "kernel '%s': tunable %s is %lld from %s, but it is one of [%s]", k->f->name, t->name,
+  tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': tunable %s is %lld from %s, but it is one of [%s]", k->f->name, t->name,
        (long long)v, from, s.data ? s.data : "");
   tpk_str_free(&s);
   return TPK_ERR_INVALID;
@@ -540,13 +539,13 @@ static TpkStatus launch_device(const TpkKernel *k, const TpkLaunch *L, TpkDevice
     if (k->f->params[i].value->type->kind != TPK_TYPE_REF || !L->args || !L->args[i]) continue;
     TpkDevice *d = L->args[i]->dev;
     if (d->ctx != ctx)
-      return fail(TPK_ERR_INVALID, "kernel '%s': the buffer for '%s' belongs to another context than the kernel", k->f->name,
+      return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': the buffer for '%s' belongs to another context than the kernel", k->f->name,
                   k->f->params[i].name);
     if (!*out) {
       *out = d;
       first = k->f->params[i].name;
     } else if (d != *out) {
-      return fail(TPK_ERR_INVALID, "kernel '%s': '%s' is on %s but '%s' is on %s; a launch runs on one device",
+      return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': '%s' is on %s but '%s' is on %s; a launch runs on one device",
                   k->f->name, k->f->params[i].name, d->name, first, (*out)->name);
     }
   }
@@ -567,8 +566,8 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
     b->from[b->n++] = "the launch's tunes";
   }
   for (int i = 0; i < L->nsyms; i++) {
-    if (!L->syms[i].name) return fail(TPK_ERR_INVALID, "kernel '%s': a shape symbol without a name", kernel_name(k));
-    if (b->n == MAX_SYMS) return fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
+    if (!L->syms[i].name) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': a shape symbol without a name", kernel_name(k));
+    if (b->n == MAX_SYMS) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
     b->name[b->n] = L->syms[i].name;
     b->value[b->n] = L->syms[i].value;
     b->from[b->n++] = "the launch's syms";
@@ -580,18 +579,18 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
       const TpkType *t = p->value->type;
       if (t->kind != TPK_TYPE_REF || (pass == 0) != (p->role != TPK_PARAM_OUT)) continue;
       const TpkBuffer *buf = L->args ? L->args[i] : NULL;
-      if (!buf) return fail(TPK_ERR_INVALID, "kernel '%s': no buffer for parameter '%s'", kernel_name(k), p->name);
+      if (!buf) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': no buffer for parameter '%s'", kernel_name(k), p->name);
       if (buf->dtype != t->dtype)
-        return fail(TPK_ERR_INVALID, "kernel '%s': parameter '%s' is %s but the buffer holds %s", kernel_name(k), p->name,
+        return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': parameter '%s' is %s but the buffer holds %s", kernel_name(k), p->name,
                     tpk_dtype_name(t->dtype), tpk_dtype_name(buf->dtype));
       if (buf->rank != t->rank)
-        return fail(TPK_ERR_INVALID, "kernel '%s': parameter '%s' has %d dimension%s but the buffer has %d", kernel_name(k),
+        return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': parameter '%s' has %d dimension%s but the buffer has %d", kernel_name(k),
                     p->name, t->rank, t->rank == 1 ? "" : "s", buf->rank);
       for (int d = 0; d < t->rank; d++) {
         const TpkDim *dim = t->dims[d];
         int64_t want;
         if (dim->kind == TPK_DIM_SYM && bound_find(b, dim->sym) < 0) {
-          if (b->n == MAX_SYMS) return fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
+          if (b->n == MAX_SYMS) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
           snprintf(from[b->n], 96, "'%s' (dimension %d)", p->name, d);
           const TpkTune *tune = tpk_func_tune(f, dim->sym);
           if (tune && check_tune_value(k, tune, buf->shape[d], from[b->n]) != TPK_OK) return TPK_ERR_INVALID;
@@ -604,7 +603,7 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
         if (!tpk_dim_eval(dim, bound_lookup, b, &want)) {
           TpkStr s = {0};
           tpk_dim_print(&s, dim);
-          fail(TPK_ERR_INVALID, "kernel '%s': the size %s of '%s' (dimension %d) depends on a symbol no input gives; pass it in syms",
+          tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': the size %s of '%s' (dimension %d) depends on a symbol no input gives; pass it in syms",
                kernel_name(k), s.data ? s.data : "?", p->name, d);
           tpk_str_free(&s);
           return TPK_ERR_INVALID;
@@ -614,11 +613,11 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
           tpk_dim_print(&s, dim);
           if (dim->kind == TPK_DIM_SYM) {
             int j = bound_find(b, dim->sym);
-            fail(TPK_ERR_INVALID, "kernel '%s': %s %s is %lld from %s but %lld from '%s' (dimension %d)",
+            tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': %s %s is %lld from %s but %lld from '%s' (dimension %d)",
                  kernel_name(k), tpk_func_tune(f, dim->sym) ? "tunable" : "shape symbol", dim->sym,
                  (long long)b->value[j], b->from[j], (long long)buf->shape[d], p->name, d);
           } else {
-            fail(TPK_ERR_INVALID, "kernel '%s': '%s' (dimension %d) must have size %s = %lld, the buffer has %lld",
+            tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': '%s' (dimension %d) must have size %s = %lld, the buffer has %lld",
                  kernel_name(k), p->name, d, s.data ? s.data : "?", (long long)want, (long long)buf->shape[d]);
           }
           tpk_str_free(&s);
@@ -630,16 +629,16 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
   int n = tpk_func_symbols(f, names, MAX_SYMS);
   for (int i = 0; i < n && i < MAX_SYMS; i++)
     if (bound_find(b, names[i]) < 0)
-      return fail(TPK_ERR_INVALID, "kernel '%s': shape symbol %s is not bound; pass it in syms", kernel_name(k), names[i]);
+      return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': shape symbol %s is not bound; pass it in syms", kernel_name(k), names[i]);
   for (int i = 0; i < b->n; i++) {
     bool known = tpk_func_tune(f, b->name[i]) != NULL;
     for (int j = 0; j < n && j < MAX_SYMS; j++) known |= strcmp(names[j], b->name[i]) == 0;
-    if (!known) return fail(TPK_ERR_INVALID, "kernel '%s' has no shape symbol '%s'", kernel_name(k), b->name[i]);
+    if (!known) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' has no shape symbol '%s'", kernel_name(k), b->name[i]);
   }
   for (int i = 0; i < L->ntunes; i++) {
     bool known = false;
     for (int j = 0; j < f->ntunes; j++) known |= strcmp(f->tunes[j].name, L->tunes[i].name) == 0;
-    if (!known) return fail(TPK_ERR_INVALID, "kernel '%s' has no tunable '%s'", kernel_name(k), L->tunes[i].name);
+    if (!known) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' has no tunable '%s'", kernel_name(k), L->tunes[i].name);
   }
   TpkError err = {0};
   if (tpk_func_check_requires(f, bound_lookup, b, &err) != TPK_OK) return fail_err(&err);
@@ -651,11 +650,11 @@ static TpkStatus scalar_value(const TpkKernel *k, int i, double v, void *out) {
   const TpkParam *p = &k->f->params[i];
   TpkDType dt = p->value->type->dtype;
   if (!tpk_dtype_is_float(dt)) {
-    if (v != (double)(int64_t)v) return fail(TPK_ERR_INVALID, "kernel '%s': scalar '%s' is %s; %g is not a whole number", kernel_name(k), p->name, tpk_dtype_name(dt), v);
+    if (v != (double)(int64_t)v) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': scalar '%s' is %s; %g is not a whole number", kernel_name(k), p->name, tpk_dtype_name(dt), v);
     int64_t x = (int64_t)v;
     static const int64_t LO[TPK_DTYPE_COUNT] = {[TPK_I32] = INT32_MIN, [TPK_I16] = INT16_MIN, [TPK_I8] = INT8_MIN};
     static const int64_t HI[TPK_DTYPE_COUNT] = {[TPK_I32] = INT32_MAX, [TPK_I16] = INT16_MAX, [TPK_I8] = INT8_MAX, [TPK_U8] = 255, [TPK_BOOL] = 1};
-    if (x < LO[dt] || x > HI[dt]) return fail(TPK_ERR_INVALID, "kernel '%s': scalar '%s' = %lld does not fit in %s", kernel_name(k), p->name, (long long)x, tpk_dtype_name(dt));
+    if (x < LO[dt] || x > HI[dt]) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': scalar '%s' = %lld does not fit in %s", kernel_name(k), p->name, (long long)x, tpk_dtype_name(dt));
     switch (dt) {
     case TPK_I32: *(int32_t *)out = (int32_t)x; break;
     case TPK_I16: *(int16_t *)out = (int16_t)x; break;
@@ -705,7 +704,7 @@ static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *
   for (int i = 0; i < nsyms && i < MAX_SYMS; i++) binds[n++] = (TpkBinding){names[i], b->value[bound_find(b, names[i])]};
   for (int i = 0; i < f->ntunes && n < 2 * MAX_SYMS; i++) binds[n++] = (TpkBinding){f->tunes[i].name, tunes[i]};
   *module = tpk_module_new(f->name);
-  if (!*module) return fail(TPK_ERR_NOMEM, "out of memory");
+  if (!*module) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   TpkError err = {0};
   if (tpk_bind(*module, f, binds, n, out, &err) == TPK_OK) return TPK_OK;
   TpkStr s = {0};
@@ -713,7 +712,7 @@ static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *
   for (int i = 0; i < n; i++) tpk_str_printf(&s, "%s%s=%lld", i ? ", " : "", binds[i].name, (long long)binds[i].value);
   tpk_str_puts(&s, ":\n");
   tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, &err);
-  fail(err.code ? err.code : TPK_ERR_INVALID, "%s", s.data ? s.data : err.message);
+  tpk_runtime_fail(err.code ? err.code : TPK_ERR_INVALID, "%s", s.data ? s.data : err.message);
   tpk_str_free(&s);
   return err.code ? err.code : TPK_ERR_INVALID;
 }
@@ -724,7 +723,7 @@ static TpkStatus fail_at_line(const TpkKernel *k, const TpkError *err) {
   if (err->line <= 0) return fail_err(err);
   TpkStr s = {0};
   tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, err);
-  TpkStatus st = fail(err->code ? err->code : TPK_ERR_INTERNAL, "%s", s.data ? s.data : err->message);
+  TpkStatus st = tpk_runtime_fail(err->code ? err->code : TPK_ERR_INTERNAL, "%s", s.data ? s.data : err->message);
   tpk_str_free(&s);
   return st;
 }
@@ -754,7 +753,7 @@ static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, Generic
   TpkProgram *prog = k->prog;
   if (prog->std_file < 0 && !prog->ctx->generic_jit) return TPK_OK;
   char *tunes = tunes_text(k, tunes_values);
-  if (!tunes) return fail(TPK_ERR_NOMEM, "out of memory");
+  if (!tunes) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   for (Generic *g = prog->generics; g; g = g->next)
     if (strcmp(g->kernel, k->f->name) == 0 && strcmp(g->tunes, tunes) == 0) {
       free(tunes);
@@ -769,7 +768,7 @@ static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, Generic
   Generic *g = calloc(1, sizeof *g);
   if (!g) {
     free(tunes);
-    return fail(TPK_ERR_NOMEM, "out of memory");
+    return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   }
   g->kernel = k->f->name;
   g->tunes = tunes;
@@ -856,7 +855,7 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
 static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, Spec **out) {
   *out = NULL;
   char *key = spec_key(k, b, tunes, dev);
-  if (!key) return fail(TPK_ERR_NOMEM, "out of memory");
+  if (!key) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   TpkProgram *prog = k->prog;
   pthread_mutex_lock(&prog->lock);
   Spec *s = prog->specs;
@@ -864,7 +863,7 @@ static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, c
   TpkStatus st = TPK_OK;
   if (!s) {
     s = calloc(1, sizeof *s);
-    if (!s) st = fail(TPK_ERR_NOMEM, "out of memory");
+    if (!s) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
     else {
       s->key = key;
       key = NULL;
@@ -907,7 +906,7 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
     syms[i] = (TpkBinding){names[i], b->value[bound_find(b, names[i])]};
     tpk_str_printf(&key, "%s%s=%lld", i ? "," : "", names[i], (long long)syms[i].value);
   }
-  if (key.failed) return tpk_str_free(&key), fail(TPK_ERR_NOMEM, "out of memory");
+  if (key.failed) return tpk_str_free(&key), tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   TpkProgram *prog = k->prog;
   pthread_mutex_lock(&prog->lock);
   TuneMemo *m = k->tuned;
@@ -919,7 +918,7 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
     return TPK_OK;
   }
   m = calloc(1, sizeof *m);
-  if (!m) return tpk_str_free(&key), fail(TPK_ERR_NOMEM, "out of memory");
+  if (!m) return tpk_str_free(&key), tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   m->key = tpk_str_take(&key);
   pthread_once(&shipped_once, parse_shipped_tunes);
   TpkTuneKey tk;
@@ -954,9 +953,9 @@ static int launch_pool(TpkContext *ctx, int want, TpkPool **pool) {
 
 TpkStatus tpk_launch_check_counts(const TpkLaunch *L, const char *who) {
   if (L->nsyms < 0 || L->ntunes < 0)
-    return fail(TPK_ERR_INVALID, "%s: nsyms is %d and ntunes %d; counts cannot be negative", who, L->nsyms, L->ntunes);
+    return tpk_runtime_fail(TPK_ERR_INVALID, "%s: nsyms is %d and ntunes %d; counts cannot be negative", who, L->nsyms, L->ntunes);
   if ((L->nsyms && !L->syms) || (L->ntunes && !L->tunes))
-    return fail(TPK_ERR_INVALID, "%s: %s counts %d entries but the array is NULL", who, L->nsyms && !L->syms ? "nsyms" : "ntunes",
+    return tpk_runtime_fail(TPK_ERR_INVALID, "%s: %s counts %d entries but the array is NULL", who, L->nsyms && !L->syms ? "nsyms" : "ntunes",
                 L->nsyms && !L->syms ? L->nsyms : L->ntunes);
   return TPK_OK;
 }
@@ -971,12 +970,12 @@ static const char *tier_name(const Generic *g, const TpkCode *code) {
 static TpkStatus launch(TpkKernel *k, const TpkLaunch *L);
 
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
-  if (!k || !L) return fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
+  if (!k || !L) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
   if (tpk_launch_check_counts(L, "tpk_kernel_launch") != TPK_OK) return TPK_ERR_INVALID;
   TpkContext *ctx = k->prog->ctx;
   pthread_rwlock_rdlock(&ctx->running);
   TpkStatus st = tpk_context_closed(ctx)
-                     ? fail(TPK_ERR_INVALID, "kernel '%s': its context was destroyed; launches are refused", k->f->name)
+                     ? tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': its context was destroyed; launches are refused", k->f->name)
                      : launch(k, L);
   pthread_rwlock_unlock(&ctx->running);
   return st;
@@ -988,7 +987,7 @@ TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L) {
   /* The one way to get here after the context's end: a release callback
    * on this queue's worker destroyed the context, which could not wait for
    * the worker it ran on. */
-  TpkStatus st = !ctx->jit ? fail(TPK_ERR_INVALID, "kernel '%s': its context was destroyed before this queued launch ran",
+  TpkStatus st = !ctx->jit ? tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': its context was destroyed before this queued launch ran",
                                   k->f->name)
                            : launch(k, L);
   pthread_rwlock_unlock(&ctx->running);
@@ -1007,10 +1006,10 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
   /* scalar arguments */
   void *args[256];
   uint64_t scalars[256];
-  if (f->nparams > 256) return fail(TPK_ERR_INVALID, "kernel '%s' has more than 256 parameters", f->name);
+  if (f->nparams > 256) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' has more than 256 parameters", f->name);
   for (int i = 0; i < f->nparams; i++) {
     if (f->params[i].value->type->kind == TPK_TYPE_TENSOR) {
-      if (!L->scalars) return fail(TPK_ERR_INVALID, "kernel '%s': no value for scalar '%s'", f->name, f->params[i].name);
+      if (!L->scalars) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': no value for scalar '%s'", f->name, f->params[i].name);
       st = scalar_value(k, i, L->scalars[i], &scalars[i]);
       if (st != TPK_OK) return st;
       args[i] = &scalars[i];
@@ -1021,7 +1020,7 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
   /* The tunables: the ones the launch names, else the tuned ones for these
    * sizes, else the declared defaults; a tunable a shape uses keeps the
    * value the shapes bound. */
-  if (f->ntunes > MAX_SYMS) return fail(TPK_ERR_UNSUPPORTED, "kernel '%s' has more than %d tunables", f->name, MAX_SYMS);
+  if (f->ntunes > MAX_SYMS) return tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "kernel '%s' has more than %d tunables", f->name, MAX_SYMS);
   int64_t tunes[MAX_SYMS];
   const char *tunes_from = L->ntunes ? "given" : "declared defaults";
   const TuneMemo *memo = NULL;
@@ -1055,7 +1054,7 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
     ws = aligned_alloc(64, ws_bytes ? ws_bytes : 64);
     if (!ws) {
       if (mine) atomic_store(&spec->workspace_busy, false);
-      return fail(TPK_ERR_NOMEM, "out of host memory for a %zu-byte workspace", ws_bytes);
+      return tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a %zu-byte workspace", ws_bytes);
     }
     if (mine) spec->workspace = ws;
   }
@@ -1067,7 +1066,7 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
   int failed = dev->ops->run(dev, &run, message);
   if (mine) atomic_store(&spec->workspace_busy, false);
   else free(ws);
-  if (failed >= 0) return fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, message);
+  if (failed >= 0) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, message);
   if (L->result) {
     TpkLaunchResult *r = L->result;
     r->tier = tier_name(g, code);
@@ -1097,7 +1096,7 @@ const char *tpk_kernel_symbol_name(const TpkKernel *k, int i) {
 }
 
 TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *syms, int nsyms, int64_t *shape) {
-  if (!k || i < 0 || i >= k->f->nparams) return fail(TPK_ERR_INVALID, "tpk_kernel_param_shape: no such parameter %d", i);
+  if (!k || i < 0 || i >= k->f->nparams) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_kernel_param_shape: no such parameter %d", i);
   Bound b = {.f = k->f, .n = 0};
   for (int j = 0; j < nsyms && b.n < MAX_SYMS; j++) {
     b.name[b.n] = syms[j].name;
@@ -1108,7 +1107,7 @@ TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *s
     if (!tpk_dim_eval(t->dims[d], bound_lookup, &b, &shape[d])) {
       TpkStr s = {0};
       tpk_dim_print(&s, t->dims[d]);
-      fail(TPK_ERR_INVALID, "kernel '%s': the size %s of '%s' (dimension %d) needs a symbol that is not bound",
+      tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': the size %s of '%s' (dimension %d) needs a symbol that is not bound",
            k->f->name, s.data ? s.data : "?", k->f->params[i].name, d);
       tpk_str_free(&s);
       return TPK_ERR_INVALID;
@@ -1179,15 +1178,15 @@ const char *tpk_std_source(const char *file) {
 
 TpkStatus tpk_std_kernel(TpkContext *ctx, const char *name, TpkKernel **out) {
   *out = NULL;
-  if (!ctx || !name) return fail(TPK_ERR_INVALID, "tpk_std_kernel: no context or no name");
-  if (tpk_context_closed(ctx)) return fail(TPK_ERR_INVALID, "tpk_std_kernel: the context was destroyed");
+  if (!ctx || !name) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_std_kernel: no context or no name");
+  if (tpk_context_closed(ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_std_kernel: the context was destroyed");
   const TpkStdEntry *e = NULL;
   for (int i = 0; (e = std_kernel_entry(i)) && strcmp(e->kernel, name) != 0; i++) {
   }
   if (!e) {
     TpkStr list = {0};
     for (int i = 0; std_kernel_entry(i); i++) tpk_str_printf(&list, "%s%s", i ? ", " : "", std_kernel_entry(i)->kernel);
-    fail(TPK_ERR_INVALID, "the standard library has no kernel '%s'; it has: %s", name, list.data ? list.data : "(none)");
+    tpk_runtime_fail(TPK_ERR_INVALID, "the standard library has no kernel '%s'; it has: %s", name, list.data ? list.data : "(none)");
     tpk_str_free(&list);
     return TPK_ERR_INVALID;
   }
