@@ -86,6 +86,20 @@ static void work_free(Work *w, int nargs) {
   free(w);
 }
 
+/* Out of its context's registry, once its worker has run all its work: a
+ * context destroyed meanwhile still finds the queue and waits for that
+ * work, which needs the context. */
+static void unregister(TpkQueue *q) {
+  TpkQueues *qs = tpk_context_queues(q->ctx);
+  pthread_mutex_lock(&qs->lock);
+  for (TpkQueue **p = &qs->list; *p; p = &(*p)->next)
+    if (*p == q) {
+      *p = q->next;
+      break;
+    }
+  pthread_mutex_unlock(&qs->lock);
+}
+
 /* The queue's own memory and its hold on the context, once its worker
  * has stopped and no drain of the context waits for it. */
 static void queue_free(TpkQueue *q) {
@@ -136,7 +150,10 @@ static void *worker(void *arg) {
   }
   bool orphan = q->orphan;
   pthread_mutex_unlock(&q->lock);
-  if (orphan) queue_free(q);
+  if (orphan) {
+    unregister(q);
+    queue_free(q);
+  }
   return NULL;
 }
 
@@ -242,14 +259,6 @@ static TpkStatus take_error(TpkQueue *q) {
 
 void tpk_queue_destroy(TpkQueue *q) {
   if (!q) return;
-  TpkQueues *qs = tpk_context_queues(q->ctx);
-  pthread_mutex_lock(&qs->lock);
-  for (TpkQueue **p = &qs->list; *p; p = &(*p)->next)
-    if (*p == q) {
-      *p = q->next;
-      break;
-    }
-  pthread_mutex_unlock(&qs->lock);
   /* On the queue's own worker (a release callback: see drain) the worker
    * cannot be joined; it runs the rest of the work and frees the queue
    * when it stops. */
@@ -263,6 +272,7 @@ void tpk_queue_destroy(TpkQueue *q) {
     return;
   }
   pthread_join(q->thread, NULL); /* the worker drains before it stops */
+  unregister(q);
   queue_free(q);
 }
 

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* y = x * 2 over any length. */
 static const char SCALE[] = "kernel scale(x: f32[N]) -> (y: f32[N]) { y = x * 2.0; }\n";
@@ -82,6 +83,54 @@ static void test_context_destroyed_with_work_queued(void **state) {
   for (int i = 0; i < 20; i++) tpk_buffer_destroy(y[i]);
   tpk_program_destroy(tpk_kernel_program(k));
   tpk_buffer_destroy(x); /* the last hold: the context goes with it */
+}
+
+static void *destroy_queue(void *q) {
+  tpk_queue_destroy(q);
+  return NULL;
+}
+
+/* tpk_queue_destroy runs its queue's work; tpk_context_destroy, called
+ * meanwhile from another thread, must wait for that work too (before: the
+ * queue left the context's registry before its work ran, so the context
+ * ended under it and the rest of its launches failed with "its context was
+ * destroyed"; the random walk of test_concurrency met it about once in 50
+ * seeds). */
+static void test_context_destroyed_while_a_queue_is(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkKernel *k = test_kernel(&ctx, &dev, "host", "scale.tpk", SCALE, "scale");
+  TpkQueue *q;
+  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  enum { N = 1 << 18, LAUNCHES = 40 };
+  float *out = calloc((size_t)LAUNCHES * N, sizeof *out);
+  assert_non_null(out);
+  Released r = {0};
+  TpkBuffer *x = vector(dev, N, 1);
+  for (int i = 0; i < LAUNCHES; i++) {
+    TpkBuffer *y;
+    assert_int_equal(tpk_buffer_wrap(dev, TPK_F32, 1, (int64_t[]){N}, NULL, out + (size_t)i * N, count_release, &r, &y), TPK_OK);
+    TpkLaunch L = {.args = (TpkBuffer *[]){x, y}};
+    assert_int_equal(tpk_queue_launch(q, k, &L), TPK_OK);
+    tpk_buffer_destroy(y);
+  }
+  TpkEvent *e;
+  assert_int_equal(tpk_queue_record(q, &e), TPK_OK);
+  pthread_t destroyer;
+  assert_int_equal(pthread_create(&destroyer, NULL, destroy_queue, q), 0);
+  nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL); /* the destroy is under way */
+  tpk_context_destroy(ctx);
+  pthread_join(destroyer, NULL);
+  assert_int_equal(tpk_event_wait(e), TPK_OK);
+  assert_int_equal(r.calls, LAUNCHES);
+  for (int i = 0; i < LAUNCHES; i++)
+    for (int j = 0; j < N; j++)
+      if (out[(size_t)i * N + j] != 2 * (1 + (float)j)) fail_msg("launch %d: y[%d] = %g", i, j, (double)out[(size_t)i * N + j]);
+  tpk_event_destroy(e);
+  tpk_program_destroy(tpk_kernel_program(k));
+  tpk_buffer_destroy(x);
+  free(out);
 }
 
 /* Buffers and programs destroyed after their context, and a buffer never
@@ -298,6 +347,7 @@ static void test_views(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_context_destroyed_with_work_queued),
+      cmocka_unit_test(test_context_destroyed_while_a_queue_is),
       cmocka_unit_test(test_handles_outlive_their_context),
       cmocka_unit_test(test_event_outlives_its_queue),
       cmocka_unit_test(test_queued_launch_holds_what_it_uses),
