@@ -17,7 +17,8 @@ line on stdout (other lines and stderr are passed through):
             baseline
 
 To add a benchmark: build another bench/bench_*.c (the Makefile's `bench`
-target builds them) that prints such rows, and add its target to TARGETS.
+target builds them), or write a bench/bench_*.py script (run with this
+Python), that prints such rows, and add its target to TARGETS.
 
 Then the standard-kernel suite: `tpk bench --suite std --json FILE` (see
 bench/README.md). Its rows join the others, one per kernel and device
@@ -52,6 +53,9 @@ TARGETS = {
     "f32 matmul 1024^3 kernel, one thread, cc tier": (">= 0.8x OpenBLAS", lambda r: r is not None and r >= 0.8,
                                                       "ratio"),
     "compile a softmax kernel with libtcc": ("< 5 ms", lambda v: v < 5.0),
+    # ratio = torch.softmax's time / the op's: within 4x is >= 0.25
+    "op call overhead: torch.ops.tpk.softmax 8x8 f32, one thread": ("<= 4x torch.softmax",
+                                                                     lambda r: r is not None and r >= 0.25, "ratio"),
     # ratio = host time / simulator time; the simulator within 3x of the host
     "f32 matmul 1024^3 on sim:v5e, wall time": ("within 3x of the host", lambda r: r is not None and r >= 1 / 3,
                                                  "ratio"),
@@ -81,14 +85,17 @@ def machine():
 
 
 def find_benches(build):
-    folder = os.path.join(build, "bench")
-    if not os.path.isdir(folder):
-        return []
+    """The built bench_* binaries, then the bench/bench_*.py scripts (run
+    with this Python: they measure tpk's Python package)."""
     out = []
-    for name in sorted(os.listdir(folder)):
+    folder = os.path.join(build, "bench")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         path = os.path.join(folder, name)
         if name.startswith("bench_") and os.path.isfile(path) and os.access(path, os.X_OK):
             out.append(path)
+    for name in sorted(os.listdir(HERE)):
+        if name.startswith("bench_") and name.endswith(".py"):
+            out.append(os.path.join(HERE, name))
     return out
 
 
@@ -115,7 +122,8 @@ def parse_rows(text, source):
 def run_bench(path, timeout):
     print(f"run.py: {os.path.relpath(path)}", flush=True)
     try:
-        p = subprocess.run([path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        command = [sys.executable, path] if path.endswith(".py") else [path]
+        p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         print(f"run.py: {path} took more than {timeout} s; no rows from it", file=sys.stderr)

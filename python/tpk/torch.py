@@ -1,0 +1,449 @@
+"""`.tpk` kernels as PyTorch custom ops.
+
+    import tpk.torch
+    ops = tpk.torch.load("mykernels.tpk", namespace="mylib")
+    y = torch.ops.mylib.softmax(x)          # or ops.softmax(x)
+
+Each kernel of the file becomes the operator `namespace::kernel`, defined
+with `torch.library`:
+
+- its schema comes from the kernel's signature: tensor inputs are `Tensor`,
+  scalars `float`/`int`/`bool`, `inout` parameters `Tensor(a!)` (mutated in
+  place, nothing returned for them), outputs the returned tensors; a shape
+  symbol that only outputs use (embedding_bwd's `V`) is a trailing `SymInt`;
+- a fake implementation derived from the signature (output shapes from the
+  shape symbols, dtypes from the outputs), so `torch.compile` and meta
+  tensors see through the op, with `dynamic=True` too;
+- a CPU kernel that runs the tpk kernel on the tensors' memory: no copies
+  for contiguous tensors of the kernel's dtypes; other inputs are copied to
+  contiguous memory first (`inout` ones are written back); a dtype that is
+  not the kernel's is an error, never a silent cast;
+- when the kernel names a backward kernel (`backward NAME` in its header),
+  `register_autograd` with that kernel as the backward, itself an op of the
+  same namespace.
+
+The kernels run on `tpk`'s current device: the host unless a
+`with tpk.device("sim:v5e"):` block (or `tpk.set_device`) says otherwise.
+`tpk.torch.std` is the standard library in namespace `tpk`
+(`torch.ops.tpk.softmax`).
+"""
+import hashlib
+import threading
+
+import torch
+
+import tpk
+
+__all__ = ["load", "load_source", "std", "Ops"]
+
+DTYPES = {
+    "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+    "f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
+    "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8, "bool": torch.bool,
+}
+FLOATS = ("f32", "f16", "bf16", "f8e4m3", "f8e5m2")
+SCALAR_TYPES = {"bool": "bool", **{d: "float" for d in FLOATS}}  # the rest are "int"
+
+
+class Dim:
+    """One dimension of a parameter: a symbol, a constant, or + - * / of
+    them ("B*H"), evaluated on ints or SymInts."""
+
+    def __init__(self, text):
+        self.text = text
+        self._tokens = self._lex(text)
+        self._pos = 0
+        self._tree = self._sum()
+        if self._pos != len(self._tokens):
+            raise tpk.TpkError(f"cannot read the dimension '{text}'")
+        del self._tokens, self._pos
+
+    @staticmethod
+    def _lex(text):
+        out, i = [], 0
+        while i < len(text):
+            c = text[i]
+            if c.isspace():
+                i += 1
+            elif c.isdigit():
+                j = i
+                while j < len(text) and text[j].isdigit():
+                    j += 1
+                out.append(int(text[i:j]))
+                i = j
+            elif c.isalpha() or c == "_":
+                j = i
+                while j < len(text) and (text[j].isalnum() or text[j] == "_"):
+                    j += 1
+                out.append(text[i:j])
+                i = j
+            elif c in "+-*/()":
+                out.append(c)
+                i += 1
+            else:
+                raise tpk.TpkError(f"cannot read the dimension '{text}'")
+        return out
+
+    def _peek(self):
+        return self._tokens[self._pos] if self._pos < len(self._tokens) else None
+
+    def _sum(self):
+        tree = self._product()
+        while self._peek() in ("+", "-"):
+            self._pos += 1
+            tree = (self._tokens[self._pos - 1], tree, self._product())
+        return tree
+
+    def _product(self):
+        tree = self._atom()
+        while self._peek() in ("*", "/"):
+            self._pos += 1
+            tree = (self._tokens[self._pos - 1], tree, self._atom())
+        return tree
+
+    def _atom(self):
+        tok = self._peek()
+        self._pos += 1
+        if tok == "(":
+            tree = self._sum()
+            if self._peek() != ")":
+                raise tpk.TpkError(f"cannot read the dimension '{self.text}'")
+            self._pos += 1
+            return tree
+        if isinstance(tok, int) or (isinstance(tok, str) and tok not in "+-*/()"):
+            return tok
+        raise tpk.TpkError(f"cannot read the dimension '{self.text}'")
+
+    @property
+    def symbol(self):
+        """The symbol's name when the dim is a bare symbol, else None."""
+        return self._tree if isinstance(self._tree, str) else None
+
+    def symbols(self, tree=None):
+        tree = self._tree if tree is None else tree
+        if isinstance(tree, str):
+            return {tree}
+        if isinstance(tree, tuple):
+            return self.symbols(tree[1]) | self.symbols(tree[2])
+        return set()
+
+    def value(self, syms, tree=None):
+        tree = self._tree if tree is None else tree
+        if isinstance(tree, int):
+            return tree
+        if isinstance(tree, str):
+            return syms[tree]
+        op, a, b = tree
+        a, b = self.value(syms, a), self.value(syms, b)
+        return a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else a // b
+
+
+class Param:
+    """A kernel parameter as the op sees it."""
+
+    def __init__(self, index, p):
+        self.index = index  # in the kernel's parameter list
+        self.name = p.name
+        self.kind = p.kind  # "in", "out", "inout", "scalar"
+        self.dtype = p.dtype
+        self.dims = tuple(Dim(d) for d in p.dims) if p.kind != "scalar" else ()
+
+    @property
+    def tensor(self):
+        return self.kind != "scalar"
+
+
+class OpKernel:
+    """A tpk kernel, its op's schema, and how to call it."""
+
+    def __init__(self, namespace, kernel):
+        self.kernel = kernel
+        self.name = kernel.name
+        self.qualname = f"{namespace}::{kernel.name}"
+        params = [Param(i, p) for i, p in enumerate(kernel.params)]
+        self.params = params
+        self.args = [p for p in params if p.kind in ("in", "inout", "scalar")]
+        self.outputs = [p for p in params if p.kind == "out"]
+        # Symbols bound by the inputs' shapes: where each is first read.
+        self.bound = {}
+        for a in self.args:
+            for d, dim in enumerate(a.dims):
+                if dim.symbol and dim.symbol not in self.bound:
+                    self.bound[dim.symbol] = (self.args.index(a), d)
+        tunables = {t[0] for t in kernel.tunables}
+        self.extra = []  # symbols only outputs use: trailing SymInt arguments
+        for o in self.outputs:
+            for dim in o.dims:
+                for s in sorted(dim.symbols()):
+                    if s in tunables:
+                        raise tpk.TpkError(f"kernel '{self.name}': output '{o.name}' has a shape that depends on "
+                                           f"the tunable '{s}', which a torch op cannot know before it runs")
+                    if s not in self.bound and s not in self.extra:
+                        self.extra.append(s)
+        self.schema = self._schema()
+
+    def _schema(self):
+        args, alias = [], iter("abcdefghijklmnopqrstuvwxyz")
+        for a in self.args:
+            if a.kind == "scalar":
+                args.append(f"{SCALAR_TYPES.get(a.dtype, 'int')} {a.name}")
+            elif a.kind == "inout":
+                args.append(f"Tensor({next(alias)}!) {a.name}")
+            else:
+                args.append(f"Tensor {a.name}")
+        args += [f"SymInt {s}" for s in self.extra]
+        outs = ", ".join("Tensor" for _ in self.outputs)
+        ret = outs if len(self.outputs) == 1 else f"({outs})"
+        return f"{self.name}({', '.join(args)}) -> {ret}"
+
+    # ---- shapes ----
+
+    def symbols(self, args):
+        """Symbol name -> size from the inputs' shapes (and the trailing
+        symbol arguments), ints or SymInts."""
+        syms = {s: args[i].shape[d] for s, (i, d) in self.bound.items()}
+        for s, v in zip(self.extra, args[len(self.args):]):
+            syms[s] = v
+        return syms
+
+    def check(self, args):
+        """What the kernel needs of the tensors (dtype, rank, sizes that must
+        agree), as errors naming the parameter; in fake mode too, so
+        torch.compile reports them while tracing."""
+        first, device = {}, None
+        for a, v in zip(self.args, args):
+            if not a.tensor:
+                continue
+            if not isinstance(v, torch.Tensor):
+                raise TypeError(f"{self.qualname}: '{a.name}' must be a tensor, got {type(v).__name__}")
+            if device is None:
+                device = (a.name, v.device)
+            elif v.device != device[1]:
+                raise RuntimeError(f"{self.qualname}: '{device[0]}' is on {device[1]} but '{a.name}' on {v.device}; "
+                                   f"a tpk op runs on tensors of one device")
+        syms = self.symbols(args)
+        for a, v in zip(self.args, args):
+            if not a.tensor:
+                continue
+            want = DTYPES[a.dtype]
+            if v.dtype != want:
+                raise TypeError(f"{self.qualname}: '{a.name}' must be {want} ({a.dtype}), got {v.dtype}")
+            if v.dim() != len(a.dims):
+                raise ValueError(f"{self.qualname}: '{a.name}' must have rank {len(a.dims)} "
+                                 f"[{', '.join(d.text for d in a.dims)}], got shape {tuple(v.shape)}")
+            for d, dim in enumerate(a.dims):
+                size = v.shape[d]
+                if dim.symbol is None:
+                    want_size = dim.value(syms) if dim.symbols() <= syms.keys() else None
+                    if want_size is not None:
+                        torch._check(size == want_size, lambda a=a, d=d, dim=dim, size=size, w=want_size: (
+                            f"{self.qualname}: '{a.name}' dim {d} ({dim.text}) must be {w}, got {size}"))
+                elif dim.symbol in first:
+                    other, od = first[dim.symbol]
+                    torch._check(size == syms[dim.symbol], lambda a=a, d=d, dim=dim, size=size, other=other, od=od: (
+                        f"{self.qualname}: shape symbol {dim.symbol} is {syms[dim.symbol]} from '{other}' "
+                        f"(dim {od}) but {size} from '{a.name}' (dim {d})"))
+                else:
+                    first[dim.symbol] = (a.name, d)
+        return syms
+
+    def output_shapes(self, syms):
+        return [tuple(d.value(syms) for d in o.dims) for o in self.outputs]
+
+    # ---- the op's implementations ----
+
+    def fake(self, *args):
+        syms = self.check(args)
+        ref = next(v for v in args if isinstance(v, torch.Tensor))
+        outs = tuple(torch.empty(shape, dtype=DTYPES[o.dtype], device=ref.device)
+                     for o, shape in zip(self.outputs, self.output_shapes(syms)))
+        return self._result(outs)
+
+    def cpu(self, *args):
+        syms = self.symbols(args)
+        launch = [None] * len(self.params)
+        writeback = []
+        for a, v in zip(self.args, args):
+            if a.tensor:
+                if not isinstance(v, torch.Tensor):
+                    raise TypeError(f"{self.qualname}: '{a.name}' must be a tensor, got {type(v).__name__}")
+                if v.device.type != "cpu":
+                    raise RuntimeError(f"{self.qualname}: '{a.name}' is on {v.device}; tpk ops run on CPU tensors")
+                if not v.is_contiguous():
+                    c = v.contiguous()
+                    if a.kind == "inout":
+                        writeback.append((v, c))
+                    v = c
+            launch[a.index] = v
+        outs = []
+        for o, shape in zip(self.outputs, self.output_shapes(syms)):
+            out = torch.empty(shape, dtype=DTYPES[o.dtype])
+            launch[o.index] = out
+            outs.append(out)
+        extra = {s: int(syms[s]) for s in self.extra}
+        self.kernel.launch(launch, device=tpk.current_device(), syms=extra or None)
+        for v, c in writeback:
+            v.copy_(c)
+        return self._result(tuple(outs))
+
+    def _result(self, outs):
+        if not outs:
+            return None
+        return outs[0] if len(outs) == 1 else outs
+
+
+class Autograd:
+    """register_autograd's two functions for a kernel with a backward
+    kernel: which of the forward's inputs, outputs and output gradients the
+    backward takes (by name), and which input gradients it gives."""
+
+    def __init__(self, fwd, bwd, bwd_op):
+        self.fwd, self.bwd, self.bwd_op = fwd, bwd, bwd_op
+        arg_names = [a.name for a in fwd.args]
+        out_names = [o.name for o in fwd.outputs]
+        self.takes = []  # per backward argument: (source, index)
+        for a in bwd.args:
+            if a.name in arg_names:
+                self.takes.append(("arg", arg_names.index(a.name), a))
+            elif a.name in out_names:
+                self.takes.append(("out", out_names.index(a.name), a))
+            elif a.name.startswith("d") and a.name[1:] in out_names:
+                self.takes.append(("grad", out_names.index(a.name[1:]), a))
+            else:  # the checker refuses such a backward; say so if one slips by
+                raise tpk.TpkError(f"backward kernel '{bwd.name}' of '{fwd.name}': '{a.name}' is neither an input "
+                                   f"or output of '{fwd.name}' nor the gradient of an output")
+        self.differentiable = {i for src, i, _ in self.takes if src == "grad"}
+        self.gives = {}  # forward argument index -> backward output index
+        for j, o in enumerate(bwd.outputs):
+            self.gives[arg_names.index(o.name[1:])] = j
+        # the backward's own output-only symbols, from the forward's symbols
+        self.extra = list(bwd.extra)
+
+    def setup_context(self, ctx, inputs, output):
+        outs = output if isinstance(output, tuple) else (output,) if output is not None else ()
+        saved, where = [], []
+        for src, i, _ in self.takes:
+            if src == "arg" and isinstance(inputs[i], torch.Tensor):
+                where.append(len(saved))
+                saved.append(inputs[i])
+            elif src == "out":
+                where.append(len(saved))
+                saved.append(outs[i])
+            else:
+                where.append(None)
+        ctx.save_for_backward(*saved)
+        ctx.tpk_where = where
+        ctx.tpk_scalars = {i: inputs[i] for src, i, a in self.takes if src == "arg" and not a.tensor}
+        syms = self.fwd.symbols(inputs)
+        ctx.tpk_extra = [syms[s] for s in self.extra]
+        ctx.tpk_outs = [(o.shape, o.dtype) for o in outs]
+        nondiff = [o for i, o in enumerate(outs) if i not in self.differentiable]
+        if nondiff:
+            ctx.mark_non_differentiable(*nondiff)
+
+    def backward(self, ctx, *grads):
+        saved = ctx.saved_tensors
+        args = []
+        for (src, i, a), w in zip(self.takes, ctx.tpk_where):
+            if src == "grad":
+                g = grads[i]
+                if g is None:
+                    shape, dtype = ctx.tpk_outs[i]
+                    g = torch.zeros(shape, dtype=dtype)
+                args.append(g.to(DTYPES[a.dtype]).contiguous())
+            elif w is not None:
+                args.append(saved[w])
+            else:
+                args.append(ctx.tpk_scalars[i])
+        res = self.bwd_op(*args, *ctx.tpk_extra)
+        res = res if isinstance(res, tuple) else (res,)
+        out = [None] * (len(self.fwd.args) + len(self.fwd.extra))
+        for i, j in self.gives.items():
+            if ctx.needs_input_grad[i]:
+                out[i] = res[j].to(DTYPES[self.fwd.args[i].dtype])
+        return tuple(out)
+
+
+class Ops:
+    """The ops of one program: `ops.softmax` is `torch.ops.<namespace>.softmax`."""
+
+    def __init__(self, namespace, program, names):
+        self.namespace = namespace
+        self.program = program
+        self.names = tuple(names)
+
+    def __getattr__(self, name):
+        if name in self.__dict__.get("names", ()):
+            return getattr(getattr(torch.ops, self.namespace), name)
+        raise AttributeError(f"no kernel '{name}' in namespace '{self.namespace}'")
+
+    def __dir__(self):
+        return list(self.names) + ["namespace", "program", "names"]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __repr__(self):
+        return f"<tpk ops {self.namespace}: {', '.join(self.names)}>"
+
+
+_lock = threading.Lock()
+_libraries = {}  # namespace -> torch.library.Library (kept: it owns the registrations)
+_defined = {}    # "ns::kernel" -> digest of the source that defined it
+_kept = []       # OpKernel and Autograd objects the registrations call
+
+
+def _register(namespace, program, digest):
+    kernels = {name: OpKernel(namespace, program.kernel(name)) for name in program.kernel_names}
+    with _lock:
+        lib = _libraries.get(namespace)
+        if lib is None:
+            lib = _libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")
+        new = []
+        for k in kernels.values():
+            had = _defined.get(k.qualname)
+            if had == digest:
+                continue  # the same source loaded again: its ops stand
+            if had is not None:
+                raise tpk.TpkError(f"{k.qualname} is already defined by another source; "
+                                   f"load this file into another namespace")
+            new.append(k)
+        for k in new:
+            lib.define(k.schema)
+            lib.impl(k.name, k.cpu, "CPU")
+            torch.library.register_fake(k.qualname, k.fake, lib=lib)
+            _defined[k.qualname] = digest
+            _kept.append(k)
+        for k in new:
+            bwd_name = k.kernel.backward
+            if not bwd_name:
+                continue
+            bwd = kernels.get(bwd_name) or OpKernel(namespace, program.kernel(bwd_name))
+            ag = Autograd(k, bwd, getattr(getattr(torch.ops, namespace), bwd_name))
+            torch.library.register_autograd(k.qualname, ag.backward, setup_context=ag.setup_context, lib=lib)
+            _kept.append(ag)
+    return Ops(namespace, program, kernels)
+
+
+def load(path, namespace):
+    """Define every kernel of the .tpk file at `path` as `torch.ops.<namespace>.<kernel>`."""
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return _register(namespace, tpk.load(path), digest)
+
+
+def load_source(text, namespace, name="<source>"):
+    """Define every kernel of .tpk source text as `torch.ops.<namespace>.<kernel>`."""
+    return _register(namespace, tpk.load_source(text, name=name), hashlib.sha256(text.encode()).hexdigest())
+
+
+_std = None
+
+
+def __getattr__(name):
+    global _std
+    if name == "std":  # defined on first use: some 40 ops
+        if _std is None:
+            _std = _register("tpk", tpk.std, "the standard library")
+        return _std
+    raise AttributeError(f"module 'tpk.torch' has no attribute '{name}'")
