@@ -664,8 +664,8 @@ static int wrap_array(Launch *L, int i, PyObject *obj, bool may_convert) {
     if (rank > TPK_MAX_DIMS) return arg_error(L, i, PyExc_ValueError, "the array has %d dimensions", rank);
     char text[200];
     dims_text(text, sizeof text, rank, shape);
-    return arg_error(L, i, PyExc_ValueError, "%d dimension%s, but the array has %d, shape %s", p->rank,
-                     p->rank == 1 ? "" : "s", rank, text);
+    return arg_error(L, i, PyExc_ValueError, "it has %d dimension%s, the array %d (shape %s)", p->rank, p->rank == 1 ? "" : "s",
+                     rank, text);
   }
   int64_t want[TPK_MAX_DIMS], step = 1, elements = 1;
   bool contiguous = true;
@@ -714,7 +714,7 @@ static int stage_array(Launch *L, int i, PyObject *f32) {
   }
   int64_t shape[TPK_MAX_DIMS];
   if (a->view.ndim != p->rank)
-    return arg_error(L, i, PyExc_ValueError, "%d dimension%s, but the array has %d", p->rank, p->rank == 1 ? "" : "s",
+    return arg_error(L, i, PyExc_ValueError, "it has %d dimension%s, the array %d", p->rank, p->rank == 1 ? "" : "s",
                      a->view.ndim);
   size_t n = 1;
   for (int d = 0; d < p->rank; d++) n *= (size_t)(shape[d] = a->view.shape[d]);
