@@ -1,9 +1,10 @@
 # tpk — build, test, benchmark.
 #
 #   make deps        install what is missing (Debian packages, Python packages); safe to rerun
-#   make             build/libtpk.a, build/libtpk.so, build/tpk
+#   make             build/libtpk.a, build/libtpk.so, build/tpk, and the Python
+#                    package's extension, python/tpk/_C*.so (linked to build/libtpk.so)
 #   make test        every test (C unit tests, golden diagnostics, tutorials, the
-#                    standard kernels against NumPy and PyTorch)
+#                    standard kernels against NumPy and PyTorch, the Python package)
 #   make test-asan   the C tests under AddressSanitizer + UBSan
 #   make test-tsan   the C tests that run threads, under ThreadSanitizer
 #   make bench       benchmarks -> bench/results.json and bench/RESULTS.md
@@ -72,9 +73,13 @@ CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
 TEST_SRC := $(wildcard tests/*/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(BUILD)/tests/support.o
+# The Python package's extension, built for this Python ($(PYTHON)).
+PY_INCLUDE := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
+PY_EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+PY_EXT := $(if $(PY_EXT_SUFFIX),python/tpk/_C$(PY_EXT_SUFFIX))
 
 .PHONY: all deps test test-asan test-tsan test-c bench fuzz clean
-all: $(BUILD)/libtpk.a $(BUILD)/libtpk.so $(BUILD)/tpk
+all: $(BUILD)/libtpk.a $(BUILD)/libtpk.so $(BUILD)/tpk $(PY_EXT)
 
 deps:
 	@sh tools/deps.sh
@@ -151,6 +156,16 @@ $(BUILD)/libtpk.so: $(LIB_OBJ) $(STD_OBJ) $(STD_LIST) $(BUILD)/tcc/libtcc_local.
 $(BUILD)/tpk: $(CLI_OBJ) $(BUILD)/libtpk.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtpk.a $(LDLIBS)
 
+# ---- the Python package's extension (python/tpk/_C.c) ----
+# Compiled against this Python's headers and linked to $(BUILD)/libtpk.so
+# with an rpath, so `import tpk` loads the library the C tests use. It sits
+# in the source tree, where `pip install -e python` finds it.
+$(BUILD)/python/_C.o: python/tpk/_C.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -I$(PY_INCLUDE) $(CFLAGS) -fvisibility=hidden -MMD -MP -c $< -o $@
+$(PY_EXT): $(BUILD)/python/_C.o $(BUILD)/libtpk.so
+	$(CC) -shared $(LDFLAGS) -o $@ $< -L$(abspath $(BUILD)) -ltpk -Wl,-rpath,$(abspath $(BUILD))
+
 # ---- tests ----
 $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/libtpk.a
 	@mkdir -p $(dir $@)
@@ -167,10 +182,12 @@ test-c: $(TEST_BIN) $(BUILD)/tpk $(BUILD)/libtpk.so
 	@sh tools/check-layout.sh
 	@sh tools/run-tests.sh $(BUILD) $(TEST_BIN)
 
-test: test-c
+test: test-c $(PY_EXT)
 	@sh tools/run-tutorials.sh $(BUILD)
 	@echo "standard kernels against NumPy and PyTorch (tests/std):"
 	@TPK_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/std
+	@echo "the Python package (tests/python):"
+	@TPK_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -fno-omit-frame-pointer" \
@@ -242,7 +259,7 @@ fuzz:
 		-dict=tests/fuzz/tpk.dict $(FUZZ_BUILD)/corpus tests/fuzz/corpus
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(PY_EXT)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

@@ -158,6 +158,11 @@ TpkDevice *tpk_buffer_device(const TpkBuffer *buf);
  * byte 0/1, row-major. */
 TpkStatus tpk_buffer_write(TpkBuffer *buf, const void *src, size_t bytes);
 TpkStatus tpk_buffer_read(const TpkBuffer *buf, void *dst, size_t bytes);
+/* Convert n elements from one dtype to another, both stored as above, as
+ * kernels convert (host/prims.h: narrower floats round to nearest even,
+ * floats to integers truncate and saturate). For callers whose arrays have
+ * no bf16 or f8 type (NumPy). */
+void tpk_dtype_convert(TpkDType from, const void *src, TpkDType to, void *dst, size_t n);
 /* The memory itself, in host memory on every device so far. */
 void *tpk_buffer_data(TpkBuffer *buf);
 
@@ -194,6 +199,19 @@ const char *tpk_kernel_symbol_name(const TpkKernel *k, int i);
  * `syms` may also name tunables, for shapes that use one (y: f32[G, N]);
  * tunables it does not name take their declared defaults. */
 TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *syms, int nsyms, int64_t *shape);
+/* Dimension d of parameter i as the signature writes it, printed from the
+ * checked IR ("M", "B*H", "128"; constants folded, so `2*64` is "128").
+ * The string belongs to the kernel; NULL when i or d is out of range. */
+const char *tpk_kernel_param_dim(const TpkKernel *k, int i, int d);
+
+/* The kernel's tunables (`tune BM in [16, 8, 32]`): each one's name, its
+ * declared default (the first choice) and its choices, in declaration
+ * order. Strings and arrays belong to the kernel. */
+int tpk_kernel_tunable_count(const TpkKernel *k);
+const char *tpk_kernel_tunable_name(const TpkKernel *k, int i);
+int64_t tpk_kernel_tunable_default(const TpkKernel *k, int i);
+/* The number of choices, with the array in *choices. */
+int tpk_kernel_tunable_choices(const TpkKernel *k, int i, const int64_t **choices);
 
 /* What a launch did, filled in when TpkLaunch.result is set. */
 typedef struct TpkSimStats {

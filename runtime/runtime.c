@@ -103,6 +103,7 @@ typedef struct TuneMemo {
 struct TpkKernel {
   TpkProgram *prog;
   TpkFunc *f; /* the unbound IR: parameter types with symbols */
+  const char **dims; /* param i's dimension d as text, at [i * TPK_MAX_RANK + d] (module's arena) */
   TuneMemo *tuned; /* under prog->lock */
 };
 
@@ -369,6 +370,25 @@ const char *tpk_device_name(const TpkDevice *dev) { return dev ? dev->name : "?"
 
 /* ---- programs and kernels ---------------------------------------------------------- */
 
+/* The text of every dimension of k's parameters, printed once from the IR
+ * into its module's arena (tpk_kernel_param_dim). */
+static TpkStatus kernel_dims_text(TpkKernel *k) {
+  TpkArena *arena = &k->f->module->arena;
+  k->dims = tpk_arena_alloc(arena, sizeof *k->dims * (size_t)(k->f->nparams ? k->f->nparams : 1) * TPK_MAX_RANK);
+  if (!k->dims) return TPK_ERR_NOMEM;
+  for (int i = 0; i < k->f->nparams; i++) {
+    const TpkType *t = k->f->params[i].value->type;
+    for (int d = 0; t->kind == TPK_TYPE_REF && d < t->rank; d++) {
+      TpkStr s = {0};
+      tpk_dim_print(&s, t->dims[d]);
+      k->dims[i * TPK_MAX_RANK + d] = s.failed || !s.data ? NULL : tpk_arena_strdup(arena, s.data);
+      tpk_str_free(&s);
+      if (!k->dims[i * TPK_MAX_RANK + d]) return TPK_ERR_NOMEM;
+    }
+  }
+  return TPK_OK;
+}
+
 /* A program from its text (name and text: the heap, owned from here on);
  * the context's own (a standard program) or the caller's, which holds the
  * context. */
@@ -405,8 +425,14 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
     program_free(prog);
     return TPK_ERR_NOMEM;
   }
-  for (int i = 0; i < prog->nkernels; i++)
+  for (int i = 0; i < prog->nkernels; i++) {
     prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i]};
+    if (kernel_dims_text(&prog->kernels[i]) != TPK_OK) {
+      tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
+      program_free(prog);
+      return TPK_ERR_NOMEM;
+    }
+  }
   pthread_mutex_lock(&ctx->lock);
   prog->next = ctx->programs;
   ctx->programs = prog;
@@ -486,6 +512,31 @@ TpkParamKind tpk_kernel_param_kind(const TpkKernel *k, int i) {
 }
 TpkDType tpk_kernel_param_dtype(const TpkKernel *k, int i) { return k->f->params[i].value->type->dtype; }
 int tpk_kernel_param_rank(const TpkKernel *k, int i) { return k->f->params[i].value->type->rank; }
+
+const char *tpk_kernel_param_dim(const TpkKernel *k, int i, int d) {
+  if (!k || i < 0 || i >= k->f->nparams || d < 0 || d >= tpk_kernel_param_rank(k, i)) return NULL;
+  return k->dims[i * TPK_MAX_RANK + d];
+}
+
+int tpk_kernel_tunable_count(const TpkKernel *k) { return k ? k->f->ntunes : 0; }
+const char *tpk_kernel_tunable_name(const TpkKernel *k, int i) {
+  return k && i >= 0 && i < k->f->ntunes ? k->f->tunes[i].name : NULL;
+}
+int64_t tpk_kernel_tunable_default(const TpkKernel *k, int i) {
+  return k && i >= 0 && i < k->f->ntunes ? k->f->tunes[i].value : 0;
+}
+int tpk_kernel_tunable_choices(const TpkKernel *k, int i, const int64_t **choices) {
+  *choices = NULL;
+  if (!k || i < 0 || i >= k->f->ntunes) return 0;
+  const TpkTune *t = &k->f->tunes[i];
+  /* IR that records no choices (a bound tunable) allows only its value */
+  *choices = t->nchoices ? t->choices : &t->value;
+  return t->nchoices ? t->nchoices : 1;
+}
+
+void tpk_dtype_convert(TpkDType from, const void *src, TpkDType to, void *dst, size_t n) {
+  tpk_prims()->convert((int)from, (int)to, src, dst, (int64_t)n);
+}
 
 /* ---- binding a launch ---------------------------------------------------------------- */
 

@@ -251,12 +251,68 @@ static void test_sim_times_bound_ir(void **state) {
   test_compile_free(&c);
 }
 
+static const char *SIGNATURE =
+    "kernel heads(x: f32[B, H, 2 * 64], scale: f32) -> (y: bf16[B * H, 128], z: f32[G])\n"
+    "  tune G in [4, 2, 8], BM in [16]\n"
+    "{\n"
+    "  for g in 0..G { z[g] = scale; }\n"
+    "  for b in 0..B { for h in 0..H { y[b * H + h, :] = (x[b, h, :] * scale) as bf16; } }\n"
+    "}\n";
+
+/* What a binding layer (Python) reads of a signature: each dimension as
+ * text, printed from the IR, and the tunables with their choices. */
+static void test_signature_as_text(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkKernel *k = test_kernel(&ctx, &dev, "host", "heads.tpk", SIGNATURE, "heads");
+  assert_int_equal(tpk_kernel_param_count(k), 4);
+  assert_string_equal(tpk_kernel_param_dim(k, 0, 0), "B");
+  assert_string_equal(tpk_kernel_param_dim(k, 0, 2), "128"); /* folded */
+  assert_null(tpk_kernel_param_dim(k, 0, 3));
+  assert_null(tpk_kernel_param_dim(k, 1, 0)); /* a scalar has none */
+  assert_string_equal(tpk_kernel_param_dim(k, 2, 0), "B*H");
+  assert_string_equal(tpk_kernel_param_dim(k, 3, 0), "G");
+  assert_null(tpk_kernel_param_dim(k, 4, 0));
+  assert_int_equal(tpk_kernel_tunable_count(k), 2);
+  assert_string_equal(tpk_kernel_tunable_name(k, 0), "G");
+  assert_int_equal(tpk_kernel_tunable_default(k, 0), 4);
+  const int64_t *choices;
+  assert_int_equal(tpk_kernel_tunable_choices(k, 0, &choices), 3);
+  assert_true(choices[0] == 4 && choices[1] == 2 && choices[2] == 8);
+  assert_string_equal(tpk_kernel_tunable_name(k, 1), "BM");
+  assert_int_equal(tpk_kernel_tunable_choices(k, 1, &choices), 1);
+  assert_int_equal(choices[0], 16);
+  assert_null(tpk_kernel_tunable_name(k, 2));
+  assert_int_equal(tpk_kernel_tunable_choices(k, 2, &choices), 0);
+  tpk_program_destroy(tpk_kernel_program(k));
+  tpk_context_destroy(ctx);
+}
+
+/* tpk_dtype_convert rounds as kernels do: f32 to bf16 to nearest even. */
+static void test_dtype_convert(void **state) {
+  (void)state;
+  /* 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: even is 1;
+   * 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: even is the latter */
+  float in[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f};
+  uint16_t bf[3];
+  float back[3];
+  tpk_dtype_convert(TPK_F32, in, TPK_BF16, bf, 3);
+  assert_int_equal(bf[0], 0x3f80);
+  assert_int_equal(bf[1], 0x3f82);
+  assert_int_equal(bf[2], 0xc020);
+  tpk_dtype_convert(TPK_BF16, bf, TPK_F32, back, 3);
+  assert_true(back[0] == 1.0f && back[1] == 1.0f + 0x1p-6f && back[2] == -2.5f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_checked_once),
       cmocka_unit_test(test_outputs_sized_by_tunables),
       cmocka_unit_test(test_binding_errors_point_at_the_line),
       cmocka_unit_test(test_sim_times_bound_ir),
+      cmocka_unit_test(test_signature_as_text),
+      cmocka_unit_test(test_dtype_convert),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
