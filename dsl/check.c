@@ -2518,7 +2518,7 @@ static bool check_gradient(Checker *c, const TpkAst *p, const TpkType *t, const 
   bool dtype_ok = t->dtype == ot->dtype || (t->dtype == TPK_F32 && low_precision_float(ot->dtype));
   if (dims_ok && dtype_ok) return true;
   const char *want = low_precision_float(ot->dtype)
-                         ? tpk_arena_printf(&c->m->arena, "%s or f32%s", tpk_dtype_name(ot->dtype), shape_str(c, ot->rank, ot->dims))
+                         ? tpk_arena_printf(&c->m->arena, "%s or f32%s", param_type_text(c, ot), shape_str(c, ot->rank, ot->dims))
                          : param_type_text(c, ot);
   tpk_diag_error_hint(c->diags, p->name_span,
                       "a gradient has the dims of what it is the gradient of, and its dtype, or f32 for a 16- or 8-bit float",
