@@ -276,6 +276,8 @@ OPS = {
     "bmm": ("torch.bmm", bmm),
     "softmax": ("torch.softmax", rowwise(lambda t: torch.softmax(t, -1))),
     "log_softmax": ("torch.log_softmax", rowwise(lambda t: torch.log_softmax(t, -1))),
+    "softmax_bwd": ("torch.softmax bwd", elementwise_bwd(lambda t: torch.softmax(t, -1))),
+    "log_softmax_bwd": ("torch.log_softmax bwd", elementwise_bwd(lambda t: torch.log_softmax(t, -1))),
     "layer_norm": ("F.layer_norm", layer_norm),
     "layer_norm_bwd": ("F.layer_norm bwd", layer_norm_bwd),
     "rms_norm": ("F.rms_norm", rms_norm),

@@ -2443,6 +2443,7 @@ static void check_kernel(Checker *c, const TpkAst *k) {
     f->loc = loc_of(k);
     f->ntunes = tunes.ntunes;
     f->tunes = tunes.tunes;
+    f->backward = k->backward ? module_name(c, k->backward->name) : NULL;
   }
   check_requires(c, k, f);
   /* The body is checked even when the signature had errors, into a detached
@@ -2452,6 +2453,236 @@ static void check_kernel(Checker *c, const TpkAst *k) {
   c->b.block = NULL;
   c->in_kernel = false;
   c->scope = c->globals;
+}
+
+/* ---- Backward kernels -------------------------------------------------------------------- */
+
+/* `kernel F(...) -> (...) backward B`: B computes the gradients of F's
+ * inputs. Its signature is matched against F's by name, so that a caller
+ * (the PyTorch layer) can wire B's arguments from F's call without more
+ * declarations: B's inputs are F's tensor inputs and outputs, each as F
+ * declares it, and gradients d<o> of F's outputs; its scalars are F's; its
+ * outputs are gradients d<i> of F's float tensor inputs. A gradient has the
+ * dims of what it is the gradient of, and its dtype, or f32 when that is a
+ * 16- or 8-bit float (the caller converts). Types are interned, so equal
+ * pointers are equal dtypes and structurally equal dims. */
+
+static const TpkAst *file_kernel(const TpkAst *file, const char *name) {
+  for (const TpkAst *d = file->body; d; d = d->next)
+    if (d->kind == TPK_AST_KERNEL && strcmp(d->name, name) == 0) return d;
+  return NULL;
+}
+
+static const TpkParam *func_param(const TpkFunc *f, const char *name) {
+  for (int i = 0; i < f->nparams; i++)
+    if (strcmp(f->params[i].name, name) == 0) return &f->params[i];
+  return NULL;
+}
+
+static bool param_is_scalar(const TpkParam *p) { return p->value->type->kind == TPK_TYPE_TENSOR; }
+
+/* "f32[M,N]", "f32" for a scalar. */
+static const char *param_type_text(Checker *c, const TpkType *t) {
+  if (t->kind == TPK_TYPE_TENSOR && t->rank == 0) return tpk_dtype_name(t->dtype);
+  return tpk_arena_printf(&c->m->arena, "%s%s", tpk_dtype_name(t->dtype), shape_str(c, t->rank, t->dims));
+}
+
+static bool low_precision_float(TpkDType dt) { return tpk_dtype_is_float(dt) && dt != TPK_F32; }
+
+/* The parameter of F that `name` is the gradient of (d<name>), of the given
+ * role, or NULL. */
+static const TpkParam *gradient_of(const TpkFunc *f, const char *name, TpkParamRole role) {
+  if (name[0] != 'd' || !name[1]) return NULL;
+  const TpkParam *p = func_param(f, name + 1);
+  return p && p->role == role ? p : NULL;
+}
+
+/* The gradient `p` of B (type t) against what it is the gradient of, `of`
+ * (an input or an output of F): dims, dtype, and that `of` is a float. */
+static bool check_gradient(Checker *c, const TpkAst *p, const TpkType *t, const TpkParam *of, const char *what) {
+  const TpkType *ot = of->value->type;
+  if (param_is_scalar(of)) {
+    tpk_diag_error_hint(c->diags, p->name_span, "only tensors have gradients here: pass a 1-element tensor to differentiate a scalar",
+                        "'%s' would be the gradient of scalar parameter '%s'", p->name, of->name);
+    return false;
+  }
+  if (!tpk_dtype_is_float(ot->dtype)) {
+    tpk_diag_error_hint(c->diags, p->name_span,
+                        tpk_arena_printf(&c->m->arena, "integer and bool %ss have no gradient", what),
+                        "'%s' would be the gradient of %s '%s', which is %s", p->name, what, of->name,
+                        tpk_dtype_name(ot->dtype));
+    return false;
+  }
+  bool dims_ok = t->rank == ot->rank;
+  for (int i = 0; dims_ok && i < t->rank; i++) dims_ok = t->dims[i] == ot->dims[i];
+  bool dtype_ok = t->dtype == ot->dtype || (t->dtype == TPK_F32 && low_precision_float(ot->dtype));
+  if (dims_ok && dtype_ok) return true;
+  const char *want = low_precision_float(ot->dtype)
+                         ? tpk_arena_printf(&c->m->arena, "%s or f32%s", param_type_text(c, ot), shape_str(c, ot->rank, ot->dims))
+                         : param_type_text(c, ot);
+  tpk_diag_error_hint(c->diags, p->name_span,
+                      "a gradient has the dims of what it is the gradient of, and its dtype, or f32 for a 16- or 8-bit float",
+                      "'%s', the gradient of %s '%s' (%s), must be %s; it is %s here", p->name, what, of->name,
+                      param_type_text(c, ot), want, param_type_text(c, t));
+  return false;
+}
+
+/* Names of F's parameters of one kind, "x, w" ("none" when there are none):
+ * what its backward kernel may take and return. */
+typedef enum SigNames { SIG_TENSOR_INPUTS, SIG_OUTPUTS, SIG_OUTPUT_GRADIENTS, SIG_INPUT_GRADIENTS } SigNames;
+
+static const char *sig_names(Checker *c, const TpkFunc *f, SigNames which) {
+  TpkStr s = {0};
+  for (int i = 0; i < f->nparams; i++) {
+    const TpkParam *p = &f->params[i];
+    bool is_float = tpk_dtype_is_float(p->value->type->dtype);
+    bool in = p->role == TPK_PARAM_IN && !param_is_scalar(p), out = p->role == TPK_PARAM_OUT;
+    bool take = which == SIG_TENSOR_INPUTS ? in : which == SIG_OUTPUTS ? out
+              : which == SIG_OUTPUT_GRADIENTS ? out && is_float : in && is_float;
+    bool gradient = which == SIG_OUTPUT_GRADIENTS || which == SIG_INPUT_GRADIENTS;
+    if (take) tpk_str_printf(&s, "%s%s%s", s.len ? ", " : "", gradient ? "d" : "", p->name);
+  }
+  const char *r = tpk_arena_strdup(&c->m->arena, s.data ? s.data : "none");
+  tpk_str_free(&s);
+  return r;
+}
+
+/* One input of B (AST p, type t); true when it is an output gradient. */
+static bool check_backward_input(Checker *c, const TpkAst *fk, const TpkFunc *ff, const TpkAst *bk, const TpkAst *p,
+                                 const TpkType *t, bool *ok) {
+  const TpkParam *fp = func_param(ff, p->name);
+  if (p->inout) {
+    tpk_diag_error_hint(c->diags, p->name_span, "it reads the forward kernel's tensors and returns the gradients as outputs",
+                        "a backward kernel does not update '%s' in place", p->name);
+    *ok = false;
+    return false;
+  }
+  if (t->kind == TPK_TYPE_TENSOR) { /* a scalar */
+    if (fp && param_is_scalar(fp) && fp->value->type == t) return false;
+    if (fp && param_is_scalar(fp))
+      tpk_diag_error_hint(c->diags, p->name_span, "a backward kernel's scalars are its forward kernel's, as declared there",
+                          "scalar '%s' is %s here but %s in '%s'", p->name, tpk_dtype_name(t->dtype),
+                          tpk_dtype_name(fp->value->type->dtype), fk->name);
+    else
+      tpk_diag_error_hint(c->diags, p->name_span, "a backward kernel's scalars are its forward kernel's, as declared there",
+                          "scalar '%s' of backward kernel '%s' is not a scalar parameter of '%s'", p->name, bk->name, fk->name);
+    *ok = false;
+    return false;
+  }
+  if (fp && param_is_scalar(fp)) {
+    tpk_diag_error_hint(c->diags, p->name_span, tpk_arena_printf(&c->m->arena, "declare it as in '%s': `%s: %s`", fk->name,
+                                                                 p->name, tpk_dtype_name(fp->value->type->dtype)),
+                        "'%s' is a scalar parameter of '%s', not a tensor", p->name, fk->name);
+    *ok = false;
+    return false;
+  }
+  if (fp) {
+    if (fp->value->type == t) return false;
+    tpk_diag_error_hint(c->diags, p->name_span,
+                        tpk_arena_printf(&c->m->arena, "declare it as in '%s': `%s: %s`", fk->name, p->name,
+                                         param_type_text(c, fp->value->type)),
+                        "'%s' is %s here but %s in '%s'", p->name, param_type_text(c, t),
+                        param_type_text(c, fp->value->type), fk->name);
+    *ok = false;
+    return false;
+  }
+  const TpkParam *out = gradient_of(ff, p->name, TPK_PARAM_OUT);
+  if (out) {
+    if (!check_gradient(c, p, t, out, "output")) *ok = false;
+    return true;
+  }
+  const TpkParam *in = gradient_of(ff, p->name, TPK_PARAM_IN);
+  if (in) {
+    tpk_diag_error_hint(c->diags, p->name_span,
+                        tpk_arena_printf(&c->m->arena, "declare it among the outputs: -> (%s: ...)", p->name),
+                        "'%s' is the gradient of input '%s' of '%s': an output of the backward kernel, not an input",
+                        p->name, in->name, fk->name);
+    *ok = false;
+    return false;
+  }
+  const char *cands[3 * 64];
+  int n = 0;
+  for (int i = 0; i < ff->nparams && n + 2 <= (int)TPK_ARRAY_LEN(cands); i++) {
+    const TpkParam *q = &ff->params[i];
+    if (param_is_scalar(q)) continue;
+    cands[n++] = q->name;
+    if (q->role == TPK_PARAM_OUT) cands[n++] = tpk_arena_printf(&c->m->arena, "d%s", q->name);
+  }
+  const char *hint = suggest(c, p->name, cands, n);
+  tpk_diag_error_hint(c->diags, p->name_span,
+                      hint ? hint
+                           : tpk_arena_printf(&c->m->arena,
+                                              "the backward kernel of '%s' takes its tensor inputs (%s), outputs (%s) "
+                                              "and output gradients (%s)",
+                                              fk->name, sig_names(c, ff, SIG_TENSOR_INPUTS), sig_names(c, ff, SIG_OUTPUTS),
+                                              sig_names(c, ff, SIG_OUTPUT_GRADIENTS)),
+                      "'%s' is not an input, output or output gradient of '%s'", p->name, fk->name);
+  *ok = false;
+  return false;
+}
+
+/* One output of B (AST p, type t). */
+static bool check_backward_output(Checker *c, const TpkAst *fk, const TpkFunc *ff, const TpkAst *p, const TpkType *t) {
+  const TpkParam *in = gradient_of(ff, p->name, TPK_PARAM_IN);
+  if (in) return check_gradient(c, p, t, in, "input");
+  const TpkParam *out = gradient_of(ff, p->name, TPK_PARAM_OUT);
+  if (out)
+    tpk_diag_error_hint(c->diags, p->name_span, "the backward kernel takes it as an input and returns the inputs' gradients",
+                        "'%s' is the gradient of output '%s' of '%s': an input of the backward kernel, not an output",
+                        p->name, out->name, fk->name);
+  else
+    tpk_diag_error_hint(c->diags, p->name_span,
+                        tpk_arena_printf(&c->m->arena, "name each output d<input> after an input of '%s': %s", fk->name,
+                                         sig_names(c, ff, SIG_INPUT_GRADIENTS)),
+                        "output '%s' is not the gradient of an input of '%s'", p->name, fk->name);
+  return false;
+}
+
+static void check_backward(Checker *c, const TpkAst *file, const TpkAst *fk) {
+  const TpkAst *at = fk->backward;
+  const TpkAst *bk = file_kernel(file, at->name);
+  if (!bk) {
+    const char *cands[256];
+    int n = 0;
+    for (const TpkAst *d = file->body; d && n < 256; d = d->next)
+      if (d->kind == TPK_AST_KERNEL) cands[n++] = d->name;
+    const char *hint = suggest(c, at->name, cands, n);
+    tpk_diag_error_hint(c->diags, at->span, hint ? hint : "a backward kernel is defined in the same file as its forward kernel",
+                        "no kernel named '%s' in this file", at->name);
+    return;
+  }
+  if (bk == fk) {
+    tpk_diag_error_hint(c->diags, at->span, "name the kernel that computes the gradients of its inputs",
+                        "kernel '%s' cannot be its own backward kernel", fk->name);
+    return;
+  }
+  bool ok = true;
+  for (const TpkAst *p = fk->params; p; p = p->next)
+    if (p->inout) {
+      tpk_diag_error_hint(c->diags, p->name_span,
+                          "in-place kernels have no autograd here: the gradient would need the values the kernel overwrote; "
+                          "return the result as an output instead",
+                          "'%s' is inout, so kernel '%s' cannot have a backward kernel", p->name, fk->name);
+      ok = false;
+    }
+  /* Both signatures are needed: not there when they had errors (reported)
+   * or when only F is checked (opts->only_kernel). */
+  const TpkFunc *ff = tpk_module_find(c->m, fk->name), *bf = tpk_module_find(c->m, bk->name);
+  if (!ok || !ff || !bf) return;
+  int i = 0, grads = 0;
+  for (const TpkAst *p = bk->params; p; p = p->next, i++)
+    grads += check_backward_input(c, fk, ff, bk, p, bf->params[i].value->type, &ok);
+  for (const TpkAst *p = bk->outputs; p; p = p->next, i++) check_backward_output(c, fk, ff, p, bf->params[i].value->type);
+  if (!bk->outputs)
+    tpk_diag_error_hint(c->diags, at->span,
+                        tpk_arena_printf(&c->m->arena, "its outputs are gradients of inputs of '%s': %s", fk->name,
+                                         sig_names(c, ff, SIG_INPUT_GRADIENTS)),
+                        "backward kernel '%s' returns no gradient", bk->name);
+  else if (ok && grads == 0)
+    tpk_diag_error_hint(c->diags, at->span,
+                        tpk_arena_printf(&c->m->arena, "take the gradient of at least one output of '%s': %s", fk->name,
+                                         sig_names(c, ff, SIG_OUTPUT_GRADIENTS)),
+                        "backward kernel '%s' takes no output gradient of '%s'", bk->name, fk->name);
 }
 
 /* ---- Files ------------------------------------------------------------------------------- */
@@ -2547,6 +2778,9 @@ TpkStatus tpk_check(const TpkParsed *parsed, const TpkCheckOptions *opts, TpkDia
       }
       if (c.m->arena.exhausted) break;
     }
+    /* Backward kernels once every signature is known: B may come after F. */
+    for (const TpkAst *d = parsed->file->body; d && !c.m->arena.exhausted; d = d->next)
+      if (d->kind == TPK_AST_KERNEL && d->backward && (!only || strcmp(d->name, only) == 0)) check_backward(&c, parsed->file, d);
     unused_options(&c);
   }
   if (c.m->arena.exhausted) tpk_diag_error(diags, (TpkSpan){0}, "out of memory: the file is too large to compile");

@@ -104,7 +104,7 @@ typedef enum TpkAstKind {
   TPK_AST_TUNE,    /* name in [args] */
   /* top level */
   TPK_AST_CONST,   /* const name = rhs; */
-  TPK_AST_KERNEL,  /* kernel name(params) -> (outputs) tune tunes require requires { body } */
+  TPK_AST_KERNEL,  /* kernel name(params) -> (outputs) backward B tune tunes require requires { body } */
   TPK_AST_FILE     /* body: the list of CONST and KERNEL nodes */
 } TpkAstKind;
 
@@ -140,6 +140,7 @@ struct TpkAst {
   TpkAst *ranges;    /* FOR: RANGE and TILES nodes */
   TpkAst *params, *outputs, *tunes; /* KERNEL */
   TpkAst *requires;  /* KERNEL: `require` conditions, comparison expressions */
+  TpkAst *backward;  /* KERNEL: the NAME after `backward`, or NULL */
 };
 
 /* A parsed file: its tree and the arena holding it. */

@@ -126,7 +126,7 @@ bool tpk_grammar_in_error(void *parser) {
 
 /* Token order fixes the codes; it is also the order "expected ..." lists
  * name them in. SYNC and ILLEGAL never appear in a correct program. */
-%token KERNEL CONST LET VAR IF ELSE FOR SCRATCH TUNE REQUIRE IN INOUT TILES AS TRUE FALSE.
+%token KERNEL CONST LET VAR IF ELSE FOR SCRATCH BACKWARD TUNE REQUIRE IN INOUT TILES AS TRUE FALSE.
 %token NAME INT FLOAT DTYPE.
 %token SEMI RBRACE LBRACE RPAREN LPAREN RBRACKET LBRACKET COMMA COLON DOT DOTDOT ARROW.
 %token ASSIGN PLUSEQ MINUSEQ STAREQ SLASHEQ.
@@ -152,6 +152,7 @@ bool tpk_grammar_in_error(void *parser) {
 %type param {TpkAst *}
 %type output {TpkAst *}
 %type tune {TpkAst *}
+%type backward {TpkAst *}
 %type item {TpkAst *}
 %type assign_op {int}
 %type block {TpkAstList}
@@ -182,10 +183,11 @@ item(A) ::= CONST(K) NAME(N) ASSIGN expr(E) SEMI(S). {
   A->rhs = E;
   A = SEAL(A);
 }
-item(A) ::= KERNEL(K) NAME(N) LPAREN params(P) RPAREN ARROW LPAREN outputs(O) RPAREN tunes(T) requires(Q) block(B). {
+item(A) ::= KERNEL(K) NAME(N) LPAREN params(P) RPAREN ARROW LPAREN outputs(O) RPAREN backward(W) tunes(T) requires(Q) block(B). {
   A = named(ps, TPK_AST_KERNEL, tpk_span_join(K.span, B.span), &N);
   A->params = P.head;
   A->outputs = O.head;
+  A->backward = W;
   A->tunes = T.head;
   A->requires = Q.head;
   A->body = B.head;
@@ -237,6 +239,10 @@ output(A) ::= NAME(N) COLON DTYPE(T) dims_opt(D) ASSIGN expr(E). {
   A->rhs = E;
   A = SEAL(A);
 }
+
+/* `backward layernorm_bwd`: the kernel computing this one's input gradients */
+backward(A) ::= . { A = NULL; }
+backward(A) ::= BACKWARD NAME(N). { A = SEAL(named(ps, TPK_AST_NAME, N.span, &N)); }
 
 tunes(A) ::= . { A = (TpkAstList){0}; }
 tunes(A) ::= TUNE tune_list(L). { A = L; }

@@ -142,6 +142,7 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
       "else" { TOKEN(ELSE); }
       "for" { TOKEN(FOR); }
       "scratch" { TOKEN(SCRATCH); }
+      "backward" { TOKEN(BACKWARD); }
       "tune" { TOKEN(TUNE); }
       "require" { TOKEN(REQUIRE); }
       "in" { TOKEN(IN); }

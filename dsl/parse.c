@@ -82,7 +82,7 @@ TpkAst *tpk_parse_seal(TpkParseState *ps, TpkAst *n) {
      * and a tree that never gets deeper than the limit is what lets every
      * later pass recurse freely. */
     n->lhs = n->rhs = n->args = n->dims = n->body = n->els = n->ranges = NULL;
-    n->params = n->outputs = n->tunes = n->requires = NULL;
+    n->params = n->outputs = n->tunes = n->requires = n->backward = NULL;
     n->depth = 1;
     /* A long left-leaning chain (a+a+...+a) would go on allocating nodes
      * that are cut off again; the driver abandons the statement instead. */
@@ -134,6 +134,7 @@ static const char *const TOKEN_NAME[] = {
     [TK_ELSE] = "'else'",
     [TK_FOR] = "'for'",
     [TK_SCRATCH] = "'scratch'",
+    [TK_BACKWARD] = "'backward'",
     [TK_TUNE] = "'tune'",
     [TK_REQUIRE] = "'require'",
     [TK_IN] = "'in'",
@@ -703,6 +704,10 @@ static void print_node(TpkStr *out, const TpkAst *n, int level) {
   case TPK_AST_KERNEL:
     print_list(out, n->params, in);
     print_list(out, n->outputs, in);
+    if (n->backward) {
+      newline(out, in);
+      tpk_str_printf(out, "(backward %s)", n->backward->name ? n->backward->name : "?");
+    }
     print_list(out, n->tunes, in);
     if (n->requires) print_group(out, "require", n->requires, in);
     print_group(out, "body", n->body, in);

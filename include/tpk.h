@@ -213,6 +213,18 @@ int64_t tpk_kernel_tunable_default(const TpkKernel *k, int i);
 /* The number of choices, with the array in *choices. */
 int tpk_kernel_tunable_choices(const TpkKernel *k, int i, const int64_t **choices);
 
+/* The name of the kernel that computes k's input gradients (`backward B` in
+ * k's header), or NULL when k names none. It is a kernel of k's program (of
+ * the standard library for a standard kernel): get it with
+ * tpk_program_kernel(tpk_kernel_program(k), name, &b) or tpk_std_kernel.
+ * Its parameters are named after k's (dsl/README.md, "Backward kernels"):
+ * it takes k's tensor inputs and outputs, gradients d<o> of k's outputs o
+ * and k's scalars, and returns gradients d<i> of k's inputs i, each with
+ * the dims of o or i, and its dtype or f32 for a 16- or 8-bit float. An
+ * output of k whose gradient it does not take is not differentiable. The
+ * string lives as long as k's program. */
+const char *tpk_kernel_backward(const TpkKernel *k);
+
 /* What a launch did, filled in when TpkLaunch.result is set. */
 typedef struct TpkSimStats {
   const char *chip;          /* "v5e" */

@@ -179,6 +179,11 @@ TpkFunc *tpk_func_clone(TpkModule *dst, const TpkFunc *f, TpkSymLookup subst, vo
     goto done;
   }
   g->loc = f->loc;
+  g->backward = clone_str(&c, f->backward);
+  if (f->backward && !g->backward) {
+    clone_fail(&c, f->loc, "out of memory cloning the IR");
+    goto done;
+  }
   for (int i = 0; i < n; i++) {
     g->params[i].zero_init = f->params[i].zero_init;
     g->params[i].loc = f->params[i].loc;

@@ -46,7 +46,8 @@
  *   [%r0, %r1 = ] NAME [%a, %b, ...] [{key=value, ...}] [: T0, T1] [loc(L:C)]
  *   followed by one `{ [^(%arg: T, ...):] ops }` per region (`{ } { }` for if).
  * Params: `%name: [out|inout] [zero] T [loc(L:C)]`; funcs always print
- * `-> (T, ...)`, kernels never; tunables `tune{BM=8 in [8, 16], BK=256}`.
+ * `-> (T, ...)`, kernels never; a kernel's backward kernel `backward @name`;
+ * tunables `tune{BM=8 in [8, 16], BK=256}`.
  * Attributes print in signature order; `//` comments are accepted.
  * Attribute values: integers (`3`), floats (always with `.`, `e`, or
  * inf/-inf/nan), `true`/`false`, strings ("..." with \" and \\ escapes),
@@ -443,6 +444,11 @@ struct TpkFunc {
   TpkTune *tunes;
   int nrequires;
   TpkRequire *requires;
+  /* kernel: the name of the kernel computing its input gradients from its
+   * inputs, outputs and output gradients (`backward B` in .tpk, whose
+   * checker matched the signatures), interned; NULL when none. A name, not
+   * a pointer: a specialised clone lives in a module of its own. */
+  const char *backward;
   TpkBlock *body;
   TpkLoc loc;
   TpkModule *module;

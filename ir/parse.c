@@ -741,6 +741,13 @@ static bool parse_func(Parser *p) {
   f->results = tpk_arena_alloc(&p->m->arena, (size_t)(results.n + 1) * sizeof *f->results);
   if (!f->results) return error_at(p, name_tok.line, name_tok.col, "out of memory");
   for (int i = 0; i < results.n; i++) f->results[i] = results.items[i];
+  if (is_word(&p->tok, "backward")) {
+    next(p);
+    if (p->tok.kind != T_FUNC) return expected(p, "the backward kernel's name (@name)");
+    if (!(f->backward = tpk_module_intern(p->m, p->tok.text + 1, p->tok.len - 1)))
+      return error_at(p, p->tok.line, p->tok.col, "out of memory");
+    next(p);
+  }
   if (is_word(&p->tok, "tune")) {
     next(p);
     if (!parse_tunes(p, f)) return false;

@@ -335,6 +335,7 @@ static void func_print(TpkStr *out, const TpkFunc *f) {
     }
     tpk_str_putc(out, ')');
   }
+  if (f->backward) tpk_str_printf(out, " backward @%s", f->backward);
   if (f->ntunes) {
     tpk_str_puts(out, " tune{");
     for (int i = 0; i < f->ntunes; i++) {

@@ -962,6 +962,8 @@ static bool check_params(Verifier *v) {
       if (strcmp(f->tunes[j].name, t->name) == 0) return fail(v, "tunable %s is declared twice", t->name);
     if (!tpk_tune_allows(t, t->value)) return fail(v, "tunable %s=%" PRId64 " is not one of its choices", t->name, t->value);
   }
+  if (f->backward && !f->is_kernel) return fail(v, "only a kernel names a backward kernel");
+  if (f->backward && strcmp(f->backward, f->name) == 0) return fail(v, "a kernel cannot be its own backward kernel");
   for (int i = 0; i < f->nrequires; i++) {
     const TpkRequire *r = &f->requires[i];
     if (!f->is_kernel) return fail(v, "only a kernel has requirements on its sizes");

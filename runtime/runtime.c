@@ -512,6 +512,7 @@ TpkParamKind tpk_kernel_param_kind(const TpkKernel *k, int i) {
 }
 TpkDType tpk_kernel_param_dtype(const TpkKernel *k, int i) { return k->f->params[i].value->type->dtype; }
 int tpk_kernel_param_rank(const TpkKernel *k, int i) { return k->f->params[i].value->type->rank; }
+const char *tpk_kernel_backward(const TpkKernel *k) { return k ? k->f->backward : NULL; }
 
 const char *tpk_kernel_param_dim(const TpkKernel *k, int i, int d) {
   if (!k || i < 0 || i >= k->f->nparams || d < 0 || d >= tpk_kernel_param_rank(k, i)) return NULL;

@@ -275,6 +275,49 @@ static void test_only_kernel(void **state) {
   free(text);
 }
 
+/* `backward B`: the signatures match by name. B may come before F; an
+ * output of F whose gradient B does not take (lse) is non-differentiable;
+ * a bf16 output's or input's gradient may be f32; an integer input has no
+ * gradient; dims compare as sizes (a const and its value); B may name its
+ * own backward kernel (double backward). */
+static const char *BACKWARD_PAIR =
+    "const LANES = 128;\n"
+    "kernel attn_bwd(q: bf16[S, LANES], ids: i32[S], o: bf16[S, 128], do: f32[S, 128], scale: f32)\n"
+    "    -> (dq: f32[S, LANES])\n"
+    "  backward attn_bwd2\n"
+    "{ dq = (do * scale) + (q as f32) * 0.0 + (o as f32) * 0.0; }\n"
+    "kernel attn(q: bf16[S, LANES], ids: i32[S], scale: f32) -> (o: bf16[S, LANES], lse: f32[S])\n"
+    "  backward attn_bwd\n"
+    "  tune BM in [8, 16]\n"
+    "{ o = (q as f32 * scale) as bf16; lse = sum(q as f32, axis=1); }\n"
+    "kernel attn_bwd2(do: f32[S, 128], ddq: f32[S, 128]) -> (ddo: f32[S, 128]) { ddo = ddq + do * 0.0; }\n";
+
+static void test_backward_kernels(void **state) {
+  (void)state;
+  TestCompile c;
+  compile_ok(&c, BACKWARD_PAIR, NULL);
+  assert_string_equal(tpk_module_find(c.module, "attn")->backward, "attn_bwd");
+  assert_string_equal(tpk_module_find(c.module, "attn_bwd")->backward, "attn_bwd2");
+  assert_null(tpk_module_find(c.module, "attn_bwd2")->backward);
+  TpkStr s = {0};
+  tpk_ir_print_func(&s, tpk_module_find(c.module, "attn"));
+  assert_non_null(strstr(s.data, ") backward @attn_bwd tune{BM in [8, 16]}"));
+  tpk_str_free(&s);
+  test_compile_free(&c);
+  /* checking one kernel keeps its backward's name; the other kernel is not
+   * built, so its signature is not compared, but it must exist */
+  TpkCheckOptions only = {.only_kernel = "attn"};
+  compile_ok(&c, BACKWARD_PAIR, &only);
+  assert_int_equal(c.module->nfuncs, 1);
+  assert_string_equal(c.module->funcs[0]->backward, "attn_bwd");
+  test_compile_free(&c);
+  TpkCheckOptions only_f = {.only_kernel = "f"};
+  test_compile(&c, "test.tpk", "kernel f(x: f32[N]) -> (y: f32[N]) backward g { y = x; }\n", &only_f);
+  assert_int_equal(c.status, TPK_ERR_PARSE);
+  assert_non_null(strstr(c.rendered, "test.tpk:1:45: error: no kernel named 'g' in this file\n"));
+  test_compile_free(&c);
+}
+
 /* A file starting with a UTF-8 byte order mark checks; columns and carets
  * on its first line count from after the mark. */
 static void test_byte_order_mark(void **state) {
@@ -413,6 +456,7 @@ int main(void) {
       cmocka_unit_test(test_whole_array_and_consts),
       cmocka_unit_test(test_scratch_and_dma),
       cmocka_unit_test(test_only_kernel),
+      cmocka_unit_test(test_backward_kernels),
       cmocka_unit_test(test_byte_order_mark),
       cmocka_unit_test(test_errors_do_not_cascade),
       cmocka_unit_test(test_long_const_chains),

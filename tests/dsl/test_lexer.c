@@ -80,13 +80,16 @@ static void assert_span(const TpkToken *t, uint32_t offset, uint32_t len, int li
 static void test_keywords_and_names(void **state) {
   (void)state;
   Lexed l;
-  lex(&l, "kernel const let var if else for scratch tune require in inout tiles as true false kernels _x1 f32x");
-  const int want[] = {TK_KERNEL, TK_CONST, TK_LET,   TK_VAR,  TK_IF,    TK_ELSE, TK_FOR,  TK_SCRATCH, TK_TUNE, TK_REQUIRE,
-                      TK_IN,     TK_INOUT, TK_TILES, TK_AS,   TK_TRUE,  TK_FALSE, TK_NAME, TK_NAME,   TK_NAME};
+  lex(&l, "kernel const let var if else for scratch backward tune require in inout tiles as true false kernels _x1 f32x "
+          "backwards");
+  const int want[] = {TK_KERNEL, TK_CONST, TK_LET,   TK_VAR, TK_IF,   TK_ELSE,  TK_FOR,  TK_SCRATCH, TK_BACKWARD, TK_TUNE,
+                      TK_REQUIRE, TK_IN,   TK_INOUT, TK_TILES, TK_AS, TK_TRUE,  TK_FALSE, TK_NAME,   TK_NAME,     TK_NAME,
+                      TK_NAME};
   assert_codes(&l, want, (int)TPK_ARRAY_LEN(want));
-  assert_text(&l, 16, "kernels");
-  assert_text(&l, 17, "_x1");
-  assert_text(&l, 18, "f32x");
+  assert_text(&l, 17, "kernels");
+  assert_text(&l, 18, "_x1");
+  assert_text(&l, 19, "f32x");
+  assert_text(&l, 20, "backwards");
   assert_string_equal(l.rendered, "");
   lexed_free(&l);
 }

@@ -225,7 +225,7 @@ static void test_ast_precedence(void **state) {
 static void test_ast_constructs(void **state) {
   (void)state;
   assert_ast("const LANES = 0x80;\n"
-             "kernel k(inout p: f32[N], eps: f32) -> (y: f32[B*H, 2] = 0) tune BM in [8, 16] require 1 <= N {\n"
+             "kernel k(inout p: f32[N], eps: f32) -> (y: f32[B*H, 2] = 0) backward k_bwd tune BM in [8, 16] require 1 <= N {\n"
              "  scratch buf: f32[BM, 4];\n"
              "  let a = -x as bf16 * 2.5 + 1e-5;\n"
              "  var b = a[i, :, 0..64, j.., ..8].start;\n"
@@ -247,6 +247,7 @@ static void test_ast_constructs(void **state) {
              "      (int 2)\n"
              "      (init\n"
              "        (int 0)))\n"
+             "    (backward k_bwd)\n"
              "    (tune BM\n"
              "      (int 8)\n"
              "      (int 16))\n"
@@ -589,6 +590,15 @@ static void test_error_messages(void **state) {
                "t.tpk:1:12: error: expected '->', found '{'\n"
                "   kernel k() { }\n"
                "              ^\n");
+  /* `backward` comes before the tunables and names one kernel */
+  assert_diags("kernel k(x: f32[N]) -> (y: f32[N]) tune B in [1] backward k2 { }",
+               "t.tpk:1:50: error: expected '{', found 'backward'\n"
+               "   kernel k(x: f32[N]) -> (y: f32[N]) tune B in [1] backward k2 { }\n"
+               "                                                    ^~~~~~~~\n");
+  assert_diags("kernel k(x: f32[N]) -> (y: f32[N]) backward { }",
+               "t.tpk:1:45: error: expected a name, found '{'\n"
+               "   kernel k(x: f32[N]) -> (y: f32[N]) backward { }\n"
+               "                                               ^\n");
   assert_diags("x = 1;",
                "t.tpk:1:1: error: expected 'kernel' or 'const', found 'x'\n"
                "   x = 1;\n"

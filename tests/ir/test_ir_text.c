@@ -289,6 +289,37 @@ static void test_roundtrip_softmax_and_corners(void **state) {
   check_roundtrip("module \"empty\"\n", NULL);
 }
 
+/* A kernel's backward kernel: printed after the parameters, parsed back,
+ * kept by a clone into another module (a specialisation). */
+static const char BACKWARD[] =
+    "module \"act.tpk\"\n"
+    "\n"
+    "kernel @act(%x: ref<f32[N]>, %y: out ref<f32[N]>) backward @act_bwd tune{BN in [8, 16]} loc(1:1) {\n"
+    "}\n"
+    "\n"
+    "kernel @act_bwd(%dy: ref<f32[N]>, %x: ref<f32[N]>, %dx: out ref<f32[N]>) backward @act_bwd2 {\n"
+    "}\n";
+
+static void test_backward_roundtrip_and_clone(void **state) {
+  (void)state;
+  check_roundtrip(BACKWARD, NULL);
+  TpkError err = {0};
+  TpkModule *m = parse(BACKWARD, &err);
+  if (!m) fail_msg("%s", err.message);
+  assert_string_equal(tpk_module_find(m, "act")->backward, "act_bwd");
+  /* double backward: the name need not be a kernel of this module */
+  assert_string_equal(tpk_module_find(m, "act_bwd")->backward, "act_bwd2");
+  TpkModule *dst = tpk_module_new("clone");
+  TpkFunc *g = tpk_func_clone(dst, tpk_module_find(m, "act"), NULL, NULL, &err);
+  if (!g) fail_msg("%s", err.message);
+  tpk_module_free(m); /* the clone's name lives in its own module */
+  assert_string_equal(g->backward, "act_bwd");
+  char *text = print_module(dst);
+  assert_non_null(strstr(text, "kernel @act(%x: ref<f32[N]>, %y: out ref<f32[N]>) backward @act_bwd tune{"));
+  free(text);
+  tpk_module_free(dst);
+}
+
 /* Floats print in the shortest form that reads back to the same bits. */
 static void test_float_attrs(void **state) {
   (void)state;
@@ -511,6 +542,9 @@ static void test_parse_errors(void **state) {
       {"func @f() -> () {}\x01", "1:19: unexpected byte 0x01"},
       {"kernel @k(%a: ref<f32[N]>) require{add(N, 1)} {}", "1:36: expected a comparison (eq, ne, lt, le, gt, ge), found 'add'"},
       {"kernel @k(%a: ref<f32[N]>) require{le(N)} {}", "1:40: expected ',', found ')'"},
+      {"kernel @k(%a: ref<f32[N]>) backward k {}", "1:37: expected the backward kernel's name (@name), found 'k'"},
+      {"kernel @k(%a: ref<f32[N]>) backward @k {}", "verify: @k: a kernel cannot be its own backward kernel"},
+      {"func @f(%a: f32) -> () backward @g {}", "verify: @f: only a kernel names a backward kernel"},
       /* names of closed sets: reduce kinds, store modes, index patterns */
       {"func @f(%a: f32[4,8]) -> () {\n  %0 = reduce %a {kind=\"avg\", axes=[1], keepdims=false} : f32[4]\n}",
        "2:24: kind \"avg\" is not one of sum, max, min, mean, prod"},
@@ -673,6 +707,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip_all_ops),
       cmocka_unit_test(test_roundtrip_softmax_and_corners),
+      cmocka_unit_test(test_backward_roundtrip_and_clone),
       cmocka_unit_test(test_closed_sets_roundtrip),
       cmocka_unit_test(test_float_attrs),
       cmocka_unit_test(test_normalisation),

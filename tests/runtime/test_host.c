@@ -214,6 +214,61 @@ static void test_bad_calls(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* A kernel's backward kernel, found by name and launched with arguments
+ * wired by parameter name, as the PyTorch layer does: the forward's inputs
+ * and outputs, the output gradients d<o>, the scalars; out come d<i>. */
+static void test_backward_kernel(void **state) {
+  (void)state;
+  static const char SRC[] = "kernel cube(x: f32[N], s: f32) -> (y: f32[N]) backward cube_bwd { y = x * x * x * s; }\n"
+                            "kernel cube_bwd(dy: f32[N], x: f32[N], s: f32) -> (dx: f32[N]) { dx = dy * 3.0 * x * x * s; }\n";
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkProgram *prog;
+  TpkKernel *fwd, *bwd;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "cube.tpk", SRC, strlen(SRC), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "cube", &fwd), TPK_OK);
+  assert_string_equal(tpk_kernel_backward(fwd), "cube_bwd");
+  assert_int_equal(tpk_program_kernel(tpk_kernel_program(fwd), tpk_kernel_backward(fwd), &bwd), TPK_OK);
+  assert_null(tpk_kernel_backward(bwd));
+  assert_null(tpk_kernel_backward(NULL));
+  /* wire cube_bwd's arguments from cube's by name */
+  int64_t n = 5;
+  TpkBuffer *x, *y, *dy, *dx;
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &x), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &y), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &dy), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &dx), TPK_OK);
+  float xs[5] = {-2, -0.5f, 0, 1, 3}, dys[5] = {1, 2, 3, 4, 5}, got[5];
+  assert_int_equal(tpk_buffer_write(x, xs, sizeof xs), TPK_OK);
+  assert_int_equal(tpk_buffer_write(dy, dys, sizeof dys), TPK_OK);
+  const char *names[] = {"x", "y", "dy", "dx", "s"};
+  TpkBuffer *bufs[] = {x, y, dy, dx, NULL};
+  TpkKernel *ks[] = {fwd, bwd};
+  for (int which = 0; which < 2; which++) {
+    TpkKernel *k = ks[which];
+    TpkBuffer *args[8] = {0};
+    double scalars[8] = {0};
+    for (int i = 0; i < tpk_kernel_param_count(k); i++)
+      for (int j = 0; j < 5; j++)
+        if (strcmp(tpk_kernel_param_name(k, i), names[j]) == 0) {
+          args[i] = bufs[j];
+          if (!bufs[j]) scalars[i] = 0.5;
+        }
+    TpkLaunch L = {.args = args, .scalars = scalars};
+    if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s", tpk_last_error());
+  }
+  assert_int_equal(tpk_buffer_read(dx, got, sizeof got), TPK_OK);
+  for (int i = 0; i < 5; i++) assert_true(got[i] == dys[i] * 3.0f * xs[i] * xs[i] * 0.5f);
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+  tpk_buffer_destroy(dy);
+  tpk_buffer_destroy(dx);
+  tpk_program_destroy(prog);
+  tpk_context_destroy(ctx);
+}
+
 /* A queue runs its launches in order: scale x by 2, then add 1, many times. */
 static void test_queue_order(void **state) {
   (void)state;
@@ -941,6 +996,7 @@ static void test_cache_hits_are_reported(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_calls),
+      cmocka_unit_test(test_backward_kernel),
       cmocka_unit_test(test_ragged_scatter_drops_padding_lanes),
       cmocka_unit_test(test_queue_order),
       cmocka_unit_test(test_vmem_budget),

@@ -101,6 +101,48 @@ static void test_every_kernel_runs_without_a_compiler(void **state) {
   tpk_context_destroy(jit);
 }
 
+/* The kernels of the library that name a backward kernel, and which: it is
+ * a standard kernel of the same file, and names none itself. */
+static void test_backward_kernels(void **state) {
+  (void)state;
+  static const char *const PAIRS[][2] = {
+      {"softmax", "softmax_bwd"},
+      {"log_softmax", "log_softmax_bwd"},
+      {"layernorm", "layernorm_bwd"},
+      {"rmsnorm", "rmsnorm_bwd"},
+      {"gelu", "gelu_bwd"},
+      {"gelu_tanh", "gelu_tanh_bwd"},
+      {"silu", "silu_bwd"},
+      {"swiglu", "swiglu_bwd"},
+      {"cross_entropy", "cross_entropy_bwd"},
+      {"flash_attention", "flash_attention_bwd"},
+      {"flash_attention_causal", "flash_attention_causal_bwd"},
+      {"embedding", "embedding_bwd"},
+  };
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  int with_backward = 0;
+  for (int i = 0; i < tpk_std_kernel_count(); i++) {
+    TpkKernel *k, *b;
+    assert_int_equal(tpk_std_kernel(ctx, tpk_std_kernel_name(i), &k), TPK_OK);
+    const char *want = NULL;
+    for (size_t p = 0; p < TPK_ARRAY_LEN(PAIRS); p++)
+      if (strcmp(PAIRS[p][0], tpk_std_kernel_name(i)) == 0) want = PAIRS[p][1];
+    const char *got = tpk_kernel_backward(k);
+    if (!want) {
+      if (got) fail_msg("%s names backward kernel %s; add it to this test", tpk_std_kernel_name(i), got);
+      continue;
+    }
+    with_backward++;
+    if (!got || strcmp(got, want) != 0) fail_msg("%s: backward kernel %s, want %s", tpk_std_kernel_name(i), got, want);
+    assert_int_equal(tpk_std_kernel(ctx, got, &b), TPK_OK);
+    assert_ptr_equal(tpk_kernel_program(b), tpk_kernel_program(k));
+    assert_null(tpk_kernel_backward(b));
+  }
+  assert_int_equal(with_backward, (int)TPK_ARRAY_LEN(PAIRS));
+  tpk_context_destroy(ctx);
+}
+
 /* Unknown names get the list of what there is. */
 static void test_unknown_kernel(void **state) {
   (void)state;
@@ -150,6 +192,7 @@ static void test_topk_needs_k_at_most_n(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_library_is_the_kernels_folder),
+      cmocka_unit_test(test_backward_kernels),
       cmocka_unit_test(test_unknown_kernel),
       cmocka_unit_test(test_topk_needs_k_at_most_n),
       cmocka_unit_test(test_every_kernel_runs_without_a_compiler),

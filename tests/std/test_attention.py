@@ -121,7 +121,7 @@ def test_flash_attention_backward(causal, name, shape, tune, device):
     scale = scale_of(shape)
     qt, kt, vt, dt = bf16(q), bf16(k), bf16(v), bf16(dout)
     o_ref, lse_ref = reference_forward(qt, kt, vt, scale, causal)
-    feed = dict(q=q, k=k, v=v, o=o_ref.numpy(), dout=dout, lse=lse_ref.float().numpy())
+    feed = dict(q=q, k=k, v=v, o=o_ref.numpy(), do=dout, lse=lse_ref.float().numpy())
     out = tpkrun.run(FILE, kernel, shape, feed, scalars=dict(scale=scale), tune=tune, device=device,
                      outputs=["dq", "dk", "dv"])
     refs = dict(zip(("dq", "dk", "dv"), reference_backward(qt, kt, vt, dt, scale, causal)))

@@ -18,6 +18,13 @@ Tolerances, and why (f32 ulp at 1 is 1.2e-7):
 - dw, db: sums over M <= 300 rows of O(1) terms: atol 2e-5, rtol 1e-5.
 - cross_entropy_bwd: probabilities in [0, 1] times dloss in [-1, 1]:
   atol 1e-6, rtol 1e-5.
+- softmax_bwd: dx = y * (dy - sum(dy * y)) with y in [0, 1] summing to 1
+  and dy in [-1, 1], so |dx| <= 2 y: rtol 1e-5, atol 2e-7 (a few ulps of 1,
+  the largest y; measured errors are below 4e-8).
+- log_softmax_bwd: dx = dy - exp(y) * sum(dy), where |sum(dy)| grows to ~30
+  over 1100 columns: rtol 1e-5, atol 2e-6 (a few ulps of that sum; measured
+  errors are below 3e-7). y is fed as float64 rounded to f32, as the
+  forward kernel would give it.
 """
 import zlib
 
@@ -96,6 +103,36 @@ def test_softmax(kernel, shape, device):
 @pytest.mark.parametrize("kernel", ["softmax", "log_softmax"])
 def test_softmax_other_block(kernel, device):
     _check_softmax(kernel, dict(M=70, N=300), device, tune=dict(BM=32))
+
+
+def _check_softmax_bwd(kernel, shape, device, tune=None):
+    """dx of softmax_bwd / log_softmax_bwd against autograd of the forward in
+    float64, fed y as the forward kernel would give it (float64 rounded to
+    f32) and dy in [-1, 1]."""
+    rng = _rng(kernel, tuple(shape.values()))
+    m, n = shape["M"], shape["N"]
+    x = (rng.uniform(-10.0, 10.0, size=(m, n)) + rng.uniform(-500.0, 500.0, size=(m, 1))).astype(np.float32)
+    dy = rng.uniform(-1.0, 1.0, size=(m, n)).astype(np.float32)
+    tx = _t(x).requires_grad_()
+    y = torch.softmax(tx, -1) if kernel == "softmax_bwd" else torch.log_softmax(tx, -1)
+    y.backward(_t(dy))
+    out = tpkrun.run("softmax.tpk", kernel, shape, {"dy": dy, "y": _f32(y)}, tune=tune, device=device,
+                     outputs=["dx"])
+    what = f"{kernel} {_dims(shape)} on {device}"
+    _check(out, {"dx": tx.grad.numpy()}, 1e-5, 2e-7 if kernel == "softmax_bwd" else 2e-6, what)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=_dims)
+@pytest.mark.parametrize("kernel", ["softmax_bwd", "log_softmax_bwd"])
+def test_softmax_bwd(kernel, shape, device):
+    _check_softmax_bwd(kernel, shape, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel", ["softmax_bwd", "log_softmax_bwd"])
+def test_softmax_bwd_other_block(kernel, device):
+    _check_softmax_bwd(kernel, dict(M=70, N=300), device, tune=dict(BM=32))
 
 
 # ---- layernorm.tpk and rmsnorm.tpk ----
