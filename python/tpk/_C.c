@@ -1178,6 +1178,18 @@ static PyMemberDef KERNEL_MEMBERS[] = {
     {NULL},
 };
 
+/* The backward kernel's name (tpk_kernel_backward), or None. */
+static PyObject *kernel_backward(KernelObject *K, void *unused) {
+  (void)unused;
+  const char *name = tpk_kernel_backward(K->k);
+  return name ? PyUnicode_FromString(name) : Py_NewRef(Py_None);
+}
+
+static PyGetSetDef KERNEL_GETSET[] = {
+    {"backward", (getter)kernel_backward, NULL, "the name of the kernel's backward kernel in its program, or None", NULL},
+    {NULL},
+};
+
 static PyMethodDef KERNEL_METHODS[] = {
     {"launch", FASTCALL(kernel_launch), METH_FASTCALL | METH_KEYWORDS,
      "launch(args, device=None, tune=None, syms=None) -> Report\n\nRun the kernel on args, one per parameter in declaration "
@@ -1194,6 +1206,7 @@ static PyTypeObject KernelType = {
     .tp_repr = (reprfunc)kernel_repr,
     .tp_call = (ternaryfunc)kernel_call,
     .tp_members = KERNEL_MEMBERS,
+    .tp_getset = KERNEL_GETSET,
     .tp_methods = KERNEL_METHODS,
 };
 

@@ -28,6 +28,7 @@ The kernels run on `tpk`'s current device: the host unless a
 (`torch.ops.tpk.softmax`).
 """
 import hashlib
+import re
 import threading
 
 import torch
@@ -46,107 +47,28 @@ SCALAR_TYPES = {"bool": "bool", **{d: "float" for d in FLOATS}}  # the rest are 
 
 
 class Dim:
-    """One dimension of a parameter: a symbol, a constant, or + - * / of
-    them ("B*H"), evaluated on ints or SymInts."""
+    """One dimension of a parameter as the signature writes it: a symbol, a
+    constant, or an expression of them ("B*H", "H-KH+1"), evaluated on ints
+    or SymInts by tpk.dim_value."""
 
-    def __init__(self, text):
+    def __init__(self, text, symbols):
         self.text = text
-        self._tokens = self._lex(text)
-        self._pos = 0
-        self._tree = self._sum()
-        if self._pos != len(self._tokens):
-            raise tpk.TpkError(f"cannot read the dimension '{text}'")
-        del self._tokens, self._pos
+        self.symbol = text if text in symbols else None  # a bare symbol
+        self.names = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", text)) - {"cdiv"}
 
-    @staticmethod
-    def _lex(text):
-        out, i = [], 0
-        while i < len(text):
-            c = text[i]
-            if c.isspace():
-                i += 1
-            elif c.isdigit():
-                j = i
-                while j < len(text) and text[j].isdigit():
-                    j += 1
-                out.append(int(text[i:j]))
-                i = j
-            elif c.isalpha() or c == "_":
-                j = i
-                while j < len(text) and (text[j].isalnum() or text[j] == "_"):
-                    j += 1
-                out.append(text[i:j])
-                i = j
-            elif c in "+-*/()":
-                out.append(c)
-                i += 1
-            else:
-                raise tpk.TpkError(f"cannot read the dimension '{text}'")
-        return out
-
-    def _peek(self):
-        return self._tokens[self._pos] if self._pos < len(self._tokens) else None
-
-    def _sum(self):
-        tree = self._product()
-        while self._peek() in ("+", "-"):
-            self._pos += 1
-            tree = (self._tokens[self._pos - 1], tree, self._product())
-        return tree
-
-    def _product(self):
-        tree = self._atom()
-        while self._peek() in ("*", "/"):
-            self._pos += 1
-            tree = (self._tokens[self._pos - 1], tree, self._atom())
-        return tree
-
-    def _atom(self):
-        tok = self._peek()
-        self._pos += 1
-        if tok == "(":
-            tree = self._sum()
-            if self._peek() != ")":
-                raise tpk.TpkError(f"cannot read the dimension '{self.text}'")
-            self._pos += 1
-            return tree
-        if isinstance(tok, int) or (isinstance(tok, str) and tok not in "+-*/()"):
-            return tok
-        raise tpk.TpkError(f"cannot read the dimension '{self.text}'")
-
-    @property
-    def symbol(self):
-        """The symbol's name when the dim is a bare symbol, else None."""
-        return self._tree if isinstance(self._tree, str) else None
-
-    def symbols(self, tree=None):
-        tree = self._tree if tree is None else tree
-        if isinstance(tree, str):
-            return {tree}
-        if isinstance(tree, tuple):
-            return self.symbols(tree[1]) | self.symbols(tree[2])
-        return set()
-
-    def value(self, syms, tree=None):
-        tree = self._tree if tree is None else tree
-        if isinstance(tree, int):
-            return tree
-        if isinstance(tree, str):
-            return syms[tree]
-        op, a, b = tree
-        a, b = self.value(syms, a), self.value(syms, b)
-        return a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else a // b
+    def value(self, syms):
+        return tpk.dim_value(self.text, syms)
 
 
 class Param:
     """A kernel parameter as the op sees it."""
 
-    def __init__(self, index, p):
+    def __init__(self, index, p, symbols):
         self.index = index  # in the kernel's parameter list
         self.name = p.name
         self.kind = p.kind  # "in", "out", "inout", "scalar"
         self.dtype = p.dtype
-        self.dims = tuple(Dim(d) for d in p.dims) if p.kind != "scalar" else ()
+        self.dims = tuple(Dim(d, symbols) for d in p.dims)
 
     @property
     def tensor(self):
@@ -160,7 +82,7 @@ class OpKernel:
         self.kernel = kernel
         self.name = kernel.name
         self.qualname = f"{namespace}::{kernel.name}"
-        params = [Param(i, p) for i, p in enumerate(kernel.params)]
+        params = [Param(i, p, set(kernel.symbols)) for i, p in enumerate(kernel.params)]
         self.params = params
         self.args = [p for p in params if p.kind in ("in", "inout", "scalar")]
         self.outputs = [p for p in params if p.kind == "out"]
@@ -170,11 +92,11 @@ class OpKernel:
             for d, dim in enumerate(a.dims):
                 if dim.symbol and dim.symbol not in self.bound:
                     self.bound[dim.symbol] = (self.args.index(a), d)
-        tunables = {t[0] for t in kernel.tunables}
+        tunables = {t.name for t in kernel.tunables}
         self.extra = []  # symbols only outputs use: trailing SymInt arguments
         for o in self.outputs:
             for dim in o.dims:
-                for s in sorted(dim.symbols()):
+                for s in sorted(dim.names):
                     if s in tunables:
                         raise tpk.TpkError(f"kernel '{self.name}': output '{o.name}' has a shape that depends on "
                                            f"the tunable '{s}', which a torch op cannot know before it runs")
@@ -210,7 +132,7 @@ class OpKernel:
         """What the kernel needs of the tensors (dtype, rank, sizes that must
         agree), as errors naming the parameter; in fake mode too, so
         torch.compile reports them while tracing."""
-        first, device = {}, None
+        device = None
         for a, v in zip(self.args, args):
             if not a.tensor:
                 continue
@@ -221,20 +143,20 @@ class OpKernel:
             elif v.device != device[1]:
                 raise RuntimeError(f"{self.qualname}: '{device[0]}' is on {device[1]} but '{a.name}' on {v.device}; "
                                    f"a tpk op runs on tensors of one device")
-        syms = self.symbols(args)
-        for a, v in zip(self.args, args):
-            if not a.tensor:
-                continue
             want = DTYPES[a.dtype]
             if v.dtype != want:
                 raise TypeError(f"{self.qualname}: '{a.name}' must be {want} ({a.dtype}), got {v.dtype}")
             if v.dim() != len(a.dims):
                 raise ValueError(f"{self.qualname}: '{a.name}' must have rank {len(a.dims)} "
                                  f"[{', '.join(d.text for d in a.dims)}], got shape {tuple(v.shape)}")
+        syms, first = self.symbols(args), {}
+        for a, v in zip(self.args, args):
+            if not a.tensor:
+                continue
             for d, dim in enumerate(a.dims):
                 size = v.shape[d]
                 if dim.symbol is None:
-                    want_size = dim.value(syms) if dim.symbols() <= syms.keys() else None
+                    want_size = dim.value(syms) if dim.names <= syms.keys() else None
                     if want_size is not None:
                         torch._check(size == want_size, lambda a=a, d=d, dim=dim, size=size, w=want_size: (
                             f"{self.qualname}: '{a.name}' dim {d} ({dim.text}) must be {w}, got {size}"))
@@ -260,7 +182,11 @@ class OpKernel:
         return self._result(outs)
 
     def cpu(self, *args):
-        syms = self.symbols(args)
+        try:
+            syms = self.symbols(args)
+        except (AttributeError, IndexError):  # not a tensor, or too few dims: say which
+            self.check(args)
+            raise
         launch = [None] * len(self.params)
         writeback = []
         for a, v in zip(self.args, args):
@@ -394,7 +320,7 @@ _kept = []       # OpKernel and Autograd objects the registrations call
 
 
 def _register(namespace, program, digest):
-    kernels = {name: OpKernel(namespace, program.kernel(name)) for name in program.kernel_names}
+    kernels = {name: OpKernel(namespace, program[name]) for name in program.kernel_names}
     with _lock:
         lib = _libraries.get(namespace)
         if lib is None:
@@ -418,7 +344,7 @@ def _register(namespace, program, digest):
             bwd_name = k.kernel.backward
             if not bwd_name:
                 continue
-            bwd = kernels.get(bwd_name) or OpKernel(namespace, program.kernel(bwd_name))
+            bwd = kernels.get(bwd_name) or OpKernel(namespace, program[bwd_name])
             ag = Autograd(k, bwd, getattr(getattr(torch.ops, namespace), bwd_name))
             torch.library.register_autograd(k.qualname, ag.backward, setup_context=ag.setup_context, lib=lib)
             _kept.append(ag)
