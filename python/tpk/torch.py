@@ -103,6 +103,8 @@ class OpKernel:
                     if s not in self.bound and s not in self.extra:
                         self.extra.append(s)
         self.schema = self._schema()
+        self._slots = None  # the CPU kernel's plan (_plan), made on its first call
+        self.last_report = None  # of the latest launch, from any thread
 
     def _schema(self):
         args, alias = [], iter("abcdefghijklmnopqrstuvwxyz")
@@ -181,36 +183,70 @@ class OpKernel:
                      for o, shape in zip(self.outputs, self.output_shapes(syms)))
         return self._result(outs)
 
+    def _plan(self):
+        """What the CPU kernel does on every call, worked out once: where
+        each argument goes in the launch, and how each output's shape is
+        read off the inputs (an input's whole shape, single sizes, or, for
+        expressions, tpk.dim_value on the bound symbols)."""
+        self._slots = [None] * len(self.params)
+        self._tensor_args = [(j, a.index, a.kind == "inout", a.name) for j, a in enumerate(self.args) if a.tensor]
+        self._scalar_args = [(j, a.index) for j, a in enumerate(self.args) if not a.tensor]
+        plans = []
+        for o in self.outputs:
+            same = next((j for j, a in enumerate(self.args) if a.tensor and a.dims and
+                         [d.text for d in a.dims] == [d.text for d in o.dims]), None)
+            if same is not None:
+                plans.append((o.index, DTYPES[o.dtype], same, None))
+            elif all(d.symbol in self.bound or d.text.isdigit() for d in o.dims):
+                sizes = [self.bound[d.symbol] if d.symbol in self.bound else int(d.text) for d in o.dims]
+                plans.append((o.index, DTYPES[o.dtype], None, sizes))
+            else:
+                plans.append((o.index, DTYPES[o.dtype], None, None))
+        self._out_plans = plans
+
     def cpu(self, *args):
+        if self._slots is None:
+            self._plan()
+        launch = list(self._slots)
+        writeback = None
         try:
-            syms = self.symbols(args)
+            for j, index, inout, name in self._tensor_args:
+                v = args[j]
+                if not v.is_cpu:
+                    raise RuntimeError(f"{self.qualname}: '{name}' is on {v.device}; tpk ops run on CPU tensors")
+                if not v.is_contiguous():  # a documented copy (inout ones are written back)
+                    c = v.contiguous()
+                    if inout:
+                        writeback = (writeback or []) + [(v, c)]
+                    v = c
+                launch[index] = v
+            for j, index in self._scalar_args:
+                launch[index] = args[j]
+            outs, syms = [], None
+            for index, dtype, same, sizes in self._out_plans:
+                if same is not None:
+                    shape = args[same].shape
+                elif sizes is not None:
+                    shape = [s if type(s) is int else args[s[0]].shape[s[1]] for s in sizes]
+                else:
+                    syms = syms or self.symbols(args)
+                    shape = [d.value(syms) for d in self.outputs[len(outs)].dims]
+                out = launch[index] = torch.empty(shape, dtype=dtype)
+                outs.append(out)
         except (AttributeError, IndexError):  # not a tensor, or too few dims: say which
             self.check(args)
             raise
-        launch = [None] * len(self.params)
-        writeback = []
-        for a, v in zip(self.args, args):
-            if a.tensor:
-                if not isinstance(v, torch.Tensor):
-                    raise TypeError(f"{self.qualname}: '{a.name}' must be a tensor, got {type(v).__name__}")
-                if v.device.type != "cpu":
-                    raise RuntimeError(f"{self.qualname}: '{a.name}' is on {v.device}; tpk ops run on CPU tensors")
-                if not v.is_contiguous():
-                    c = v.contiguous()
-                    if a.kind == "inout":
-                        writeback.append((v, c))
-                    v = c
-            launch[a.index] = v
-        outs = []
-        for o, shape in zip(self.outputs, self.output_shapes(syms)):
-            out = torch.empty(shape, dtype=DTYPES[o.dtype])
-            launch[o.index] = out
-            outs.append(out)
-        extra = {s: int(syms[s]) for s in self.extra}
-        self.kernel.launch(launch, device=tpk.current_device(), syms=extra or None)
-        for v, c in writeback:
-            v.copy_(c)
-        return self._result(tuple(outs))
+        if self.extra:
+            syms = self.symbols(args)
+            self.last_report = self.kernel.launch(launch, syms={s: int(syms[s]) for s in self.extra})
+        else:
+            self.last_report = self.kernel.launch(launch)
+        if writeback:
+            for v, c in writeback:
+                v.copy_(c)
+        if not outs:
+            return None
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _result(self, outs):
         if not outs:
