@@ -35,7 +35,7 @@ import torch
 
 import tpk
 
-__all__ = ["load", "load_source", "std", "Ops"]
+__all__ = ["load", "load_source", "last_report", "std", "Ops"]
 
 DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -352,7 +352,20 @@ class Ops:
 _lock = threading.Lock()
 _libraries = {}  # namespace -> torch.library.Library (kept: it owns the registrations)
 _defined = {}    # "ns::kernel" -> digest of the source that defined it
-_kept = []       # OpKernel and Autograd objects the registrations call
+_ops = {}        # "ns::kernel" -> its OpKernel
+_kept = []       # Autograd objects the registrations call
+
+
+def last_report(op):
+    """The tpk.Report of the latest run of a tpk op (from any thread), or
+    None before one: the tier, the tunables, and on a simulated chip the
+    time, utilisation and trace. `op` is "ns::kernel",
+    torch.ops.ns.kernel or torch.ops.ns.kernel.default."""
+    name = op if isinstance(op, str) else op._qualified_op_name if hasattr(op, "_qualified_op_name") else op.name()
+    name = name.split(".")[0]
+    if name not in _ops:
+        raise KeyError(f"{name} is not an op tpk.torch defined")
+    return _ops[name].last_report
 
 
 def _register(namespace, program, digest):
@@ -375,7 +388,7 @@ def _register(namespace, program, digest):
             lib.impl(k.name, k.cpu, "CPU")
             torch.library.register_fake(k.qualname, k.fake, lib=lib)
             _defined[k.qualname] = digest
-            _kept.append(k)
+            _ops[k.qualname] = k
         for k in new:
             bwd_name = k.kernel.backward
             if not bwd_name:

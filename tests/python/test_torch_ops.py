@@ -122,6 +122,19 @@ def test_user_op_matches_pytorch(device):
     torch.testing.assert_close(y, ref_scaled_softmax(x, 0.5), rtol=1e-5, atol=1e-7)
 
 
+def test_simulated_time_of_an_op_is_readable():
+    x = rand(256, 512)
+    with tpk.device("sim:v5e"):
+        y = torch.ops.tpk.softmax(x)
+    report = tpk.torch.last_report(torch.ops.tpk.softmax)
+    assert report.simulated and report.chip == "v5e" and report.device == "sim:v5e"
+    assert 0 < report.roofline_seconds <= report.seconds
+    assert 0 < report.hbm_utilisation <= 1
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    torch.ops.tpk.softmax(x)  # on the host: nothing simulated
+    assert not tpk.torch.last_report("tpk::softmax").simulated
+
+
 def test_inout_is_updated_in_place():
     y, x = rand(100, seed=1), rand(100, seed=2)
     want = y + 3 * x
