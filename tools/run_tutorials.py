@@ -11,7 +11,8 @@ Conventions (a tutorial is read by people first, so they are light):
     folder exists (for tutorials that ship files), else empty; most
     tutorials create their files themselves (`cat > first.tpk <<'EOF'`).
   * `tpk` is build/tpk (the build folder given on the command line comes
-    first on PATH); $TPK_ROOT is the repository. LC_ALL=C keeps system
+    first on PATH), and `import tpk` this tree's python/ package; $TPK_ROOT
+    is the repository. LC_ALL=C keeps system
     messages stable.
   * The next fenced block after an ```sh block, if it is a ```text block,
     holds the expected output: stdout and stderr together, compared after
@@ -114,6 +115,8 @@ def run_tutorial(path, build, fill, verbose):
     env = dict(os.environ)
     env["PATH"] = os.path.abspath(build) + os.pathsep + env.get("PATH", "")
     env["TPK_ROOT"] = ROOT
+    # `import tpk` finds this tree's package, as `tpk` finds this build
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env["LC_ALL"] = "C"
     env.pop("CDPATH", None)
     ok, ran, fills = True, 0, []
