@@ -12,8 +12,7 @@ Conventions (a tutorial is read by people first, so they are light):
     tutorials create their files themselves (`cat > first.tpk <<'EOF'`).
   * `tpk` is build/tpk (the build folder given on the command line comes
     first on PATH), and `import tpk` this tree's python/ package; $TPK_ROOT
-    is the repository. LC_ALL=C keeps system
-    messages stable.
+    is the repository. LC_ALL=C keeps system messages stable.
   * The next fenced block after an ```sh block, if it is a ```text block,
     holds the expected output: stdout and stderr together, compared after
     stripping trailing whitespace from each line and trailing blank lines.
