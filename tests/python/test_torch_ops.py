@@ -410,7 +410,8 @@ def forward_backward(model, x):
     return y.detach(), grads
 
 
-@pytest.mark.parametrize("backend,dynamic", [("aot_eager", False), ("aot_eager", True), ("inductor", True)])
+@pytest.mark.parametrize("backend,dynamic", [("aot_eager", False), ("aot_eager", True), ("inductor", False),
+                                             ("inductor", True)])
 def test_compile_without_graph_breaks(backend, dynamic):
     torch._dynamo.reset()
     model = Block()
@@ -448,6 +449,27 @@ def test_ops_from_eight_threads():
     for th in threads:
         th.join()
     assert not errors
+
+
+class OpsDataset(torch.utils.data.Dataset):
+    """Items computed by tpk ops, at a new size each (compiled in the worker)."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        x = torch.full((3, 5 + i), float(i))
+        return torch.ops.tpktest.scaled_softmax(x, 1.0).sum(), torch.ops.tpk.gelu(x).sum()
+
+
+def test_ops_in_dataloader_workers():
+    # the workers are forked from a process whose context, compiled code and
+    # worker threads already exist
+    torch.ops.tpktest.scaled_softmax(rand(3, 4), 1.0)
+    got = [b for batch in torch.utils.data.DataLoader(OpsDataset(), batch_size=4, num_workers=2) for b in zip(*batch)]
+    for i, (rows, gelu) in enumerate(got):
+        assert rows.item() == pytest.approx(3.0)
+        assert gelu.item() == pytest.approx(F.gelu(torch.full((3, 5 + i), float(i))).sum().item(), rel=1e-5)
 
 
 # ---- bad input ----
