@@ -77,7 +77,9 @@ typedef struct Generic {
 /* One compiled specialisation of a kernel: its sizes and tunables, the IR
  * it was built from, the code and a reusable workspace. */
 typedef struct Spec {
-  char *key;
+  const TpkKernel *kernel; /* what it is: the kernel, device, sizes and tunables */
+  int64_t tunes[MAX_SYMS]; /* in the kernel's declaration order */
+  char *tunes_text;        /* "BM=8,BN=128", for launch results */
   TpkModule *module;
   TpkCode *code;
   const Generic *generic; /* instead of code */
@@ -93,7 +95,8 @@ typedef struct Spec {
 
 /* The tunables chosen for launches that name none, per device and sizes. */
 typedef struct TuneMemo {
-  char *key; /* "sim:v5e|M=4096,N=4096" */
+  const TpkDevice *dev;    /* the device and */
+  int64_t sizes[MAX_SYMS]; /* the shape symbols' values it is for */
   int n;     /* 0: the declared defaults */
   TpkNamedInt tunes[TPK_TUNE_MAX_TUNABLES];
   const char *from; /* "tuning cache", "shipped defaults", "declared defaults" */
@@ -104,6 +107,8 @@ struct TpkKernel {
   TpkProgram *prog;
   TpkFunc *f; /* the unbound IR: parameter types with symbols */
   const char **dims; /* param i's dimension d as text, at [i * TPK_MAX_RANK + d] (module's arena) */
+  const char *symbols[MAX_SYMS]; /* its shape symbols (tpk_func_symbols), found once */
+  int nsymbols;
   TuneMemo *tuned; /* under prog->lock */
 };
 
@@ -193,7 +198,7 @@ TpkStatus tpk_context_create(TpkContext **out) {
 }
 
 static void spec_free(Spec *s) {
-  free(s->key);
+  free(s->tunes_text);
   if (s->prepared) s->dev->ops->unprepare(s->prepared);
   if (s->module) tpk_module_free(s->module);
   free(s->workspace);
@@ -211,7 +216,6 @@ static void program_free_compiled(TpkProgram *prog) {
   for (int i = 0; prog->kernels && i < prog->nkernels; i++) {
     for (TuneMemo *t = prog->kernels[i].tuned, *n; t; t = n) {
       n = t->next;
-      free(t->key);
       free(t);
     }
     prog->kernels[i].tuned = NULL;
@@ -370,9 +374,12 @@ const char *tpk_device_name(const TpkDevice *dev) { return dev ? dev->name : "?"
 
 /* ---- programs and kernels ---------------------------------------------------------- */
 
-/* The text of every dimension of k's parameters, printed once from the IR
- * into its module's arena (tpk_kernel_param_dim). */
-static TpkStatus kernel_dims_text(TpkKernel *k) {
+/* What launches and callers read of k's signature, found once: its shape
+ * symbols, and the text of every dimension of its parameters, printed from
+ * the IR into its module's arena (tpk_kernel_param_dim). */
+static TpkStatus kernel_describe(TpkKernel *k) {
+  int n = tpk_func_symbols(k->f, k->symbols, MAX_SYMS);
+  k->nsymbols = n < MAX_SYMS ? n : MAX_SYMS;
   TpkArena *arena = &k->f->module->arena;
   k->dims = tpk_arena_alloc(arena, sizeof *k->dims * (size_t)(k->f->nparams ? k->f->nparams : 1) * TPK_MAX_RANK);
   if (!k->dims) return TPK_ERR_NOMEM;
@@ -427,7 +434,7 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
   }
   for (int i = 0; i < prog->nkernels; i++) {
     prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i]};
-    if (kernel_dims_text(&prog->kernels[i]) != TPK_OK) {
+    if (kernel_describe(&prog->kernels[i]) != TPK_OK) {
       tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
       program_free(prog);
       return TPK_ERR_NOMEM;
@@ -549,9 +556,20 @@ typedef struct Bound {
   const TpkFunc *f;
   const char *name[MAX_SYMS];
   int64_t value[MAX_SYMS];
-  const char *from[MAX_SYMS]; /* "x (dimension 0)" or "syms" */
+  /* where each came from, for messages: parameter from_param's dimension
+   * from_dim, or (from_param < 0) the text from */
+  int from_param[MAX_SYMS], from_dim[MAX_SYMS];
+  const char *from[MAX_SYMS];
   int n;
+  int64_t sizes[MAX_SYMS]; /* the kernel's shape symbols' values, in its order */
 } Bound;
+
+/* Where binding i came from: "'x' (dimension 0)", "the launch's syms". */
+static const char *bound_from(const Bound *b, int i, char *buf, size_t size) {
+  if (b->from_param[i] < 0) return b->from[i];
+  snprintf(buf, size, "'%s' (dimension %d)", b->f->params[b->from_param[i]].name, b->from_dim[i]);
+  return buf;
+}
 
 static int bound_find(const Bound *b, const char *name) {
   for (int i = 0; i < b->n; i++)
@@ -604,8 +622,9 @@ static TpkStatus launch_device(const TpkKernel *k, const TpkLaunch *L, TpkDevice
   return *out ? TPK_OK : device_open(ctx, "host", out);
 }
 
-/* Bind symbols from buffers, check dtypes and every dimension. */
-static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*from)[96]) {
+/* Bind symbols from buffers, check dtypes and every dimension. Nothing is
+ * printed unless something is wrong: launches are the hot path. */
+static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b) {
   const TpkFunc *f = k->f;
   b->f = f;
   b->n = 0;
@@ -615,6 +634,7 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
     if (check_tune_value(k, t, L->tunes[i].value, "the launch's tunes") != TPK_OK) return TPK_ERR_INVALID;
     b->name[b->n] = t->name;
     b->value[b->n] = L->tunes[i].value;
+    b->from_param[b->n] = -1;
     b->from[b->n++] = "the launch's tunes";
   }
   for (int i = 0; i < L->nsyms; i++) {
@@ -622,6 +642,7 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
     if (b->n == MAX_SYMS) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
     b->name[b->n] = L->syms[i].name;
     b->value[b->n] = L->syms[i].value;
+    b->from_param[b->n] = -1;
     b->from[b->n++] = "the launch's syms";
   }
   /* inputs first, then outputs: sizes come from inputs where they can */
@@ -643,12 +664,14 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
         int64_t want;
         if (dim->kind == TPK_DIM_SYM && bound_find(b, dim->sym) < 0) {
           if (b->n == MAX_SYMS) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': too many shape symbols", kernel_name(k));
-          snprintf(from[b->n], 96, "'%s' (dimension %d)", p->name, d);
-          const TpkTune *tune = tpk_func_tune(f, dim->sym);
-          if (tune && check_tune_value(k, tune, buf->shape[d], from[b->n]) != TPK_OK) return TPK_ERR_INVALID;
           b->name[b->n] = dim->sym;
           b->value[b->n] = buf->shape[d];
-          b->from[b->n] = from[b->n];
+          b->from_param[b->n] = i;
+          b->from_dim[b->n] = d;
+          const TpkTune *tune = tpk_func_tune(f, dim->sym);
+          char from[96];
+          if (tune && !tpk_tune_allows(tune, buf->shape[d]))
+            return check_tune_value(k, tune, buf->shape[d], bound_from(b, b->n, from, sizeof from));
           b->n++;
           continue;
         }
@@ -665,9 +688,10 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
           tpk_dim_print(&s, dim);
           if (dim->kind == TPK_DIM_SYM) {
             int j = bound_find(b, dim->sym);
+            char from[96];
             tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': %s %s is %lld from %s but %lld from '%s' (dimension %d)",
                  kernel_name(k), tpk_func_tune(f, dim->sym) ? "tunable" : "shape symbol", dim->sym,
-                 (long long)b->value[j], b->from[j], (long long)buf->shape[d], p->name, d);
+                 (long long)b->value[j], bound_from(b, j, from, sizeof from), (long long)buf->shape[d], p->name, d);
           } else {
             tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': '%s' (dimension %d) must have size %s = %lld, the buffer has %lld",
                  kernel_name(k), p->name, d, s.data ? s.data : "?", (long long)want, (long long)buf->shape[d]);
@@ -677,14 +701,17 @@ static TpkStatus bind_launch(TpkKernel *k, const TpkLaunch *L, Bound *b, char (*
         }
       }
     }
-  const char *names[MAX_SYMS];
-  int n = tpk_func_symbols(f, names, MAX_SYMS);
-  for (int i = 0; i < n && i < MAX_SYMS; i++)
-    if (bound_find(b, names[i]) < 0)
+  const char *const *names = k->symbols;
+  int n = k->nsymbols;
+  for (int i = 0; i < n; i++) {
+    int at = bound_find(b, names[i]);
+    if (at < 0)
       return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': shape symbol %s is not bound; pass it in syms", kernel_name(k), names[i]);
+    b->sizes[i] = b->value[at];
+  }
   for (int i = 0; i < b->n; i++) {
     bool known = tpk_func_tune(f, b->name[i]) != NULL;
-    for (int j = 0; j < n && j < MAX_SYMS; j++) known |= strcmp(names[j], b->name[i]) == 0;
+    for (int j = 0; j < n; j++) known |= strcmp(names[j], b->name[i]) == 0;
     if (!known) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' has no shape symbol '%s'", kernel_name(k), b->name[i]);
   }
   for (int i = 0; i < L->ntunes; i++) {
@@ -731,18 +758,6 @@ static char *tunes_text(const TpkKernel *k, const int64_t *tunes) {
   return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
 }
 
-static char *spec_key(const TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev) {
-  TpkStr s = {0};
-  /* the device shapes the lowering (its VMEM), so it is part of the key */
-  tpk_str_printf(&s, "%s|%s", dev->name, k->f->name);
-  const char *names[MAX_SYMS];
-  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
-  for (int i = 0; i < n && i < MAX_SYMS; i++) tpk_str_printf(&s, "|%s=%lld", names[i], (long long)b->value[bound_find(b, names[i])]);
-  tpk_str_puts(&s, "|");
-  tpk_tune_format(&s, k->f, tunes);
-  return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
-}
-
 /* k's IR bound (lower/bind.c) in a module of its own: the tunables, and
  * the sizes when b is given (else the code serves every size). A failure
  * quotes the .tpk line it is about. */
@@ -751,9 +766,7 @@ static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *
   const TpkFunc *f = k->f;
   TpkBinding binds[2 * MAX_SYMS];
   int n = 0;
-  const char *names[MAX_SYMS];
-  int nsyms = b ? tpk_func_symbols(f, names, MAX_SYMS) : 0;
-  for (int i = 0; i < nsyms && i < MAX_SYMS; i++) binds[n++] = (TpkBinding){names[i], b->value[bound_find(b, names[i])]};
+  for (int i = 0; b && i < k->nsymbols; i++) binds[n++] = (TpkBinding){k->symbols[i], b->sizes[i]};
   for (int i = 0; i < f->ntunes && n < 2 * MAX_SYMS; i++) binds[n++] = (TpkBinding){f->tunes[i].name, tunes[i]};
   *module = tpk_module_new(f->name);
   if (!*module) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
@@ -844,10 +857,8 @@ static int64_t generic_workspace(const Generic *g, const Spec *spec, const TpkKe
   if (g->aot) return g->aot->workspace(spec->syms);
   if (!g->plan.symbolic) return g->plan.workspace_bytes;
   Bound b = {.f = k->f, .n = 0};
-  const char *names[MAX_SYMS];
-  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
-  for (int i = 0; i < n && i < MAX_SYMS; i++) {
-    b.name[b.n] = names[i];
+  for (int i = 0; i < k->nsymbols; i++) {
+    b.name[b.n] = k->symbols[i];
     b.value[b.n++] = spec->syms[i];
   }
   int64_t total = 0;
@@ -866,9 +877,6 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   TpkFunc *f;
   TpkStatus st = bind_kernel(k, b, tunes, &spec->module, &f);
   if (st != TPK_OK) return st;
-  const char *names[MAX_SYMS];
-  int nsyms = tpk_func_symbols(k->f, names, MAX_SYMS);
-  for (int i = 0; i < nsyms && i < MAX_SYMS; i++) spec->syms[i] = b->value[bound_find(b, names[i])];
   Generic *g;
   st = find_generic(k, tunes, &g);
   if (st != TPK_OK) return st;
@@ -904,33 +912,40 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   return st == TPK_OK ? TPK_OK : fail_at_line(k, &err);
 }
 
+/* Is s the specialisation of k on dev for these sizes and tunables? (The
+ * device is part of it: its VMEM shapes the lowering.) */
+static bool spec_is(const Spec *s, const TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev) {
+  return s->kernel == k && s->dev == dev && memcmp(s->syms, b->sizes, sizeof *s->syms * (size_t)k->nsymbols) == 0 &&
+         memcmp(s->tunes, tunes, sizeof *s->tunes * (size_t)k->f->ntunes) == 0;
+}
+
 static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, Spec **out) {
   *out = NULL;
-  char *key = spec_key(k, b, tunes, dev);
-  if (!key) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   TpkProgram *prog = k->prog;
   pthread_mutex_lock(&prog->lock);
   Spec *s = prog->specs;
-  while (s && strcmp(s->key, key) != 0) s = s->next;
+  while (s && !spec_is(s, k, b, tunes, dev)) s = s->next;
   TpkStatus st = TPK_OK;
   if (!s) {
     s = calloc(1, sizeof *s);
-    if (!s) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+    if (!s || !(s->tunes_text = tunes_text(k, tunes))) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
     else {
-      s->key = key;
-      key = NULL;
+      s->kernel = k;
+      s->dev = dev;
+      memcpy(s->syms, b->sizes, sizeof *s->syms * (size_t)k->nsymbols);
+      memcpy(s->tunes, tunes, sizeof *s->tunes * (size_t)k->f->ntunes);
       st = specialise(k, b, tunes, dev, s);
       if (st == TPK_OK) {
         s->next = prog->specs;
         prog->specs = s;
-      } else {
-        spec_free(s);
-        s = NULL;
       }
+    }
+    if (st != TPK_OK && s) {
+      spec_free(s);
+      s = NULL;
     }
   }
   pthread_mutex_unlock(&prog->lock);
-  free(key);
   *out = s;
   return st;
 }
@@ -949,29 +964,23 @@ static void parse_shipped_tunes(void) {
  * sizes and device (`tpk tune`), else the shipped defaults for them, else the
  * declared defaults. Looked up once per kernel, device and sizes. */
 static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *dev, const TuneMemo **out) {
-  TpkStr key = {0};
-  const char *names[MAX_SYMS];
-  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
-  tpk_str_printf(&key, "%s|", dev ? dev->name : "host");
-  TpkBinding syms[MAX_SYMS];
-  for (int i = 0; i < n && i < MAX_SYMS; i++) {
-    syms[i] = (TpkBinding){names[i], b->value[bound_find(b, names[i])]};
-    tpk_str_printf(&key, "%s%s=%lld", i ? "," : "", names[i], (long long)syms[i].value);
-  }
-  if (key.failed) return tpk_str_free(&key), tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  int n = k->nsymbols;
+  size_t sizes = sizeof *b->sizes * (size_t)n;
   TpkProgram *prog = k->prog;
   pthread_mutex_lock(&prog->lock);
   TuneMemo *m = k->tuned;
-  while (m && strcmp(m->key, key.data) != 0) m = m->next;
+  while (m && (m->dev != dev || memcmp(m->sizes, b->sizes, sizes) != 0)) m = m->next;
   pthread_mutex_unlock(&prog->lock);
   if (m) {
-    tpk_str_free(&key);
     *out = m;
     return TPK_OK;
   }
   m = calloc(1, sizeof *m);
-  if (!m) return tpk_str_free(&key), tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-  m->key = tpk_str_take(&key);
+  if (!m) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  m->dev = dev;
+  memcpy(m->sizes, b->sizes, sizes);
+  TpkBinding syms[MAX_SYMS];
+  for (int i = 0; i < n; i++) syms[i] = (TpkBinding){k->symbols[i], b->sizes[i]};
   pthread_once(&shipped_once, parse_shipped_tunes);
   TpkTuneKey tk;
   TpkTuneConfig cfg;
@@ -1021,6 +1030,14 @@ static const char *tier_name(const Generic *g, const TpkCode *code) {
 
 static TpkStatus launch(TpkKernel *k, const TpkLaunch *L);
 
+/* src into dst[size], cut to fit (snprintf's "%s" without its cost per launch). */
+static void copy_text(char *dst, size_t size, const char *src) {
+  size_t n = strlen(src);
+  if (n >= size) n = size - 1;
+  memcpy(dst, src, n);
+  dst[n] = 0;
+}
+
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (!k || !L) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
   if (tpk_launch_check_counts(L, "tpk_kernel_launch") != TPK_OK) return TPK_ERR_INVALID;
@@ -1050,10 +1067,9 @@ TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L) {
 static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
   const TpkFunc *f = k->f;
   Bound b;
-  char from[MAX_SYMS][96];
   TpkDevice *dev;
   TpkStatus st = launch_device(k, L, &dev);
-  if (st == TPK_OK) st = bind_launch(k, L, &b, from);
+  if (st == TPK_OK) st = bind_launch(k, L, &b);
   if (st != TPK_OK) return st;
   /* scalar arguments */
   void *args[256];
@@ -1122,12 +1138,10 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
   if (L->result) {
     TpkLaunchResult *r = L->result;
     r->tier = tier_name(g, code);
-    char *setting = tunes_text(k, tunes);
-    snprintf(r->tunes, sizeof r->tunes, "%s", setting ? setting : "?");
-    free(setting);
+    copy_text(r->tunes, sizeof r->tunes, spec->tunes_text);
     r->tunes_from = tunes_from;
     const char *note = code ? tpk_code_note(code) : NULL;
-    snprintf(r->note, sizeof r->note, "%s", note ? note : "");
+    copy_text(r->note, sizeof r->note, note ? note : "");
     dev->ops->report(dev, spec->prepared, r);
   }
   return TPK_OK;
@@ -1135,17 +1149,9 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
 
 /* ---- introspection ------------------------------------------------------------------ */
 
-int tpk_kernel_symbol_count(const TpkKernel *k) {
-  const char *names[MAX_SYMS];
-  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
-  return n < MAX_SYMS ? n : MAX_SYMS;
-}
+int tpk_kernel_symbol_count(const TpkKernel *k) { return k->nsymbols; }
 
-const char *tpk_kernel_symbol_name(const TpkKernel *k, int i) {
-  const char *names[MAX_SYMS];
-  int n = tpk_func_symbols(k->f, names, MAX_SYMS);
-  return i >= 0 && i < n && i < MAX_SYMS ? names[i] : NULL;
-}
+const char *tpk_kernel_symbol_name(const TpkKernel *k, int i) { return i >= 0 && i < k->nsymbols ? k->symbols[i] : NULL; }
 
 TpkStatus tpk_kernel_param_shape(const TpkKernel *k, int i, const TpkNamedInt *syms, int nsyms, int64_t *shape) {
   if (!k || i < 0 || i >= k->f->nparams) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_kernel_param_shape: no such parameter %d", i);

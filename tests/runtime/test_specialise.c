@@ -251,6 +251,45 @@ static void test_sim_times_bound_ir(void **state) {
   test_compile_free(&c);
 }
 
+static const char *TWINS =
+    "kernel plus(x: f32[N]) -> (y: f32[N]) tune B in [4, 8] { for i in tiles(N, B) { y[i] = x[i] + (B as f32); } }\n"
+    "kernel times(x: f32[N]) -> (y: f32[N]) tune B in [4, 8] { for i in tiles(N, B) { y[i] = x[i] * (B as f32); } }\n";
+
+/* A specialisation is the kernel's, on its device, at its sizes and
+ * tunables: two kernels of one program with the same sizes and tunable
+ * values, and one kernel on two devices or at two settings, each run their
+ * own code (launches find it by comparing those, not by a printed key). */
+static void test_specialisations_are_per_kernel_device_sizes_and_tunes(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *host, *sim;
+  TpkKernel *plus = test_kernel(&ctx, &host, "host", "twins.tpk", TWINS, "plus"), *times;
+  assert_int_equal(tpk_program_kernel(tpk_kernel_program(plus), "times", &times), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "sim:v5e", &sim), TPK_OK);
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
+  for (int round = 0; round < 2; round++)
+    for (int c = 0; c < 8; c++) {
+      TpkKernel *k = c & 1 ? times : plus;
+      TpkDevice *dev = c & 2 ? sim : host;
+      int64_t bsize = c & 4 ? 8 : 4, n = round ? 8 : 6;
+      TpkBuffer *bx, *by;
+      assert_int_equal(tpk_buffer_wrap(dev, TPK_F32, 1, &n, NULL, x, NULL, NULL, &bx), TPK_OK);
+      assert_int_equal(tpk_buffer_wrap(dev, TPK_F32, 1, &n, NULL, y, NULL, NULL, &by), TPK_OK);
+      TpkLaunchResult r;
+      TpkLaunch L = {.args = (TpkBuffer *[]){bx, by}, .tunes = (TpkNamedInt[]){{"B", bsize}}, .ntunes = 1, .result = &r};
+      if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s", tpk_last_error());
+      for (int e = 0; e < n; e++)
+        if (y[e] != (c & 1 ? x[e] * (float)bsize : x[e] + (float)bsize)) fail_msg("round %d, case %d, element %d: %g", round, c, e, y[e]);
+      assert_string_equal(r.tunes, c & 4 ? "B=8" : "B=4");
+      assert_int_equal(r.simulated, (c & 2) != 0);
+      if (r.simulated) assert_true(r.sim.seconds > 0 && r.trace); /* the chip's schedule, not the host's code alone */
+      tpk_buffer_destroy(bx);
+      tpk_buffer_destroy(by);
+    }
+  tpk_program_destroy(tpk_kernel_program(plus));
+  tpk_context_destroy(ctx);
+}
+
 static const char *SIGNATURE =
     "kernel heads(x: f32[B, H, 2 * 64], scale: f32) -> (y: bf16[B * H, 128], z: f32[G])\n"
     "  tune G in [4, 2, 8], BM in [16]\n"
@@ -311,6 +350,7 @@ int main(void) {
       cmocka_unit_test(test_outputs_sized_by_tunables),
       cmocka_unit_test(test_binding_errors_point_at_the_line),
       cmocka_unit_test(test_sim_times_bound_ir),
+      cmocka_unit_test(test_specialisations_are_per_kernel_device_sizes_and_tunes),
       cmocka_unit_test(test_signature_as_text),
       cmocka_unit_test(test_dtype_convert),
   };
