@@ -207,6 +207,7 @@ typedef struct KernelObject {
   PyObject *owner; /* the Program that holds k, or NULL: a standard kernel (the context's) */
   PyObject *name, *params, *inputs, *outputs, *symbols, *tunables;
   PyObject *last_report; /* of the latest call through kernel(...) on any thread, or NULL */
+  PyObject *weakrefs;
   int nparams, nsymbols, ntunables;
   ParamInfo param[MAX_PARAMS];
   const char *symbol[MAX_SYMBOLS];  /* the kernel's strings */
@@ -334,6 +335,7 @@ fail:
 }
 
 static void kernel_dealloc(KernelObject *K) {
+  if (K->weakrefs) PyObject_ClearWeakRefs((PyObject *)K);
   for (int i = 0; i < K->nparams; i++) {
     Py_XDECREF(K->param[i].name);
     Py_XDECREF(K->param[i].type_text);
@@ -1048,9 +1050,11 @@ typedef struct ProgramObject {
   PyObject_HEAD
   TpkProgram *prog;
   PyObject *name;
+  PyObject *weakrefs;
 } ProgramObject;
 
 static void program_dealloc(ProgramObject *P) {
+  if (P->weakrefs) PyObject_ClearWeakRefs((PyObject *)P);
   if (P->prog) tpk_program_destroy(P->prog);
   Py_XDECREF(P->name);
   PyObject_Free(P);
@@ -1064,6 +1068,7 @@ static PyObject *program_new(TpkProgram *prog, PyObject *name) {
   }
   P->prog = prog;
   P->name = Py_NewRef(name);
+  P->weakrefs = NULL;
   return (PyObject *)P;
 }
 
@@ -1189,6 +1194,7 @@ static PyTypeObject KernelType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tpk.Kernel",
     .tp_doc = "A kernel of a program: call it on NumPy arrays, or launch it.",
     .tp_basicsize = sizeof(KernelObject),
+    .tp_weaklistoffset = offsetof(KernelObject, weakrefs),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_dealloc = (destructor)kernel_dealloc,
     .tp_repr = (reprfunc)kernel_repr,
@@ -1265,6 +1271,7 @@ static PyTypeObject ProgramType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tpk._C.Program",
     .tp_doc = "A loaded, checked .tpk program.",
     .tp_basicsize = sizeof(ProgramObject),
+    .tp_weaklistoffset = offsetof(ProgramObject, weakrefs),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_dealloc = (destructor)program_dealloc,
     .tp_repr = (reprfunc)program_repr,
