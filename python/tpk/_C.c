@@ -746,10 +746,7 @@ static int convert_arg(Launch *L, int i, PyObject *obj) {
       return arg_error(L, i, PyExc_TypeError, "the kernel writes it, so it must be a NumPy array, not %s", Py_TYPE(obj)->tp_name);
     a->caller = Py_NewRef(obj);
   }
-  if (!np_dtypes[p->dtype]) return stage_array(L, i, copy);
-  int rc = wrap_array(L, i, copy, false);
-  a->obj = copy; /* wrap_array leaves obj alone for arrays */
-  return rc;
+  return np_dtypes[p->dtype] ? wrap_array(L, i, copy, false) : stage_array(L, i, copy);
 }
 
 /* After a launch that ran: written values back where convert=True copied. */

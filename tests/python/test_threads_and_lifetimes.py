@@ -181,3 +181,29 @@ def test_a_failed_launch_keeps_nothing():
         with pytest.raises((TypeError, ValueError)):
             tpk.std.softmax.launch(bad)
     x.resize((4, 16), refcheck=False)  # the failed launches released its buffer
+
+
+def _forked_child(queue, a, c_ref):
+    try:
+        c = tpk.std.matmul(a, a)  # the parent's pool threads are not in this process
+        scaled = tpk.load_source(SOURCE, name="scale.tpk").scale(a, 2.0, device="sim:v5e")
+        queue.put(bool(np.array_equal(c, c_ref) and np.array_equal(scaled, 2 * a)))
+    except BaseException as e:  # noqa: BLE001 -- reported to the parent
+        queue.put(repr(e))
+
+
+def test_forked_processes_launch():
+    """DataLoader workers are forked from a process that has launched."""
+    import multiprocessing
+
+    a = np.random.default_rng(9).standard_normal((300, 300)).astype(np.float32)
+    c_ref = tpk.std.matmul(a, a)
+    fork = multiprocessing.get_context("fork")
+    queue = fork.Queue()
+    children = [fork.Process(target=_forked_child, args=(queue, a, c_ref)) for _ in range(3)]
+    for child in children:
+        child.start()
+    results = [queue.get(timeout=120) for _ in children]
+    for child in children:
+        child.join(timeout=60)
+    assert results == [True] * 3
