@@ -36,6 +36,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tpk.h"
@@ -150,14 +151,15 @@ static PyObject *torch_tensor(void) {
     return NULL;
   }
   PyObject *type = PyObject_GetAttrString(torch, "Tensor");
-  for (int t = 0; type && t < TPK_DTYPE_COUNT; t++)
-    if (!(torch_dtypes[t] = PyObject_GetAttrString(torch, NAMES[t]))) PyErr_Clear(); /* a torch without it */
-  Py_DECREF(torch);
   if (!type || !PyType_Check(type)) { /* torch half imported */
     PyErr_Clear();
     Py_XDECREF(type);
+    Py_DECREF(torch);
     return NULL;
   }
+  for (int t = 0; t < TPK_DTYPE_COUNT; t++)
+    if (!(torch_dtypes[t] = PyObject_GetAttrString(torch, NAMES[t]))) PyErr_Clear(); /* a torch without it */
+  Py_DECREF(torch);
   return torch_tensor_type = type;
 }
 
@@ -435,7 +437,7 @@ static PyObject *report_tunes(ReportObject *R, void *closure) {
     if (!end) end = s + strlen(s);
     if (!eq || eq > end) break;
     PyObject *key = PyUnicode_FromStringAndSize(s, eq - s);
-    PyObject *value = PyLong_FromString(eq + 1, NULL, 10);
+    PyObject *value = PyLong_FromLongLong(strtoll(eq + 1, NULL, 10));
     if (!key || !value || PyDict_SetItem(dict, key, value) < 0) Py_CLEAR(dict);
     Py_XDECREF(key);
     Py_XDECREF(value);
