@@ -42,14 +42,32 @@
 /* ---- errors ------------------------------------------------------------------- */
 
 static _Thread_local char last_error[4096];
+/* A message that does not fit last_error (a file's every diagnostic) is
+ * kept whole on the heap: freed by the thread's next failure, or by the
+ * key's destructor when the thread ends. */
+static _Thread_local char *long_error;
+static pthread_key_t long_error_key;
+static pthread_once_t long_error_once = PTHREAD_ONCE_INIT;
+static void long_error_key_create(void) { (void)pthread_key_create(&long_error_key, free); }
 
-const char *tpk_last_error(void) { return last_error; }
+const char *tpk_last_error(void) { return long_error ? long_error : last_error; }
 
 TpkStatus tpk_runtime_fail(TpkStatus st, const char *fmt, ...) {
-  va_list ap;
+  va_list ap, again;
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_copy(again, ap);
+  char *old = long_error; /* an argument may be the last message: freed after */
+  int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
+  char *whole = n >= (int)sizeof last_error ? malloc((size_t)n + 1) : NULL;
+  if (whole) vsnprintf(whole, (size_t)n + 1, fmt, again);
+  va_end(again);
   va_end(ap);
+  if (whole || old) { /* else a short message after a short one: no key needed */
+    pthread_once(&long_error_once, long_error_key_create);
+    pthread_setspecific(long_error_key, whole);
+  }
+  long_error = whole; /* NULL: last_error holds it (cut short if malloc failed) */
+  free(old);
   return st;
 }
 

@@ -35,5 +35,11 @@ pip_install() {
 "$PYTHON" -c "import numpy" 2>/dev/null || pip_install numpy
 "$PYTHON" -c "import pytest" 2>/dev/null || pip_install pytest
 "$PYTHON" -c "import torch; assert torch.__version__.startswith('2.13.0')" 2>/dev/null || pip_install torch==2.13.0
+# The tpk package, editable: a .pth file that puts this tree's python/ on the
+# path (its extension is built by `make`). Reinstalled when the installed
+# one is another tree's.
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$PYTHON" -c "import sys, importlib.util as u; s = u.find_spec('tpk'); sys.exit(not s or s.origin != sys.argv[1])" \
+  "$root/python/tpk/__init__.py" 2>/dev/null || pip_install -e "$root/python" --config-settings editable_mode=compat
 echo "deps: all present (re2c $(re2c --version | cut -d' ' -f2), lemon, libtcc, cmocka, clang, OpenBLAS," \
-  "numpy, pytest, torch $("$PYTHON" -c "import torch; print(torch.__version__)"))"
+  "numpy, pytest, torch $("$PYTHON" -c "import torch; print(torch.__version__)"), tpk (editable, $root/python))"

@@ -36,6 +36,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tpk.h"
@@ -150,14 +151,15 @@ static PyObject *torch_tensor(void) {
     return NULL;
   }
   PyObject *type = PyObject_GetAttrString(torch, "Tensor");
-  for (int t = 0; type && t < TPK_DTYPE_COUNT; t++)
-    if (!(torch_dtypes[t] = PyObject_GetAttrString(torch, NAMES[t]))) PyErr_Clear(); /* a torch without it */
-  Py_DECREF(torch);
   if (!type || !PyType_Check(type)) { /* torch half imported */
     PyErr_Clear();
     Py_XDECREF(type);
+    Py_DECREF(torch);
     return NULL;
   }
+  for (int t = 0; t < TPK_DTYPE_COUNT; t++)
+    if (!(torch_dtypes[t] = PyObject_GetAttrString(torch, NAMES[t]))) PyErr_Clear(); /* a torch without it */
+  Py_DECREF(torch);
   return torch_tensor_type = type;
 }
 
@@ -207,6 +209,7 @@ typedef struct KernelObject {
   PyObject *owner; /* the Program that holds k, or NULL: a standard kernel (the context's) */
   PyObject *name, *params, *inputs, *outputs, *symbols, *tunables;
   PyObject *last_report; /* of the latest call through kernel(...) on any thread, or NULL */
+  PyObject *weakrefs;
   int nparams, nsymbols, ntunables;
   ParamInfo param[MAX_PARAMS];
   const char *symbol[MAX_SYMBOLS];  /* the kernel's strings */
@@ -334,6 +337,7 @@ fail:
 }
 
 static void kernel_dealloc(KernelObject *K) {
+  if (K->weakrefs) PyObject_ClearWeakRefs((PyObject *)K);
   for (int i = 0; i < K->nparams; i++) {
     Py_XDECREF(K->param[i].name);
     Py_XDECREF(K->param[i].type_text);
@@ -433,7 +437,7 @@ static PyObject *report_tunes(ReportObject *R, void *closure) {
     if (!end) end = s + strlen(s);
     if (!eq || eq > end) break;
     PyObject *key = PyUnicode_FromStringAndSize(s, eq - s);
-    PyObject *value = PyLong_FromString(eq + 1, NULL, 10);
+    PyObject *value = PyLong_FromLongLong(strtoll(eq + 1, NULL, 10));
     if (!key || !value || PyDict_SetItem(dict, key, value) < 0) Py_CLEAR(dict);
     Py_XDECREF(key);
     Py_XDECREF(value);
@@ -744,10 +748,7 @@ static int convert_arg(Launch *L, int i, PyObject *obj) {
       return arg_error(L, i, PyExc_TypeError, "the kernel writes it, so it must be a NumPy array, not %s", Py_TYPE(obj)->tp_name);
     a->caller = Py_NewRef(obj);
   }
-  if (!np_dtypes[p->dtype]) return stage_array(L, i, copy);
-  int rc = wrap_array(L, i, copy, false);
-  a->obj = copy; /* wrap_array leaves obj alone for arrays */
-  return rc;
+  return np_dtypes[p->dtype] ? wrap_array(L, i, copy, false) : stage_array(L, i, copy);
 }
 
 /* After a launch that ran: written values back where convert=True copied. */
@@ -1048,9 +1049,11 @@ typedef struct ProgramObject {
   PyObject_HEAD
   TpkProgram *prog;
   PyObject *name;
+  PyObject *weakrefs;
 } ProgramObject;
 
 static void program_dealloc(ProgramObject *P) {
+  if (P->weakrefs) PyObject_ClearWeakRefs((PyObject *)P);
   if (P->prog) tpk_program_destroy(P->prog);
   Py_XDECREF(P->name);
   PyObject_Free(P);
@@ -1064,6 +1067,7 @@ static PyObject *program_new(TpkProgram *prog, PyObject *name) {
   }
   P->prog = prog;
   P->name = Py_NewRef(name);
+  P->weakrefs = NULL;
   return (PyObject *)P;
 }
 
@@ -1201,6 +1205,7 @@ static PyTypeObject KernelType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tpk.Kernel",
     .tp_doc = "A kernel of a program: call it on NumPy arrays, or launch it.",
     .tp_basicsize = sizeof(KernelObject),
+    .tp_weaklistoffset = offsetof(KernelObject, weakrefs),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_dealloc = (destructor)kernel_dealloc,
     .tp_repr = (reprfunc)kernel_repr,
@@ -1278,6 +1283,7 @@ static PyTypeObject ProgramType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tpk._C.Program",
     .tp_doc = "A loaded, checked .tpk program.",
     .tp_basicsize = sizeof(ProgramObject),
+    .tp_weaklistoffset = offsetof(ProgramObject, weakrefs),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_dealloc = (destructor)program_dealloc,
     .tp_repr = (reprfunc)program_repr,

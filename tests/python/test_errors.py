@@ -128,6 +128,12 @@ def test_a_file_with_errors_says_what_tpk_check_says(tmp_path):
     with pytest.raises(tpk.TpkError) as from_text:
         tpk.load_source(BAD, name=str(path))
     assert str(from_text.value) == str(caught.value)
+    # however long: every diagnostic (tpk check prints up to 50 errors)
+    many = tmp_path / "many.tpk"
+    many.write_text("".join(f"kernel k{i}(x: f32[N]) -> (y: f32[N]) {{ y = x + undefined_{i}; }}\n" for i in range(60)))
+    with pytest.raises(tpk.TpkError) as caught:
+        tpk.load(many)
+    assert len(str(caught.value)) > 8192 and str(caught.value) == tpk_check(many)
 
 
 def test_a_failed_launch_leaves_what_it_did_not_write():

@@ -152,6 +152,7 @@ def test_simulated_report_and_trace(tmp_path):
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     r = tpk.std.matmul.last_report
     assert r.simulated and r.chip == "v5e"
+    assert set(r.tunes) == {"BM", "BN", "BK"} and all(isinstance(v, int) for v in r.tunes.values())
     assert r.seconds > 0 and r.cycles > 0 and r.clock_hz > 0
     assert abs(r.cycles / r.clock_hz - r.seconds) <= 1e-9 * max(1.0, r.seconds)
     assert r.matmul_flops >= 2 * 256 * 512 * 128 and r.flops >= r.matmul_flops  # the chip computes whole blocks

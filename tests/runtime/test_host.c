@@ -7,6 +7,7 @@
  */
 #include "support.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -19,6 +20,7 @@
 #include "base/refnum.h"
 #include "host/prims.h"
 #include "interp/interp.h"
+#include "runtime/internal.h"
 #include "tpk.h"
 
 static void test_corpus_matches_interpreter(void **state) {
@@ -137,6 +139,48 @@ static void test_whole_arrays_at_square_sizes(void **state) {
 
 static const char *ADD = "kernel add(x: f32[N], y: f32[N]) -> (o: f32[N]) { o = x + y; }\n"
                          "kernel scale(inout x: f32[N], a: f32) -> () { x = x * a; }\n";
+
+/* A file's diagnostics, however long, are the error's message whole (the
+ * Python package's TpkError carries them as `tpk check` prints them); a
+ * failure on another thread keeps its own. */
+static void *fail_briefly(void *unused) {
+  (void)unused;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  if (tpk_context_create(&ctx) != TPK_OK) return NULL;
+  bool mine = tpk_device_open(ctx, "tpu9", &dev) == TPK_ERR_INVALID && strstr(tpk_last_error(), "unknown device 'tpu9'");
+  tpk_context_destroy(ctx);
+  return mine ? (void *)1 : NULL;
+}
+
+static void test_long_errors_are_whole(void **state) {
+  (void)state;
+  TpkStr text = {0};
+  for (int i = 0; i < 60; i++)
+    tpk_str_printf(&text, "kernel k%d(x: f32[N]) -> (y: f32[N]) { y = x + a_name_that_is_not_defined_%d; }\n", i, i);
+  TpkModule *m;
+  TpkStr want = {0};
+  assert_int_not_equal(tpk_runtime_check("many.tpk", text.data, text.len, &m, &want), TPK_OK);
+  assert_true(want.len > 8192);
+  TpkContext *ctx;
+  TpkProgram *prog;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "many.tpk", text.data, text.len, &prog), TPK_ERR_PARSE);
+  pthread_t other;
+  void *other_ok = NULL;
+  assert_int_equal(pthread_create(&other, NULL, fail_briefly, NULL), 0);
+  assert_int_equal(pthread_join(other, &other_ok), 0);
+  assert_non_null(other_ok);
+  assert_string_equal(tpk_last_error(), want.data);
+  /* a short message after a long one */
+  assert_int_equal(tpk_program_load_source(ctx, "bad.tpk", "kernel f(x: f32[N]) -> (o: f32[N]) { o = y; }", 45, &prog),
+                   TPK_ERR_PARSE);
+  assert_non_null(strstr(tpk_last_error(), "bad.tpk:1:42: error: unknown name 'y'"));
+  assert_true(strlen(tpk_last_error()) < 4096);
+  tpk_context_destroy(ctx);
+  tpk_str_free(&text);
+  tpk_str_free(&want);
+}
 
 static void test_bad_calls(void **state) {
   (void)state;
@@ -1009,6 +1053,7 @@ int main(void) {
       cmocka_unit_test(test_generic_code_matches_specialised),
       cmocka_unit_test(test_host_threads_from_env),
       cmocka_unit_test(test_errors_from_worker_parts),
+      cmocka_unit_test(test_long_errors_are_whole),
       cmocka_unit_test(test_whole_kernels_with_threads),
       cmocka_unit_test(test_launch_in_forked_child),
       cmocka_unit_test(test_thread_counts_agree_bitwise),
