@@ -231,14 +231,13 @@ static PyObject *param_new(KernelObject *K, int i) {
   PyObject *text = PyUnicode_FromString(tpk_dtype_name(p->dtype));
   if (!p->name || !dims || !param || !text) goto fail;
   if (p->kind != TPK_PARAM_KIND_SCALAR) {
-    PyObject *joined = PyUnicode_FromString(""), *sep = PyUnicode_FromString(", ");
-    for (int d = 0; joined && d < p->rank; d++) {
+    for (int d = 0; d < p->rank; d++) {
       PyObject *dim = PyUnicode_FromString(tpk_kernel_param_dim(K->k, i, d));
-      if (!dim) Py_CLEAR(joined);
-      else PyTuple_SET_ITEM(dims, d, dim);
+      if (!dim) goto fail;
+      PyTuple_SET_ITEM(dims, d, dim);
     }
-    PyObject *inner = joined && sep ? PyUnicode_Join(sep, dims) : NULL;
-    Py_XDECREF(joined);
+    PyObject *sep = PyUnicode_FromString(", ");
+    PyObject *inner = sep ? PyUnicode_Join(sep, dims) : NULL;
     Py_XDECREF(sep);
     if (!inner) goto fail;
     Py_SETREF(text, PyUnicode_FromFormat("%U[%U]", text, inner));
