@@ -224,14 +224,18 @@ class OpKernel:
                 launch[index] = args[j]
             outs, syms = [], None
             for index, dtype, same, sizes in self._out_plans:
+                # (torch.empty_like of a contiguous tensor, or torch.empty of
+                # int arguments: 1 us less than torch.empty of a torch.Size)
                 if same is not None:
-                    shape = args[same].shape
-                elif sizes is not None:
-                    shape = [s if type(s) is int else args[s[0]].shape[s[1]] for s in sizes]
+                    out = torch.empty_like(launch[self.args[same].index], dtype=dtype)
                 else:
-                    syms = syms or self.symbols(args)
-                    shape = [d.value(syms) for d in self.outputs[len(outs)].dims]
-                out = launch[index] = torch.empty(shape, dtype=dtype)
+                    if sizes is not None:
+                        shape = [s if type(s) is int else args[s[0]].shape[s[1]] for s in sizes]
+                    else:
+                        syms = syms or self.symbols(args)
+                        shape = [int(d.value(syms)) for d in self.outputs[len(outs)].dims]
+                    out = torch.empty(*shape, dtype=dtype)
+                launch[index] = out
                 outs.append(out)
         except (AttributeError, IndexError):  # not a tensor, or too few dims: say which
             self.check(args)
@@ -304,6 +308,10 @@ class Autograd:
             ctx.mark_non_differentiable(*nondiff)
 
     def backward(self, ctx, *grads):
+        return self.gradients(ctx, ctx.needs_input_grad, grads)
+
+    def gradients(self, ctx, needs, grads):
+        """The forward arguments' gradients (None where not needed)."""
         saved = ctx.saved_tensors
         args = []
         for (src, i, a), w in zip(self.takes, ctx.tpk_where):
@@ -321,9 +329,85 @@ class Autograd:
         res = res if isinstance(res, tuple) else (res,)
         out = [None] * (len(self.fwd.args) + len(self.fwd.extra))
         for i, j in self.gives.items():
-            if ctx.needs_input_grad[i]:
+            if needs[i]:
                 out[i] = res[j].to(DTYPES[self.fwd.args[i].dtype])
         return tuple(out)
+
+
+class NoBackward:
+    """The autograd of a kernel that names no backward kernel: calls work,
+    and backpropagating through its outputs is an error that says so (not a
+    gradient silently missing)."""
+
+    def __init__(self, fwd):
+        self.fwd = fwd
+
+    def setup_context(self, ctx, inputs, output):
+        pass
+
+    def backward(self, ctx, *grads):
+        return self.gradients(ctx, ctx.needs_input_grad, grads)
+
+    def gradients(self, ctx, needs, grads):
+        raise RuntimeError(f"{self.fwd.qualname} has no backward kernel, so no gradient flows through it: name one "
+                           f"with `backward NAME` in the kernel's header (dsl/README.md, \"Backward kernels\")")
+
+
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+# What the dispatcher holds below autograd for a plain CPU tensor, when no
+# mode, subclass or transform is in the way: only then is the CPU kernel
+# what a redispatch would reach. (A key set's raw form is its bits, so the
+# intersection is an `&` of ints: one call less than DispatchKeySet's.)
+_AFTER_AUTOGRAD_BITS = _AFTER_AUTOGRAD.raw_repr()
+_PLAIN_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU).raw_repr()
+
+
+def autograd_cpu(k, formula, op):
+    """The op's kernel at AutogradCPU, beside register_autograd's at
+    Autograd, with the same formula: a call on plain CPU tensors that needs
+    no gradient runs the CPU kernel at once (the generic autograd kernel
+    costs some 5 us of Python and a second trip through the dispatcher per
+    call); anything else goes the usual way."""
+
+    def forward(ctx, keyset, *args):
+        with torch._C._AutoDispatchBelowAutograd():
+            out = op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+        formula.setup_context(ctx, args, out)
+        return out
+
+    def backward(ctx, *grads):
+        return (None,) + tuple(formula.gradients(ctx, ctx.needs_input_grad[1:], grads))
+
+    function = type(f"TpkAutograd_{k.qualname.replace('::', '_')}", (torch.autograd.Function,),
+                    {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    cpu, is_grad_enabled, any_requires_grad = k.cpu, torch._C.is_grad_enabled, torch._C._any_requires_grad
+
+    def kernel(keyset, *args):
+        if is_grad_enabled() and any_requires_grad(*args):
+            return function.apply(keyset, *args)
+        if keyset.raw_repr() & _AFTER_AUTOGRAD_BITS == _PLAIN_CPU:
+            return cpu(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
+    return kernel
+
+
+def autograd_mutating(k, op):
+    """The Autograd kernel of a kernel with inout parameters (which has no
+    backward: the checker refuses one): in place on tensors that need no
+    gradient, and a clear error on ones that do, where PyTorch's fallback
+    would mutate them behind autograd's back."""
+    mutated = [a.name for a in k.args if a.kind == "inout"]
+
+    def kernel(keyset, *args):
+        if torch._C.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            raise RuntimeError(f"{k.qualname} writes {', '.join(repr(m) for m in mutated)} in place and has no "
+                               f"backward: call it on tensors that do not require grad, or under torch.no_grad()")
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
+    return kernel
 
 
 class Ops:
@@ -389,14 +473,21 @@ def _register(namespace, program, digest):
             torch.library.register_fake(k.qualname, k.fake, lib=lib)
             _defined[k.qualname] = digest
             _ops[k.qualname] = k
+        space = getattr(torch.ops, namespace)
         for k in new:
-            bwd_name = k.kernel.backward
-            if not bwd_name:
+            op = getattr(space, k.name).default
+            if any(a.kind == "inout" for a in k.args):
+                lib.impl(k.name, autograd_mutating(k, op), "Autograd", with_keyset=True)
                 continue
-            bwd = kernels.get(bwd_name) or OpKernel(namespace, program[bwd_name])
-            ag = Autograd(k, bwd, getattr(getattr(torch.ops, namespace), bwd_name))
-            torch.library.register_autograd(k.qualname, ag.backward, setup_context=ag.setup_context, lib=lib)
-            _kept.append(ag)
+            bwd_name = k.kernel.backward
+            if bwd_name:
+                bwd = kernels.get(bwd_name) or OpKernel(namespace, program[bwd_name])
+                formula = Autograd(k, bwd, getattr(space, bwd_name))
+            else:
+                formula = NoBackward(k)
+            torch.library.register_autograd(k.qualname, formula.backward, setup_context=formula.setup_context, lib=lib)
+            lib.impl(k.name, autograd_cpu(k, formula, op), "AutogradCPU", with_keyset=True)
+            _kept.append(formula)
     return Ops(namespace, program, kernels)
 
 

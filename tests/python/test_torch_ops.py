@@ -156,6 +156,41 @@ def test_non_contiguous_inputs_are_copied_and_inout_written_back():
     assert torch.count_nonzero(base[1::2]) == 0
 
 
+def test_modes_see_the_op():
+    # a call that needs no gradient skips the generic autograd kernel only
+    # for plain CPU tensors with nothing in the way: a dispatch mode sees it
+    seen = []
+
+    class Log(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = rand(4, 6)
+    with Log():
+        y = torch.ops.tpk.softmax(x)
+    assert "tpk.softmax.default" in seen
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+def test_backprop_through_an_op_without_backward_is_an_error():
+    a = rand(3, 4).requires_grad_()
+    c = torch.ops.tpk.matmul(a, rand(4, 5))
+    assert c.requires_grad
+    with pytest.raises(RuntimeError, match="tpk::matmul has no backward kernel"):
+        c.sum().backward()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.ops.tpk.matmul(a, rand(4, 5)), a @ rand(4, 5))
+
+
+def test_in_place_op_refuses_tensors_that_need_grad():
+    y = rand(100).requires_grad_()
+    with pytest.raises(RuntimeError, match="tpktest::axpy writes 'y' in place and has no backward"):
+        torch.ops.tpktest.axpy(y, rand(100, seed=1), 1.0)
+    with torch.no_grad():
+        torch.ops.tpktest.axpy(y, rand(100, seed=1), 1.0)
+
+
 # ---- autograd ----
 
 # gradcheck perturbs inputs by eps and compares finite differences with the
