@@ -7,8 +7,11 @@ PyTorch's own CPU kernels, in one run; prints bench/run.py's JSON rows.
   (mean µs per call over many calls, best of several repeats).
 - Kernels at the standard suite's shapes (bench/README.md): softmax,
   layernorm, rmsnorm, gelu and flash attention through `torch.ops.tpk.*`
-  against PyTorch writing into preallocated outputs where an out= form
-  exists (`softmax.out`, `native_layer_norm.out`, `gelu.out`); rms_norm and
+  (which allocate their outputs, as ops do: a fresh 64 MiB tensor is
+  first touched inside the kernel) and, kernel for kernel, the same tpk
+  kernels launched into preallocated outputs (`kernel.launch`), against
+  PyTorch writing into preallocated outputs where an out= form exists
+  (`softmax.out`, `native_layer_norm.out`, `gelu.out`); rms_norm and
   scaled_dot_product_attention have none, so they allocate. Median ms of
   several calls, one thread and all threads: each in its own process,
   since tpk reads TPK_HOST_THREADS when its context is created.
@@ -59,7 +62,7 @@ def overhead(torch):
     row(name + " (vs out=)", tpk_us, "us", "torch.softmax(out=)", out_us)
 
 
-def kernels(torch, threads_label):
+def kernels(torch, tpk_module, threads_label):
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(0)
     M = N = 4096
@@ -67,34 +70,43 @@ def kernels(torch, threads_label):
     w, b = torch.randn(N, generator=g), torch.randn(N, generator=g)
     y, mean, rstd = torch.empty(M, N), torch.empty(M, 1), torch.empty(M, 1)
     tpk = torch.ops.tpk
+    std = tpk_module.std
+    ty, tmean, trstd = torch.empty(M, N), torch.empty(M), torch.empty(M)
     cases = [
-        ("softmax M=N=4096", lambda: tpk.softmax(x), "torch.softmax(out=)", lambda: torch.softmax(x, -1, out=y)),
-        ("layernorm M=N=4096", lambda: tpk.layernorm(x, w, b, 1e-5), "aten.native_layer_norm.out",
+        ("softmax M=N=4096", lambda: tpk.softmax(x), lambda: std.softmax.launch([x, ty]),
+         "torch.softmax(out=)", lambda: torch.softmax(x, -1, out=y)),
+        ("layernorm M=N=4096", lambda: tpk.layernorm(x, w, b, 1e-5),
+         lambda: std.layernorm.launch([x, w, b, 1e-5, ty, tmean, trstd]), "aten.native_layer_norm.out",
          lambda: torch.ops.aten.native_layer_norm.out(x, [N], w, b, 1e-5, out0=y, out1=mean, out2=rstd)),
-        ("rmsnorm M=N=4096", lambda: tpk.rmsnorm(x, w, 1e-6), "F.rms_norm (no out= form)",
-         lambda: F.rms_norm(x, [N], w, 1e-6)),
-        ("gelu M=N=4096", lambda: tpk.gelu(x), "aten.gelu.out", lambda: torch.ops.aten.gelu.out(x, out=y)),
+        ("rmsnorm M=N=4096", lambda: tpk.rmsnorm(x, w, 1e-6), lambda: std.rmsnorm.launch([x, w, 1e-6, ty, trstd]),
+         "F.rms_norm (no out= form)", lambda: F.rms_norm(x, [N], w, 1e-6)),
+        ("gelu M=N=4096", lambda: tpk.gelu(x), lambda: std.gelu.launch([x, ty]),
+         "aten.gelu.out", lambda: torch.ops.aten.gelu.out(x, out=y)),
     ]
     B, H, S, D = 1, 8, 1024, 64
     q, k, v = (torch.randn(B, H, S, D, generator=g).bfloat16() for _ in range(3))
+    o, lse = torch.empty(B, H, S, D, dtype=torch.bfloat16), torch.empty(B, H, S)
     cases.append(("flash_attention B=1,H=8,S=T=1024,D=64 bf16", lambda: tpk.flash_attention(q, k, v, 0.125),
+                  lambda: std.flash_attention.launch([q, k, v, 0.125, o, lse]),
                   "F.scaled_dot_product_attention (no out= form)",
                   lambda: F.scaled_dot_product_attention(q, k, v, scale=0.125)))
-    for what, run_tpk, baseline, run_ref in cases:
-        t_tpk = median_ms(run_tpk)
+    for what, run_op, run_kernel, baseline, run_ref in cases:
         t_ref = median_ms(run_ref)
-        row(f"torch.ops.tpk: {what}, {threads_label}", t_tpk, "ms", baseline, t_ref)
+        row(f"torch.ops.tpk: {what}, {threads_label}", median_ms(run_op), "ms", baseline, t_ref)
+        row(f"tpk kernel into preallocated outputs: {what}, {threads_label}", median_ms(run_kernel), "ms",
+            baseline, t_ref)
 
 
 def child(threads):
     import torch
-    import tpk.torch  # noqa: F401  (defines torch.ops.tpk)
-    tpk.torch.std
+    import tpk
+    import tpk.torch
+    tpk.torch.std  # defines torch.ops.tpk
     torch.set_num_threads(threads)
     label = "one thread" if threads == 1 else f"all threads ({threads})"
     if threads == 1:
         overhead(torch)
-    kernels(torch, label)
+    kernels(torch, tpk, label)
 
 
 def main():
