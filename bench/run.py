@@ -123,7 +123,10 @@ def run_bench(path, timeout):
     print(f"run.py: {os.path.relpath(path)}", flush=True)
     try:
         command = [sys.executable, path] if path.endswith(".py") else [path]
-        p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # scripts import this tree's package, as binaries run this tree's build
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(HERE), "python"),
+                                                                        os.environ.get("PYTHONPATH")])))
+        p = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         print(f"run.py: {path} took more than {timeout} s; no rows from it", file=sys.stderr)
