@@ -20,12 +20,14 @@ with `torch.library`:
   not the kernel's is an error, never a silent cast;
 - when the kernel names a backward kernel (`backward NAME` in its header),
   `register_autograd` with that kernel as the backward, itself an op of the
-  same namespace.
+  same namespace; without one, backpropagating through the op is an error
+  that says so, and an op with `inout` parameters refuses tensors that
+  require grad.
 
 The kernels run on `tpk`'s current device: the host unless a
-`with tpk.device("sim:v5e"):` block (or `tpk.set_device`) says otherwise.
-`tpk.torch.std` is the standard library in namespace `tpk`
-(`torch.ops.tpk.softmax`).
+`with tpk.device("sim:v5e"):` block says otherwise (`last_report` tells
+what the latest run took there). `tpk.torch.std` is the standard library in
+namespace `tpk` (`torch.ops.tpk.softmax`).
 """
 import hashlib
 import re
