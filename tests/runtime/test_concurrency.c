@@ -576,9 +576,17 @@ typedef struct Wrap {
   atomic_int releases;
   bool early;        /* released while a buffer on it was live */
   bool wrong;        /* released with another pointer, or without what the last launch wrote */
-  float *expect;     /* what elements expect_at.. must hold when released (NULL: unchecked) */
-  int64_t expect_at, expect_n;
+  /* What elements at.. must hold when the memory is released (NULL:
+   * unchecked). Published by the walker that destroys the last handles;
+   * read by the release callback, which another walker's end of the
+   * context may run at any moment: hence atomic. */
+  _Atomic(struct Expect *) expect;
 } Wrap;
+
+typedef struct Expect {
+  float *values;
+  int64_t at, n;
+} Expect;
 
 /* The handles on one allocation's bytes: a buffer and its views. */
 typedef struct Group {
@@ -654,8 +662,9 @@ static void release_wrap(void *user, void *data) {
   Wrap *r = user;
   if (atomic_fetch_add(&r->releases, 1) != 0) return; /* counted; the memory went with the first */
   if (data != r->data) r->wrong = true;
-  for (int64_t i = 0; r->expect && i < r->expect_n; i++)
-    if (r->data[r->expect_at + i] != r->expect[i]) r->wrong = true;
+  const Expect *e = atomic_load(&r->expect);
+  for (int64_t i = 0; e && i < e->n; i++)
+    if (r->data[e->at + i] != e->values[i]) r->wrong = true;
   free(r->data);
 }
 
@@ -1329,10 +1338,11 @@ static void walk_queue_launch(Walker *W) {
   bool sole = atomic_load(&w->groups[bx->group].handles) == 1 && atomic_load(&w->groups[by->group].handles) == 1;
   bool now = sole && below(&W->rng, 2);
   Wrap *wy = w->groups[by->group].wrap;
-  if (now && wy) { /* the release callback checks y's bytes */
-    wy->expect = copy_floats(want, by->elems);
-    wy->expect_at = by->at;
-    wy->expect_n = by->elems;
+  if (now && wy && want) { /* the release callback checks y's bytes */
+    Expect *e = malloc(sizeof *e);
+    if (!e) abort();
+    *e = (Expect){.values = copy_floats(want, by->elems), .at = by->at, .n = by->elems};
+    atomic_store(&wy->expect, e);
   }
   if (now) {
     count(w, SEEN_DESTROYED_QUEUED, queued ? 2 : 0);
@@ -1495,6 +1505,7 @@ static void random_walk(uint64_t seed) {
   pthread_mutex_init(&w->lock, NULL);
   for (int i = 0; i < MAX_BUFS; i++) {
     atomic_init(&w->wraps[i].releases, 0);
+    atomic_init(&w->wraps[i].expect, NULL);
     atomic_init(&w->groups[i].handles, 0);
   }
   for (int i = 0; i < SEEN_COUNT; i++) atomic_init(&w->seen[i], 0);
@@ -1530,7 +1541,9 @@ static void random_walk(uint64_t seed) {
     if (atomic_load(&r->releases) != 1)
       fail_msg("seed %llu: wrapped memory %d was released %d times", (unsigned long long)seed, i, atomic_load(&r->releases));
     if (r->wrong) fail_msg("seed %llu: wrapped memory %d was released without what the launch queued last wrote", (unsigned long long)seed, i);
-    free(r->expect);
+    Expect *e = atomic_load(&r->expect);
+    if (e) free(e->values);
+    free(e);
   }
   pthread_mutex_destroy(&w->lock);
   free(w);
