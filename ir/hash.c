@@ -26,13 +26,20 @@
 
 #include <string.h>
 
-enum { HASH_VERSION = 1 }; /* bump when what goes in changes */
+enum {
+  HASH_VERSION = 1, /* bump when what goes in changes */
+  TYPE_CACHE = 64   /* types recently hashed (a function uses few) */
+};
 
 typedef struct Hasher {
   uint64_t h;
   TpkPtrMap numbers; /* value -> its number + 1 */
   uintptr_t next;
   bool failed;
+  /* a type's hash by its interned pointer: the pointer finds the slot, only
+   * the hash goes into h, so the result does not depend on the cache */
+  const TpkType *cached[TYPE_CACHE];
+  uint64_t cached_hash[TYPE_CACHE];
 } Hasher;
 
 static void put(Hasher *s, uint64_t word) { s->h = tpk_hash_mix(s->h ^ word); }
@@ -68,7 +75,7 @@ static void put_dim(Hasher *s, const TpkDim *d) {
   }
 }
 
-static void put_type(Hasher *s, const TpkType *t) {
+static void put_type_fields(Hasher *s, const TpkType *t) {
   put(s, t->kind);
   switch (t->kind) {
   case TPK_TYPE_REF:
@@ -81,6 +88,18 @@ static void put_type(Hasher *s, const TpkType *t) {
   case TPK_TYPE_TILE: put_dim(s, t->block); break;
   case TPK_TYPE_DMA: break;
   }
+}
+
+/* A type goes in as one word, its fields hashed from the seed. */
+static void put_type(Hasher *s, const TpkType *t) {
+  size_t slot = (size_t)(tpk_hash_mix((uint64_t)(uintptr_t)t) % TYPE_CACHE);
+  if (s->cached[slot] != t) {
+    Hasher sub = {.h = TPK_HASH_SEED};
+    put_type_fields(&sub, t);
+    s->cached[slot] = t;
+    s->cached_hash[slot] = sub.h;
+  }
+  put(s, s->cached_hash[slot]);
 }
 
 static void number(Hasher *s, const TpkValue *v) {
