@@ -4,10 +4,16 @@
  * or a compiled graph.
  *
  * It walks the function once, without printing, and feeds a sequence of
- * 64-bit words to a chain h = mix(h ^ word). The murmur finaliser is a
- * bijection, so two sequences of equal length that differ in one word never
- * collide; every list is preceded by its length, so the sequence read back
- * is unambiguous. What goes in:
+ * 64-bit words to two chains, lo = mix(lo ^ word) and hi = mix(hi * K +
+ * word), from different seeds: 128 bits, because a compilation cache that
+ * took one function's code for another's would run the wrong kernel
+ * silently (host/jit.c keys its files by SHA-256 for the same reason; a
+ * cryptographic hash here would cost more than printing). Each step is a
+ * bijection of the chain (the murmur finaliser is one), so two sequences of
+ * equal length that differ in one word never collide; every list is
+ * preceded by its length, so the sequence read back is unambiguous. Not
+ * built to resist crafted collisions: the IR a process hashes is its own.
+ * What goes in:
  *   - the function's kind, its parameters' roles, zero flags and types, its
  *     result types, tunables (name, bound, value, choices), requirements and
  *     backward kernel's name;
@@ -32,17 +38,24 @@ enum {
 };
 
 typedef struct Hasher {
-  uint64_t h;
+  uint64_t lo, hi;
   TpkPtrMap numbers; /* value -> its number + 1 */
   uintptr_t next;
   bool failed;
   /* a type's hash by its interned pointer: the pointer finds the slot, only
    * the hash goes into h, so the result does not depend on the cache */
   const TpkType *cached[TYPE_CACHE];
-  uint64_t cached_hash[TYPE_CACHE];
+  uint64_t cached_lo[TYPE_CACHE], cached_hi[TYPE_CACHE];
 } Hasher;
 
-static void put(Hasher *s, uint64_t word) { s->h = tpk_hash_mix(s->h ^ word); }
+/* Any odd multiplier keeps hi's step a bijection; the golden ratio's. */
+#define HI_MULTIPLIER UINT64_C(0x9e3779b97f4a7c15)
+#define HI_SEED UINT64_C(0x6a09e667f3bcc908) /* SHA-512's first word: any other than lo's */
+
+static void put(Hasher *s, uint64_t word) {
+  s->lo = tpk_hash_mix(s->lo ^ word);
+  s->hi = tpk_hash_mix(s->hi * HI_MULTIPLIER + word);
+}
 
 /* Length, then the bytes eight at a time, little-endian whatever the host. */
 static void put_bytes(Hasher *s, const char *p, size_t n) {
@@ -90,16 +103,18 @@ static void put_type_fields(Hasher *s, const TpkType *t) {
   }
 }
 
-/* A type goes in as one word, its fields hashed from the seed. */
+/* A type goes in as two words, its fields hashed from the seeds. */
 static void put_type(Hasher *s, const TpkType *t) {
   size_t slot = (size_t)(tpk_hash_mix((uint64_t)(uintptr_t)t) % TYPE_CACHE);
   if (s->cached[slot] != t) {
-    Hasher sub = {.h = TPK_HASH_SEED};
+    Hasher sub = {.lo = TPK_HASH_SEED, .hi = HI_SEED};
     put_type_fields(&sub, t);
     s->cached[slot] = t;
-    s->cached_hash[slot] = sub.h;
+    s->cached_lo[slot] = sub.lo;
+    s->cached_hi[slot] = sub.hi;
   }
-  put(s, s->cached_hash[slot]);
+  put(s, s->cached_lo[slot]);
+  put(s, s->cached_hi[slot]);
 }
 
 static void number(Hasher *s, const TpkValue *v) {
@@ -189,8 +204,8 @@ static void put_block(Hasher *s, const TpkBlock *b) {
   put(s, nops); /* ends the list: ops are variable-length records */
 }
 
-uint64_t tpk_func_hash(const TpkFunc *f) {
-  Hasher s = {.h = TPK_HASH_SEED};
+TpkFuncHash tpk_func_hash(const TpkFunc *f) {
+  Hasher s = {.lo = TPK_HASH_SEED, .hi = HI_SEED};
   put_str(&s, "tpk func hash");
   put(&s, HASH_VERSION);
   put(&s, f->is_kernel);
@@ -220,6 +235,8 @@ uint64_t tpk_func_hash(const TpkFunc *f) {
   /* the body's arguments are the parameters: their types are hashed there */
   put_block(&s, f->body);
   tpk_ptrmap_free(&s.numbers);
-  if (s.failed) return 0;
-  return s.h ? s.h : 1;
+  if (s.failed) return (TpkFuncHash){0, 0};
+  return (TpkFuncHash){s.lo ? s.lo : 1, s.hi};
 }
+
+bool tpk_func_hash_equal(TpkFuncHash a, TpkFuncHash b) { return a.lo == b.lo && a.hi == b.hi; }

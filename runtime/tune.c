@@ -36,8 +36,10 @@ static const char CACHE_MAGIC[] = "tpk-tune 1\n";
 
 /* Locations move when a comment is added above the kernel; the kernel is
  * the same, and so is its best configuration: the structural hash leaves
- * them out (and the name, which the key holds on its own). */
-uint64_t tpk_tune_ir_hash(const TpkFunc *f) { return tpk_func_hash(f); }
+ * them out (and the name, which the key holds on its own). 64 bits are
+ * enough here: a row is used only when the kernel's name matches too, and
+ * a wrong match would pick a declared, valid configuration. */
+uint64_t tpk_tune_ir_hash(const TpkFunc *f) { return tpk_func_hash(f).lo; }
 
 TpkStatus tpk_tune_device(const char *name, char *out, const TpkChip **chip, TpkError *err) {
   if (chip) *chip = NULL;

@@ -41,7 +41,7 @@ typedef struct TpkTuneKey {
   char device[64];   /* "host", "sim:v5e" */
 } TpkTuneKey;
 
-/* tpk_func_hash of the kernel; f is the kernel as the checker built it
+/* tpk_func_hash(f).lo; f is the kernel as the checker built it
  * with nothing bound (a program's module). 0 when memory ran out. */
 uint64_t tpk_tune_ir_hash(const TpkFunc *f);
 
