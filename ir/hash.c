@@ -43,7 +43,7 @@ typedef struct Hasher {
   uintptr_t next;
   bool failed;
   /* a type's hash by its interned pointer: the pointer finds the slot, only
-   * the hash goes into h, so the result does not depend on the cache */
+   * its hash goes into the chains, so the result does not depend on the cache */
   const TpkType *cached[TYPE_CACHE];
   uint64_t cached_lo[TYPE_CACHE], cached_hi[TYPE_CACHE];
 } Hasher;
