@@ -66,8 +66,9 @@ char *tpk_str_take(TpkStr *s);
 /* ---- Hashing (map.c) -------------------------------------------------------
  * FNV-1a, 64 bits, over bytes, from tpk's own seed (not FNV's published
  * offset basis 14695981039346656037, of which it lacks the last digit: tpk
- * has always used it). IR hashes written to disk (the tuning cache,
- * kernels/tuned.tsv) are this hash of the IR text, so it never changes.
+ * has always used it). Hashes written to disk are built on it (tuning
+ * cache file names; the structural IR hash, ir/hash.c, chains tpk_hash_mix
+ * from this seed, kept in kernels/tuned.tsv), so neither ever changes.
  * tpk_hash_add continues a hash begun at TPK_HASH_SEED; tpk_hash_mix
  * scrambles a 64-bit value (a pointer, fields combined) into table slots. */
 #define TPK_HASH_SEED UINT64_C(1469598103934665603)

@@ -616,6 +616,23 @@ const TpkTune *tpk_func_tune(const TpkFunc *f, const char *name);
  * is negative once substituted; dst may then hold a partial function. */
 TpkFunc *tpk_func_clone(TpkModule *dst, const TpkFunc *f, TpkSymLookup subst, void *ctx, TpkError *err);
 
+/* The structural hash of f (ir/hash.c): the key of f's compiled code and
+ * tuned configurations. Equal for functions that differ only in value and
+ * parameter names, locations, the module they live in and their own name;
+ * different for any difference in ops, operand wiring, attributes, types
+ * and dims (by structure: symbol names, constants, operators), regions,
+ * parameters' roles and types, results, tunables, requirements or backward
+ * kernel. The same in every process and on every machine (no pointers,
+ * fixed seeds). 128 bits, so a cache of compiled code can trust a match;
+ * `lo` alone (never 0) is the 64-bit key of the tuning tables. {0, 0} when
+ * memory ran out. A caller for whom the name matters (the tuning table,
+ * messages) keys on it as well. */
+typedef struct TpkFuncHash {
+  uint64_t lo, hi;
+} TpkFuncHash;
+TpkFuncHash tpk_func_hash(const TpkFunc *f);
+bool tpk_func_hash_equal(TpkFuncHash a, TpkFuncHash b);
+
 /* ---- Checking, printing, parsing ------------------------------------------- */
 
 /* Structural and type checks of every op in the module: operand counts,

@@ -34,38 +34,12 @@ static const char CACHE_MAGIC[] = "tpk-tune 1\n";
 
 /* ---- Hashing and keys ------------------------------------------------------------- */
 
-/* Length of a ` loc(12:3)` at p, else 0. */
-static size_t loc_len(const char *p) {
-  if (strncmp(p, " loc(", 5) != 0) return 0;
-  const char *q = p + 5;
-  if (*q < '0' || *q > '9') return 0;
-  while (*q >= '0' && *q <= '9') q++;
-  if (*q++ != ':' || *q < '0' || *q > '9') return 0;
-  while (*q >= '0' && *q <= '9') q++;
-  return *q == ')' ? (size_t)(q + 1 - p) : 0;
-}
-
-uint64_t tpk_tune_ir_hash(const TpkFunc *f) {
-  TpkStr s = {0};
-  tpk_ir_print_func(&s, f);
-  if (s.failed || !s.data) {
-    tpk_str_free(&s);
-    return 0; /* unknown: tpk_tune_lookup never matches it */
-  }
-  /* Locations move when a comment is added above the kernel; the kernel is
-   * the same, and so is its best configuration. */
-  uint64_t h = TPK_HASH_SEED;
-  for (const char *p = s.data; *p;) {
-    size_t skip = loc_len(p);
-    if (skip) {
-      p += skip;
-      continue;
-    }
-    h = tpk_hash_add(h, p++, 1);
-  }
-  tpk_str_free(&s);
-  return h;
-}
+/* Locations move when a comment is added above the kernel; the kernel is
+ * the same, and so is its best configuration: the structural hash leaves
+ * them out (and the name, which the key holds on its own). 64 bits are
+ * enough here: a row is used only when the kernel's name matches too, and
+ * a wrong match would pick a declared, valid configuration. */
+uint64_t tpk_tune_ir_hash(const TpkFunc *f) { return tpk_func_hash(f).lo; }
 
 TpkStatus tpk_tune_device(const char *name, char *out, const TpkChip **chip, TpkError *err) {
   if (chip) *chip = NULL;

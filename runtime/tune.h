@@ -10,9 +10,9 @@
  *            cache's root, in its tune/ folder, written atomically;
  *   defaults a tab-separated table the library ships, parsed from a string.
  *
- * Keys. A winner is filed under the kernel's name, a hash of its checked,
- * unbound IR (the `tpk dump --ir` text without its source locations: an edit
- * to the kernel changes the key, a comment above it does not), the value of
+ * Keys. A winner is filed under the kernel's name, the structural hash of
+ * its checked, unbound IR (tpk_func_hash: an edit to the kernel changes the
+ * key, a comment above it or a renamed variable does not), the value of
  * every shape symbol, and the device ("host", or "sim:<chip>" with aliases
  * resolved). Cache files also record the tpk version that wrote them. A
  * file or row whose key differs, that does not parse, that names a tunable
@@ -41,8 +41,8 @@ typedef struct TpkTuneKey {
   char device[64];   /* "host", "sim:v5e" */
 } TpkTuneKey;
 
-/* FNV-1a of the kernel's IR text without ` loc(L:C)`; f is the kernel as the
- * checker built it with nothing bound (a program's module). */
+/* tpk_func_hash(f).lo; f is the kernel as the checker built it
+ * with nothing bound (a program's module). 0 when memory ran out. */
 uint64_t tpk_tune_ir_hash(const TpkFunc *f);
 
 /* "host", or "sim:<chip>" with the chip's short name ("sim:trillium" ->

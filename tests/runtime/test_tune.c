@@ -113,10 +113,17 @@ static void test_ir_hash(void **state) {
   test_compile(&b, "t.tpk", MATMUL, &only);
   assert_non_null(b.module);
   assert_true(tpk_tune_ir_hash(b.module->funcs[0]) == h);
-  /* comments move source locations, not the kernel */
+  /* comments move source locations, not the kernel's structure */
   char *moved = malloc(strlen(MATMUL) + 64);
   sprintf(moved, "// a comment\n\n%s", MATMUL);
   assert_true(tpk_tune_ir_hash(unbound(&c, moved, "matmul")) == h);
+  /* so does a renamed variable (the IR's structure is the same) */
+  TestCompile r;
+  char *renamed = strdup(MATMUL);
+  for (char *p = renamed; (p = strstr(p, "acc")); p += 3) memcpy(p, "tot", 3);
+  assert_true(tpk_tune_ir_hash(unbound(&r, renamed, "matmul")) == h);
+  free(renamed);
+  test_compile_free(&r);
   /* an edit to the body or to the declared values changes it */
   char *edited = strdup(MATMUL);
   memcpy(strstr(edited, "acc += dot"), "acc -= dot", 10);
