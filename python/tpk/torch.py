@@ -260,7 +260,16 @@ class OpKernel:
         return outs[0] if len(outs) == 1 else outs
 
 
-class Autograd:
+class Formula:
+    """What register_autograd calls: setup_context, and backward, which
+    gives the forward arguments' gradients (`gradients`, also called by the
+    AutogradCPU kernel with its own needs_input_grad)."""
+
+    def backward(self, ctx, *grads):
+        return self.gradients(ctx, ctx.needs_input_grad, grads)
+
+
+class Autograd(Formula):
     """register_autograd's two functions for a kernel with a backward
     kernel: which of the forward's inputs, outputs and output gradients the
     backward takes (by name), and which input gradients it gives."""
@@ -309,9 +318,6 @@ class Autograd:
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
 
-    def backward(self, ctx, *grads):
-        return self.gradients(ctx, ctx.needs_input_grad, grads)
-
     def gradients(self, ctx, needs, grads):
         """The forward arguments' gradients (None where not needed)."""
         saved = ctx.saved_tensors
@@ -336,7 +342,7 @@ class Autograd:
         return tuple(out)
 
 
-class NoBackward:
+class NoBackward(Formula):
     """The autograd of a kernel that names no backward kernel: calls work,
     and backpropagating through its outputs is an error that says so (not a
     gradient silently missing)."""
@@ -346,9 +352,6 @@ class NoBackward:
 
     def setup_context(self, ctx, inputs, output):
         pass
-
-    def backward(self, ctx, *grads):
-        return self.gradients(ctx, ctx.needs_input_grad, grads)
 
     def gradients(self, ctx, needs, grads):
         raise RuntimeError(f"{self.fwd.qualname} has no backward kernel, so no gradient flows through it: name one "
@@ -364,6 +367,12 @@ _AFTER_AUTOGRAD_BITS = _AFTER_AUTOGRAD.raw_repr()
 _PLAIN_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU).raw_repr()
 
 
+def below_autograd(op, keyset, args):
+    """op run as the dispatcher would after its autograd key."""
+    with torch._C._AutoDispatchBelowAutograd():
+        return op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
+
 def autograd_cpu(k, formula, op):
     """The op's kernel at AutogradCPU, beside register_autograd's at
     Autograd, with the same formula: a call on plain CPU tensors that needs
@@ -372,8 +381,7 @@ def autograd_cpu(k, formula, op):
     call); anything else goes the usual way."""
 
     def forward(ctx, keyset, *args):
-        with torch._C._AutoDispatchBelowAutograd():
-            out = op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+        out = below_autograd(op, keyset, args)
         formula.setup_context(ctx, args, out)
         return out
 
@@ -389,8 +397,7 @@ def autograd_cpu(k, formula, op):
             return function.apply(keyset, *args)
         if keyset.raw_repr() & _AFTER_AUTOGRAD_BITS == _PLAIN_CPU:
             return cpu(*args)
-        with torch._C._AutoDispatchBelowAutograd():
-            return op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+        return below_autograd(op, keyset, args)
 
     return kernel
 
@@ -406,8 +413,7 @@ def autograd_mutating(k, op):
         if torch._C.is_grad_enabled() and torch._C._any_requires_grad(*args):
             raise RuntimeError(f"{k.qualname} writes {', '.join(repr(m) for m in mutated)} in place and has no "
                                f"backward: call it on tensors that do not require grad, or under torch.no_grad()")
-        with torch._C._AutoDispatchBelowAutograd():
-            return op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+        return below_autograd(op, keyset, args)
 
     return kernel
 
