@@ -338,6 +338,157 @@ void tpk_event_destroy(TpkEvent *e);
  * give other libraries the same count (torch.set_num_threads). */
 int tpk_host_threads(void);
 
+/* ---- Graphs --------------------------------------------------------------------
+ *
+ * A graph is what the eager runtime and torch.compile hand tpk: inputs,
+ * ops named as ATen names them, calls of loaded kernels (standard or user
+ * .tpk), outputs. It becomes an IR function like a .tpk kernel (ir/graph.h),
+ * is fused into clusters and lowered by lower/ (lower/fuse.c), and runs as
+ * the one kernel of a program:
+ *
+ *   TpkGraph *g;
+ *   tpk_graph_create(ctx, "linear_relu", &g);
+ *   int x, w, y, h, n;
+ *   tpk_graph_input(g, TPK_F32, 2, (const char *[]){"B", "784"}, &x);
+ *   tpk_graph_input(g, TPK_F32, 2, (const char *[]){"784", "256"}, &w);
+ *   tpk_graph_op(g, "mm", (TpkArg[]){{.kind = TPK_ARG_VALUE, .value = x},
+ *                                    {.kind = TPK_ARG_VALUE, .value = w}}, 2, &y, 1, &n);
+ *   tpk_graph_op(g, "relu", (TpkArg[]){{.kind = TPK_ARG_VALUE, .value = y}}, 1, &h, 1, &n);
+ *   tpk_graph_output(g, h);
+ *   TpkProgram *p;
+ *   tpk_graph_compile(g, &p);  // one kernel: x, w, then the output
+ *
+ * Sizes may be symbolic: a dim is a size ("784") or an expression of shape
+ * symbols ("B", "B*S"); the compiled code serves every value of the
+ * symbols (bound from the buffers at launch), so a graph compiled once runs
+ * every batch size and sequence length without compiling again.
+ *
+ * Op names are ATen's, with or without namespace and overload ("add",
+ * "add.Tensor", "aten::add.Tensor", "aten.add.Tensor"; the overload is
+ * chosen by the arguments given). Arguments are ATen's, positional or named
+ * by ATen's argument names ("dim", "keepdim", "alpha", "dtype"); a Scalar
+ * argument may be a number or a rank-0 value (a value the graph does not
+ * bake in, such as a learning rate). Results follow ATen's dtype promotion
+ * and shape rules. An op outside the vocabulary (tpk_graph_op_count) is
+ * TPK_ERR_UNSUPPORTED naming it; bad arguments are TPK_ERR_INVALID naming the
+ * op, the argument and the shapes and dtypes involved. */
+typedef struct TpkGraph TpkGraph;
+
+typedef enum TpkArgKind {
+  TPK_ARG_NONE,    /* ATen's None */
+  TPK_ARG_VALUE,   /* a tensor: a graph's value id, or a stream's buffer */
+  TPK_ARG_VALUES,  /* a list of tensors (cat's `tensors`) */
+  TPK_ARG_INT,     /* also SymInt: `sym` set for a symbolic size */
+  TPK_ARG_FLOAT,
+  TPK_ARG_BOOL,
+  TPK_ARG_INTS,    /* int[] / SymInt[]: `syms[i]` (when syms is given and it is not NULL) names entry i symbolically */
+  TPK_ARG_DTYPE,   /* ScalarType */
+  TPK_ARG_STR      /* gelu's approximate="tanh" */
+} TpkArgKind;
+
+typedef struct TpkArg {
+  const char *name; /* ATen's argument name, or NULL for the next positional one */
+  TpkArgKind kind;
+  int64_t i;        /* INT; BOOL as 0/1 */
+  double f;         /* FLOAT */
+  const char *sym;  /* INT: the size as an expression of symbols ("S", "B*S"), or NULL */
+  int n;            /* INTS, VALUES: entries */
+  const int64_t *ints;
+  const char *const *syms;
+  int value;               /* VALUE in a graph */
+  const int *values;       /* VALUES in a graph */
+  TpkBuffer *buffer;       /* VALUE in a stream */
+  TpkBuffer *const *buffers; /* VALUES in a stream */
+  TpkDType dtype;          /* DTYPE */
+  const char *str;         /* STR */
+} TpkArg;
+
+TpkStatus tpk_graph_create(TpkContext *ctx, const char *name, TpkGraph **out);
+void tpk_graph_destroy(TpkGraph *g);
+/* A new input of the given dtype and shape (dims[d]: "128", "S", "B*S");
+ * its value id in *value. */
+TpkStatus tpk_graph_input(TpkGraph *g, TpkDType dtype, int rank, const char *const *dims, int *value);
+/* An ATen op: its results' value ids in values[0..max), their number in *n. */
+TpkStatus tpk_graph_op(TpkGraph *g, const char *op, const TpkArg *args, int nargs, int *values, int max, int *n);
+/* A call of kernel k (of any program of g's context, or the standard
+ * library): args are its `in` and `inout` tensors as values and its scalars
+ * as numbers or rank-0 values, in declaration order; the results are its
+ * `out` and `inout` parameters, in order. */
+TpkStatus tpk_graph_call(TpkGraph *g, TpkKernel *k, const TpkArg *args, int nargs, int *values, int max, int *n);
+/* Value v becomes the graph's next output. */
+TpkStatus tpk_graph_output(TpkGraph *g, int value);
+/* What a value is: dtype, rank, dim d as an expression ("B*S"; the string
+ * belongs to g). */
+TpkDType tpk_graph_value_dtype(const TpkGraph *g, int value);
+int tpk_graph_value_rank(const TpkGraph *g, int value);
+const char *tpk_graph_value_dim(const TpkGraph *g, int value, int d);
+/* The graph's IR in the text form (ir/README.md), appended to nothing: a
+ * string of g's, valid until g changes. */
+const char *tpk_graph_ir(TpkGraph *g);
+/* The op vocabulary: its size and names (ATen packet names, "addmm"). */
+int tpk_graph_op_count(void);
+const char *tpk_graph_op_name(int i);
+
+/* Fuse, lower and compile g into a program with one kernel, named as g,
+ * whose parameters are g's inputs then its outputs (out parameters): launch
+ * it with tpk_kernel_launch or a queue, like any kernel. TPK_DUMP_IR=1
+ * prints the graph's IR and its clusters. A graph of the same structure as
+ * one compiled before (tpk_func_hash: names aside) gives the same program
+ * from the context's compilation cache. tpk_program_destroy it. */
+TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out);
+
+/* ---- Eager streams ---------------------------------------------------------------
+ *
+ * Ops submitted one at a time on buffers, as PyTorch issues them. An op's
+ * outputs are new buffers at once (shape and dtype known); their contents
+ * are pending until a sync point: tpk_stream_sync, or reading a pending
+ * buffer (tpk_buffer_read, tpk_buffer_data), which syncs its stream. The
+ * mode is the context's (TPK_EAGER=debug|strict|fused, default strict, or
+ * tpk_context_set_eager_mode):
+ *   debug   each op runs at once, synchronously, and is checked: NaN/Inf in
+ *           float outputs, out-of-range indices, shapes; an error names the
+ *           op, its operands' shapes and dtypes and its position in the stream;
+ *   strict  one launch per op, in order on a queue; the caller blocks only at
+ *           a sync point, where the first error surfaces naming its op;
+ *   fused   ops collect in a window; at a sync point (or when the window is
+ *           full) the window becomes a graph, is fused and run. A window of a
+ *           structure seen before (sizes aside: symbolic) runs from the cache
+ *           without building anything.
+ * The modes give the same results within floating-point tolerance: fused
+ * clusters keep intermediates in f32 where strict rounds each op's output
+ * to its dtype (docs: tutorials/06-eager-modes.md). */
+typedef struct TpkStream TpkStream;
+typedef enum TpkEagerMode { TPK_EAGER_DEBUG, TPK_EAGER_STRICT, TPK_EAGER_FUSED } TpkEagerMode;
+
+TpkStatus tpk_context_set_eager_mode(TpkContext *ctx, TpkEagerMode mode);
+TpkEagerMode tpk_context_eager_mode(const TpkContext *ctx);
+const char *tpk_eager_mode_name(TpkEagerMode mode); /* "debug", "strict", "fused" */
+
+/* A stream on a device, in the context's mode at the time (kept for its life). */
+TpkStatus tpk_stream_create(TpkDevice *dev, TpkStream **out);
+/* Syncs, then frees the stream; its output buffers stay the caller's. */
+void tpk_stream_destroy(TpkStream *s);
+TpkEagerMode tpk_stream_mode(const TpkStream *s);
+/* An ATen op (as tpk_graph_op, with buffers for tensors): new output buffers
+ * in outs[0..max) (the caller's, to destroy), their number in *n. Errors of
+ * shapes and dtypes come at once; errors of running come at once in debug
+ * mode, at the next sync otherwise. */
+TpkStatus tpk_stream_op(TpkStream *s, const char *op, const TpkArg *args, int nargs, TpkBuffer **outs, int max, int *n);
+/* A loaded kernel, as tpk_graph_call. */
+TpkStatus tpk_stream_call(TpkStream *s, TpkKernel *k, const TpkArg *args, int nargs, TpkBuffer **outs, int max, int *n);
+/* Run everything submitted; the first error since the last sync. */
+TpkStatus tpk_stream_sync(TpkStream *s);
+
+typedef struct TpkStreamStats {
+  int64_t ops;          /* submitted */
+  int64_t launches;     /* kernels run */
+  int64_t windows;      /* fused: windows run */
+  int64_t compiles;     /* graphs built and compiled (a cache miss) */
+  int64_t cache_hits;   /* graphs found compiled */
+  double sim_seconds;   /* on a sim device: simulated time of everything run */
+} TpkStreamStats;
+void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
+
 /* ---- The compilation cache ----------------------------------------------------
  *
  * Kernels the system cc compiles (TPK_TIER=auto once hot, or TPK_TIER=cc)
@@ -378,7 +529,12 @@ typedef struct TpkCacheStats {
   int hits;              /* this context's kernels loaded from the cache */
   int misses;            /* ... compiled because the cache had no entry that loads */
   int rejected;          /* ... entries found that did not authenticate */
+  /* This context's lookups of compiled units in its in-memory cache, per
+   * kind: .tpk kernels' specialisations, eager windows (and single ops), and
+   * compiled graphs. A miss builds (and maybe compiles) the unit. */
+  int64_t unit_hits[3], unit_misses[3]; /* indexed by TpkUnitKind */
 } TpkCacheStats;
+typedef enum TpkUnitKind { TPK_UNIT_KERNEL, TPK_UNIT_EAGER, TPK_UNIT_GRAPH } TpkUnitKind;
 
 /* The cache folder (owned by ctx), or NULL when there is none. */
 const char *tpk_cache_path(TpkContext *ctx);

@@ -87,6 +87,25 @@ void tpk_plan_free(TpkPlan *plan);
  * into its add). */
 void tpk_plan_print(TpkStr *out, const TpkPlan *plan, const TpkFunc *f);
 
+/* Graph fusion (lower/fuse.c): a graph-level func f (ir/graph.h) becomes
+ * a driver of clusters. Each cluster is a new kernel of f's module, named
+ * "<f>.c<k>", of whole-array ops between whole loads of its `in` refs and
+ * whole stores of its `out` refs (what tpk_lower tiles); views its ops read
+ * (reshape, transpose, broadcast, slice of an input) are folded into it,
+ * never materialised. f's body is rewritten to the driver: `call`s of the
+ * clusters and of the kernels f called, in order, on tensors (a call's
+ * results are new buffers the runtime allocates), `reshape` of a contiguous
+ * result (a view of its buffer, no copy), and `return`. Rank-0 tensors
+ * (scalars) are passed to clusters as scalar parameters. Policy:
+ *   TPK_FUSE_ALL   elementwise chains and broadcasts, reductions with their
+ *                  producers and consumers (softmax, norms), a dot with its
+ *                  elementwise epilogue: as few clusters as tile well;
+ *   TPK_FUSE_NONE  one cluster per op that computes (views still fold into
+ *                  their reader): what the debug and strict modes run.
+ * The result verifies. */
+typedef enum TpkFusePolicy { TPK_FUSE_ALL, TPK_FUSE_NONE } TpkFusePolicy;
+TpkStatus tpk_fuse(TpkFunc *f, TpkFusePolicy policy, TpkError *err);
+
 /* Lowering's decisions (decide.c), written into the IR: `x + dot(a, b)`
  * becomes an accumulating dot, `dot %a, %b, %x`, and ops computed inside
  * their one user's loop get `fused=true` (tpk_dot_accumulator and
