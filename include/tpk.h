@@ -111,11 +111,22 @@ const char *tpk_last_error(void);
  *   TPK_HOST_VMEM=128M     the host's VMEM budget per grid instance
  *   TPK_HOST_THREADS=N     threads a launch on the host may use
  *   TPK_GENERIC=1          compile each kernel once for every shape, not per shape
- *   TPK_AOT=0              compile the standard kernels too (debugging tpk) */
+ *   TPK_AOT=0              compile the standard kernels too (debugging tpk)
+ *   TPK_DUMP_IR=1          log the IR of every graph compiled (tpk_context_set_log)
+ *   TPK_EAGER=debug|strict|fused   the eager streams' mode (see Eager streams)
+ *   TPK_CACHE_UNITS=N      compiled units kept in memory (see The compilation cache) */
 TpkStatus tpk_context_create(TpkContext **out);
 /* Ends the context (see Lifetimes): runs the work queued on its queues,
  * then frees its buffers' memory, its compiled code and its threads. */
 void tpk_context_destroy(TpkContext *ctx);
+/* The library prints nothing itself; what it has to tell people goes to
+ * the context's log, a function the caller sets (NULL: none), called on the
+ * thread that has something to say, with text valid during the call. Today
+ * that is TPK_DUMP_IR=1's dumps: each graph compiled (tpk_graph_compile, an
+ * eager window or op), as IR text before fusion, then the driver and
+ * clusters fusion made of it. The tpk command logs to stderr. */
+typedef void (*TpkLogFn)(void *user, const char *text);
+void tpk_context_set_log(TpkContext *ctx, TpkLogFn log, void *user);
 
 /* "host" (this CPU), or "sim:<chip>" (v4, v5e, v5p, v6e, v7). Kernels on a
  * sim device run with the host's code, so its results are the host's, and

@@ -241,8 +241,7 @@ struct TpkStorage {
   void *user;
 };
 
-/* Count `bytes` against the device's capacity, or say why not. */
-static TpkStatus reserve(TpkDevice *dev, size_t bytes) {
+TpkStatus tpk_device_reserve(TpkDevice *dev, size_t bytes) {
   uint64_t used = atomic_load(&dev->used);
   do {
     if (dev->capacity && (bytes > dev->capacity || used > dev->capacity - bytes))
@@ -387,7 +386,7 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
   if (tpk_context_closed(dev->ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: the context was destroyed");
   size_t bytes;
   if (shape_bytes("tpk_buffer_create", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
-  if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
+  if (tpk_device_reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
   void *data = dev->ops->alloc(dev, bytes);
   TpkStorage *s = data ? storage_new(dev, data, bytes, false, NULL, NULL) : NULL;
   TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out)
@@ -442,7 +441,7 @@ TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_
                   got, dims, expected);
     }
   }
-  if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
+  if (tpk_device_reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
   TpkStorage *s = storage_new(dev, data, bytes, true, release, user);
   TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
   if (st != TPK_OK) { /* release is not called: the memory is still the caller's */

@@ -7,6 +7,7 @@
 #include "tpk.h"
 
 #include "ir/ir.h"
+#include "lower/lower.h"
 
 /* Set this thread's tpk_last_error() message and return st. */
 TpkStatus tpk_runtime_set_error(TpkStatus st, const char *message);
@@ -55,5 +56,47 @@ void tpk_queues_destroy(TpkQueues *qs); /* after the last queue is gone */
  * its worker stops (errors stay for each queue's next tpk_queue_wait). */
 void tpk_queues_close(TpkQueues *qs);
 TpkQueues *tpk_context_queues(TpkContext *ctx);
+
+/* ---- compiled graphs ---- */
+
+/* A compiled graph's plan (driver.c): what its driver func (lower/fuse.c's
+ * form: calls, reshapes, return) runs, made once from the func, whose
+ * calls name kernels that callee(ctx, name) gives. */
+typedef struct TpkDriver TpkDriver;
+TpkStatus tpk_driver_new(const TpkFunc *driver, TpkKernel *(*callee)(void *ctx, const char *name), void *ctx,
+                         TpkDriver **out);
+void tpk_driver_free(TpkDriver *d);
+/* A launch of the graph on dev: `sizes` are the graph's shape symbols
+ * (tpk_func_symbols order of the driver), args its inputs then outputs,
+ * checked against its signature. */
+TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, TpkBuffer *const *args,
+                         TpkLaunchResult *result);
+/* Run kernel k of a compiled graph (a cluster, a kernel it calls, or a
+ * standard kernel) on dev with its shape symbols' values (k's order) and
+ * one pointer per parameter (a tensor's bytes, a scalar's value), bytes[i]
+ * the size of tensor i. Requirements are checked; tunables are the tuned or
+ * declared ones. */
+TpkStatus tpk_kernel_run(TpkKernel *k, TpkDevice *dev, const int64_t *sizes, void *const *args, const size_t *bytes,
+                         TpkLaunchResult *result);
+/* A program of one kernel from a driver func in `module` (taken over, even
+ * on failure): kernels[0] is the graph (the driver's params as inputs, its
+ * results as outputs), launched by running the driver; the module's
+ * kernels are compiled once for every shape, except standard kernels
+ * (name and hash of one of the library's), which run its code. */
+TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *driver, TpkProgram **out);
+/* compile.c: graph func f (its module holds the kernels it calls) cloned,
+ * fused by the policy and made a program (tpk_program_from_driver). */
+TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, TpkProgram **out);
+
+/* runtime/graph.c (the graph builder behind tpk_graph_*): a graph's
+ * builder and its context. */
+struct TpkGraphBuilder *tpk_graph_builder(TpkGraph *g);
+TpkContext *tpk_graph_context(const TpkGraph *g);
+
+/* The context's log (tpk_context_set_log): text for people, given to the
+ * caller's function if there is one. TPK_DUMP_IR=1 when the context was
+ * made: compiled graphs are logged. */
+void tpk_context_log(TpkContext *ctx, const char *text);
+bool tpk_context_dumps_ir(const TpkContext *ctx);
 
 #endif

@@ -144,6 +144,12 @@ struct TpkProgram {
   Spec *specs;
   Generic *generics;
   int std_file; /* the standard file this program's text is, or -1 */
+  /* A compiled graph (no text): kernels[0] is the graph, whose launches
+   * run the driver; kernels[1..nall) are the clusters and kernels it calls
+   * (not listed: nkernels is 1), compiled once for every shape. */
+  TpkDriver *driver;
+  TpkModule *signature; /* kernels[0].f's module */
+  int nall;
   TpkProgram *next;
 };
 
@@ -160,6 +166,9 @@ struct TpkContext {
   bool use_aot;     /* the standard library's code (TPK_AOT=0: compile it too) */
   int threads;      /* tpk_host_threads() when the context was made */
   int64_t host_vmem; /* $TPK_HOST_VMEM when the context was made (0: the default) */
+  bool dump_ir;      /* TPK_DUMP_IR=1: compiled graphs go to the log */
+  TpkLogFn log;      /* tpk_context_set_log, under lock */
+  void *log_user;
   pthread_mutex_t lock; /* the lists below, and pool */
   TpkPool *pool;        /* started by the first launch that shares a grid */
   TpkDevice *devices;
@@ -200,6 +209,8 @@ TpkStatus tpk_context_create(TpkContext **out) {
   const char *aot = getenv("TPK_AOT");
   ctx->use_aot = !aot || strcmp(aot, "0") != 0;
   ctx->threads = tpk_host_threads();
+  const char *dump = getenv("TPK_DUMP_IR");
+  ctx->dump_ir = dump && strcmp(dump, "1") == 0;
   ctx->std_programs = calloc((size_t)(tpk_std_nfiles ? tpk_std_nfiles : 1), sizeof *ctx->std_programs);
   if (!ctx->std_programs || tpk_queues_create(&ctx->queues) != TPK_OK) {
     free(ctx->std_programs);
@@ -231,7 +242,7 @@ static void program_free_compiled(TpkProgram *prog) {
     spec_free(s);
   }
   prog->specs = NULL;
-  for (int i = 0; prog->kernels && i < prog->nkernels; i++) {
+  for (int i = 0; prog->kernels && i < (prog->nall ? prog->nall : prog->nkernels); i++) {
     for (TuneMemo *t = prog->kernels[i].tuned, *n; t; t = n) {
       n = t->next;
       free(t);
@@ -261,6 +272,8 @@ static void program_free(TpkProgram *prog) {
   pthread_mutex_unlock(&ctx->lock);
   program_free_compiled(prog);
   free(prog->kernels);
+  tpk_driver_free(prog->driver);
+  if (prog->signature) tpk_module_free(prog->signature);
   if (prog->module) tpk_module_free(prog->module);
   free(prog->name);
   free(prog->text);
@@ -341,6 +354,24 @@ void tpk_context_destroy(TpkContext *ctx) {
   pthread_rwlock_unlock(&ctx->running);
   tpk_context_release(ctx);
 }
+
+void tpk_context_set_log(TpkContext *ctx, TpkLogFn log, void *user) {
+  if (!ctx) return;
+  pthread_mutex_lock(&ctx->lock);
+  ctx->log = log;
+  ctx->log_user = user;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+void tpk_context_log(TpkContext *ctx, const char *text) {
+  pthread_mutex_lock(&ctx->lock);
+  TpkLogFn log = ctx->log;
+  void *user = ctx->log_user;
+  pthread_mutex_unlock(&ctx->lock);
+  if (log) log(user, text);
+}
+
+bool tpk_context_dumps_ir(const TpkContext *ctx) { return ctx->dump_ir; }
 
 /* ---- devices and buffers --------------------------------------------------------- */
 
@@ -794,7 +825,8 @@ static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *
   tpk_str_printf(&s, "kernel '%s' with ", f->name);
   for (int i = 0; i < n; i++) tpk_str_printf(&s, "%s%s=%lld", i ? ", " : "", binds[i].name, (long long)binds[i].value);
   tpk_str_puts(&s, ":\n");
-  tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, &err);
+  if (k->prog->text) tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, &err);
+  else tpk_str_printf(&s, "%s\n", err.message);
   tpk_runtime_fail(err.code ? err.code : TPK_ERR_INVALID, "%s", s.data ? s.data : err.message);
   tpk_str_free(&s);
   return err.code ? err.code : TPK_ERR_INVALID;
@@ -803,12 +835,20 @@ static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *
 /* A failure of a stage after binding: with the .tpk line quoted when the
  * error knows it (a block that does not fit the VMEM, at its load). */
 static TpkStatus fail_at_line(const TpkKernel *k, const TpkError *err) {
-  if (err->line <= 0) return fail_err(err);
+  if (err->line <= 0 || !k->prog->text) return fail_err(err);
   TpkStr s = {0};
   tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, err);
   TpkStatus st = tpk_runtime_fail(err->code ? err->code : TPK_ERR_INTERNAL, "%s", s.data ? s.data : err->message);
   tpk_str_free(&s);
   return st;
+}
+
+/* The C name of a kernel's entry point: prefix and name, with what C does
+ * not allow in a name (a cluster's "g.c0") as '_'. */
+static void entry_name(char *out, size_t size, const char *prefix, const char *name) {
+  snprintf(out, size, "%s%s", prefix, name);
+  for (char *c = out + strlen(prefix); *c; c++)
+    if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
 }
 
 /* Compile k once for every shape at these tunables (TPK_GENERIC=1). */
@@ -820,7 +860,7 @@ static TpkStatus compile_generic(TpkKernel *k, const int64_t *tunes, Generic *g)
   TpkTarget host = tpk_target_host(prog->ctx->host_vmem);
   TpkError err = {0};
   char entry[128];
-  snprintf(entry, sizeof entry, "tpk_generic_%s", k->f->name);
+  entry_name(entry, sizeof entry, "tpk_generic_", k->f->name);
   TpkStr c = {0};
   st = tpk_lower(f, &host, &g->plan, &err);
   if (st == TPK_OK) st = tpk_emit_c(f, &g->plan, entry, prog->text, 0, &c, &err);
@@ -834,7 +874,8 @@ static TpkStatus compile_generic(TpkKernel *k, const int64_t *tunes, Generic *g)
 static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, Generic **out) {
   *out = NULL;
   TpkProgram *prog = k->prog;
-  if (prog->std_file < 0 && !prog->ctx->generic_jit) return TPK_OK;
+  bool jit = prog->ctx->generic_jit || prog->driver; /* a graph's kernels serve every shape */
+  if (prog->std_file < 0 && !jit) return TPK_OK;
   char *tunes = tunes_text(k, tunes_values);
   if (!tunes) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   for (Generic *g = prog->generics; g; g = g->next)
@@ -844,7 +885,7 @@ static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, Generic
       return TPK_OK;
     }
   const TpkStdEntry *aot = prog->std_file >= 0 ? tpk_std_find(prog->std_file, k->f->name, tunes) : NULL;
-  if (!aot && !prog->ctx->generic_jit) {
+  if (!aot && !jit) {
     free(tunes);
     return TPK_OK;
   }
@@ -904,7 +945,7 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   TpkStr c = {0};
   TpkError err = {0};
   char entry[128];
-  snprintf(entry, sizeof entry, "tpk_kernel_%s", f->name);
+  entry_name(entry, sizeof entry, "tpk_kernel_", f->name);
   if (g) { /* plan (the VMEM budget) and time it; the code exists */
     TpkPlan plan;
     st = tpk_lower(f, &target, &plan, &err);
@@ -1081,54 +1122,38 @@ TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L) {
   return st;
 }
 
-/* A launch, checked or queued before the context was destroyed. */
-static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
+/* Run k with its sizes bound (b) on dev: args are one pointer per
+ * parameter (a tensor's bytes, a scalar's value in its dtype), bytes[i] the
+ * size of tensor i (zero-filled first when the parameter says so). The
+ * tunables are those named in tunes, else the tuned ones for these sizes,
+ * else the declared defaults; a tunable a shape uses keeps the value the
+ * shapes bound. What the launch did goes to result (may be NULL). */
+static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *const *args, const size_t *bytes,
+                           const TpkNamedInt *given, int ngiven, TpkLaunchResult *result) {
   const TpkFunc *f = k->f;
-  Bound b;
-  TpkDevice *dev;
-  TpkStatus st = launch_device(k, L, &dev);
-  if (st == TPK_OK) st = bind_launch(k, L, &b);
-  if (st != TPK_OK) return st;
-  /* scalar arguments */
-  void *args[256];
-  uint64_t scalars[256];
-  if (f->nparams > 256) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' has more than 256 parameters", f->name);
-  for (int i = 0; i < f->nparams; i++) {
-    if (f->params[i].value->type->kind == TPK_TYPE_TENSOR) {
-      if (!L->scalars) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': no value for scalar '%s'", f->name, f->params[i].name);
-      st = scalar_value(k, i, L->scalars[i], &scalars[i]);
-      if (st != TPK_OK) return st;
-      args[i] = &scalars[i];
-    } else {
-      args[i] = L->args[i]->data;
-    }
-  }
-  /* The tunables: the ones the launch names, else the tuned ones for these
-   * sizes, else the declared defaults; a tunable a shape uses keeps the
-   * value the shapes bound. */
   if (f->ntunes > MAX_SYMS) return tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "kernel '%s' has more than %d tunables", f->name, MAX_SYMS);
   int64_t tunes[MAX_SYMS];
-  const char *tunes_from = L->ntunes ? "given" : "declared defaults";
+  const char *tunes_from = ngiven ? "given" : "declared defaults";
   const TuneMemo *memo = NULL;
-  if (L->ntunes == 0 && f->ntunes > 0) {
-    st = resolve_tunes(k, &b, dev, &memo);
+  if (ngiven == 0 && f->ntunes > 0) {
+    TpkStatus st = resolve_tunes(k, b, dev, &memo);
     if (st != TPK_OK) return st;
     tunes_from = memo->from;
   }
   for (int j = 0; j < f->ntunes; j++) {
     tunes[j] = f->tunes[j].value;
-    for (int i = 0; i < L->ntunes; i++)
-      if (strcmp(L->tunes[i].name, f->tunes[j].name) == 0) tunes[j] = L->tunes[i].value;
+    for (int i = 0; i < ngiven; i++)
+      if (strcmp(given[i].name, f->tunes[j].name) == 0) tunes[j] = given[i].value;
     for (int i = 0; memo && i < memo->n; i++)
       if (strcmp(memo->tunes[i].name, f->tunes[j].name) == 0) tunes[j] = memo->tunes[i].value;
-    int at = bound_find(&b, f->tunes[j].name);
-    if (at >= 0) tunes[j] = b.value[at];
+    int at = bound_find(b, f->tunes[j].name);
+    if (at >= 0) tunes[j] = b->value[at];
   }
   Spec *spec;
-  st = find_spec(k, &b, tunes, dev, &spec);
+  TpkStatus st = find_spec(k, b, tunes, dev, &spec);
   if (st != TPK_OK) return st;
   for (int i = 0; i < f->nparams; i++)
-    if (f->params[i].zero_init) memset(L->args[i]->data, 0, L->args[i]->bytes);
+    if (f->params[i].zero_init) memset(args[i], 0, bytes[i]);
   TpkRun run = {.args = args, .syms = spec->syms, .parts = 1};
   if (spec->parts > 1) run.parts = launch_pool(k->prog->ctx, spec->parts, &run.pool);
   /* the workspaces: the spec's own, or fresh ones if another thread has it */
@@ -1153,8 +1178,8 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
   if (mine) atomic_store(&spec->workspace_busy, false);
   else free(ws);
   if (failed >= 0) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, message);
-  if (L->result) {
-    TpkLaunchResult *r = L->result;
+  if (result) {
+    TpkLaunchResult *r = result;
     r->tier = tier_name(g, code);
     copy_text(r->tunes, sizeof r->tunes, spec->tunes_text);
     r->tunes_from = tunes_from;
@@ -1163,6 +1188,51 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
     dev->ops->report(dev, spec->prepared, r);
   }
   return TPK_OK;
+}
+
+/* A launch, checked or queued before the context was destroyed. */
+static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
+  const TpkFunc *f = k->f;
+  Bound b;
+  TpkDevice *dev;
+  TpkStatus st = launch_device(k, L, &dev);
+  if (st == TPK_OK) st = bind_launch(k, L, &b);
+  if (st != TPK_OK) return st;
+  if (f->nparams > 256) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' has more than 256 parameters", f->name);
+  void *args[256];
+  size_t bytes[256];
+  if (k->prog->driver && k == &k->prog->kernels[0]) /* a compiled graph: every parameter is a buffer */
+    return tpk_driver_run(k->prog->driver, dev, b.sizes, L->args, L->result);
+  /* scalar arguments */
+  uint64_t scalars[256];
+  for (int i = 0; i < f->nparams; i++) {
+    if (f->params[i].value->type->kind == TPK_TYPE_TENSOR) {
+      if (!L->scalars) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': no value for scalar '%s'", f->name, f->params[i].name);
+      st = scalar_value(k, i, L->scalars[i], &scalars[i]);
+      if (st != TPK_OK) return st;
+      args[i] = &scalars[i];
+      bytes[i] = 0;
+    } else {
+      args[i] = L->args[i]->data;
+      bytes[i] = L->args[i]->bytes;
+    }
+  }
+  return run_bound(k, dev, &b, args, bytes, L->tunes, L->ntunes, L->result);
+}
+
+TpkStatus tpk_kernel_run(TpkKernel *k, TpkDevice *dev, const int64_t *sizes, void *const *args, const size_t *bytes,
+                         TpkLaunchResult *result) {
+  Bound b = {.f = k->f, .n = 0};
+  for (int i = 0; i < k->nsymbols; i++) {
+    b.name[b.n] = k->symbols[i];
+    b.value[b.n] = sizes[i];
+    b.from_param[b.n] = -1;
+    b.from[b.n++] = "the graph's sizes";
+    b.sizes[i] = sizes[i];
+  }
+  TpkError err = {0};
+  if (k->f->nrequires && tpk_func_check_requires(k->f, bound_lookup, &b, &err) != TPK_OK) return fail_err(&err);
+  return run_bound(k, dev, &b, args, bytes, NULL, 0, result);
 }
 
 /* ---- introspection ------------------------------------------------------------------ */
@@ -1285,4 +1355,132 @@ TpkStatus tpk_std_kernel(TpkContext *ctx, const char *name, TpkKernel **out) {
     }
   }
   return tpk_program_kernel(prog, name, out);
+}
+
+/* ---- compiled graphs ------------------------------------------------------------------ */
+
+/* d, interned in module m. */
+static const TpkDim *dim_copy(TpkModule *m, const TpkDim *d) {
+  switch (d->kind) {
+  case TPK_DIM_CONST: return tpk_dim_const(m, d->value);
+  case TPK_DIM_SYM: {
+    const char *sym = tpk_module_intern(m, d->sym, strlen(d->sym));
+    return sym ? tpk_dim_sym(m, sym) : NULL;
+  }
+  default: {
+    const TpkDim *a = dim_copy(m, d->a), *b = a ? dim_copy(m, d->b) : NULL;
+    return a && b ? tpk_dim_binary(m, d->kind, a, b) : NULL;
+  }
+  }
+}
+
+/* The graph func f as the signature of a kernel, alone in a module of its
+ * own: f's parameters as `in` refs, then its results as `out` refs, so a
+ * launch binds and checks it as any kernel's. */
+static TpkFunc *graph_signature(const TpkFunc *f, TpkModule **module) {
+  int n = f->nparams + f->nresults;
+  if (n > 256) return NULL;
+  TpkModule *m = *module = tpk_module_new(f->name);
+  if (!m) return NULL;
+  const TpkType *types[256];
+  const char *names[256];
+  TpkParamRole roles[256];
+  char name[32];
+  for (int i = 0; i < n; i++) {
+    const TpkType *t = i < f->nparams ? f->params[i].value->type : f->results[i - f->nparams];
+    const TpkDim *dims[TPK_MAX_RANK];
+    for (int d = 0; d < t->rank; d++)
+      if (!(dims[d] = dim_copy(m, t->dims[d]))) return NULL;
+    types[i] = tpk_type_ref(m, t->dtype, t->rank, dims, TPK_MEM_HBM);
+    roles[i] = i < f->nparams ? TPK_PARAM_IN : TPK_PARAM_OUT;
+    if (i < f->nparams && f->params[i].name) {
+      names[i] = f->params[i].name;
+    } else {
+      snprintf(name, sizeof name, i < f->nparams ? "in%d" : "out%d", i < f->nparams ? i : i - f->nparams);
+      if (!(names[i] = tpk_module_intern(m, name, strlen(name)))) return NULL;
+    }
+  }
+  return tpk_func_new(m, f->name, true, n, types, names, roles);
+}
+
+/* The standard kernel a graph calls: one of the library's by name whose IR
+ * hashes as the callee's (the builder cloned it), else NULL. */
+static TpkKernel *std_callee(TpkContext *ctx, const TpkFunc *callee) {
+  bool known = false;
+  for (int i = 0; !known && std_kernel_entry(i); i++) known = strcmp(std_kernel_entry(i)->kernel, callee->name) == 0;
+  TpkKernel *k;
+  if (!known || tpk_std_kernel(ctx, callee->name, &k) != TPK_OK) return NULL;
+  return tpk_func_hash_equal(tpk_func_hash(k->f), tpk_func_hash(callee)) ? k : NULL;
+}
+
+typedef struct Callees {
+  TpkProgram *prog;
+  TpkKernel *std[256]; /* per hidden kernel: the library's, if it is one */
+} Callees;
+
+static TpkKernel *find_callee(void *arg, const char *name) {
+  Callees *c = arg;
+  for (int i = 1; i < c->prog->nall; i++)
+    if (strcmp(c->prog->kernels[i].f->name, name) == 0) return c->std[i] ? c->std[i] : &c->prog->kernels[i];
+  return NULL;
+}
+
+TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *driver, TpkProgram **out) {
+  *out = NULL;
+  TpkProgram *prog = calloc(1, sizeof *prog);
+  Callees *callees = calloc(1, sizeof *callees);
+  if (!prog || !callees || !(prog->name = strdup(driver->name))) {
+    free(prog);
+    free(callees);
+    tpk_module_free(module);
+    return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory compiling graph '%s'", driver->name);
+  }
+  prog->ctx = ctx;
+  atomic_init(&prog->refs, 1);
+  tpk_context_retain(ctx);
+  prog->module = module;
+  prog->std_file = -1;
+  pthread_mutex_init(&prog->lock, NULL);
+  TpkStatus st = TPK_OK;
+  /* kernels[0] the graph, then every kernel of the module (what it calls) */
+  prog->nkernels = 1;
+  prog->kernels = calloc((size_t)module->nfuncs + 1, sizeof *prog->kernels);
+  TpkFunc *sig = prog->kernels ? graph_signature(driver, &prog->signature) : NULL;
+  if (!sig) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory compiling graph '%s'", driver->name);
+  else {
+    prog->kernels[0] = (TpkKernel){.prog = prog, .f = sig};
+    prog->nall = 1;
+    st = kernel_describe(&prog->kernels[0]);
+  }
+  callees->prog = prog;
+  for (int i = 0; st == TPK_OK && i < module->nfuncs; i++) {
+    TpkFunc *f = module->funcs[i];
+    if (!f->is_kernel) continue;
+    if (prog->nall == 256) st = tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "graph '%s' calls more than 255 kernels", driver->name);
+    else {
+      callees->std[prog->nall] = std_callee(ctx, f);
+      prog->kernels[prog->nall] = (TpkKernel){.prog = prog, .f = f};
+      st = kernel_describe(&prog->kernels[prog->nall++]);
+    }
+  }
+  if (st == TPK_OK) st = tpk_driver_new(driver, find_callee, callees, &prog->driver);
+  /* The clusters and called kernels compile now, once for every shape; a
+   * kernel with tunables compiles for the ones its launches pick. */
+  pthread_mutex_lock(&prog->lock);
+  for (int i = 1; st == TPK_OK && i < prog->nall; i++) {
+    Generic *g;
+    if (!callees->std[i] && prog->kernels[i].f->ntunes == 0) st = find_generic(&prog->kernels[i], NULL, &g);
+  }
+  pthread_mutex_unlock(&prog->lock);
+  free(callees);
+  if (st != TPK_OK) {
+    program_free(prog);
+    return st;
+  }
+  pthread_mutex_lock(&ctx->lock);
+  prog->next = ctx->programs;
+  ctx->programs = prog;
+  pthread_mutex_unlock(&ctx->lock);
+  *out = prog;
+  return TPK_OK;
 }
