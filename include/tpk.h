@@ -502,8 +502,21 @@ void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
 
 /* ---- The compilation cache ----------------------------------------------------
  *
+ * One cache serves .tpk kernels, compiled graphs and the eager streams. In
+ * memory, each context keeps its compiled units — a kernel's code for
+ * every shape, a kernel's specialisation for a device, sizes and
+ * tunables, a compiled graph, an eager window's or op's compiled graph —
+ * keyed by the structural hash of their IR (tpk_func_hash, 128 bits: names
+ * aside), the sizes or their symbolic form, dtypes, tunables and device;
+ * at most TPK_CACHE_UNITS of them (default 1024), the least recently used
+ * going first (a unit in use stays until its user is done). So two loads
+ * of one kernel, or two graphs or windows of one structure, compile once.
+ * A compiled graph's program holds its clusters' code, and a program the
+ * specialisations whose trace a launch handed out.
+ *
  * Kernels the system cc compiles (TPK_TIER=auto once hot, or TPK_TIER=cc)
- * are kept on disk, and later processes load them instead of compiling:
+ * are kept on disk, keyed by their generated C and the compiler's identity,
+ * and later processes load them instead of compiling:
  *   TPK_CACHE_DIR=DIR        the folder ($XDG_CACHE_HOME/tpk, else ~/.cache/tpk;
  *                            "" turns the cache off)
  *   TPK_CACHE_KEY_FILE=FILE  the key that authenticates entries (default: your
@@ -541,9 +554,15 @@ typedef struct TpkCacheStats {
   int misses;            /* ... compiled because the cache had no entry that loads */
   int rejected;          /* ... entries found that did not authenticate */
   /* This context's lookups of compiled units in its in-memory cache, per
-   * kind: .tpk kernels' specialisations, eager windows (and single ops), and
-   * compiled graphs. A miss builds (and maybe compiles) the unit. */
+   * kind: kernels' specialisations (one per launch of a kernel: a .tpk
+   * kernel, a standard one, or a cluster a compiled graph runs), eager
+   * windows (and single ops), and compiled graphs (tpk_graph_compile). A
+   * miss builds (and maybe compiles) the unit. */
   int64_t unit_hits[3], unit_misses[3]; /* indexed by TpkUnitKind */
+  int64_t units;                        /* units the context holds now (TPK_CACHE_UNITS at most) */
+  /* The same lookups of every context that used the folder, added as each
+   * ended, since the folder was last cleared (a tally, not authenticated). */
+  int64_t folder_unit_hits[3], folder_unit_misses[3];
 } TpkCacheStats;
 typedef enum TpkUnitKind { TPK_UNIT_KERNEL, TPK_UNIT_EAGER, TPK_UNIT_GRAPH } TpkUnitKind;
 

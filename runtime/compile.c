@@ -47,9 +47,7 @@ static void dump(TpkContext *ctx, const char *when, const TpkModule *m) {
   tpk_str_free(&s);
 }
 
-TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, TpkProgram **out) {
-  *out = NULL;
-  if (tpk_context_closed(ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "graph '%s': its context was destroyed", f->name);
+static TpkStatus compile(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, TpkProgram **out) {
   TpkModule *m;
   TpkFunc *g = NULL;
   TpkError err = {0};
@@ -65,9 +63,37 @@ TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy poli
   return tpk_program_from_driver(ctx, m, g, out);
 }
 
+static void program_unit_free(void *payload) { tpk_program_release(payload); }
+
+TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, int kind, TpkProgram **out) {
+  *out = NULL;
+  TpkFuncHash h = tpk_func_hash(f);
+  if (!h.lo && !h.hi) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  /* The name is in the key: it names the program's kernel. */
+  uint64_t key[] = {TPK_UNIT_KEY_GRAPH, h.lo, h.hi, tpk_hash_bytes(f->name, strlen(f->name)), (uint64_t)policy};
+  if (!tpk_context_enter(ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "graph '%s': its context was destroyed", f->name);
+  TpkUnits *units = tpk_context_units(ctx);
+  TpkUnit *unit;
+  bool claimed;
+  TpkStatus st = tpk_units_get(units, kind, key, (int)(sizeof key / sizeof *key), &unit, &claimed);
+  if (st == TPK_OK && claimed) {
+    TpkProgram *p;
+    st = compile(ctx, f, policy, &p);
+    if (st == TPK_OK) tpk_unit_ready(units, unit, p, program_unit_free);
+    else tpk_unit_abandon(units, unit);
+  }
+  if (st == TPK_OK) {
+    *out = tpk_unit_payload(unit);
+    tpk_program_retain(*out);
+    tpk_unit_release(unit);
+  }
+  tpk_context_leave(ctx);
+  return st;
+}
+
 TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out) {
   if (!out) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_graph_compile: no place for the program");
   *out = NULL;
   if (!g) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_graph_compile: no graph");
-  return tpk_compile_func(tpk_graph_context(g), tpk_gb_func(tpk_graph_builder(g)), TPK_FUSE_ALL, out);
+  return tpk_compile_func(tpk_graph_context(g), tpk_gb_func(tpk_graph_builder(g)), TPK_FUSE_ALL, TPK_UNIT_GRAPH, out);
 }

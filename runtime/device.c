@@ -168,6 +168,13 @@ static const TpkChip *sim_chip(const TpkDevice *dev) { return dev->state; }
 
 static TpkTarget sim_target(const TpkDevice *dev) { return tpk_sim_target(sim_chip(dev), dev->name); }
 
+static void sim_unprepare(TpkPrepared *p) {
+  if (!p) return;
+  tpk_timeline_destroy(p->trace.timeline);
+  free((char *)p->trace.kernel);
+  free(p);
+}
+
 static TpkStatus sim_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared **out, TpkError *err) {
   *out = NULL;
   TpkPrepared *p = calloc(1, sizeof *p);
@@ -179,16 +186,16 @@ static TpkStatus sim_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared
     return st;
   }
   p->trace.chip = sim_chip(dev);
-  p->trace.kernel = f->name;
+  /* its own copy: the bound IR goes once the kernel is prepared */
+  p->trace.kernel = strdup(f->name);
+  if (!p->trace.kernel) {
+    sim_unprepare(p);
+    return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  }
   *out = p;
   return TPK_OK;
 }
 
-static void sim_unprepare(TpkPrepared *p) {
-  if (!p) return;
-  tpk_timeline_destroy(p->trace.timeline);
-  free(p);
-}
 
 static void sim_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r) {
   (void)dev;
