@@ -425,7 +425,10 @@ void tpk_graph_destroy(TpkGraph *g);
 /* A new input of the given dtype and shape (dims[d]: "128", "S", "B*S");
  * its value id in *value. */
 TpkStatus tpk_graph_input(TpkGraph *g, TpkDType dtype, int rank, const char *const *dims, int *value);
-/* An ATen op: its results' value ids in values[0..max), their number in *n. */
+/* An ATen op: its results' value ids in values[0..max), their number in *n
+ * (-1 for a result ATen leaves undefined, such as native_layer_norm_backward's
+ * gradients its output_mask turns off). A graph is built by one thread at a
+ * time. */
 TpkStatus tpk_graph_op(TpkGraph *g, const char *op, const TpkArg *args, int nargs, int *values, int max, int *n);
 /* A call of kernel k (of any program of g's context, or the standard
  * library): args are its `in` and `inout` tensors as values and its scalars
