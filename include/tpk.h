@@ -414,12 +414,32 @@ typedef struct TpkArg {
   const char *str;         /* STR */
 } TpkArg;
 
+/* Arguments in one expression each: tpk_arg_named("dim", tpk_arg_ints(1, (int64_t[]){-1})). */
+static inline TpkArg tpk_arg_value(int value) { return (TpkArg){.kind = TPK_ARG_VALUE, .value = value}; }
+static inline TpkArg tpk_arg_values(int n, const int *values) { return (TpkArg){.kind = TPK_ARG_VALUES, .n = n, .values = values}; }
+static inline TpkArg tpk_arg_buffer(TpkBuffer *b) { return (TpkArg){.kind = TPK_ARG_VALUE, .buffer = b}; }
+static inline TpkArg tpk_arg_buffers(int n, TpkBuffer *const *b) { return (TpkArg){.kind = TPK_ARG_VALUES, .n = n, .buffers = b}; }
+static inline TpkArg tpk_arg_int(int64_t i) { return (TpkArg){.kind = TPK_ARG_INT, .i = i}; }
+static inline TpkArg tpk_arg_float(double f) { return (TpkArg){.kind = TPK_ARG_FLOAT, .f = f}; }
+static inline TpkArg tpk_arg_bool(bool b) { return (TpkArg){.kind = TPK_ARG_BOOL, .i = b}; }
+static inline TpkArg tpk_arg_ints(int n, const int64_t *ints) { return (TpkArg){.kind = TPK_ARG_INTS, .n = n, .ints = ints}; }
+static inline TpkArg tpk_arg_dtype(TpkDType t) { return (TpkArg){.kind = TPK_ARG_DTYPE, .dtype = t}; }
+static inline TpkArg tpk_arg_str(const char *s) { return (TpkArg){.kind = TPK_ARG_STR, .str = s}; }
+static inline TpkArg tpk_arg_none(void) { return (TpkArg){.kind = TPK_ARG_NONE}; }
+static inline TpkArg tpk_arg_named(const char *name, TpkArg a) {
+  a.name = name;
+  return a;
+}
+
 TpkStatus tpk_graph_create(TpkContext *ctx, const char *name, TpkGraph **out);
 void tpk_graph_destroy(TpkGraph *g);
 /* A new input of the given dtype and shape (dims[d]: "128", "S", "B*S");
  * its value id in *value. */
 TpkStatus tpk_graph_input(TpkGraph *g, TpkDType dtype, int rank, const char *const *dims, int *value);
-/* An ATen op: its results' value ids in values[0..max), their number in *n. */
+/* An ATen op: its results' value ids in values[0..max), their number in *n
+ * (-1 for a result ATen leaves undefined, such as native_layer_norm_backward's
+ * gradients its output_mask turns off). A graph is built by one thread at a
+ * time. */
 TpkStatus tpk_graph_op(TpkGraph *g, const char *op, const TpkArg *args, int nargs, int *values, int max, int *n);
 /* A call of kernel k (of any program of g's context, or the standard
  * library): args are its `in` and `inout` tensors as values and its scalars

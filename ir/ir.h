@@ -102,6 +102,10 @@ const TpkDim *tpk_dim_sym(TpkModule *m, const char *name);
  * or when a constant overflows int64. */
 const TpkDim *tpk_dim_binary(TpkModule *m, TpkDimKind op, const TpkDim *a, const TpkDim *b);
 bool tpk_dim_is_const(const TpkDim *d, int64_t *value);
+/* A dim from its text form ("128", "B*S", "(M+1)/2", "cdiv(M,8)"; ir/parse.c),
+ * interned in m; NULL with err (TPK_ERR_PARSE, "1:3: expected ...") when the
+ * text is not one dimension. */
+const TpkDim *tpk_dim_parse(TpkModule *m, const char *text, TpkError *err);
 /* Replace symbols by values where lookup returns true (binding at call time). */
 typedef bool (*TpkSymLookup)(void *ctx, const char *sym, int64_t *value);
 const TpkDim *tpk_dim_substitute(TpkModule *m, const TpkDim *d, TpkSymLookup lookup, void *ctx);

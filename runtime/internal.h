@@ -47,6 +47,12 @@ TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L);
 void tpk_program_retain(TpkProgram *p);
 void tpk_program_release(TpkProgram *p);
 
+/* runtime/graph.c: what tpk_graph_compile (compile.c) reads of a graph:
+ * its builder (ir/graph.h: tpk_gb_func is the graph's IR) and its context. */
+typedef struct TpkGraphBuilder TpkGraphBuilder;
+TpkGraphBuilder *tpk_graph_builder(TpkGraph *g);
+TpkContext *tpk_graph_context(const TpkGraph *g);
+
 /* A context's queues (queue.c), so that destroying the context waits for
  * their work. */
 typedef struct TpkQueues TpkQueues;
