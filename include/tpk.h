@@ -124,7 +124,8 @@ void tpk_context_destroy(TpkContext *ctx);
  * thread that has something to say, with text valid during the call. Today
  * that is TPK_DUMP_IR=1's dumps: each graph compiled (tpk_graph_compile, an
  * eager window or op), as IR text before fusion, then the driver and
- * clusters fusion made of it. The tpk command logs to stderr. */
+ * clusters fusion made of it. To see it, set a function that prints it
+ * (to stderr, say): the library never writes there itself. */
 typedef void (*TpkLogFn)(void *user, const char *text);
 void tpk_context_set_log(TpkContext *ctx, TpkLogFn log, void *user);
 
@@ -462,10 +463,23 @@ const char *tpk_graph_op_name(int i);
 
 /* Fuse, lower and compile g into a program with one kernel, named as g,
  * whose parameters are g's inputs then its outputs (out parameters): launch
- * it with tpk_kernel_launch or a queue, like any kernel. TPK_DUMP_IR=1
- * prints the graph's IR and its clusters. A graph of the same structure as
- * one compiled before (tpk_func_hash: names aside) gives the same program
- * from the context's compilation cache. tpk_program_destroy it. */
+ * it with tpk_kernel_launch or a queue, like any kernel; it keeps nothing
+ * of g, which may be destroyed. TPK_DUMP_IR=1 logs the graph's IR and its
+ * clusters (tpk_context_set_log). A graph of the same structure and name as
+ * one compiled before (tpk_func_hash) gives the same program from the
+ * context's compilation cache; graphs of the same structure under other
+ * names share the compiled code of their clusters. Clusters are compiled
+ * here, once, for every value of the shape symbols. tpk_program_destroy it.
+ *
+ * A launch runs the clusters and the kernels g calls in order (a standard
+ * kernel on the library's code), each result computed in place in the
+ * output buffer that returns it, intermediates in memory of the launch
+ * (counted against the device while it runs). What it reports: the tier
+ * of its compiled code ("aot" when it ran only the library's), and on a
+ * sim device the sums of its calls' simulated time, cycles, FLOPs and HBM
+ * bytes, their utilisations weighted by time, and as the trace the
+ * timeline of the call that took longest (each call is timed alone; a
+ * graph has no timeline of its own). */
 TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out);
 
 /* ---- Eager streams ---------------------------------------------------------------

@@ -137,10 +137,6 @@ enum { TPK_UNIT_KEY_GENERIC = 1, TPK_UNIT_KEY_SPEC, TPK_UNIT_KEY_GRAPH, TPK_UNIT
 bool tpk_context_enter(TpkContext *ctx);
 void tpk_context_leave(TpkContext *ctx);
 
-/* runtime/graph.c (the graph builder behind tpk_graph_*): a graph's
- * builder and its context. */
-struct TpkGraphBuilder *tpk_graph_builder(TpkGraph *g);
-TpkContext *tpk_graph_context(const TpkGraph *g);
 
 /* The context's log (tpk_context_set_log): text for people, given to the
  * caller's function if there is one. TPK_DUMP_IR=1 when the context was

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "ir/ir.h"
 #include "runtime/internal.h"
 #include "tpk.h"
@@ -190,11 +191,162 @@ static void test_sim_sums_the_calls(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* ---- through the graph API ------------------------------------------------------- */
+
+#define CHECK(call)                                      \
+  do {                                                   \
+    if ((call) != TPK_OK) fail_msg("%s", tpk_last_error()); \
+  } while (0)
+
+/* relu(x @ w + b) and its row sums, for every batch size B, named `name`. */
+static TpkGraph *linear_graph(TpkContext *ctx, const char *name) {
+  TpkGraph *g;
+  int x, w, b, y, h, s, n;
+  CHECK(tpk_graph_create(ctx, name, &g));
+  CHECK(tpk_graph_input(g, TPK_F32, 2, (const char *[]){"B", "K"}, &x));
+  CHECK(tpk_graph_input(g, TPK_F32, 2, (const char *[]){"K", "N"}, &w));
+  CHECK(tpk_graph_input(g, TPK_F32, 1, (const char *[]){"N"}, &b));
+  CHECK(tpk_graph_op(g, "addmm", (TpkArg[]){tpk_arg_value(b), tpk_arg_value(x), tpk_arg_value(w)}, 3, &y, 1, &n));
+  CHECK(tpk_graph_op(g, "relu", (TpkArg[]){tpk_arg_value(y)}, 1, &h, 1, &n));
+  CHECK(tpk_graph_op(g, "sum", (TpkArg[]){tpk_arg_value(h), tpk_arg_ints(1, (int64_t[]){1})}, 2, &s, 1, &n));
+  CHECK(tpk_graph_output(g, h));
+  CHECK(tpk_graph_output(g, s));
+  return g;
+}
+
+/* One launch of linear_graph at (B, K, N), checked against C. */
+static void run_linear_graph(TpkKernel *k, TpkDevice *dev, int64_t B, int64_t K, int64_t N, TpkLaunchResult *r) {
+  TpkBuffer *x = buffer(dev, 2, (int64_t[]){B, K}), *w = buffer(dev, 2, (int64_t[]){K, N}), *b = buffer(dev, 1, &N);
+  TpkBuffer *h = buffer(dev, 2, (int64_t[]){B, N}), *s = buffer(dev, 1, &B);
+  fill(x, 5 + (uint64_t)B), fill(w, 6), fill(b, 7);
+  TpkLaunch L = {.args = (TpkBuffer *[]){x, w, b, h, s}, .result = r};
+  CHECK(tpk_kernel_launch(k, &L));
+  const float *xv = tpk_buffer_data(x), *wv = tpk_buffer_data(w), *bv = tpk_buffer_data(b);
+  const float *hv = tpk_buffer_data(h), *sv = tpk_buffer_data(s);
+  for (int64_t i = 0; i < B; i++) {
+    double sum = 0;
+    for (int64_t j = 0; j < N; j++) {
+      double acc = bv[j];
+      for (int64_t q = 0; q < K; q++) acc += (double)xv[i * K + q] * wv[q * N + j];
+      acc = acc > 0 ? acc : 0;
+      sum += acc;
+      if (fabs(hv[i * N + j] - acc) > 1e-4) fail_msg("B=%lld: h[%lld,%lld] = %g, want %g", (long long)B, (long long)i, (long long)j, hv[i * N + j], acc);
+    }
+    if (fabs(sv[i] - sum) > 1e-3) fail_msg("B=%lld: s[%lld] = %g, want %g", (long long)B, (long long)i, sv[i], sum);
+  }
+  TpkBuffer *all[] = {x, w, b, h, s};
+  for (int i = 0; i < 5; i++) tpk_buffer_destroy(all[i]);
+}
+
+/* The kernels of a compiled graph's module that are not the library's:
+ * its clusters (what compiles). */
+static int clusters(const TpkProgram *p) {
+  const TpkModule *m = tpk_program_ir(p);
+  int n = 0;
+  for (int i = 0; i < m->nfuncs; i++) n += m->funcs[i]->is_kernel && strchr(m->funcs[i]->name, '.') != NULL;
+  return n;
+}
+
+/* A graph with a symbolic batch compiles once and runs 20 batch sizes on
+ * the host and a simulated chip; compiling a graph of the same structure
+ * and name again is a hit of the cache. */
+static void test_compiled_graph_serves_every_size(void **state) {
+  (void)state;
+  setenv("TPK_TIER", "tcc", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_TIER");
+  TpkDevice *host, *sim;
+  CHECK(tpk_device_open(ctx, "host", &host));
+  CHECK(tpk_device_open(ctx, "sim:v5e", &sim));
+  TpkGraph *g = linear_graph(ctx, "linear_relu");
+  TpkProgram *p;
+  CHECK(tpk_graph_compile(g, &p));
+  int compiles = tpk_context_compiler_runs(ctx);
+  assert_int_equal(compiles, clusters(p));
+  assert_true(compiles >= 1);
+  TpkKernel *k;
+  CHECK(tpk_program_kernel(p, "linear_relu", &k));
+  for (int i = 0; i < 20; i++) {
+    TpkLaunchResult r;
+    run_linear_graph(k, i % 5 == 4 ? sim : host, 1 + 5 * i, 3 + i % 4, 2 + i % 7, &r);
+    assert_int_equal(r.simulated, i % 5 == 4);
+    if (r.simulated) assert_true(r.sim.seconds > 0);
+  }
+  assert_int_equal(tpk_context_compiler_runs(ctx), compiles);
+  /* the same structure again: the program from the cache */
+  TpkGraph *again = linear_graph(ctx, "linear_relu");
+  TpkProgram *q;
+  CHECK(tpk_graph_compile(again, &q));
+  assert_ptr_equal(p, q);
+  TpkCacheStats s;
+  CHECK(tpk_cache_stats(ctx, &s));
+  assert_int_equal(s.unit_misses[TPK_UNIT_GRAPH], 1);
+  assert_int_equal(s.unit_hits[TPK_UNIT_GRAPH], 1);
+  /* another name is another program (its kernel is named so), on the same code */
+  TpkGraph *other = linear_graph(ctx, "other");
+  TpkProgram *o;
+  CHECK(tpk_graph_compile(other, &o));
+  assert_ptr_not_equal(o, p);
+  assert_string_equal(tpk_program_kernel_name(o, 0), "other");
+  assert_int_equal(tpk_context_compiler_runs(ctx), compiles);
+  tpk_program_destroy(q);
+  tpk_program_destroy(o);
+  tpk_graph_destroy(again);
+  tpk_graph_destroy(other);
+  /* the program outlives its graph */
+  tpk_graph_destroy(g);
+  TpkLaunchResult r;
+  run_linear_graph(k, host, 4, 3, 3, &r);
+  tpk_program_destroy(p);
+  tpk_context_destroy(ctx);
+}
+
+static void log_to(void *user, const char *text) { tpk_str_puts(user, text); }
+
+/* TPK_DUMP_IR=1: the graph before fusion and its driver and clusters go to
+ * the context's log. */
+static void test_dump_ir_goes_to_the_log(void **state) {
+  (void)state;
+  setenv("TPK_DUMP_IR", "1", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_DUMP_IR");
+  TpkStr log = {0};
+  tpk_context_set_log(ctx, log_to, &log);
+  TpkGraph *g = linear_graph(ctx, "dumped");
+  TpkProgram *p;
+  CHECK(tpk_graph_compile(g, &p));
+  assert_non_null(log.data);
+  assert_contains(log.data, "// graph, before fusion\nmodule \"dumped\"\n");
+  assert_contains(log.data, "func @dumped(");
+  assert_contains(log.data, "// graph, fused: the driver and its clusters\n");
+  assert_contains(log.data, "kernel @dumped.c0(");
+  assert_contains(log.data, "{callee=\"dumped.c0\"}");
+  tpk_str_free(&log);
+  /* no TPK_DUMP_IR: nothing is logged */
+  TpkContext *quiet;
+  assert_int_equal(tpk_context_create(&quiet), TPK_OK);
+  tpk_context_set_log(quiet, log_to, &log);
+  TpkGraph *h = linear_graph(quiet, "quiet");
+  TpkProgram *q;
+  CHECK(tpk_graph_compile(h, &q));
+  assert_null(log.data);
+  tpk_program_destroy(q);
+  tpk_graph_destroy(h);
+  tpk_context_destroy(quiet);
+  tpk_program_destroy(p);
+  tpk_graph_destroy(g);
+  tpk_context_destroy(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graph_is_one_kernel),
       cmocka_unit_test(test_sizes_compile_once),
       cmocka_unit_test(test_sim_sums_the_calls),
+      cmocka_unit_test(test_compiled_graph_serves_every_size),
+      cmocka_unit_test(test_dump_ir_goes_to_the_log),
   };
   return test_run_tests(tests);
 }
