@@ -236,6 +236,8 @@ TpkStatus tpk_driver_new(const TpkFunc *f, TpkKernel *(*callee)(void *ctx, const
   return TPK_OK;
 }
 
+int tpk_driver_calls(const TpkDriver *d) { return d->ncalls; }
+
 void tpk_driver_free(TpkDriver *d) {
   if (!d) return;
   free(d->memory);
