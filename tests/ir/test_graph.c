@@ -254,6 +254,47 @@ static void test_promotion(void **state) {
 
 /* ---- The vocabulary --------------------------------------------------------------- */
 
+static bool in_vocabulary(const char *name) {
+  for (int i = 0; i < tpk_gb_op_count(); i++)
+    if (strcmp(tpk_gb_op_name(i), name) == 0) return true;
+  return false;
+}
+
+/* Every packet PyTorch was measured to produce (aten_ops.txt), the issue's
+ * list, and the ops the PyTorch device will see besides. */
+static void test_vocabulary_covers_the_measured_ops(void **state) {
+  (void)state;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/python/aten_ops.txt", test_root());
+  char *text = test_read_file(path, NULL);
+  assert_non_null(text);
+  int n = 0;
+  TpkStr missing = {0};
+  for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    if (line[0] == '#') continue;
+    char *tab = strchr(line, '\t');
+    if (tab) *tab = 0;
+    n++;
+    if (!in_vocabulary(line)) tpk_str_printf(&missing, " %s", line);
+  }
+  free(text);
+  assert_true(n >= 60);
+  static const char *const ISSUE[] = {
+      "addmm", "mm", "bmm", "_softmax", "_log_softmax", "native_layer_norm", "gelu",
+      "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward", "add", "sub",
+      "mul", "div", "neg", "exp", "erf", "rsqrt", "sigmoid", "pow", "sum", "mean", "any", "eq", "ne", "le",
+      "logical_and", "logical_not", "where", "gather", "scatter", "full", "full_like", "scalar_tensor", "arange",
+      "_to_copy", "view", "permute", "expand", "unsqueeze", "squeeze", "select", "split_with_sizes", "cat", "clone",
+      "alias", "sqrt", "addcmul", "addcdiv", "lerp", "gelu_backward", "_softmax_backward_data",
+      "native_layer_norm_backward", "nll_loss_forward", "nll_loss_backward",
+      /* neighbours */
+      "relu", "tanh", "log", "max", "min", "amax", "amin", "t", "transpose", "slice", "rsub", "threshold_backward"};
+  for (size_t i = 0; i < sizeof ISSUE / sizeof *ISSUE; i++)
+    if (!in_vocabulary(ISSUE[i])) tpk_str_printf(&missing, " %s", ISSUE[i]);
+  if (missing.len) fail_msg("not in the vocabulary:%s", missing.data);
+  tpk_str_free(&missing);
+}
+
 /* Every row's schema parses: called with no arguments, each op names a
  * missing argument (a schema the binder cannot read is an internal error). */
 static void test_every_schema_binds(void **state) {
@@ -291,6 +332,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_linear_softmax),
       cmocka_unit_test(test_promotion),
+      cmocka_unit_test(test_vocabulary_covers_the_measured_ops),
       cmocka_unit_test(test_every_schema_binds),
       cmocka_unit_test(test_unknown_ops),
   };
