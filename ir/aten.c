@@ -866,6 +866,12 @@ static TpkValue *add_scaled(Call *c, TpkOpcode opc, Opnd self, Opnd other, Opnd 
     return INVALID(c, "for integral input tensors, argument 'alpha' must not be a floating point number");
   if (out == TPK_BOOL && !(alpha.num == 'b' || alpha.num == 'i' || (alpha.v && dt_of(alpha.v) == TPK_BOOL)))
     return INVALID(c, "for bool tensors, argument 'alpha' must be a bool");
+  if (is_num(&other) && !other.dim && is_num(&alpha) && !alpha.dim) { /* two numbers: one constant */
+    bool f = other.num == 'f' || alpha.num == 'f';
+    other = f ? (Opnd){.num = 'f', .f = other.f * alpha.f, .wrapped = true, .name = other.name}
+              : (Opnd){.num = 'i', .i = other.i * alpha.i, .f = (double)(other.i * alpha.i), .wrapped = true, .name = other.name};
+    alpha = int_opnd(1);
+  }
   if (num_is(&alpha, 1)) return arith(c, opc, self, other, out);
   TpkDType cd = opmath(out);
   TpkValue *v[3] = {0};
@@ -2330,8 +2336,14 @@ static void ex_amin(Call *c) { amax_amin(c, TPK_REDUCE_MIN); }
  * the extreme (max and min propagate it); i32. */
 static TpkValue *arg_extreme(Call *c, TpkValue *x, int axis, TpkReduceKind kind, bool keepdim, TpkValue **values) {
   TpkValue *m = reduce1(c, x, kind, axis, true);
-  if (values) *values = keepdim ? m : reduce1(c, x, kind, axis, false);
   if (!m) return NULL;
+  if (values) { /* m without the kept dim */
+    const TpkDim *dims[TPK_MAX_RANK];
+    int k = 0;
+    for (int i = 0; i < rank_of(x); i++)
+      if (i != axis) dims[k++] = x->type->dims[i];
+    *values = keepdim ? m : reshape(c, m, k, dims);
+  }
   TpkValue *hit = op2(c, TPK_OP_EQ, x, bcast_like(c, m, x));
   if (is_float(dt_of(x))) hit = op2(c, TPK_OP_OR, hit, op2(c, TPK_OP_NE, x, x));
   TpkValue *io = iota(c, TPK_I32, rank_of(x), x->type->dims, axis);
