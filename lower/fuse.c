@@ -519,12 +519,7 @@ static TpkOp *build(Kernel *K, TpkOpcode opc, int nin, TpkValue *const *in, cons
 }
 
 static bool copy_attrs(Kernel *K, TpkOp *to, const TpkOp *from) {
-  if (!from->nattr) return true;
-  to->attrs = tpk_arena_alloc(&K->dst->arena, (size_t)from->nattr * sizeof *to->attrs);
-  if (!to->attrs) return oom(K->F);
-  memcpy(to->attrs, from->attrs, (size_t)from->nattr * sizeof *to->attrs);
-  to->nattr = from->nattr;
-  return true;
+  return tpk_op_copy_attrs(K->dst, to, from) || oom(K->F);
 }
 
 static TpkIndexPattern whole(int rank) {
@@ -785,6 +780,24 @@ static bool cluster_all(Fuser *F) {
       if (a == b || path_between(F, a, b) || path_between(F, b, a)) continue;
       Class ca = class_of(F, a, a), cb = class_of(F, b, b), both = class_of(F, a, b);
       if (both == CLASS_TILED || (ca != CLASS_TILED && cb != CLASS_TILED)) merge(F, a, b, both);
+    }
+  }
+  /* siblings: clusters reading one array join when they tile together (one
+   * pass over it instead of several) */
+  for (int i = 0; i < F->nnodes && F->status == TPK_OK; i++) {
+    if (!mergeable(F, i)) continue;
+    const Values *roots = &F->nodes[i].roots;
+    for (int j = 0; j < roots->n && F->status == TPK_OK; j++) {
+      if (roots->v[j]->type->rank == 0) continue;
+      for (int k = 0; k < i && F->status == TPK_OK; k++) {
+        if (!mergeable(F, k)) continue;
+        bool reads = false;
+        for (int r = 0; r < F->nodes[k].roots.n && !reads; r++) reads = F->nodes[k].roots.v[r] == roots->v[j];
+        int a = find(F, k), b = find(F, i);
+        if (!reads || a == b || path_between(F, a, b) || path_between(F, b, a)) continue;
+        if (class_of(F, a, a) == CLASS_TILED && class_of(F, b, b) == CLASS_TILED && class_of(F, a, b) == CLASS_TILED)
+          merge(F, a, b, CLASS_TILED);
+      }
     }
   }
   return F->status == TPK_OK;
