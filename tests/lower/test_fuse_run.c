@@ -12,9 +12,12 @@
  * views, return) with every kernel run by
  *   - the reference interpreter on the lowered (tiled) kernels, and
  *   - the host backend: emitted C compiled by the JIT (tcc) once per kernel.
- * Outputs are compared with the reference's within the usual tolerance
- * (sums run in other orders), and the JIT's compile count is checked: one
- * per kernel, whatever the sizes.
+ * and the host again with the grid shared among three parts, as the
+ * runtime's threads share it. Outputs are compared with the reference's
+ * within the usual tolerance (sums run in other orders), and the JIT's
+ * compile count is checked: one per kernel, whatever the sizes. Every
+ * cluster, of both policies, is also timed on a simulated v5e (bound to a
+ * size, lowered for the chip, as a launch on sim:v5e does).
  */
 #include "support.h"
 
@@ -27,6 +30,7 @@
 #include "host/jit.h"
 #include "interp/interp.h"
 #include "lower/lower.h"
+#include "sim/sim.h"
 
 /* ---- the graphs ------------------------------------------------------------------ */
 
@@ -274,7 +278,10 @@ static void fill(Tensor *x, uint64_t *state, int64_t int_range) {
 
 /* ---- compiled kernels ------------------------------------------------------------- */
 
-typedef enum Backend { REFERENCE, INTERP_LOWERED, HOST } Backend;
+typedef enum Backend { REFERENCE, INTERP_LOWERED, HOST, HOST_PARTS } Backend;
+enum { NBACKENDS = 4 };
+static const char *const BACKEND_NAMES[NBACKENDS] = {"reference", "interpreter on the lowered clusters", "host",
+                                                     "host, the grid in 3 parts"};
 
 typedef struct Compiled {
   const char *name;
@@ -355,13 +362,21 @@ static void run_kernel(Fixture *fx, Backend be, const TpkFunc *k, void *const *a
     if (tpk_interp_run(c->k, args, syms, &err) != TPK_OK) fail_msg("interpreter, lowered %s: %s", k->name, err.message);
     return;
   }
+  /* as the runtime shares a grid among threads: each part its own
+   * workspace and table, here one after another */
+  int parts = be == HOST_PARTS ? 3 : 1;
   int64_t ws = workspace(c, &s);
-  void *w = malloc((size_t)(ws > 0 ? ws : 1));
-  assert_non_null(w);
-  char msg[TPK_KERNEL_ERR_LEN] = "";
-  int rc = tpk_code_entry(c->code)(tpk_prims(), args, syms, w, msg);
-  free(w);
-  if (rc) fail_msg("host, %s: %s", k->name, msg);
+  for (int part = 0; part < parts; part++) {
+    TpkPrims p = *tpk_prims();
+    p.part = part;
+    p.parts = parts;
+    void *w = malloc((size_t)(ws > 0 ? ws : 1));
+    assert_non_null(w);
+    char msg[TPK_KERNEL_ERR_LEN] = "";
+    int rc = tpk_code_entry(c->code)(&p, args, syms, w, msg);
+    free(w);
+    if (rc) fail_msg("host, %s: %s", k->name, msg);
+  }
 }
 
 /* Execute the driver func g (calls in order, reshape views, return) on
@@ -462,29 +477,44 @@ static void check_graph(void **state, const Graph *gr) {
     const char *names[16];
     int n = tpk_func_symbols(ref, names, 16);
     for (int i = 0; i < n; i++) bind(&syms, names[i], gr->sizes[si]);
-    Tensor *inputs[16], *made[3][256], *out[3][16];
-    int nmade[3] = {0, 0, 0};
+    Tensor *inputs[16], *made[NBACKENDS][256], *out[NBACKENDS][16];
+    int nmade[NBACKENDS] = {0};
     uint64_t seed = 12345 + (uint64_t)si;
     assert_true(ref->nparams <= 16 && ref->nresults <= 16);
     for (int i = 0; i < ref->nparams; i++) {
       inputs[i] = tensor_new(ref->params[i].value->type, &syms);
       fill(inputs[i], &seed, gr->int_range);
     }
-    run_driver(fx, REFERENCE, ref, inputs, &syms, out[0], made[0], &nmade[0]);
-    run_driver(fx, INTERP_LOWERED, fused, inputs, &syms, out[1], made[1], &nmade[1]);
-    run_driver(fx, HOST, fused, inputs, &syms, out[2], made[2], &nmade[2]);
+    for (int be = 0; be < NBACKENDS; be++)
+      run_driver(fx, (Backend)be, be == REFERENCE ? ref : fused, inputs, &syms, out[be], made[be], &nmade[be]);
     for (int r = 0; r < ref->nresults; r++)
-      for (int be = 1; be < 3; be++) {
+      for (int be = 1; be < NBACKENDS; be++) {
         char why[256];
         assert_int_equal(out[be][r]->n, out[0][r]->n);
         if (!test_outputs_close(out[0][r]->dt, out[be][r]->data, out[0][r]->data, out[0][r]->n, why, sizeof why))
-          fail_msg("%s at size %lld, result %d, %s: %s", gr->name, (long long)gr->sizes[si], r,
-                   be == 1 ? "interpreter on the lowered clusters" : "host", why);
+          fail_msg("%s at size %lld, result %d, %s: %s", gr->name, (long long)gr->sizes[si], r, BACKEND_NAMES[be], why);
       }
     for (int i = 0; i < ref->nparams; i++) tensor_free(inputs[i]);
-    for (int b = 0; b < 3; b++)
+    for (int b = 0; b < NBACKENDS; b++)
       for (int i = 0; i < nmade[b]; i++) tensor_free(made[b][i]);
   }
+  /* the simulator takes every cluster, bound to a size and lowered for its chip */
+  const TpkChip *v5e = tpk_sim_chip_find("v5e");
+  assert_non_null(v5e);
+  TpkModule *mods[2] = {fx->reference, fx->fused};
+  for (int mi = 0; mi < 2; mi++)
+    for (int i = 0; i < mods[mi]->nfuncs; i++) {
+      const TpkFunc *k = mods[mi]->funcs[i];
+      if (!k->is_kernel || strncmp(k->name, gr->name, strlen(gr->name)) != 0) continue; /* a cluster "<g>.c<k>" */
+      const char *names[16];
+      int n = tpk_func_symbols(k, names, 16);
+      TpkBinding binds[16];
+      for (int j = 0; j < n; j++) binds[j] = (TpkBinding){names[j], gr->sizes[1]};
+      TpkSimReport rep;
+      TpkError err = {0};
+      if (tpk_sim_time_kernel(k, binds, n, v5e, &rep, &err) != TPK_OK) fail_msg("sim:v5e, %s: %s", k->name, err.message);
+      assert_true(rep.seconds > 0 && rep.hbm_bytes > 0);
+    }
   assert_int_equal(fx->jit_compiles, kernels); /* once each, for every size */
   TpkJitStats st = tpk_jit_stats(fx->jit);
   assert_int_equal(st.tcc_compiles, kernels);
