@@ -878,6 +878,14 @@ static bool build_driver(Fuser *F) {
   Driver D = {.F = F, .bld = {.m = F->m, .block = F->f->body}};
   int kname = 0;
   bool ok = true;
+  /* every cluster planned before anything is built: what can fail but memory
+   * fails with the graph as it was */
+  for (int c = 0; c < nroots && ok; c++) {
+    if (role_of(F, F->nodes[roots[c]].op) == ROLE_CALL) continue;
+    Kernel K = {.F = F, .dst = F->m, .a = roots[c], .b = roots[c]};
+    ok = plan_kernel(&K);
+    kernel_free(&K);
+  }
   for (int placed = 0; placed < nroots && ok; placed++) {
     /* the ready cluster that comes first: every producer of its members placed */
     int pick = -1;

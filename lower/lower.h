@@ -107,9 +107,10 @@ void tpk_plan_print(TpkStr *out, const TpkPlan *plan, const TpkFunc *f);
  *   TPK_FUSE_NONE  one cluster per op that computes (views still fold into
  *                  their reader): what the debug and strict modes run.
  * The result verifies; fusing a driver again changes nothing (README.md,
- * "Graph fusion", has the rules). Errors: TPK_ERR_INVALID for a kernel or
- * a func with ops a graph does not have (f unchanged); out of memory
- * (TPK_ERR_NOMEM) leaves f's module unusable. */
+ * "Graph fusion", has the rules). Errors, with f unchanged:
+ * TPK_ERR_INVALID for a kernel or a func with ops a graph does not have,
+ * TPK_ERR_UNSUPPORTED for a shape symbol no input of f carries; out of
+ * memory (TPK_ERR_NOMEM) leaves f's module unusable. */
 typedef enum TpkFusePolicy { TPK_FUSE_ALL, TPK_FUSE_NONE } TpkFusePolicy;
 TpkStatus tpk_fuse(TpkFunc *f, TpkFusePolicy policy, TpkError *err);
 

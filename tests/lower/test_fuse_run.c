@@ -204,6 +204,30 @@ static const Graph GRAPHS[] = {
      "  return %o\n"
      "}\n",
      {1, 5, 19}, 0},
+    /* reductions over every axis of one input, and pairs of them */
+    {"axes",
+     "func @axes(%x: f32[B,S,4]) -> (f32[S,4], f32[B,4], f32[B,S], f32[S], f32) {\n"
+     "  %a = reduce %x {kind=\"sum\", axes=[0], keepdims=false} : f32[S,4]\n"
+     "  %b = reduce %x {kind=\"max\", axes=[1], keepdims=false} : f32[B,4]\n"
+     "  %c = reduce %x {kind=\"mean\", axes=[2], keepdims=false} : f32[B,S]\n"
+     "  %d = reduce %x {kind=\"min\", axes=[0, 2], keepdims=false} : f32[S]\n"
+     "  %e = reduce %x {kind=\"sum\", axes=[0, 1, 2], keepdims=false} : f32\n"
+     "  return %a, %b, %c, %d, %e\n"
+     "}\n",
+     {1, 7, 40}, 0},
+    /* mixed precision: bf16 operands, an f32 product, a bf16 result */
+    {"mixed",
+     "func @mixed(%x: bf16[M,16], %w: bf16[16,8], %b: f32[8]) -> (bf16[M,8]) {\n"
+     "  %p = dot %x, %w {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[M,8]\n"
+     "  %bb = broadcast %b : f32[M,8]\n"
+     "  %s = add %p, %bb : f32[M,8]\n"
+     "  %zero = const {value=0.0} : f32\n"
+     "  %zb = broadcast %zero : f32[M,8]\n"
+     "  %r = max %s, %zb : f32[M,8]\n"
+     "  %y = convert %r : bf16[M,8]\n"
+     "  return %y\n"
+     "}\n",
+     {2, 17, 90}, 0},
 };
 
 /* ---- tensors and symbols ----------------------------------------------------------- */
@@ -270,7 +294,9 @@ static uint64_t next_random(uint64_t *state) {
 static void fill(Tensor *x, uint64_t *state, int64_t int_range) {
   for (int64_t i = 0; i < x->n; i++) {
     uint64_t r = next_random(state);
-    if (x->dt == TPK_F32) ((float *)x->data)[i] = (float)((double)(r % 20001) / 10000.0 - 1.0);
+    float f = (float)((double)(r % 20001) / 10000.0 - 1.0);
+    if (x->dt == TPK_F32) ((float *)x->data)[i] = f;
+    else if (x->dt == TPK_BF16) tpk_prims()->convert(TPK_PRIM_F32, TPK_PRIM_BF16, &f, (uint16_t *)x->data + i, 1);
     else if (x->dt == TPK_I32) ((int32_t *)x->data)[i] = (int32_t)(r % (uint64_t)(int_range > 0 ? int_range : 7));
     else fail_msg("no random fill for %s", tpk_dtype_name(x->dt));
   }
@@ -531,6 +557,8 @@ GRAPH_TEST(5)
 GRAPH_TEST(6)
 GRAPH_TEST(7)
 GRAPH_TEST(8)
+GRAPH_TEST(9)
+GRAPH_TEST(10)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -538,8 +566,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_2, setup, teardown), cmocka_unit_test_setup_teardown(test_3, setup, teardown),
       cmocka_unit_test_setup_teardown(test_4, setup, teardown), cmocka_unit_test_setup_teardown(test_5, setup, teardown),
       cmocka_unit_test_setup_teardown(test_6, setup, teardown), cmocka_unit_test_setup_teardown(test_7, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_8, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_8, setup, teardown), cmocka_unit_test_setup_teardown(test_9, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_10, setup, teardown),
   };
-  _Static_assert(sizeof GRAPHS / sizeof *GRAPHS == 9, "one test per graph");
+  _Static_assert(sizeof GRAPHS / sizeof *GRAPHS == 11, "one test per graph");
   return test_run_tests(tests);
 }
