@@ -62,7 +62,7 @@ typedef enum Kind {
   K_ANY      /* Layout, Device, MemoryFormat: accepted and ignored */
 } Kind;
 
-enum { MAX_PARAMS = 12, MAX_OUTS = 8, MAX_LIST = 64 };
+enum { MAX_PARAMS = 12, MAX_OUTS = 64, MAX_LIST = 64 };
 
 typedef struct Param {
   char name[32];
@@ -152,6 +152,10 @@ static bool is_float(TpkDType d) { return tpk_dtype_is_float(d); }
 static bool is_f8(TpkDType d) { return d == TPK_F8E4M3 || d == TPK_F8E5M2; }
 /* The dtype ATen computes a float op in: f32 for the reduced floats. */
 static TpkDType opmath(TpkDType d) { return is_float(d) ? TPK_F32 : d; }
+
+static bool has_shape(const TpkValue *v, int rank, const TpkDim *const *dims) {
+  return rank_of(v) == rank && memcmp(v->type->dims, dims, (size_t)rank * sizeof *dims) == 0;
+}
 
 static bool dim_is(const TpkDim *d, int64_t v) {
   int64_t x;
@@ -862,6 +866,12 @@ static TpkValue *add_scaled(Call *c, TpkOpcode opc, Opnd self, Opnd other, Opnd 
     return INVALID(c, "for integral input tensors, argument 'alpha' must not be a floating point number");
   if (out == TPK_BOOL && !(alpha.num == 'b' || alpha.num == 'i' || (alpha.v && dt_of(alpha.v) == TPK_BOOL)))
     return INVALID(c, "for bool tensors, argument 'alpha' must be a bool");
+  if (is_num(&other) && !other.dim && is_num(&alpha) && !alpha.dim) { /* two numbers: one constant */
+    bool f = other.num == 'f' || alpha.num == 'f';
+    other = f ? (Opnd){.num = 'f', .f = other.f * alpha.f, .wrapped = true, .name = other.name}
+              : (Opnd){.num = 'i', .i = other.i * alpha.i, .f = (double)(other.i * alpha.i), .wrapped = true, .name = other.name};
+    alpha = int_opnd(1);
+  }
   if (num_is(&alpha, 1)) return arith(c, opc, self, other, out);
   TpkDType cd = opmath(out);
   TpkValue *v[3] = {0};
@@ -1386,11 +1396,10 @@ static void ex_stack(Call *c) {
   if (c->failed) return;
   if (n == 0) return (void)INVALID(c, "tensors must not be empty");
   int64_t dim = i_arg(c, "dim");
-  for (int i = 0; i < n; i++) {
-    if (xs[i]->type != xs[0]->type && (rank_of(xs[i]) != rank_of(xs[0]) || memcmp(xs[i]->type->dims, xs[0]->type->dims, (size_t)rank_of(xs[0]) * sizeof(void *))))
+  for (int i = 1; i < n; i++)
+    if (!has_shape(xs[i], rank_of(xs[0]), xs[0]->type->dims))
       return (void)INVALID(c, "tensors %s and %s must have one shape", ty(c, xs[0]), ty(c, xs[i]));
-    xs[i] = unsqueeze(c, xs[i], dim);
-  }
+  for (int i = 0; i < n; i++) xs[i] = unsqueeze(c, xs[i], dim);
   put(c, cat_values(c, xs, n, dim));
 }
 
@@ -1409,10 +1418,6 @@ static int norm_axes(Call *c, const TpkValue *x, int64_t *axes) {
       return INVALID(c, "input %s does not end in normalized_shape %s", ty(c, x), shape_text(c, k, shape)), 0;
   }
   return k;
-}
-
-static bool has_shape(const TpkValue *v, int rank, const TpkDim *const *dims) {
-  return rank_of(v) == rank && memcmp(v->type->dims, dims, (size_t)rank * sizeof *dims) == 0;
 }
 
 /* native_layer_norm: (out, mean, rstd); mean and rstd keep the normalized
@@ -1543,6 +1548,1152 @@ static void ex_gelu_backward(Call *c) {
   put(c, cvt(c, op2(c, TPK_OP_MUL, dy, d), out));
 }
 
+/* ---- More pointwise ops ---------------------------------------------------------------------------- */
+
+static void ex_maximum(Call *c) { put(c, arith(c, TPK_OP_MAX, opnd_arg(c, "self"), opnd_arg(c, "other"), TPK_DTYPE_COUNT)); }
+static void ex_minimum(Call *c) { put(c, arith(c, TPK_OP_MIN, opnd_arg(c, "self"), opnd_arg(c, "other"), TPK_DTYPE_COUNT)); }
+
+/* pow: exponents ATen's kernel special-cases are computed as it does
+ * (x*x for 2, sqrt for 0.5, ...); integer powers by squaring. */
+static TpkValue *int_power(Call *c, TpkValue *x, int64_t e) {
+  TpkValue *r = splat(c, x, 1);
+  for (TpkValue *p = x; e > 0 && !c->failed; e >>= 1) {
+    if (e & 1) r = op2(c, TPK_OP_MUL, r, p);
+    if (e > 1) p = op2(c, TPK_OP_MUL, p, p);
+  }
+  return r;
+}
+
+static void ex_pow(Call *c) {
+  Opnd base = opnd_arg(c, "self"), e = opnd_arg(c, "exponent");
+  Opnd o[2] = {base, e};
+  TpkDType out = result_dtype(c, 2, o);
+  if (c->failed) return;
+  if (!is_float(out)) {
+    if (e.v || e.dim) return (void)UNSUPPORTED(c, "integer powers with a tensor exponent (%s) are not supported", e.v ? ty(c, e.v) : "a symbolic size");
+    if (e.i < 0) return (void)INVALID(c, "integers to negative integer powers are not allowed (as in PyTorch)");
+    TpkValue *v[2] = {0};
+    operands(c, 1, o, out, v);
+    return put(c, int_power(c, v[0], e.i));
+  }
+  TpkDType cd = has_number(2, o) ? opmath(out) : out;
+  TpkValue *v[2] = {0};
+  if (is_num(&e) && !e.dim) {
+    operands(c, 1, o, cd, v);
+    TpkValue *x = v[0], *r = NULL;
+    if (e.f == 0) r = splat(c, x, 1);
+    else if (e.f == 1) r = x;
+    else if (e.f == 2) r = op2(c, TPK_OP_MUL, x, x);
+    else if (e.f == 3) r = op2(c, TPK_OP_MUL, op2(c, TPK_OP_MUL, x, x), x);
+    else if (e.f == 0.5) r = op1(c, TPK_OP_SQRT, x);
+    else if (e.f == -0.5) r = op1(c, TPK_OP_RSQRT, x);
+    else if (e.f == -1) r = op2(c, TPK_OP_DIV, splat(c, x, 1), x);
+    else if (e.f == -2) r = op2(c, TPK_OP_DIV, splat(c, x, 1), op2(c, TPK_OP_MUL, x, x));
+    else r = op2(c, TPK_OP_POW, x, splat(c, x, e.f));
+    return put(c, cvt(c, r, out));
+  }
+  operands(c, 2, o, cd, v);
+  put(c, cvt(c, op2(c, TPK_OP_POW, v[0], v[1]), out));
+}
+
+/* remainder: Python's modulo (the sign of the divisor); fmod: C's. */
+static void mod_like(Call *c, bool python) {
+  Opnd o[2] = {opnd_arg(c, "self"), opnd_arg(c, "other")};
+  TpkDType out = result_dtype(c, 2, o);
+  if (out == TPK_BOOL) return (void)INVALID(c, "is not supported for bool tensors (as in PyTorch)");
+  TpkDType cd = has_number(2, o) ? opmath(out) : out;
+  TpkValue *v[2] = {0};
+  operands(c, 2, o, cd, v);
+  TpkValue *r = op2(c, TPK_OP_REM, v[0], v[1]);
+  if (python) { /* add the divisor where the remainder is nonzero and its sign differs */
+    TpkValue *zero = splat(c, r, 0);
+    TpkValue *fix = op2(c, TPK_OP_AND, op2(c, TPK_OP_NE, r, zero), op2(c, TPK_OP_NE, op2(c, TPK_OP_LT, r, zero), op2(c, TPK_OP_LT, v[1], zero)));
+    r = sel(c, fix, op2(c, TPK_OP_ADD, r, v[1]), r);
+  }
+  put(c, cvt(c, r, out));
+}
+
+static void ex_remainder(Call *c) { mod_like(c, true); }
+static void ex_fmod(Call *c) { mod_like(c, false); }
+
+/* bitwise and, or (integers and bools), not. */
+static void bitwise(Call *c, TpkOpcode opc) {
+  Opnd o[2] = {opnd_arg(c, "self"), opnd_arg(c, "other")};
+  TpkDType dt = result_dtype(c, 2, o);
+  if (is_float(dt)) return (void)INVALID(c, "needs integer or bool operands, got %s", dt_name(dt));
+  TpkValue *v[2] = {0};
+  operands(c, 2, o, dt, v);
+  put(c, op2(c, opc, v[0], v[1]));
+}
+
+static void ex_bitwise_and(Call *c) { bitwise(c, TPK_OP_AND); }
+static void ex_bitwise_or(Call *c) { bitwise(c, TPK_OP_OR); }
+
+static void ex_bitwise_not(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (is_float(dt_of(x))) return (void)INVALID(c, "needs an integer or bool tensor, got %s", ty(c, x));
+  put(c, op1(c, TPK_OP_NOT, x));
+}
+
+/* clamp (Scalar or Tensor bounds, promoted), clamp_min, clamp_max:
+ * min(max(x, lo), hi), NaN kept. */
+static void clamp_between(Call *c, Opnd x, Opnd lo, Opnd hi, bool has_lo, bool has_hi, TpkDType out) {
+  if (!has_lo && !has_hi) return (void)INVALID(c, "at least one of 'min' and 'max' must be given");
+  Opnd o[3] = {x, has_lo ? lo : x, has_hi ? hi : x};
+  if (out == TPK_DTYPE_COUNT) out = result_dtype(c, 3, o);
+  TpkValue *v[3] = {0};
+  operands(c, 3, o, out, v);
+  TpkValue *r = v[0];
+  if (has_lo) r = op2(c, TPK_OP_MAX, r, v[1]);
+  if (has_hi) r = op2(c, TPK_OP_MIN, r, v[2]);
+  put(c, r);
+}
+
+static void ex_clamp(Call *c) {
+  clamp_between(c, opnd_arg(c, "self"), opnd_arg(c, "min"), opnd_arg(c, "max"), !is_none(c, "min"), !is_none(c, "max"),
+                TPK_DTYPE_COUNT);
+}
+
+static void ex_clamp_min(Call *c) { clamp_between(c, opnd_arg(c, "self"), opnd_arg(c, "min"), opnd_arg(c, "min"), true, false, TPK_DTYPE_COUNT); }
+static void ex_clamp_max(Call *c) { clamp_between(c, opnd_arg(c, "self"), opnd_arg(c, "max"), opnd_arg(c, "max"), false, true, TPK_DTYPE_COUNT); }
+
+static void ex_hardtanh(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  clamp_between(c, tensor_opnd(x, "self"), opnd_arg(c, "min_val"), opnd_arg(c, "max_val"), true, true, dt_of(x));
+}
+
+static void ex_leaky_relu(Call *c) {
+  TpkValue *x = float_input(c, "self");
+  Opnd slope = opnd_arg(c, "negative_slope");
+  if (!x) return;
+  TpkDType cd = opmath(dt_of(x));
+  TpkValue *xf = cvt(c, x, cd);
+  TpkValue *neg = op2(c, TPK_OP_MUL, xf, mat(c, &slope, cd, rank_of(x), x->type->dims));
+  put(c, cvt(c, sel(c, op2(c, TPK_OP_GT, xf, splat(c, xf, 0)), xf, neg), dt_of(x)));
+}
+
+static void ex_reciprocal(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  x = cvt(c, x, x && is_float(dt_of(x)) ? dt_of(x) : TPK_F32);
+  put(c, op2(c, TPK_OP_DIV, splat(c, x, 1), x));
+}
+
+static void ex_square(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (x && dt_of(x) == TPK_BOOL) x = cvt(c, x, TPK_I32); /* ATen's pow(bool, 2) is an integer */
+  put(c, op2(c, TPK_OP_MUL, x, x));
+}
+
+/* floor, ceil, trunc, round: integers are their own rounding. */
+static void rounding(Call *c, int how) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x || !is_float(dt_of(x))) return put(c, x);
+  if (how == 'f') return put(c, op1(c, TPK_OP_FLOOR, x));
+  if (how == 'c') return put(c, op1(c, TPK_OP_CEIL, x));
+  TpkValue *xf = cvt(c, x, TPK_F32);
+  if (how == 't') return put(c, cvt(c, trunc_float(c, xf), dt_of(x)));
+  /* half to even: up when the fraction is over a half, or a half above an odd number */
+  TpkValue *f = op1(c, TPK_OP_FLOOR, xf), *frac = op2(c, TPK_OP_SUB, xf, f);
+  TpkValue *half = splat(c, xf, 0.5);
+  TpkValue *odd = op2(c, TPK_OP_NE, op2(c, TPK_OP_REM, f, splat(c, xf, 2)), splat(c, xf, 0));
+  TpkValue *up = op2(c, TPK_OP_OR, op2(c, TPK_OP_GT, frac, half), op2(c, TPK_OP_AND, op2(c, TPK_OP_EQ, frac, half), odd));
+  put(c, cvt(c, sel(c, up, op2(c, TPK_OP_ADD, f, splat(c, xf, 1)), f), dt_of(x)));
+}
+
+static void ex_floor(Call *c) { rounding(c, 'f'); }
+static void ex_ceil(Call *c) { rounding(c, 'c'); }
+static void ex_trunc(Call *c) { rounding(c, 't'); }
+static void ex_round(Call *c) { rounding(c, 'r'); }
+
+static void ex_sign(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x || dt_of(x) == TPK_BOOL) return put(c, x);
+  TpkValue *zero = splat(c, x, 0);
+  TpkValue *r = sel(c, op2(c, TPK_OP_GT, x, zero), splat(c, x, 1), sel(c, op2(c, TPK_OP_LT, x, zero), splat(c, x, -1), zero));
+  if (is_float(dt_of(x))) r = sel(c, op2(c, TPK_OP_NE, x, x), x, r); /* NaN stays NaN */
+  put(c, r);
+}
+
+/* ---- Activations and their gradients ------------------------------------------------------------ */
+
+/* The float inputs of a gradient formula, promoted and broadcast, in f32. */
+static TpkDType grad_operands(Call *c, const char *a, const char *b, TpkValue **v) {
+  TpkValue *x = float_input(c, a), *y = float_input(c, b);
+  if (!x || !y) return TPK_F32;
+  Opnd o[2] = {tensor_opnd(x, a), tensor_opnd(y, b)};
+  TpkDType out = result_dtype(c, 2, o);
+  operands(c, 2, o, TPK_F32, v);
+  return out;
+}
+
+static void ex_silu(Call *c) {
+  TpkValue *x0 = float_input(c, "self"), *x = cvt(c, x0, TPK_F32);
+  if (x) put(c, cvt(c, op2(c, TPK_OP_MUL, x, op1(c, TPK_OP_SIGMOID, x)), dt_of(x0)));
+}
+
+/* dy * s * (1 + x * (1 - s)), s = sigmoid(x) */
+static void ex_silu_backward(Call *c) {
+  TpkValue *v[2] = {0};
+  TpkDType out = grad_operands(c, "grad_output", "self", v);
+  TpkValue *dy = v[0], *x = v[1];
+  if (!x) return;
+  TpkValue *s = op1(c, TPK_OP_SIGMOID, x);
+  TpkValue *inner = binop_k(c, TPK_OP_ADD, op2(c, TPK_OP_MUL, x, op2(c, TPK_OP_SUB, splat(c, s, 1), s)), 1);
+  put(c, cvt(c, op2(c, TPK_OP_MUL, dy, op2(c, TPK_OP_MUL, s, inner)), out));
+}
+
+/* dy * (1 - y) * y */
+static void ex_sigmoid_backward(Call *c) {
+  TpkValue *v[2] = {0};
+  TpkDType out = grad_operands(c, "grad_output", "output", v);
+  if (!v[1]) return;
+  put(c, cvt(c, op2(c, TPK_OP_MUL, op2(c, TPK_OP_MUL, v[0], op2(c, TPK_OP_SUB, splat(c, v[1], 1), v[1])), v[1]), out));
+}
+
+/* dy * (1 - y * y) */
+static void ex_tanh_backward(Call *c) {
+  TpkValue *v[2] = {0};
+  TpkDType out = grad_operands(c, "grad_output", "output", v);
+  if (!v[1]) return;
+  put(c, cvt(c, op2(c, TPK_OP_MUL, v[0], op2(c, TPK_OP_SUB, splat(c, v[1], 1), op2(c, TPK_OP_MUL, v[1], v[1]))), out));
+}
+
+/* relu's gradient: dy where self > threshold, else 0. */
+static void ex_threshold_backward(Call *c) {
+  Opnd o[3] = {opnd_arg(c, "grad_output"), opnd_arg(c, "self"), opnd_arg(c, "threshold")};
+  TpkDType out = result_dtype(c, 2, o);
+  TpkValue *v[3] = {0};
+  operands(c, 2, o, out, v);
+  if (!v[1]) return;
+  TpkValue *t = mat(c, &o[2], dt_of(v[1]), rank_of(v[1]), v[1]->type->dims);
+  put(c, sel(c, op2(c, TPK_OP_LE, v[1], t), splat(c, v[0], 0), v[0]));
+}
+
+/* ---- Composite arithmetic (the optimizer's) ---------------------------------------------------- */
+
+/* addcmul: self + value * t1 * t2; addcdiv: self + value * t1 / t2. */
+static void addc(Call *c, TpkOpcode opc) {
+  Opnd o[4] = {opnd_arg(c, "self"), opnd_arg(c, "tensor1"), opnd_arg(c, "tensor2"), opnd_arg(c, "value")};
+  TpkDType out = result_dtype(c, 3, o);
+  if (c->failed) return;
+  if (opc == TPK_OP_DIV && !is_float(dt_of(o[1].v)) && !is_float(dt_of(o[2].v)))
+    return (void)INVALID(c, "integer division with addcdiv is not supported (as in PyTorch): tensor1 %s, tensor2 %s",
+                         ty(c, o[1].v), ty(c, o[2].v));
+  if (!is_float(out) && (o[3].v ? is_float(dt_of(o[3].v)) : o[3].num == 'f'))
+    return (void)INVALID(c, "for integer tensors, 'value' must be an integer");
+  TpkValue *v[4] = {0};
+  operands(c, 4, o, opmath(out), v);
+  TpkValue *p = op2(c, opc, v[1], v[2]);
+  if (!num_is(&o[3], 1)) p = op2(c, TPK_OP_MUL, v[3], p);
+  put(c, cvt(c, op2(c, TPK_OP_ADD, v[0], p), out));
+}
+
+static void ex_addcmul(Call *c) { addc(c, TPK_OP_MUL); }
+static void ex_addcdiv(Call *c) { addc(c, TPK_OP_DIV); }
+
+/* lerp: self + w * (end - self) for |w| < 0.5, else end - (end - self) * (1 - w),
+ * as ATen's kernel computes it. */
+static void ex_lerp(Call *c) {
+  TpkValue *self = float_input(c, "self"), *end = t_arg(c, "end");
+  Opnd w = opnd_arg(c, "weight");
+  if (!self || !end) return;
+  if (dt_of(self) != dt_of(end)) return (void)INVALID(c, "self %s and end %s must have one dtype", ty(c, self), ty(c, end));
+  if (w.v && dt_of(w.v) != dt_of(self) && !w.wrapped)
+    return (void)INVALID(c, "weight %s must have self's dtype %s", ty(c, w.v), dt_name(dt_of(self)));
+  Opnd o[3] = {tensor_opnd(self, "self"), tensor_opnd(end, "end"), w};
+  TpkValue *v[3] = {0};
+  operands(c, 3, o, opmath(dt_of(self)), v);
+  TpkValue *diff = op2(c, TPK_OP_SUB, v[1], v[0]);
+  TpkValue *low = op2(c, TPK_OP_ADD, v[0], op2(c, TPK_OP_MUL, v[2], diff));
+  TpkValue *high = op2(c, TPK_OP_SUB, v[1], op2(c, TPK_OP_MUL, diff, op2(c, TPK_OP_SUB, splat(c, v[2], 1), v[2])));
+  TpkValue *r;
+  if (is_num(&w) && !w.dim)
+    r = fabs(w.f) < 0.5 ? low : high;
+  else
+    r = sel(c, op2(c, TPK_OP_LT, op1(c, TPK_OP_ABS, v[2]), splat(c, v[2], 0.5)), low, high);
+  put(c, cvt(c, r, dt_of(self)));
+}
+
+/* ---- Conversions ------------------------------------------------------------------------------------ */
+
+static void ex_to_copy(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (x) put(c, cvt(c, x, dtype_arg(c, "dtype", dt_of(x))));
+}
+
+static void ex_type_as(Call *c) { put(c, cvt(c, t_arg(c, "self"), dt_of(t_arg(c, "other")))); }
+
+/* copy: src broadcast to self's shape, in self's dtype. */
+static void ex_copy(Call *c) {
+  TpkValue *x = t_arg(c, "self"), *src = t_arg(c, "src");
+  Opnd o[2] = {tensor_opnd(x, "self"), tensor_opnd(src, "src")};
+  int rank;
+  const TpkDim *dims[TPK_MAX_RANK];
+  if (!broadcast_shape(c, 2, o, &rank, dims)) return;
+  if (!has_shape(x, rank, dims)) return (void)INVALID(c, "src %s does not broadcast to self %s", ty(c, src), ty(c, x));
+  put(c, bcast_like(c, cvt(c, src, dt_of(x)), x));
+}
+
+/* The one element of self as a rank-0 value (the caller reads it back). */
+static void ex_local_scalar_dense(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  if (!dim_is(numel(c, x), 1)) return (void)INVALID(c, "needs a tensor of one element, got %s", ty(c, x));
+  put(c, reshape(c, x, 0, NULL));
+}
+
+/* ---- More views --------------------------------------------------------------------------------------- */
+
+static void ex_squeeze(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  int rank = rank_of(x);
+  bool drop[TPK_MAX_RANK] = {0};
+  if (strcmp(c->ov->name, "default") == 0) {
+    for (int i = 0; i < rank; i++) drop[i] = dim_is(x->type->dims[i], 1);
+  } else {
+    int64_t dims[MAX_LIST];
+    int n = ints_arg(c, "dim", dims, MAX_LIST);
+    for (int i = 0; i < n && !c->failed; i++) {
+      int d = wrap_dim(c, dims[i], rank, "dim", x);
+      if (rank) drop[d] = dim_is(x->type->dims[d], 1); /* a dim of another size stays, as in ATen */
+    }
+  }
+  const TpkDim *kept[TPK_MAX_RANK];
+  int k = 0;
+  for (int i = 0; i < rank; i++)
+    if (!drop[i]) kept[k++] = x->type->dims[i];
+  put(c, reshape(c, x, k, kept));
+}
+
+static void ex_flatten(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  int rank = rank_of(x);
+  if (rank == 0) {
+    const TpkDim *one = tpk_dim_const(c->m, 1);
+    return put(c, reshape(c, x, 1, &one));
+  }
+  int a = wrap_dim(c, i_arg(c, "start_dim"), rank, "start_dim", x), b = wrap_dim(c, i_arg(c, "end_dim"), rank, "end_dim", x);
+  if (c->failed) return;
+  if (a > b) return (void)INVALID(c, "start_dim %d comes after end_dim %d", a, b);
+  const TpkDim *dims[TPK_MAX_RANK];
+  int k = 0;
+  for (int i = 0; i < a; i++) dims[k++] = x->type->dims[i];
+  dims[k++] = product(c, b - a + 1, x->type->dims + a);
+  for (int i = b + 1; i < rank; i++) dims[k++] = x->type->dims[i];
+  put(c, reshape(c, x, k, dims));
+}
+
+static void ex_unflatten(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  const TpkDim *sizes[MAX_LIST];
+  int n = dims_arg(c, "sizes", sizes, MAX_LIST);
+  if (!x || c->failed) return;
+  int rank = rank_of(x), d = wrap_dim(c, i_arg(c, "dim"), rank, "dim", x);
+  if (c->failed) return;
+  if (rank - 1 + n > TPK_MAX_RANK) return (void)INVALID(c, "the result would have rank %d, more than %d", rank - 1 + n, TPK_MAX_RANK);
+  /* sizes must make dim d; its -1 is what they leave of it */
+  const TpkDim *piece = x->type->dims[d];
+  const TpkDim *known = tpk_dim_const(c->m, 1);
+  int infer = -1;
+  for (int i = 0; i < n; i++)
+    if (sizes[i]) known = tpk_dim_binary(c->m, TPK_DIM_MUL, known, sizes[i]);
+    else if (infer < 0) infer = i;
+    else return (void)INVALID(c, "only one of sizes can be -1");
+  if (infer >= 0 && !(sizes[infer] = dims_exact_div(c->m, piece, known)))
+    return (void)INVALID(c, "sizes %s do not divide dim %d (%s) of %s", shape_text(c, n, sizes), d, dim_text(c, piece), ty(c, x));
+  if (infer < 0 && known != piece)
+    return (void)INVALID(c, "sizes %s do not make dim %d (%s) of %s", shape_text(c, n, sizes), d, dim_text(c, piece), ty(c, x));
+  const TpkDim *dims[TPK_MAX_RANK];
+  int k = 0;
+  for (int i = 0; i < d; i++) dims[k++] = x->type->dims[i];
+  for (int i = 0; i < n; i++) dims[k++] = sizes[i];
+  for (int i = d + 1; i < rank; i++) dims[k++] = x->type->dims[i];
+  put(c, reshape(c, x, k, dims));
+}
+
+static void ex_expand_as(Call *c) {
+  TpkValue *x = t_arg(c, "self"), *o = t_arg(c, "other");
+  Opnd s[2] = {tensor_opnd(x, "self"), tensor_opnd(o, "other")};
+  int rank;
+  const TpkDim *dims[TPK_MAX_RANK];
+  if (!broadcast_shape(c, 2, s, &rank, dims)) return;
+  if (!has_shape(o, rank, dims)) return (void)INVALID(c, "self %s does not expand to other %s", ty(c, x), ty(c, o));
+  put(c, bcast_like(c, x, o));
+}
+
+/* repeat: x tiled; [r0, d0, r1, d1, ...] broadcast from [1, d0, 1, d1, ...]. */
+static void ex_repeat(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  const TpkDim *reps[MAX_LIST];
+  int n = size_arg(c, "repeats", reps);
+  if (!x || c->failed) return;
+  int rank = rank_of(x);
+  if (n < rank) return (void)INVALID(c, "repeats has %d entries, fewer than the rank of %s", n, ty(c, x));
+  if (2 * n > TPK_MAX_RANK) return (void)UNSUPPORTED(c, "repeat over %d dims (at most %d)", n, TPK_MAX_RANK / 2);
+  const TpkDim *one = tpk_dim_const(c->m, 1), *src[TPK_MAX_RANK], *wide[TPK_MAX_RANK], *res[TPK_MAX_RANK];
+  for (int i = 0; i < n; i++) {
+    const TpkDim *d = i >= n - rank ? x->type->dims[i - (n - rank)] : one;
+    src[2 * i] = one;
+    src[2 * i + 1] = d;
+    wide[2 * i] = reps[i];
+    wide[2 * i + 1] = d;
+    res[i] = tpk_dim_binary(c->m, TPK_DIM_MUL, reps[i], d);
+  }
+  put(c, reshape(c, bcast(c, reshape(c, x, 2 * n, src), 2 * n, wide), n, res));
+}
+
+/* x[..., index, ...] along axis: a slice with an 's' index. */
+static TpkValue *select_at(Call *c, TpkValue *x, int axis, TpkValue *index) {
+  if (!x || !index || c->failed) return NULL;
+  TpkIndexPattern pat = {.rank = rank_of(x)};
+  const TpkDim *dims[TPK_MAX_RANK];
+  int k = 0;
+  for (int i = 0; i < rank_of(x); i++) {
+    pat.dim[i] = i == axis ? TPK_INDEX_SCALAR : TPK_INDEX_ALL;
+    if (i != axis) dims[k++] = x->type->dims[i];
+  }
+  const TpkType *t = tpk_type_tensor(c->m, dt_of(x), k, dims);
+  TpkValue *in[2] = {x, index};
+  TpkValue *r = built_op(c, tpk_build(c->b, TPK_OP_SLICE, 2, in, 1, &t));
+  if (r) tpk_op_set_index(c->m, r->def, "index", &pat);
+  return r;
+}
+
+/* x[..., start:start+len, ...] along axis: a slice with an 'r' index. */
+static TpkValue *slice_range(Call *c, TpkValue *x, int axis, const TpkDim *start, const TpkDim *len) {
+  if (!x || !start || !len || c->failed) return NULL;
+  if (dim_is(start, 0) && len == x->type->dims[axis]) return x;
+  TpkIndexPattern pat = {.rank = rank_of(x)};
+  const TpkDim *dims[TPK_MAX_RANK];
+  for (int i = 0; i < rank_of(x); i++) {
+    pat.dim[i] = i == axis ? TPK_INDEX_RANGE : TPK_INDEX_ALL;
+    dims[i] = i == axis ? len : x->type->dims[i];
+  }
+  const TpkType *t = tpk_type_tensor(c->m, dt_of(x), rank_of(x), dims);
+  TpkValue *in[2] = {x, dim_value(c, start)};
+  if (!in[1]) return NULL;
+  TpkValue *r = built_op(c, tpk_build(c->b, TPK_OP_SLICE, 2, in, 1, &t));
+  if (r) tpk_op_set_index(c->m, r->def, "index", &pat);
+  return r;
+}
+
+static TpkValue *gather_axis(Call *c, TpkValue *table, TpkValue *ids, int axis) {
+  if (!table || !ids || c->failed) return NULL;
+  const TpkDim *dims[TPK_MAX_RANK];
+  int k = 0;
+  if (rank_of(table) - 1 + rank_of(ids) > TPK_MAX_RANK) return UNSUPPORTED(c, "the result would have a rank over %d", TPK_MAX_RANK);
+  for (int i = 0; i < axis; i++) dims[k++] = table->type->dims[i];
+  for (int i = 0; i < rank_of(ids); i++) dims[k++] = ids->type->dims[i];
+  for (int i = axis + 1; i < rank_of(table); i++) dims[k++] = table->type->dims[i];
+  const TpkType *t = tpk_type_tensor(c->m, dt_of(table), k, dims);
+  TpkValue *in[2] = {table, ids};
+  TpkValue *r = built_op(c, tpk_build(c->b, TPK_OP_GATHER, 2, in, 1, &t));
+  if (r) tpk_op_set_int(c->m, r->def, "axis", axis);
+  return r;
+}
+
+static TpkValue *scatter_axis(Call *c, TpkValue *base, TpkValue *ids, TpkValue *updates, int axis, TpkStoreMode mode) {
+  if (!base || !ids || !updates || c->failed) return NULL;
+  TpkValue *in[3] = {base, ids, updates};
+  TpkValue *r = built_op(c, tpk_build(c->b, TPK_OP_SCATTER, 3, in, 1, &base->type));
+  if (!r) return NULL;
+  tpk_op_set_int(c->m, r->def, "axis", axis);
+  tpk_op_set_store_mode(c->m, r->def, mode);
+  return r;
+}
+
+/* start + step * i for i < len, i32. */
+static TpkValue *strided_ids(Call *c, const TpkDim *start, int64_t step, const TpkDim *len) {
+  TpkValue *i = iota(c, TPK_I32, 1, &len, 0);
+  if (step != 1) i = binop_k(c, TPK_OP_MUL, i, (double)step);
+  return dim_is(start, 0) ? i : op2(c, TPK_OP_ADD, i, bcast(c, dim_value(c, start), 1, &len));
+}
+
+static void ex_select(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  if (rank_of(x) == 0) return (void)INVALID(c, "cannot select from a rank-0 tensor %s", ty(c, x));
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  const TpkDim *index = dim_arg(c, "index"), *size = c->failed ? NULL : x->type->dims[axis];
+  int64_t i, n;
+  if (!index) return;
+  if (tpk_dim_is_const(index, &i)) {
+    bool sized = tpk_dim_is_const(size, &n);
+    if (sized && (i < -n || i >= n)) return (void)INVALID(c, "index %" PRId64 " is out of range for dim %d of %s", i, axis, ty(c, x));
+    if (i < 0) index = sized ? tpk_dim_const(c->m, i + n) : tpk_dim_binary(c->m, TPK_DIM_ADD, size, index);
+  }
+  put(c, select_at(c, x, axis, dim_value(c, index)));
+}
+
+/* ATen's slice bounds: None is the end, negative counts from the end,
+ * constants are clamped to the dim (a symbolic bound is trusted). */
+static const TpkDim *slice_bound(Call *c, const char *name, const TpkDim *size, bool is_end) {
+  if (is_none(c, name)) return is_end ? size : tpk_dim_const(c->m, 0);
+  const TpkDim *d = dim_arg(c, name);
+  int64_t v, n;
+  if (!d || !tpk_dim_is_const(d, &v)) return d;
+  bool sized = tpk_dim_is_const(size, &n);
+  if (v >= ((int64_t)1 << 62)) return size; /* sys.maxsize: to the end */
+  if (v < 0) {
+    if (!sized) return tpk_dim_binary(c->m, TPK_DIM_ADD, size, d);
+    v = v + n < 0 ? 0 : v + n;
+  }
+  if (sized && v > n) v = n;
+  return tpk_dim_const(c->m, v);
+}
+
+/* The length of [start, end) by step (0 when empty, for constants). */
+static const TpkDim *slice_len(Call *c, const TpkDim *start, const TpkDim *end, int64_t step) {
+  const TpkDim *len = tpk_dim_binary(c->m, TPK_DIM_SUB, end, start);
+  int64_t v;
+  if (len && tpk_dim_is_const(len, &v) && v < 0) len = tpk_dim_const(c->m, 0);
+  if (len && step > 1) len = tpk_dim_binary(c->m, TPK_DIM_CDIV, len, tpk_dim_const(c->m, step));
+  return len ? len : nomem(c);
+}
+
+static void ex_slice(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  if (rank_of(x) == 0) return (void)INVALID(c, "cannot slice a rank-0 tensor %s", ty(c, x));
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  int64_t step = i_arg(c, "step");
+  if (c->failed) return;
+  if (step <= 0) return (void)INVALID(c, "step must be positive, got %" PRId64, step);
+  const TpkDim *size = x->type->dims[axis];
+  const TpkDim *start = slice_bound(c, "start", size, false), *end = slice_bound(c, "end", size, true);
+  if (!start || !end) return;
+  const TpkDim *len = slice_len(c, start, end, step);
+  if (step == 1) return put(c, slice_range(c, x, axis, start, len));
+  put(c, gather_axis(c, x, strided_ids(c, start, step, len), axis));
+}
+
+/* split_with_sizes, split (pieces of split_size, the last smaller), chunk,
+ * unbind: slices along dim. */
+static void split_pieces(Call *c, TpkValue *x, int axis, const TpkDim *const *sizes, int n) {
+  const TpkDim *start = tpk_dim_const(c->m, 0);
+  for (int i = 0; i < n && !c->failed; i++) {
+    put(c, slice_range(c, x, axis, start, sizes[i]));
+    start = tpk_dim_binary(c->m, TPK_DIM_ADD, start, sizes[i]);
+  }
+}
+
+static void ex_split_with_sizes(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  const TpkDim *sizes[MAX_LIST];
+  int n = size_arg(c, c->params[1].name, sizes); /* split_sizes; split.sizes calls it split_size */
+  if (!x || c->failed) return;
+  if (rank_of(x) == 0) return (void)INVALID(c, "cannot split a rank-0 tensor %s", ty(c, x));
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  if (c->failed) return;
+  const TpkDim *total = tpk_dim_const(c->m, 0);
+  for (int i = 0; i < n; i++) total = tpk_dim_binary(c->m, TPK_DIM_ADD, total, sizes[i]);
+  if (total != x->type->dims[axis])
+    return (void)INVALID(c, "split_sizes %s sum to %s, but dim %d of %s is %s", shape_text(c, n, sizes), dim_text(c, total), axis,
+                         ty(c, x), dim_text(c, x->type->dims[axis]));
+  split_pieces(c, x, axis, sizes, n);
+}
+
+/* The constant size of x's dim `axis` (the number of pieces depends on it). */
+static int64_t const_size(Call *c, const TpkValue *x, int axis) {
+  int64_t n;
+  if (!tpk_dim_is_const(x->type->dims[axis], &n))
+    return UNSUPPORTED(c, "dim %d of %s is symbolic, but the number of results depends on it", axis, ty(c, x)), 0;
+  return n;
+}
+
+/* Pieces of `each` along axis, the last one smaller. */
+static void split_even(Call *c, TpkValue *x, int axis, int64_t each) {
+  int64_t size = const_size(c, x, axis);
+  if (c->failed) return;
+  if (each <= 0 && size > 0) return (void)INVALID(c, "split size %" PRId64 " must be positive", each);
+  int64_t count = size == 0 ? 1 : (size + each - 1) / each;
+  if (count > MAX_OUTS) return (void)UNSUPPORTED(c, "%" PRId64 " pieces (at most %d)", count, MAX_OUTS);
+  const TpkDim *sizes[MAX_OUTS];
+  for (int64_t i = 0; i < count; i++) sizes[i] = tpk_dim_const(c->m, size == 0 ? 0 : i + 1 < count ? each : size - each * i);
+  split_pieces(c, x, axis, sizes, (int)count);
+}
+
+static TpkValue *ranked_input(Call *c, const char *what) {
+  TpkValue *x = t_arg(c, "self");
+  if (x && rank_of(x) == 0) return INVALID(c, "cannot %s a rank-0 tensor %s", what, ty(c, x));
+  return x;
+}
+
+static void ex_split(Call *c) {
+  TpkValue *x = ranked_input(c, "split");
+  if (!x) return;
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  const TpkDim *each = dim_arg(c, "split_size");
+  int64_t k;
+  if (c->failed) return;
+  if (!tpk_dim_is_const(each, &k)) return (void)UNSUPPORTED(c, "a symbolic split_size (%s) is not supported", dim_text(c, each));
+  split_even(c, x, axis, k);
+}
+
+static void ex_chunk(Call *c) {
+  TpkValue *x = ranked_input(c, "chunk");
+  if (!x) return;
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  int64_t chunks = i_arg(c, "chunks"), size = c->failed ? 0 : const_size(c, x, axis);
+  if (c->failed) return;
+  if (chunks <= 0) return (void)INVALID(c, "chunks must be positive, got %" PRId64, chunks);
+  split_even(c, x, axis, size == 0 ? 1 : (size + chunks - 1) / chunks);
+}
+
+static void ex_unbind(Call *c) {
+  TpkValue *x = ranked_input(c, "unbind");
+  if (!x) return;
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  int64_t size = c->failed ? 0 : const_size(c, x, axis);
+  if (c->failed) return;
+  if (size > MAX_OUTS) return (void)UNSUPPORTED(c, "%" PRId64 " pieces (at most %d)", size, MAX_OUTS);
+  for (int64_t i = 0; i < size; i++) put(c, select_at(c, x, axis, konst_int(c, TPK_I32, i)));
+}
+
+/* ---- Gathers and scatters ---------------------------------------------------------------------------- */
+
+static TpkValue *index_input(Call *c, const char *name) {
+  TpkValue *ix = t_arg(c, name);
+  if (ix && is_float(dt_of(ix))) return INVALID(c, "%s must be an integer tensor, got %s", name, ty(c, ix));
+  return cvt(c, ix, TPK_I32);
+}
+
+/* For ATen's gather and scatter along `axis` of self with index: the
+ * position in self, flattened, of each element of index (whose value is
+ * the coordinate along axis; the others are its own). */
+static TpkValue *flat_positions(Call *c, const TpkValue *self, TpkValue *index, int axis) {
+  int rank = rank_of(self);
+  if (rank_of(index) != rank && !(rank <= 1 && rank_of(index) <= 1))
+    return INVALID(c, "index %s must have the rank of self %s", ty(c, index), ty(c, self));
+  for (int d = 0; d < rank && rank_of(index) == rank; d++) {
+    int64_t a, b;
+    if (d != axis && tpk_dim_is_const(index->type->dims[d], &a) && tpk_dim_is_const(self->type->dims[d], &b) && a > b)
+      return INVALID(c, "index %s is larger than self %s in dim %d", ty(c, index), ty(c, self), d);
+  }
+  if (rank <= 1) return index;
+  TpkValue *pos = NULL;
+  const TpkDim *stride = tpk_dim_const(c->m, 1);
+  for (int d = rank - 1; d >= 0 && !c->failed; d--) {
+    TpkValue *coord = d == axis ? index : iota(c, TPK_I32, rank, index->type->dims, d);
+    if (!dim_is(stride, 1)) coord = op2(c, TPK_OP_MUL, coord, bcast_like(c, dim_value(c, stride), coord));
+    pos = pos ? op2(c, TPK_OP_ADD, pos, coord) : coord;
+    stride = tpk_dim_binary(c->m, TPK_DIM_MUL, stride, self->type->dims[d]);
+  }
+  return pos;
+}
+
+static TpkValue *flat(Call *c, TpkValue *x) {
+  const TpkDim *n = x ? numel(c, x) : NULL;
+  return n ? reshape(c, x, 1, &n) : NULL;
+}
+
+static void ex_gather(Call *c) {
+  TpkValue *x = t_arg(c, "self"), *index = index_input(c, "index");
+  if (!x || !index) return;
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  TpkValue *pos = c->failed ? NULL : flat_positions(c, x, index, axis);
+  if (!pos) return;
+  TpkValue *got = gather_axis(c, flat(c, x), flat(c, pos), 0);
+  put(c, reshape(c, got, rank_of(index), index->type->dims));
+}
+
+/* scatter (src or value; reduce "add"), scatter_add: into self's elements
+ * at the index positions. */
+static void ex_scatter(Call *c) {
+  TpkValue *x = t_arg(c, "self"), *index = index_input(c, "index");
+  if (!x || !index) return;
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  TpkStoreMode mode = strcmp(c->ov->packet, "scatter_add") == 0 ? TPK_STORE_ADD : TPK_STORE_SET;
+  bool has_reduce = strcmp(c->ov->name, "reduce") == 0 || strcmp(c->ov->name, "value_reduce") == 0;
+  char buf[32];
+  const char *how = has_reduce ? s_arg(c, "reduce", buf, sizeof buf) : NULL;
+  if (how && strcmp(how, "add") == 0) mode = TPK_STORE_ADD;
+  else if (how) return (void)UNSUPPORTED(c, "reduce=\"%s\" is not supported (\"add\" is)", how);
+  TpkValue *pos = c->failed ? NULL : flat_positions(c, x, index, axis);
+  if (!pos) return;
+  TpkValue *upd;
+  const TpkDim *n = numel(c, index);
+  if (strcmp(c->ov->name, "value") == 0 || strcmp(c->ov->name, "value_reduce") == 0) {
+    Opnd v = opnd_arg(c, "value");
+    upd = mat(c, &v, dt_of(x), 1, &n);
+  } else {
+    TpkValue *src = t_arg(c, "src");
+    if (rank_of(src) != rank_of(index)) return (void)INVALID(c, "src %s must have the rank of index %s", ty(c, src), ty(c, index));
+    for (int d = 0; d < rank_of(src); d++) /* the part of src the index covers */
+      src = slice_range(c, src, d, tpk_dim_const(c->m, 0), index->type->dims[d]);
+    upd = flat(c, cvt(c, src, dt_of(x)));
+  }
+  TpkValue *r = scatter_axis(c, flat(c, x), flat(c, pos), upd, 0, mode);
+  put(c, reshape(c, r, rank_of(x), x->type->dims));
+}
+
+static void ex_index_select(Call *c) {
+  TpkValue *x = t_arg(c, "self"), *index = index_input(c, "index");
+  if (!x || !index) return;
+  if (rank_of(index) > 1) return (void)INVALID(c, "index must be a vector, got %s", ty(c, index));
+  const TpkDim *n = numel(c, index);
+  if (rank_of(x) == 0) return put(c, reshape(c, gather_axis(c, flat(c, x), reshape(c, index, 1, &n), 0), 0, NULL));
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  if (!c->failed) put(c, gather_axis(c, x, reshape(c, index, 1, &n), axis));
+}
+
+static void ex_embedding(Call *c) {
+  TpkValue *w = t_arg(c, "weight"), *ix = index_input(c, "indices");
+  if (!w || !ix) return;
+  if (rank_of(w) != 2) return (void)INVALID(c, "weight must be 2-D, got %s", ty(c, w));
+  if (rank_of(ix) + 1 > TPK_MAX_RANK) return (void)UNSUPPORTED(c, "indices %s: the result would have rank %d", ty(c, ix), rank_of(ix) + 1);
+  TpkValue *rows = gather_axis(c, w, flat(c, ix), 0);
+  const TpkDim *dims[TPK_MAX_RANK];
+  memcpy(dims, ix->type->dims, (size_t)rank_of(ix) * sizeof *dims);
+  dims[rank_of(ix)] = w->type->dims[1];
+  put(c, reshape(c, rows, rank_of(ix) + 1, dims));
+}
+
+/* The rows of grad_output added into a [num_weights, D] zero tensor at
+ * their indices; rows of padding_idx add nothing. */
+static void ex_embedding_dense_backward(Call *c) {
+  TpkValue *g = float_input(c, "grad_output"), *ix = index_input(c, "indices");
+  const TpkDim *nw = dim_arg(c, "num_weights"), *pad = dim_arg(c, "padding_idx");
+  if (!g || !ix || !nw || !pad) return;
+  if (b_arg(c, "scale_grad_by_freq")) return (void)UNSUPPORTED(c, "scale_grad_by_freq=True is not supported");
+  if (rank_of(g) != rank_of(ix) + 1 || memcmp(g->type->dims, ix->type->dims, (size_t)rank_of(ix) * sizeof(void *)) != 0)
+    return (void)INVALID(c, "grad_output %s must be indices %s with one more dim", ty(c, g), ty(c, ix));
+  const TpkDim *n = numel(c, ix), *d = g->type->dims[rank_of(g) - 1];
+  const TpkDim *rows_dims[2] = {n, d}, *out_dims[2] = {nw, d};
+  TpkValue *ids = flat(c, ix), *rows = reshape(c, g, 2, rows_dims);
+  int64_t p;
+  if (!(tpk_dim_is_const(pad, &p) && p < 0)) {
+    TpkValue *keep = op2(c, TPK_OP_NE, ids, bcast_like(c, dim_value(c, pad), ids));
+    rows = sel(c, bcast_like(c, reshape(c, keep, 2, (const TpkDim *[]){n, tpk_dim_const(c->m, 1)}), rows), rows, splat(c, rows, 0));
+  }
+  TpkValue *zeros = bcast(c, konst(c, dt_of(g), 0), 2, out_dims);
+  put(c, scatter_axis(c, zeros, ids, rows, 0, TPK_STORE_ADD));
+}
+
+/* grad_output placed into zeros of input_sizes at `index` along dim. */
+static void ex_select_backward(Call *c) {
+  TpkValue *g = t_arg(c, "grad_output");
+  const TpkDim *sizes[MAX_LIST];
+  int n = size_arg(c, "input_sizes", sizes);
+  const TpkDim *index = dim_arg(c, "index");
+  if (!g || !index || c->failed) return;
+  if (n == 0) return (void)INVALID(c, "input_sizes must not be empty");
+  int axis = wrap_dim(c, i_arg(c, "dim"), n, "dim", NULL);
+  if (c->failed) return;
+  TpkValue *up = unsqueeze(c, g, axis);
+  const TpkDim *want[TPK_MAX_RANK];
+  memcpy(want, sizes, (size_t)n * sizeof *want);
+  want[axis] = tpk_dim_const(c->m, 1);
+  if (!up || !has_shape(up, n, want))
+    return (void)INVALID(c, "grad_output %s does not fit input_sizes %s without dim %d", ty(c, g), shape_text(c, n, sizes), axis);
+  int64_t i;
+  if (tpk_dim_is_const(index, &i) && i < 0) index = tpk_dim_binary(c->m, TPK_DIM_ADD, sizes[axis], index);
+  const TpkDim *one = tpk_dim_const(c->m, 1);
+  TpkValue *ids = reshape(c, dim_value(c, index), 1, &one);
+  put(c, scatter_axis(c, bcast(c, konst(c, dt_of(g), 0), n, sizes), ids, up, axis, TPK_STORE_SET));
+}
+
+static void ex_slice_backward(Call *c) {
+  TpkValue *g = t_arg(c, "grad_output");
+  const TpkDim *sizes[MAX_LIST];
+  int n = size_arg(c, "input_sizes", sizes);
+  if (!g || c->failed) return;
+  if (n == 0) return (void)INVALID(c, "input_sizes must not be empty");
+  int axis = wrap_dim(c, i_arg(c, "dim"), n, "dim", NULL);
+  int64_t step = i_arg(c, "step");
+  if (c->failed) return;
+  if (step <= 0) return (void)INVALID(c, "step must be positive, got %" PRId64, step);
+  const TpkDim *start = slice_bound(c, "start", sizes[axis], false), *end = slice_bound(c, "end", sizes[axis], true);
+  const TpkDim *len = start && end ? slice_len(c, start, end, step) : NULL;
+  if (!len) return;
+  const TpkDim *want[TPK_MAX_RANK];
+  memcpy(want, sizes, (size_t)n * sizeof *want);
+  want[axis] = len;
+  if (!has_shape(g, n, want))
+    return (void)INVALID(c, "grad_output %s must be %s (input_sizes with the slice's length)", ty(c, g), shape_text(c, n, want));
+  if (dim_is(start, 0) && step == 1 && len == sizes[axis]) return put(c, g);
+  TpkValue *zeros = bcast(c, konst(c, dt_of(g), 0), n, sizes);
+  put(c, scatter_axis(c, zeros, strided_ids(c, start, step, len), g, axis, TPK_STORE_SET));
+}
+
+/* ---- More reductions -------------------------------------------------------------------------------------- */
+
+/* amax, amin (dim=[]: every axis). */
+static void amax_amin(Call *c, TpkReduceKind kind) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  int64_t axes[TPK_MAX_RANK];
+  int n = axes_arg(c, "dim", x, axes);
+  put(c, reduce(c, x, kind, axes, n, b_arg(c, "keepdim")));
+}
+
+static void ex_amax(Call *c) { amax_amin(c, TPK_REDUCE_MAX); }
+static void ex_amin(Call *c) { amax_amin(c, TPK_REDUCE_MIN); }
+
+/* The index of the first maximum (minimum) along axis, a NaN counting as
+ * the extreme (max and min propagate it); i32. */
+static TpkValue *arg_extreme(Call *c, TpkValue *x, int axis, TpkReduceKind kind, bool keepdim, TpkValue **values) {
+  TpkValue *m = reduce1(c, x, kind, axis, true);
+  if (!m) return NULL;
+  if (values) { /* m without the kept dim */
+    const TpkDim *dims[TPK_MAX_RANK];
+    int k = 0;
+    for (int i = 0; i < rank_of(x); i++)
+      if (i != axis) dims[k++] = x->type->dims[i];
+    *values = keepdim ? m : reshape(c, m, k, dims);
+  }
+  TpkValue *hit = op2(c, TPK_OP_EQ, x, bcast_like(c, m, x));
+  if (is_float(dt_of(x))) hit = op2(c, TPK_OP_OR, hit, op2(c, TPK_OP_NE, x, x));
+  TpkValue *io = iota(c, TPK_I32, rank_of(x), x->type->dims, axis);
+  TpkValue *none = bcast_like(c, dim_value(c, x->type->dims[axis]), io);
+  return reduce1(c, sel(c, hit, io, none), TPK_REDUCE_MIN, axis, keepdim);
+}
+
+/* max.default, max.dim (values, indices), max.other; min alike. */
+static void max_min(Call *c, TpkReduceKind kind) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  if (strcmp(c->ov->name, "other") == 0)
+    return put(c, arith(c, kind == TPK_REDUCE_MAX ? TPK_OP_MAX : TPK_OP_MIN, tensor_opnd(x, "self"), opnd_arg(c, "other"), TPK_DTYPE_COUNT));
+  if (strcmp(c->ov->name, "default") == 0) {
+    int64_t axes[TPK_MAX_RANK];
+    for (int i = 0; i < rank_of(x); i++) axes[i] = i;
+    return put(c, reduce(c, x, kind, axes, rank_of(x), false));
+  }
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  bool keep = b_arg(c, "keepdim");
+  if (c->failed) return;
+  if (rank_of(x) == 0) {
+    put(c, x);
+    return put(c, konst_int(c, TPK_I32, 0));
+  }
+  TpkValue *values = NULL, *idx = arg_extreme(c, x, axis, kind, keep, &values);
+  put(c, values);
+  put(c, idx);
+}
+
+static void ex_max(Call *c) { max_min(c, TPK_REDUCE_MAX); }
+static void ex_min(Call *c) { max_min(c, TPK_REDUCE_MIN); }
+
+static void argmax_argmin(Call *c, TpkReduceKind kind) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  bool keep = b_arg(c, "keepdim");
+  if (is_none(c, "dim")) { /* over the flattened tensor */
+    TpkValue *idx = arg_extreme(c, flat(c, x), 0, kind, false, NULL);
+    const TpkDim *ones[TPK_MAX_RANK];
+    for (int i = 0; i < rank_of(x); i++) ones[i] = tpk_dim_const(c->m, 1);
+    return put(c, keep ? reshape(c, idx, rank_of(x), ones) : idx);
+  }
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+  if (c->failed) return;
+  if (rank_of(x) == 0) return put(c, konst_int(c, TPK_I32, 0));
+  put(c, arg_extreme(c, x, axis, kind, keep, NULL));
+}
+
+static void ex_argmax(Call *c) { argmax_argmin(c, TPK_REDUCE_MAX); }
+static void ex_argmin(Call *c) { argmax_argmin(c, TPK_REDUCE_MIN); }
+
+static void ex_prod(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  TpkDType dt = dtype_arg(c, "dtype", is_float(dt_of(x)) ? dt_of(x) : TPK_I32);
+  int64_t axes[TPK_MAX_RANK];
+  int n = rank_of(x);
+  bool keep = false;
+  if (strcmp(c->ov->name, "default") == 0) {
+    for (int i = 0; i < n; i++) axes[i] = i;
+  } else {
+    axes[0] = wrap_dim(c, i_arg(c, "dim"), rank_of(x), "dim", x);
+    n = rank_of(x) ? 1 : 0;
+    keep = b_arg(c, "keepdim");
+  }
+  put(c, reduce(c, cvt(c, x, dt), TPK_REDUCE_PROD, axes, n, keep));
+}
+
+/* any, all: whether some (every) element is nonzero; bool (u8 stays u8, as
+ * in ATen). */
+static void any_all(Call *c, TpkReduceKind kind) {
+  TpkValue *x = t_arg(c, "self");
+  if (!x) return;
+  int64_t axes[TPK_MAX_RANK];
+  int n;
+  bool keep = false;
+  if (strcmp(c->ov->name, "default") == 0) {
+    n = rank_of(x);
+    for (int i = 0; i < n; i++) axes[i] = i;
+  } else {
+    n = axes_arg(c, "dim", x, axes);
+    keep = b_arg(c, "keepdim");
+  }
+  TpkValue *r = reduce(c, cvt(c, cvt(c, x, TPK_BOOL), TPK_I32), kind, axes, n, keep);
+  put(c, cvt(c, r, dt_of(x) == TPK_U8 ? TPK_U8 : TPK_BOOL));
+}
+
+static void ex_any(Call *c) { any_all(c, TPK_REDUCE_MAX); }
+static void ex_all(Call *c) { any_all(c, TPK_REDUCE_MIN); }
+
+/* var: sum((x - mean)^2) / (N - correction); unbiased is correction 1. */
+static void ex_var(Call *c) {
+  TpkValue *x = float_input(c, "self");
+  if (!x) return;
+  int64_t axes[TPK_MAX_RANK];
+  int n;
+  double correction = 1;
+  bool keep = false;
+  if (strcmp(c->ov->name, "default") == 0) {
+    n = rank_of(x);
+    for (int i = 0; i < n; i++) axes[i] = i;
+    correction = b_arg(c, "unbiased");
+  } else {
+    n = axes_arg(c, "dim", x, axes);
+    keep = b_arg(c, "keepdim");
+    if (strcmp(c->ov->name, "dim") == 0) correction = b_arg(c, "unbiased");
+    else if (!is_none(c, "correction")) correction = f_arg(c, "correction");
+  }
+  TpkValue *xf = cvt(c, x, TPK_F32);
+  const TpkDim *count = tpk_dim_const(c->m, 1);
+  for (int i = 0; i < n; i++) count = tpk_dim_binary(c->m, TPK_DIM_MUL, count, x->type->dims[axes[i]]);
+  TpkValue *mean = reduce(c, xf, TPK_REDUCE_MEAN, axes, n, true);
+  TpkValue *d = op2(c, TPK_OP_SUB, xf, bcast_like(c, mean, xf));
+  TpkValue *ss = reduce(c, op2(c, TPK_OP_MUL, d, d), TPK_REDUCE_SUM, axes, n, keep);
+  TpkValue *denom = binop_k(c, TPK_OP_SUB, cvt(c, dim_value(c, count), TPK_F32), correction);
+  put(c, cvt(c, op2(c, TPK_OP_DIV, ss, bcast_like(c, denom, ss)), dt_of(x)));
+}
+
+/* log(sum(exp(x - m))) + m, m the maximum (0 where it is infinite). */
+static void ex_logsumexp(Call *c) {
+  TpkValue *x0 = t_arg(c, "self");
+  if (!x0) return;
+  TpkDType out = is_float(dt_of(x0)) ? dt_of(x0) : TPK_F32;
+  TpkValue *x = cvt(c, x0, TPK_F32);
+  int64_t axes[TPK_MAX_RANK];
+  int n = axes_arg(c, "dim", x, axes);
+  bool keep = b_arg(c, "keepdim");
+  TpkValue *m = reduce(c, x, TPK_REDUCE_MAX, axes, n, true);
+  if (!m) return;
+  TpkValue *finite = op2(c, TPK_OP_NE, op1(c, TPK_OP_ABS, m), splat(c, m, INFINITY));
+  m = sel(c, finite, m, splat(c, m, 0));
+  TpkValue *s = reduce(c, op1(c, TPK_OP_EXP, op2(c, TPK_OP_SUB, x, bcast_like(c, m, x))), TPK_REDUCE_SUM, axes, n, true);
+  TpkValue *r = op2(c, TPK_OP_ADD, op1(c, TPK_OP_LOG, s), m);
+  if (!keep && r) {
+    const TpkDim *dims[TPK_MAX_RANK];
+    int k = 0;
+    for (int i = 0, j = 0; i < rank_of(x); i++)
+      if (j < n && axes[j] == i) j++;
+      else dims[k++] = x->type->dims[i];
+    r = reshape(c, r, k, dims);
+  }
+  put(c, cvt(c, r, out));
+}
+
+/* ---- Softmax gradients, losses ----------------------------------------------------------------------- */
+
+/* _softmax_backward_data: y * (dy - sum(dy * y)); the log form
+ * dy - exp(y) * sum(dy); in f32, the result in input_dtype. */
+static void softmax_backward(Call *c, bool log_space) {
+  TpkValue *dy = float_input(c, "grad_output"), *y = float_input(c, "output");
+  if (!dy || !y) return;
+  if (!has_shape(dy, rank_of(y), y->type->dims))
+    return (void)INVALID(c, "grad_output %s and output %s must have one shape", ty(c, dy), ty(c, y));
+  TpkDType out = dtype_arg(c, "input_dtype", dt_of(y));
+  int axis = wrap_dim(c, i_arg(c, "dim"), rank_of(y), "dim", y);
+  if (c->failed) return;
+  if (rank_of(y) == 0) return put(c, cvt(c, log_space ? dy : splat(c, dy, 0), out));
+  TpkValue *g = cvt(c, dy, TPK_F32), *yf = cvt(c, y, TPK_F32);
+  TpkValue *r;
+  if (log_space) {
+    TpkValue *s = bcast_like(c, reduce1(c, g, TPK_REDUCE_SUM, axis, true), g);
+    r = op2(c, TPK_OP_SUB, g, op2(c, TPK_OP_MUL, op1(c, TPK_OP_EXP, yf), s));
+  } else {
+    TpkValue *s = bcast_like(c, reduce1(c, op2(c, TPK_OP_MUL, g, yf), TPK_REDUCE_SUM, axis, true), g);
+    r = op2(c, TPK_OP_MUL, yf, op2(c, TPK_OP_SUB, g, s));
+  }
+  put(c, cvt(c, r, out));
+}
+
+static void ex_softmax_backward(Call *c) { softmax_backward(c, false); }
+static void ex_log_softmax_backward(Call *c) { softmax_backward(c, true); }
+
+/* nll_loss's operands: self [N, C] (or [C]) as f32 [N, C], target as i32
+ * [N] with ignored entries at class 0, the per-row weights (0 where
+ * ignored) and the mask of rows that count. */
+typedef struct Nll {
+  TpkValue *x, *target, *w, *valid;
+  const TpkDim *n, *k;
+  TpkDType dt;
+  bool batched;
+  int64_t reduction;
+} Nll;
+
+static bool nll_operands(Call *c, Nll *l) {
+  TpkValue *x = float_input(c, "self"), *t = index_input(c, "target"), *w = float_input(c, "weight");
+  const TpkDim *ignore = dim_arg(c, "ignore_index");
+  l->reduction = i_arg(c, "reduction");
+  if (!x || !t || !ignore || c->failed) return false;
+  if (l->reduction < 0 || l->reduction > 2) return INVALID(c, "reduction must be 0 (none), 1 (mean) or 2 (sum), got %" PRId64, l->reduction), false;
+  l->batched = rank_of(x) == 2;
+  if (!(rank_of(x) == 2 && rank_of(t) == 1 && t->type->dims[0] == x->type->dims[0]) && !(rank_of(x) == 1 && rank_of(t) == 0))
+    return INVALID(c, "self %s and target %s must be [N, C] and [N], or [C] and []", ty(c, x), ty(c, t_arg(c, "target"))), false;
+  l->dt = dt_of(x);
+  l->n = l->batched ? x->type->dims[0] : tpk_dim_const(c->m, 1);
+  l->k = x->type->dims[rank_of(x) - 1];
+  if (w && !has_shape(w, 1, &l->k)) return INVALID(c, "weight %s must be [%s], a weight per class", ty(c, w), dim_text(c, l->k)), false;
+  const TpkDim *nk[2] = {l->n, l->k};
+  l->x = reshape(c, cvt(c, x, TPK_F32), 2, nk);
+  TpkValue *tt = reshape(c, t, 1, &l->n);
+  l->valid = op2(c, TPK_OP_NE, tt, bcast_like(c, dim_value(c, ignore), tt));
+  l->target = sel(c, l->valid, tt, splat(c, tt, 0));
+  TpkValue *wt = w ? gather_axis(c, cvt(c, w, TPK_F32), l->target, 0) : bcast(c, konst(c, TPK_F32, 1), 1, &l->n);
+  l->w = sel(c, l->valid, wt, splat(c, wt, 0));
+  return !c->failed;
+}
+
+/* nll_loss_forward: (output, total_weight); -x[i, t_i] * w_i summed,
+ * averaged by the weights (mean) or per row (none, total_weight 0). */
+static void ex_nll_loss_forward(Call *c) {
+  Nll l;
+  if (!nll_operands(c, &l)) return;
+  const TpkDim *nk[2] = {l.n, l.k};
+  TpkValue *rows = iota(c, TPK_I32, 1, &l.n, 0);
+  TpkValue *pos = op2(c, TPK_OP_ADD, op2(c, TPK_OP_MUL, rows, bcast(c, dim_value(c, l.k), 1, &l.n)), l.target);
+  const TpkDim *total = product(c, 2, nk);
+  TpkValue *picked = gather_axis(c, reshape(c, l.x, 1, &total), pos, 0);
+  TpkValue *loss = sel(c, l.valid, op1(c, TPK_OP_NEG, op2(c, TPK_OP_MUL, picked, l.w)), splat(c, l.w, 0));
+  TpkValue *wsum = reduce1(c, l.w, TPK_REDUCE_SUM, 0, false);
+  TpkValue *o;
+  if (l.reduction == 0) {
+    o = l.batched ? loss : reshape(c, loss, 0, NULL);
+    put(c, cvt(c, o, l.dt));
+    put(c, konst(c, l.dt, 0));
+    return;
+  }
+  o = reduce1(c, loss, TPK_REDUCE_SUM, 0, false);
+  if (l.reduction == 1) o = op2(c, TPK_OP_DIV, o, wsum);
+  put(c, cvt(c, o, l.dt));
+  put(c, cvt(c, wsum, l.dt));
+}
+
+/* nll_loss_backward: -w_i * g (/ total_weight for mean) at [i, t_i], 0
+ * elsewhere: a one-hot select, elementwise over [N, C]. */
+static void ex_nll_loss_backward(Call *c) {
+  Nll l;
+  if (!nll_operands(c, &l)) return;
+  TpkValue *g = float_input(c, "grad_output"), *tw = float_input(c, "total_weight");
+  if (!g || !tw) return;
+  bool per_row = l.reduction == 0 && l.batched;
+  if (per_row ? !has_shape(g, 1, &l.n) : rank_of(g) != 0)
+    return (void)INVALID(c, "grad_output %s must be %s", ty(c, g), per_row ? "[N], one per row" : "a scalar");
+  if (rank_of(tw) != 0) return (void)INVALID(c, "total_weight %s must be a scalar", ty(c, tw));
+  TpkValue *gf = bcast(c, cvt(c, per_row ? g : reshape(c, g, 0, NULL), TPK_F32), 1, &l.n);
+  TpkValue *coef = op1(c, TPK_OP_NEG, op2(c, TPK_OP_MUL, l.w, gf));
+  if (l.reduction == 1) coef = op2(c, TPK_OP_DIV, coef, bcast(c, cvt(c, tw, TPK_F32), 1, &l.n));
+  const TpkDim *nk[2] = {l.n, l.k}, *n1[2] = {l.n, tpk_dim_const(c->m, 1)};
+  TpkValue *cls = iota(c, TPK_I32, 2, nk, 1);
+  TpkValue *hit = op2(c, TPK_OP_EQ, cls, bcast(c, reshape(c, l.target, 2, n1), 2, nk));
+  hit = op2(c, TPK_OP_AND, hit, bcast(c, reshape(c, l.valid, 2, n1), 2, nk));
+  TpkValue *grad = sel(c, hit, bcast(c, reshape(c, coef, 2, n1), 2, nk), splat(c, l.x, 0));
+  TpkValue *x = t_arg(c, "self");
+  put(c, cvt(c, reshape(c, grad, rank_of(x), x->type->dims), l.dt));
+}
+
+/* mse_loss: (x - t)^2, averaged (1), summed (2) or not (0). */
+static void ex_mse_loss(Call *c) {
+  Opnd o[2] = {opnd_arg(c, "self"), opnd_arg(c, "target")};
+  int64_t reduction = i_arg(c, "reduction");
+  TpkDType out = result_dtype(c, 2, o);
+  if (c->failed) return;
+  if (!is_float(out)) return (void)INVALID(c, "needs float tensors, got %s", dt_name(out));
+  if (reduction < 0 || reduction > 2) return (void)INVALID(c, "reduction must be 0, 1 or 2, got %" PRId64, reduction);
+  TpkValue *v[2] = {0};
+  operands(c, 2, o, TPK_F32, v);
+  TpkValue *d = op2(c, TPK_OP_SUB, v[0], v[1]), *sq = op2(c, TPK_OP_MUL, d, d);
+  if (reduction && sq) {
+    int64_t axes[TPK_MAX_RANK];
+    for (int i = 0; i < rank_of(sq); i++) axes[i] = i;
+    sq = reduce(c, sq, reduction == 1 ? TPK_REDUCE_MEAN : TPK_REDUCE_SUM, axes, rank_of(sq), false);
+  }
+  put(c, cvt(c, sq, out));
+}
+
+/* ---- Attention: the standard flash-attention kernels ------------------------------------------------- */
+
+/* The standard kernel `name`, from the builder's lookup. */
+static const TpkFunc *std_kernel(Call *c, const char *name) {
+  if (c->failed) return NULL;
+  if (!c->gb->lookup)
+    return UNSUPPORTED(c, "calls the standard kernel '%s', which this builder cannot reach (build the graph with tpk_graph_*)", name);
+  TpkError e = {0};
+  const TpkFunc *k = c->gb->lookup(c->gb->lookup_ctx, name, &e);
+  return k ? k : UNSUPPORTED(c, "needs the standard kernel '%s': %s", name, e.message);
+}
+
+/* The checks both SDPA forms share; q, k, v as bf16 (the kernels' dtype:
+ * PyTorch's f32 attention is computed with bf16 operands and f32
+ * accumulation, see the kernels' header) and the scale as an f32 value. */
+static bool sdpa_operands(Call *c, TpkValue **q16, TpkValue **k16, TpkValue **v16, TpkValue **scale) {
+  TpkValue *q = float_input(c, "query"), *k = float_input(c, "key"), *v = float_input(c, "value");
+  if (!q || !k || !v) return false;
+  if (f_arg(c, "dropout_p") != 0) return UNSUPPORTED(c, "dropout_p=%g: tpk's attention has no dropout", f_arg(c, "dropout_p")), false;
+  if (!is_none(c, "attn_mask")) return UNSUPPORTED(c, "an attn_mask is not supported (is_causal is)"), false;
+  if (rank_of(q) != 4 || rank_of(k) != 4 || rank_of(v) != 4)
+    return INVALID(c, "query %s, key %s and value %s must be 4-D [B, H, L, E]", ty(c, q), ty(c, k), ty(c, v)), false;
+  if (dt_of(q) != dt_of(k) || dt_of(q) != dt_of(v))
+    return INVALID(c, "query %s, key %s and value %s must have one dtype", ty(c, q), ty(c, k), ty(c, v)), false;
+  const TpkDim *const *qd = q->type->dims, *const *kd = k->type->dims;
+  if (k->type != v->type) return INVALID(c, "key %s and value %s must have one shape", ty(c, k), ty(c, v)), false;
+  if (qd[0] != kd[0] || qd[3] != kd[3])
+    return INVALID(c, "query %s and key %s differ in batch or head size", ty(c, q), ty(c, k)), false;
+  int64_t h, hk;
+  if (qd[1] != kd[1] && !(tpk_dim_is_const(qd[1], &h) && tpk_dim_is_const(kd[1], &hk) && hk > 0 && h % hk == 0))
+    return INVALID(c, "query's heads (%s) must be a multiple of key's (%s)", dim_text(c, qd[1]), dim_text(c, kd[1])), false;
+  if (b_arg(c, "is_causal") && qd[2] != kd[2])
+    return UNSUPPORTED(c, "is_causal with query length %s and key length %s: PyTorch aligns the mask top-left, tpk's kernel "
+                          "bottom-right; they agree only for equal lengths", dim_text(c, qd[2]), dim_text(c, kd[2])), false;
+  *q16 = cvt(c, q, TPK_BF16);
+  *k16 = cvt(c, k, TPK_BF16);
+  *v16 = cvt(c, v, TPK_BF16);
+  int64_t e;
+  if (!is_none(c, "scale"))
+    *scale = konst(c, TPK_F32, f_arg(c, "scale"));
+  else if (tpk_dim_is_const(qd[3], &e))
+    *scale = konst(c, TPK_F32, 1.0 / sqrt((double)e));
+  else
+    *scale = op1(c, TPK_OP_RSQRT, cvt(c, dim_value(c, qd[3]), TPK_F32));
+  return !c->failed;
+}
+
+/* (output, logsumexp); logsumexp f32 [B, H, L], natural log. */
+static void ex_sdpa_flash(Call *c) {
+  TpkValue *in[4], *res[2];
+  if (!sdpa_operands(c, &in[0], &in[1], &in[2], &in[3])) return;
+  const TpkFunc *k = std_kernel(c, b_arg(c, "is_causal") ? "flash_attention_causal" : "flash_attention");
+  int n;
+  if (!k || tpk_gb_call_values(c->gb, k, c->ov->packet, in, 4, res, 2, &n, c->err) != TPK_OK) return (void)(c->failed = true);
+  put(c, cvt(c, res[0], dt_of(t_arg(c, "query"))));
+  put(c, res[1]);
+}
+
+/* (grad_query, grad_key, grad_value) in the inputs' dtype. */
+static void ex_sdpa_flash_backward(Call *c) {
+  TpkValue *in[7], *res[3];
+  if (!sdpa_operands(c, &in[0], &in[1], &in[2], &in[6])) return;
+  TpkValue *q = t_arg(c, "query"), *o = float_input(c, "out"), *dout = float_input(c, "grad_out"), *lse = float_input(c, "logsumexp");
+  if (!o || !dout || !lse) return;
+  if (!has_shape(o, 4, q->type->dims) || !has_shape(dout, 4, q->type->dims))
+    return (void)INVALID(c, "out %s and grad_out %s must have query's shape %s", ty(c, o), ty(c, dout), ty(c, q));
+  if (!has_shape(lse, 3, q->type->dims)) return (void)INVALID(c, "logsumexp %s must be [B, H, L] of query %s", ty(c, lse), ty(c, q));
+  in[3] = cvt(c, o, TPK_BF16);
+  in[4] = cvt(c, dout, TPK_BF16);
+  in[5] = cvt(c, lse, TPK_F32);
+  const TpkFunc *k = std_kernel(c, b_arg(c, "is_causal") ? "flash_attention_causal_bwd" : "flash_attention_bwd");
+  int n;
+  if (!k || c->failed || tpk_gb_call_values(c->gb, k, c->ov->packet, in, 7, res, 3, &n, c->err) != TPK_OK) return (void)(c->failed = true);
+  for (int i = 0; i < 3; i++) put(c, cvt(c, res[i], dt_of(q)));
+}
+
 /* ---- The table -------------------------------------------------------------------------- */
 
 #define POINTWISE_ALPHA "Tensor self, Tensor other, *, Scalar alpha=1"
@@ -1637,6 +2788,135 @@ static const Overload OVERLOADS[] = {
     {"native_layer_norm_backward", "default", "Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask", ex_native_layer_norm_backward, 0},
     {"gelu", "default", "Tensor self, *, str approximate=\"none\"", ex_gelu, 0},
     {"gelu_backward", "default", "Tensor grad_output, Tensor self, *, str approximate=\"none\"", ex_gelu_backward, 0},
+    {"_softmax_backward_data", "default", "Tensor grad_output, Tensor output, int dim, ScalarType input_dtype", ex_softmax_backward, 0},
+    {"_log_softmax_backward_data", "default", "Tensor grad_output, Tensor output, int dim, ScalarType input_dtype", ex_log_softmax_backward, 0},
+    {"silu", "default", "Tensor self", ex_silu, 0},
+    {"silu_backward", "default", "Tensor grad_output, Tensor self", ex_silu_backward, 0},
+    {"sigmoid_backward", "default", "Tensor grad_output, Tensor output", ex_sigmoid_backward, 0},
+    {"tanh_backward", "default", "Tensor grad_output, Tensor output", ex_tanh_backward, 0},
+    {"threshold_backward", "default", "Tensor grad_output, Tensor self, Scalar threshold", ex_threshold_backward, 0},
+    {"leaky_relu", "default", "Tensor self, Scalar negative_slope=0.01", ex_leaky_relu, 0},
+    {"hardtanh", "default", "Tensor self, Scalar min_val=-1, Scalar max_val=1", ex_hardtanh, 0},
+    {"maximum", "default", "Tensor self, Tensor other", ex_maximum, 0},
+    {"minimum", "default", "Tensor self, Tensor other", ex_minimum, 0},
+    {"clamp", "default", "Tensor self, Scalar? min=None, Scalar? max=None", ex_clamp, 0},
+    {"clamp", "Tensor", "Tensor self, Tensor? min=None, Tensor? max=None", ex_clamp, 0},
+    {"clamp_min", "default", "Tensor self, Scalar min", ex_clamp_min, 0},
+    {"clamp_min", "Tensor", "Tensor self, Tensor min", ex_clamp_min, 0},
+    {"clamp_max", "default", "Tensor self, Scalar max", ex_clamp_max, 0},
+    {"clamp_max", "Tensor", "Tensor self, Tensor max", ex_clamp_max, 0},
+    {"pow", "Tensor_Tensor", "Tensor self, Tensor exponent", ex_pow, 0},
+    {"pow", "Tensor_Scalar", "Tensor self, Scalar exponent", ex_pow, 0},
+    {"pow", "Scalar", "Scalar self, Tensor exponent", ex_pow, 0},
+    {"remainder", "Tensor", "Tensor self, Tensor other", ex_remainder, 0},
+    {"remainder", "Scalar", "Tensor self, Scalar other", ex_remainder, 0},
+    {"remainder", "Scalar_Tensor", "Scalar self, Tensor other", ex_remainder, 0},
+    {"fmod", "Tensor", "Tensor self, Tensor other", ex_fmod, 0},
+    {"fmod", "Scalar", "Tensor self, Scalar other", ex_fmod, 0},
+    {"bitwise_and", "Tensor", "Tensor self, Tensor other", ex_bitwise_and, 0},
+    {"bitwise_and", "Scalar", "Tensor self, Scalar other", ex_bitwise_and, 0},
+    {"bitwise_or", "Tensor", "Tensor self, Tensor other", ex_bitwise_or, 0},
+    {"bitwise_or", "Scalar", "Tensor self, Scalar other", ex_bitwise_or, 0},
+    {"bitwise_not", "default", "Tensor self", ex_bitwise_not, 0},
+    {"reciprocal", "default", "Tensor self", ex_reciprocal, 0},
+    {"square", "default", "Tensor self", ex_square, 0},
+    {"floor", "default", "Tensor self", ex_floor, 0},
+    {"ceil", "default", "Tensor self", ex_ceil, 0},
+    {"trunc", "default", "Tensor self", ex_trunc, 0},
+    {"round", "default", "Tensor self", ex_round, 0},
+    {"sign", "default", "Tensor self", ex_sign, 0},
+    {"addcmul", "default", "Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1", ex_addcmul, 0},
+    {"addcdiv", "default", "Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1", ex_addcdiv, 0},
+    {"lerp", "Scalar", "Tensor self, Tensor end, Scalar weight", ex_lerp, 0},
+    {"lerp", "Tensor", "Tensor self, Tensor end, Tensor weight", ex_lerp, 0},
+    {"_to_copy", "default", "Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None", ex_to_copy, 0},
+    {"type_as", "default", "Tensor self, Tensor other", ex_type_as, 0},
+    {"copy", "default", "Tensor self, Tensor src, bool non_blocking=False", ex_copy, 0},
+    {"_local_scalar_dense", "default", "Tensor self", ex_local_scalar_dense, 0},
+    {"contiguous", "default", "Tensor self, *, MemoryFormat memory_format=0", ex_identity, 0},
+    {"squeeze", "default", "Tensor self", ex_squeeze, 0},
+    {"squeeze", "dim", "Tensor self, int dim", ex_squeeze, 0},
+    {"squeeze", "dims", "Tensor self, int[] dim", ex_squeeze, 0},
+    {"flatten", "using_ints", "Tensor self, int start_dim=0, int end_dim=-1", ex_flatten, 0},
+    {"unflatten", "int", "Tensor self, int dim, SymInt[] sizes", ex_unflatten, 0},
+    {"expand_as", "default", "Tensor self, Tensor other", ex_expand_as, 0},
+    {"repeat", "default", "Tensor self, SymInt[] repeats", ex_repeat, 0},
+    {"select", "int", "Tensor self, int dim, SymInt index", ex_select, 0},
+    {"slice", "Tensor", "Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1", ex_slice, 0},
+    {"split_with_sizes", "default", "Tensor self, SymInt[] split_sizes, int dim=0", ex_split_with_sizes, 0},
+    {"split", "Tensor", "Tensor self, SymInt split_size, int dim=0", ex_split, 0},
+    {"split", "sizes", "Tensor self, SymInt[] split_size, int dim=0", ex_split_with_sizes, 0},
+    {"chunk", "default", "Tensor self, int chunks, int dim=0", ex_chunk, 0},
+    {"unbind", "int", "Tensor self, int dim=0", ex_unbind, 0},
+    {"gather", "default", "Tensor self, int dim, Tensor index, *, bool sparse_grad=False", ex_gather, 0},
+    {"scatter", "src", "Tensor self, int dim, Tensor index, Tensor src", ex_scatter, 0},
+    {"scatter", "value", "Tensor self, int dim, Tensor index, Scalar value", ex_scatter, 0},
+    {"scatter", "reduce", "Tensor self, int dim, Tensor index, Tensor src, *, str reduce", ex_scatter, 0},
+    {"scatter", "value_reduce", "Tensor self, int dim, Tensor index, Scalar value, *, str reduce", ex_scatter, 0},
+    {"scatter_add", "default", "Tensor self, int dim, Tensor index, Tensor src", ex_scatter, 0},
+    {"index_select", "default", "Tensor self, int dim, Tensor index", ex_index_select, 0},
+    {"embedding", "default", "Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False", ex_embedding, 0},
+    {"embedding_dense_backward", "default", "Tensor grad_output, Tensor indices, SymInt num_weights, SymInt padding_idx, bool scale_grad_by_freq", ex_embedding_dense_backward, 0},
+    {"select_backward", "default", "Tensor grad_output, SymInt[] input_sizes, int dim, SymInt index", ex_select_backward, 0},
+    {"slice_backward", "default", "Tensor grad_output, SymInt[] input_sizes, int dim, SymInt start, SymInt end, SymInt step", ex_slice_backward, 0},
+    {"amax", "default", "Tensor self, int[1] dim=[], bool keepdim=False", ex_amax, 0},
+    {"amin", "default", "Tensor self, int[1] dim=[], bool keepdim=False", ex_amin, 0},
+    {"max", "default", "Tensor self", ex_max, 0},
+    {"max", "dim", "Tensor self, int dim, bool keepdim=False", ex_max, 0},
+    {"max", "other", "Tensor self, Tensor other", ex_max, 0},
+    {"min", "default", "Tensor self", ex_min, 0},
+    {"min", "dim", "Tensor self, int dim, bool keepdim=False", ex_min, 0},
+    {"min", "other", "Tensor self, Tensor other", ex_min, 0},
+    {"argmax", "default", "Tensor self, int? dim=None, bool keepdim=False", ex_argmax, 0},
+    {"argmin", "default", "Tensor self, int? dim=None, bool keepdim=False", ex_argmin, 0},
+    {"prod", "default", "Tensor self, *, ScalarType? dtype=None", ex_prod, 0},
+    {"prod", "dim_int", "Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None", ex_prod, 0},
+    {"any", "default", "Tensor self", ex_any, 0},
+    {"any", "dim", "Tensor self, int dim, bool keepdim=False", ex_any, 0},
+    {"any", "dims", "Tensor self, int[]? dim=None, bool keepdim=False", ex_any, 0},
+    {"all", "default", "Tensor self", ex_all, 0},
+    {"all", "dim", "Tensor self, int dim, bool keepdim=False", ex_all, 0},
+    {"all", "dims", "Tensor self, int[]? dim=None, bool keepdim=False", ex_all, 0},
+    {"var", "default", "Tensor self, bool unbiased=True", ex_var, 0},
+    {"var", "dim", "Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False", ex_var, 0},
+    {"var", "correction", "Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False", ex_var, 0},
+    {"logsumexp", "default", "Tensor self, int[1] dim, bool keepdim=False", ex_logsumexp, 0},
+    {"nll_loss_forward", "default", "Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index", ex_nll_loss_forward, 0},
+    {"nll_loss_backward", "default", "Tensor grad_output, Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index, Tensor total_weight", ex_nll_loss_backward, 0},
+    {"mse_loss", "default", "Tensor self, Tensor target, int reduction=1", ex_mse_loss, 0},
+    {"_scaled_dot_product_flash_attention_for_cpu", "default", "Tensor query, Tensor key, Tensor value, float dropout_p=0., bool is_causal=False, *, Tensor? attn_mask=None, float? scale=None", ex_sdpa_flash, 0},
+    {"_scaled_dot_product_flash_attention_for_cpu_backward", "default", "Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor out, Tensor logsumexp, float dropout_p, bool is_causal, *, Tensor? attn_mask=None, float? scale=None", ex_sdpa_flash_backward, 0},
+    /* in place: the result replaces self */
+    {"add_", "Tensor", POINTWISE_ALPHA, ex_add, INPLACE},
+    {"add_", "Scalar", "Tensor self, Scalar other, Scalar alpha=1", ex_add, INPLACE},
+    {"sub_", "Tensor", POINTWISE_ALPHA, ex_sub, INPLACE},
+    {"sub_", "Scalar", "Tensor self, Scalar other, Scalar alpha=1", ex_sub, INPLACE},
+    {"mul_", "Tensor", "Tensor self, Tensor other", ex_mul, INPLACE},
+    {"mul_", "Scalar", "Tensor self, Scalar other", ex_mul, INPLACE},
+    {"div_", "Tensor", "Tensor self, Tensor other", ex_div, INPLACE},
+    {"div_", "Scalar", "Tensor self, Scalar other", ex_div, INPLACE},
+    {"div_", "Tensor_mode", "Tensor self, Tensor other, *, str? rounding_mode", ex_div, INPLACE},
+    {"div_", "Scalar_mode", "Tensor self, Scalar other, *, str? rounding_mode", ex_div, INPLACE},
+    {"addcmul_", "default", "Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1", ex_addcmul, INPLACE},
+    {"addcdiv_", "default", "Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1", ex_addcdiv, INPLACE},
+    {"lerp_", "Scalar", "Tensor self, Tensor end, Scalar weight", ex_lerp, INPLACE},
+    {"lerp_", "Tensor", "Tensor self, Tensor end, Tensor weight", ex_lerp, INPLACE},
+    {"pow_", "Scalar", "Tensor self, Scalar exponent", ex_pow, INPLACE},
+    {"pow_", "Tensor", "Tensor self, Tensor exponent", ex_pow, INPLACE},
+    {"clamp_", "default", "Tensor self, Scalar? min=None, Scalar? max=None", ex_clamp, INPLACE},
+    {"clamp_", "Tensor", "Tensor self, Tensor? min=None, Tensor? max=None", ex_clamp, INPLACE},
+    {"clamp_min_", "default", "Tensor self, Scalar min", ex_clamp_min, INPLACE},
+    {"clamp_max_", "default", "Tensor self, Scalar max", ex_clamp_max, INPLACE},
+    {"sqrt_", "default", "Tensor self", ex_sqrt, INPLACE},
+    {"exp_", "default", "Tensor self", ex_exp, INPLACE},
+    {"neg_", "default", "Tensor self", ex_neg, INPLACE},
+    {"relu_", "default", "Tensor self", ex_relu, INPLACE},
+    {"fill_", "Scalar", "Tensor self, Scalar value", ex_fill, INPLACE},
+    {"fill_", "Tensor", "Tensor self, Tensor value", ex_fill, INPLACE},
+    {"zero_", "default", "Tensor self", ex_fill, INPLACE},
+    {"copy_", "default", "Tensor self, Tensor src, bool non_blocking=False", ex_copy, INPLACE},
+    {"masked_fill_", "Scalar", "Tensor self, Tensor mask, Scalar value", ex_masked_fill, INPLACE},
+    {"masked_fill_", "Tensor", "Tensor self, Tensor mask, Tensor value", ex_masked_fill, INPLACE},
 };
 
 enum { NOVERLOADS = (int)TPK_ARRAY_LEN(OVERLOADS) };

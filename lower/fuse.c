@@ -519,12 +519,7 @@ static TpkOp *build(Kernel *K, TpkOpcode opc, int nin, TpkValue *const *in, cons
 }
 
 static bool copy_attrs(Kernel *K, TpkOp *to, const TpkOp *from) {
-  if (!from->nattr) return true;
-  to->attrs = tpk_arena_alloc(&K->dst->arena, (size_t)from->nattr * sizeof *to->attrs);
-  if (!to->attrs) return oom(K->F);
-  memcpy(to->attrs, from->attrs, (size_t)from->nattr * sizeof *to->attrs);
-  to->nattr = from->nattr;
-  return true;
+  return tpk_op_copy_attrs(K->dst, to, from) || oom(K->F);
 }
 
 static TpkIndexPattern whole(int rank) {
@@ -787,6 +782,24 @@ static bool cluster_all(Fuser *F) {
       if (both == CLASS_TILED || (ca != CLASS_TILED && cb != CLASS_TILED)) merge(F, a, b, both);
     }
   }
+  /* siblings: clusters reading one array join when they tile together (one
+   * pass over it instead of several) */
+  for (int i = 0; i < F->nnodes && F->status == TPK_OK; i++) {
+    if (!mergeable(F, i)) continue;
+    const Values *roots = &F->nodes[i].roots;
+    for (int j = 0; j < roots->n && F->status == TPK_OK; j++) {
+      if (roots->v[j]->type->rank == 0) continue;
+      for (int k = 0; k < i && F->status == TPK_OK; k++) {
+        if (!mergeable(F, k)) continue;
+        bool reads = false;
+        for (int r = 0; r < F->nodes[k].roots.n && !reads; r++) reads = F->nodes[k].roots.v[r] == roots->v[j];
+        int a = find(F, k), b = find(F, i);
+        if (!reads || a == b || path_between(F, a, b) || path_between(F, b, a)) continue;
+        if (class_of(F, a, a) == CLASS_TILED && class_of(F, b, b) == CLASS_TILED && class_of(F, a, b) == CLASS_TILED)
+          merge(F, a, b, CLASS_TILED);
+      }
+    }
+  }
   return F->status == TPK_OK;
 }
 
@@ -865,6 +878,14 @@ static bool build_driver(Fuser *F) {
   Driver D = {.F = F, .bld = {.m = F->m, .block = F->f->body}};
   int kname = 0;
   bool ok = true;
+  /* every cluster planned before anything is built: what can fail but memory
+   * fails with the graph as it was */
+  for (int c = 0; c < nroots && ok; c++) {
+    if (role_of(F, F->nodes[roots[c]].op) == ROLE_CALL) continue;
+    Kernel K = {.F = F, .dst = F->m, .a = roots[c], .b = roots[c]};
+    ok = plan_kernel(&K);
+    kernel_free(&K);
+  }
   for (int placed = 0; placed < nroots && ok; placed++) {
     /* the ready cluster that comes first: every producer of its members placed */
     int pick = -1;

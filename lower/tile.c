@@ -380,6 +380,27 @@ static int tile_operand(const TpkIndexPattern *p, int d) {
   return k;
 }
 
+/* The rows of a ragged last block past L hold loads' `other` (0) and what
+ * ops compute from it, never stored. Harmless, but for an integer division
+ * by a row value (0 there: a division-by-zero error) and a gather by row
+ * indices computed from rows (an iota's run on past L: an index out of
+ * range); indices loaded as they are pad with 0, which every table has. */
+static bool padding_fails(const Tiling *T) {
+  for (int k = 0; k < T->n; k++) {
+    const TpkOp *op = T->ops[k];
+    if ((op->opcode == TPK_OP_DIV || op->opcode == TPK_OP_REM || op->opcode == TPK_OP_CDIV) &&
+        !tpk_dtype_is_float(op->in[1]->type->dtype) && row_axis(T, op->in[1]) >= 0)
+      return true;
+    if (op->opcode == TPK_OP_GATHER && row_axis(T, op->in[1]) >= 0) {
+      const TpkOp *ld = op->in[1]->def;
+      const TpkAttr *other = ld ? tpk_op_attr(ld, "other") : NULL;
+      if (!ld || ld->opcode != TPK_OP_LOAD || (other && (other->kind == TPK_ATTR_FLOAT ? other->f != 0 : other->i != 0)))
+        return true;
+    }
+  }
+  return false;
+}
+
 /* Rewrite the row ops into a grid over blocks of B rows. */
 static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
   TpkFunc *f = T->f;
@@ -395,6 +416,7 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
   }
   if (constant && B > Lk) B = Lk;
   if (constant && tpk_ceildiv(Lk, B) > INT32_MAX) return true; /* grid bounds are i32 */
+  if ((!constant || Lk % B) && padding_fails(T)) return true;
   const TpkDim *Bd = tpk_dim_const(m, B);
 
   TpkBuilder b = {.m = m, .block = f->body, .loc = T->first->loc};
@@ -449,13 +471,10 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
       ok = false;
       break;
     }
-    c->attrs = tpk_arena_alloc(&m->arena, (size_t)(op->nattr ? op->nattr : 1) * sizeof *c->attrs);
-    if (!c->attrs) {
+    if (!tpk_op_copy_attrs(m, c, op)) { /* room for the decisions to add theirs */
       ok = false;
       break;
     }
-    if (op->nattr) memcpy(c->attrs, op->attrs, (size_t)op->nattr * sizeof *c->attrs);
-    c->nattr = op->nattr;
     if (mem) {
       pat.dim[d] = TPK_INDEX_TILE;
       tpk_op_set_index(m, c, "index", &pat);
