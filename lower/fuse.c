@@ -698,6 +698,13 @@ static TpkFunc *build_kernel(Kernel *K, const char *name) {
     TpkValue *v = in ? K->inputs.v[i] : K->outputs.v[i - K->inputs.n];
     types[i] = copy_type(K, v->type, !in || v->type->rank > 0);
     names[i] = hint(v, buf[i], sizeof buf[i], in ? "in" : "out", in ? i : i - K->inputs.n);
+    /* hints need not be unique (a builder's two sums are both "sum"); parameter names must */
+    for (int j = 0, again = 0; j < i; j++)
+      if (strcmp(names[j], names[i]) == 0) {
+        snprintf(buf[i], sizeof buf[i], "p%d_%d", i, again++);
+        names[i] = buf[i];
+        j = -1;
+      }
     roles[i] = in ? TPK_PARAM_IN : TPK_PARAM_OUT;
     ok = types[i] != NULL;
   }

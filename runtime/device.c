@@ -515,18 +515,19 @@ void tpk_buffer_mark_pending(TpkBuffer *b, TpkStream *s) {
 
 void tpk_buffer_mark_read(TpkBuffer *b) { atomic_fetch_add(&b->storage->readers, 1); }
 
-void tpk_buffer_unmark(TpkBuffer *b, bool wrote) {
+TpkStream *tpk_buffer_unmark(TpkBuffer *b, bool wrote) {
   if (!wrote) {
     atomic_fetch_sub(&b->storage->readers, 1);
-    return;
+    return NULL;
   }
-  TpkStream *s = atomic_exchange(&b->storage->pending, NULL);
-  if (s) tpk_stream_release(s);
+  return atomic_exchange(&b->storage->pending, NULL);
 }
 
 TpkStream *tpk_buffer_pending(const TpkBuffer *b) { return atomic_load(&b->storage->pending); }
 bool tpk_buffer_read_pending(const TpkBuffer *b) { return atomic_load(&b->storage->readers) > 0; }
-bool tpk_buffer_in_use(const TpkBuffer *b) { return atomic_load(&b->refs) > 1 || atomic_load(&b->storage->refs) > 1; }
+bool tpk_buffer_in_use(const TpkBuffer *b, int own) {
+  return atomic_load(&b->refs) > own || atomic_load(&b->storage->refs) > 1;
+}
 bool tpk_buffers_share(const TpkBuffer *a, const TpkBuffer *b) { return a->storage == b->storage; }
 
 TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {

@@ -12,6 +12,13 @@
  * seen before builds nothing, and the same op at another sequence length
  * is the same key.
  *
+ * Some ops do not build with every size symbolic: view(x: [S, 48], [S, 3,
+ * 16]) needs 48 = 3 * 16. Sizes then follow a policy, tried in turn, each
+ * a key of its own (a failed build is a unit too, so it is tried once):
+ * every size symbolic; only the sizes its int arguments name (S here;
+ * 48 constant); none. A fused window keeps constant every size one of its
+ * ops needed constant, and gives symbols to the rest when it runs.
+ *
  * Scalars that change every step (a learning rate, Adam's bias
  * corrections) must not make every op or window new: a float argument of
  * an ATen `Scalar` parameter (add's alpha, mul's other, addcmul's value,
@@ -124,11 +131,24 @@ static void key_free(Key *k) {
 
 /* ---- sizes by their symbolic form ----------------------------------------------- */
 
-/* s0, s1, ...: each distinct size above 1, in order of appearance. */
+/* s0, s1, ...: each distinct size above 1, in order of appearance, but
+ * the sizes kept constant. */
 typedef struct Syms {
   int n;
   int64_t v[MAX_SYMS];
+  int nconst;
+  int64_t consts[MAX_SYMS];
 } Syms;
+
+static bool is_const(const Syms *t, int64_t v) {
+  for (int i = 0; i < t->nconst; i++)
+    if (t->consts[i] == v) return true;
+  return false;
+}
+
+static void add_const(Syms *t, int64_t v) {
+  if (v > 1 && !is_const(t, v) && t->nconst < MAX_SYMS) t->consts[t->nconst++] = v;
+}
 
 static int sym_find(const Syms *t, int64_t v) {
   for (int i = 0; i < t->n; i++)
@@ -139,8 +159,8 @@ static int sym_find(const Syms *t, int64_t v) {
 /* A tensor's dim as a word: a constant (0 or 1, or any size when the
  * table is full) or a symbol, added when new. */
 static uint64_t dim_word(Syms *t, int64_t v) {
-  int k = v > 1 ? sym_find(t, v) : -1;
-  if (v > 1 && k < 0 && t->n < MAX_SYMS) {
+  int k = v > 1 && !is_const(t, v) ? sym_find(t, v) : -1;
+  if (v > 1 && k < 0 && !is_const(t, v) && t->n < MAX_SYMS) {
     k = t->n;
     t->v[t->n++] = v;
   }
@@ -159,7 +179,7 @@ static void dim_text(uint64_t w, const Syms *t, char *buf, size_t n) {
  * for a constant; returns the key word of its form. */
 static uint64_t int_form(const Syms *t, int64_t v, char *buf, size_t n) {
   buf[0] = 0;
-  if (v <= 1) return (uint64_t)v << 2;
+  if (v <= 1 || is_const(t, v)) return (uint64_t)v << 2;
   int k = sym_find(t, v);
   if (k >= 0) {
     snprintf(buf, n, "s%d", k);
@@ -202,6 +222,9 @@ typedef struct Binder {
   const Syms *syms;
   TpkArena *arena;
   bool probe; /* an int lifted is given as a symbolic size even when it is a constant */
+  /* ints lifted are symbolic only where the argument marks them so (a
+   * non-NULL sym, syms[j]): as the op alone decided, in a window */
+  bool marked;
 } Binder;
 
 static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const Binder *b, TpkArg *out, Key *key) {
@@ -245,7 +268,7 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
     case TPK_ARG_INT:
     case TPK_ARG_BOOL:
       o->i = a->i;
-      if (a->kind == TPK_ARG_INT && (lift || a->sym)) {
+      if (a->kind == TPK_ARG_INT && (lift || a->sym) && !(b->marked && !a->sym)) {
         char text[64];
         uint64_t form = int_form(b->syms, a->i, text, sizeof text);
         /* a size given symbolically is taken as its value: the symbols
@@ -264,7 +287,7 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
       key_put(key, (uint64_t)a->n);
       for (int j = 0; j < a->n; j++) {
         ints[j] = a->ints[j];
-        if (!syms) {
+        if (!syms || (b->marked && !(a->syms && a->syms[j]))) {
           key_put(key, (uint64_t)a->ints[j]);
           continue;
         }
@@ -290,7 +313,7 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
   return TPK_OK;
 }
 
-/* ---- an op's own graph -------------------------------------------------------------- */
+/* ---- an op --------------------------------------------------------------------------- */
 
 /* What one submitted op is: the ATen op or kernel, its arguments, and its
  * operands (the buffers its VALUE and VALUES arguments name, in order). */
@@ -302,9 +325,16 @@ typedef struct Op {
   int nargs;
   TpkBuffer *operands[MAX_OPERANDS];
   int noperands;
-  Syms syms; /* the operands' sizes */
   int64_t position;
 } Op;
+
+/* How an op's sizes are keyed and built, tried in this order. */
+typedef enum Policy {
+  SIZES_SYMBOLIC, /* every size above 1 a symbol */
+  SIZES_NAMED,    /* only the sizes its int arguments name (as themselves or a factor of a product of two) */
+  SIZES_CONSTANT, /* none */
+  NPOLICIES
+} Policy;
 
 /* "add", "kernel 'softmax'", for messages. */
 static const char *op_label(const Op *op, char *buf, size_t n) {
@@ -335,7 +365,8 @@ static TpkStatus op_fail(const Op *op, TpkStatus st, const char *message) {
   return st;
 }
 
-/* The layout's words: the op, its arguments' names and kinds. */
+/* The words of the op itself: its name (or kernel), its arguments' names
+ * and kinds. */
 static void layout_key(const Op *op, Key *k) {
   key_put(k, KEY_LAYOUT);
   if (op->name) key_str(k, op->name);
@@ -348,91 +379,143 @@ static void layout_key(const Op *op, Key *k) {
   }
 }
 
-/* Building an op alone: its operands are inputs s-dimensioned, then one
- * rank-0 f32 input per lifted scalar. */
+/* The sizes an op keeps constant under policy p (into t->consts). */
+static void op_consts(const Op *op, const Layout *lay, Policy p, Syms *t) {
+  *t = (Syms){0};
+  if (p == SIZES_SYMBOLIC) return;
+  int64_t sizes[MAX_SYMS];
+  int n = 0;
+  for (int i = 0; i < op->noperands; i++)
+    for (int d = 0; d < op->operands[i]->rank; d++) {
+      int64_t v = op->operands[i]->shape[d];
+      bool seen = v <= 1;
+      for (int j = 0; j < n && !seen; j++) seen = sizes[j] == v;
+      if (!seen && n < MAX_SYMS) sizes[n++] = v;
+    }
+  bool named[MAX_SYMS] = {0};
+  for (int i = 0; p == SIZES_NAMED && i < op->nargs; i++) {
+    const TpkArg *a = &op->args[i];
+    if (!lay->lift[i] || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
+    for (int e = 0; e < (a->kind == TPK_ARG_INT ? 1 : a->n); e++) {
+      int64_t x = a->kind == TPK_ARG_INT ? a->i : a->ints[e];
+      for (int u = 0; u < n; u++) {
+        named[u] |= sizes[u] == x;
+        for (int w = 0; w < n; w++)
+          if (sizes[u] * sizes[w] == x) named[u] = named[w] = true;
+      }
+    }
+  }
+  for (int u = 0; u < n; u++)
+    if (!named[u]) add_const(t, sizes[u]);
+}
+
+/* The op's sizes as symbols under policy p: its operands' dims in order. */
+static void op_syms(const Op *op, const Layout *lay, Policy p, Syms *t) {
+  op_consts(op, lay, p, t);
+  for (int i = 0; i < op->noperands; i++)
+    for (int d = 0; d < op->operands[i]->rank; d++) dim_word(t, op->operands[i]->shape[d]);
+}
+
+static int operand_id(void *ctx, TpkBuffer *b) {
+  const Op *op = ctx;
+  for (int i = 0; i < op->noperands; i++)
+    if (op->operands[i] == b) return i;
+  return -1;
+}
+
+/* Building an op alone: its operands are inputs, then one rank-0 f32
+ * input per lifted scalar. */
 typedef struct Alone {
   const Op *op;
-  TpkGraphBuilder *gb;
+  TpkGraphBuilder *gb; /* NULL: ids only (a key) */
   TpkValue *values[MAX_OPERANDS + MAX_ARGS];
   int nvalues;
   TpkError *err;
-  bool failed;
 } Alone;
 
-static int alone_tensor(void *ctx, TpkBuffer *b) {
-  Alone *a = ctx;
-  for (int i = 0; i < a->op->noperands; i++)
-    if (a->op->operands[i] == b) return i;
-  return -1;
-}
+static int alone_tensor(void *ctx, TpkBuffer *b) { return operand_id((void *)((Alone *)ctx)->op, b); }
 
 static int alone_scalar(void *ctx, double v) {
   (void)v;
   Alone *a = ctx;
   if (a->nvalues == MAX_OPERANDS + MAX_ARGS) return -1;
-  TpkValue *x;
-  if (tpk_gb_input(a->gb, TPK_F32, 0, NULL, &x, a->err) != TPK_OK) return -1;
-  a->values[a->nvalues] = x;
+  if (a->gb && tpk_gb_input(a->gb, TPK_F32, 0, NULL, &a->values[a->nvalues], a->err) != TPK_OK) return -1;
   return a->nvalues++;
 }
 
-/* The op built alone in a builder named `name`, with lay's arguments
- * lifted: its results (NULL: one ATen leaves undefined) made the graph's
- * outputs. The key words of its arguments go to key (may be NULL). */
-static TpkStatus build_alone(const Op *op, const Layout *lay, bool concrete, bool probe, TpkGraphBuilder **gbp,
+/* The op's key words under policy p, its layout's lifts applied. */
+static TpkStatus op_key(const Op *op, const Layout *lay, Policy p, Key *k) {
+  key_put(k, KEY_OPTYPE);
+  key_put(k, (uint64_t)p);
+  layout_key(op, k);
+  Syms syms;
+  op_consts(op, lay, p, &syms);
+  for (int i = 0; i < op->noperands; i++) {
+    const TpkBuffer *b = op->operands[i];
+    key_put(k, (uint64_t)b->dtype);
+    key_put(k, (uint64_t)b->rank);
+    for (int d = 0; d < b->rank; d++) key_put(k, dim_word(&syms, b->shape[d]));
+  }
+  TpkArena arena;
+  tpk_arena_init(&arena, 0);
+  TpkArg args[MAX_ARGS];
+  Alone a = {.op = op, .nvalues = op->noperands};
+  Binder binder = {alone_tensor, alone_scalar, &a, &syms, &arena, false};
+  TpkStatus st = bind_args(op->args, op->nargs, lay, &binder, args, k);
+  tpk_arena_free(&arena);
+  if (st == TPK_OK && k->failed) st = TPK_ERR_NOMEM;
+  return st == TPK_OK ? TPK_OK : tpk_runtime_fail(st, "out of memory");
+}
+
+/* The op built alone under policy p, with lay's arguments lifted (probe:
+ * an int lifted is given as a symbolic size even when constant): its
+ * results (NULL: one ATen leaves undefined) are the graph's outputs. */
+static TpkStatus build_alone(const Op *op, const Layout *lay, Policy p, bool probe, TpkGraphBuilder **gbp,
                              const TpkType **types, int *ntypes, TpkError *err) {
+  *ntypes = 0;
   TpkGraphBuilder *gb = *gbp = tpk_gb_new(op->name ? "eager_op" : "eager_call");
   if (!gb) return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
   Alone a = {.op = op, .gb = gb, .err = err};
-  TpkArena arena;
-  tpk_arena_init(&arena, 0);
-  Syms syms = concrete ? (Syms){0} : op->syms;
+  Syms syms;
+  op_syms(op, lay, p, &syms);
   for (int i = 0; i < op->noperands; i++) {
     const TpkBuffer *b = op->operands[i];
     const TpkDim *dims[TPK_MAX_RANK];
     for (int d = 0; d < b->rank; d++) {
       char text[32];
-      if (concrete) snprintf(text, sizeof text, "%" PRId64, b->shape[d]);
-      else dim_text(dim_word(&syms, b->shape[d]), &syms, text, sizeof text);
-      if (!(dims[d] = tpk_gb_dim(gb, text, err))) {
-        tpk_arena_free(&arena);
-        return err->code;
-      }
+      dim_text(dim_word(&syms, b->shape[d]), &syms, text, sizeof text);
+      if (!(dims[d] = tpk_gb_dim(gb, text, err))) return err->code;
     }
-    if (tpk_gb_input(gb, b->dtype, b->rank, dims, &a.values[i], err) != TPK_OK) {
-      tpk_arena_free(&arena);
-      return err->code;
-    }
+    if (tpk_gb_input(gb, b->dtype, b->rank, dims, &a.values[i], err) != TPK_OK) return err->code;
   }
   a.nvalues = op->noperands;
+  TpkArena arena;
+  tpk_arena_init(&arena, 0);
   TpkArg args[MAX_ARGS];
   Key scratch = {0};
   Binder binder = {alone_tensor, alone_scalar, &a, &syms, &arena, probe};
   TpkStatus st = bind_args(op->args, op->nargs, lay, &binder, args, &scratch);
   key_free(&scratch);
-  if (st != TPK_OK) {
-    tpk_arena_free(&arena);
-    return err->code ? err->code : tpk_error(err, st, "out of memory");
-  }
   TpkValue *outs[MAX_OUTS];
   int nouts = 0;
-  st = op->name ? tpk_gb_op(gb, op->name, args, op->nargs, a.values, a.nvalues, outs, MAX_OUTS, &nouts, err)
-                : tpk_gb_call(gb, tpk_kernel_ir(op->kernel), args, op->nargs, a.values, a.nvalues, outs, MAX_OUTS, &nouts, err);
+  if (st != TPK_OK) st = err->code ? err->code : tpk_error(err, st, "out of memory");
+  else if (op->name) st = tpk_gb_op(gb, op->name, args, op->nargs, a.values, a.nvalues, outs, MAX_OUTS, &nouts, err);
+  else st = tpk_gb_call(gb, tpk_kernel_ir(op->kernel), args, op->nargs, a.values, a.nvalues, outs, MAX_OUTS, &nouts, err);
   tpk_arena_free(&arena);
   if (st == TPK_OK && nouts > MAX_OUTS) st = tpk_error(err, TPK_ERR_UNSUPPORTED, "more than %d results", MAX_OUTS);
   for (int i = 0; st == TPK_OK && i < nouts; i++) {
     types[i] = outs[i] ? outs[i]->type : NULL;
     if (outs[i]) st = tpk_gb_output(gb, outs[i], err);
   }
-  *ntypes = nouts;
+  if (st == TPK_OK) *ntypes = nouts;
   return st;
 }
 
-/* The layout of op's arguments: built once with nothing lifted and its
- * operands' sizes as constants (an error there is the op's), then once per
- * float or int argument lifted alone (an int as a symbolic size). */
 static void layout_free(void *p) { free(p); }
 
+/* The layout of op's arguments: built once with nothing lifted and its
+ * sizes constant (an error there is the op's), then once per float or int
+ * argument lifted alone (an int given as a symbolic size). */
 static TpkStatus find_layout(TpkContext *ctx, const Op *op, TpkUnit **out) {
   Key k = {0};
   layout_key(op, &k);
@@ -450,7 +533,7 @@ static TpkStatus find_layout(TpkContext *ctx, const Op *op, TpkUnit **out) {
   const TpkType *types[MAX_OUTS];
   int n;
   TpkGraphBuilder *gb = NULL;
-  st = lay ? build_alone(op, lay, true, false, &gb, types, &n, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+  st = lay ? build_alone(op, lay, SIZES_CONSTANT, false, &gb, types, &n, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
   tpk_gb_free(gb);
   for (int i = 0; st == TPK_OK && i < op->nargs; i++) {
     TpkArgKind kind = op->args[i].kind;
@@ -459,7 +542,7 @@ static TpkStatus find_layout(TpkContext *ctx, const Op *op, TpkUnit **out) {
     probe.lift[i] = true;
     TpkError perr = {0};
     gb = NULL;
-    lay->lift[i] = build_alone(op, &probe, true, true, &gb, types, &n, &perr) == TPK_OK;
+    lay->lift[i] = build_alone(op, &probe, SIZES_CONSTANT, true, &gb, types, &n, &perr) == TPK_OK;
     tpk_gb_free(gb);
   }
   if (st != TPK_OK) {
@@ -472,10 +555,11 @@ static TpkStatus find_layout(TpkContext *ctx, const Op *op, TpkUnit **out) {
   return TPK_OK;
 }
 
-/* An op's graph: its result types (dims in its operands' symbols), and,
- * for the debug and strict modes, its program. */
+/* An op's graph under one policy: its result types (dims in its symbols),
+ * or that it does not build so (try the next policy). */
 typedef struct OpGraph {
-  bool failed;   /* the op does not build with its sizes symbolic: see submit */
+  bool failed;
+  Policy policy;
   TpkGraphBuilder *gb;
   int nouts;
   const TpkType *types[MAX_OUTS]; /* NULL: an output ATen leaves undefined */
@@ -489,76 +573,50 @@ static void op_graph_free(void *p) {
 
 static void program_free(void *p) { tpk_program_release(p); }
 
-/* The op's key words: its layout's lifts applied. */
-static TpkStatus op_key(const Op *op, const Layout *lay, bool concrete, Key *k) {
-  key_put(k, KEY_OPTYPE);
-  key_put(k, concrete);
-  layout_key(op, k);
-  for (int i = 0; i < op->noperands; i++) {
-    const TpkBuffer *b = op->operands[i];
-    key_put(k, (uint64_t)b->dtype);
-    key_put(k, (uint64_t)b->rank);
-  }
-  /* the operands' dims and the arguments, in the op's symbols */
-  Syms syms = {0};
-  for (int i = 0; i < op->noperands; i++)
-    for (int d = 0; d < op->operands[i]->rank; d++) {
-      int64_t v = op->operands[i]->shape[d];
-      key_put(k, concrete ? (uint64_t)v : dim_word(&syms, v));
-    }
-  if (concrete) syms.n = 0; /* ints are themselves */
-  TpkArena arena;
-  tpk_arena_init(&arena, 0);
-  TpkArg args[MAX_ARGS];
-  Alone a = {.op = op};
-  Binder binder = {alone_tensor, alone_scalar, &a, &syms, &arena};
-  /* scalars are counted, not built */
-  binder.scalar = NULL;
-  TpkStatus st = TPK_OK;
-  for (int i = 0; i < op->nargs && st == TPK_OK; i++)
-    if (lay->lift[i] && op->args[i].kind == TPK_ARG_FLOAT) {
-      /* a lifted float: its place only */
-      key_str(k, op->args[i].name);
-      key_put(k, TPK_ARG_FLOAT);
-      key_put(k, 1);
-    } else {
-      st = bind_args(&op->args[i], 1, &(Layout){.lift = {lay->lift[i]}}, &binder, &args[i], k);
-    }
-  tpk_arena_free(&arena);
-  if (st == TPK_OK && k->failed) st = TPK_ERR_NOMEM;
-  return st == TPK_OK ? TPK_OK : tpk_runtime_fail(st, "out of memory");
-}
-
-/* The op's graph under key: with its sizes symbolic, or (concrete) as
- * they are. An op that does not build symbolically (a view to sizes that
- * are no product of its operands') is a unit that says so, so the next
- * sight of the key goes straight to the concrete one. */
-static TpkStatus find_op_graph(TpkContext *ctx, const Op *op, const Layout *lay, bool concrete, const Key *key, TpkUnit **out) {
+/* The op's graph under the first policy it builds with (its key left in
+ * key); an error when it builds under none. */
+static TpkStatus find_op_graph(TpkContext *ctx, const Op *op, const Layout *lay, Key *key, TpkUnit **out) {
   TpkUnits *units = tpk_context_units(ctx);
-  bool claimed;
-  TpkStatus st = tpk_units_get(units, -1, key->w, key->n, out, &claimed);
-  if (st != TPK_OK || !claimed) return st;
-  OpGraph *g = calloc(1, sizeof *g);
-  TpkError err = {0};
-  st = g ? build_alone(op, lay, concrete, false, &g->gb, g->types, &g->nouts, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
-  if (st != TPK_OK && g && !concrete && st != TPK_ERR_NOMEM) {
-    tpk_gb_free(g->gb);
-    *g = (OpGraph){.failed = true};
-    st = TPK_OK;
+  for (Policy p = 0; p < NPOLICIES; p++) {
+    key->n = 0;
+    TpkStatus st = op_key(op, lay, p, key);
+    bool claimed;
+    if (st == TPK_OK) st = tpk_units_get(units, -1, key->w, key->n, out, &claimed);
+    if (st != TPK_OK) return st;
+    if (!claimed) {
+      if (!((OpGraph *)tpk_unit_payload(*out))->failed) return TPK_OK;
+      tpk_unit_release(*out);
+      *out = NULL;
+      continue;
+    }
+    OpGraph *g = calloc(1, sizeof *g);
+    TpkError err = {0};
+    st = g ? build_alone(op, lay, p, false, &g->gb, g->types, &g->nouts, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+    if (st != TPK_OK && g && p + 1 < NPOLICIES && st != TPK_ERR_NOMEM) { /* the next policy */
+      tpk_gb_free(g->gb);
+      *g = (OpGraph){.failed = true, .policy = p};
+      tpk_unit_ready(units, *out, g, op_graph_free);
+      tpk_unit_release(*out);
+      *out = NULL;
+      continue;
+    }
+    if (st != TPK_OK) {
+      if (g) op_graph_free(g);
+      tpk_unit_abandon(units, *out);
+      *out = NULL;
+      return op_fail(op, err.code ? err.code : TPK_ERR_INVALID, err.message);
+    }
+    g->policy = p;
+    tpk_unit_ready(units, *out, g, op_graph_free);
+    return TPK_OK;
   }
-  if (st != TPK_OK) {
-    if (g) op_graph_free(g);
-    tpk_unit_abandon(units, *out);
-    *out = NULL;
-    return op_fail(op, err.code ? err.code : TPK_ERR_INVALID, err.message);
-  }
-  tpk_unit_ready(units, *out, g, op_graph_free);
-  return TPK_OK;
+  return op_fail(op, TPK_ERR_INTERNAL, "builds under no policy of sizes");
 }
 
-/* The op's program (debug and strict): its graph, one cluster per op. */
+/* The op's program (debug and strict): its graph, one cluster per op,
+ * under the graph's key. */
 static TpkStatus find_op_program(TpkContext *ctx, const Op *op, const OpGraph *g, Key *key, TpkUnit **out, bool *built) {
-  key->w[0] = KEY_OPPROG; /* the graph's key, for its program */
+  key->w[0] = KEY_OPPROG;
   TpkUnits *units = tpk_context_units(ctx);
   bool claimed;
   TpkStatus st = tpk_units_get(units, TPK_UNIT_EAGER, key->w, key->n, out, &claimed);
@@ -596,22 +654,24 @@ typedef struct Queued {
   struct Queued *next;
 } Queued;
 
-/* A value of a fused window: a buffer it reads (an input), a buffer it
- * produced, or a lifted scalar (an input). */
+/* A buffer a fused window reads but did not produce (an input), or one it
+ * produced; held by the window. */
 typedef struct WValue {
-  TpkBuffer *buf; /* held by the window; NULL for a scalar */
+  TpkBuffer *buf;
   bool input;
-  double scalar;
-  int producer; /* the record, or -1 */
 } WValue;
 
+/* An op of the window as submitted: its arguments copied (tensors still
+ * buffers), the lifts of its layout, the sizes it keeps constant, its
+ * outputs. */
 typedef struct Record {
-  const char *op; /* the window's arena */
-  TpkKernel *kernel; /* a call: its program held */
+  const char *op;    /* the window's arena; NULL for a call: */
+  TpkKernel *kernel; /* its program held */
   uint64_t kernel_id[3];
-  TpkArg *args;   /* bound: tensors as window values */
+  TpkArg *args;
   int nargs;
-  int outs[MAX_OUTS]; /* window values (-1: undefined) */
+  Layout lay;
+  TpkBuffer *outs[MAX_OUTS]; /* NULL: undefined */
   int nouts;
   int64_t position;
 } Record;
@@ -622,10 +682,7 @@ typedef struct Window {
   int nrecords;
   WValue *values;
   int nvalues, capvalues;
-  Syms syms; /* of the inputs' sizes */
-  bool concrete; /* an op of it builds only with its sizes as they are: so does the window */
-  Key dims;  /* the inputs' dtypes, ranks and dims, as they came */
-  Key ops;   /* the records' words */
+  Syms consts; /* the sizes an op of it keeps constant (consts only) */
 } Window;
 
 struct TpkStream {
@@ -635,7 +692,6 @@ struct TpkStream {
   atomic_int refs; /* the caller's, and each pending mark's */
   pthread_mutex_t lock; /* all below */
   bool dropped;         /* the context ended: its work went, ops are refused */
-  bool destroyed;       /* the caller's handle is gone */
   TpkStream *next;      /* the context's streams */
   int64_t position;     /* ops submitted */
   TpkStreamStats stats;
@@ -681,8 +737,6 @@ static void stream_free(TpkStream *s) {
   free(s->marks);
   free(s->w.records);
   free(s->w.values);
-  key_free(&s->w.dims);
-  key_free(&s->w.ops);
   tpk_arena_free(&s->w.arena);
   pthread_mutex_destroy(&s->lock);
   TpkContext *ctx = s->ctx;
@@ -711,17 +765,25 @@ static bool mark(TpkStream *s, TpkBuffer *b, bool wrote) {
     s->capmarks = cap;
   }
   tpk_buffer_retain(b);
+  pthread_mutex_lock(&b->dev->lock);
   if (wrote) tpk_buffer_mark_pending(b, s);
   else tpk_buffer_mark_read(b);
+  pthread_mutex_unlock(&b->dev->lock);
   s->marks[s->nmarks++] = (Mark){b, wrote};
   return true;
 }
 
 /* The pending work has run (or gone): every mark goes. The buffers'
- * holds are dropped after the marks, since the last may free the stream;
- * s->lock held, and a hold on s by the caller. */
+ * holds are dropped after the marks; s->lock held, and a hold on s by
+ * the caller (the last mark's may go here). */
 static void unmark_all(TpkStream *s) {
-  for (int i = 0; i < s->nmarks; i++) tpk_buffer_unmark(s->marks[i].buf, s->marks[i].wrote);
+  for (int i = 0; i < s->nmarks; i++) {
+    TpkBuffer *b = s->marks[i].buf;
+    pthread_mutex_lock(&b->dev->lock);
+    TpkStream *held = tpk_buffer_unmark(b, s->marks[i].wrote);
+    pthread_mutex_unlock(&b->dev->lock);
+    if (held) tpk_stream_release(held);
+  }
   for (int i = 0; i < s->nmarks; i++) tpk_buffer_release(s->marks[i].buf);
   s->nmarks = 0;
 }
@@ -730,60 +792,32 @@ static void unmark_all(TpkStream *s) {
 
 static void window_reset(TpkStream *s) {
   Window *w = &s->w;
-  for (int i = 0; i < w->nvalues; i++)
-    if (w->values[i].buf) tpk_buffer_release(w->values[i].buf);
+  for (int i = 0; i < w->nvalues; i++) tpk_buffer_release(w->values[i].buf);
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
   w->nvalues = w->nrecords = 0;
-  w->syms.n = 0;
-  w->concrete = false;
-  w->dims.n = w->ops.n = 0;
-  w->dims.failed = w->ops.failed = false;
+  w->consts = (Syms){0};
   tpk_arena_free(&w->arena);
   tpk_arena_init(&w->arena, 0);
 }
 
-static int window_value(Window *w, TpkBuffer *buf, bool input, double scalar, int producer) {
+static bool window_hold(Window *w, TpkBuffer *buf, bool input) {
   if (w->nvalues == w->capvalues) {
     int cap = w->capvalues ? 2 * w->capvalues : 64;
     WValue *v = realloc(w->values, sizeof *v * (size_t)cap);
-    if (!v) return -1;
+    if (!v) return false;
     w->values = v;
     w->capvalues = cap;
   }
-  if (buf) tpk_buffer_retain(buf);
-  w->values[w->nvalues] = (WValue){buf, input, scalar, producer};
-  return w->nvalues++;
+  tpk_buffer_retain(buf);
+  w->values[w->nvalues++] = (WValue){buf, input};
+  return true;
 }
 
-typedef struct Recording {
-  TpkStream *s;
-} Recording;
-
-/* The window value of a tensor operand: one it produced, one it reads
- * already, or a new input (its dims adding to the window's symbols). */
-static int record_tensor(void *ctx, TpkBuffer *b) {
-  TpkStream *s = ((Recording *)ctx)->s;
-  Window *w = &s->w;
+static bool window_has(const Window *w, const TpkBuffer *b) {
   for (int i = w->nvalues - 1; i >= 0; i--)
-    if (w->values[i].buf == b) return i;
-  int id = window_value(w, b, true, 0, -1);
-  if (id < 0 || !mark(s, b, false)) return -1;
-  key_put(&w->dims, (uint64_t)id);
-  key_put(&w->dims, (uint64_t)b->dtype);
-  key_put(&w->dims, (uint64_t)b->rank);
-  for (int d = 0; d < b->rank; d++) key_put(&w->dims, dim_word(&w->syms, b->shape[d]));
-  return id;
-}
-
-static int record_scalar(void *ctx, double v) {
-  TpkStream *s = ((Recording *)ctx)->s;
-  int id = window_value(&s->w, NULL, true, v, -1);
-  if (id >= 0) {
-    key_put(&s->w.dims, (uint64_t)id);
-    key_put(&s->w.dims, UINT64_MAX); /* a scalar */
-  }
-  return id;
+    if (w->values[i].buf == b) return true;
+  return false;
 }
 
 /* Does the op read a view of what the window produced (bytes it cannot
@@ -791,69 +825,206 @@ static int record_scalar(void *ctx, double v) {
 static bool reads_a_view_of_the_window(const Window *w, const Op *op) {
   for (int i = 0; i < op->noperands; i++)
     for (int j = 0; j < w->nvalues; j++)
-      if (w->values[j].producer >= 0 && w->values[j].buf != op->operands[i] &&
-          tpk_buffers_share(w->values[j].buf, op->operands[i]))
+      if (!w->values[j].input && w->values[j].buf != op->operands[i] && tpk_buffers_share(w->values[j].buf, op->operands[i]))
         return true;
   return false;
 }
 
-/* ---- running a window ------------------------------------------------------------- */
-
-typedef struct WindowProgram {
-  TpkProgram *program;
-} WindowProgram;
-
-static void window_program_free(void *p) {
-  WindowProgram *wp = p;
-  tpk_program_release(wp->program);
-  free(wp);
+/* A copy of args into the window's arena (lists and strings too). */
+static TpkArg *copy_args(TpkArena *a, const TpkArg *in, int n) {
+  TpkArg *out = tpk_arena_alloc(a, sizeof *out * (size_t)(n + 1));
+  for (int i = 0; out && i < n; i++) {
+    out[i] = in[i];
+    out[i].name = in[i].name ? tpk_arena_strdup(a, in[i].name) : NULL;
+    if (in[i].kind == TPK_ARG_STR && in[i].str && !(out[i].str = tpk_arena_strdup(a, in[i].str))) return NULL;
+    if (in[i].kind == TPK_ARG_INT && in[i].sym && !(out[i].sym = tpk_arena_strdup(a, in[i].sym))) return NULL;
+    if (in[i].kind == TPK_ARG_INTS) {
+      int64_t *ints = tpk_arena_alloc(a, sizeof *ints * (size_t)(in[i].n + 1));
+      const char **syms = in[i].syms ? tpk_arena_alloc(a, sizeof *syms * (size_t)(in[i].n + 1)) : NULL;
+      if (!ints || (in[i].syms && !syms)) return NULL;
+      for (int j = 0; j < in[i].n; j++) {
+        ints[j] = in[i].ints[j];
+        if (syms && in[i].syms[j] && !(syms[j] = tpk_arena_strdup(a, in[i].syms[j]))) return NULL;
+      }
+      out[i].ints = ints;
+      out[i].syms = syms;
+    }
+    if (in[i].kind == TPK_ARG_VALUES) {
+      TpkBuffer **bufs = tpk_arena_alloc(a, sizeof *bufs * (size_t)(in[i].n + 1));
+      if (!bufs) return NULL;
+      memcpy(bufs, in[i].buffers, sizeof *bufs * (size_t)in[i].n);
+      out[i].buffers = bufs;
+    }
+  }
+  return out;
 }
 
-/* The window as one graph, fused and compiled. */
-static TpkStatus build_window(TpkStream *s, const bool *output, TpkProgram **out) {
+static TpkStatus run_window(TpkStream *s);
+
+/* Record op in the window (fused): its arguments copied, the buffers it
+ * reads and makes held and marked. s->lock held. */
+static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpGraph *g, TpkBuffer *const *made, int nouts) {
+  Window *w = &s->w;
+  if (!w->records && !(w->records = calloc(WINDOW_OPS, sizeof *w->records))) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  Record *rec = &w->records[w->nrecords];
+  *rec = (Record){.kernel = op->kernel, .nargs = op->nargs, .lay = *lay, .nouts = nouts, .position = op->position};
+  memcpy(rec->kernel_id, op->kernel_id, sizeof rec->kernel_id);
+  bool ok = (!op->name || (rec->op = tpk_arena_strdup(&w->arena, op->name))) && (rec->args = copy_args(&w->arena, op->args, op->nargs));
+  for (int i = 0; ok && i < op->noperands; i++)
+    if (!window_has(w, op->operands[i])) ok = window_hold(w, op->operands[i], true) && mark(s, op->operands[i], false);
+  for (int i = 0; ok && i < nouts; i++)
+    if ((rec->outs[i] = made[i])) ok = window_hold(w, made[i], false) && mark(s, made[i], true);
+  if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
+  /* What it keeps constant, the window does; its int arguments are
+   * symbolic in the window where they were for the op alone (marked by a
+   * non-NULL sym), and a value one of them keeps constant is constant in
+   * the whole window (a view to [S, 3, 16] makes every 16 a 16), so the
+   * window builds as its ops did. */
+  Syms syms;
+  op_syms(op, lay, g->policy, &syms);
+  for (int i = 0; i < syms.nconst; i++) add_const(&w->consts, syms.consts[i]);
+  for (int i = 0; ok && i < op->nargs; i++) {
+    TpkArg *a = &rec->args[i];
+    char text[64];
+    if (!lay->lift[i] || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
+    if (a->kind == TPK_ARG_INT) {
+      a->sym = (int_form(&syms, a->i, text, sizeof text), text[0]) ? "" : NULL;
+      if (!a->sym) add_const(&w->consts, a->i);
+      continue;
+    }
+    const char **marks = tpk_arena_alloc(&w->arena, sizeof *marks * (size_t)(a->n + 1));
+    ok = marks != NULL;
+    for (int j = 0; ok && j < a->n; j++) {
+      marks[j] = (int_form(&syms, a->ints[j], text, sizeof text), text[0]) ? "" : NULL;
+      if (!marks[j]) add_const(&w->consts, a->ints[j]);
+    }
+    a->syms = marks;
+  }
+  if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
+  if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
+  w->nrecords++;
+  if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
+    TpkStatus st = run_window(s);
+    if (st != TPK_OK) set_error(s, st, tpk_last_error());
+    unmark_all(s);
+  }
+  return TPK_OK;
+}
+
+/* ---- running a window ------------------------------------------------------------- */
+
+/* How a window's sizes are keyed: its ops' constants kept, or (when the
+ * window as a whole does not build so) every size constant. */
+enum { WINDOW_SYMBOLIC, WINDOW_CONSTANT, NWINDOW_POLICIES };
+
+/* The window bound at a sync: buffers to value ids (its values, in the
+ * order it met them), lifted scalars after them. */
+typedef struct Flush {
+  Window *w;
+  TpkPtrMap ids; /* buffer -> id + 1 */
+  double *scalars;
+  int nscalars;
+  TpkArena arena;  /* prepared arguments */
+  TpkArg **args;   /* per record, for the builder */
+  Syms syms;
+} Flush;
+
+static int flush_tensor(void *ctx, TpkBuffer *b) {
+  void *at;
+  return tpk_ptrmap_get(&((Flush *)ctx)->ids, b, &at) ? (int)(intptr_t)at - 1 : -1;
+}
+
+static int flush_scalar(void *ctx, double v) {
+  Flush *f = ctx;
+  f->scalars[f->nscalars] = v;
+  return f->w->nvalues + f->nscalars++;
+}
+
+static void flush_free(Flush *f) {
+  free(f->scalars);
+  free(f->args);
+  tpk_arena_free(&f->arena);
+}
+
+/* The window's key under policy p: its values (inputs' dtypes and sizes),
+ * its ops with their arguments bound, its outputs; the arguments prepared
+ * for a builder in f. */
+static TpkStatus window_key(Flush *f, const bool *output, int p, Key *key) {
+  Window *w = f->w;
+  key->n = 0;
+  f->nscalars = 0;
+  tpk_arena_free(&f->arena);
+  tpk_arena_init(&f->arena, 0);
+  f->syms = w->consts;
+  key_put(key, TPK_UNIT_KEY_WINDOW);
+  key_put(key, (uint64_t)p);
+  for (int i = 0; i < w->nvalues; i++) {
+    const TpkBuffer *b = w->values[i].buf;
+    key_put(key, w->values[i].input);
+    if (!w->values[i].input) continue;
+    key_put(key, (uint64_t)b->dtype);
+    key_put(key, (uint64_t)b->rank);
+    for (int d = 0; d < b->rank; d++) {
+      if (p == WINDOW_CONSTANT) add_const(&f->syms, b->shape[d]);
+      key_put(key, dim_word(&f->syms, b->shape[d]));
+    }
+  }
+  Binder binder = {flush_tensor, flush_scalar, f, &f->syms, &f->arena, false, true};
+  for (int r = 0; r < w->nrecords; r++) {
+    const Record *rec = &w->records[r];
+    key_put(key, rec->op ? 1 : 2);
+    if (rec->op) key_str(key, rec->op);
+    else for (int i = 0; i < 3; i++) key_put(key, rec->kernel_id[i]);
+    key_put(key, (uint64_t)rec->nargs);
+    f->args[r] = tpk_arena_alloc(&f->arena, sizeof *f->args[r] * (size_t)(rec->nargs + 1));
+    if (!f->args[r]) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+    TpkStatus st = bind_args(rec->args, rec->nargs, &rec->lay, &binder, f->args[r], key);
+    if (st != TPK_OK) return tpk_runtime_fail(st == TPK_ERR_NOMEM ? st : TPK_ERR_INTERNAL, "binding a window's op failed");
+    key_put(key, (uint64_t)rec->nouts);
+    for (int i = 0; i < rec->nouts; i++) key_put(key, rec->outs[i] ? (uint64_t)flush_tensor(f, rec->outs[i]) : UINT64_MAX);
+  }
+  for (int i = 0; i < w->nvalues; i++)
+    if (output[i]) key_put(key, (uint64_t)i);
+  return key->failed ? tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory") : TPK_OK;
+}
+
+/* The window as one graph (its key made by window_key into f), fused and
+ * compiled. */
+static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkProgram **out) {
   Window *w = &s->w;
   TpkError err = {0};
   TpkGraphBuilder *gb = tpk_gb_new("eager_window");
-  TpkValue **vals = calloc((size_t)w->nvalues + 1, sizeof *vals);
+  int n = w->nvalues + f->nscalars;
+  TpkValue **vals = calloc((size_t)n + 1, sizeof *vals);
   TpkStatus st = gb && vals ? TPK_OK : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+  Syms syms = f->syms;
   for (int i = 0; st == TPK_OK && i < w->nvalues; i++) {
-    const WValue *v = &w->values[i];
-    if (!v->input) continue;
+    const TpkBuffer *b = w->values[i].buf;
+    if (!w->values[i].input) continue;
     const TpkDim *dims[TPK_MAX_RANK];
-    int rank = v->buf ? v->buf->rank : 0;
-    Syms syms = {0};
-    for (int d = 0; d < rank && st == TPK_OK; d++) {
+    for (int d = 0; d < b->rank && st == TPK_OK; d++) {
       char text[32];
-      /* the window's symbols, as the inputs' dims added them */
-      int k = v->buf->shape[d] > 1 && !w->concrete ? sym_find(&w->syms, v->buf->shape[d]) : -1;
-      if (k >= 0) snprintf(text, sizeof text, "s%d", k);
-      else snprintf(text, sizeof text, "%" PRId64, v->buf->shape[d]);
+      dim_text(dim_word(&syms, b->shape[d]), &syms, text, sizeof text);
       if (!(dims[d] = tpk_gb_dim(gb, text, &err))) st = err.code;
     }
-    (void)syms;
-    if (st == TPK_OK) st = tpk_gb_input(gb, v->buf ? v->buf->dtype : TPK_F32, rank, dims, &vals[i], &err);
+    if (st == TPK_OK) st = tpk_gb_input(gb, b->dtype, b->rank, dims, &vals[i], &err);
   }
+  for (int i = 0; st == TPK_OK && i < f->nscalars; i++) st = tpk_gb_input(gb, TPK_F32, 0, NULL, &vals[w->nvalues + i], &err);
   for (int r = 0; st == TPK_OK && r < w->nrecords; r++) {
     const Record *rec = &w->records[r];
     TpkValue *outs[MAX_OUTS];
-    int n = 0;
-    TpkArg args[MAX_ARGS];
-    memcpy(args, rec->args, sizeof *args * (size_t)rec->nargs);
-    for (int i = 0; w->concrete && i < rec->nargs; i++) { /* no symbols: the sizes are themselves */
-      if (args[i].kind == TPK_ARG_INT) args[i].sym = NULL;
-      if (args[i].kind == TPK_ARG_INTS) args[i].syms = NULL;
-    }
-    st = rec->op ? tpk_gb_op(gb, rec->op, args, rec->nargs, vals, w->nvalues, outs, MAX_OUTS, &n, &err)
-                 : tpk_gb_call(gb, tpk_kernel_ir(rec->kernel), args, rec->nargs, vals, w->nvalues, outs, MAX_OUTS, &n, &err);
-    for (int i = 0; st == TPK_OK && i < rec->nouts && i < n; i++)
-      if (rec->outs[i] >= 0) vals[rec->outs[i]] = outs[i];
+    int k = 0;
+    st = rec->op ? tpk_gb_op(gb, rec->op, f->args[r], rec->nargs, vals, n, outs, MAX_OUTS, &k, &err)
+                 : tpk_gb_call(gb, tpk_kernel_ir(rec->kernel), f->args[r], rec->nargs, vals, n, outs, MAX_OUTS, &k, &err);
+    for (int i = 0; st == TPK_OK && i < rec->nouts && i < k; i++)
+      if (rec->outs[i]) vals[flush_tensor(f, rec->outs[i])] = outs[i];
   }
   for (int i = 0; st == TPK_OK && i < w->nvalues; i++)
     if (output[i]) st = tpk_gb_output(gb, vals[i], &err);
   free(vals);
   if (st != TPK_OK) {
     tpk_gb_free(gb);
-    return tpk_runtime_fail(st, "a fused window of %d ops: %s", w->nrecords, err.message);
+    return tpk_runtime_fail(st, "%s", err.message);
   }
   st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_ALL, out);
   tpk_gb_free(gb);
@@ -863,64 +1034,98 @@ static TpkStatus build_window(TpkStream *s, const bool *output, TpkProgram **out
 /* A rank-0 f32 buffer holding v. */
 static TpkStatus scalar_buffer(TpkDevice *dev, double v, TpkBuffer **out) {
   TpkStatus st = tpk_buffer_create(dev, TPK_F32, 0, NULL, out);
-  if (st == TPK_OK) *(float *)tpk_buffer_data(*out) = (float)v;
+  if (st == TPK_OK) {
+    float f = (float)v;
+    st = tpk_buffer_write(*out, &f, sizeof f);
+  }
   return st;
 }
 
-/* Run the window: its key looked up (or the window built, fused and
- * compiled), then one launch. s->lock held. */
+/* A window's compiled graph, or that the window did not build under its
+ * key's policy. */
+typedef struct WindowProgram {
+  TpkProgram *program; /* NULL: try the next policy */
+} WindowProgram;
+
+static void window_program_free(void *p) {
+  WindowProgram *wp = p;
+  if (wp->program) tpk_program_release(wp->program);
+  free(wp);
+}
+
+/* The window's program: looked up by its key, under the first policy it
+ * builds with (a miss builds, fuses and compiles it). */
+static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit **out) {
+  TpkUnits *units = tpk_context_units(s->ctx);
+  Key key = {0};
+  TpkStatus st = TPK_OK;
+  *out = NULL;
+  for (int p = 0; p < NWINDOW_POLICIES && st == TPK_OK; p++) {
+    bool claimed;
+    st = window_key(f, output, p, &key);
+    if (st == TPK_OK) st = tpk_units_get(units, TPK_UNIT_EAGER, key.w, key.n, out, &claimed);
+    if (st != TPK_OK) break;
+    if (!claimed) {
+      s->stats.cache_hits++;
+      if (((WindowProgram *)tpk_unit_payload(*out))->program) break;
+      tpk_unit_release(*out);
+      *out = NULL;
+      continue;
+    }
+    s->stats.compiles++;
+    WindowProgram *wp = calloc(1, sizeof *wp);
+    st = wp ? build_window(s, f, output, &wp->program) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+    if (st != TPK_OK && wp && p + 1 < NWINDOW_POLICIES && st != TPK_ERR_NOMEM) { /* every size constant, then */
+      tpk_unit_ready(units, *out, wp, window_program_free);
+      tpk_unit_release(*out);
+      *out = NULL;
+      st = TPK_OK;
+      continue;
+    }
+    if (st != TPK_OK) {
+      free(wp);
+      tpk_unit_abandon(units, *out);
+      *out = NULL;
+      break;
+    }
+    tpk_unit_ready(units, *out, wp, window_program_free);
+    break;
+  }
+  key_free(&key);
+  return st;
+}
+
+/* Run the window as one launch of its compiled graph, and empty it.
+ * s->lock held. */
 static TpkStatus run_window(TpkStream *s) {
   Window *w = &s->w;
   if (!w->nrecords) return TPK_OK;
-  /* outputs: what it produced that someone still holds */
+  int64_t first = w->records[0].position, last = w->records[w->nrecords - 1].position;
+  /* outputs: what it produced that someone but the stream (the window's
+   * hold and the pending mark) still holds */
   bool *output = calloc((size_t)w->nvalues + 1, sizeof *output);
-  if (!output) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  Flush f = {.w = w, .scalars = malloc(sizeof *f.scalars * (size_t)(w->nrecords * MAX_ARGS + 1)),
+             .args = calloc((size_t)w->nrecords + 1, sizeof *f.args)};
+  tpk_arena_init(&f.arena, 0);
+  TpkStatus st = output && f.scalars && f.args ? TPK_OK : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   int ninputs = 0, noutputs = 0;
-  Key key = {0};
-  key_put(&key, TPK_UNIT_KEY_WINDOW);
-  for (int i = 0; i < w->dims.n; i++) key_put(&key, w->dims.w[i]);
-  for (int i = 0; i < w->ops.n; i++) key_put(&key, w->ops.w[i]);
-  for (int i = 0; i < w->nvalues; i++) {
+  for (int i = 0; st == TPK_OK && i < w->nvalues; i++) {
+    if (!tpk_ptrmap_put(&f.ids, w->values[i].buf, (void *)(intptr_t)(i + 1))) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
     ninputs += w->values[i].input;
-    output[i] = w->values[i].producer >= 0 && tpk_buffer_in_use(w->values[i].buf);
+    output[i] = !w->values[i].input && tpk_buffer_in_use(w->values[i].buf, 2);
     noutputs += output[i];
-    if (output[i]) key_put(&key, (uint64_t)i);
   }
-  key_put(&key, w->concrete);
-  for (int i = 0; w->concrete && i < w->nvalues; i++) /* then the sizes are themselves */
-    for (int d = 0; w->values[i].input && w->values[i].buf && d < w->values[i].buf->rank; d++)
-      key_put(&key, (uint64_t)w->values[i].buf->shape[d]);
-  TpkStatus st = key.failed || w->dims.failed || w->ops.failed ? tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory") : TPK_OK;
   TpkUnit *unit = NULL;
-  if (st == TPK_OK && noutputs) {
-    TpkUnits *units = tpk_context_units(s->ctx);
-    bool claimed;
-    st = tpk_units_get(units, TPK_UNIT_EAGER, key.w, key.n, &unit, &claimed);
-    if (st == TPK_OK && claimed) {
-      WindowProgram *wp = calloc(1, sizeof *wp);
-      st = wp ? build_window(s, output, &wp->program) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-      if (st == TPK_OK) tpk_unit_ready(units, unit, wp, window_program_free);
-      else {
-        free(wp);
-        tpk_unit_abandon(units, unit);
-        unit = NULL;
-      }
-      s->stats.compiles += st == TPK_OK;
-    } else if (st == TPK_OK) {
-      s->stats.cache_hits++;
-    }
-  }
-  /* one launch: the inputs (scalars in buffers of their own), then the outputs */
-  TpkBuffer **args = st == TPK_OK && unit ? calloc((size_t)(ninputs + noutputs) + 1, sizeof *args) : NULL;
-  bool *mine = args ? calloc((size_t)(ninputs + noutputs) + 1, sizeof *mine) : NULL;
-  if (unit && (!args || !mine)) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-  int n = 0;
-  for (int i = 0; st == TPK_OK && unit && i < w->nvalues; i++) {
-    if (!w->values[i].input) continue;
-    if (w->values[i].buf) args[n++] = w->values[i].buf;
-    else if ((st = scalar_buffer(s->dev, w->values[i].scalar, &args[n])) == TPK_OK) mine[n++] = true;
-  }
-  for (int i = 0; st == TPK_OK && unit && i < w->nvalues; i++)
+  if (st == TPK_OK && noutputs) st = find_window(s, &f, output, &unit);
+  /* one launch: the inputs, the scalars (in buffers of their own), the outputs */
+  int nargs = ninputs + f.nscalars + noutputs, n = 0;
+  TpkBuffer **args = unit ? calloc((size_t)nargs + 1, sizeof *args) : NULL;
+  if (unit && !args) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  for (int i = 0; args && i < w->nvalues; i++)
+    if (w->values[i].input) args[n++] = w->values[i].buf;
+  int scalars_at = n;
+  for (int i = 0; args && st == TPK_OK && i < f.nscalars; i++) st = scalar_buffer(s->dev, f.scalars[i], &args[n++]);
+  for (int i = 0; args && i < w->nvalues; i++)
     if (output[i]) args[n++] = w->values[i].buf;
   if (st == TPK_OK && unit) {
     TpkProgram *p = ((WindowProgram *)tpk_unit_payload(unit))->program;
@@ -937,63 +1142,17 @@ static TpkStatus run_window(TpkStream *s) {
   s->stats.windows++;
   if (st != TPK_OK) {
     char *why = strdup(tpk_last_error());
-    tpk_runtime_fail(st, "the fused window of ops #%" PRId64 " to #%" PRId64 ": %s", w->records[0].position,
-                     w->records[w->nrecords - 1].position, why ? why : "out of memory");
+    tpk_runtime_fail(st, "the fused window of ops #%" PRId64 " to #%" PRId64 ": %s", first, last, why ? why : "out of memory");
     free(why);
   }
-  for (int i = 0; mine && i < n; i++)
-    if (mine[i]) tpk_buffer_destroy(args[i]);
+  for (int i = scalars_at; args && i < scalars_at + f.nscalars; i++) tpk_buffer_destroy(args[i]);
   free(args);
-  free(mine);
   free(output);
-  key_free(&key);
+  tpk_ptrmap_free(&f.ids);
+  flush_free(&f);
   tpk_unit_release(unit);
   window_reset(s);
   return st;
-}
-
-static TpkStatus run_window(TpkStream *s);
-
-/* Record op in the window (fused): its arguments bound to window values,
- * its outputs new window values, marked pending. s->lock held. */
-static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, bool concrete, TpkBuffer *const *made, int nouts) {
-  Window *w = &s->w;
-  w->concrete |= concrete;
-  if (!w->records && !(w->records = calloc(WINDOW_OPS, sizeof *w->records))) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-  Record *rec = &w->records[w->nrecords];
-  *rec = (Record){.kernel = op->kernel, .nargs = op->nargs, .position = op->position};
-  memcpy(rec->kernel_id, op->kernel_id, sizeof rec->kernel_id);
-  TpkStatus st = TPK_OK;
-  if (op->name && !(rec->op = tpk_arena_strdup(&w->arena, op->name))) st = TPK_ERR_NOMEM;
-  rec->args = tpk_arena_alloc(&w->arena, sizeof *rec->args * (size_t)(op->nargs + 1));
-  if (!rec->args) st = TPK_ERR_NOMEM;
-  key_put(&w->ops, op->name ? 1 : 2);
-  if (op->name) key_str(&w->ops, op->name);
-  else for (int i = 0; i < 3; i++) key_put(&w->ops, op->kernel_id[i]);
-  key_put(&w->ops, (uint64_t)op->nargs);
-  Recording r = {s};
-  Binder binder = {record_tensor, record_scalar, &r, &w->syms, &w->arena};
-  if (st == TPK_OK) st = bind_args(op->args, op->nargs, lay, &binder, rec->args, &w->ops);
-  rec->nouts = nouts;
-  key_put(&w->ops, (uint64_t)nouts);
-  for (int i = 0; st == TPK_OK && i < nouts; i++) {
-    rec->outs[i] = -1;
-    if (!made[i]) continue;
-    if ((rec->outs[i] = window_value(w, made[i], false, 0, w->nrecords)) < 0 || !mark(s, made[i], true)) st = TPK_ERR_NOMEM;
-  }
-  if (st != TPK_OK) {
-    /* the window cannot take it: what it holds runs, without this op */
-    if (!tpk_last_error()[0]) tpk_runtime_fail(st, "out of memory");
-    return st == TPK_ERR_NOMEM ? tpk_runtime_fail(st, "out of memory recording an op") : st;
-  }
-  if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
-  w->nrecords++;
-  if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
-    st = run_window(s);
-    if (st != TPK_OK) set_error(s, st, tpk_last_error());
-    unmark_all(s);
-  }
-  return TPK_OK;
 }
 
 /* ---- sync ---------------------------------------------------------------------------- */
@@ -1004,7 +1163,7 @@ static TpkStatus wait_queue(TpkStream *s) {
   if (!s->queue) return TPK_OK;
   TpkStatus st = tpk_queue_wait(s->queue);
   char *why = st != TPK_OK ? strdup(tpk_last_error()) : NULL;
-  const Queued *failed = NULL;
+  Queued *failed = NULL;
   for (Queued *q = s->queued, *next; q; q = next) {
     next = q->next;
     if (!q->result.tier && !failed) failed = q;
@@ -1017,7 +1176,7 @@ static TpkStatus wait_queue(TpkStream *s) {
   if (st != TPK_OK)
     tpk_runtime_fail(st, "op #%" PRId64 " '%s': %s", failed ? failed->position : s->position, failed ? failed->op : "?",
                      why ? why : "failed");
-  free((void *)failed);
+  free(failed);
   free(why);
   s->queued = NULL;
   s->queued_tail = &s->queued;
@@ -1048,7 +1207,8 @@ TpkStatus tpk_stream_sync(TpkStream *s) {
   return st;
 }
 
-/* Sync s for someone else's access: its error stays for tpk_stream_sync. */
+/* Sync s for someone else's access: its error stays for tpk_stream_sync.
+ * The caller holds s. */
 static TpkStatus settle_stream(TpkStream *s) {
   pthread_mutex_lock(&s->lock);
   sync_locked(s);
@@ -1075,20 +1235,19 @@ TpkStatus tpk_buffer_settle(TpkBuffer *b, bool writing) {
     tpk_stream_release(s);
   }
   if (!writing || !tpk_buffer_read_pending(b)) return st;
-  /* streams whose pending work reads b: every stream of the context with
-   * work pending runs it (writes of what a stream reads are rare) */
+  /* streams whose pending work reads b: each stream of the context with
+   * marks runs its work (writes of what a stream reads are rare) */
   TpkStreams *ss = tpk_context_streams(b->dev->ctx);
-  for (;;) {
+  for (int round = 0; tpk_buffer_read_pending(b) && round < 1000; round++) {
     pthread_mutex_lock(&ss->lock);
     TpkStream *reader = ss->list;
-    while (reader && !(atomic_load(&reader->refs) > 0 && reader->nmarks)) reader = reader->next;
+    for (int i = 0; reader && i < round; i++) reader = reader->next;
     if (reader) tpk_stream_retain(reader);
     pthread_mutex_unlock(&ss->lock);
     if (!reader) break;
     TpkStatus rst = settle_stream(reader);
     if (st == TPK_OK) st = rst;
     tpk_stream_release(reader);
-    if (!tpk_buffer_read_pending(b)) break;
   }
   return st;
 }
@@ -1129,7 +1288,6 @@ void tpk_stream_destroy(TpkStream *s) {
   if (!s) return;
   pthread_mutex_lock(&s->lock);
   sync_locked(s); /* its error has nobody to go to */
-  s->destroyed = true;
   pthread_mutex_unlock(&s->lock);
   tpk_stream_release(s);
 }
@@ -1137,7 +1295,7 @@ void tpk_stream_destroy(TpkStream *s) {
 void tpk_streams_close(TpkStreams *ss) {
   pthread_mutex_lock(&ss->lock);
   for (TpkStream *s = ss->list; s; s = s->next) {
-    tpk_stream_retain(s);
+    tpk_stream_retain(s); /* unmark_all may drop the marks' holds */
     pthread_mutex_lock(&s->lock);
     s->dropped = true;
     window_reset(s);
@@ -1149,7 +1307,8 @@ void tpk_streams_close(TpkStreams *ss) {
     s->queued_tail = &s->queued;
     unmark_all(s);
     pthread_mutex_unlock(&s->lock);
-    /* not the last hold: the caller's handle or the registry's list keeps it */
+    /* not the last hold: the caller's handle keeps it (freeing it would
+     * take the registry's lock, held here) */
     atomic_fetch_sub(&s->refs, 1);
   }
   pthread_mutex_unlock(&ss->lock);
@@ -1164,14 +1323,15 @@ void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out) {
   pthread_mutex_unlock((pthread_mutex_t *)&s->lock);
 }
 
-/* The buffers op reads, in argument order. */
+/* The buffers op reads, in argument order, each once. */
 static TpkStatus collect_operands(Op *op, const char *who) {
   op->noperands = 0;
   for (int i = 0; i < op->nargs; i++) {
     const TpkArg *a = &op->args[i];
     int n = a->kind == TPK_ARG_VALUE ? 1 : a->kind == TPK_ARG_VALUES ? a->n : 0;
+    if (a->kind == TPK_ARG_VALUES && n && !a->buffers) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: argument %d has no buffers", who, i);
     for (int j = 0; j < n; j++) {
-      TpkBuffer *b = a->kind == TPK_ARG_VALUE ? a->buffer : a->buffers ? a->buffers[j] : NULL;
+      TpkBuffer *b = a->kind == TPK_ARG_VALUE ? a->buffer : a->buffers[j];
       if (!b) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: argument %d has no buffer", who, i);
       bool seen = false;
       for (int k = 0; k < op->noperands && !seen; k++) seen = op->operands[k] == b;
@@ -1180,13 +1340,11 @@ static TpkStatus collect_operands(Op *op, const char *who) {
       op->operands[op->noperands++] = b;
     }
   }
-  for (int i = 0; i < op->noperands; i++)
-    for (int d = 0; d < op->operands[i]->rank; d++) dim_word(&op->syms, op->operands[i]->shape[d]);
   return TPK_OK;
 }
 
 /* NaN or Inf in a float buffer: where, into why. */
-static bool finite(const TpkBuffer *b, char *why, size_t n) {
+static bool finite(TpkBuffer *b, char *why, size_t n) {
   if (!tpk_dtype_is_float(b->dtype)) return true;
   int64_t count = (int64_t)(b->bytes / tpk_dtype_size(b->dtype));
   float chunk[256];
@@ -1202,6 +1360,65 @@ static bool finite(const TpkBuffer *b, char *why, size_t n) {
   return true;
 }
 
+/* Run (debug) or queue (strict) op's program. */
+static TpkStatus launch_op(TpkStream *s, const Op *op, const Layout *lay, TpkProgram *p, TpkBuffer *const *made, int nouts) {
+  TpkKernel *k;
+  TpkBuffer *args[MAX_OPERANDS + MAX_ARGS + MAX_OUTS];
+  int na = 0, scalars_at;
+  for (int i = 0; i < op->noperands; i++) args[na++] = op->operands[i];
+  scalars_at = na;
+  TpkStatus st = TPK_OK;
+  for (int i = 0; st == TPK_OK && i < op->nargs; i++)
+    if (lay->lift[i] && op->args[i].kind == TPK_ARG_FLOAT && (st = scalar_buffer(s->dev, op->args[i].f, &args[na])) == TPK_OK) na++;
+  int scalars_end = na;
+  for (int i = 0; i < nouts; i++)
+    if (made[i]) args[na++] = made[i];
+  if (st == TPK_OK) st = tpk_program_kernel(p, tpk_program_kernel_name(p, 0), &k);
+  if (st == TPK_OK && s->mode == TPK_EAGER_DEBUG) {
+    TpkLaunchResult r;
+    TpkLaunch L = {.args = args, .result = &r};
+    st = tpk_kernel_launch_unsettled(k, &L);
+    if (st != TPK_OK) {
+      char *why = strdup(tpk_last_error());
+      op_fail(op, st, why ? why : "out of memory");
+      free(why);
+    } else {
+      s->stats.launches += tpk_program_kernel_runs(p);
+      s->stats.sim_seconds += r.simulated ? r.sim.seconds : 0;
+    }
+    for (int i = 0; st == TPK_OK && i < nouts; i++) {
+      char why[128];
+      if (made[i] && !finite(made[i], why, sizeof why)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "output %d has %s", i, why);
+        st = op_fail(op, TPK_ERR_INVALID, msg);
+      }
+    }
+  } else if (st == TPK_OK) {
+    Queued *q = calloc(1, sizeof *q);
+    char label[64];
+    if (!q) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+    else {
+      q->position = op->position;
+      snprintf(q->op, sizeof q->op, "%s", op_label(op, label, sizeof label));
+      q->kernels = tpk_program_kernel_runs(p);
+      TpkLaunch L = {.args = args, .result = &q->result};
+      st = tpk_queue_submit(s->queue, k, &L);
+      if (st == TPK_OK) {
+        *s->queued_tail = q;
+        s->queued_tail = &q->next;
+        for (int i = 0; i < op->noperands; i++) mark(s, op->operands[i], false);
+        for (int i = 0; i < nouts; i++)
+          if (made[i]) mark(s, made[i], true);
+      } else {
+        free(q);
+      }
+    }
+  }
+  for (int i = scalars_at; i < scalars_end; i++) tpk_buffer_destroy(args[i]);
+  return st;
+}
+
 /* Submit op: s->lock held, its operands settled. */
 static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n) {
   TpkContext *ctx = s->ctx;
@@ -1209,106 +1426,36 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
   op->position = ++s->position;
   s->stats.ops++;
   for (int i = 0; i < op->noperands; i++)
-    if (op->operands[i]->dev != s->dev)
-      return op_fail(op, TPK_ERR_INVALID, "an operand is on another device than the stream");
+    if (op->operands[i]->dev != s->dev) return op_fail(op, TPK_ERR_INVALID, "an operand is on another device than the stream");
   TpkUnit *layout_unit = NULL, *graph_unit = NULL, *prog_unit = NULL;
   TpkStatus st = find_layout(ctx, op, &layout_unit);
   if (st != TPK_OK) return st;
   const Layout *lay = tpk_unit_payload(layout_unit);
   Key key = {0};
-  st = op_key(op, lay, false, &key);
-  if (st == TPK_OK) st = find_op_graph(ctx, op, lay, false, &key, &graph_unit);
+  st = find_op_graph(ctx, op, lay, &key, &graph_unit);
   const OpGraph *g = graph_unit ? tpk_unit_payload(graph_unit) : NULL;
-  bool concrete = g && g->failed;
-  if (concrete) { /* its sizes as they are */
-    tpk_unit_release(graph_unit);
-    graph_unit = NULL;
-    key.n = 0;
-    st = op_key(op, lay, true, &key);
-    if (st == TPK_OK) st = find_op_graph(ctx, op, lay, true, &key, &graph_unit);
-    g = graph_unit ? tpk_unit_payload(graph_unit) : NULL;
-  }
-  bool built = false;
   if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) {
+    bool built;
     st = find_op_program(ctx, op, g, &key, &prog_unit, &built);
     if (st == TPK_OK) s->stats.compiles += built, s->stats.cache_hits += !built;
   }
   key_free(&key);
-  /* the outputs, sized from the op's result types */
-  int nouts = 0;
+  /* the outputs, sized from the op's result types in its symbols */
   TpkBuffer *made[MAX_OUTS] = {0};
+  Syms syms;
+  if (st == TPK_OK) op_syms(op, lay, g->policy, &syms);
   for (int i = 0; st == TPK_OK && i < g->nouts; i++) {
     const TpkType *t = g->types[i];
     if (!t) continue;
     int64_t shape[TPK_MAX_RANK];
-    for (int d = 0; d < t->rank; d++)
-      if (!tpk_dim_eval(t->dims[d], sym_lookup, &op->syms, &shape[d]))
-        st = op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
+    for (int d = 0; d < t->rank && st == TPK_OK; d++)
+      if (!tpk_dim_eval(t->dims[d], sym_lookup, &syms, &shape[d])) st = op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
     if (st == TPK_OK) st = tpk_buffer_create(s->dev, t->dtype, t->rank, shape, &made[i]);
   }
-  if (st == TPK_OK) nouts = g->nouts;
+  int nouts = st == TPK_OK ? g->nouts : 0;
   /* run it, queue it or record it */
-  if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) {
-    TpkProgram *p = tpk_unit_payload(prog_unit);
-    TpkKernel *k;
-    TpkBuffer *args[MAX_OPERANDS + MAX_ARGS + MAX_OUTS];
-    bool scalar[MAX_OPERANDS + MAX_ARGS + MAX_OUTS] = {0};
-    int na = 0;
-    for (int i = 0; i < op->noperands; i++) args[na++] = op->operands[i];
-    for (int i = 0; st == TPK_OK && i < op->nargs; i++)
-      if (lay->lift[i] && op->args[i].kind == TPK_ARG_FLOAT) {
-        st = scalar_buffer(s->dev, op->args[i].f, &args[na]);
-        scalar[na++] = st == TPK_OK;
-      }
-    for (int i = 0; i < nouts; i++)
-      if (made[i]) args[na++] = made[i];
-    if (st == TPK_OK) st = tpk_program_kernel(p, tpk_program_kernel_name(p, 0), &k);
-    if (st == TPK_OK && s->mode == TPK_EAGER_DEBUG) {
-      TpkLaunchResult r;
-      TpkLaunch L = {.args = args, .result = &r};
-      st = tpk_kernel_launch_unsettled(k, &L);
-      if (st != TPK_OK) {
-        char *why = strdup(tpk_last_error());
-        op_fail(op, st, why ? why : "out of memory");
-        free(why);
-      } else {
-        s->stats.launches += tpk_program_kernel_runs(p);
-        s->stats.sim_seconds += r.simulated ? r.sim.seconds : 0;
-      }
-      for (int i = 0; st == TPK_OK && i < nouts; i++) {
-        char why[128];
-        if (made[i] && !finite(made[i], why, sizeof why)) {
-          char msg[200];
-          snprintf(msg, sizeof msg, "output %d has %s", i, why);
-          st = op_fail(op, TPK_ERR_INVALID, msg);
-        }
-      }
-    } else if (st == TPK_OK) {
-      Queued *q = calloc(1, sizeof *q);
-      char label[64];
-      if (!q) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-      else {
-        q->position = op->position;
-        snprintf(q->op, sizeof q->op, "%s", op_label(op, label, sizeof label));
-        q->kernels = tpk_program_kernel_runs(p);
-        TpkLaunch L = {.args = args, .result = &q->result};
-        st = tpk_queue_submit(s->queue, k, &L);
-        if (st == TPK_OK) {
-          *s->queued_tail = q;
-          s->queued_tail = &q->next;
-          for (int i = 0; i < op->noperands; i++) mark(s, op->operands[i], false);
-          for (int i = 0; i < nouts; i++)
-            if (made[i]) mark(s, made[i], true);
-        } else {
-          free(q);
-        }
-      }
-    }
-    for (int i = 0; i < na; i++)
-      if (scalar[i]) tpk_buffer_destroy(args[i]);
-  } else if (st == TPK_OK) {
-    st = record(s, op, lay, concrete, made, nouts);
-  }
+  if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) st = launch_op(s, op, lay, tpk_unit_payload(prog_unit), made, nouts);
+  else if (st == TPK_OK) st = record(s, op, lay, g, made, nouts);
   tpk_unit_release(prog_unit);
   tpk_unit_release(graph_unit);
   tpk_unit_release(layout_unit);
