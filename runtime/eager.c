@@ -732,7 +732,11 @@ static void stream_free(TpkStream *s) {
       break;
     }
   pthread_mutex_unlock(&ss->lock);
-  tpk_queue_destroy(s->queue);
+  tpk_queue_destroy(s->queue); /* its work has run: the launches' results are written */
+  for (Queued *q = s->queued, *next; q; q = next) {
+    next = q->next;
+    free(q);
+  }
   free(s->message);
   free(s->marks);
   free(s->w.records);
@@ -1299,13 +1303,7 @@ void tpk_streams_close(TpkStreams *ss) {
     pthread_mutex_lock(&s->lock);
     s->dropped = true;
     window_reset(s);
-    for (Queued *q = s->queued, *next; q; q = next) {
-      next = q->next;
-      free(q);
-    }
-    s->queued = NULL;
-    s->queued_tail = &s->queued;
-    unmark_all(s);
+    unmark_all(s); /* the queued launches' results are written still: freed with the stream */
     pthread_mutex_unlock(&s->lock);
     /* not the last hold: the caller's handle keeps it (freeing it would
      * take the registry's lock, held here) */
