@@ -510,6 +510,11 @@ const TpkAttr *tpk_op_attr(const TpkOp *op, const char *key);
 int64_t tpk_op_int(const TpkOp *op, const char *key, int64_t dflt);
 const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt);
 
+/* Give `to` every attribute of `from` (to is usually a fresh op: tiling,
+ * fusion and cloning copy ops), through the setters, so values live in m
+ * and later setters may add attributes. false when m's arena is exhausted. */
+bool tpk_op_copy_attrs(TpkModule *m, TpkOp *to, const TpkOp *from);
+
 /* Closed sets, typed. A reduce's kind ("kind", sum when missing); a store's
  * or scatter's mode ("mode", set when missing); an index pattern: "index" of
  * a load, store or slice, "src_index" / "dst_index" of a dma_start (rank 0

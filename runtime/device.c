@@ -168,6 +168,13 @@ static const TpkChip *sim_chip(const TpkDevice *dev) { return dev->state; }
 
 static TpkTarget sim_target(const TpkDevice *dev) { return tpk_sim_target(sim_chip(dev), dev->name); }
 
+static void sim_unprepare(TpkPrepared *p) {
+  if (!p) return;
+  tpk_timeline_destroy(p->trace.timeline);
+  free((char *)p->trace.kernel);
+  free(p);
+}
+
 static TpkStatus sim_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared **out, TpkError *err) {
   *out = NULL;
   TpkPrepared *p = calloc(1, sizeof *p);
@@ -179,16 +186,16 @@ static TpkStatus sim_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared
     return st;
   }
   p->trace.chip = sim_chip(dev);
-  p->trace.kernel = f->name;
+  /* its own copy: the bound IR goes once the kernel is prepared */
+  p->trace.kernel = strdup(f->name);
+  if (!p->trace.kernel) {
+    sim_unprepare(p);
+    return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  }
   *out = p;
   return TPK_OK;
 }
 
-static void sim_unprepare(TpkPrepared *p) {
-  if (!p) return;
-  tpk_timeline_destroy(p->trace.timeline);
-  free(p);
-}
 
 static void sim_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r) {
   (void)dev;
@@ -241,8 +248,7 @@ struct TpkStorage {
   void *user;
 };
 
-/* Count `bytes` against the device's capacity, or say why not. */
-static TpkStatus reserve(TpkDevice *dev, size_t bytes) {
+TpkStatus tpk_device_reserve(TpkDevice *dev, size_t bytes) {
   uint64_t used = atomic_load(&dev->used);
   do {
     if (dev->capacity && (bytes > dev->capacity || used > dev->capacity - bytes))
@@ -387,7 +393,7 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
   if (tpk_context_closed(dev->ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: the context was destroyed");
   size_t bytes;
   if (shape_bytes("tpk_buffer_create", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
-  if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
+  if (tpk_device_reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
   void *data = dev->ops->alloc(dev, bytes);
   TpkStorage *s = data ? storage_new(dev, data, bytes, false, NULL, NULL) : NULL;
   TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out)
@@ -442,7 +448,7 @@ TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_
                   got, dims, expected);
     }
   }
-  if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
+  if (tpk_device_reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
   TpkStorage *s = storage_new(dev, data, bytes, true, release, user);
   TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
   if (st != TPK_OK) { /* release is not called: the memory is still the caller's */

@@ -97,6 +97,11 @@ struct TpkBuffer {
   void *data; /* the storage's bytes at the view's offset */
 };
 
+/* Count `bytes` more against the device's capacity (the intermediates of
+ * a compiled graph's launch), or fail saying why; subtract them from
+ * dev->used when done. */
+TpkStatus tpk_device_reserve(TpkDevice *dev, size_t bytes);
+
 /* A queued launch's hold on a buffer (tpk_buffer_destroy drops the caller's). */
 void tpk_buffer_retain(TpkBuffer *b);
 void tpk_buffer_release(TpkBuffer *b);
