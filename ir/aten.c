@@ -2290,7 +2290,7 @@ static void ex_select_backward(Call *c) {
   int64_t i;
   if (tpk_dim_is_const(index, &i) && i < 0) index = tpk_dim_binary(c->m, TPK_DIM_ADD, sizes[axis], index);
   const TpkDim *one = tpk_dim_const(c->m, 1);
-  TpkValue *ids = reshape(c, dim_value(c, index), 1, &one);
+  TpkValue *ids = bcast(c, dim_value(c, index), 1, &one);
   put(c, scatter_axis(c, bcast(c, konst(c, dt_of(g), 0), n, sizes), ids, up, axis, TPK_STORE_SET));
 }
 
