@@ -239,6 +239,8 @@ CASES = [
     C("empty.memory_format", [2, 3], dtype=I32, dtypes=(None,), values=False),
     C("empty_like", T(3, 4), values=False),
     C("new_empty", T(3, 4), [5], values=False),
+    C("empty_strided", [2, 3], [3, 1], dtypes=(None,), values=False),
+    C("new_empty_strided", T(3, 4), [2, 2], [2, 1], values=False),
     C("ones", [2, 3], dtype=BF16, dtypes=(None,)),
     C("new_ones", T(3, 4), [4]),
     C("new_full", T(3, 4), [2, 1], 3.0),
