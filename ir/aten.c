@@ -7,10 +7,11 @@
  * ("Tensor self, Tensor other, *, Scalar alpha=1"), so names, kinds,
  * defaults and keyword-only arguments are ATen's. An op is looked up by
  * packet ("add", "aten::add.Tensor" and "aten.add.Tensor" name it too); the
- * overload is the first of its packet whose schema the arguments fit (by
- * kind: a tensor, a number, a list...), or the one named. Each row's expand
- * function then checks what kinds cannot say (shapes, dtypes, ranges) and
- * builds the IR.
+ * overload is the one named if the arguments fit its schema (by kind: a
+ * tensor, a number, a list...), else the first of the packet they fit; when
+ * none does, a number given for a Tensor is wrapped as ATen wraps it
+ * (sub.Tensor(1, x) in FX graphs). Each row's expand function then checks
+ * what kinds cannot say (shapes, dtypes, ranges) and builds the IR.
  *
  * What follows ATen, and where it is written:
  *   - dtypes: result_dtype() is ATen's type promotion: tensors of rank >= 1
