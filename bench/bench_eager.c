@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "bench/opstream.h"
+#include "cli/opstream.h"
 #include "tpk.h"
 
 enum { WARMUP = 2, STEPS = 8, MAX_IO = 64 };
