@@ -864,8 +864,6 @@ static TpkValue *add_scaled(Call *c, TpkOpcode opc, Opnd self, Opnd other, Opnd 
     return INVALID(c, "subtraction of bool tensors is not supported (as in PyTorch; use logical_xor)");
   if (!is_float(out) && (alpha.v ? is_float(dt_of(alpha.v)) : alpha.num == 'f'))
     return INVALID(c, "for integral input tensors, argument 'alpha' must not be a floating point number");
-  if (out == TPK_BOOL && !(alpha.num == 'b' || alpha.num == 'i' || (alpha.v && dt_of(alpha.v) == TPK_BOOL)))
-    return INVALID(c, "for bool tensors, argument 'alpha' must be a bool");
   if (is_num(&other) && !other.dim && is_num(&alpha) && !alpha.dim) { /* two numbers: one constant */
     bool f = other.num == 'f' || alpha.num == 'f';
     other = f ? (Opnd){.num = 'f', .f = other.f * alpha.f, .wrapped = true, .name = other.name}
@@ -1901,8 +1899,10 @@ static void ex_unflatten(Call *c) {
     if (sizes[i]) known = tpk_dim_binary(c->m, TPK_DIM_MUL, known, sizes[i]);
     else if (infer < 0) infer = i;
     else return (void)INVALID(c, "only one of sizes can be -1");
-  if (infer >= 0 && !(sizes[infer] = dims_exact_div(c->m, piece, known)))
+  if (infer >= 0 && !(sizes[infer] = dims_exact_div(c->m, piece, known))) {
+    sizes[infer] = tpk_dim_const(c->m, -1);
     return (void)INVALID(c, "sizes %s do not divide dim %d (%s) of %s", shape_text(c, n, sizes), d, dim_text(c, piece), ty(c, x));
+  }
   if (infer < 0 && known != piece)
     return (void)INVALID(c, "sizes %s do not make dim %d (%s) of %s", shape_text(c, n, sizes), d, dim_text(c, piece), ty(c, x));
   const TpkDim *dims[TPK_MAX_RANK];
@@ -1983,7 +1983,6 @@ static TpkValue *gather_axis(Call *c, TpkValue *table, TpkValue *ids, int axis) 
   if (!table || !ids || c->failed) return NULL;
   const TpkDim *dims[TPK_MAX_RANK];
   int k = 0;
-  if (rank_of(table) - 1 + rank_of(ids) > TPK_MAX_RANK) return UNSUPPORTED(c, "the result would have a rank over %d", TPK_MAX_RANK);
   for (int i = 0; i < axis; i++) dims[k++] = table->type->dims[i];
   for (int i = 0; i < rank_of(ids); i++) dims[k++] = ids->type->dims[i];
   for (int i = axis + 1; i < rank_of(table); i++) dims[k++] = table->type->dims[i];
@@ -2291,7 +2290,7 @@ static void ex_select_backward(Call *c) {
   int64_t i;
   if (tpk_dim_is_const(index, &i) && i < 0) index = tpk_dim_binary(c->m, TPK_DIM_ADD, sizes[axis], index);
   const TpkDim *one = tpk_dim_const(c->m, 1);
-  TpkValue *ids = reshape(c, dim_value(c, index), 1, &one);
+  TpkValue *ids = bcast(c, dim_value(c, index), 1, &one);
   put(c, scatter_axis(c, bcast(c, konst(c, dt_of(g), 0), n, sizes), ids, up, axis, TPK_STORE_SET));
 }
 

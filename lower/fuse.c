@@ -691,13 +691,21 @@ static TpkFunc *build_kernel(Kernel *K, const char *name) {
   const TpkType **types = malloc((size_t)(n ? n : 1) * sizeof *types);
   const char **names = malloc((size_t)(n ? n : 1) * sizeof *names);
   TpkParamRole *roles = malloc((size_t)(n ? n : 1) * sizeof *roles);
-  char (*buf)[24] = malloc((size_t)(n ? n : 1) * sizeof *buf);
+  char (*buf)[64] = malloc((size_t)(n ? n : 1) * sizeof *buf);
   bool ok = types && names && roles && buf;
   for (int i = 0; i < n && ok; i++) {
     bool in = i < K->inputs.n;
     TpkValue *v = in ? K->inputs.v[i] : K->outputs.v[i - K->inputs.n];
     types[i] = copy_type(K, v->type, !in || v->type->rank > 0);
     names[i] = hint(v, buf[i], sizeof buf[i], in ? "in" : "out", in ? i : i - K->inputs.n);
+    for (int j = 0; j < i; j++) /* two values of one name hint (an op's results): parameters differ */
+      if (strcmp(names[j], names[i]) == 0) {
+        char unique[64];
+        snprintf(unique, sizeof unique, "%.40s.%d", names[i], i);
+        memcpy(buf[i], unique, sizeof unique);
+        names[i] = buf[i];
+        break;
+      }
     roles[i] = in ? TPK_PARAM_IN : TPK_PARAM_OUT;
     ok = types[i] != NULL;
   }

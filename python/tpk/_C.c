@@ -1123,10 +1123,6 @@ typedef struct SymObject {
 
 static PyTypeObject GraphType, ValueType, SymType;
 
-/* tpk_graph_compile is the runtime's (the eager branch); until this build
- * has it, compile() says so. */
-extern TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out) __attribute__((weak));
-
 static void graph_dealloc(GraphObject *G) {
   if (G->g) tpk_graph_destroy(G->g);
   Py_XDECREF(G->name);
@@ -1467,7 +1463,6 @@ static PyObject *graph_ir(GraphObject *G, PyObject *unused) {
 /* compile() -> Kernel: the graph's one kernel (its inputs, then its outputs) */
 static PyObject *graph_compile(GraphObject *G, PyObject *unused) {
   (void)unused;
-  if (!tpk_graph_compile) return PyErr_Format(PyExc_NotImplementedError, "this build of tpk has no tpk_graph_compile");
   TpkProgram *prog;
   TpkStatus st = tpk_graph_compile(G->g, &prog);
   if (st != TPK_OK) return raise_tpk(st);
