@@ -43,6 +43,12 @@ static int show_stats(TpkContext *ctx) {
   printf("limit    %s (TPK_CACHE_MAX); the least recently used go first\n", max);
   printf("builds   %" PRId64 " folder%s under way, or left by processes that were killed\n", s.build_folders,
          s.build_folders == 1 ? "" : "s");
+  /* what the processes that used the folder found in their in-memory caches */
+  static const char *const kinds[] = {"kernels", "eager", "graphs"};
+  printf("lookups  of compiled units by the processes that used this folder, since it was cleared:\n");
+  for (int k = 0; k < 3; k++)
+    printf("  %-7s %" PRId64 " hit%s, %" PRId64 " miss%s\n", kinds[k], s.folder_unit_hits[k], s.folder_unit_hits[k] == 1 ? "" : "s",
+           s.folder_unit_misses[k], s.folder_unit_misses[k] == 1 ? "" : "es");
   return CLI_OK;
 }
 

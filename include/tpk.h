@@ -111,11 +111,23 @@ const char *tpk_last_error(void);
  *   TPK_HOST_VMEM=128M     the host's VMEM budget per grid instance
  *   TPK_HOST_THREADS=N     threads a launch on the host may use
  *   TPK_GENERIC=1          compile each kernel once for every shape, not per shape
- *   TPK_AOT=0              compile the standard kernels too (debugging tpk) */
+ *   TPK_AOT=0              compile the standard kernels too (debugging tpk)
+ *   TPK_DUMP_IR=1          log the IR of every graph compiled (tpk_context_set_log)
+ *   TPK_EAGER=debug|strict|fused   the eager streams' mode (see Eager streams)
+ *   TPK_CACHE_UNITS=N      compiled units kept in memory (see The compilation cache) */
 TpkStatus tpk_context_create(TpkContext **out);
 /* Ends the context (see Lifetimes): runs the work queued on its queues,
  * then frees its buffers' memory, its compiled code and its threads. */
 void tpk_context_destroy(TpkContext *ctx);
+/* The library prints nothing itself; what it has to tell people goes to
+ * the context's log, a function the caller sets (NULL: none), called on the
+ * thread that has something to say, with text valid during the call. Today
+ * that is TPK_DUMP_IR=1's dumps: each graph compiled (tpk_graph_compile, an
+ * eager window or op), as IR text before fusion, then the driver and
+ * clusters fusion made of it. To see it, set a function that prints it
+ * (to stderr, say): the library never writes there itself. */
+typedef void (*TpkLogFn)(void *user, const char *text);
+void tpk_context_set_log(TpkContext *ctx, TpkLogFn log, void *user);
 
 /* "host" (this CPU), or "sim:<chip>" (v4, v5e, v5p, v6e, v7). Kernels on a
  * sim device run with the host's code, so its results are the host's, and
@@ -425,7 +437,10 @@ void tpk_graph_destroy(TpkGraph *g);
 /* A new input of the given dtype and shape (dims[d]: "128", "S", "B*S");
  * its value id in *value. */
 TpkStatus tpk_graph_input(TpkGraph *g, TpkDType dtype, int rank, const char *const *dims, int *value);
-/* An ATen op: its results' value ids in values[0..max), their number in *n. */
+/* An ATen op: its results' value ids in values[0..max), their number in *n
+ * (-1 for a result ATen leaves undefined, such as native_layer_norm_backward's
+ * gradients its output_mask turns off). A graph is built by one thread at a
+ * time. */
 TpkStatus tpk_graph_op(TpkGraph *g, const char *op, const TpkArg *args, int nargs, int *values, int max, int *n);
 /* A call of kernel k (of any program of g's context, or the standard
  * library): args are its `in` and `inout` tensors as values and its scalars
@@ -448,10 +463,23 @@ const char *tpk_graph_op_name(int i);
 
 /* Fuse, lower and compile g into a program with one kernel, named as g,
  * whose parameters are g's inputs then its outputs (out parameters): launch
- * it with tpk_kernel_launch or a queue, like any kernel. TPK_DUMP_IR=1
- * prints the graph's IR and its clusters. A graph of the same structure as
- * one compiled before (tpk_func_hash: names aside) gives the same program
- * from the context's compilation cache. tpk_program_destroy it. */
+ * it with tpk_kernel_launch or a queue, like any kernel; it keeps nothing
+ * of g, which may be destroyed. TPK_DUMP_IR=1 logs the graph's IR and its
+ * clusters (tpk_context_set_log). A graph of the same structure and name as
+ * one compiled before (tpk_func_hash) gives the same program from the
+ * context's compilation cache; graphs of the same structure under other
+ * names share the compiled code of their clusters. Clusters are compiled
+ * here, once, for every value of the shape symbols. tpk_program_destroy it.
+ *
+ * A launch runs the clusters and the kernels g calls in order (a standard
+ * kernel on the library's code), each result computed in place in the
+ * output buffer that returns it, intermediates in memory of the launch
+ * (counted against the device while it runs). What it reports: the tier
+ * of its compiled code ("aot" when it ran only the library's), and on a
+ * sim device the sums of its calls' simulated time, cycles, FLOPs and HBM
+ * bytes, their utilisations weighted by time, and as the trace the
+ * timeline of the call that took longest (each call is timed alone; a
+ * graph has no timeline of its own). */
 TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out);
 
 /* ---- Eager streams ---------------------------------------------------------------
@@ -508,8 +536,21 @@ void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
 
 /* ---- The compilation cache ----------------------------------------------------
  *
+ * One cache serves .tpk kernels, compiled graphs and the eager streams. In
+ * memory, each context keeps its compiled units — a kernel's code for
+ * every shape, a kernel's specialisation for a device, sizes and
+ * tunables, a compiled graph, an eager window's or op's compiled graph —
+ * keyed by the structural hash of their IR (tpk_func_hash, 128 bits: names
+ * aside), the sizes or their symbolic form, dtypes, tunables and device;
+ * at most TPK_CACHE_UNITS of them (default 1024), the least recently used
+ * going first (a unit in use stays until its user is done). So two loads
+ * of one kernel, or two graphs or windows of one structure, compile once.
+ * A compiled graph's program holds its clusters' code, and a program the
+ * specialisations whose trace a launch handed out.
+ *
  * Kernels the system cc compiles (TPK_TIER=auto once hot, or TPK_TIER=cc)
- * are kept on disk, and later processes load them instead of compiling:
+ * are kept on disk, keyed by their generated C and the compiler's identity,
+ * and later processes load them instead of compiling:
  *   TPK_CACHE_DIR=DIR        the folder ($XDG_CACHE_HOME/tpk, else ~/.cache/tpk;
  *                            "" turns the cache off)
  *   TPK_CACHE_KEY_FILE=FILE  the key that authenticates entries (default: your
@@ -547,9 +588,15 @@ typedef struct TpkCacheStats {
   int misses;            /* ... compiled because the cache had no entry that loads */
   int rejected;          /* ... entries found that did not authenticate */
   /* This context's lookups of compiled units in its in-memory cache, per
-   * kind: .tpk kernels' specialisations, eager windows (and single ops), and
-   * compiled graphs. A miss builds (and maybe compiles) the unit. */
+   * kind: kernels' specialisations (one per launch of a kernel: a .tpk
+   * kernel, a standard one, or a cluster a compiled graph runs), eager
+   * windows (and single ops), and compiled graphs (tpk_graph_compile). A
+   * miss builds (and maybe compiles) the unit. */
   int64_t unit_hits[3], unit_misses[3]; /* indexed by TpkUnitKind */
+  int64_t units;                        /* units the context holds now (TPK_CACHE_UNITS at most) */
+  /* The same lookups of every context that used the folder, added as each
+   * ended, since the folder was last cleared (a tally, not authenticated). */
+  int64_t folder_unit_hits[3], folder_unit_misses[3];
 } TpkCacheStats;
 typedef enum TpkUnitKind { TPK_UNIT_KERNEL, TPK_UNIT_EAGER, TPK_UNIT_GRAPH } TpkUnitKind;
 

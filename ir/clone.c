@@ -94,22 +94,7 @@ static const char *clone_str(Cloner *c, const char *s) {
 }
 
 static bool clone_attrs(Cloner *c, TpkOp *to, const TpkOp *from) {
-  for (int i = 0; i < from->nattr; i++) {
-    const TpkAttr *a = &from->attrs[i];
-    switch (a->kind) {
-    case TPK_ATTR_INT: tpk_op_set_int(c->dst, to, a->key, a->i); break;
-    case TPK_ATTR_FLOAT: tpk_op_set_float(c->dst, to, a->key, a->f); break;
-    case TPK_ATTR_BOOL: tpk_op_set_bool(c->dst, to, a->key, a->i != 0); break;
-    case TPK_ATTR_STR: tpk_op_set_str(c->dst, to, a->key, a->s); break;
-    case TPK_ATTR_INTS: tpk_op_set_ints(c->dst, to, a->key, a->n, a->ints); break;
-    case TPK_ATTR_INDEX: tpk_op_set_index(c->dst, to, a->key, a->index); break;
-    case TPK_ATTR_ENUM:
-      if (tpk_op_set_text(c->dst, to, a->key, tpk_enum_name(a->set, (int)a->i), c->err) != TPK_OK)
-        return clone_fail(c, from->loc, "internal error: an attribute's member is not in its set");
-      break;
-    }
-  }
-  return to->nattr == from->nattr || clone_fail(c, from->loc, "out of memory cloning the IR");
+  return tpk_op_copy_attrs(c->dst, to, from) || clone_fail(c, from->loc, "out of memory cloning the IR");
 }
 
 static TpkValue *mapped(Cloner *c, const TpkValue *v) {

@@ -59,7 +59,7 @@ TpkStatus tpk_gb_input(TpkGraphBuilder *gb, TpkDType dtype, int rank, const TpkD
 /* One ATen op. Arguments as in tpk.h (TpkArg), with tensors as values:
  * args[i].value and .values index `values` (the caller's numbering of the
  * graph's values: the public API's value ids); the op's results are put in
- * outs[0..max), their count in *nouts. TPK_ERR_UNSUPPORTED for an op
+ * outs[0..max) (NULL for one ATen leaves undefined), their count in *nouts. TPK_ERR_UNSUPPORTED for an op
  * outside the vocabulary, naming it; TPK_ERR_INVALID for bad arguments,
  * naming the op, the argument, and the shapes and dtypes involved. */
 TpkStatus tpk_gb_op(TpkGraphBuilder *gb, const char *op, const TpkArg *args, int nargs, TpkValue *const *values,
@@ -71,6 +71,15 @@ TpkStatus tpk_gb_op(TpkGraphBuilder *gb, const char *op, const TpkArg *args, int
  * rank-0 values, in declaration order. */
 TpkStatus tpk_gb_call(TpkGraphBuilder *gb, const TpkFunc *k, const TpkArg *args, int nargs, TpkValue *const *values,
                       int nvalues, TpkValue **outs, int max, int *nouts, TpkError *err);
+
+/* Where the builder finds a standard kernel's IR for the ATen ops that call
+ * one (the SDPA forms call flash_attention...): the runtime's library, which
+ * ir/ cannot see. `name` is a standard kernel ("flash_attention");
+ * the function returns its unbound IR (owned by the lookup's side, alive as
+ * long as the builder), or NULL with err. Without a lookup those ops are
+ * TPK_ERR_UNSUPPORTED, naming the kernel they need. */
+typedef const TpkFunc *(*TpkGbKernelLookup)(void *ctx, const char *name, TpkError *err);
+void tpk_gb_set_kernel_lookup(TpkGraphBuilder *gb, TpkGbKernelLookup lookup, void *ctx);
 
 /* v becomes the func's next result. */
 TpkStatus tpk_gb_output(TpkGraphBuilder *gb, TpkValue *v, TpkError *err);

@@ -807,6 +807,30 @@ void tpk_op_set_index(TpkModule *m, TpkOp *op, const char *key, const TpkIndexPa
   a->index = copy;
 }
 
+bool tpk_op_copy_attrs(TpkModule *m, TpkOp *to, const TpkOp *from) {
+  for (int i = 0; i < from->nattr; i++) {
+    const TpkAttr *a = &from->attrs[i];
+    switch (a->kind) {
+    case TPK_ATTR_INT: tpk_op_set_int(m, to, a->key, a->i); break;
+    case TPK_ATTR_FLOAT: tpk_op_set_float(m, to, a->key, a->f); break;
+    case TPK_ATTR_BOOL: tpk_op_set_bool(m, to, a->key, a->i != 0); break;
+    case TPK_ATTR_STR: tpk_op_set_str(m, to, a->key, a->s); break;
+    case TPK_ATTR_INTS: tpk_op_set_ints(m, to, a->key, a->n, a->ints); break;
+    case TPK_ATTR_INDEX: tpk_op_set_index(m, to, a->key, a->index); break;
+    case TPK_ATTR_ENUM: {
+      TpkAttr *e = attr_slot(m, to, a->key);
+      if (!e) return false;
+      e->kind = TPK_ATTR_ENUM;
+      e->set = a->set;
+      e->i = a->i;
+      break;
+    }
+    }
+    if (!tpk_op_attr(to, a->key)) return false; /* the setters say nothing when memory runs out */
+  }
+  return true;
+}
+
 static int64_t enum_attr(const TpkOp *op, const char *key, TpkEnumSet set, int64_t dflt) {
   const TpkAttr *a = tpk_op_attr(op, key);
   return a && a->kind == TPK_ATTR_ENUM && a->set == set ? a->i : dflt;

@@ -102,6 +102,10 @@ const TpkDim *tpk_dim_sym(TpkModule *m, const char *name);
  * or when a constant overflows int64. */
 const TpkDim *tpk_dim_binary(TpkModule *m, TpkDimKind op, const TpkDim *a, const TpkDim *b);
 bool tpk_dim_is_const(const TpkDim *d, int64_t *value);
+/* A dim from its text form ("128", "B*S", "(M+1)/2", "cdiv(M,8)"; ir/parse.c),
+ * interned in m; NULL with err (TPK_ERR_PARSE, "1:3: expected ...") when the
+ * text is not one dimension. */
+const TpkDim *tpk_dim_parse(TpkModule *m, const char *text, TpkError *err);
 /* Replace symbols by values where lookup returns true (binding at call time). */
 typedef bool (*TpkSymLookup)(void *ctx, const char *sym, int64_t *value);
 const TpkDim *tpk_dim_substitute(TpkModule *m, const TpkDim *d, TpkSymLookup lookup, void *ctx);
@@ -505,6 +509,11 @@ void tpk_op_set_ints(TpkModule *m, TpkOp *op, const char *key, int n, const int6
 const TpkAttr *tpk_op_attr(const TpkOp *op, const char *key);
 int64_t tpk_op_int(const TpkOp *op, const char *key, int64_t dflt);
 const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt);
+
+/* Give `to` every attribute of `from` (to is usually a fresh op: tiling,
+ * fusion and cloning copy ops), through the setters, so values live in m
+ * and later setters may add attributes. false when m's arena is exhausted. */
+bool tpk_op_copy_attrs(TpkModule *m, TpkOp *to, const TpkOp *from);
 
 /* Closed sets, typed. A reduce's kind ("kind", sum when missing); a store's
  * or scatter's mode ("mode", set when missing); an index pattern: "index" of

@@ -330,6 +330,24 @@ static const TpkDim *parse_dim(Parser *p) {
   return d;
 }
 
+const TpkDim *tpk_dim_parse(TpkModule *m, const char *text, TpkError *err) {
+  if (!m || !text) {
+    tpk_error(err, TPK_ERR_INVALID, "no dimension text");
+    return NULL;
+  }
+  Parser p = {.lx = {text, text + strlen(text), 1, 1}, .m = m, .err = err};
+  tpk_arena_init(&p.scratch, 0);
+  next(&p);
+  const TpkDim *d = parse_dim(&p);
+  if (d && p.tok.kind != T_EOF) {
+    expected(&p, "the end of the dimension");
+    d = NULL;
+  }
+  tpk_arena_free(&p.scratch);
+  if (!d && !p.failed) tpk_error(err, TPK_ERR_PARSE, "'%s' is not a dimension", text);
+  return d;
+}
+
 /* DTYPE [ '[' dims ']' ] */
 static bool parse_value_type(Parser *p, TpkDType *dt, int *rank, const TpkDim **dims) {
   *dt = p->tok.kind == T_IDENT ? tpk_dtype_from_name(p->tok.text, p->tok.len) : TPK_DTYPE_COUNT;

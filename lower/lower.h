@@ -37,9 +37,12 @@ TpkStatus tpk_bind(TpkModule *dst, const TpkFunc *f, const TpkBinding *binds, in
 void tpk_simplify(TpkFunc *f);
 
 /* Wrap each maximal run of whole-array statements outside any grid into a
- * grid over blocks of their leading dimension, sized by t->tile_bytes. Runs
- * that cannot be tiled by rows (a reduction or transpose across the leading
- * dimension, a dot, a gather) are left whole. Returns TPK_OK or an error. */
+ * grid over blocks of one dimension L (rows first, else another dim of the
+ * first store's ref: a reduction over the rows tiles by columns), sized by
+ * t->tile_bytes. L may be symbolic: the grid's bound is then computed from
+ * the shape symbols. Runs that cannot be tiled (a full reduction, a scatter,
+ * an op mixing blocks) are left whole (README.md, "Tiling whole arrays").
+ * Returns TPK_OK or an error. */
 TpkStatus tpk_tile_whole_arrays(TpkFunc *f, const TpkTarget *t, TpkError *err);
 
 /* Where each tensor value and scratch buffer lives in the kernel's
@@ -96,13 +99,18 @@ void tpk_plan_print(TpkStr *out, const TpkPlan *plan, const TpkFunc *f);
  * clusters and of the kernels f called, in order, on tensors (a call's
  * results are new buffers the runtime allocates), `reshape` of a contiguous
  * result (a view of its buffer, no copy), and `return`. Rank-0 tensors
- * (scalars) are passed to clusters as scalar parameters. Policy:
+ * (scalars) are passed to clusters as scalar parameters. A cluster's shape
+ * symbols are f's: the runtime binds them by name from f's. Policy:
  *   TPK_FUSE_ALL   elementwise chains and broadcasts, reductions with their
  *                  producers and consumers (softmax, norms), a dot with its
  *                  elementwise epilogue: as few clusters as tile well;
  *   TPK_FUSE_NONE  one cluster per op that computes (views still fold into
  *                  their reader): what the debug and strict modes run.
- * The result verifies. */
+ * The result verifies; fusing a driver again changes nothing (README.md,
+ * "Graph fusion", has the rules). Errors, with f unchanged:
+ * TPK_ERR_INVALID for a kernel or a func with ops a graph does not have,
+ * TPK_ERR_UNSUPPORTED for a shape symbol no input of f carries; out of
+ * memory (TPK_ERR_NOMEM) leaves f's module unusable. */
 typedef enum TpkFusePolicy { TPK_FUSE_ALL, TPK_FUSE_NONE } TpkFusePolicy;
 TpkStatus tpk_fuse(TpkFunc *f, TpkFusePolicy policy, TpkError *err);
 

@@ -1,194 +1,339 @@
 /*
- * tile.c — whole-array statements become a grid over row blocks.
+ * tile.c — whole-array statements become a grid over blocks of one
+ * dimension.
  *
- * `o = x + y;` at the top of a kernel reads whole tensors; on a TPU they would
- * not fit VMEM, so the compiler tiles them, the same way it tiles graphs from
- * the eager and torch.compile paths. A run of top-level ops between grids is
- * tiled when every tensor it stores is stored whole and shares the leading
- * dimension L, and every op that touches a value with leading dimension L
- * works row by row:
- *   elementwise ops, select, convert, broadcast into rows, reductions that
- *   keep axis 0, splat constants, iota along another axis, whole loads and
- *   stores of refs whose leading dimension is L.
- * Which values are rows is found backwards from the stores, not from sizes
- * alone: in a square kernel, b[N] broadcast over the columns of x[N, N] has
- * the leading size but is not rows (it stays whole, before the grid).
- * Row values then get leading dimension B (the block), loads and stores
- * index the rows with the grid's tile, and ops that do not depend on rows
- * stay before the grid. Anything else (a dot, a transpose, a reduction over
- * rows, a gather, reading back what the run stored outside a row op...)
- * leaves the run whole.
+ * `o = x + y;` at the top of a kernel, and every cluster lower/fuse.c makes
+ * of a graph, reads whole tensors; on a TPU they would not fit VMEM, so the
+ * compiler tiles them. A run of top-level ops between grids is tiled over
+ * blocks of one dimension L — the tiled dimension, "rows" below, though it
+ * may sit at any axis of each value — when every store of the run writes
+ * whole blocks along L and every op that touches a row value can be
+ * computed one block at a time:
+ *   - elementwise ops, select, convert, splat constants: every tensor
+ *     operand has the rows at the result's axis;
+ *   - broadcast: rows in, rows out, or a value without L stretched over
+ *     the rows (trailing alignment, or a size-1 dim);
+ *   - reduce: over axes other than the rows';
+ *   - transpose: the rows move with their axis; reshape: when it keeps the
+ *     dims up to and including the rows' axis;
+ *   - dot: rows of the batch dim (both operands), or of a free dim of one
+ *     operand, the other read whole (x @ W, and x^T @ dy by x's columns);
+ *   - slice, concat: along other axes; gather: rows of the table along
+ *     another axis, or of the index vector;
+ *   - iota: along another axis it is the same in every block; along the
+ *     rows it is offset by the block's start;
+ *   - loads and stores of refs whose rows dim is taken whole (`:`), the
+ *     other dims as the run has them (`s`, `r`: slices of a graph's
+ *     inputs); a ref is read and written along one dim only.
+ * Which values are rows, and along which axis, is found backwards from the
+ * stores, not from sizes alone: in a square kernel, b[N] broadcast over the
+ * columns of x[N, N] has the leading size but is not rows (it stays whole,
+ * before the grid). L is tried along each dim of the first store's ref in
+ * order (rows first, then columns: a reduction over the leading axis, a
+ * bias gradient, tiles by its columns); the first that works is taken.
+ * Row values then get size B along their rows' axis, loads and stores index
+ * the rows with the grid's tile, and ops that do not depend on rows stay
+ * before the grid. Anything else (a reduction over the rows, a scatter,
+ * reading back what the run stored outside a row op, a full reduction to a
+ * scalar...) leaves the run whole.
+ *
+ * L may be a shape symbol or an expression of them (code compiled once for
+ * every size): the grid's bound is then computed from the symbols,
+ * cdiv(L, B), and the last block is ragged (masked). B is a constant:
+ * t->tile_bytes over the widest row (a multiple of 8, at most L) when every
+ * row's width is known, else 8 (128 when the rows are some value's last,
+ * contiguous axis).
  */
 #include "lower/lower.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Run {
-  TpkOp **ops;
+typedef struct Tiling {
+  TpkFunc *f;
+  TpkOp *first, *end; /* the run [first, end) */
+  const TpkDim *L;
+  TpkPtrMap rows;   /* row value -> its rows' axis + 1 */
+  TpkPtrMap refdim; /* ref -> the dim its row accesses take as rows + 1 */
+  TpkPtrMap stored; /* refs row ops have written so far */
+  TpkPtrMap in_run; /* row ops */
+  TpkOp **ops;      /* row ops, in order */
   int n, cap;
-} Run;
+  int64_t widest;    /* bytes of the widest row */
+  bool width_known;  /* every row's width is a constant */
+  bool last_axis;    /* some row value of rank >= 2 has its rows along its last axis */
+} Tiling;
 
-static bool run_push(Run *r, TpkOp *op) {
-  if (r->n == r->cap) {
-    int cap = r->cap ? r->cap * 2 : 32;
-    TpkOp **ops = realloc(r->ops, (size_t)cap * sizeof *ops);
+static void tiling_free(Tiling *T) {
+  tpk_ptrmap_free(&T->rows);
+  tpk_ptrmap_free(&T->refdim);
+  tpk_ptrmap_free(&T->stored);
+  tpk_ptrmap_free(&T->in_run);
+  free(T->ops);
+  T->ops = NULL;
+  T->n = T->cap = 0;
+}
+
+static bool push(Tiling *T, TpkOp *op) {
+  if (T->n == T->cap) {
+    int cap = T->cap ? T->cap * 2 : 32;
+    TpkOp **ops = realloc(T->ops, (size_t)cap * sizeof *ops);
     if (!ops) return false;
-    r->ops = ops;
-    r->cap = cap;
+    T->ops = ops;
+    T->cap = cap;
   }
-  r->ops[r->n++] = op;
-  return true;
+  T->ops[T->n++] = op;
+  return tpk_ptrmap_put(&T->in_run, op, NULL);
 }
 
-static bool in_run(const Run *r, const TpkOp *op) {
-  for (int i = 0; i < r->n; i++)
-    if (r->ops[i] == op) return true;
-  return false;
+/* The axis along which v holds rows, or -1. */
+static int row_axis(const Tiling *T, const TpkValue *v) {
+  void *a;
+  return tpk_ptrmap_get(&T->rows, v, &a) ? (int)(intptr_t)a - 1 : -1;
 }
 
-/* Does op's index take every dimension whole? */
-static bool whole_index(const TpkOp *op) {
-  const TpkIndexPattern *p = tpk_op_index(op, "index");
+/* v holds rows along `axis`: false when it cannot (not a tensor with L
+ * there) or already holds them along another axis. */
+static bool mark(Tiling *T, const TpkValue *v, int axis, bool *oom) {
+  const TpkType *t = v->type;
+  if (t->kind != TPK_TYPE_TENSOR || axis < 0 || axis >= t->rank || t->dims[axis] != T->L) return false;
+  int have = row_axis(T, v);
+  if (have >= 0) return have == axis;
+  if (!tpk_ptrmap_put(&T->rows, v, (void *)(intptr_t)(axis + 1))) *oom = true;
+  return !*oom;
+}
+
+/* The dim of a ref (or sliced value) that axis `va` of a block taken with
+ * pattern p is: the va-th entry that is not a scalar index. */
+static int mem_dim(const TpkIndexPattern *p, int va) {
+  for (int d = 0, k = 0; d < p->rank; d++)
+    if (p->dim[d] != TPK_INDEX_SCALAR && k++ == va) return d;
+  return -1;
+}
+
+/* The axis of the block that dim d of the memory becomes. */
+static int block_axis(const TpkIndexPattern *p, int d) {
+  int k = 0;
+  for (int i = 0; i < d; i++) k += p->dim[i] != TPK_INDEX_SCALAR;
+  return k;
+}
+
+/* The dim of ref a store writes rows along: taken whole and of size L,
+ * `prefer` when it qualifies, else the first that does; -1 when none. */
+static int store_dim(const Tiling *T, const TpkOp *st, int prefer) {
+  const TpkIndexPattern *p = tpk_op_index(st, "index");
+  const TpkType *ref = st->in[0]->type;
+  int found = -1;
   for (int d = 0; d < p->rank; d++)
-    if (p->dim[d] != TPK_INDEX_ALL) return false;
-  return true;
+    if (p->dim[d] == TPK_INDEX_ALL && ref->dims[d] == T->L && (found < 0 || d == prefer)) found = d;
+  return found;
 }
 
-/* Does v have leading dimension L? */
-static bool leading(const TpkValue *v, const TpkDim *L) {
-  return v->type->kind == TPK_TYPE_TENSOR && v->type->rank > 0 && v->type->dims[0] == L;
+/* A ref's row accesses all take the same dim as rows. */
+static bool ref_dim_ok(Tiling *T, const TpkValue *ref, int d, bool *oom) {
+  void *have;
+  if (tpk_ptrmap_get(&T->refdim, ref, &have)) return (int)(intptr_t)have - 1 == d;
+  if (!tpk_ptrmap_put(&T->refdim, ref, (void *)(intptr_t)(d + 1))) *oom = true;
+  return !*oom;
 }
 
-/* Does a store write whole rows of a ref with leading dimension L? */
-static bool stores_rows(const TpkOp *op, const TpkDim *L) {
-  const TpkType *ref = op->in[0]->type;
-  return whole_index(op) && ref->rank > 0 && ref->dims[0] == L;
-}
-
-static bool reduces_rows(const TpkOp *op) {
-  const TpkAttr *axes = tpk_op_attr(op, "axes");
-  for (int i = 0; axes && i < axes->n; i++)
-    if (axes->ints[i] == 0) return true;
-  return false;
-}
-
-static bool mark_row(TpkPtrMap *rows, const TpkValue *v, const TpkDim *L) {
-  return !leading(v, L) || tpk_ptrmap_put(rows, v, NULL);
-}
-
-/* The row values of the run [first, end): the values whole stores write as
- * rows, and, backwards, the operands whose axis 0 is the axis 0 of a row
- * result: of elementwise ops, select and convert, a broadcast's operand of
- * the result's rank, a reduction's operand when axis 0 is kept. */
-static bool mark_rows(TpkOp *first, TpkOp *end, const TpkDim *L, TpkPtrMap *rows) {
-  TpkOp *last = end ? end->prev : first->parent->last;
-  for (TpkOp *op = last; op; op = op == first ? NULL : op->prev) {
-    if (op->opcode == TPK_OP_STORE) {
-      if (stores_rows(op, L) && !mark_row(rows, op->in[op->nin - 1], L)) return false;
-      continue;
-    }
-    if (op->nout != 1 || !tpk_ptrmap_get(rows, &op->out[0], NULL)) continue;
-    bool ok = true;
-    if (op->opcode == TPK_OP_BROADCAST) {
-      if (op->in[0]->type->rank == op->out[0].type->rank) ok = mark_row(rows, op->in[0], L);
-    } else if (op->opcode == TPK_OP_REDUCE) {
-      if (!reduces_rows(op)) ok = mark_row(rows, op->in[0], L);
-    } else if ((tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT ||
-               op->opcode == TPK_OP_CONVERT) {
-      for (int i = 0; i < op->nin && ok; i++) ok = mark_row(rows, op->in[i], L);
-    }
-    if (!ok) return false;
-  }
-  return true;
-}
-
-static bool is_row(const TpkValue *v, const TpkPtrMap *rows) { return tpk_ptrmap_get(rows, v, NULL); }
-
-/* Rows flow through op: does op take row inputs or make row outputs, and can
- * it be computed one block of rows at a time? */
-static bool row_op_ok(const TpkOp *op, const TpkDim *L, const TpkPtrMap *rows, bool *is_row_op) {
-  bool in_rows = false, out_rows = false;
-  for (int i = 0; i < op->nin; i++) in_rows |= is_row(op->in[i], rows);
-  for (int i = 0; i < op->nout; i++) out_rows |= is_row(&op->out[i], rows);
-  const TpkOpInfo *info = tpk_op_info(op->opcode);
-  *is_row_op = in_rows || out_rows;
-  if (op->opcode == TPK_OP_STORE) {
-    *is_row_op = true;
-    return stores_rows(op, L) && is_row(op->in[op->nin - 1], rows);
-  }
-  if (!*is_row_op) return true; /* invariant: stays before the grid */
+/* For an op whose result holds rows along axis ra: along which axis each
+ * operand holds them (-1: it is read whole), or false when the op cannot
+ * be computed one block of rows at a time. */
+static bool operand_axes(const Tiling *T, const TpkOp *op, int ra, int *axes) {
+  for (int i = 0; i < op->nin; i++) axes[i] = -1;
+  const TpkType *rt = op->out[0].type;
   switch (op->opcode) {
-  case TPK_OP_LOAD:
-    return whole_index(op) && out_rows;
   case TPK_OP_CONST:
-    return out_rows;
   case TPK_OP_IOTA:
-    return out_rows && tpk_op_int(op, "axis", 0) != 0;
-  case TPK_OP_BROADCAST:
-    /* rows in, rows out; or a value without the row dimension stretched
-     * over rows (trailing alignment keeps it off axis 0) */
-    return out_rows && (is_row(op->in[0], rows) ? op->in[0]->type->rank == op->out[0].type->rank
-                                                : op->in[0]->type->rank < op->out[0].type->rank);
-  case TPK_OP_REDUCE:
-    return !reduces_rows(op) && in_rows && out_rows;
+    return true;
+  case TPK_OP_BROADCAST: {
+    const TpkType *x = op->in[0]->type;
+    int xa = ra - (rt->rank - x->rank);
+    if (xa < 0) return true;
+    int64_t one;
+    if (x->dims[xa] == T->L) axes[0] = xa;
+    else if (!tpk_dim_is_const(x->dims[xa], &one) || one != 1) return false;
+    return true;
+  }
+  case TPK_OP_REDUCE: {
+    const TpkAttr *ax = tpk_op_attr(op, "axes");
+    bool keep = tpk_op_int(op, "keepdims", 0);
+    int xrank = op->in[0]->type->rank, kept = 0;
+    for (int d = 0; d < xrank; d++) {
+      bool reduced = false;
+      for (int i = 0; i < ax->n; i++) reduced |= ax->ints[i] == d;
+      if (keep && d == ra) {
+        if (reduced) return false;
+        axes[0] = d;
+      }
+      if (!reduced && !keep && kept++ == ra) axes[0] = d;
+    }
+    return axes[0] >= 0;
+  }
+  case TPK_OP_TRANSPOSE:
+    axes[0] = (int)tpk_op_attr(op, "perm")->ints[ra];
+    return true;
+  case TPK_OP_RESHAPE: {
+    const TpkType *x = op->in[0]->type;
+    if (ra >= x->rank) return false;
+    for (int d = 0; d <= ra; d++)
+      if (x->dims[d] != rt->dims[d]) return false;
+    axes[0] = ra;
+    return true;
+  }
+  case TPK_OP_SLICE: {
+    const TpkIndexPattern *p = tpk_op_index(op, "index");
+    int d = mem_dim(p, ra);
+    if (d < 0 || p->dim[d] != TPK_INDEX_ALL) return false;
+    axes[0] = d;
+    return true;
+  }
+  case TPK_OP_CONCAT:
+    if (tpk_op_int(op, "axis", 0) == ra) return false;
+    for (int i = 0; i < op->nin; i++) axes[i] = ra;
+    return true;
+  case TPK_OP_DOT: {
+    const TpkAttr *lb = tpk_op_attr(op, "lhs_batch"), *rb = tpk_op_attr(op, "rhs_batch");
+    if (op->nin > 2) axes[2] = ra; /* an accumulator has the result's type */
+    if (ra < lb->n) {
+      axes[0] = (int)lb->ints[ra];
+      axes[1] = (int)rb->ints[ra];
+      return true;
+    }
+    int k = lb->n;
+    for (int s = 0; s < 2; s++) {
+      const TpkAttr *c = tpk_op_attr(op, s ? "rhs_contract" : "lhs_contract"), *b = s ? rb : lb;
+      for (int d = 0; d < op->in[s]->type->rank; d++) {
+        bool fixed = false;
+        for (int i = 0; i < c->n; i++) fixed |= c->ints[i] == d;
+        for (int i = 0; i < b->n; i++) fixed |= b->ints[i] == d;
+        if (!fixed && k++ == ra) axes[s] = d;
+      }
+    }
+    return axes[0] >= 0 || axes[1] >= 0;
+  }
+  case TPK_OP_GATHER: {
+    int ax = (int)tpk_op_int(op, "axis", 0), ir = op->in[1]->type->rank;
+    if (ra < ax) axes[0] = ra;
+    else if (ra < ax + ir) axes[1] = ra - ax;
+    else axes[0] = ra - ir + 1;
+    return true;
+  }
   case TPK_OP_SELECT:
   case TPK_OP_CONVERT:
     break;
   default:
-    if (!(info->flags & TPK_OPF_ELEMENTWISE)) return false;
+    if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE)) return false;
   }
-  /* elementwise: every tensor operand has the rows (scalars are fine) */
   for (int i = 0; i < op->nin; i++)
-    if (op->in[i]->type->rank > 0 && !is_row(op->in[i], rows)) return false;
-  return out_rows;
-}
-
-/* Does any op outside the run use a value defined by a row op? */
-static bool escapes(const Run *rows) {
-  for (int k = 0; k < rows->n; k++)
-    for (int i = 0; i < rows->ops[k]->nout; i++)
-      for (const TpkUse *u = rows->ops[k]->out[i].uses; u; u = u->next)
-        if (!in_run(rows, u->user)) return true;
-  return false;
-}
-
-/* Value mapping from the original ops to their clones in the grid. */
-typedef struct Map {
-  const TpkValue **from;
-  TpkValue **to;
-  int n, cap;
-} Map;
-
-static TpkValue *mapped(const Map *m, TpkValue *v) {
-  for (int i = m->n - 1; i >= 0; i--)
-    if (m->from[i] == v) return m->to[i];
-  return v;
-}
-
-static bool map_add(Map *m, const TpkValue *from, TpkValue *to) {
-  if (m->n == m->cap) {
-    int cap = m->cap ? m->cap * 2 : 32;
-    const TpkValue **f = realloc(m->from, (size_t)cap * sizeof *f);
-    if (!f) return false;
-    m->from = f;
-    TpkValue **t = realloc(m->to, (size_t)cap * sizeof *t);
-    if (!t) return false;
-    m->to = t;
-    m->cap = cap;
-  }
-  m->from[m->n] = from;
-  m->to[m->n++] = to;
+    if (op->in[i]->type->rank > 0) axes[i] = ra;
   return true;
 }
 
-static const TpkType *with_rows(TpkModule *m, const TpkType *t, const TpkDim *L, const TpkDim *B) {
-  if (t->kind != TPK_TYPE_TENSOR || t->rank == 0 || t->dims[0] != L) return t;
-  const TpkDim *dims[TPK_MAX_RANK];
-  memcpy(dims, t->dims, (size_t)t->rank * sizeof *dims);
-  dims[0] = B;
-  return tpk_type_tensor(m, t->dtype, t->rank, dims);
+/* Rows, backwards from the stores: the values stores write as blocks of
+ * rows, then the operands whose rows make a row result. */
+static bool mark_rows(Tiling *T, const TpkOp *store0, int dim0, bool *oom) {
+  TpkOp *last = T->end ? T->end->prev : T->first->parent->last;
+  for (TpkOp *op = last; op; op = op == T->first ? NULL : op->prev) {
+    if (op->opcode == TPK_OP_STORE) {
+      int d = op == store0 ? dim0 : store_dim(T, op, dim0);
+      if (d >= 0 && !mark(T, op->in[op->nin - 1], block_axis(tpk_op_index(op, "index"), d), oom)) return false;
+      continue;
+    }
+    if (op->nout != 1) continue;
+    int ra = row_axis(T, &op->out[0]);
+    if (ra < 0) continue;
+    int axes[64];
+    if (op->nin > 64 || op->opcode == TPK_OP_LOAD) continue; /* a load's rows are checked going forward */
+    if (!operand_axes(T, op, ra, axes)) return false;
+    for (int i = 0; i < op->nin; i++)
+      if (axes[i] >= 0 && !mark(T, op->in[i], axes[i], oom)) return false;
+  }
+  return true;
 }
+
+/* The bytes of one row of v (along its rows' axis); false when a size is
+ * not a constant. INT64_MAX when they do not fit. */
+static bool row_bytes(const TpkValue *v, int axis, int64_t *bytes) {
+  int64_t n = (int64_t)tpk_dtype_size(v->type->dtype);
+  for (int i = 0; i < v->type->rank; i++) {
+    if (i == axis) continue;
+    int64_t d;
+    if (!tpk_dim_is_const(v->type->dims[i], &d)) return false;
+    if (d > 0 && n > INT64_MAX / d) n = INT64_MAX;
+    else n *= d;
+  }
+  *bytes = n;
+  return true;
+}
+
+static bool reads_stored(const Tiling *T, const TpkOp *op) {
+  for (int i = 0; i < op->nin; i++)
+    if (tpk_ptrmap_get(&T->stored, op->in[i], NULL)) return true;
+  return false;
+}
+
+/* Going forward: every op that touches rows is a row op (collected in
+ * T->ops); the others are invariant and stay before the grid. */
+static bool check_run(Tiling *T, bool *oom) {
+  T->width_known = true;
+  for (TpkOp *op = T->first; op != T->end; op = op->next) {
+    if (op->nregion) return false;
+    bool in_rows = false, out_rows = false;
+    for (int i = 0; i < op->nin; i++) in_rows |= row_axis(T, op->in[i]) >= 0;
+    for (int i = 0; i < op->nout; i++) out_rows |= row_axis(T, &op->out[i]) >= 0;
+    if (op->opcode == TPK_OP_STORE) {
+      const TpkValue *val = op->in[op->nin - 1];
+      int va = row_axis(T, val);
+      if (va < 0) return false; /* every store of the run writes rows */
+      const TpkIndexPattern *p = tpk_op_index(op, "index");
+      int d = mem_dim(p, va);
+      if (d < 0 || p->dim[d] != TPK_INDEX_ALL || op->in[0]->type->dims[d] != T->L) return false;
+      if (tpk_op_store_mode(op) != TPK_STORE_SET && tpk_op_store_mode(op) != TPK_STORE_ADD) return false;
+      if (!ref_dim_ok(T, op->in[0], d, oom) || !push(T, op) || !tpk_ptrmap_put(&T->stored, op->in[0], NULL)) return false;
+      continue;
+    }
+    if (!in_rows && !out_rows) { /* invariant: before the grid, so it must not read what the grid writes */
+      if (reads_stored(T, op)) return false;
+      continue;
+    }
+    if (op->nout != 1 || !out_rows) return false; /* rows in, none out: a reduction over the rows */
+    int ra = row_axis(T, &op->out[0]);
+    if (op->opcode == TPK_OP_LOAD) {
+      const TpkIndexPattern *p = tpk_op_index(op, "index");
+      int d = mem_dim(p, ra);
+      if (op->in[0]->type->kind != TPK_TYPE_REF || d < 0 || p->dim[d] != TPK_INDEX_ALL || op->in[0]->type->dims[d] != T->L)
+        return false;
+      for (int i = 1; i < op->nin; i++)
+        if (row_axis(T, op->in[i]) >= 0) return false;
+      if (!ref_dim_ok(T, op->in[0], d, oom)) return false;
+    } else {
+      int axes[64];
+      if (op->nin > 64 || !operand_axes(T, op, ra, axes)) return false;
+      for (int i = 0; i < op->nin; i++)
+        if (row_axis(T, op->in[i]) != axes[i]) return false;
+    }
+    int64_t w;
+    if (!row_bytes(&op->out[0], ra, &w)) T->width_known = false;
+    else if (w > T->widest) T->widest = w;
+    if (op->out[0].type->rank >= 2 && ra == op->out[0].type->rank - 1) T->last_axis = true;
+    if (!push(T, op)) return *oom = true, false;
+  }
+  /* invariant ops must not depend on row ops (they stay outside), and no
+   * row value may be used after the run */
+  for (TpkOp *op = T->first; op != T->end; op = op->next)
+    if (!tpk_ptrmap_get(&T->in_run, op, NULL))
+      for (int i = 0; i < op->nin; i++)
+        if (op->in[i]->def && tpk_ptrmap_get(&T->in_run, op->in[i]->def, NULL)) return false;
+  for (int k = 0; k < T->n; k++)
+    for (int i = 0; i < T->ops[k]->nout; i++)
+      for (const TpkUse *u = T->ops[k]->out[i].uses; u; u = u->next)
+        if (!tpk_ptrmap_get(&T->in_run, u->user, NULL)) return false;
+  return T->n > 0;
+}
+
+/* ---- rewriting -------------------------------------------------------------------- */
 
 /* Unlink op from its block and put it before `anchor` in anchor's block. */
 static void move_before(TpkOp *op, TpkOp *anchor) {
@@ -206,133 +351,187 @@ static void move_before(TpkOp *op, TpkOp *anchor) {
   anchor->prev = op;
 }
 
-/* The bytes of one row of v, INT64_MAX when they do not fit. */
-static int64_t row_bytes(const TpkValue *v) {
-  int64_t n = (int64_t)tpk_dtype_size(v->type->dtype);
-  for (int i = 1; i < v->type->rank; i++) {
-    int64_t d = 1;
-    tpk_dim_is_const(v->type->dims[i], &d);
-    if (d > 0 && n > INT64_MAX / d) return INT64_MAX;
-    n *= d;
+static const TpkType *with_block(TpkModule *m, const TpkType *t, int axis, const TpkDim *B) {
+  if (axis < 0) return t;
+  const TpkDim *dims[TPK_MAX_RANK];
+  memcpy(dims, t->dims, (size_t)t->rank * sizeof *dims);
+  dims[axis] = B;
+  return tpk_type_tensor(m, t->dtype, t->rank, dims);
+}
+
+/* An i32 op computing dim d from the shape symbols, appended by b; NULL
+ * when out of memory. */
+static TpkValue *dim_value(TpkBuilder *b, const TpkDim *d) {
+  const TpkType *i32 = tpk_type_scalar(b->m, TPK_I32);
+  if (d->kind == TPK_DIM_CONST) return tpk_build_const_int(b, i32, d->value);
+  if (d->kind == TPK_DIM_SYM) return tpk_build_sym(b, d->sym);
+  TpkValue *x = dim_value(b, d->a), *y = x ? dim_value(b, d->b) : NULL;
+  if (!y) return NULL;
+  TpkOpcode opc = d->kind == TPK_DIM_ADD ? TPK_OP_ADD : d->kind == TPK_DIM_SUB ? TPK_OP_SUB
+                  : d->kind == TPK_DIM_MUL ? TPK_OP_MUL : d->kind == TPK_DIM_DIV ? TPK_OP_DIV : TPK_OP_CDIV;
+  return tpk_build_binary(b, opc, x, y);
+}
+
+/* Where the grid's tile goes among a load's or store's operands: before
+ * the operands of the entries after dim d. */
+static int tile_operand(const TpkIndexPattern *p, int d) {
+  int k = 1;
+  for (int i = 0; i < d; i++) k += p->dim[i] != TPK_INDEX_ALL;
+  return k;
+}
+
+/* The rows of a ragged last block past L hold loads' `other` (0) and what
+ * ops compute from it, never stored. Harmless, but for an integer division
+ * by a row value (0 there: a division-by-zero error) and a gather by row
+ * indices computed from rows (an iota's run on past L: an index out of
+ * range); indices loaded as they are pad with 0, which every table has. */
+static bool padding_fails(const Tiling *T) {
+  for (int k = 0; k < T->n; k++) {
+    const TpkOp *op = T->ops[k];
+    if ((op->opcode == TPK_OP_DIV || op->opcode == TPK_OP_REM || op->opcode == TPK_OP_CDIV) &&
+        !tpk_dtype_is_float(op->in[1]->type->dtype) && row_axis(T, op->in[1]) >= 0)
+      return true;
+    if (op->opcode == TPK_OP_GATHER && row_axis(T, op->in[1]) >= 0) {
+      const TpkOp *ld = op->in[1]->def;
+      const TpkAttr *other = ld ? tpk_op_attr(ld, "other") : NULL;
+      if (!ld || ld->opcode != TPK_OP_LOAD || (other && (other->kind == TPK_ATTR_FLOAT ? other->f != 0 : other->i != 0)))
+        return true;
+    }
   }
-  return n;
+  return false;
+}
+
+/* Rewrite the row ops into a grid over blocks of B rows. */
+static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
+  TpkFunc *f = T->f;
+  TpkModule *m = f->module;
+  int64_t Lk = -1, B;
+  bool constant = tpk_dim_is_const(T->L, &Lk);
+  if (T->width_known) {
+    B = t->tile_bytes / (T->widest > 0 ? T->widest : 1);
+    if (B >= 8) B -= B % 8;
+    if (B < 1) B = 1;
+  } else {
+    B = T->last_axis ? 128 : 8;
+  }
+  if (constant && B > Lk) B = Lk;
+  if (constant && tpk_ceildiv(Lk, B) > INT32_MAX) return true; /* grid bounds are i32 */
+  if ((!constant || Lk % B) && padding_fails(T)) return true;
+  const TpkDim *Bd = tpk_dim_const(m, B);
+
+  TpkBuilder b = {.m = m, .block = f->body, .loc = T->first->loc};
+  const TpkType *i32 = tpk_type_scalar(m, TPK_I32);
+  TpkOp *before = f->body->last; /* the bound's ops are those after it */
+  TpkValue *lo = tpk_build_const_int(&b, i32, 0), *hi;
+  if (constant) {
+    hi = tpk_build_const_int(&b, i32, tpk_ceildiv(Lk, B));
+  } else {
+    TpkValue *l = dim_value(&b, T->L), *bs = l ? tpk_build_const_int(&b, i32, B) : NULL;
+    hi = bs ? tpk_build_binary(&b, TPK_OP_CDIV, l, bs) : NULL;
+  }
+  if (!lo || !hi) return false;
+  TpkValue *bounds[2] = {lo, hi};
+  TpkOp *grid = tpk_build(&b, TPK_OP_GRID, 2, bounds, 0, NULL);
+  if (!grid) return false;
+  TpkValue *tile = tpk_block_add_arg(m, grid->regions[0], tpk_type_tile(m, B), "rows");
+  if (!tile) return false;
+  /* The grid goes where the last row op was: every invariant op the rows
+   * use comes before some row op, hence before it. */
+  TpkOp *anchor = T->ops[T->n - 1];
+  for (TpkOp *op = before->next, *next; op; op = next) {
+    next = op->next;
+    move_before(op, anchor);
+  }
+
+  TpkPtrMap map = {0};
+  bool ok = true;
+  TpkBuilder in = {.m = m, .block = grid->regions[0]};
+  for (int k = 0; k < T->n && ok; k++) {
+    TpkOp *op = T->ops[k];
+    in.loc = op->loc;
+    bool mem = op->opcode == TPK_OP_LOAD || op->opcode == TPK_OP_STORE;
+    int d = -1;
+    TpkIndexPattern pat;
+    if (mem) {
+      pat = *tpk_op_index(op, "index");
+      int va = row_axis(T, op->opcode == TPK_OP_LOAD ? &op->out[0] : op->in[op->nin - 1]);
+      d = mem_dim(&pat, va);
+    }
+    TpkValue *ins[64 + 1];
+    int nin = 0;
+    for (int i = 0; i < op->nin; i++) {
+      if (mem && i == tile_operand(&pat, d)) ins[nin++] = tile;
+      void *to;
+      ins[nin++] = tpk_ptrmap_get(&map, op->in[i], &to) ? to : op->in[i];
+    }
+    if (mem && tile_operand(&pat, d) == op->nin) ins[nin++] = tile;
+    const TpkType *type = op->nout ? with_block(m, op->out[0].type, row_axis(T, &op->out[0]), Bd) : NULL;
+    TpkOp *c = tpk_build(&in, op->opcode, nin, ins, op->nout, &type);
+    if (!c) {
+      ok = false;
+      break;
+    }
+    if (!tpk_op_copy_attrs(m, c, op)) { /* room for the decisions to add theirs */
+      ok = false;
+      break;
+    }
+    if (mem) {
+      pat.dim[d] = TPK_INDEX_TILE;
+      tpk_op_set_index(m, c, "index", &pat);
+    }
+    if (!op->nout) continue;
+    c->out[0].name = op->out[0].name;
+    TpkValue *r = &c->out[0];
+    if (op->opcode == TPK_OP_IOTA && tpk_op_int(op, "axis", 0) == row_axis(T, &op->out[0])) {
+      /* numbered from the block's first row: in i32, then converted */
+      c->out[0].type = tpk_type_with_dtype(m, type, TPK_I32);
+      TpkOp *start = tpk_build(&in, TPK_OP_TILE_START, 1, &tile, 1, &i32);
+      TpkValue *s = start ? tpk_build_broadcast(&in, &start->out[0], type->rank, type->dims) : NULL;
+      r = s ? tpk_build_binary(&in, TPK_OP_ADD, r, s) : NULL;
+      if (r && type->dtype != TPK_I32) r = tpk_build_convert(&in, r, type->dtype);
+      if (!r) {
+        ok = false;
+        break;
+      }
+    }
+    ok = tpk_ptrmap_put(&map, &op->out[0], r);
+  }
+  tpk_ptrmap_free(&map);
+  if (!ok) return false;
+  for (int k = T->n - 1; k >= 0; k--) tpk_op_erase(T->ops[k]);
+  *changed = true;
+  return true;
 }
 
 /* Tile one run [first, end) of top-level ops; returns false on no memory. */
 static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, bool *changed) {
-  TpkModule *m = f->module;
-  /* the leading dimension: from the first whole store */
-  const TpkDim *L = NULL;
-  for (TpkOp *op = first; op != end; op = op->next)
-    if (op->opcode == TPK_OP_STORE && whole_index(op) && op->in[0]->type->rank > 0) {
-      L = op->in[0]->type->dims[0];
-      break;
+  const TpkOp *store0 = NULL;
+  for (TpkOp *op = first; op != end && !store0; op = op->next)
+    if (op->opcode == TPK_OP_STORE && op->in[0]->type->rank > 0) store0 = op;
+  if (!store0) return true;
+  const TpkIndexPattern *p = tpk_op_index(store0, "index");
+  int64_t size;
+  for (int d = 0; d < p->rank; d++) /* arrays without elements: nothing to tile */
+    if (tpk_dim_is_const(store0->in[0]->type->dims[d], &size) && size == 0) return true;
+  for (int d = 0; d < p->rank; d++) {
+    const TpkDim *L = store0->in[0]->type->dims[d];
+    int64_t Lk;
+    if (p->dim[d] != TPK_INDEX_ALL || (tpk_dim_is_const(L, &Lk) && Lk <= 1)) continue;
+    Tiling T = {.f = f, .first = first, .end = end, .L = L};
+    bool oom = false;
+    bool ok = mark_rows(&T, store0, d, &oom) && check_run(&T, &oom);
+    if (oom) {
+      tiling_free(&T);
+      return false;
     }
-  int64_t Lk;
-  if (!L || !tpk_dim_is_const(L, &Lk) || Lk <= 0) return true;
-  TpkPtrMap row_values = {0}, stored = {0}; /* stored: refs row ops have written so far */
-  Run rows = {0};
-  int64_t widest = 1;
-  bool ok = mark_rows(first, end, L, &row_values);
-  if (!ok) goto oom;
-  for (TpkOp *op = first; op != end && ok; op = op->next) {
-    bool row;
-    if (op->nregion || !row_op_ok(op, L, &row_values, &row)) {
-      ok = false;
-    } else if (row) {
-      if (!run_push(&rows, op) || (op->opcode == TPK_OP_STORE && !tpk_ptrmap_put(&stored, op->in[0], NULL))) goto oom;
-      for (int i = 0; i < op->nout; i++)
-        if (is_row(&op->out[i], &row_values) && row_bytes(&op->out[i]) > widest) widest = row_bytes(&op->out[i]);
-    } else {
-      /* an op left before the grid must not read what the grid writes */
-      for (int i = 0; i < op->nin; i++) ok &= !tpk_ptrmap_get(&stored, op->in[i], NULL);
+    if (ok) {
+      bool done = rewrite(&T, t, changed);
+      tiling_free(&T);
+      return done;
     }
+    tiling_free(&T);
   }
-  tpk_ptrmap_free(&row_values);
-  tpk_ptrmap_free(&stored);
-  /* invariant ops must not depend on row ops (they stay outside) */
-  for (TpkOp *op = first; op != end && ok; op = op->next)
-    if (!in_run(&rows, op))
-      for (int i = 0; i < op->nin; i++)
-        if (op->in[i]->def && in_run(&rows, op->in[i]->def)) ok = false;
-  if (!ok || !rows.n || escapes(&rows)) {
-    free(rows.ops);
-    return true;
-  }
-  /* Block rows: t->tile_bytes for the widest row value, a multiple of 8. */
-  int64_t B = t->tile_bytes / widest;
-  if (B >= 8) B -= B % 8;
-  if (B < 1) B = 1;
-  if (B > Lk) B = Lk;
-  if (tpk_ceildiv(Lk, B) > INT32_MAX) { /* grid bounds are i32 */
-    free(rows.ops);
-    return true;
-  }
-  const TpkDim *Bd = tpk_dim_const(m, B);
-
-  TpkBuilder b = {.m = m, .block = f->body, .loc = first->loc};
-  const TpkType *i32 = tpk_type_scalar(m, TPK_I32);
-  TpkOp *lo = tpk_build(&b, TPK_OP_CONST, 0, NULL, 1, &i32);
-  TpkOp *hi = tpk_build(&b, TPK_OP_CONST, 0, NULL, 1, &i32);
-  if (!lo || !hi) goto oom;
-  tpk_op_set_int(m, lo, "value", 0);
-  tpk_op_set_int(m, hi, "value", tpk_ceildiv(Lk, B));
-  TpkValue *bounds[2] = {&lo->out[0], &hi->out[0]};
-  TpkOp *grid = tpk_build(&b, TPK_OP_GRID, 2, bounds, 0, NULL);
-  if (!grid) goto oom;
-  TpkValue *tile = tpk_block_add_arg(m, grid->regions[0], tpk_type_tile(m, B), "rows");
-  if (!tile) goto oom;
-  /* The grid goes where the last row op was: every invariant op the rows
-   * use comes before some row op, hence before it. */
-  TpkOp *anchor = rows.ops[rows.n - 1];
-  move_before(lo, anchor);
-  move_before(hi, anchor);
-  move_before(grid, anchor);
-
-  Map map = {0};
-  TpkBuilder in = {.m = m, .block = grid->regions[0]};
-  for (int k = 0; k < rows.n; k++) {
-    TpkOp *op = rows.ops[k];
-    in.loc = op->loc;
-    bool mem = op->opcode == TPK_OP_LOAD || op->opcode == TPK_OP_STORE;
-    bool rows_ref = mem && op->in[0]->type->rank > 0 && op->in[0]->type->dims[0] == L;
-    TpkValue *ins[TPK_MAX_RANK + 3];
-    int nin = 0;
-    ins[nin++] = mapped(&map, op->in[0]);
-    if (rows_ref) ins[nin++] = tile;
-    for (int i = 1; i < op->nin; i++) ins[nin++] = mapped(&map, op->in[i]);
-    const TpkType *types[4];
-    for (int i = 0; i < op->nout && i < 4; i++) types[i] = with_rows(m, op->out[i].type, L, Bd);
-    TpkOp *c = tpk_build(&in, op->opcode, op->nin ? nin : 0, ins, op->nout, types);
-    if (!c) goto oom_map;
-    c->attrs = tpk_arena_alloc(&m->arena, (size_t)(op->nattr ? op->nattr : 1) * sizeof *c->attrs);
-    if (!c->attrs) goto oom_map;
-    if (op->nattr) memcpy(c->attrs, op->attrs, (size_t)op->nattr * sizeof *c->attrs);
-    c->nattr = op->nattr;
-    if (rows_ref) {
-      TpkIndexPattern rows_index = *tpk_op_index(op, "index");
-      rows_index.dim[0] = TPK_INDEX_TILE;
-      tpk_op_set_index(m, c, "index", &rows_index);
-    }
-    for (int i = 0; i < op->nout; i++) {
-      c->out[i].name = op->out[i].name;
-      if (!map_add(&map, &op->out[i], &c->out[i])) goto oom_map;
-    }
-  }
-  for (int k = rows.n - 1; k >= 0; k--) tpk_op_erase(rows.ops[k]);
-  free(map.from);
-  free(map.to);
-  free(rows.ops);
-  *changed = true;
   return true;
-oom_map:
-  free(map.from);
-  free(map.to);
-oom:
-  tpk_ptrmap_free(&row_values);
-  tpk_ptrmap_free(&stored);
-  free(rows.ops);
-  return false;
 }
 
 TpkStatus tpk_tile_whole_arrays(TpkFunc *f, const TpkTarget *t, TpkError *err) {

@@ -168,6 +168,13 @@ static const TpkChip *sim_chip(const TpkDevice *dev) { return dev->state; }
 
 static TpkTarget sim_target(const TpkDevice *dev) { return tpk_sim_target(sim_chip(dev), dev->name); }
 
+static void sim_unprepare(TpkPrepared *p) {
+  if (!p) return;
+  tpk_timeline_destroy(p->trace.timeline);
+  free((char *)p->trace.kernel);
+  free(p);
+}
+
 static TpkStatus sim_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared **out, TpkError *err) {
   *out = NULL;
   TpkPrepared *p = calloc(1, sizeof *p);
@@ -179,16 +186,16 @@ static TpkStatus sim_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared
     return st;
   }
   p->trace.chip = sim_chip(dev);
-  p->trace.kernel = f->name;
+  /* its own copy: the bound IR goes once the kernel is prepared */
+  p->trace.kernel = strdup(f->name);
+  if (!p->trace.kernel) {
+    sim_unprepare(p);
+    return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  }
   *out = p;
   return TPK_OK;
 }
 
-static void sim_unprepare(TpkPrepared *p) {
-  if (!p) return;
-  tpk_timeline_destroy(p->trace.timeline);
-  free(p);
-}
 
 static void sim_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r) {
   (void)dev;
@@ -231,6 +238,10 @@ const TpkDeviceOps *tpk_device_kind(const char *name) {
 
 struct TpkStorage {
   atomic_int refs; /* the buffers that look at it */
+  /* Eager streams (eager.c): the stream whose work not yet run writes
+   * these bytes (held), and how many streams' work not yet run reads them. */
+  _Atomic(TpkStream *) pending;
+  atomic_int readers;
   TpkDevice *dev;
   struct TpkStorage *prev, *next; /* the device's live memory (dev->lock) */
   bool gone;                      /* given back when the context was destroyed (dev->lock) */
@@ -241,8 +252,7 @@ struct TpkStorage {
   void *user;
 };
 
-/* Count `bytes` against the device's capacity, or say why not. */
-static TpkStatus reserve(TpkDevice *dev, size_t bytes) {
+TpkStatus tpk_device_reserve(TpkDevice *dev, size_t bytes) {
   uint64_t used = atomic_load(&dev->used);
   do {
     if (dev->capacity && (bytes > dev->capacity || used > dev->capacity - bytes))
@@ -387,7 +397,7 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
   if (tpk_context_closed(dev->ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: the context was destroyed");
   size_t bytes;
   if (shape_bytes("tpk_buffer_create", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
-  if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
+  if (tpk_device_reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
   void *data = dev->ops->alloc(dev, bytes);
   TpkStorage *s = data ? storage_new(dev, data, bytes, false, NULL, NULL) : NULL;
   TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out)
@@ -442,7 +452,7 @@ TpkStatus tpk_buffer_wrap(TpkDevice *dev, TpkDType dtype, int rank, const int64_
                   got, dims, expected);
     }
   }
-  if (reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
+  if (tpk_device_reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
   TpkStorage *s = storage_new(dev, data, bytes, true, release, user);
   TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
   if (st != TPK_OK) { /* release is not called: the memory is still the caller's */
@@ -490,11 +500,40 @@ int tpk_buffer_rank(const TpkBuffer *b) { return b->rank; }
 const int64_t *tpk_buffer_shape(const TpkBuffer *b) { return b->shape; }
 size_t tpk_buffer_bytes(const TpkBuffer *b) { return b->bytes; }
 TpkDevice *tpk_buffer_device(const TpkBuffer *b) { return b ? b->dev : NULL; }
-void *tpk_buffer_data(TpkBuffer *b) { return b ? buffer_bytes(b) : NULL; }
+/* The pointer may be written through: work pending on the bytes runs first
+ * (an error of it stays for tpk_stream_sync). */
+void *tpk_buffer_data(TpkBuffer *b) {
+  if (!b) return NULL;
+  tpk_buffer_settle(b, true);
+  return buffer_bytes(b);
+}
+
+void tpk_buffer_mark_pending(TpkBuffer *b, TpkStream *s) {
+  tpk_stream_retain(s);
+  atomic_store(&b->storage->pending, s);
+}
+
+void tpk_buffer_mark_read(TpkBuffer *b) { atomic_fetch_add(&b->storage->readers, 1); }
+
+TpkStream *tpk_buffer_unmark(TpkBuffer *b, bool wrote) {
+  if (!wrote) {
+    atomic_fetch_sub(&b->storage->readers, 1);
+    return NULL;
+  }
+  return atomic_exchange(&b->storage->pending, NULL);
+}
+
+TpkStream *tpk_buffer_pending(const TpkBuffer *b) { return atomic_load(&b->storage->pending); }
+bool tpk_buffer_read_pending(const TpkBuffer *b) { return atomic_load(&b->storage->readers) > 0; }
+bool tpk_buffer_in_use(const TpkBuffer *b, int own) {
+  return atomic_load(&b->refs) > own || atomic_load(&b->storage->refs) > 1;
+}
+bool tpk_buffers_share(const TpkBuffer *a, const TpkBuffer *b) { return a->storage == b->storage; }
 
 TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
   if (!b || (!src && bytes)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");
   if (bytes != b->bytes) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_write: %zu bytes given, the buffer holds %zu", bytes, b->bytes);
+  if (tpk_buffer_settle(b, true) != TPK_OK) return TPK_ERR_INVALID;
   /* under the device's lock: the context's end may be giving the bytes back */
   pthread_mutex_lock(&b->dev->lock);
   bool gone = b->storage->gone;
@@ -507,6 +546,8 @@ TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
 TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
   if (!b || (!dst && bytes)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_read: no buffer or no destination");
   if (bytes != b->bytes) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_read: %zu bytes asked, the buffer holds %zu", bytes, b->bytes);
+  TpkStatus st = tpk_buffer_settle((TpkBuffer *)b, false);
+  if (st != TPK_OK) return st;
   pthread_mutex_lock(&b->dev->lock);
   bool gone = b->storage->gone;
   if (!gone && bytes) b->dev->ops->read(b->dev, dst, b->data, bytes);

@@ -7,6 +7,7 @@
 #include "tpk.h"
 
 #include "ir/ir.h"
+#include "lower/lower.h"
 
 /* Set this thread's tpk_last_error() message and return st. */
 TpkStatus tpk_runtime_set_error(TpkStatus st, const char *message);
@@ -46,6 +47,12 @@ TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L);
 void tpk_program_retain(TpkProgram *p);
 void tpk_program_release(TpkProgram *p);
 
+/* runtime/graph.c: what tpk_graph_compile (compile.c) reads of a graph:
+ * its builder (ir/graph.h: tpk_gb_func is the graph's IR) and its context. */
+typedef struct TpkGraphBuilder TpkGraphBuilder;
+TpkGraphBuilder *tpk_graph_builder(TpkGraph *g);
+TpkContext *tpk_graph_context(const TpkGraph *g);
+
 /* A context's queues (queue.c), so that destroying the context waits for
  * their work. */
 typedef struct TpkQueues TpkQueues;
@@ -55,5 +62,115 @@ void tpk_queues_destroy(TpkQueues *qs); /* after the last queue is gone */
  * its worker stops (errors stay for each queue's next tpk_queue_wait). */
 void tpk_queues_close(TpkQueues *qs);
 TpkQueues *tpk_context_queues(TpkContext *ctx);
+
+/* ---- eager streams (eager.c) ---- */
+
+/* Before b's bytes are read (or written, `writing`) by anyone but a stream's
+ * own work: the stream whose work writes them runs it, and when writing,
+ * the streams whose work reads them run theirs. The error of that work, if
+ * any, is returned (and stays the stream's, for tpk_stream_sync). */
+TpkStatus tpk_buffer_settle(TpkBuffer *b, bool writing);
+/* A stream's holders: its caller, and each buffer its pending work writes. */
+void tpk_stream_retain(TpkStream *s);
+void tpk_stream_release(TpkStream *s);
+/* A context's streams, so that its end drops their pending work (no one
+ * could read what it writes: the memory goes). */
+typedef struct TpkStreams TpkStreams;
+TpkStreams *tpk_streams_new(void);
+void tpk_streams_free(TpkStreams *ss);
+void tpk_streams_close(TpkStreams *ss);
+TpkStreams *tpk_context_streams(const TpkContext *ctx);
+/* The launch's buffers settled (tpk_buffer_settle): inputs read, outputs written. */
+TpkStatus tpk_launch_settle(const TpkKernel *k, const TpkLaunch *L);
+/* tpk_kernel_launch and tpk_queue_launch without settling their buffers:
+ * a stream's own launches. */
+TpkStatus tpk_kernel_launch_unsettled(TpkKernel *k, const TpkLaunch *L);
+TpkStatus tpk_queue_submit(TpkQueue *q, TpkKernel *k, const TpkLaunch *L);
+
+/* ---- the cache of compiled units (units.c) ---- */
+
+typedef struct TpkUnits TpkUnits;
+typedef struct TpkUnit TpkUnit;
+/* A cache that keeps at most `max` units (the least recently used go). */
+TpkUnits *tpk_units_new(int64_t max);
+/* Drops the cache's holds (units being built stay to their builders), then frees it. */
+void tpk_units_free(TpkUnits *u);
+/* Drops the cache's hold on every published unit. */
+void tpk_units_clear(TpkUnits *u);
+/* The unit under key[0..nwords), retained for the caller: a published one
+ * (a hit for `kind`, a TpkUnitKind, unless kind < 0), or, when there is
+ * none, a new one claimed for the caller (*claimed; a miss), which it must
+ * publish or abandon. Waits while another caller builds the key. */
+TpkStatus tpk_units_get(TpkUnits *u, int kind, const uint64_t *key, int nwords, TpkUnit **out, bool *claimed);
+/* A claimed unit built: its payload, freed by destroy when the last hold goes. */
+void tpk_unit_ready(TpkUnits *u, TpkUnit *unit, void *payload, void (*destroy)(void *payload));
+/* A claimed unit could not be built: it goes, with the claimer's hold. */
+void tpk_unit_abandon(TpkUnits *u, TpkUnit *unit);
+void tpk_unit_retain(TpkUnit *unit);
+void tpk_unit_release(TpkUnit *unit); /* NULL: nothing */
+void *tpk_unit_payload(const TpkUnit *unit);
+const uint64_t *tpk_unit_key(const TpkUnit *unit, int *nwords);
+/* How many units it holds, and its lookups' hits and misses per TpkUnitKind. */
+void tpk_units_stats(TpkUnits *u, int64_t *count, int64_t hits[3], int64_t misses[3]);
+/* Up to max published units, retained, most recent first; returns how many there are. */
+int tpk_units_list(TpkUnits *u, TpkUnit **out, int max);
+/* The context's cache. */
+TpkUnits *tpk_context_units(const TpkContext *ctx);
+/* cache.c: the context's lookups added to its cache folder's tally (when
+ * it used one), as the context ends. */
+void tpk_cache_tally(TpkContext *ctx);
+
+/* ---- compiled graphs ---- */
+
+/* A compiled graph's plan (driver.c): what its driver func (lower/fuse.c's
+ * form: calls, reshapes, return) runs, made once from the func, whose
+ * calls name kernels that callee(ctx, name) gives. */
+typedef struct TpkDriver TpkDriver;
+TpkStatus tpk_driver_new(const TpkFunc *driver, TpkKernel *(*callee)(void *ctx, const char *name), void *ctx,
+                         TpkDriver **out);
+void tpk_driver_free(TpkDriver *d);
+int tpk_driver_calls(const TpkDriver *d);
+/* A launch of the graph on dev: `sizes` are the graph's shape symbols
+ * (tpk_func_symbols order of the driver), args its inputs then outputs,
+ * checked against its signature. */
+TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, TpkBuffer *const *args,
+                         TpkLaunchResult *result);
+/* Run kernel k of a compiled graph (a cluster, a kernel it calls, or a
+ * standard kernel) on dev with its shape symbols' values (k's order) and
+ * one pointer per parameter (a tensor's bytes, a scalar's value), bytes[i]
+ * the size of tensor i. Requirements are checked; tunables are the tuned or
+ * declared ones. */
+TpkStatus tpk_kernel_run(TpkKernel *k, TpkDevice *dev, const int64_t *sizes, void *const *args, const size_t *bytes,
+                         TpkLaunchResult *result);
+/* A program of one kernel from a driver func in `module` (taken over, even
+ * on failure): kernels[0] is the graph (the driver's params as inputs, its
+ * results as outputs), launched by running the driver; the module's
+ * kernels are compiled once for every shape, except standard kernels
+ * (name and hash of one of the library's), which run its code. */
+TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *driver, TpkProgram **out);
+/* compile.c: graph func f (its module holds the kernels it calls) cloned,
+ * fused by the policy and made a program (tpk_program_from_driver), or the
+ * program compiled before for a func of its structure and name, from the
+ * context's cache (a lookup of `kind`, a TpkUnitKind). */
+TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, int kind, TpkProgram **out);
+/* The same without the cache of graphs (the eager streams keep their own keys). */
+TpkStatus tpk_compile_graph(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, TpkProgram **out);
+/* How many kernels a launch of p's kernel runs: a compiled graph's calls, else 1. */
+int tpk_program_kernel_runs(const TpkProgram *p);
+
+/* The first word of a unit's key says what it is. */
+enum { TPK_UNIT_KEY_GENERIC = 1, TPK_UNIT_KEY_SPEC, TPK_UNIT_KEY_GRAPH, TPK_UNIT_KEY_WINDOW };
+
+/* Compiling outside a launch (a graph): holds off the context's end; false
+ * (nothing held) when the context was destroyed. */
+bool tpk_context_enter(TpkContext *ctx);
+void tpk_context_leave(TpkContext *ctx);
+
+
+/* The context's log (tpk_context_set_log): text for people, given to the
+ * caller's function if there is one. TPK_DUMP_IR=1 when the context was
+ * made: compiled graphs are logged. */
+void tpk_context_log(TpkContext *ctx, const char *text);
+bool tpk_context_dumps_ir(const TpkContext *ctx);
 
 #endif

@@ -77,30 +77,27 @@ static TpkStatus fail_err(const TpkError *err) { return tpk_runtime_fail(err->co
 
 /* ---- objects ------------------------------------------------------------------ */
 
-enum { MAX_SYMS = 64, MAX_PARTS = 64 };
+enum { MAX_SYMS = 64, MAX_PARTS = 64, DEFAULT_UNITS = 1024 };
 #define MAX_PART_WORKSPACES ((int64_t)512 << 20) /* bytes: see specialise */
 
 /* Code serving every shape of one kernel at one tunable setting on the host:
- * the standard library's, or compiled once by the JIT (TPK_GENERIC=1). */
+ * the standard library's, or compiled once by the JIT (TPK_GENERIC=1, and
+ * the kernels of compiled graphs). A unit of the context's cache. */
 typedef struct Generic {
-  const char *kernel;     /* its name */
-  char *tunes;            /* the canonical setting, "BM=8,BN=128" */
   const TpkStdEntry *aot; /* ahead-of-time code, or: */
   TpkCode *code;          /* JIT-compiled code, */
   TpkModule *module;      /* the kernel it was compiled from */
   TpkPlan plan;           /* and its symbolic plan (workspace sizes) */
-  struct Generic *next;
 } Generic;
 
-/* One compiled specialisation of a kernel: its sizes and tunables, the IR
- * it was built from, the code and a reusable workspace. */
+/* One specialisation of a kernel for a device, its sizes and tunables:
+ * the code (its own, or a Generic's) and a reusable workspace. A unit of
+ * the context's cache, shared by every kernel of that structure. */
 typedef struct Spec {
-  const TpkKernel *kernel; /* what it is: the kernel, device, sizes and tunables */
-  int64_t tunes[MAX_SYMS]; /* in the kernel's declaration order */
   char *tunes_text;        /* "BM=8,BN=128", for launch results */
-  TpkModule *module;
   TpkCode *code;
-  const Generic *generic; /* instead of code */
+  TpkUnit *generic_unit;  /* instead of code: a Generic, held */
+  const Generic *generic;
   int64_t syms[MAX_SYMS]; /* the shape symbols, in tpk_func_symbols order */
   const TpkDevice *dev;
   TpkPrepared *prepared; /* what the device keeps of it */
@@ -108,7 +105,6 @@ typedef struct Spec {
   int parts;               /* how many threads share the grid (1: one runs it all) */
   void *workspace;         /* parts workspaces, one after another */
   atomic_bool workspace_busy;
-  struct Spec *next;
 } Spec;
 
 /* The tunables chosen for launches that name none, per device and sizes. */
@@ -124,6 +120,10 @@ typedef struct TuneMemo {
 struct TpkKernel {
   TpkProgram *prog;
   TpkFunc *f; /* the unbound IR: parameter types with symbols */
+  /* What its compiled units are keyed by: the structural hash of f, and
+   * what else makes its code differ (its name where the code or messages
+   * show it, the library's code, code for every shape). */
+  uint64_t key[4];
   const char **dims; /* param i's dimension d as text, at [i * TPK_MAX_RANK + d] (module's arena) */
   const char *symbols[MAX_SYMS]; /* its shape symbols (tpk_func_symbols), found once */
   int nsymbols;
@@ -140,10 +140,18 @@ struct TpkProgram {
   TpkModule *module; /* checked once, unbound */
   TpkKernel *kernels;
   int nkernels;
-  pthread_mutex_t lock; /* specs and generics */
-  Spec *specs;
-  Generic *generics;
+  pthread_mutex_t lock; /* kernels' tune memos, held */
+  /* Specialisations whose trace a launch handed out (TpkLaunchResult:
+   * valid while the program lives), held however the cache evicts. */
+  TpkUnit **held;
+  int nheld, capheld;
   int std_file; /* the standard file this program's text is, or -1 */
+  /* A compiled graph (no text): kernels[0] is the graph, whose launches
+   * run the driver; kernels[1..nall) are the clusters and kernels it calls
+   * (not listed: nkernels is 1), compiled once for every shape. */
+  TpkDriver *driver;
+  TpkModule *signature; /* kernels[0].f's module */
+  int nall;
   TpkProgram *next;
 };
 
@@ -160,6 +168,12 @@ struct TpkContext {
   bool use_aot;     /* the standard library's code (TPK_AOT=0: compile it too) */
   int threads;      /* tpk_host_threads() when the context was made */
   int64_t host_vmem; /* $TPK_HOST_VMEM when the context was made (0: the default) */
+  bool dump_ir;      /* TPK_DUMP_IR=1: compiled graphs go to the log */
+  TpkLogFn log;      /* tpk_context_set_log, under lock */
+  void *log_user;
+  TpkUnits *units;   /* the compiled units (units.c) */
+  TpkStreams *streams; /* eager streams (eager.c) */
+  _Atomic int eager_mode; /* TpkEagerMode of new streams */
   pthread_mutex_t lock; /* the lists below, and pool */
   TpkPool *pool;        /* started by the first launch that shares a grid */
   TpkDevice *devices;
@@ -200,8 +214,40 @@ TpkStatus tpk_context_create(TpkContext **out) {
   const char *aot = getenv("TPK_AOT");
   ctx->use_aot = !aot || strcmp(aot, "0") != 0;
   ctx->threads = tpk_host_threads();
+  const char *dump = getenv("TPK_DUMP_IR");
+  ctx->dump_ir = dump && strcmp(dump, "1") == 0;
+  const char *units = getenv("TPK_CACHE_UNITS");
+  int64_t max_units = DEFAULT_UNITS;
+  if (units && *units) {
+    char *end;
+    long long v = strtoll(units, &end, 10);
+    if (*end || v < 1) {
+      tpk_jit_destroy(ctx->jit);
+      free(ctx);
+      return tpk_runtime_fail(TPK_ERR_INVALID, "TPK_CACHE_UNITS=%s: expected a number of compiled units of at least 1, such as 1024", units);
+    }
+    max_units = v;
+  }
+  ctx->units = tpk_units_new(max_units);
+  const char *eager = getenv("TPK_EAGER");
+  TpkEagerMode mode = TPK_EAGER_STRICT;
+  if (eager && *eager) {
+    int m = 0;
+    while (m < 3 && strcmp(eager, tpk_eager_mode_name((TpkEagerMode)m)) != 0) m++;
+    if (m == 3) {
+      tpk_units_free(ctx->units);
+      tpk_jit_destroy(ctx->jit);
+      free(ctx);
+      return tpk_runtime_fail(TPK_ERR_INVALID, "TPK_EAGER=%s: expected debug, strict or fused", eager);
+    }
+    mode = (TpkEagerMode)m;
+  }
+  atomic_init(&ctx->eager_mode, (int)mode);
+  ctx->streams = tpk_streams_new();
   ctx->std_programs = calloc((size_t)(tpk_std_nfiles ? tpk_std_nfiles : 1), sizeof *ctx->std_programs);
-  if (!ctx->std_programs || tpk_queues_create(&ctx->queues) != TPK_OK) {
+  if (!ctx->units || !ctx->streams || !ctx->std_programs || tpk_queues_create(&ctx->queues) != TPK_OK) {
+    tpk_units_free(ctx->units);
+    tpk_streams_free(ctx->streams);
     free(ctx->std_programs);
     tpk_jit_destroy(ctx->jit);
     free(ctx);
@@ -215,37 +261,36 @@ TpkStatus tpk_context_create(TpkContext **out) {
   return TPK_OK;
 }
 
-static void spec_free(Spec *s) {
+static void spec_free(void *payload) {
+  Spec *s = payload;
   free(s->tunes_text);
   if (s->prepared) s->dev->ops->unprepare(s->prepared);
-  if (s->module) tpk_module_free(s->module);
+  tpk_unit_release(s->generic_unit);
   free(s->workspace);
   free(s);
 }
 
-/* What launches of prog built: its specialisations, code serving every
- * shape, the tunables chosen. */
+static void generic_free(void *payload) {
+  Generic *g = payload;
+  tpk_plan_free(&g->plan);
+  if (g->module) tpk_module_free(g->module);
+  free(g);
+}
+
+/* What launches of prog built: the tunables chosen, the specialisations it
+ * holds. */
 static void program_free_compiled(TpkProgram *prog) {
-  for (Spec *s = prog->specs, *n; s; s = n) {
-    n = s->next;
-    spec_free(s);
-  }
-  prog->specs = NULL;
-  for (int i = 0; prog->kernels && i < prog->nkernels; i++) {
+  for (int i = 0; prog->kernels && i < (prog->nall ? prog->nall : prog->nkernels); i++) {
     for (TuneMemo *t = prog->kernels[i].tuned, *n; t; t = n) {
       n = t->next;
       free(t);
     }
     prog->kernels[i].tuned = NULL;
   }
-  for (Generic *g = prog->generics, *n; g; g = n) {
-    n = g->next;
-    tpk_plan_free(&g->plan);
-    if (g->module) tpk_module_free(g->module);
-    free(g->tunes);
-    free(g);
-  }
-  prog->generics = NULL;
+  for (int i = 0; i < prog->nheld; i++) tpk_unit_release(prog->held[i]);
+  free(prog->held);
+  prog->held = NULL;
+  prog->nheld = prog->capheld = 0;
 }
 
 static void program_free(TpkProgram *prog) {
@@ -261,6 +306,8 @@ static void program_free(TpkProgram *prog) {
   pthread_mutex_unlock(&ctx->lock);
   program_free_compiled(prog);
   free(prog->kernels);
+  tpk_driver_free(prog->driver);
+  if (prog->signature) tpk_module_free(prog->signature);
   if (prog->module) tpk_module_free(prog->module);
   free(prog->name);
   free(prog->text);
@@ -307,6 +354,8 @@ static void context_free(TpkContext *ctx) {
     free(d);
   }
   tpk_queues_destroy(ctx->queues);
+  tpk_units_free(ctx->units);
+  tpk_streams_free(ctx->streams);
   pthread_rwlock_destroy(&ctx->running);
   pthread_mutex_destroy(&ctx->lock);
   free(ctx->std_programs);
@@ -322,6 +371,7 @@ void tpk_context_release(TpkContext *ctx) {
  * what it compiled, its threads. The handles stay valid to destroy. */
 void tpk_context_destroy(TpkContext *ctx) {
   if (!ctx || atomic_exchange(&ctx->closed, true)) return;
+  tpk_streams_close(ctx->streams);
   tpk_queues_close(ctx->queues);
   pthread_rwlock_wrlock(&ctx->running);
   pthread_mutex_lock(&ctx->lock);
@@ -332,6 +382,9 @@ void tpk_context_destroy(TpkContext *ctx) {
     pthread_mutex_unlock(&p->lock);
   }
   pthread_mutex_unlock(&ctx->lock);
+  /* (a compiled graph in the cache may be freed here: not under ctx->lock) */
+  tpk_cache_tally(ctx);
+  tpk_units_clear(ctx->units);
   /* The JIT goes after the programs' specs, when nothing runs their code:
    * background compiles are finished or cancelled here. */
   tpk_jit_destroy(ctx->jit);
@@ -341,6 +394,33 @@ void tpk_context_destroy(TpkContext *ctx) {
   pthread_rwlock_unlock(&ctx->running);
   tpk_context_release(ctx);
 }
+
+void tpk_context_set_log(TpkContext *ctx, TpkLogFn log, void *user) {
+  if (!ctx) return;
+  pthread_mutex_lock(&ctx->lock);
+  ctx->log = log;
+  ctx->log_user = user;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+void tpk_context_log(TpkContext *ctx, const char *text) {
+  pthread_mutex_lock(&ctx->lock);
+  TpkLogFn log = ctx->log;
+  void *user = ctx->log_user;
+  pthread_mutex_unlock(&ctx->lock);
+  if (log) log(user, text);
+}
+
+bool tpk_context_dumps_ir(const TpkContext *ctx) { return ctx->dump_ir; }
+
+bool tpk_context_enter(TpkContext *ctx) {
+  pthread_rwlock_rdlock(&ctx->running);
+  if (!tpk_context_closed(ctx)) return true;
+  pthread_rwlock_unlock(&ctx->running);
+  return false;
+}
+
+void tpk_context_leave(TpkContext *ctx) { pthread_rwlock_unlock(&ctx->running); }
 
 /* ---- devices and buffers --------------------------------------------------------- */
 
@@ -396,6 +476,16 @@ const char *tpk_device_name(const TpkDevice *dev) { return dev ? dev->name : "?"
  * symbols, and the text of every dimension of its parameters, printed from
  * the IR into its module's arena (tpk_kernel_param_dim). */
 static TpkStatus kernel_describe(TpkKernel *k) {
+  /* Its units' key: a graph's kernels are named by the graph (so their
+   * code is named by structure: compile_generic), a .tpk kernel's name is
+   * in its code and messages. */
+  TpkFuncHash h = tpk_func_hash(k->f);
+  if (!h.lo && !h.hi) return TPK_ERR_NOMEM;
+  TpkProgram *prog = k->prog;
+  k->key[0] = h.lo;
+  k->key[1] = h.hi;
+  k->key[2] = prog->driver || prog->signature ? 0 : tpk_hash_bytes(k->f->name, strlen(k->f->name));
+  k->key[3] = (uint64_t)(prog->std_file + 1) << 2 | (uint64_t)prog->ctx->generic_jit << 1 | (prog->signature != NULL);
   int n = tpk_func_symbols(k->f, k->symbols, MAX_SYMS);
   k->nsymbols = n < MAX_SYMS ? n : MAX_SYMS;
   TpkArena *arena = &k->f->module->arena;
@@ -507,6 +597,24 @@ const char *tpk_program_name(const TpkProgram *p) { return p->name; }
 TpkContext *tpk_program_context(const TpkProgram *p) { return p->ctx; }
 const TpkFunc *tpk_kernel_ir(const TpkKernel *k) { return k->f; }
 TpkJit *tpk_context_jit(const TpkContext *ctx) { return ctx->jit; }
+TpkUnits *tpk_context_units(const TpkContext *ctx) { return ctx->units; }
+TpkStreams *tpk_context_streams(const TpkContext *ctx) { return ctx->streams; }
+int tpk_program_kernel_runs(const TpkProgram *p) { return p->driver ? tpk_driver_calls(p->driver) : 1; }
+
+const char *tpk_eager_mode_name(TpkEagerMode mode) {
+  static const char *const names[] = {"debug", "strict", "fused"};
+  return (unsigned)mode < 3 ? names[mode] : "?";
+}
+
+TpkStatus tpk_context_set_eager_mode(TpkContext *ctx, TpkEagerMode mode) {
+  if (!ctx || (unsigned)mode >= 3) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_context_set_eager_mode: no context or no such mode %d", (int)mode);
+  atomic_store(&ctx->eager_mode, (int)mode);
+  return TPK_OK;
+}
+
+TpkEagerMode tpk_context_eager_mode(const TpkContext *ctx) {
+  return ctx ? (TpkEagerMode)atomic_load(&((TpkContext *)ctx)->eager_mode) : TPK_EAGER_STRICT;
+}
 
 int tpk_program_kernel_count(const TpkProgram *p) { return p ? p->nkernels : 0; }
 const char *tpk_program_kernel_name(const TpkProgram *p, int i) {
@@ -794,7 +902,8 @@ static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *
   tpk_str_printf(&s, "kernel '%s' with ", f->name);
   for (int i = 0; i < n; i++) tpk_str_printf(&s, "%s%s=%lld", i ? ", " : "", binds[i].name, (long long)binds[i].value);
   tpk_str_puts(&s, ":\n");
-  tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, &err);
+  if (k->prog->text) tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, &err);
+  else tpk_str_printf(&s, "%s\n", err.message);
   tpk_runtime_fail(err.code ? err.code : TPK_ERR_INVALID, "%s", s.data ? s.data : err.message);
   tpk_str_free(&s);
   return err.code ? err.code : TPK_ERR_INVALID;
@@ -803,12 +912,20 @@ static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *
 /* A failure of a stage after binding: with the .tpk line quoted when the
  * error knows it (a block that does not fit the VMEM, at its load). */
 static TpkStatus fail_at_line(const TpkKernel *k, const TpkError *err) {
-  if (err->line <= 0) return fail_err(err);
+  if (err->line <= 0 || !k->prog->text) return fail_err(err);
   TpkStr s = {0};
   tpk_render_error_at(&s, k->prog->name, k->prog->text, k->prog->len, err);
   TpkStatus st = tpk_runtime_fail(err->code ? err->code : TPK_ERR_INTERNAL, "%s", s.data ? s.data : err->message);
   tpk_str_free(&s);
   return st;
+}
+
+/* The C name of a kernel's entry point: prefix and name, with what C does
+ * not allow in a name (a cluster's "g.c0") as '_'. */
+static void entry_name(char *out, size_t size, const char *prefix, const char *name) {
+  snprintf(out, size, "%s%s", prefix, name);
+  for (char *c = out + strlen(prefix); *c; c++)
+    if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
 }
 
 /* Compile k once for every shape at these tunables (TPK_GENERIC=1). */
@@ -817,56 +934,62 @@ static TpkStatus compile_generic(TpkKernel *k, const int64_t *tunes, Generic *g)
   TpkFunc *f;
   TpkStatus st = bind_kernel(k, NULL, tunes, &g->module, &f);
   if (st != TPK_OK) return st;
+  /* A graph's kernel is shared by every graph of its structure, whatever
+   * it is called there: its code is named after its structure. */
+  if (prog->driver) {
+    char name[40];
+    snprintf(name, sizeof name, "k%016llx", (unsigned long long)k->key[0]);
+    f->name = tpk_module_intern(g->module, name, strlen(name));
+  }
   TpkTarget host = tpk_target_host(prog->ctx->host_vmem);
   TpkError err = {0};
   char entry[128];
-  snprintf(entry, sizeof entry, "tpk_generic_%s", k->f->name);
+  entry_name(entry, sizeof entry, "tpk_generic_", f->name);
   TpkStr c = {0};
   st = tpk_lower(f, &host, &g->plan, &err);
   if (st == TPK_OK) st = tpk_emit_c(f, &g->plan, entry, prog->text, 0, &c, &err);
   if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &g->code, &err);
   tpk_str_free(&c);
-  return st == TPK_OK ? TPK_OK : fail_err(&err);
+  if (st == TPK_OK) return TPK_OK;
+  if (!prog->driver) return fail_err(&err);
+  return tpk_runtime_fail(err.code ? err.code : TPK_ERR_INTERNAL, "graph '%s', kernel '%s': %s", prog->name, k->f->name, err.message);
 }
 
-/* The code serving every shape of k at these tunables, if there is some:
- * NULL when the launch must be specialised. Under prog->lock. */
-static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, Generic **out) {
+/* A unit's key: kind, the kernel's identity, then n more words. */
+enum { UNIT_GENERIC = TPK_UNIT_KEY_GENERIC, UNIT_SPEC = TPK_UNIT_KEY_SPEC };
+
+/* The code serving every shape of k at these tunables, if there is some,
+ * as a unit of the context's cache (held for the caller): NULL when the
+ * launch must be specialised. */
+static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, TpkUnit **out) {
   *out = NULL;
   TpkProgram *prog = k->prog;
-  if (prog->std_file < 0 && !prog->ctx->generic_jit) return TPK_OK;
+  bool jit = prog->ctx->generic_jit || prog->driver; /* a graph's kernels serve every shape */
+  if (prog->std_file < 0 && !jit) return TPK_OK;
   char *tunes = tunes_text(k, tunes_values);
   if (!tunes) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-  for (Generic *g = prog->generics; g; g = g->next)
-    if (strcmp(g->kernel, k->f->name) == 0 && strcmp(g->tunes, tunes) == 0) {
-      free(tunes);
-      *out = g;
-      return TPK_OK;
-    }
   const TpkStdEntry *aot = prog->std_file >= 0 ? tpk_std_find(prog->std_file, k->f->name, tunes) : NULL;
-  if (!aot && !prog->ctx->generic_jit) {
-    free(tunes);
-    return TPK_OK;
-  }
-  Generic *g = calloc(1, sizeof *g);
-  if (!g) {
-    free(tunes);
-    return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-  }
-  g->kernel = k->f->name;
-  g->tunes = tunes;
-  g->aot = aot;
-  TpkStatus st = aot ? TPK_OK : compile_generic(k, tunes_values, g);
-  if (st != TPK_OK) {
-    tpk_plan_free(&g->plan);
-    if (g->module) tpk_module_free(g->module);
-    free(g->tunes);
-    free(g);
+  free(tunes);
+  if (!aot && !jit) return TPK_OK;
+  uint64_t key[5 + MAX_SYMS] = {UNIT_GENERIC, k->key[0], k->key[1], k->key[2], k->key[3]};
+  int n = 5;
+  for (int i = 0; i < k->f->ntunes && i < MAX_SYMS; i++) key[n++] = (uint64_t)tunes_values[i];
+  TpkUnit *unit;
+  bool claimed;
+  TpkStatus st = tpk_units_get(prog->ctx->units, -1, key, n, &unit, &claimed);
+  if (st != TPK_OK || !claimed) {
+    *out = unit;
     return st;
   }
-  g->next = prog->generics;
-  prog->generics = g;
-  *out = g;
+  Generic *g = calloc(1, sizeof *g);
+  st = !g ? tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory") : (g->aot = aot) ? TPK_OK : compile_generic(k, tunes_values, g);
+  if (st != TPK_OK) {
+    if (g) generic_free(g);
+    tpk_unit_abandon(prog->ctx->units, unit);
+    return st;
+  }
+  tpk_unit_ready(prog->ctx->units, unit, g, generic_free);
+  *out = unit;
   return TPK_OK;
 }
 
@@ -889,22 +1012,30 @@ static int64_t generic_workspace(const Generic *g, const Spec *spec, const TpkKe
 }
 
 /* Bind the kernel's IR with every size and tunable, lower it and compile it
- * (unless code serving every shape exists). */
+ * (unless code serving every shape exists). The bound IR goes once the
+ * device has prepared what it keeps of it. */
 static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, Spec *spec) {
   TpkProgram *prog = k->prog;
   TpkFunc *f;
-  TpkStatus st = bind_kernel(k, b, tunes, &spec->module, &f);
-  if (st != TPK_OK) return st;
-  Generic *g;
-  st = find_generic(k, tunes, &g);
-  if (st != TPK_OK) return st;
+  TpkModule *module;
+  TpkStatus st = bind_kernel(k, b, tunes, &module, &f);
+  if (st != TPK_OK) {
+    if (module) tpk_module_free(module);
+    return st;
+  }
+  st = find_generic(k, tunes, &spec->generic_unit);
+  if (st != TPK_OK) {
+    tpk_module_free(module);
+    return st;
+  }
+  const Generic *g = spec->generic_unit ? tpk_unit_payload(spec->generic_unit) : NULL;
   /* Lowered, tiled and planned for the device (a chip's VMEM on a sim
    * device; the host runs that same code for the values). */
   TpkTarget target = dev->ops->target(dev);
   TpkStr c = {0};
   TpkError err = {0};
   char entry[128];
-  snprintf(entry, sizeof entry, "tpk_kernel_%s", f->name);
+  entry_name(entry, sizeof entry, "tpk_kernel_", f->name);
   if (g) { /* plan (the VMEM budget) and time it; the code exists */
     TpkPlan plan;
     st = tpk_lower(f, &target, &plan, &err);
@@ -927,45 +1058,37 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   while (spec->parts > 1 && (int64_t)spec->parts * spec->workspace_bytes > MAX_PART_WORKSPACES) spec->parts--;
   spec->dev = dev;
   if (st == TPK_OK) st = dev->ops->prepare(dev, f, &spec->prepared, &err);
+  tpk_module_free(module);
   return st == TPK_OK ? TPK_OK : fail_at_line(k, &err);
 }
 
-/* Is s the specialisation of k on dev for these sizes and tunables? (The
- * device is part of it: its VMEM shapes the lowering.) */
-static bool spec_is(const Spec *s, const TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev) {
-  return s->kernel == k && s->dev == dev && memcmp(s->syms, b->sizes, sizeof *s->syms * (size_t)k->nsymbols) == 0 &&
-         memcmp(s->tunes, tunes, sizeof *s->tunes * (size_t)k->f->ntunes) == 0;
-}
-
-static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, Spec **out) {
-  *out = NULL;
-  TpkProgram *prog = k->prog;
-  pthread_mutex_lock(&prog->lock);
-  Spec *s = prog->specs;
-  while (s && !spec_is(s, k, b, tunes, dev)) s = s->next;
-  TpkStatus st = TPK_OK;
-  if (!s) {
-    s = calloc(1, sizeof *s);
-    if (!s || !(s->tunes_text = tunes_text(k, tunes))) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-    else {
-      s->kernel = k;
-      s->dev = dev;
-      memcpy(s->syms, b->sizes, sizeof *s->syms * (size_t)k->nsymbols);
-      memcpy(s->tunes, tunes, sizeof *s->tunes * (size_t)k->f->ntunes);
-      st = specialise(k, b, tunes, dev, s);
-      if (st == TPK_OK) {
-        s->next = prog->specs;
-        prog->specs = s;
-      }
-    }
-    if (st != TPK_OK && s) {
-      spec_free(s);
-      s = NULL;
-    }
+/* The specialisation of k on dev for these sizes and tunables, from the
+ * context's cache (held for the caller; a launch of k counts as a lookup
+ * of a kernel). The device is part of it: its VMEM shapes the lowering. */
+static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, TpkUnit **out) {
+  uint64_t key[7 + 2 * MAX_SYMS] = {UNIT_SPEC, k->key[0], k->key[1], k->key[2], k->key[3], (uint64_t)(uintptr_t)dev};
+  int n = 6;
+  for (int i = 0; i < k->f->ntunes && i < MAX_SYMS; i++) key[n++] = (uint64_t)tunes[i];
+  for (int i = 0; i < k->nsymbols; i++) key[n++] = (uint64_t)b->sizes[i];
+  TpkUnits *units = k->prog->ctx->units;
+  bool claimed;
+  TpkStatus st = tpk_units_get(units, TPK_UNIT_KERNEL, key, n, out, &claimed);
+  if (st != TPK_OK || !claimed) return st;
+  Spec *s = calloc(1, sizeof *s);
+  if (!s || !(s->tunes_text = tunes_text(k, tunes))) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  else {
+    s->dev = dev;
+    memcpy(s->syms, b->sizes, sizeof *s->syms * (size_t)k->nsymbols);
+    st = specialise(k, b, tunes, dev, s);
   }
-  pthread_mutex_unlock(&prog->lock);
-  *out = s;
-  return st;
+  if (st != TPK_OK) {
+    if (s) spec_free(s);
+    tpk_unit_abandon(units, *out);
+    *out = NULL;
+    return st;
+  }
+  tpk_unit_ready(units, *out, s, spec_free);
+  return TPK_OK;
 }
 
 /* kernels/tuned.tsv as the build saw it (build/kernels/registry.c), parsed
@@ -1056,8 +1179,25 @@ static void copy_text(char *dst, size_t size, const char *src) {
   dst[n] = 0;
 }
 
+/* Work of eager streams on the launch's buffers runs first: what writes
+ * its inputs, and what reads its outputs. */
+TpkStatus tpk_launch_settle(const TpkKernel *k, const TpkLaunch *L) {
+  for (int i = 0; L->args && i < k->f->nparams; i++) {
+    TpkBuffer *b = L->args[i];
+    if (!b || (!tpk_buffer_pending(b) && !tpk_buffer_read_pending(b))) continue;
+    TpkStatus st = tpk_buffer_settle(b, k->f->params[i].role != TPK_PARAM_IN);
+    if (st != TPK_OK) return st;
+  }
+  return TPK_OK;
+}
+
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (!k || !L) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
+  TpkStatus st = tpk_launch_settle(k, L);
+  return st == TPK_OK ? tpk_kernel_launch_unsettled(k, L) : st;
+}
+
+TpkStatus tpk_kernel_launch_unsettled(TpkKernel *k, const TpkLaunch *L) {
   if (tpk_launch_check_counts(L, "tpk_kernel_launch") != TPK_OK) return TPK_ERR_INVALID;
   TpkContext *ctx = k->prog->ctx;
   pthread_rwlock_rdlock(&ctx->running);
@@ -1081,54 +1221,58 @@ TpkStatus tpk_launch_queued(TpkKernel *k, const TpkLaunch *L) {
   return st;
 }
 
-/* A launch, checked or queued before the context was destroyed. */
-static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
-  const TpkFunc *f = k->f;
-  Bound b;
-  TpkDevice *dev;
-  TpkStatus st = launch_device(k, L, &dev);
-  if (st == TPK_OK) st = bind_launch(k, L, &b);
-  if (st != TPK_OK) return st;
-  /* scalar arguments */
-  void *args[256];
-  uint64_t scalars[256];
-  if (f->nparams > 256) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' has more than 256 parameters", f->name);
-  for (int i = 0; i < f->nparams; i++) {
-    if (f->params[i].value->type->kind == TPK_TYPE_TENSOR) {
-      if (!L->scalars) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': no value for scalar '%s'", f->name, f->params[i].name);
-      st = scalar_value(k, i, L->scalars[i], &scalars[i]);
-      if (st != TPK_OK) return st;
-      args[i] = &scalars[i];
-    } else {
-      args[i] = L->args[i]->data;
-    }
+/* prog keeps unit (a specialisation whose trace a launch handed out,
+ * a compiled graph's code) as
+ * long as it lives. */
+static void program_hold(TpkProgram *prog, TpkUnit *unit) {
+  pthread_mutex_lock(&prog->lock);
+  bool held = false;
+  for (int i = 0; i < prog->nheld && !held; i++) held = prog->held[i] == unit;
+  if (!held && prog->nheld == prog->capheld) {
+    int cap = prog->capheld ? 2 * prog->capheld : 8;
+    TpkUnit **more = realloc(prog->held, sizeof *more * (size_t)cap);
+    if (more) prog->held = more, prog->capheld = cap;
   }
-  /* The tunables: the ones the launch names, else the tuned ones for these
-   * sizes, else the declared defaults; a tunable a shape uses keeps the
-   * value the shapes bound. */
+  if (!held && prog->nheld < prog->capheld) {
+    tpk_unit_retain(unit);
+    prog->held[prog->nheld++] = unit;
+  }
+  pthread_mutex_unlock(&prog->lock);
+}
+
+/* Run k with its sizes bound (b) on dev: args are one pointer per
+ * parameter (a tensor's bytes, a scalar's value in its dtype), bytes[i] the
+ * size of tensor i (zero-filled first when the parameter says so). The
+ * tunables are those named in tunes, else the tuned ones for these sizes,
+ * else the declared defaults; a tunable a shape uses keeps the value the
+ * shapes bound. What the launch did goes to result (may be NULL). */
+static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *const *args, const size_t *bytes,
+                           const TpkNamedInt *given, int ngiven, TpkLaunchResult *result) {
+  const TpkFunc *f = k->f;
   if (f->ntunes > MAX_SYMS) return tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "kernel '%s' has more than %d tunables", f->name, MAX_SYMS);
   int64_t tunes[MAX_SYMS];
-  const char *tunes_from = L->ntunes ? "given" : "declared defaults";
+  const char *tunes_from = ngiven ? "given" : "declared defaults";
   const TuneMemo *memo = NULL;
-  if (L->ntunes == 0 && f->ntunes > 0) {
-    st = resolve_tunes(k, &b, dev, &memo);
+  if (ngiven == 0 && f->ntunes > 0) {
+    TpkStatus st = resolve_tunes(k, b, dev, &memo);
     if (st != TPK_OK) return st;
     tunes_from = memo->from;
   }
   for (int j = 0; j < f->ntunes; j++) {
     tunes[j] = f->tunes[j].value;
-    for (int i = 0; i < L->ntunes; i++)
-      if (strcmp(L->tunes[i].name, f->tunes[j].name) == 0) tunes[j] = L->tunes[i].value;
+    for (int i = 0; i < ngiven; i++)
+      if (strcmp(given[i].name, f->tunes[j].name) == 0) tunes[j] = given[i].value;
     for (int i = 0; memo && i < memo->n; i++)
       if (strcmp(memo->tunes[i].name, f->tunes[j].name) == 0) tunes[j] = memo->tunes[i].value;
-    int at = bound_find(&b, f->tunes[j].name);
-    if (at >= 0) tunes[j] = b.value[at];
+    int at = bound_find(b, f->tunes[j].name);
+    if (at >= 0) tunes[j] = b->value[at];
   }
-  Spec *spec;
-  st = find_spec(k, &b, tunes, dev, &spec);
+  TpkUnit *unit;
+  TpkStatus st = find_spec(k, b, tunes, dev, &unit);
   if (st != TPK_OK) return st;
+  Spec *spec = tpk_unit_payload(unit);
   for (int i = 0; i < f->nparams; i++)
-    if (f->params[i].zero_init) memset(L->args[i]->data, 0, L->args[i]->bytes);
+    if (f->params[i].zero_init) memset(args[i], 0, bytes[i]);
   TpkRun run = {.args = args, .syms = spec->syms, .parts = 1};
   if (spec->parts > 1) run.parts = launch_pool(k->prog->ctx, spec->parts, &run.pool);
   /* the workspaces: the spec's own, or fresh ones if another thread has it */
@@ -1140,6 +1284,7 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
     ws = aligned_alloc(64, ws_bytes ? ws_bytes : 64);
     if (!ws) {
       if (mine) atomic_store(&spec->workspace_busy, false);
+      tpk_unit_release(unit);
       return tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a %zu-byte workspace", ws_bytes);
     }
     if (mine) spec->workspace = ws;
@@ -1152,17 +1297,78 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
   int failed = dev->ops->run(dev, &run, message);
   if (mine) atomic_store(&spec->workspace_busy, false);
   else free(ws);
-  if (failed >= 0) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, message);
-  if (L->result) {
-    TpkLaunchResult *r = L->result;
+  if (failed >= 0) {
+    tpk_unit_release(unit);
+    return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, message);
+  }
+  if (result) {
+    TpkLaunchResult *r = result;
     r->tier = tier_name(g, code);
     copy_text(r->tunes, sizeof r->tunes, spec->tunes_text);
     r->tunes_from = tunes_from;
     const char *note = code ? tpk_code_note(code) : NULL;
     copy_text(r->note, sizeof r->note, note ? note : "");
     dev->ops->report(dev, spec->prepared, r);
+    if (r->trace) program_hold(k->prog, unit);
   }
+  tpk_unit_release(unit);
   return TPK_OK;
+}
+
+/* A launch, checked or queued before the context was destroyed. */
+static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
+  const TpkFunc *f = k->f;
+  Bound b;
+  TpkDevice *dev;
+  TpkStatus st = launch_device(k, L, &dev);
+  if (st == TPK_OK) st = bind_launch(k, L, &b);
+  if (st != TPK_OK) return st;
+  if (f->nparams > 256) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' has more than 256 parameters", f->name);
+  void *args[256];
+  size_t bytes[256];
+  if (k->prog->driver && k == &k->prog->kernels[0]) /* a compiled graph: every parameter is a buffer */
+    return tpk_driver_run(k->prog->driver, dev, b.sizes, L->args, L->result);
+  /* scalar arguments */
+  uint64_t scalars[256];
+  for (int i = 0; i < f->nparams; i++) {
+    if (f->params[i].value->type->kind == TPK_TYPE_TENSOR) {
+      if (!L->scalars) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': no value for scalar '%s'", f->name, f->params[i].name);
+      st = scalar_value(k, i, L->scalars[i], &scalars[i]);
+      if (st != TPK_OK) return st;
+      args[i] = &scalars[i];
+      bytes[i] = 0;
+    } else {
+      args[i] = L->args[i]->data;
+      bytes[i] = L->args[i]->bytes;
+    }
+  }
+  return run_bound(k, dev, &b, args, bytes, L->tunes, L->ntunes, L->result);
+}
+
+TpkStatus tpk_kernel_run(TpkKernel *k, TpkDevice *dev, const int64_t *sizes, void *const *args, const size_t *bytes,
+                         TpkLaunchResult *result) {
+  Bound b = {.f = k->f, .n = 0};
+  for (int i = 0; i < k->nsymbols; i++) {
+    b.name[b.n] = k->symbols[i];
+    b.value[b.n] = sizes[i];
+    b.from_param[b.n] = -1;
+    b.from[b.n++] = "the graph's sizes";
+    b.sizes[i] = sizes[i];
+  }
+  TpkError err = {0};
+  if (k->f->nrequires && tpk_func_check_requires(k->f, bound_lookup, &b, &err) != TPK_OK) return fail_err(&err);
+  return run_bound(k, dev, &b, args, bytes, NULL, 0, result);
+}
+
+/* The JIT code of a unit of kernel code (a specialisation or generic code), else NULL. */
+static TpkCode *unit_code(const TpkUnit *unit) {
+  int n;
+  const uint64_t *key = tpk_unit_key(unit, &n);
+  if (key[0] == UNIT_SPEC) {
+    const Spec *spec = tpk_unit_payload(unit);
+    return spec->generic ? spec->generic->code : spec->code;
+  }
+  return key[0] == UNIT_GENERIC ? ((const Generic *)tpk_unit_payload(unit))->code : NULL;
 }
 
 /* ---- introspection ------------------------------------------------------------------ */
@@ -1198,16 +1404,16 @@ void tpk_context_wait_compiles(TpkContext *ctx) {
     pthread_rwlock_unlock(&ctx->running);
     return;
   }
-  pthread_mutex_lock(&ctx->lock);
-  for (TpkProgram *p = ctx->programs; p; p = p->next) {
-    pthread_mutex_lock(&p->lock);
-    for (Spec *s = p->specs; s; s = s->next)
-      if (s->code) tpk_code_wait_optimized(s->code);
-    for (Generic *g = p->generics; g; g = g->next)
-      if (g->code) tpk_code_wait_optimized(g->code);
-    pthread_mutex_unlock(&p->lock);
+  /* the code of every kernel specialisation and generic code in the cache */
+  int cap = tpk_units_list(ctx->units, NULL, 0) + 16;
+  TpkUnit **units = malloc(sizeof *units * (size_t)cap);
+  int n = units ? tpk_units_list(ctx->units, units, cap) : 0;
+  for (int i = 0; i < n && i < cap; i++) {
+    TpkCode *code = unit_code(units[i]);
+    if (code) tpk_code_wait_optimized(code);
+    tpk_unit_release(units[i]);
   }
-  pthread_mutex_unlock(&ctx->lock);
+  free(units);
   pthread_rwlock_unlock(&ctx->running);
 }
 
@@ -1285,4 +1491,133 @@ TpkStatus tpk_std_kernel(TpkContext *ctx, const char *name, TpkKernel **out) {
     }
   }
   return tpk_program_kernel(prog, name, out);
+}
+
+/* ---- compiled graphs ------------------------------------------------------------------ */
+
+/* d, interned in module m. */
+static const TpkDim *dim_copy(TpkModule *m, const TpkDim *d) {
+  switch (d->kind) {
+  case TPK_DIM_CONST: return tpk_dim_const(m, d->value);
+  case TPK_DIM_SYM: {
+    const char *sym = tpk_module_intern(m, d->sym, strlen(d->sym));
+    return sym ? tpk_dim_sym(m, sym) : NULL;
+  }
+  default: {
+    const TpkDim *a = dim_copy(m, d->a), *b = a ? dim_copy(m, d->b) : NULL;
+    return a && b ? tpk_dim_binary(m, d->kind, a, b) : NULL;
+  }
+  }
+}
+
+/* The graph func f as the signature of a kernel, alone in a module of its
+ * own: f's parameters as `in` refs, then its results as `out` refs, so a
+ * launch binds and checks it as any kernel's. */
+static TpkFunc *graph_signature(const TpkFunc *f, TpkModule **module) {
+  int n = f->nparams + f->nresults;
+  if (n > 256) return NULL;
+  TpkModule *m = *module = tpk_module_new(f->name);
+  if (!m) return NULL;
+  const TpkType *types[256];
+  const char *names[256];
+  TpkParamRole roles[256];
+  char name[32];
+  for (int i = 0; i < n; i++) {
+    const TpkType *t = i < f->nparams ? f->params[i].value->type : f->results[i - f->nparams];
+    const TpkDim *dims[TPK_MAX_RANK];
+    for (int d = 0; d < t->rank; d++)
+      if (!(dims[d] = dim_copy(m, t->dims[d]))) return NULL;
+    types[i] = tpk_type_ref(m, t->dtype, t->rank, dims, TPK_MEM_HBM);
+    roles[i] = i < f->nparams ? TPK_PARAM_IN : TPK_PARAM_OUT;
+    if (i < f->nparams && f->params[i].name) {
+      names[i] = f->params[i].name;
+    } else {
+      snprintf(name, sizeof name, i < f->nparams ? "in%d" : "out%d", i < f->nparams ? i : i - f->nparams);
+      if (!(names[i] = tpk_module_intern(m, name, strlen(name)))) return NULL;
+    }
+  }
+  return tpk_func_new(m, f->name, true, n, types, names, roles);
+}
+
+/* The standard kernel a graph calls: one of the library's by name whose IR
+ * hashes as the callee's (the builder cloned it), else NULL. */
+static TpkKernel *std_callee(TpkContext *ctx, const TpkFunc *callee) {
+  bool known = false;
+  for (int i = 0; !known && std_kernel_entry(i); i++) known = strcmp(std_kernel_entry(i)->kernel, callee->name) == 0;
+  TpkKernel *k;
+  if (!known || tpk_std_kernel(ctx, callee->name, &k) != TPK_OK) return NULL;
+  return tpk_func_hash_equal(tpk_func_hash(k->f), tpk_func_hash(callee)) ? k : NULL;
+}
+
+typedef struct Callees {
+  TpkProgram *prog;
+  TpkKernel *std[256]; /* per hidden kernel: the library's, if it is one */
+} Callees;
+
+static TpkKernel *find_callee(void *arg, const char *name) {
+  Callees *c = arg;
+  for (int i = 1; i < c->prog->nall; i++)
+    if (strcmp(c->prog->kernels[i].f->name, name) == 0) return c->std[i] ? c->std[i] : &c->prog->kernels[i];
+  return NULL;
+}
+
+TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *driver, TpkProgram **out) {
+  *out = NULL;
+  TpkProgram *prog = calloc(1, sizeof *prog);
+  Callees *callees = calloc(1, sizeof *callees);
+  if (!prog || !callees || !(prog->name = strdup(driver->name))) {
+    free(prog);
+    free(callees);
+    tpk_module_free(module);
+    return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory compiling graph '%s'", driver->name);
+  }
+  prog->ctx = ctx;
+  atomic_init(&prog->refs, 1);
+  tpk_context_retain(ctx);
+  prog->module = module;
+  prog->std_file = -1;
+  pthread_mutex_init(&prog->lock, NULL);
+  TpkStatus st = TPK_OK;
+  /* kernels[0] the graph, then every kernel of the module (what it calls) */
+  prog->nkernels = 1;
+  prog->kernels = calloc((size_t)module->nfuncs + 1, sizeof *prog->kernels);
+  TpkFunc *sig = prog->kernels ? graph_signature(driver, &prog->signature) : NULL;
+  if (!sig) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory compiling graph '%s'", driver->name);
+  else {
+    prog->kernels[0] = (TpkKernel){.prog = prog, .f = sig};
+    prog->nall = 1;
+    st = kernel_describe(&prog->kernels[0]);
+  }
+  callees->prog = prog;
+  for (int i = 0; st == TPK_OK && i < module->nfuncs; i++) {
+    TpkFunc *f = module->funcs[i];
+    if (!f->is_kernel) continue;
+    if (prog->nall == 256) st = tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "graph '%s' calls more than 255 kernels", driver->name);
+    else {
+      callees->std[prog->nall] = std_callee(ctx, f);
+      prog->kernels[prog->nall] = (TpkKernel){.prog = prog, .f = f};
+      st = kernel_describe(&prog->kernels[prog->nall++]);
+    }
+  }
+  if (st == TPK_OK) st = tpk_driver_new(driver, find_callee, callees, &prog->driver);
+  /* The clusters and called kernels compile now, once for every shape; a
+   * kernel with tunables compiles for the ones its launches pick. */
+  for (int i = 1; st == TPK_OK && i < prog->nall; i++) {
+    TpkUnit *g;
+    if (callees->std[i] || prog->kernels[i].f->ntunes != 0) continue;
+    st = find_generic(&prog->kernels[i], NULL, &g);
+    if (st == TPK_OK) program_hold(prog, g);
+    tpk_unit_release(g);
+  }
+  free(callees);
+  if (st != TPK_OK) {
+    program_free(prog);
+    return st;
+  }
+  pthread_mutex_lock(&ctx->lock);
+  prog->next = ctx->programs;
+  ctx->programs = prog;
+  pthread_mutex_unlock(&ctx->lock);
+  *out = prog;
+  return TPK_OK;
 }

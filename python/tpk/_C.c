@@ -1093,6 +1093,466 @@ static PyObject *program_kernel_names(ProgramObject *P, void *closure) {
 
 static PyObject *program_repr(ProgramObject *P) { return PyUnicode_FromFormat("<tpk._C.Program %R>", P->name); }
 
+#define FASTCALL(f) (PyCFunction)(void (*)(void))(f)
+
+/* ---- graphs (tpk.h, "Graphs") ------------------------------------------------------
+ *
+ * A Graph is built with input(), op() (ATen ops by name, arguments as
+ * ATen's: tensors are Values, numbers, None, strings, lists, dtypes) and
+ * call() of kernels; output() marks results; compile() gives the graph's
+ * kernel, launched like any other. A symbolic size is a Sym ("B*S"): in
+ * shapes (a str there too) and for SymInt arguments. A Value holds its
+ * graph, which holds its TpkGraph. */
+
+typedef struct GraphObject {
+  PyObject_HEAD
+  TpkGraph *g;
+  PyObject *name;
+} GraphObject;
+
+typedef struct ValueObject {
+  PyObject_HEAD
+  GraphObject *graph;
+  int id;
+} ValueObject;
+
+typedef struct SymObject {
+  PyObject_HEAD
+  PyObject *text;
+} SymObject;
+
+static PyTypeObject GraphType, ValueType, SymType;
+
+static void graph_dealloc(GraphObject *G) {
+  if (G->g) tpk_graph_destroy(G->g);
+  Py_XDECREF(G->name);
+  PyObject_Free(G);
+}
+
+static PyObject *graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  static char *KEYWORDS[] = {"name", NULL};
+  const char *name = "graph";
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|s:Graph", KEYWORDS, &name)) return NULL;
+  TpkContext *ctx = context();
+  if (!ctx) return NULL;
+  TpkGraph *g;
+  TpkStatus st = tpk_graph_create(ctx, name, &g);
+  if (st != TPK_OK) return raise_tpk(st);
+  GraphObject *G = (GraphObject *)type->tp_alloc(type, 0);
+  if (!G || !(G->name = PyUnicode_FromString(name))) {
+    tpk_graph_destroy(g);
+    Py_XDECREF(G);
+    return NULL;
+  }
+  G->g = g;
+  return (PyObject *)G;
+}
+
+static PyObject *value_new(GraphObject *G, int id) {
+  if (id < 0) return Py_NewRef(Py_None);
+  ValueObject *V = PyObject_New(ValueObject, &ValueType);
+  if (!V) return NULL;
+  V->graph = (GraphObject *)Py_NewRef((PyObject *)G);
+  V->id = id;
+  return (PyObject *)V;
+}
+
+static void value_dealloc(ValueObject *V) {
+  Py_XDECREF(V->graph);
+  PyObject_Free(V);
+}
+
+static PyObject *value_dtype(ValueObject *V, void *unused) {
+  (void)unused;
+  return PyUnicode_FromString(tpk_dtype_name(tpk_graph_value_dtype(V->graph->g, V->id)));
+}
+
+/* (4, 'B*S'): constant dims as ints, symbolic ones as their text */
+static PyObject *value_shape(ValueObject *V, void *unused) {
+  (void)unused;
+  int rank = tpk_graph_value_rank(V->graph->g, V->id);
+  PyObject *shape = PyTuple_New(rank < 0 ? 0 : rank);
+  for (int d = 0; shape && d < rank; d++) {
+    const char *text = tpk_graph_value_dim(V->graph->g, V->id, d);
+    char *end;
+    long long v = text ? strtoll(text, &end, 10) : 0;
+    PyObject *x = !text ? PyErr_NoMemory() : *text && !*end ? PyLong_FromLongLong(v) : PyUnicode_FromString(text);
+    if (!x) Py_CLEAR(shape);
+    else PyTuple_SET_ITEM(shape, d, x);
+  }
+  return shape;
+}
+
+static PyObject *value_repr(ValueObject *V) {
+  PyObject *shape = value_shape(V, NULL), *dtype = value_dtype(V, NULL);
+  PyObject *r = shape && dtype ? PyUnicode_FromFormat("<tpk._C.Value %d: %U%R>", V->id, dtype, shape) : NULL;
+  Py_XDECREF(shape);
+  Py_XDECREF(dtype);
+  return r;
+}
+
+static PyObject *sym_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  static char *KEYWORDS[] = {"text", NULL};
+  PyObject *text;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "U:Sym", KEYWORDS, &text)) return NULL;
+  SymObject *S = (SymObject *)type->tp_alloc(type, 0);
+  if (S) S->text = Py_NewRef(text);
+  return (PyObject *)S;
+}
+
+static void sym_dealloc(SymObject *S) {
+  Py_XDECREF(S->text);
+  Py_TYPE(S)->tp_free((PyObject *)S);
+}
+
+static PyObject *sym_repr(SymObject *S) { return PyUnicode_FromFormat("Sym(%R)", S->text); }
+
+/* A dtype: a tpk name ("bf16"), a NumPy dtype or a torch dtype. */
+static bool dtype_from(PyObject *o, TpkDType *out) {
+  if (PyUnicode_Check(o)) {
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!s) return false;
+    *out = tpk_dtype_from_name(s, (size_t)n);
+    if (*out != TPK_DTYPE_COUNT) return true;
+    PyErr_Format(PyExc_ValueError, "'%s' is not a tpk dtype (f32, f16, bf16, f8e4m3, f8e5m2, i32, i16, i8, u8, bool)", s);
+    return false;
+  }
+  torch_tensor();
+  for (int t = 0; t < TPK_DTYPE_COUNT; t++)
+    if (torch_dtypes[t] && o == torch_dtypes[t]) return *out = (TpkDType)t, true;
+  if (numpy_ready()) {
+    PyObject *np = PyImport_ImportModule("numpy");
+    PyObject *dtype = np ? PyObject_GetAttrString(np, "dtype") : NULL;
+    PyObject *d = dtype && o != Py_None && !PyLong_Check(o) && !PyFloat_Check(o) ? PyObject_CallOneArg(dtype, o) : NULL;
+    Py_XDECREF(np);
+    Py_XDECREF(dtype);
+    if (!d) PyErr_Clear();
+    for (int t = 0; d && t < TPK_DTYPE_COUNT; t++) {
+      int eq = np_dtypes[t] ? PyObject_RichCompareBool(d, np_dtypes[t], Py_EQ) : 0;
+      if (eq > 0) {
+        Py_DECREF(d);
+        return *out = (TpkDType)t, true;
+      }
+      if (eq < 0) PyErr_Clear();
+    }
+    Py_XDECREF(d);
+  }
+  PyErr_Format(PyExc_TypeError, "%R is not a dtype tpk knows", o);
+  return false;
+}
+
+static bool is_dtype_object(PyObject *o) {
+  torch_tensor();
+  for (int t = 0; t < TPK_DTYPE_COUNT; t++)
+    if (torch_dtypes[t] && o == torch_dtypes[t]) return true;
+  if (PyType_Check(o) || PyUnicode_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || o == Py_None) {
+    if (!PyType_Check(o)) return false;
+  }
+  const char *tn = Py_TYPE(o)->tp_name;
+  return PyType_Check(o) ? strncmp(((PyTypeObject *)o)->tp_name, "numpy.", 6) == 0 : strncmp(tn, "numpy.dtype", 11) == 0;
+}
+
+/* Memory an op's arguments borrow until the call returns. */
+typedef struct ArgScratch {
+  void *blocks[64];
+  int n;
+} ArgScratch;
+
+static void *scratch_alloc(ArgScratch *s, size_t bytes) {
+  if (s->n == 64) return PyErr_Format(PyExc_ValueError, "too many list arguments");
+  void *p = PyMem_Calloc(1, bytes ? bytes : 1);
+  if (!p) return PyErr_NoMemory();
+  return s->blocks[s->n++] = p;
+}
+
+static void scratch_free(ArgScratch *s) {
+  for (int i = 0; i < s->n; i++) PyMem_Free(s->blocks[i]);
+  s->n = 0;
+}
+
+static bool sym_text(PyObject *o, const char **text) {
+  *text = PyUnicode_AsUTF8(((SymObject *)o)->text);
+  return *text != NULL;
+}
+
+/* One Python argument as a TpkArg (strings and lists borrowed from o). */
+static bool graph_arg(GraphObject *G, PyObject *o, TpkArg *a, ArgScratch *s) {
+  memset(a, 0, sizeof *a);
+  if (o == Py_None) {
+    a->kind = TPK_ARG_NONE;
+  } else if (PyObject_TypeCheck(o, &ValueType)) {
+    if (((ValueObject *)o)->graph != G) return PyErr_Format(PyExc_ValueError, "a value of another graph"), false;
+    a->kind = TPK_ARG_VALUE;
+    a->value = ((ValueObject *)o)->id;
+  } else if (PyBool_Check(o)) {
+    a->kind = TPK_ARG_BOOL;
+    a->i = o == Py_True;
+  } else if (PyLong_Check(o)) {
+    a->kind = TPK_ARG_INT;
+    a->i = PyLong_AsLongLong(o);
+    if (a->i == -1 && PyErr_Occurred()) return false;
+  } else if (PyFloat_Check(o)) {
+    a->kind = TPK_ARG_FLOAT;
+    a->f = PyFloat_AS_DOUBLE(o);
+  } else if (PyObject_TypeCheck(o, &SymType)) {
+    a->kind = TPK_ARG_INT;
+    if (!sym_text(o, &a->sym)) return false;
+  } else if (PyUnicode_Check(o)) {
+    a->kind = TPK_ARG_STR;
+    if (!(a->str = PyUnicode_AsUTF8(o))) return false;
+  } else if (PyList_Check(o) || PyTuple_Check(o)) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    PyObject **items = PySequence_Fast_ITEMS(o);
+    bool values = n > 0 && PyObject_TypeCheck(items[0], &ValueType);
+    a->kind = values ? TPK_ARG_VALUES : TPK_ARG_INTS;
+    a->n = (int)n;
+    if (values) {
+      int *ids = scratch_alloc(s, (size_t)n * sizeof *ids);
+      if (!ids) return false;
+      for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(items[i], &ValueType) || ((ValueObject *)items[i])->graph != G)
+          return PyErr_Format(PyExc_TypeError, "a list of tensors holds %R, not a value of this graph", items[i]), false;
+        ids[i] = ((ValueObject *)items[i])->id;
+      }
+      a->values = ids;
+    } else {
+      int64_t *ints = scratch_alloc(s, (size_t)n * sizeof *ints);
+      const char **syms = scratch_alloc(s, (size_t)n * sizeof *syms);
+      if (!ints || !syms) return false;
+      bool any_sym = false;
+      for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyObject_TypeCheck(items[i], &SymType)) {
+          if (!sym_text(items[i], &syms[i])) return false;
+          any_sym = true;
+        } else if (PyLong_Check(items[i])) {
+          ints[i] = PyLong_AsLongLong(items[i]);
+          if (ints[i] == -1 && PyErr_Occurred()) return false;
+        } else {
+          return PyErr_Format(PyExc_TypeError, "a list argument holds %R: lists are of ints (and Syms) or of values", items[i]), false;
+        }
+      }
+      a->ints = ints;
+      a->syms = any_sym ? syms : NULL;
+    }
+  } else if (is_dtype_object(o)) {
+    a->kind = TPK_ARG_DTYPE;
+    if (!dtype_from(o, &a->dtype)) return false;
+  } else {
+    return PyErr_Format(PyExc_TypeError, "%R (a %.80s) is not an argument a graph op takes", o, Py_TYPE(o)->tp_name), false;
+  }
+  return true;
+}
+
+/* The arguments of op() and call(): positional, then keywords by name. */
+static bool graph_args(GraphObject *G, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, TpkArg *out, int max, int *n,
+                       ArgScratch *s) {
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  if (nargs + nkw > max) return PyErr_Format(PyExc_ValueError, "more than %d arguments", max), false;
+  for (Py_ssize_t i = 0; i < nargs + nkw; i++) {
+    if (!graph_arg(G, args[i], &out[i], s)) return false;
+    if (i >= nargs && !(out[i].name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i - nargs)))) return false;
+  }
+  *n = (int)(nargs + nkw);
+  return true;
+}
+
+static PyObject *results_object(GraphObject *G, const int *ids, int n) {
+  if (n == 1) return value_new(G, ids[0]);
+  PyObject *t = PyTuple_New(n);
+  for (int i = 0; t && i < n; i++) {
+    PyObject *v = value_new(G, ids[i]);
+    if (!v) Py_CLEAR(t);
+    else PyTuple_SET_ITEM(t, i, v);
+  }
+  return t;
+}
+
+enum { MAX_GRAPH_ARGS = 32, MAX_GRAPH_RESULTS = 64 };
+
+/* op(name, *args, **kwargs) -> Value, or a tuple of them (None where ATen
+ * gives no tensor) */
+static PyObject *graph_op(GraphObject *G, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  if (nargs < 1 || !PyUnicode_Check(args[0])) return PyErr_Format(PyExc_TypeError, "op(name, *args, **kwargs): name is a str");
+  const char *name = PyUnicode_AsUTF8(args[0]);
+  TpkArg a[MAX_GRAPH_ARGS];
+  int na, ids[MAX_GRAPH_RESULTS], n = 0;
+  ArgScratch s = {0};
+  if (!name || !graph_args(G, args + 1, nargs - 1, kwnames, a, MAX_GRAPH_ARGS, &na, &s)) {
+    scratch_free(&s);
+    return NULL;
+  }
+  TpkStatus st = tpk_graph_op(G->g, name, a, na, ids, MAX_GRAPH_RESULTS, &n);
+  scratch_free(&s);
+  if (st != TPK_OK) return raise_tpk(st);
+  return results_object(G, ids, n);
+}
+
+/* call(kernel, *args) -> Value or a tuple: the kernel's out and inout
+ * parameters */
+static PyObject *graph_call(GraphObject *G, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  if (nargs < 1 || !PyObject_TypeCheck(args[0], &KernelType))
+    return PyErr_Format(PyExc_TypeError, "call(kernel, *args): kernel is a tpk.Kernel");
+  TpkArg a[MAX_GRAPH_ARGS];
+  int na, ids[MAX_GRAPH_RESULTS], n = 0;
+  ArgScratch s = {0};
+  if (!graph_args(G, args + 1, nargs - 1, kwnames, a, MAX_GRAPH_ARGS, &na, &s)) {
+    scratch_free(&s);
+    return NULL;
+  }
+  TpkStatus st = tpk_graph_call(G->g, ((KernelObject *)args[0])->k, a, na, ids, MAX_GRAPH_RESULTS, &n);
+  scratch_free(&s);
+  if (st != TPK_OK) return raise_tpk(st);
+  return results_object(G, ids, n);
+}
+
+/* input(dtype, shape) -> Value; shape entries are ints or size texts ("B", "B*S") */
+static PyObject *graph_input(GraphObject *G, PyObject *args, PyObject *kwargs) {
+  static char *KEYWORDS[] = {"dtype", "shape", NULL};
+  PyObject *dtype, *shape;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:input", KEYWORDS, &dtype, &shape)) return NULL;
+  TpkDType dt;
+  if (!dtype_from(dtype, &dt)) return NULL;
+  PyObject *fast = PySequence_Fast(shape, "shape must be a sequence of sizes");
+  if (!fast) return NULL;
+  Py_ssize_t rank = PySequence_Fast_GET_SIZE(fast);
+  char texts[8][64];
+  const char *dims[8];
+  if (rank > 8) {
+    Py_DECREF(fast);
+    return PyErr_Format(PyExc_ValueError, "rank %zd is more than 8", rank);
+  }
+  for (Py_ssize_t i = 0; i < rank; i++) {
+    PyObject *d = PySequence_Fast_GET_ITEM(fast, i);
+    const char *text = NULL;
+    if (PyObject_TypeCheck(d, &SymType)) sym_text(d, &text);
+    else if (PyUnicode_Check(d)) text = PyUnicode_AsUTF8(d);
+    if (text) snprintf(texts[i], sizeof texts[i], "%s", text);
+    else if (PyLong_Check(d)) snprintf(texts[i], sizeof texts[i], "%lld", PyLong_AsLongLong(d));
+    else if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "a size is an int or a str, not %R", d);
+    if (PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return NULL;
+    }
+    dims[i] = texts[i];
+  }
+  Py_DECREF(fast);
+  int id;
+  TpkStatus st = tpk_graph_input(G->g, dt, (int)rank, dims, &id);
+  if (st != TPK_OK) return raise_tpk(st);
+  return value_new(G, id);
+}
+
+/* output(*values): the graph's next results */
+static PyObject *graph_output(GraphObject *G, PyObject *args) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+    PyObject *v = PyTuple_GET_ITEM(args, i);
+    if (!PyObject_TypeCheck(v, &ValueType) || ((ValueObject *)v)->graph != G)
+      return PyErr_Format(PyExc_TypeError, "output(*values): %R is not a value of this graph", v);
+    TpkStatus st = tpk_graph_output(G->g, ((ValueObject *)v)->id);
+    if (st != TPK_OK) return raise_tpk(st);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *graph_ir(GraphObject *G, PyObject *unused) {
+  (void)unused;
+  return PyUnicode_FromString(tpk_graph_ir(G->g));
+}
+
+/* compile() -> Kernel: the graph's one kernel (its inputs, then its outputs) */
+static PyObject *graph_compile(GraphObject *G, PyObject *unused) {
+  (void)unused;
+  TpkProgram *prog;
+  TpkStatus st = tpk_graph_compile(G->g, &prog);
+  if (st != TPK_OK) return raise_tpk(st);
+  PyObject *program = program_new(prog, G->name);
+  if (!program) return NULL;
+  PyObject *kernel = program_kernel((ProgramObject *)program, G->name);
+  Py_DECREF(program);
+  return kernel;
+}
+
+/* The ATen ops graphs know, in table order. */
+static PyObject *graph_ops(PyObject *module, PyObject *unused) {
+  (void)module, (void)unused;
+  int n = tpk_graph_op_count();
+  PyObject *t = PyTuple_New(n);
+  for (int i = 0; t && i < n; i++) {
+    PyObject *s = PyUnicode_FromString(tpk_graph_op_name(i));
+    if (!s) Py_CLEAR(t);
+    else PyTuple_SET_ITEM(t, i, s);
+  }
+  return t;
+}
+
+static PyMethodDef GRAPH_METHODS[] = {
+    {"input", (PyCFunction)(void (*)(void))graph_input, METH_VARARGS | METH_KEYWORDS,
+     "input(dtype, shape) -> Value: a new input; sizes are ints or texts of shape symbols ('B', 'B*S')"},
+    {"op", FASTCALL(graph_op), METH_FASTCALL | METH_KEYWORDS,
+     "op(name, *args, **kwargs) -> Value or tuple: an ATen op ('add', 'aten::add.Tensor'), arguments as ATen's"},
+    {"call", FASTCALL(graph_call), METH_FASTCALL | METH_KEYWORDS, "call(kernel, *args) -> Value or tuple: a call of a kernel"},
+    {"output", (PyCFunction)graph_output, METH_VARARGS, "output(*values): the graph's next results"},
+    {"ir", (PyCFunction)graph_ir, METH_NOARGS, "ir() -> str: the graph's IR in the text form"},
+    {"compile", (PyCFunction)graph_compile, METH_NOARGS, "compile() -> Kernel: the graph as one kernel (inputs, then outputs)"},
+    {NULL},
+};
+
+static PyMemberDef GRAPH_MEMBERS[] = {
+    {"name", T_OBJECT_EX, offsetof(GraphObject, name), READONLY, "the graph's name"},
+    {NULL},
+};
+
+static PyTypeObject GraphType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tpk._C.Graph",
+    .tp_doc = "Graph(name='graph'): a graph of ATen ops and kernel calls, built into tpk's IR.",
+    .tp_basicsize = sizeof(GraphObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = graph_new,
+    .tp_dealloc = (destructor)graph_dealloc,
+    .tp_methods = GRAPH_METHODS,
+    .tp_members = GRAPH_MEMBERS,
+};
+
+static PyGetSetDef VALUE_GETSET[] = {
+    {"dtype", (getter)value_dtype, NULL, "the value's dtype, a tpk name ('f32')", NULL},
+    {"shape", (getter)value_shape, NULL, "its shape: ints, and texts for symbolic sizes", NULL},
+    {NULL},
+};
+
+static PyMemberDef VALUE_MEMBERS[] = {
+    {"id", T_INT, offsetof(ValueObject, id), READONLY, "the value's id in its graph"},
+    {"graph", T_OBJECT_EX, offsetof(ValueObject, graph), READONLY, "its graph"},
+    {NULL},
+};
+
+static PyTypeObject ValueType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tpk._C.Value",
+    .tp_doc = "A tensor value of a graph.",
+    .tp_basicsize = sizeof(ValueObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)value_dealloc,
+    .tp_repr = (reprfunc)value_repr,
+    .tp_getset = VALUE_GETSET,
+    .tp_members = VALUE_MEMBERS,
+};
+
+static PyMemberDef SYM_MEMBERS[] = {
+    {"text", T_OBJECT_EX, offsetof(SymObject, text), READONLY, "the size's text ('B*S')"},
+    {NULL},
+};
+
+static PyTypeObject SymType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tpk._C.Sym",
+    .tp_doc = "Sym(text): a symbolic size ('S', 'B*S') given for a SymInt argument.",
+    .tp_basicsize = sizeof(SymObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = sym_new,
+    .tp_dealloc = (destructor)sym_dealloc,
+    .tp_repr = (reprfunc)sym_repr,
+    .tp_members = SYM_MEMBERS,
+};
+
 /* ---- module functions ------------------------------------------------------------ */
 
 static PyObject *load(PyObject *module, PyObject *path) {
@@ -1165,8 +1625,6 @@ static PyObject *open_device(PyObject *module, PyObject *name) {
 }
 
 /* ---- types and the module --------------------------------------------------------- */
-
-#define FASTCALL(f) (PyCFunction)(void (*)(void))(f)
 
 static PyMemberDef KERNEL_MEMBERS[] = {
     {"name", T_OBJECT_EX, offsetof(KernelObject, name), READONLY, "the kernel's name"},
@@ -1298,6 +1756,7 @@ static PyMethodDef MODULE_METHODS[] = {
     {"std_kernel", std_kernel, METH_O, "std_kernel(name) -> Kernel: a kernel of the standard library"},
     {"std_kernels", std_kernels, METH_NOARGS, "((kernel, file), ...) of the standard library"},
     {"open_device", open_device, METH_O, "open_device(name): open a device (an error if there is none by that name)"},
+    {"graph_ops", graph_ops, METH_NOARGS, "the ATen ops graphs know (tpk_graph_op_name), in table order"},
     {NULL},
 };
 
@@ -1315,7 +1774,8 @@ PyMODINIT_FUNC PyInit__C(void) {
       !intern(&default_device, "host"))
     return NULL;
   if (PyStructSequence_InitType2(&ParamType, &PARAM_DESC) < 0 || PyStructSequence_InitType2(&TunableType, &TUNABLE_DESC) < 0 ||
-      PyType_Ready(&KernelType) < 0 || PyType_Ready(&ReportType) < 0 || PyType_Ready(&ProgramType) < 0)
+      PyType_Ready(&KernelType) < 0 || PyType_Ready(&ReportType) < 0 || PyType_Ready(&ProgramType) < 0 ||
+      PyType_Ready(&GraphType) < 0 || PyType_Ready(&ValueType) < 0 || PyType_Ready(&SymType) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&MODULE);
   if (!m) return NULL;
@@ -1336,6 +1796,9 @@ PyMODINIT_FUNC PyInit__C(void) {
       PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
       PyModule_AddObjectRef(m, "Param", (PyObject *)&ParamType) < 0 ||
       PyModule_AddObjectRef(m, "Tunable", (PyObject *)&TunableType) < 0 ||
+      PyModule_AddObjectRef(m, "Graph", (PyObject *)&GraphType) < 0 ||
+      PyModule_AddObjectRef(m, "Value", (PyObject *)&ValueType) < 0 ||
+      PyModule_AddObjectRef(m, "Sym", (PyObject *)&SymType) < 0 ||
       PyModule_AddStringConstant(m, "version", TPK_VERSION) < 0) {
     Py_DECREF(m);
     return NULL;

@@ -129,6 +129,9 @@ static void test_stats_and_clear(void **state) {
   assert_contains(r.out, "entries  1 compiled kernel, ");
   assert_contains(r.out, "limit    1.0 GiB (TPK_CACHE_MAX)");
   assert_contains(r.out, "builds   1 folder under way");
+  /* the run's launches: the first built the kernel's specialisation */
+  assert_contains(r.out, "lookups  of compiled units by the processes that used this folder");
+  assert_contains(r.out, " hits, 1 miss\n  eager   0 hits, 0 misses\n  graphs  0 hits, 0 misses\n");
   test_run_free(&r);
 
   const char *const small[] = {"TPK_CACHE_MAX=512M", NULL};
@@ -139,6 +142,7 @@ static void test_stats_and_clear(void **state) {
   expect(RUN("cache", "clear"), 0, line, NULL);
   assert_int_equal(access(stale, F_OK), -1);
   expect(RUN("cache", "stats"), 0, "entries  0 compiled kernels, 0 bytes", NULL);
+  expect(RUN("cache", "stats"), 0, "  kernels 0 hits, 0 misses\n", NULL);
   /* the next run compiles again and stores again */
   expect(test_run(&o, ARGS("run", kernel_path, "--shape", "N=1000", "--check")), 0, NULL, NULL);
   expect(RUN("cache", "stats"), 0, "entries  1 compiled kernel, ", NULL);

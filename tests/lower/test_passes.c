@@ -34,7 +34,7 @@
 enum { MAX_FILES = 512, MAX_STEPS = 8, MAX_OPTIONS = 16 };
 
 /* What a run prints when it ends with a pass. */
-typedef enum Prints { PRINTS_IR, PRINTS_PLAN, PRINTS_IR_AND_PLAN } Prints;
+typedef enum Prints { PRINTS_IR, PRINTS_PLAN, PRINTS_IR_AND_PLAN, PRINTS_MODULE } Prints;
 
 /*
  * The passes a `// run:` line may name, one line each in PASSES. The field
@@ -46,6 +46,10 @@ typedef enum Prints { PRINTS_IR, PRINTS_PLAN, PRINTS_IR_AND_PLAN } Prints;
  *   planning      the same with a TpkPlan * before the error            vmem=, tile=
  *   specialising  TpkStatus (TpkModule *dst, const TpkFunc *, const TpkBinding *, int,
  *                 TpkFunc **out, TpkError *): later steps see the copy  NAME=INTEGER
+ *   graph         TpkStatus (TpkFunc *, TpkError *) on each graph func   none
+ *                 of the module, adding kernels: the first step only;
+ *                 later steps run on the kernels it added, and the run
+ *                 prints the whole module
  */
 typedef struct Pass {
   const char *name;
@@ -57,12 +61,16 @@ typedef struct Pass {
   TpkStatus (*planning)(TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err);
   TpkStatus (*specialising)(TpkModule *dst, const TpkFunc *f, const TpkBinding *binds, int nbinds, TpkFunc **out,
                             TpkError *err);
+  TpkStatus (*graph)(TpkFunc *f, TpkError *err);
 } Pass;
 
 /* tpk_plan_memory, whose function is const */
 static TpkStatus plan_memory(TpkFunc *f, const TpkTarget *t, TpkPlan *plan, TpkError *err) {
   return tpk_plan_memory(f, t, plan, err);
 }
+
+static TpkStatus fuse_all(TpkFunc *f, TpkError *err) { return tpk_fuse(f, TPK_FUSE_ALL, err); }
+static TpkStatus fuse_none(TpkFunc *f, TpkError *err) { return tpk_fuse(f, TPK_FUSE_NONE, err); }
 
 static const Pass PASSES[] = {
     {"simplify", PRINTS_IR, .idempotent = true, .in_place = tpk_simplify},
@@ -71,6 +79,8 @@ static const Pass PASSES[] = {
     {"decide", PRINTS_IR, .idempotent = true, .checked = tpk_decide},
     {"plan", PRINTS_PLAN, .planning = plan_memory},
     {"lower", PRINTS_IR_AND_PLAN, .planning = tpk_lower},
+    {"fuse", PRINTS_MODULE, .idempotent = true, .graph = fuse_all},
+    {"fuse-none", PRINTS_MODULE, .idempotent = true, .graph = fuse_none},
 };
 
 /* The target passes see unless a step says otherwise: the host's sizes. */
@@ -208,7 +218,8 @@ static void fail_unverified(Case *c, const char *pass, const TpkFunc *f, const T
 /* Apply one step to *f; a specialising pass replaces *f with its copy. */
 static TpkStatus apply_step(Case *c, TpkFunc **f, const Step *s, TpkError *err) {
   const Pass *p = s->pass;
-  if ((p->in_place || p->checked) && s->noptions) fail_msg("%s: pass '%s' takes no options", c->file, p->name);
+  if ((p->in_place || p->checked || p->graph) && s->noptions) fail_msg("%s: pass '%s' takes no options", c->file, p->name);
+  if (p->graph) fail_msg("%s: pass '%s' works on a whole module: only as the first step", c->file, p->name);
   if (p->in_place) {
     p->in_place(*f);
     return TPK_OK;
@@ -297,6 +308,56 @@ static void run_steps(Case *c, TpkFunc *f, const Step *steps, int nsteps) {
   }
   if (c->planned) tpk_plan_free(&c->plan);
   c->planned = false;
+}
+
+/* A run starting with a graph pass: it rewrites each graph func of the
+ * module and adds kernels (the clusters); the later steps run on those; the
+ * whole module is printed. The printed module must parse back and print the
+ * same, and, when the graph pass is the only step and idempotent, running
+ * it again on the parsed-back module changes nothing. */
+static void run_module(Case *c, TpkModule *m, const Step *steps, int nsteps) {
+  const Pass *graph = steps[0].pass;
+  if (steps[0].noptions) fail_msg("%s: pass '%s' takes no options", c->file, graph->name);
+  int nfuncs = m->nfuncs;
+  TpkError err = {0};
+  for (int i = 0; i < nfuncs; i++) {
+    if (m->funcs[i]->is_kernel) continue;
+    if (graph->graph(m->funcs[i], &err) != TPK_OK) {
+      tpk_str_printf(&c->actual, "error: %s\n", err.message);
+      return;
+    }
+    check_verifies(c, graph->name, m->funcs[i]);
+  }
+  for (int i = nfuncs; i < m->nfuncs; i++) {
+    TpkFunc *f = m->funcs[i];
+    for (int k = 1; k < nsteps; k++) {
+      if (steps[k].pass->prints != PRINTS_IR) fail_msg("%s: after '%s' only passes that print IR", c->file, graph->name);
+      if (apply_step(c, &f, &steps[k], &err) != TPK_OK) {
+        tpk_str_printf(&c->actual, "error: %s\n", err.message);
+        return;
+      }
+      check_verifies(c, steps[k].pass->name, f);
+    }
+  }
+  tpk_ir_print(&c->printed, m);
+  assert_false(c->printed.failed);
+  c->reparsed = tpk_ir_parse(c->printed.data, c->printed.len, c->file, &err);
+  if (!c->reparsed) fail_msg("%s: the module after '%s' does not parse back: %s\n%s", c->file, graph->name, err.message, c->printed.data);
+  const char *what = "parsed back, it prints";
+  if (nsteps == 1 && graph->idempotent) {
+    int n = c->reparsed->nfuncs;
+    for (int i = 0; i < n; i++)
+      if (!c->reparsed->funcs[i]->is_kernel && graph->graph(c->reparsed->funcs[i], &err) != TPK_OK)
+        fail_msg("%s: running '%s' again fails: %s", c->file, graph->name, err.message);
+    what = "run again on its printed output, it prints";
+  }
+  tpk_ir_print(&c->reprinted, c->reparsed);
+  if (strcmp(c->printed.data, c->reprinted.data) != 0) {
+    unified_diff(&c->message, c->printed.data, c->reprinted.data);
+    fail_msg("%s: '%s' is not stable: %s something else (expected: the module after the passes)\n%s", c->file,
+             graph->name, what, c->message.data);
+  }
+  tpk_str_puts(&c->actual, c->printed.data);
 }
 
 /* ---- comparing ------------------------------------------------------------------ */
@@ -428,7 +489,8 @@ static void run_file(void **state) {
   if (!m) fail_msg("%s: the input does not parse: %s", file, err.message);
 
   int nfuncs = m->nfuncs; /* passes may add functions */
-  for (int i = 0; i < nfuncs; i++) {
+  if (steps[0].pass->graph) run_module(c, m, steps, nsteps);
+  for (int i = 0; i < nfuncs && !steps[0].pass->graph; i++) {
     if (i) tpk_str_putc(&c->actual, '\n');
     run_steps(c, m->funcs[i], steps, nsteps);
   }

@@ -1,0 +1,981 @@
+/*
+ * fuse.c — graph fusion: a graph-level func becomes a driver of clusters.
+ *
+ * Input: a `func` of whole-array tensor ops (ir/graph.h). Output: the same
+ * func, its body rewritten to the driver form (ir/README.md, "Graphs"), and
+ * one new kernel per cluster, "<f>.c<k>", in f's module. The rules:
+ *
+ * Roles. Every op of the graph is one of
+ *   - a *node*, which computes: elementwise ops, convert, select, concat,
+ *     reduce, dot, gather, scatter (and a view or a generator promoted
+ *     below); nodes are grouped into clusters, each cluster one kernel;
+ *   - a *call* of a kernel (or func) of the module: it stays a call, in the
+ *     driver, and its results are buffers;
+ *   - *virtual*: views (reshape, transpose, broadcast, slice) and generators
+ *     (const, iota, sym). A virtual value is never written to memory: each
+ *     cluster that reads it computes it from its roots (the params, call
+ *     results and node results it reads through views), as ops of its
+ *     kernel, or better:
+ *       * a reshape of a buffer (a contiguous array: a param, a call result,
+ *         another cluster's result) is a `reshape` in the driver, a view of
+ *         that buffer, and the cluster takes it as a parameter of the
+ *         reshaped type;
+ *       * a slice of a buffer is the index pattern of the load that reads
+ *         it (`load %x, %i {index=":s:"}`);
+ *       * a transpose read by a dot is folded into the dot's contracting and
+ *         batch dimensions, when the result keeps its order and the host's
+ *         gemm takes the form (one contracting dim, at most one leading
+ *         batch dim).
+ *   A value the driver must hold (a graph result, a call's argument) that is
+ *   virtual but not a reshape of a buffer promotes the view under its
+ *   reshapes to a node: some cluster materialises it.
+ *
+ * Kernels. A cluster's kernel has one `in` parameter per buffer (or driver
+ * view) it reads, in the order of first use, then one `out` parameter per
+ * result needed outside the cluster (by another cluster, a call or the
+ * graph's results), in program order. Arrays are `ref`s read by whole
+ * loads and written by whole stores, each store right after the op
+ * computing its value; rank-0 values (scalars) are scalar parameters in,
+ * rank-0 refs out. Dims are the graph's: the cluster's shape symbols are
+ * the graph's, bound by name. A cluster whose ops use a shape symbol that
+ * no parameter carries (a sum over an iota) also takes a graph input that
+ * does, unused.
+ *
+ * Legality first. Clusters never form a cycle: two clusters are merged only
+ * when no path leaves one and enters the other through a third node, so
+ * the driver orders clusters and calls topologically and every buffer is
+ * written before it is read. Calls are never merged.
+ *
+ * Then the heuristic (TPK_FUSE_ALL). Nodes are visited in program order;
+ * each tries to join the cluster of every node whose result it reads
+ * (producers, in operand order). A merge is taken when the merged cluster
+ * still tiles — lower/tile.c makes a grid of its kernel with every store
+ * inside and no array computed outside the grid but loads, views,
+ * generators and conversions — or when neither cluster tiled before (whole
+ * clusters and scalar work join each other; a tiling cluster never becomes
+ * whole). That gives elementwise chains with their broadcasts, reductions
+ * with their producers and consumers (softmax, norms: rows), a dot with its
+ * epilogue and row-wise prologue (x @ W + b, layernorm then matmul), and
+ * multi-output clusters when a producer's consumers all join it.
+ * TPK_FUSE_NONE makes one cluster per node.
+ *
+ * The driver lists, in a topological order of clusters and calls (ties by
+ * program order): `reshape` views where a cluster or call reads one, the
+ * `call`s, and the `return`.
+ */
+#include "lower/lower.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum Role { ROLE_VIRTUAL = 1, ROLE_NODE, ROLE_CALL } Role;
+
+/* How a cluster's kernel tiles (lower/tile.c), cached at its root. */
+typedef enum Class { CLASS_UNKNOWN, CLASS_TILED, CLASS_WHOLE } Class;
+
+typedef struct Values {
+  int n, cap;
+  TpkValue **v;
+} Values;
+
+typedef struct Node {
+  TpkOp *op;
+  int pos;      /* index among the body's ops */
+  int parent;   /* union-find: the cluster */
+  Values roots; /* buffers and node results it reads, through virtual values */
+  int *readers; /* nodes reading its results */
+  int nreaders, capreaders;
+  bool live;
+  Class cls;    /* at a cluster's root */
+  int stamp;
+  int slot;     /* at a root: its place in the driver, -1 before */
+} Node;
+
+typedef struct Fuser {
+  TpkFunc *f;
+  TpkModule *m;
+  TpkFusePolicy policy;
+  TpkError *err;
+  TpkStatus status; /* the first failure */
+  TpkArena arena;
+  TpkOp **ops; /* the body, return excluded */
+  int nops;
+  TpkOp *ret;
+  TpkPtrMap role;    /* op -> Role */
+  TpkPtrMap node_of; /* op -> node index + 1 */
+  Node *nodes;
+  int nnodes;
+  int *stack; /* path_between's, one slot per node */
+  TpkPtrMap roots_of;  /* virtual value -> Values* */
+  TpkPtrMap returned;  /* buffers the driver returns (roots of the results) */
+  int stamp;
+} Fuser;
+
+static bool fuse_fail(Fuser *F, TpkStatus code, const char *fmt, const char *a, const char *b) {
+  if (F->status == TPK_OK) F->status = tpk_error(F->err, code, fmt, a, b);
+  return false;
+}
+
+static bool oom(Fuser *F) { return fuse_fail(F, TPK_ERR_NOMEM, "out of memory fusing '%s'%s", F->f->name, ""); }
+
+static bool values_add(Fuser *F, Values *s, TpkValue *v) {
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i] == v) return true;
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 4;
+    TpkValue **nv = tpk_arena_alloc(&F->arena, (size_t)cap * sizeof *nv);
+    if (!nv) return oom(F);
+    if (s->n) memcpy(nv, s->v, (size_t)s->n * sizeof *nv);
+    s->v = nv;
+    s->cap = cap;
+  }
+  s->v[s->n++] = v;
+  return true;
+}
+
+static Role role_of(const Fuser *F, const TpkOp *op) {
+  void *r;
+  return op && tpk_ptrmap_get(&F->role, op, &r) ? (Role)(intptr_t)r : 0;
+}
+
+static int node_index(const Fuser *F, const TpkOp *op) {
+  void *i;
+  return op && tpk_ptrmap_get(&F->node_of, op, &i) ? (int)(intptr_t)i - 1 : -1;
+}
+
+static bool is_view(TpkOpcode opc) {
+  return opc == TPK_OP_RESHAPE || opc == TPK_OP_TRANSPOSE || opc == TPK_OP_BROADCAST || opc == TPK_OP_SLICE;
+}
+
+static bool is_generator(TpkOpcode opc) { return opc == TPK_OP_CONST || opc == TPK_OP_IOTA || opc == TPK_OP_SYM; }
+
+static bool computes(TpkOpcode opc) {
+  switch (opc) {
+  case TPK_OP_CONVERT: case TPK_OP_SELECT: case TPK_OP_CONCAT: case TPK_OP_REDUCE:
+  case TPK_OP_DOT: case TPK_OP_GATHER: case TPK_OP_SCATTER:
+    return true;
+  default:
+    return (tpk_op_info(opc)->flags & TPK_OPF_ELEMENTWISE) != 0;
+  }
+}
+
+/* ---- roles, nodes, roots ------------------------------------------------------------- */
+
+/* v through the virtual reshapes above its root. */
+static TpkValue *strip_reshapes(const Fuser *F, TpkValue *v) {
+  while (v->def && v->def->opcode == TPK_OP_RESHAPE && role_of(F, v->def) == ROLE_VIRTUAL) v = v->def->in[0];
+  return v;
+}
+
+/* A value the driver must hold gets a buffer: under its reshapes, a param,
+ * a call result or a node result; a view or generator there becomes a node. */
+static bool promote(Fuser *F, TpkValue *v) {
+  TpkValue *r = strip_reshapes(F, v);
+  if (r->def && role_of(F, r->def) == ROLE_VIRTUAL && !tpk_ptrmap_put(&F->role, r->def, (void *)(intptr_t)ROLE_NODE))
+    return oom(F);
+  return true;
+}
+
+static bool classify(Fuser *F) {
+  TpkFunc *f = F->f;
+  for (TpkOp *op = f->body->first; op; op = op->next) F->nops += op->opcode != TPK_OP_RETURN;
+  F->ops = tpk_arena_alloc(&F->arena, (size_t)(F->nops ? F->nops : 1) * sizeof *F->ops);
+  if (!F->ops) return oom(F);
+  int n = 0;
+  for (TpkOp *op = f->body->first; op; op = op->next) {
+    const char *name = tpk_op_info(op->opcode)->name;
+    if (op->opcode == TPK_OP_RETURN) {
+      if (op->next) return fuse_fail(F, TPK_ERR_INVALID, "graph '%s': 'return' is not the last op%s", f->name, "");
+      F->ret = op;
+      continue;
+    }
+    Role r = op->opcode == TPK_OP_CALL ? ROLE_CALL
+             : computes(op->opcode) ? ROLE_NODE
+             : is_view(op->opcode) || is_generator(op->opcode) ? ROLE_VIRTUAL
+                                                                 : 0;
+    if (!r || op->nregion) return fuse_fail(F, TPK_ERR_INVALID, "graph '%s': '%s' is not an op of a graph", f->name, name);
+    for (int i = 0; i < op->nout; i++)
+      if (op->out[i].type->kind != TPK_TYPE_TENSOR)
+        return fuse_fail(F, TPK_ERR_INVALID, "graph '%s': '%s' gives a value that is not a tensor", f->name, name);
+    if (!tpk_ptrmap_put(&F->role, op, (void *)(intptr_t)r)) return oom(F);
+    F->ops[n++] = op;
+  }
+  if (!F->ret && f->nresults) return fuse_fail(F, TPK_ERR_INVALID, "graph '%s' has no 'return'%s", f->name, "");
+  for (int i = 0; F->ret && i < F->ret->nin; i++)
+    if (!promote(F, F->ret->in[i])) return false;
+  for (int k = 0; k < F->nops; k++)
+    if (F->ops[k]->opcode == TPK_OP_CALL)
+      for (int i = 0; i < F->ops[k]->nin; i++)
+        if (!promote(F, F->ops[k]->in[i])) return false;
+  return true;
+}
+
+/* The buffers and node results v is computed from (v itself unless it is
+ * virtual). */
+static const Values *roots_of(Fuser *F, TpkValue *v) {
+  void *p;
+  if (tpk_ptrmap_get(&F->roots_of, v, &p)) return p;
+  Values *s = tpk_arena_alloc(&F->arena, sizeof *s);
+  if (!s) return oom(F), NULL;
+  *s = (Values){0};
+  if (!v->def || role_of(F, v->def) != ROLE_VIRTUAL) {
+    if (!values_add(F, s, v)) return NULL;
+  } else {
+    for (int i = 0; i < v->def->nin; i++) {
+      const Values *in = roots_of(F, v->def->in[i]);
+      if (!in) return NULL;
+      for (int k = 0; k < in->n; k++)
+        if (!values_add(F, s, in->v[k])) return NULL;
+    }
+  }
+  if (!tpk_ptrmap_put(&F->roots_of, v, s)) return oom(F), NULL;
+  return s;
+}
+
+static bool add_reader(Fuser *F, Node *p, int reader) {
+  for (int i = 0; i < p->nreaders; i++)
+    if (p->readers[i] == reader) return true;
+  if (p->nreaders == p->capreaders) {
+    int cap = p->capreaders ? p->capreaders * 2 : 4;
+    int *r = tpk_arena_alloc(&F->arena, (size_t)cap * sizeof *r);
+    if (!r) return oom(F);
+    if (p->nreaders) memcpy(r, p->readers, (size_t)p->nreaders * sizeof *r);
+    p->readers = r;
+    p->capreaders = cap;
+  }
+  p->readers[p->nreaders++] = reader;
+  return true;
+}
+
+static int producer(const Fuser *F, const TpkValue *v) { return v->def ? node_index(F, v->def) : -1; }
+
+static bool make_nodes(Fuser *F) {
+  for (int k = 0; k < F->nops; k++) F->nnodes += role_of(F, F->ops[k]) != ROLE_VIRTUAL;
+  F->nodes = tpk_arena_alloc(&F->arena, (size_t)(F->nnodes ? F->nnodes : 1) * sizeof *F->nodes);
+  F->stack = tpk_arena_alloc(&F->arena, (size_t)(F->nnodes ? F->nnodes : 1) * sizeof *F->stack);
+  if (!F->nodes || !F->stack) return oom(F);
+  int n = 0;
+  for (int k = 0; k < F->nops; k++) {
+    TpkOp *op = F->ops[k];
+    if (role_of(F, op) == ROLE_VIRTUAL) continue;
+    F->nodes[n] = (Node){.op = op, .pos = k, .parent = n, .slot = -1};
+    if (!tpk_ptrmap_put(&F->node_of, op, (void *)(intptr_t)(n + 1))) return oom(F);
+    for (int i = 0; i < op->nin; i++) {
+      const Values *r = roots_of(F, op->in[i]);
+      if (!r) return false;
+      for (int j = 0; j < r->n; j++)
+        if (!values_add(F, &F->nodes[n].roots, r->v[j])) return false;
+    }
+    n++;
+  }
+  for (int i = 0; i < F->nnodes; i++)
+    for (int j = 0; j < F->nodes[i].roots.n; j++) {
+      int p = producer(F, F->nodes[i].roots.v[j]);
+      if (p >= 0 && !add_reader(F, &F->nodes[p], i)) return false;
+    }
+  /* the driver returns buffers: the roots of the results under their reshapes */
+  for (int i = 0; F->ret && i < F->ret->nin; i++)
+    if (!tpk_ptrmap_put(&F->returned, strip_reshapes(F, F->ret->in[i]), NULL)) return oom(F);
+  /* live: calls, what the graph returns, and what they read */
+  for (int i = F->nnodes - 1; i >= 0; i--) {
+    Node *nd = &F->nodes[i];
+    nd->live = role_of(F, nd->op) == ROLE_CALL;
+    for (int r = 0; r < nd->op->nout && !nd->live; r++) nd->live = tpk_ptrmap_get(&F->returned, &nd->op->out[r], NULL);
+    for (int k = 0; k < nd->nreaders && !nd->live; k++) nd->live = F->nodes[nd->readers[k]].live;
+  }
+  return true;
+}
+
+/* ---- clusters ------------------------------------------------------------------------ */
+
+static int find(Fuser *F, int i) {
+  while (F->nodes[i].parent != i) {
+    F->nodes[i].parent = F->nodes[F->nodes[i].parent].parent;
+    i = F->nodes[i].parent;
+  }
+  return i;
+}
+
+static bool mergeable(Fuser *F, int i) { return F->nodes[i].live && role_of(F, F->nodes[i].op) == ROLE_NODE; }
+
+/* Would merging clusters a and b close a cycle: a path from one to the
+ * other through a node of neither? Readers come later in program order, so
+ * the walk stops past the target's last member. */
+static bool path_between(Fuser *F, int from, int to) {
+  int last = -1;
+  for (int i = 0; i < F->nnodes; i++)
+    if (find(F, i) == to && F->nodes[i].pos > last) last = F->nodes[i].pos;
+  int stamp = ++F->stamp;
+  int *stack = F->stack, top = 0;
+  for (int i = 0; i < F->nnodes; i++) {
+    if (find(F, i) != from) continue;
+    for (int k = 0; k < F->nodes[i].nreaders; k++) {
+      int r = F->nodes[i].readers[k], c = find(F, r);
+      if (c == from || c == to || F->nodes[r].stamp == stamp || F->nodes[r].pos > last) continue;
+      F->nodes[r].stamp = stamp;
+      stack[top++] = r;
+    }
+  }
+  bool found = false;
+  while (top && !found) {
+    int x = stack[--top];
+    for (int k = 0; k < F->nodes[x].nreaders && !found; k++) {
+      int r = F->nodes[x].readers[k], c = find(F, r);
+      if (c == to) found = true;
+      else if (c != from && F->nodes[r].stamp != stamp && F->nodes[r].pos <= last) {
+        F->nodes[r].stamp = stamp;
+        stack[top++] = r;
+      }
+    }
+  }
+  return found;
+}
+
+/* ---- cluster kernels --------------------------------------------------------------------- */
+
+/* Building one cluster's kernel, for the driver or (into a scratch module)
+ * to see how a candidate merge would tile. */
+typedef struct Kernel {
+  Fuser *F;
+  TpkModule *dst;
+  int a, b;       /* the members: nodes whose cluster is a or b */
+  Values inputs;  /* the values its `in` params have the types of: buffers, driver views */
+  Values outputs; /* member results needed outside */
+  TpkPtrMap seen; /* discovery: values visited */
+  TpkFunc *k;
+  TpkBuilder bld;
+  TpkPtrMap memo;  /* graph value -> kernel value */
+  TpkPtrMap param; /* input value -> kernel param */
+  TpkPtrMap load;  /* input value -> its whole load */
+} Kernel;
+
+static bool member(Kernel *K, int node) {
+  if (node < 0 || !mergeable(K->F, node)) return false;
+  int c = find(K->F, node);
+  return c == K->a || c == K->b;
+}
+
+static bool in_cluster(Kernel *K, const TpkValue *v) { return v->def && member(K, producer(K->F, v)); }
+
+/* A buffer from the cluster's point of view: memory the driver holds. */
+static bool buffer(Kernel *K, const TpkValue *v) {
+  return !v->def || (role_of(K->F, v->def) != ROLE_VIRTUAL && !in_cluster(K, v));
+}
+
+/* A buffer, or a reshape of one (a view the driver makes). */
+static bool viewable(Kernel *K, const TpkValue *v) {
+  while (v->def && v->def->opcode == TPK_OP_RESHAPE && role_of(K->F, v->def) == ROLE_VIRTUAL) v = v->def->in[0];
+  return buffer(K, v);
+}
+
+static bool discover(Kernel *K, TpkValue *v) {
+  if (tpk_ptrmap_get(&K->seen, v, NULL)) return true;
+  if (!tpk_ptrmap_put(&K->seen, v, NULL)) return oom(K->F);
+  if (in_cluster(K, v)) return true;
+  if (buffer(K, v)) return values_add(K->F, &K->inputs, v);
+  TpkOp *op = v->def;
+  if (op->opcode == TPK_OP_RESHAPE && viewable(K, v)) return values_add(K->F, &K->inputs, v);
+  if (op->opcode == TPK_OP_SLICE && viewable(K, op->in[0])) {
+    if (!values_add(K->F, &K->inputs, op->in[0])) return false;
+    for (int i = 1; i < op->nin; i++)
+      if (!discover(K, op->in[i])) return false;
+    return true;
+  }
+  for (int i = 0; i < op->nin; i++)
+    if (!discover(K, op->in[i])) return false;
+  return true;
+}
+
+/* ---- symbols ---- */
+
+typedef struct Syms {
+  int n;
+  const char *name[64];
+} Syms;
+
+static void syms_of_dim(Syms *s, const TpkDim *d) {
+  if (d->kind == TPK_DIM_CONST) return;
+  if (d->kind != TPK_DIM_SYM) {
+    syms_of_dim(s, d->a);
+    syms_of_dim(s, d->b);
+    return;
+  }
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->name[i], d->sym) == 0) return;
+  if (s->n < 64) s->name[s->n++] = d->sym;
+}
+
+static void syms_of_type(Syms *s, const TpkType *t) {
+  for (int i = 0; i < t->rank; i++) syms_of_dim(s, t->dims[i]);
+}
+
+static bool has_sym(const Syms *s, const char *name) {
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->name[i], name) == 0) return true;
+  return false;
+}
+
+/* The symbols of the values a cluster computes, through its virtual
+ * operands down to its inputs. */
+static void used_syms(Kernel *K, const TpkValue *v, Syms *s, TpkPtrMap *done) {
+  if (tpk_ptrmap_get(done, v, NULL) || !tpk_ptrmap_put(done, v, NULL)) return;
+  syms_of_type(s, v->type);
+  if (!v->def || buffer(K, v)) return;
+  const char *sym = v->def->opcode == TPK_OP_SYM ? tpk_op_str(v->def, "name", "") : NULL;
+  if (sym && !has_sym(s, sym) && s->n < 64) s->name[s->n++] = sym;
+  if (in_cluster(K, v) || !viewable(K, v))
+    for (int i = 0; i < v->def->nin; i++) used_syms(K, v->def->in[i], s, done);
+}
+
+/* The members' results needed outside: by a node of another cluster, or
+ * returned. */
+static bool find_outputs(Kernel *K) {
+  Fuser *F = K->F;
+  for (int i = 0; i < F->nnodes; i++) {
+    if (!member(K, i)) continue;
+    Node *nd = &F->nodes[i];
+    for (int r = 0; r < nd->op->nout; r++) {
+      TpkValue *v = &nd->op->out[r];
+      bool out = tpk_ptrmap_get(&F->returned, v, NULL);
+      for (int k = 0; k < nd->nreaders && !out; k++) {
+        const Node *rd = &F->nodes[nd->readers[k]];
+        if (member(K, nd->readers[k]) || !rd->live) continue;
+        for (int j = 0; j < rd->roots.n && !out; j++) out = rd->roots.v[j] == v;
+      }
+      if (out && !values_add(F, &K->outputs, v)) return false;
+    }
+  }
+  return true;
+}
+
+/* Inputs and outputs, then a graph input for each shape symbol the cluster
+ * uses that they do not carry. */
+static bool plan_kernel(Kernel *K) {
+  Fuser *F = K->F;
+  for (int i = 0; i < F->nnodes; i++)
+    if (member(K, i))
+      for (int j = 0; j < F->nodes[i].op->nin; j++)
+        if (!discover(K, F->nodes[i].op->in[j])) return false;
+  if (!find_outputs(K)) return false;
+  Syms carried = {0}, used = {0};
+  for (int i = 0; i < K->inputs.n; i++) syms_of_type(&carried, K->inputs.v[i]->type);
+  for (int i = 0; i < K->outputs.n; i++) syms_of_type(&carried, K->outputs.v[i]->type);
+  TpkPtrMap done = {0};
+  for (int i = 0; i < F->nnodes; i++)
+    if (member(K, i))
+      for (int r = 0; r < F->nodes[i].op->nout; r++) used_syms(K, &F->nodes[i].op->out[r], &used, &done);
+  tpk_ptrmap_free(&done);
+  for (int s = 0; s < used.n; s++) {
+    if (has_sym(&carried, used.name[s])) continue;
+    TpkValue *carrier = NULL;
+    for (int p = 0; p < F->f->nparams && !carrier; p++) {
+      Syms ps = {0};
+      syms_of_type(&ps, F->f->params[p].value->type);
+      if (has_sym(&ps, used.name[s])) carrier = F->f->params[p].value;
+    }
+    if (!carrier)
+      return fuse_fail(F, TPK_ERR_UNSUPPORTED, "graph '%s': shape symbol %s is in no input of the graph", F->f->name,
+                       used.name[s]);
+    if (!values_add(F, &K->inputs, carrier)) return false;
+    syms_of_type(&carried, carrier->type);
+  }
+  return true;
+}
+
+/* ---- building ---- */
+
+static const TpkDim *copy_dim(TpkModule *dst, const TpkDim *d) {
+  switch (d->kind) {
+  case TPK_DIM_CONST: return tpk_dim_const(dst, d->value);
+  case TPK_DIM_SYM: return tpk_dim_sym(dst, tpk_module_intern(dst, d->sym, strlen(d->sym)));
+  default: {
+    const TpkDim *a = copy_dim(dst, d->a), *b = a ? copy_dim(dst, d->b) : NULL;
+    return b ? tpk_dim_binary(dst, d->kind, a, b) : NULL;
+  }
+  }
+}
+
+/* t in module dst (re-interned when dst is not the graph's), as a tensor or
+ * as a ref of that shape. */
+static const TpkType *copy_type(Kernel *K, const TpkType *t, bool ref) {
+  if (K->dst == K->F->m && !ref) return t;
+  const TpkDim *dims[TPK_MAX_RANK];
+  for (int i = 0; i < t->rank; i++)
+    if (!(dims[i] = K->dst == K->F->m ? t->dims[i] : copy_dim(K->dst, t->dims[i]))) return NULL;
+  return ref ? tpk_type_ref(K->dst, t->dtype, t->rank, dims, TPK_MEM_HBM) : tpk_type_tensor(K->dst, t->dtype, t->rank, dims);
+}
+
+static const char *hint(const TpkValue *v, char *buf, size_t n, const char *dflt, int i) {
+  if (v->name && (v->name[0] < '0' || v->name[0] > '9')) return v->name;
+  snprintf(buf, n, "%s%d", dflt, i);
+  return buf;
+}
+
+static TpkOp *build(Kernel *K, TpkOpcode opc, int nin, TpkValue *const *in, const TpkType *out) {
+  TpkOp *op = tpk_build(&K->bld, opc, nin, in, out ? 1 : 0, out ? &out : NULL);
+  if (!op) oom(K->F);
+  return op;
+}
+
+static bool copy_attrs(Kernel *K, TpkOp *to, const TpkOp *from) {
+  return tpk_op_copy_attrs(K->dst, to, from) || oom(K->F);
+}
+
+static TpkIndexPattern whole(int rank) {
+  TpkIndexPattern p = {.rank = rank};
+  for (int i = 0; i < rank; i++) p.dim[i] = TPK_INDEX_ALL;
+  return p;
+}
+
+static TpkValue *param_of(Kernel *K, TpkValue *input) {
+  void *p;
+  if (tpk_ptrmap_get(&K->param, input, &p)) return p;
+  fuse_fail(K->F, TPK_ERR_INTERNAL, "internal error fusing '%s': an input was not planned%s", K->F->f->name, "");
+  return NULL;
+}
+
+/* An input as a value: a scalar parameter itself, an array loaded whole. */
+static TpkValue *input_value(Kernel *K, TpkValue *input) {
+  void *p;
+  if (tpk_ptrmap_get(&K->load, input, &p)) return p;
+  TpkValue *prm = param_of(K, input);
+  if (!prm) return NULL;
+  if (input->type->rank == 0) return prm;
+  TpkOp *ld = build(K, TPK_OP_LOAD, 1, &prm, copy_type(K, input->type, false));
+  if (!ld) return NULL;
+  TpkIndexPattern all = whole(input->type->rank);
+  tpk_op_set_index(K->dst, ld, "index", &all);
+  if (input->name && (input->name[0] < '0' || input->name[0] > '9')) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.v", input->name);
+    ld->out[0].name = tpk_module_intern(K->dst, name, strlen(name));
+  }
+  if (!tpk_ptrmap_put(&K->load, input, &ld->out[0])) return oom(K->F), NULL;
+  return &ld->out[0];
+}
+
+static TpkValue *value(Kernel *K, TpkValue *v);
+
+static TpkValue *clone(Kernel *K, TpkOp *op, int nin, TpkValue *const *in) {
+  TpkOp *c = build(K, op->opcode, nin, in, copy_type(K, op->out[0].type, false));
+  if (!c || !copy_attrs(K, c, op)) return NULL;
+  c->loc = op->loc;
+  c->out[0].name = op->out[0].name;
+  return &c->out[0];
+}
+
+/* Is x·y in the host gemm's form: one contracting dim, at most one batch
+ * dim leading both operands, rank 2 + batch? */
+static bool gemm_form(int ra, int rb, int nc, const int64_t *lb, const int64_t *rbat, int nb) {
+  if (nc != 1 || nb > 1 || ra != 2 + nb || rb != 2 + nb) return false;
+  for (int i = 0; i < nb; i++)
+    if (lb[i] != i || rbat[i] != i) return false;
+  return true;
+}
+
+/* A dot whose operands are transposes reads their inputs with permuted
+ * contracting and batch dims, when the free dims keep their order (the
+ * result is the same) and the host's gemm takes the form. */
+static TpkValue *clone_dot(Kernel *K, TpkOp *op) {
+  const char *ck[2] = {"lhs_contract", "rhs_contract"}, *bk[2] = {"lhs_batch", "rhs_batch"};
+  int64_t con[2][TPK_MAX_RANK], bat[2][TPK_MAX_RANK];
+  int nc = tpk_op_attr(op, ck[0])->n, nb = tpk_op_attr(op, bk[0])->n;
+  TpkValue *src[2];
+  bool folded = false;
+  for (int s = 0; s < 2; s++) {
+    const TpkAttr *c = tpk_op_attr(op, ck[s]), *b = tpk_op_attr(op, bk[s]);
+    for (int i = 0; i < nc; i++) con[s][i] = c->ints[i];
+    for (int i = 0; i < nb; i++) bat[s][i] = b->ints[i];
+    src[s] = op->in[s];
+    TpkOp *t = op->in[s]->def;
+    if (!t || t->opcode != TPK_OP_TRANSPOSE || role_of(K->F, t) != ROLE_VIRTUAL) continue;
+    const TpkAttr *perm = tpk_op_attr(t, "perm");
+    int64_t nc2[TPK_MAX_RANK], nb2[TPK_MAX_RANK];
+    for (int i = 0; i < nc; i++) nc2[i] = perm->ints[con[s][i]];
+    for (int i = 0; i < nb; i++) nb2[i] = perm->ints[bat[s][i]];
+    bool ordered = true;
+    int64_t last = -1;
+    for (int d = 0; d < perm->n && ordered; d++) {
+      bool free = true;
+      for (int i = 0; i < nc; i++) free &= con[s][i] != d;
+      for (int i = 0; i < nb; i++) free &= bat[s][i] != d;
+      if (!free) continue;
+      ordered = perm->ints[d] > last;
+      last = perm->ints[d];
+    }
+    if (!ordered) continue;
+    memcpy(con[s], nc2, sizeof nc2);
+    memcpy(bat[s], nb2, sizeof nb2);
+    src[s] = t->in[0];
+    folded = true;
+  }
+  if (folded && !gemm_form(src[0]->type->rank, src[1]->type->rank, nc, bat[0], bat[1], nb)) folded = false;
+  if (!folded) src[0] = op->in[0], src[1] = op->in[1];
+  TpkValue *in[2] = {value(K, src[0]), value(K, src[1])};
+  if (!in[0] || !in[1]) return NULL;
+  TpkValue *r = clone(K, op, 2, in);
+  if (r && folded)
+    for (int s = 0; s < 2; s++) {
+      tpk_op_set_ints(K->dst, r->def, ck[s], nc, con[s]);
+      tpk_op_set_ints(K->dst, r->def, bk[s], nb, bat[s]);
+    }
+  return r;
+}
+
+/* The kernel value of graph value v (a member's result is there already). */
+static TpkValue *value(Kernel *K, TpkValue *v) {
+  void *p;
+  if (tpk_ptrmap_get(&K->memo, v, &p)) return p;
+  TpkValue *r = NULL;
+  TpkOp *op = v->def;
+  if (buffer(K, v) || (op->opcode == TPK_OP_RESHAPE && viewable(K, v))) {
+    r = input_value(K, v);
+  } else if (in_cluster(K, v)) {
+    fuse_fail(K->F, TPK_ERR_INTERNAL, "internal error fusing '%s': a value is read before it is computed%s",
+              K->F->f->name, "");
+  } else if (op->opcode == TPK_OP_SLICE && viewable(K, op->in[0])) { /* the load's index pattern */
+    TpkValue *in[TPK_MAX_RANK + 1];
+    in[0] = param_of(K, op->in[0]);
+    bool ok = in[0] != NULL;
+    for (int i = 1; i < op->nin && ok; i++) ok = (in[i] = value(K, op->in[i])) != NULL;
+    TpkOp *ld = ok ? build(K, TPK_OP_LOAD, op->nin, in, copy_type(K, v->type, false)) : NULL;
+    if (ld) {
+      tpk_op_set_index(K->dst, ld, "index", tpk_op_index(op, "index"));
+      ld->loc = op->loc;
+      ld->out[0].name = v->name;
+      r = &ld->out[0];
+    }
+  } else {
+    TpkValue *in[64];
+    bool ok = op->nin <= 64;
+    for (int i = 0; i < op->nin && ok; i++) ok = (in[i] = value(K, op->in[i])) != NULL;
+    if (ok) r = clone(K, op, op->nin, in);
+  }
+  if (r && !tpk_ptrmap_put(&K->memo, v, r)) return oom(K->F), NULL;
+  return r;
+}
+
+/* A member: its op in the kernel, then the store of its result when the
+ * cluster gives it out. */
+static bool build_member(Kernel *K, TpkOp *op) {
+  TpkValue *r;
+  K->bld.loc = op->loc;
+  if (op->opcode == TPK_OP_DOT && op->nin == 2) {
+    r = clone_dot(K, op);
+  } else {
+    TpkValue *in[64];
+    if (op->nin > 64) return fuse_fail(K->F, TPK_ERR_UNSUPPORTED, "graph '%s': an op with more than 64 operands%s", K->F->f->name, "");
+    for (int i = 0; i < op->nin; i++)
+      if (!(in[i] = value(K, op->in[i]))) return false;
+    r = clone(K, op, op->nin, in);
+  }
+  if (!r || !tpk_ptrmap_put(&K->memo, &op->out[0], r)) return r ? oom(K->F) : false;
+  for (int i = 0; i < K->outputs.n; i++) {
+    if (K->outputs.v[i] != &op->out[0]) continue;
+    TpkValue *in[2] = {K->k->params[K->inputs.n + i].value, r};
+    TpkOp *st = build(K, TPK_OP_STORE, 2, in, NULL);
+    if (!st) return false;
+    TpkIndexPattern all = whole(op->out[0].type->rank);
+    tpk_op_set_index(K->dst, st, "index", &all);
+    tpk_op_set_store_mode(K->dst, st, TPK_STORE_SET);
+  }
+  return true;
+}
+
+/* Plan and build the kernel of clusters a and b (b may equal a) into dst. */
+static TpkFunc *build_kernel(Kernel *K, const char *name) {
+  Fuser *F = K->F;
+  if (!plan_kernel(K)) return NULL;
+  int n = K->inputs.n + K->outputs.n;
+  const TpkType **types = malloc((size_t)(n ? n : 1) * sizeof *types);
+  const char **names = malloc((size_t)(n ? n : 1) * sizeof *names);
+  TpkParamRole *roles = malloc((size_t)(n ? n : 1) * sizeof *roles);
+  char (*buf)[64] = malloc((size_t)(n ? n : 1) * sizeof *buf);
+  bool ok = types && names && roles && buf;
+  for (int i = 0; i < n && ok; i++) {
+    bool in = i < K->inputs.n;
+    TpkValue *v = in ? K->inputs.v[i] : K->outputs.v[i - K->inputs.n];
+    types[i] = copy_type(K, v->type, !in || v->type->rank > 0);
+    names[i] = hint(v, buf[i], sizeof buf[i], in ? "in" : "out", in ? i : i - K->inputs.n);
+    /* hints need not be unique (an op's two results, a builder's two sums): parameter names must */
+    for (int j = 0, again = 0; j < i; j++)
+      if (strcmp(names[j], names[i]) == 0) {
+        char unique[sizeof buf[i]];
+        snprintf(unique, sizeof unique, "%.40s.%d", hint(v, buf[i], sizeof buf[i], in ? "in" : "out", i), again++);
+        memcpy(buf[i], unique, sizeof unique);
+        names[i] = buf[i];
+        j = -1;
+      }
+    roles[i] = in ? TPK_PARAM_IN : TPK_PARAM_OUT;
+    ok = types[i] != NULL;
+  }
+  TpkFunc *k = ok ? tpk_func_new(K->dst, name, true, n, types, names, roles) : NULL;
+  free(types);
+  free(names);
+  free(roles);
+  free(buf);
+  if (!k) return oom(F), NULL;
+  K->k = k;
+  K->bld = (TpkBuilder){.m = K->dst, .block = k->body};
+  for (int i = 0; i < K->inputs.n; i++)
+    if (!tpk_ptrmap_put(&K->param, K->inputs.v[i], k->params[i].value)) return oom(F), NULL;
+  for (int i = 0; i < F->nnodes; i++)
+    if (member(K, i) && !build_member(K, F->nodes[i].op)) return NULL;
+  return k;
+}
+
+static void kernel_free(Kernel *K) {
+  tpk_ptrmap_free(&K->seen);
+  tpk_ptrmap_free(&K->memo);
+  tpk_ptrmap_free(&K->param);
+  tpk_ptrmap_free(&K->load);
+}
+
+/* ---- the heuristic: does a cluster tile? ----------------------------------------------- */
+
+/* Tiled: every store in a grid, and outside it nothing computed on arrays
+ * but loads, views, generators and conversions (scalars are cheap). */
+static Class tiling(const TpkFunc *k) {
+  bool grid = false;
+  for (const TpkOp *op = k->body->first; op; op = op->next) {
+    if (op->opcode == TPK_OP_GRID) {
+      grid = true;
+      continue;
+    }
+    if (op->opcode == TPK_OP_STORE) return CLASS_WHOLE;
+    if (op->nout && op->out[0].type->kind == TPK_TYPE_TENSOR && op->out[0].type->rank > 0 && !is_view(op->opcode) &&
+        !is_generator(op->opcode) && op->opcode != TPK_OP_LOAD && op->opcode != TPK_OP_CONVERT)
+      return CLASS_WHOLE;
+  }
+  return grid ? CLASS_TILED : CLASS_WHOLE;
+}
+
+/* The class of the union of clusters a and b, from its kernel built into a
+ * scratch module and tiled. */
+static Class class_of(Fuser *F, int a, int b) {
+  if (a == b && F->nodes[a].cls != CLASS_UNKNOWN) return F->nodes[a].cls;
+  TpkModule *scratch = tpk_module_new(NULL);
+  if (!scratch) return oom(F), CLASS_WHOLE;
+  Kernel K = {.F = F, .dst = scratch, .a = a, .b = b};
+  TpkFunc *k = build_kernel(&K, "candidate");
+  kernel_free(&K);
+  Class c = CLASS_WHOLE;
+  if (k) {
+    /* the host's tiles; the decision does not depend on the target much */
+    TpkTarget t = {.name = "fuse", .vmem_bytes = (int64_t)128 << 20, .tile_bytes = (int64_t)256 << 10};
+    TpkError err = {0};
+    if (tpk_tile_whole_arrays(k, &t, &err) == TPK_OK) c = tiling(k);
+    else oom(F);
+  }
+  tpk_module_free(scratch);
+  if (a == b) F->nodes[a].cls = c;
+  return c;
+}
+
+static void merge(Fuser *F, int a, int b, Class c) {
+  F->nodes[b].parent = a;
+  F->nodes[a].cls = c;
+}
+
+static bool cluster_all(Fuser *F) {
+  for (int i = 0; i < F->nnodes && F->status == TPK_OK; i++) {
+    if (!mergeable(F, i)) continue;
+    const Values *roots = &F->nodes[i].roots;
+    for (int j = 0; j < roots->n && F->status == TPK_OK; j++) {
+      int p = producer(F, roots->v[j]);
+      if (p < 0 || !mergeable(F, p)) continue;
+      int a = find(F, p), b = find(F, i);
+      if (a == b || path_between(F, a, b) || path_between(F, b, a)) continue;
+      Class ca = class_of(F, a, a), cb = class_of(F, b, b), both = class_of(F, a, b);
+      if (both == CLASS_TILED || (ca != CLASS_TILED && cb != CLASS_TILED)) merge(F, a, b, both);
+    }
+  }
+  /* siblings: clusters reading one array join when they tile together (one
+   * pass over it instead of several) */
+  for (int i = 0; i < F->nnodes && F->status == TPK_OK; i++) {
+    if (!mergeable(F, i)) continue;
+    const Values *roots = &F->nodes[i].roots;
+    for (int j = 0; j < roots->n && F->status == TPK_OK; j++) {
+      if (roots->v[j]->type->rank == 0) continue;
+      for (int k = 0; k < i && F->status == TPK_OK; k++) {
+        if (!mergeable(F, k)) continue;
+        bool reads = false;
+        for (int r = 0; r < F->nodes[k].roots.n && !reads; r++) reads = F->nodes[k].roots.v[r] == roots->v[j];
+        int a = find(F, k), b = find(F, i);
+        if (!reads || a == b || path_between(F, a, b) || path_between(F, b, a)) continue;
+        if (class_of(F, a, a) == CLASS_TILED && class_of(F, b, b) == CLASS_TILED && class_of(F, a, b) == CLASS_TILED)
+          merge(F, a, b, CLASS_TILED);
+      }
+    }
+  }
+  return F->status == TPK_OK;
+}
+
+/* ---- the driver ------------------------------------------------------------------------ */
+
+typedef struct Driver {
+  Fuser *F;
+  TpkBuilder bld;
+  TpkPtrMap dv; /* graph value -> driver value */
+} Driver;
+
+/* The driver's value for a buffer or a reshape of one (one reshape from
+ * the buffer, however many the graph had). */
+static TpkValue *driver_value(Driver *D, TpkValue *v) {
+  void *p;
+  if (!v->def) return v;
+  if (tpk_ptrmap_get(&D->dv, v, &p)) return p;
+  Fuser *F = D->F;
+  TpkValue *root = strip_reshapes(F, v);
+  if (root == v) {
+    fuse_fail(F, TPK_ERR_INTERNAL, "internal error fusing '%s': a buffer is read before it is written%s", F->f->name, "");
+    return NULL;
+  }
+  TpkValue *r = driver_value(D, root);
+  if (!r) return NULL;
+  TpkOp *op = tpk_build(&D->bld, TPK_OP_RESHAPE, 1, &r, 1, &v->type);
+  if (!op || !tpk_ptrmap_put(&D->dv, v, &op->out[0])) return oom(F), NULL;
+  op->loc = v->def->loc;
+  op->out[0].name = v->name;
+  return &op->out[0];
+}
+
+static bool driver_call(Driver *D, TpkOp *like, const char *callee, const Values *args, int nres, TpkValue *const *res) {
+  Fuser *F = D->F;
+  TpkValue **in = malloc((size_t)(args->n ? args->n : 1) * sizeof *in);
+  const TpkType **types = malloc((size_t)(nres ? nres : 1) * sizeof *types);
+  bool ok = in && types;
+  for (int i = 0; i < args->n && ok; i++) ok = (in[i] = driver_value(D, args->v[i])) != NULL;
+  for (int i = 0; i < nres && ok; i++) types[i] = res[i]->type;
+  TpkOp *call = ok ? tpk_build(&D->bld, TPK_OP_CALL, args->n, in, nres, types) : NULL;
+  free(in);
+  free(types);
+  if (!call) return ok ? oom(F) : F->status == TPK_OK ? oom(F) : false;
+  tpk_op_set_str(F->m, call, "callee", callee);
+  if (like) call->loc = like->loc;
+  for (int i = 0; i < nres; i++) {
+    call->out[i].name = res[i]->name;
+    if (!tpk_ptrmap_put(&D->dv, res[i], &call->out[i])) return oom(F);
+  }
+  return true;
+}
+
+/* A free kernel name "<f>.c<k>". */
+static const char *cluster_name(Fuser *F, int *k, char *buf, size_t n) {
+  do snprintf(buf, n, "%s.c%d", F->f->name, (*k)++);
+  while (tpk_module_find(F->m, buf));
+  return buf;
+}
+
+/* Clusters and calls in a topological order (ties by program order), each
+ * built into the driver. */
+static bool build_driver(Fuser *F) {
+  int nroots = 0;
+  int *roots = malloc((size_t)(F->nnodes ? F->nnodes : 1) * sizeof *roots);
+  int *first = malloc((size_t)(F->nnodes ? F->nnodes : 1) * sizeof *first);
+  if (!roots || !first) {
+    free(roots);
+    free(first);
+    return oom(F);
+  }
+  for (int i = 0; i < F->nnodes; i++) {
+    if (!F->nodes[i].live) continue;
+    int r = find(F, i);
+    if (r == i) roots[nroots++] = i, first[i] = F->nodes[i].pos;
+  }
+  Driver D = {.F = F, .bld = {.m = F->m, .block = F->f->body}};
+  int kname = 0;
+  bool ok = true;
+  /* every cluster planned before anything is built: what can fail but memory
+   * fails with the graph as it was */
+  for (int c = 0; c < nroots && ok; c++) {
+    if (role_of(F, F->nodes[roots[c]].op) == ROLE_CALL) continue;
+    Kernel K = {.F = F, .dst = F->m, .a = roots[c], .b = roots[c]};
+    ok = plan_kernel(&K);
+    kernel_free(&K);
+  }
+  for (int placed = 0; placed < nroots && ok; placed++) {
+    /* the ready cluster that comes first: every producer of its members placed */
+    int pick = -1;
+    for (int c = 0; c < nroots; c++) {
+      int r = roots[c];
+      if (F->nodes[r].slot >= 0 || (pick >= 0 && first[r] >= first[pick])) continue;
+      bool ready = true;
+      for (int i = 0; i < F->nnodes && ready; i++) {
+        if (!F->nodes[i].live || find(F, i) != r) continue;
+        for (int j = 0; j < F->nodes[i].roots.n && ready; j++) {
+          int p = producer(F, F->nodes[i].roots.v[j]);
+          ready = p < 0 || find(F, p) == r || F->nodes[find(F, p)].slot >= 0;
+        }
+      }
+      if (ready) pick = r;
+    }
+    if (pick < 0) {
+      ok = fuse_fail(F, TPK_ERR_INTERNAL, "internal error fusing '%s': the clusters form a cycle%s", F->f->name, "");
+      break;
+    }
+    F->nodes[pick].slot = placed;
+    TpkOp *op = F->nodes[pick].op;
+    if (role_of(F, op) == ROLE_CALL) {
+      Values args = {.n = op->nin, .cap = op->nin, .v = (TpkValue **)op->in};
+      TpkValue *res[256];
+      for (int i = 0; i < op->nout && i < 256; i++) res[i] = &op->out[i];
+      ok = op->nout <= 256 && driver_call(&D, op, tpk_op_str(op, "callee", ""), &args, op->nout, res);
+      continue;
+    }
+    char name[256];
+    Kernel K = {.F = F, .dst = F->m, .a = pick, .b = pick};
+    TpkFunc *k = build_kernel(&K, cluster_name(F, &kname, name, sizeof name));
+    ok = k && driver_call(&D, op, k->name, &K.inputs, K.outputs.n, K.outputs.v);
+    kernel_free(&K);
+  }
+  free(roots);
+  free(first);
+  TpkValue **res = F->ret ? malloc((size_t)(F->ret->nin ? F->ret->nin : 1) * sizeof *res) : NULL;
+  if (ok && F->ret && !res) ok = oom(F);
+  for (int i = 0; ok && F->ret && i < F->ret->nin; i++) ok = (res[i] = driver_value(&D, F->ret->in[i])) != NULL;
+  if (ok && F->ret) {
+    TpkOp *ret = tpk_build(&D.bld, TPK_OP_RETURN, F->ret->nin, res, 0, NULL);
+    if (!ret) ok = oom(F);
+    else ret->loc = F->ret->loc;
+  }
+  free(res);
+  tpk_ptrmap_free(&D.dv);
+  return ok;
+}
+
+/* The graph's ops go, newest first (each one's results are unused then). */
+static void erase_graph(Fuser *F) {
+  TpkOp *last = F->ret ? F->ret : F->nops ? F->ops[F->nops - 1] : NULL;
+  while (last) {
+    TpkOp *prev = last->prev;
+    tpk_op_erase(last);
+    last = prev;
+  }
+}
+
+TpkStatus tpk_fuse(TpkFunc *f, TpkFusePolicy policy, TpkError *err) {
+  if (!f || f->is_kernel)
+    return tpk_error(err, TPK_ERR_INVALID, "tpk_fuse: '%s' is a kernel, not a graph func", f ? f->name : "(null)");
+  Fuser F = {.f = f, .m = f->module, .policy = policy, .err = err};
+  tpk_arena_init(&F.arena, 0);
+  for (int i = 0; i < f->nparams; i++)
+    if (f->params[i].value->type->kind != TPK_TYPE_TENSOR) {
+      tpk_arena_free(&F.arena);
+      return tpk_error(err, TPK_ERR_INVALID, "graph '%s': parameter %d is not a tensor", f->name, i);
+    }
+  /* the driver's ops go after the graph's, which are erased at the end */
+  if (classify(&F) && make_nodes(&F) && (policy == TPK_FUSE_NONE || cluster_all(&F)) && build_driver(&F))
+    erase_graph(&F);
+  tpk_ptrmap_free(&F.role);
+  tpk_ptrmap_free(&F.node_of);
+  tpk_ptrmap_free(&F.roots_of);
+  tpk_ptrmap_free(&F.returned);
+  tpk_arena_free(&F.arena);
+  if (F.status != TPK_OK) return F.status;
+  TpkError verr = {0};
+  if (tpk_ir_verify(f->module, &verr) != TPK_OK)
+    return tpk_error(err, TPK_ERR_INTERNAL, "internal error: fusing '%s' produced invalid IR: %s", f->name, verr.message);
+  return TPK_OK;
+}

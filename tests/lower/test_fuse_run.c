@@ -1,0 +1,574 @@
+/*
+ * test_fuse_run.c — graphs fused by lower/fuse.c compute what the graph
+ * computes, at several sizes, from code compiled once.
+ *
+ * Each graph (IR text, as ir/graph.h's builder makes it) is fused twice:
+ * TPK_FUSE_NONE (one cluster per op: the reference, run op by op by the
+ * reference interpreter on the clusters as built) and TPK_FUSE_ALL. The
+ * fused clusters are lowered ONCE, with their shape symbols symbolic (code
+ * for every size, as the runtime compiles clusters), for a target with
+ * small tiles so that blocks are many and the last one ragged; then, at
+ * three sizes each, the driver is executed here (calls in order, reshape
+ * views, return) with every kernel run by
+ *   - the reference interpreter on the lowered (tiled) kernels, and
+ *   - the host backend: emitted C compiled by the JIT (tcc) once per kernel.
+ * and the host again with the grid shared among three parts, as the
+ * runtime's threads share it. Outputs are compared with the reference's
+ * within the usual tolerance (sums run in other orders), and the JIT's
+ * compile count is checked: one per kernel, whatever the sizes. Every
+ * cluster, of both policies, is also timed on a simulated v5e (bound to a
+ * size, lowered for the chip, as a launch on sim:v5e does).
+ */
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host/host.h"
+#include "host/jit.h"
+#include "interp/interp.h"
+#include "lower/lower.h"
+#include "sim/sim.h"
+
+/* ---- the graphs ------------------------------------------------------------------ */
+
+typedef struct Graph {
+  const char *name; /* the func */
+  const char *text;
+  int64_t sizes[3]; /* every shape symbol of the graph takes each in turn */
+  int64_t int_range; /* integer inputs are drawn from [0, int_range) */
+} Graph;
+
+static const Graph GRAPHS[] = {
+    /* a two-layer MLP block: x @ W1 + b1, GELU (erf), @ W2, residual; h is a
+     * second output (saved for a backward) */
+    {"mlp",
+     "func @mlp(%x: f32[B,16], %w1: f32[16,24], %b1: f32[24], %w2: f32[24,16]) -> (f32[B,16], f32[B,24]) {\n"
+     "  %h0 = dot %x, %w1 {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[B,24]\n"
+     "  %bb = broadcast %b1 : f32[B,24]\n"
+     "  %h = add %h0, %bb : f32[B,24]\n"
+     "  %c = const {value=0.7071067811865476} : f32\n"
+     "  %cb = broadcast %c : f32[B,24]\n"
+     "  %hs = mul %h, %cb : f32[B,24]\n"
+     "  %e = erf %hs : f32[B,24]\n"
+     "  %one = const {value=1.0} : f32\n"
+     "  %oneb = broadcast %one : f32[B,24]\n"
+     "  %e1 = add %e, %oneb : f32[B,24]\n"
+     "  %half = const {value=0.5} : f32\n"
+     "  %halfb = broadcast %half : f32[B,24]\n"
+     "  %g0 = mul %h, %e1 : f32[B,24]\n"
+     "  %g = mul %g0, %halfb : f32[B,24]\n"
+     "  %y0 = dot %g, %w2 {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[B,16]\n"
+     "  %y = add %y0, %x : f32[B,16]\n"
+     "  return %y, %h\n"
+     "}\n",
+     {3, 29, 130}, 0},
+    /* softmax and log-softmax over the last axis, both sizes symbolic */
+    {"softmax",
+     "func @softmax(%x: f32[M,N]) -> (f32[M,N], f32[M,N]) {\n"
+     "  %m = reduce %x {kind=\"max\", axes=[1], keepdims=true} : f32[M,1]\n"
+     "  %mb = broadcast %m : f32[M,N]\n"
+     "  %d = sub %x, %mb : f32[M,N]\n"
+     "  %e = exp %d : f32[M,N]\n"
+     "  %s = reduce %e {kind=\"sum\", axes=[1], keepdims=true} : f32[M,1]\n"
+     "  %sb = broadcast %s : f32[M,N]\n"
+     "  %p = div %e, %sb : f32[M,N]\n"
+     "  %ls = log %s : f32[M,1]\n"
+     "  %lsb = broadcast %ls : f32[M,N]\n"
+     "  %lp = sub %d, %lsb : f32[M,N]\n"
+     "  return %p, %lp\n"
+     "}\n",
+     {2, 33, 70}, 0},
+    /* layernorm forward, and its backward: dx by rows, the weight and bias
+     * gradients reduced over the rows */
+    {"layernorm",
+     "func @layernorm(%x: f32[M,32], %w: f32[32], %b: f32[32], %dy: f32[M,32]) -> (f32[M,32], f32[M,32], f32[32], f32[32]) {\n"
+     "  %mean = reduce %x {kind=\"mean\", axes=[1], keepdims=true} : f32[M,1]\n"
+     "  %meanb = broadcast %mean : f32[M,32]\n"
+     "  %xc = sub %x, %meanb : f32[M,32]\n"
+     "  %sq = mul %xc, %xc : f32[M,32]\n"
+     "  %var = reduce %sq {kind=\"mean\", axes=[1], keepdims=true} : f32[M,1]\n"
+     "  %eps = const {value=1e-5} : f32\n"
+     "  %epsb = broadcast %eps : f32[M,1]\n"
+     "  %ve = add %var, %epsb : f32[M,1]\n"
+     "  %rstd = rsqrt %ve : f32[M,1]\n"
+     "  %rstdb = broadcast %rstd : f32[M,32]\n"
+     "  %xhat = mul %xc, %rstdb : f32[M,32]\n"
+     "  %wb = broadcast %w : f32[M,32]\n"
+     "  %bb = broadcast %b : f32[M,32]\n"
+     "  %xw = mul %xhat, %wb : f32[M,32]\n"
+     "  %y = add %xw, %bb : f32[M,32]\n"
+     "  %dxhat = mul %dy, %wb : f32[M,32]\n"
+     "  %dyx = mul %dy, %xhat : f32[M,32]\n"
+     "  %dw = reduce %dyx {kind=\"sum\", axes=[0], keepdims=false} : f32[32]\n"
+     "  %db = reduce %dy {kind=\"sum\", axes=[0], keepdims=false} : f32[32]\n"
+     "  %a = reduce %dxhat {kind=\"mean\", axes=[1], keepdims=true} : f32[M,1]\n"
+     "  %dxx = mul %dxhat, %xhat : f32[M,32]\n"
+     "  %c = reduce %dxx {kind=\"mean\", axes=[1], keepdims=true} : f32[M,1]\n"
+     "  %ab = broadcast %a : f32[M,32]\n"
+     "  %cb = broadcast %c : f32[M,32]\n"
+     "  %t1 = sub %dxhat, %ab : f32[M,32]\n"
+     "  %t2 = mul %xhat, %cb : f32[M,32]\n"
+     "  %t3 = sub %t1, %t2 : f32[M,32]\n"
+     "  %dx = mul %t3, %rstdb : f32[M,32]\n"
+     "  return %y, %dx, %dw, %db\n"
+     "}\n",
+     {1, 20, 75}, 0},
+    /* views: a reshape of an input (a driver view), an output that is a
+     * transpose (materialised) and one that is a reshape of a result, a
+     * select of an input (a load pattern), a transposed weight (folded into
+     * the dot) and an expand */
+    {"views",
+     "func @views(%x: f32[B,S,8], %w: f32[8,8]) -> (f32[B,8,S], f32[B*S,8], f32[S,8], f32[B,S,8], f32[B,S,8]) {\n"
+     "  %r = reshape %x : f32[B*S,8]\n"
+     "  %p = dot %r, %w {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[B*S,8]\n"
+     "  %t = exp %p : f32[B*S,8]\n"
+     "  %t3 = reshape %t : f32[B,S,8]\n"
+     "  %tt = transpose %t3 {perm=[0, 2, 1]} : f32[B,8,S]\n"
+     "  %zero = const {value=0} : i32\n"
+     "  %first = slice %x, %zero {index=\"s::\"} : f32[S,8]\n"
+     "  %wt = transpose %w {perm=[1, 0]} : f32[8,8]\n"
+     "  %q = dot %first, %wt {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[S,8]\n"
+     "  %xb = broadcast %q : f32[B,S,8]\n"
+     "  %z = add %x, %xb : f32[B,S,8]\n"
+     "  return %tt, %t, %q, %z, %t3\n"
+     "}\n",
+     {1, 6, 23}, 0},
+    /* scalars: a full reduction, a rank-0 input, a rank-0 output broadcast back */
+    {"scalars",
+     "func @scalars(%x: f32[N,4], %scale: f32) -> (f32, f32[N,4]) {\n"
+     "  %sq = mul %x, %x : f32[N,4]\n"
+     "  %ss = reduce %sq {kind=\"mean\", axes=[0, 1], keepdims=false} : f32\n"
+     "  %loss = mul %ss, %scale : f32\n"
+     "  %lb = broadcast %loss : f32[N,4]\n"
+     "  %y = mul %x, %lb : f32[N,4]\n"
+     "  return %loss, %y\n"
+     "}\n",
+     {1, 17, 200}, 0},
+    /* a call of a kernel between clusters, on a reshape of a result */
+    {"calls",
+     "kernel @twice(%a: ref<f32[R,C]>, %o: out ref<f32[R,C]>) {\n"
+     "  %v = load %a {index=\"::\"} : f32[R,C]\n"
+     "  %d = add %v, %v : f32[R,C]\n"
+     "  store %o, %d {index=\"::\", mode=\"set\"}\n"
+     "}\n"
+     "func @calls(%x: f32[N,8]) -> (f32[N,8]) {\n"
+     "  %a = exp %x : f32[N,8]\n"
+     "  %r = reshape %a : f32[N*2,4]\n"
+     "  %b = call %r {callee=\"twice\"} : f32[N*2,4]\n"
+     "  %c = reshape %b : f32[N,8]\n"
+     "  %d = neg %c : f32[N,8]\n"
+     "  %e = mul %d, %a : f32[N,8]\n"
+     "  return %e\n"
+     "}\n",
+     {1, 9, 64}, 0},
+    /* gradients: x^T @ dy (by x's columns), a bias gradient, a total */
+    {"grads",
+     "func @grads(%x: f32[B,16], %dy: f32[B,8]) -> (f32[16,8], f32[8], f32) {\n"
+     "  %xt = transpose %x {perm=[1, 0]} : f32[16,B]\n"
+     "  %dw = dot %xt, %dy {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[16,8]\n"
+     "  %db = reduce %dy {kind=\"sum\", axes=[0], keepdims=false} : f32[8]\n"
+     "  %tot = reduce %dy {kind=\"sum\", axes=[0, 1], keepdims=false} : f32\n"
+     "  return %dw, %db, %tot\n"
+     "}\n",
+     {2, 31, 100}, 0},
+    /* integers: an embedding gather, positions from an iota, index arithmetic */
+    {"embed",
+     "func @embed(%ids: i32[T], %table: f32[16,8], %pos: f32[50,8]) -> (f32[T,8], i32[T]) {\n"
+     "  %e = gather %table, %ids {axis=0} : f32[T,8]\n"
+     "  %i = iota {axis=0} : i32[T]\n"
+     "  %pe = gather %pos, %i {axis=0} : f32[T,8]\n"
+     "  %y = add %e, %pe : f32[T,8]\n"
+     "  %two = const {value=2} : i32\n"
+     "  %twob = broadcast %two : i32[T]\n"
+     "  %j = mul %ids, %twob : i32[T]\n"
+     "  %k = add %j, %i : i32[T]\n"
+     "  return %y, %k\n"
+     "}\n",
+     {1, 13, 50}, 16},
+    /* attention for a batch of heads: q @ k^T, softmax, @ v */
+    {"attention",
+     "func @attention(%q: f32[H,S,8], %k: f32[H,S,8], %v: f32[H,S,8]) -> (f32[H,S,8]) {\n"
+     "  %kt = transpose %k {perm=[0, 2, 1]} : f32[H,8,S]\n"
+     "  %s = dot %q, %kt {lhs_contract=[2], rhs_contract=[1], lhs_batch=[0], rhs_batch=[0]} : f32[H,S,S]\n"
+     "  %m = reduce %s {kind=\"max\", axes=[2], keepdims=true} : f32[H,S,1]\n"
+     "  %mb = broadcast %m : f32[H,S,S]\n"
+     "  %d = sub %s, %mb : f32[H,S,S]\n"
+     "  %e = exp %d : f32[H,S,S]\n"
+     "  %z = reduce %e {kind=\"sum\", axes=[2], keepdims=true} : f32[H,S,1]\n"
+     "  %zb = broadcast %z : f32[H,S,S]\n"
+     "  %p = div %e, %zb : f32[H,S,S]\n"
+     "  %o = dot %p, %v {lhs_contract=[2], rhs_contract=[1], lhs_batch=[0], rhs_batch=[0]} : f32[H,S,8]\n"
+     "  return %o\n"
+     "}\n",
+     {1, 5, 19}, 0},
+    /* reductions over every axis of one input, and pairs of them */
+    {"axes",
+     "func @axes(%x: f32[B,S,4]) -> (f32[S,4], f32[B,4], f32[B,S], f32[S], f32) {\n"
+     "  %a = reduce %x {kind=\"sum\", axes=[0], keepdims=false} : f32[S,4]\n"
+     "  %b = reduce %x {kind=\"max\", axes=[1], keepdims=false} : f32[B,4]\n"
+     "  %c = reduce %x {kind=\"mean\", axes=[2], keepdims=false} : f32[B,S]\n"
+     "  %d = reduce %x {kind=\"min\", axes=[0, 2], keepdims=false} : f32[S]\n"
+     "  %e = reduce %x {kind=\"sum\", axes=[0, 1, 2], keepdims=false} : f32\n"
+     "  return %a, %b, %c, %d, %e\n"
+     "}\n",
+     {1, 7, 40}, 0},
+    /* mixed precision: bf16 operands, an f32 product, a bf16 result */
+    {"mixed",
+     "func @mixed(%x: bf16[M,16], %w: bf16[16,8], %b: f32[8]) -> (bf16[M,8]) {\n"
+     "  %p = dot %x, %w {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[M,8]\n"
+     "  %bb = broadcast %b : f32[M,8]\n"
+     "  %s = add %p, %bb : f32[M,8]\n"
+     "  %zero = const {value=0.0} : f32\n"
+     "  %zb = broadcast %zero : f32[M,8]\n"
+     "  %r = max %s, %zb : f32[M,8]\n"
+     "  %y = convert %r : bf16[M,8]\n"
+     "  return %y\n"
+     "}\n",
+     {2, 17, 90}, 0},
+};
+
+/* ---- tensors and symbols ----------------------------------------------------------- */
+
+typedef struct Tensor {
+  TpkDType dt;
+  int rank;
+  int64_t dims[TPK_MAX_RANK];
+  int64_t n;
+  void *data;
+  bool owns; /* a reshape view shares its source's data */
+} Tensor;
+
+typedef struct Syms {
+  int n;
+  const char *name[16];
+  int64_t value[16];
+} Syms;
+
+static bool lookup(void *ctx, const char *sym, int64_t *value) {
+  const Syms *s = ctx;
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->name[i], sym) == 0) return *value = s->value[i], true;
+  return false;
+}
+
+static void bind(Syms *s, const char *name, int64_t v) {
+  int64_t have;
+  if (lookup(s, name, &have)) {
+    if (have != v) fail_msg("symbol %s is %lld and %lld", name, (long long)have, (long long)v);
+    return;
+  }
+  assert_true(s->n < 16);
+  s->name[s->n] = name;
+  s->value[s->n++] = v;
+}
+
+static Tensor *tensor_new(const TpkType *t, const Syms *s) {
+  Tensor *x = calloc(1, sizeof *x);
+  assert_non_null(x);
+  x->dt = t->dtype;
+  x->rank = t->rank;
+  x->n = 1;
+  for (int i = 0; i < t->rank; i++) {
+    if (!tpk_dim_eval(t->dims[i], lookup, (void *)s, &x->dims[i])) fail_msg("a size the symbols do not give");
+    x->n *= x->dims[i];
+  }
+  x->data = calloc((size_t)(x->n ? x->n : 1), tpk_dtype_size(t->dtype));
+  assert_non_null(x->data);
+  x->owns = true;
+  return x;
+}
+
+static void tensor_free(Tensor *x) {
+  if (x->owns) free(x->data);
+  free(x);
+}
+
+static uint64_t next_random(uint64_t *state) {
+  *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+  return *state >> 33;
+}
+
+static void fill(Tensor *x, uint64_t *state, int64_t int_range) {
+  for (int64_t i = 0; i < x->n; i++) {
+    uint64_t r = next_random(state);
+    float f = (float)((double)(r % 20001) / 10000.0 - 1.0);
+    if (x->dt == TPK_F32) ((float *)x->data)[i] = f;
+    else if (x->dt == TPK_BF16) tpk_prims()->convert(TPK_PRIM_F32, TPK_PRIM_BF16, &f, (uint16_t *)x->data + i, 1);
+    else if (x->dt == TPK_I32) ((int32_t *)x->data)[i] = (int32_t)(r % (uint64_t)(int_range > 0 ? int_range : 7));
+    else fail_msg("no random fill for %s", tpk_dtype_name(x->dt));
+  }
+}
+
+/* ---- compiled kernels ------------------------------------------------------------- */
+
+typedef enum Backend { REFERENCE, INTERP_LOWERED, HOST, HOST_PARTS } Backend;
+enum { NBACKENDS = 4 };
+static const char *const BACKEND_NAMES[NBACKENDS] = {"reference", "interpreter on the lowered clusters", "host",
+                                                     "host, the grid in 3 parts"};
+
+typedef struct Compiled {
+  const char *name;
+  TpkModule *module; /* the kernel bound with its sizes symbolic, then lowered */
+  TpkFunc *k;
+  TpkPlan plan;
+  TpkCode *code;
+} Compiled;
+
+typedef struct Fixture {
+  TpkModule *reference, *fused;
+  TpkJit *jit;
+  Compiled compiled[64];
+  int ncompiled;
+  int jit_compiles;
+} Fixture;
+
+/* Small tiles, so that the sizes above make several blocks. */
+static const TpkTarget SMALL = {.name = "small", .vmem_bytes = (int64_t)128 << 20, .tile_bytes = 512};
+
+static Compiled *compiled(Fixture *fx, const TpkFunc *f) {
+  for (int i = 0; i < fx->ncompiled; i++)
+    if (strcmp(fx->compiled[i].name, f->name) == 0) return &fx->compiled[i];
+  assert_true(fx->ncompiled < 64);
+  Compiled *c = &fx->compiled[fx->ncompiled++];
+  c->name = f->name;
+  c->module = tpk_module_new(f->name);
+  assert_non_null(c->module);
+  TpkError err = {0};
+  if (tpk_bind(c->module, f, NULL, 0, &c->k, &err) != TPK_OK) fail_msg("bind %s: %s", f->name, err.message);
+  if (tpk_lower(c->k, &SMALL, &c->plan, &err) != TPK_OK) fail_msg("lower %s: %s", f->name, err.message);
+  TpkStr src = {0};
+  char entry[160];
+  snprintf(entry, sizeof entry, "k_%d", fx->ncompiled);
+  if (tpk_emit_c(c->k, &c->plan, entry, NULL, 0, &src, &err) != TPK_OK) fail_msg("emit %s: %s", f->name, err.message);
+  if (tpk_jit_compile(fx->jit, src.data, entry, &c->code, &err) != TPK_OK) fail_msg("compile %s: %s", f->name, err.message);
+  fx->jit_compiles++;
+  tpk_str_free(&src);
+  return c;
+}
+
+static int64_t workspace(const Compiled *c, const Syms *s) {
+  if (!c->plan.symbolic) return c->plan.workspace_bytes;
+  int64_t total = 0;
+  for (int g = 0; g < c->plan.ngroups; g++) {
+    int64_t b = 0;
+    if (!tpk_dim_eval(c->plan.group_bytes[g], lookup, (void *)s, &b)) fail_msg("%s: a workspace size", c->name);
+    total += (b + 63) / 64 * 64;
+  }
+  return total;
+}
+
+/* Run kernel k (of the module the driver is in) on args, one pointer per
+ * parameter; the graph's symbols first, then those its arrays bind. */
+static void run_kernel(Fixture *fx, Backend be, const TpkFunc *k, void *const *args, Tensor *const *tensors,
+                       const Syms *graph) {
+  Syms s = *graph;
+  for (int i = 0; i < k->nparams; i++) {
+    const TpkType *t = k->params[i].value->type;
+    for (int d = 0; d < t->rank; d++)
+      if (t->dims[d]->kind == TPK_DIM_SYM) {
+        int64_t have;
+        if (!lookup(&s, t->dims[d]->sym, &have)) bind(&s, t->dims[d]->sym, tensors[i]->dims[d]);
+      }
+  }
+  const char *names[16];
+  int n = tpk_func_symbols(k, names, 16);
+  int64_t syms[16];
+  for (int i = 0; i < n; i++)
+    if (!lookup(&s, names[i], &syms[i])) fail_msg("%s: symbol %s unbound", k->name, names[i]);
+  TpkError err = {0};
+  if (be == REFERENCE) {
+    if (tpk_interp_run(k, args, syms, &err) != TPK_OK) fail_msg("interpreter, %s: %s", k->name, err.message);
+    return;
+  }
+  Compiled *c = compiled(fx, k);
+  if (be == INTERP_LOWERED) {
+    if (tpk_interp_run(c->k, args, syms, &err) != TPK_OK) fail_msg("interpreter, lowered %s: %s", k->name, err.message);
+    return;
+  }
+  /* as the runtime shares a grid among threads: each part its own
+   * workspace and table, here one after another */
+  int parts = be == HOST_PARTS ? 3 : 1;
+  int64_t ws = workspace(c, &s);
+  for (int part = 0; part < parts; part++) {
+    TpkPrims p = *tpk_prims();
+    p.part = part;
+    p.parts = parts;
+    void *w = malloc((size_t)(ws > 0 ? ws : 1));
+    assert_non_null(w);
+    char msg[TPK_KERNEL_ERR_LEN] = "";
+    int rc = tpk_code_entry(c->code)(&p, args, syms, w, msg);
+    free(w);
+    if (rc) fail_msg("host, %s: %s", k->name, msg);
+  }
+}
+
+/* Execute the driver func g (calls in order, reshape views, return) on
+ * inputs; its results into out[]. Tensors it makes go to *made. */
+static void run_driver(Fixture *fx, Backend be, const TpkFunc *g, Tensor **inputs, const Syms *syms, Tensor **out,
+                       Tensor **made, int *nmade) {
+  TpkPtrMap vals = {0};
+  for (int i = 0; i < g->nparams; i++) assert_true(tpk_ptrmap_put(&vals, g->params[i].value, inputs[i]));
+  for (const TpkOp *op = g->body->first; op; op = op->next) {
+    void *p;
+    if (op->opcode == TPK_OP_RESHAPE) {
+      assert_true(tpk_ptrmap_get(&vals, op->in[0], &p));
+      Tensor *x = tensor_new(op->out[0].type, syms), *src = p;
+      assert_int_equal(x->n, src->n);
+      free(x->data);
+      x->data = src->data;
+      x->owns = false;
+      made[(*nmade)++] = x;
+      assert_true(tpk_ptrmap_put(&vals, &op->out[0], x));
+      continue;
+    }
+    if (op->opcode == TPK_OP_RETURN) {
+      for (int i = 0; i < op->nin; i++) {
+        assert_true(tpk_ptrmap_get(&vals, op->in[i], &p));
+        out[i] = p;
+      }
+      continue;
+    }
+    if (op->opcode != TPK_OP_CALL) fail_msg("'%s' in a driver", tpk_op_info(op->opcode)->name);
+    const TpkFunc *k = tpk_module_find(g->module, tpk_op_str(op, "callee", ""));
+    assert_non_null(k);
+    assert_true(k->is_kernel);
+    void *args[64];
+    Tensor *tensors[64];
+    int in = 0, res = 0;
+    assert_true(k->nparams <= 64);
+    for (int i = 0; i < k->nparams; i++) {
+      Tensor *t;
+      if (k->params[i].role == TPK_PARAM_OUT) {
+        t = tensor_new(op->out[res].type, syms);
+        made[(*nmade)++] = t;
+        assert_true(tpk_ptrmap_put(&vals, &op->out[res++], t));
+      } else {
+        assert_int_not_equal(k->params[i].role, TPK_PARAM_INOUT);
+        assert_true(tpk_ptrmap_get(&vals, op->in[in++], &p));
+        t = p;
+      }
+      tensors[i] = t;
+      args[i] = t->data;
+    }
+    run_kernel(fx, be, k, args, tensors, syms);
+  }
+  tpk_ptrmap_free(&vals);
+}
+
+static TpkModule *fused_module(const Graph *gr, TpkFusePolicy policy) {
+  TpkError err = {0};
+  TpkModule *m = tpk_ir_parse(gr->text, strlen(gr->text), gr->name, &err);
+  if (!m) fail_msg("%s: %s", gr->name, err.message);
+  TpkFunc *g = tpk_module_find(m, gr->name);
+  assert_non_null(g);
+  if (tpk_fuse(g, policy, &err) != TPK_OK) fail_msg("fuse %s: %s", gr->name, err.message);
+  return m;
+}
+
+static int setup(void **state) {
+  Fixture *fx = calloc(1, sizeof *fx);
+  assert_non_null(fx);
+  TpkJitOptions o = {.tier = TPK_TIER_TCC, .hot_calls = -1, .cache_dir = ""};
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_create(&o, &fx->jit, &err), TPK_OK);
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  Fixture *fx = *state;
+  for (int i = 0; i < fx->ncompiled; i++) {
+    tpk_plan_free(&fx->compiled[i].plan);
+    tpk_module_free(fx->compiled[i].module);
+  }
+  if (fx->jit) tpk_jit_destroy(fx->jit);
+  if (fx->reference) tpk_module_free(fx->reference);
+  if (fx->fused) tpk_module_free(fx->fused);
+  free(fx);
+  return 0;
+}
+
+static void check_graph(void **state, const Graph *gr) {
+  Fixture *fx = *state;
+  fx->reference = fused_module(gr, TPK_FUSE_NONE);
+  fx->fused = fused_module(gr, TPK_FUSE_ALL);
+  const TpkFunc *ref = tpk_module_find(fx->reference, gr->name), *fused = tpk_module_find(fx->fused, gr->name);
+  int kernels = 0;
+  for (int i = 0; i < fx->fused->nfuncs; i++) kernels += fx->fused->funcs[i]->is_kernel;
+  for (int si = 0; si < 3; si++) {
+    Syms syms = {0};
+    const char *names[16];
+    int n = tpk_func_symbols(ref, names, 16);
+    for (int i = 0; i < n; i++) bind(&syms, names[i], gr->sizes[si]);
+    Tensor *inputs[16], *made[NBACKENDS][256], *out[NBACKENDS][16];
+    int nmade[NBACKENDS] = {0};
+    uint64_t seed = 12345 + (uint64_t)si;
+    assert_true(ref->nparams <= 16 && ref->nresults <= 16);
+    for (int i = 0; i < ref->nparams; i++) {
+      inputs[i] = tensor_new(ref->params[i].value->type, &syms);
+      fill(inputs[i], &seed, gr->int_range);
+    }
+    for (int be = 0; be < NBACKENDS; be++)
+      run_driver(fx, (Backend)be, be == REFERENCE ? ref : fused, inputs, &syms, out[be], made[be], &nmade[be]);
+    for (int r = 0; r < ref->nresults; r++)
+      for (int be = 1; be < NBACKENDS; be++) {
+        char why[256];
+        assert_int_equal(out[be][r]->n, out[0][r]->n);
+        if (!test_outputs_close(out[0][r]->dt, out[be][r]->data, out[0][r]->data, out[0][r]->n, why, sizeof why))
+          fail_msg("%s at size %lld, result %d, %s: %s", gr->name, (long long)gr->sizes[si], r, BACKEND_NAMES[be], why);
+      }
+    for (int i = 0; i < ref->nparams; i++) tensor_free(inputs[i]);
+    for (int b = 0; b < NBACKENDS; b++)
+      for (int i = 0; i < nmade[b]; i++) tensor_free(made[b][i]);
+  }
+  /* the simulator takes every cluster, bound to a size and lowered for its chip */
+  const TpkChip *v5e = tpk_sim_chip_find("v5e");
+  assert_non_null(v5e);
+  TpkModule *mods[2] = {fx->reference, fx->fused};
+  for (int mi = 0; mi < 2; mi++)
+    for (int i = 0; i < mods[mi]->nfuncs; i++) {
+      const TpkFunc *k = mods[mi]->funcs[i];
+      if (!k->is_kernel || strncmp(k->name, gr->name, strlen(gr->name)) != 0) continue; /* a cluster "<g>.c<k>" */
+      const char *names[16];
+      int n = tpk_func_symbols(k, names, 16);
+      TpkBinding binds[16];
+      for (int j = 0; j < n; j++) binds[j] = (TpkBinding){names[j], gr->sizes[1]};
+      TpkSimReport rep;
+      TpkError err = {0};
+      if (tpk_sim_time_kernel(k, binds, n, v5e, &rep, &err) != TPK_OK) fail_msg("sim:v5e, %s: %s", k->name, err.message);
+      assert_true(rep.seconds > 0 && rep.hbm_bytes > 0);
+    }
+  assert_int_equal(fx->jit_compiles, kernels); /* once each, for every size */
+  TpkJitStats st = tpk_jit_stats(fx->jit);
+  assert_int_equal(st.tcc_compiles, kernels);
+}
+
+#define GRAPH_TEST(i)                                                       \
+  static void test_##i(void **state) { check_graph(state, &GRAPHS[i]); }
+GRAPH_TEST(0)
+GRAPH_TEST(1)
+GRAPH_TEST(2)
+GRAPH_TEST(3)
+GRAPH_TEST(4)
+GRAPH_TEST(5)
+GRAPH_TEST(6)
+GRAPH_TEST(7)
+GRAPH_TEST(8)
+GRAPH_TEST(9)
+GRAPH_TEST(10)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_0, setup, teardown), cmocka_unit_test_setup_teardown(test_1, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_2, setup, teardown), cmocka_unit_test_setup_teardown(test_3, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_4, setup, teardown), cmocka_unit_test_setup_teardown(test_5, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_6, setup, teardown), cmocka_unit_test_setup_teardown(test_7, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_8, setup, teardown), cmocka_unit_test_setup_teardown(test_9, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_10, setup, teardown),
+  };
+  _Static_assert(sizeof GRAPHS / sizeof *GRAPHS == 11, "one test per graph");
+  return test_run_tests(tests);
+}
