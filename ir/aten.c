@@ -2966,6 +2966,17 @@ static void inplace_result(Call *c) {
   c->outs[0] = cvt(c, r, to);
 }
 
+/* Is `twin` the overload name `name` with one "Tensor" made "Scalar"? */
+static bool scalar_twin(const char *name, const char *twin) {
+  for (const char *t = strstr(name, "Tensor"); t; t = strstr(t + 1, "Tensor")) {
+    size_t at = (size_t)(t - name);
+    if (strlen(twin) == strlen(name) && strncmp(twin, name, at) == 0 && strncmp(twin + at, "Scalar", 6) == 0 &&
+        strcmp(twin + at + 6, t + 6) == 0)
+      return true;
+  }
+  return false;
+}
+
 TpkStatus tpk_aten_build(TpkGraphBuilder *gb, const char *op, const TpkArg *args, int nargs, TpkValue *const *values,
                          int nvalues, TpkValue **outs, int max, int *nouts, TpkError *err) {
   *nouts = 0;
@@ -2982,6 +2993,7 @@ TpkStatus tpk_aten_build(TpkGraphBuilder *gb, const char *op, const TpkArg *args
   if (first < 0)
     return tpk_error(err, TPK_ERR_UNSUPPORTED, "aten op '%s' is not supported by tpk's graphs (%d ops are: see tpk_graph_op_name)",
                      packet, tpk_aten_count());
+  int packet_first = first, packet_last = last;
   if (overload[0] && strcmp(overload, "default") != 0) {
     int k = first;
     while (k <= last && strcmp(OVERLOADS[k].name, overload) != 0) k++;
@@ -3014,6 +3026,16 @@ TpkStatus tpk_aten_build(TpkGraphBuilder *gb, const char *op, const TpkArg *args
       tpk_str_printf(&why, "%s", reason);
     else
       tpk_str_printf(&why, "%s%s.%s: %s", why.len ? "; " : "", packet, OVERLOADS[i].name, reason);
+  }
+  /* A number where the named overload has a Tensor: PyTorch's argument
+   * parser wraps it, so FX graphs say add.Tensor(x, 1) and
+   * pow.Tensor_Tensor(x, 2): that is the overload named with that Tensor
+   * a Scalar (add.Scalar, pow.Tensor_Scalar). */
+  for (int i = packet_first; i <= packet_last && !chosen && first == last; i++) {
+    char reason[300];
+    if (i != first && scalar_twin(OVERLOADS[first].name, OVERLOADS[i].name) &&
+        bind(c, &OVERLOADS[i], args, nargs, reason, sizeof reason))
+      chosen = &OVERLOADS[i];
   }
   TpkStatus st = TPK_OK;
   if (!chosen) {
