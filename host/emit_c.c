@@ -718,8 +718,15 @@ static void emit_transpose(Emitter *e, const TpkOp *op) {
 }
 
 static void emit_reshape(Emitter *e, const TpkOp *op) {
-  const char *n = def_tile(e, &op->out[0]);
-  copy_tile(e, n, &op->out[0], op->in[0]);
+  const TpkValue *r = &op->out[0], *x = op->in[0];
+  if (!is_tile(r)) { /* to a scalar: the one element (a C variable) */
+    const char *v = is_tile(x) ? tpk_arena_printf(&e->arena, "%s[0]", name_of(e, x)) : name_of(e, x);
+    line(e, "%s %s = %s;", ctype(r->type->dtype), new_name(e, r), v);
+    return;
+  }
+  const char *n = def_tile(e, r);
+  if (!is_tile(x)) line(e, "%s[0] = %s;", n, name_of(e, x)); /* a scalar is a C variable, not memory */
+  else copy_tile(e, n, r, x);
 }
 
 static void emit_iota(Emitter *e, const TpkOp *op) {

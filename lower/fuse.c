@@ -698,13 +698,14 @@ static TpkFunc *build_kernel(Kernel *K, const char *name) {
     TpkValue *v = in ? K->inputs.v[i] : K->outputs.v[i - K->inputs.n];
     types[i] = copy_type(K, v->type, !in || v->type->rank > 0);
     names[i] = hint(v, buf[i], sizeof buf[i], in ? "in" : "out", in ? i : i - K->inputs.n);
-    for (int j = 0; j < i; j++) /* two values of one name hint (an op's results): parameters differ */
+    /* hints need not be unique (an op's two results, a builder's two sums): parameter names must */
+    for (int j = 0, again = 0; j < i; j++)
       if (strcmp(names[j], names[i]) == 0) {
-        char unique[64];
-        snprintf(unique, sizeof unique, "%.40s.%d", names[i], i);
+        char unique[sizeof buf[i]];
+        snprintf(unique, sizeof unique, "%.40s.%d", hint(v, buf[i], sizeof buf[i], in ? "in" : "out", i), again++);
         memcpy(buf[i], unique, sizeof unique);
         names[i] = buf[i];
-        break;
+        j = -1;
       }
     roles[i] = in ? TPK_PARAM_IN : TPK_PARAM_OUT;
     ok = types[i] != NULL;

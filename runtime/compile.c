@@ -63,6 +63,14 @@ static TpkStatus compile(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy
   return tpk_program_from_driver(ctx, m, g, out);
 }
 
+TpkStatus tpk_compile_graph(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, TpkProgram **out) {
+  *out = NULL;
+  if (!tpk_context_enter(ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "graph '%s': its context was destroyed", f->name);
+  TpkStatus st = compile(ctx, f, policy, out);
+  tpk_context_leave(ctx);
+  return st;
+}
+
 static void program_unit_free(void *payload) { tpk_program_release(payload); }
 
 TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, int kind, TpkProgram **out) {

@@ -238,6 +238,10 @@ const TpkDeviceOps *tpk_device_kind(const char *name) {
 
 struct TpkStorage {
   atomic_int refs; /* the buffers that look at it */
+  /* Eager streams (eager.c): the stream whose work not yet run writes
+   * these bytes (held), and how many streams' work not yet run reads them. */
+  _Atomic(TpkStream *) pending;
+  atomic_int readers;
   TpkDevice *dev;
   struct TpkStorage *prev, *next; /* the device's live memory (dev->lock) */
   bool gone;                      /* given back when the context was destroyed (dev->lock) */
@@ -496,11 +500,40 @@ int tpk_buffer_rank(const TpkBuffer *b) { return b->rank; }
 const int64_t *tpk_buffer_shape(const TpkBuffer *b) { return b->shape; }
 size_t tpk_buffer_bytes(const TpkBuffer *b) { return b->bytes; }
 TpkDevice *tpk_buffer_device(const TpkBuffer *b) { return b ? b->dev : NULL; }
-void *tpk_buffer_data(TpkBuffer *b) { return b ? buffer_bytes(b) : NULL; }
+/* The pointer may be written through: work pending on the bytes runs first
+ * (an error of it stays for tpk_stream_sync). */
+void *tpk_buffer_data(TpkBuffer *b) {
+  if (!b) return NULL;
+  tpk_buffer_settle(b, true);
+  return buffer_bytes(b);
+}
+
+void tpk_buffer_mark_pending(TpkBuffer *b, TpkStream *s) {
+  tpk_stream_retain(s);
+  atomic_store(&b->storage->pending, s);
+}
+
+void tpk_buffer_mark_read(TpkBuffer *b) { atomic_fetch_add(&b->storage->readers, 1); }
+
+TpkStream *tpk_buffer_unmark(TpkBuffer *b, bool wrote) {
+  if (!wrote) {
+    atomic_fetch_sub(&b->storage->readers, 1);
+    return NULL;
+  }
+  return atomic_exchange(&b->storage->pending, NULL);
+}
+
+TpkStream *tpk_buffer_pending(const TpkBuffer *b) { return atomic_load(&b->storage->pending); }
+bool tpk_buffer_read_pending(const TpkBuffer *b) { return atomic_load(&b->storage->readers) > 0; }
+bool tpk_buffer_in_use(const TpkBuffer *b, int own) {
+  return atomic_load(&b->refs) > own || atomic_load(&b->storage->refs) > 1;
+}
+bool tpk_buffers_share(const TpkBuffer *a, const TpkBuffer *b) { return a->storage == b->storage; }
 
 TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
   if (!b || (!src && bytes)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");
   if (bytes != b->bytes) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_write: %zu bytes given, the buffer holds %zu", bytes, b->bytes);
+  if (tpk_buffer_settle(b, true) != TPK_OK) return TPK_ERR_INVALID;
   /* under the device's lock: the context's end may be giving the bytes back */
   pthread_mutex_lock(&b->dev->lock);
   bool gone = b->storage->gone;
@@ -513,6 +546,8 @@ TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
 TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
   if (!b || (!dst && bytes)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_read: no buffer or no destination");
   if (bytes != b->bytes) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_read: %zu bytes asked, the buffer holds %zu", bytes, b->bytes);
+  TpkStatus st = tpk_buffer_settle((TpkBuffer *)b, false);
+  if (st != TPK_OK) return st;
   pthread_mutex_lock(&b->dev->lock);
   bool gone = b->storage->gone;
   if (!gone && bytes) b->dev->ops->read(b->dev, dst, b->data, bytes);

@@ -102,6 +102,22 @@ struct TpkBuffer {
  * dev->used when done. */
 TpkStatus tpk_device_reserve(TpkDevice *dev, size_t bytes);
 
+/* Eager streams (eager.c) mark the bytes their work not yet run writes
+ * (pending: the stream, held until unmarked) or reads; a buffer whose bytes
+ * are marked is settled (tpk_buffer_settle) before its bytes are read or
+ * written by anyone else. Marks change under the device's lock; unmarking
+ * a pending mark gives its hold on the stream to the caller. */
+void tpk_buffer_mark_pending(TpkBuffer *b, TpkStream *s);
+void tpk_buffer_mark_read(TpkBuffer *b);
+TpkStream *tpk_buffer_unmark(TpkBuffer *b, bool wrote);
+TpkStream *tpk_buffer_pending(const TpkBuffer *b);
+bool tpk_buffer_read_pending(const TpkBuffer *b);
+/* Someone but the `own` holds of the caller still holds the buffer, or a
+ * view of its bytes. */
+bool tpk_buffer_in_use(const TpkBuffer *b, int own);
+/* a and b look at the same bytes (a view and its base). */
+bool tpk_buffers_share(const TpkBuffer *a, const TpkBuffer *b);
+
 /* A queued launch's hold on a buffer (tpk_buffer_destroy drops the caller's). */
 void tpk_buffer_retain(TpkBuffer *b);
 void tpk_buffer_release(TpkBuffer *b);

@@ -110,7 +110,7 @@ static int new_slot(TpkDriver *d, TpkPtrMap *slots, const TpkValue *v, SlotKind 
 
 /* The plan of a call op: the callee's parameters in declaration order take
  * the call's operands (in, inout) and results (out, inout) in turn. */
-static TpkStatus plan_call(TpkDriver *d, TpkPtrMap *slots, const TpkOp *op, TpkKernel *k, Call *c) {
+static TpkStatus plan_call(TpkDriver *d, const TpkFunc *driver, TpkPtrMap *slots, const TpkOp *op, TpkKernel *k, Call *c) {
   const TpkFunc *f = tpk_kernel_ir(k);
   c->k = k;
   c->callee = tpk_op_str(op, "callee", "?");
@@ -138,7 +138,10 @@ static TpkStatus plan_call(TpkDriver *d, TpkPtrMap *slots, const TpkOp *op, TpkK
     if ((c->slot[i] = slot_of(d, slots, v)) < 0) return TPK_ERR_UNSUPPORTED;
   }
   if (in != op->nin || out != op->nout) return plan_fail(d, "calls a kernel with arguments or results its parameters do not take");
-  /* each shape symbol of the callee from the first parameter dim that is it */
+  /* each shape symbol of the callee from the first parameter dim that is
+   * it; a symbol only inside products (a cluster's [s0*s1]), or in none
+   * of its parameters (a cluster making an iota), is the graph's own:
+   * fusion gives clusters the graph's symbols */
   for (int s = 0; s < c->nsyms; s++) {
     const char *sym = tpk_kernel_symbol_name(k, s);
     c->sym_dim[s] = NULL;
@@ -147,6 +150,10 @@ static TpkStatus plan_call(TpkDriver *d, TpkPtrMap *slots, const TpkOp *op, TpkK
       for (int j = 0; j < t->rank && !c->sym_dim[s]; j++)
         if (t->dims[j]->kind == TPK_DIM_SYM && strcmp(t->dims[j]->sym, sym) == 0)
           c->sym_dim[s] = d->slots[c->slot[i]].type->dims[j];
+    }
+    if (!c->sym_dim[s] && f->module == driver->module) {
+      const char *name = tpk_module_intern(driver->module, sym, strlen(sym));
+      c->sym_dim[s] = name ? tpk_dim_sym(driver->module, name) : NULL;
     }
     if (!c->sym_dim[s])
       return tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "graph '%s': kernel '%s' has shape symbol %s in no dimension of its own",
@@ -187,7 +194,7 @@ TpkStatus tpk_driver_new(const TpkFunc *f, TpkKernel *(*callee)(void *ctx, const
         st = tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "graph '%s': the driver calls '%s', which is not a kernel of the graph", d->name, name);
         break;
       }
-      st = plan_call(d, &slots, op, k, &d->calls[d->ncalls++]);
+      st = plan_call(d, f, &slots, op, k, &d->calls[d->ncalls++]);
       break;
     }
     case TPK_OP_RESHAPE: { /* every slot is contiguous: a reshape looks at the same bytes */
@@ -235,6 +242,8 @@ TpkStatus tpk_driver_new(const TpkFunc *f, TpkKernel *(*callee)(void *ctx, const
   *out = d;
   return TPK_OK;
 }
+
+int tpk_driver_calls(const TpkDriver *d) { return d->ncalls; }
 
 void tpk_driver_free(TpkDriver *d) {
   if (!d) return;

@@ -63,6 +63,30 @@ void tpk_queues_destroy(TpkQueues *qs); /* after the last queue is gone */
 void tpk_queues_close(TpkQueues *qs);
 TpkQueues *tpk_context_queues(TpkContext *ctx);
 
+/* ---- eager streams (eager.c) ---- */
+
+/* Before b's bytes are read (or written, `writing`) by anyone but a stream's
+ * own work: the stream whose work writes them runs it, and when writing,
+ * the streams whose work reads them run theirs. The error of that work, if
+ * any, is returned (and stays the stream's, for tpk_stream_sync). */
+TpkStatus tpk_buffer_settle(TpkBuffer *b, bool writing);
+/* A stream's holders: its caller, and each buffer its pending work writes. */
+void tpk_stream_retain(TpkStream *s);
+void tpk_stream_release(TpkStream *s);
+/* A context's streams, so that its end drops their pending work (no one
+ * could read what it writes: the memory goes). */
+typedef struct TpkStreams TpkStreams;
+TpkStreams *tpk_streams_new(void);
+void tpk_streams_free(TpkStreams *ss);
+void tpk_streams_close(TpkStreams *ss);
+TpkStreams *tpk_context_streams(const TpkContext *ctx);
+/* The launch's buffers settled (tpk_buffer_settle): inputs read, outputs written. */
+TpkStatus tpk_launch_settle(const TpkKernel *k, const TpkLaunch *L);
+/* tpk_kernel_launch and tpk_queue_launch without settling their buffers:
+ * a stream's own launches. */
+TpkStatus tpk_kernel_launch_unsettled(TpkKernel *k, const TpkLaunch *L);
+TpkStatus tpk_queue_submit(TpkQueue *q, TpkKernel *k, const TpkLaunch *L);
+
 /* ---- the cache of compiled units (units.c) ---- */
 
 typedef struct TpkUnits TpkUnits;
@@ -105,6 +129,7 @@ typedef struct TpkDriver TpkDriver;
 TpkStatus tpk_driver_new(const TpkFunc *driver, TpkKernel *(*callee)(void *ctx, const char *name), void *ctx,
                          TpkDriver **out);
 void tpk_driver_free(TpkDriver *d);
+int tpk_driver_calls(const TpkDriver *d);
 /* A launch of the graph on dev: `sizes` are the graph's shape symbols
  * (tpk_func_symbols order of the driver), args its inputs then outputs,
  * checked against its signature. */
@@ -128,6 +153,10 @@ TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *d
  * program compiled before for a func of its structure and name, from the
  * context's cache (a lookup of `kind`, a TpkUnitKind). */
 TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, int kind, TpkProgram **out);
+/* The same without the cache of graphs (the eager streams keep their own keys). */
+TpkStatus tpk_compile_graph(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, TpkProgram **out);
+/* How many kernels a launch of p's kernel runs: a compiled graph's calls, else 1. */
+int tpk_program_kernel_runs(const TpkProgram *p);
 
 /* The first word of a unit's key says what it is. */
 enum { TPK_UNIT_KEY_GENERIC = 1, TPK_UNIT_KEY_SPEC, TPK_UNIT_KEY_GRAPH, TPK_UNIT_KEY_WINDOW };

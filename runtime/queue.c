@@ -310,6 +310,12 @@ static char *copy_name(char **at, const char *name) {
 
 TpkStatus tpk_queue_launch(TpkQueue *q, TpkKernel *k, const TpkLaunch *L) {
   if (!q || !k || !L) return q_fail(TPK_ERR_INVALID, "tpk_queue_launch: no queue, kernel or launch");
+  /* what eager streams have pending on its buffers runs now, not after */
+  TpkStatus st = tpk_launch_settle(k, L);
+  return st == TPK_OK ? tpk_queue_submit(q, k, L) : st;
+}
+
+TpkStatus tpk_queue_submit(TpkQueue *q, TpkKernel *k, const TpkLaunch *L) {
   if (tpk_launch_check_counts(L, "tpk_queue_launch") != TPK_OK) return TPK_ERR_INVALID;
   /* A kernel runs on a queue of its own context: another context's end
    * would not wait for this queue, and its code would go under it. */

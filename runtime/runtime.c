@@ -172,6 +172,8 @@ struct TpkContext {
   TpkLogFn log;      /* tpk_context_set_log, under lock */
   void *log_user;
   TpkUnits *units;   /* the compiled units (units.c) */
+  TpkStreams *streams; /* eager streams (eager.c) */
+  _Atomic int eager_mode; /* TpkEagerMode of new streams */
   pthread_mutex_t lock; /* the lists below, and pool */
   TpkPool *pool;        /* started by the first launch that shares a grid */
   TpkDevice *devices;
@@ -227,9 +229,25 @@ TpkStatus tpk_context_create(TpkContext **out) {
     max_units = v;
   }
   ctx->units = tpk_units_new(max_units);
+  const char *eager = getenv("TPK_EAGER");
+  TpkEagerMode mode = TPK_EAGER_STRICT;
+  if (eager && *eager) {
+    int m = 0;
+    while (m < 3 && strcmp(eager, tpk_eager_mode_name((TpkEagerMode)m)) != 0) m++;
+    if (m == 3) {
+      tpk_units_free(ctx->units);
+      tpk_jit_destroy(ctx->jit);
+      free(ctx);
+      return tpk_runtime_fail(TPK_ERR_INVALID, "TPK_EAGER=%s: expected debug, strict or fused", eager);
+    }
+    mode = (TpkEagerMode)m;
+  }
+  atomic_init(&ctx->eager_mode, (int)mode);
+  ctx->streams = tpk_streams_new();
   ctx->std_programs = calloc((size_t)(tpk_std_nfiles ? tpk_std_nfiles : 1), sizeof *ctx->std_programs);
-  if (!ctx->units || !ctx->std_programs || tpk_queues_create(&ctx->queues) != TPK_OK) {
+  if (!ctx->units || !ctx->streams || !ctx->std_programs || tpk_queues_create(&ctx->queues) != TPK_OK) {
     tpk_units_free(ctx->units);
+    tpk_streams_free(ctx->streams);
     free(ctx->std_programs);
     tpk_jit_destroy(ctx->jit);
     free(ctx);
@@ -337,6 +355,7 @@ static void context_free(TpkContext *ctx) {
   }
   tpk_queues_destroy(ctx->queues);
   tpk_units_free(ctx->units);
+  tpk_streams_free(ctx->streams);
   pthread_rwlock_destroy(&ctx->running);
   pthread_mutex_destroy(&ctx->lock);
   free(ctx->std_programs);
@@ -352,6 +371,7 @@ void tpk_context_release(TpkContext *ctx) {
  * what it compiled, its threads. The handles stay valid to destroy. */
 void tpk_context_destroy(TpkContext *ctx) {
   if (!ctx || atomic_exchange(&ctx->closed, true)) return;
+  tpk_streams_close(ctx->streams);
   tpk_queues_close(ctx->queues);
   pthread_rwlock_wrlock(&ctx->running);
   pthread_mutex_lock(&ctx->lock);
@@ -578,6 +598,23 @@ TpkContext *tpk_program_context(const TpkProgram *p) { return p->ctx; }
 const TpkFunc *tpk_kernel_ir(const TpkKernel *k) { return k->f; }
 TpkJit *tpk_context_jit(const TpkContext *ctx) { return ctx->jit; }
 TpkUnits *tpk_context_units(const TpkContext *ctx) { return ctx->units; }
+TpkStreams *tpk_context_streams(const TpkContext *ctx) { return ctx->streams; }
+int tpk_program_kernel_runs(const TpkProgram *p) { return p->driver ? tpk_driver_calls(p->driver) : 1; }
+
+const char *tpk_eager_mode_name(TpkEagerMode mode) {
+  static const char *const names[] = {"debug", "strict", "fused"};
+  return (unsigned)mode < 3 ? names[mode] : "?";
+}
+
+TpkStatus tpk_context_set_eager_mode(TpkContext *ctx, TpkEagerMode mode) {
+  if (!ctx || (unsigned)mode >= 3) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_context_set_eager_mode: no context or no such mode %d", (int)mode);
+  atomic_store(&ctx->eager_mode, (int)mode);
+  return TPK_OK;
+}
+
+TpkEagerMode tpk_context_eager_mode(const TpkContext *ctx) {
+  return ctx ? (TpkEagerMode)atomic_load(&((TpkContext *)ctx)->eager_mode) : TPK_EAGER_STRICT;
+}
 
 int tpk_program_kernel_count(const TpkProgram *p) { return p ? p->nkernels : 0; }
 const char *tpk_program_kernel_name(const TpkProgram *p, int i) {
@@ -1142,8 +1179,25 @@ static void copy_text(char *dst, size_t size, const char *src) {
   dst[n] = 0;
 }
 
+/* Work of eager streams on the launch's buffers runs first: what writes
+ * its inputs, and what reads its outputs. */
+TpkStatus tpk_launch_settle(const TpkKernel *k, const TpkLaunch *L) {
+  for (int i = 0; L->args && i < k->f->nparams; i++) {
+    TpkBuffer *b = L->args[i];
+    if (!b || (!tpk_buffer_pending(b) && !tpk_buffer_read_pending(b))) continue;
+    TpkStatus st = tpk_buffer_settle(b, k->f->params[i].role != TPK_PARAM_IN);
+    if (st != TPK_OK) return st;
+  }
+  return TPK_OK;
+}
+
 TpkStatus tpk_kernel_launch(TpkKernel *k, const TpkLaunch *L) {
   if (!k || !L) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_kernel_launch: no kernel or no launch");
+  TpkStatus st = tpk_launch_settle(k, L);
+  return st == TPK_OK ? tpk_kernel_launch_unsettled(k, L) : st;
+}
+
+TpkStatus tpk_kernel_launch_unsettled(TpkKernel *k, const TpkLaunch *L) {
   if (tpk_launch_check_counts(L, "tpk_kernel_launch") != TPK_OK) return TPK_ERR_INVALID;
   TpkContext *ctx = k->prog->ctx;
   pthread_rwlock_rdlock(&ctx->running);

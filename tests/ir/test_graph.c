@@ -795,6 +795,9 @@ static void test_promotion(void **state) {
       {"sub", 2, {.kind = TPK_ARG_VALUE, .value = 3}, "i32[4]"},
       {"rsub", 3, {.kind = TPK_ARG_INT, .i = 1}, "u8[4]"},
       {"where", -1, {.kind = TPK_ARG_NONE}, "f32[4]"},
+      /* a number for a named overload's Tensor, as FX graphs write it: the Scalar overload */
+      {"add.Tensor", 2, {.kind = TPK_ARG_INT, .i = 3}, "i32[4]"},
+      {"mul.Tensor", 1, {.kind = TPK_ARG_FLOAT, .f = 2.5}, "bf16[4]"},
   };
   for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++) {
     int r;

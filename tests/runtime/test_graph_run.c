@@ -302,6 +302,41 @@ static void test_compiled_graph_serves_every_size(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* select_backward scatters its gradient at an index that is a rank-0
+ * constant reshaped to [1] inside a cluster: the C emitter copied the
+ * scalar as if it were memory (a crash). */
+static void test_scalar_reshaped_in_a_cluster(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  TpkGraph *g;
+  int x, y, n;
+  CHECK(tpk_graph_create(ctx, "scatter_row", &g));
+  CHECK(tpk_graph_input(g, TPK_F32, 2, (const char *[]){"3", "5"}, &x));
+  CHECK(tpk_graph_op(g, "select_backward",
+                     (TpkArg[]){tpk_arg_value(x), tpk_arg_ints(3, (int64_t[]){3, 4, 5}), tpk_arg_int(1), tpk_arg_int(2)}, 4, &y, 1, &n));
+  CHECK(tpk_graph_output(g, y));
+  TpkProgram *p;
+  CHECK(tpk_graph_compile(g, &p));
+  TpkKernel *k;
+  TpkDevice *host;
+  CHECK(tpk_program_kernel(p, "scatter_row", &k));
+  CHECK(tpk_device_open(ctx, "host", &host));
+  TpkBuffer *in = buffer(host, 2, (int64_t[]){3, 5}), *out = buffer(host, 3, (int64_t[]){3, 4, 5});
+  fill(in, 3);
+  TpkLaunch L = {.args = (TpkBuffer *[]){in, out}};
+  CHECK(tpk_kernel_launch(k, &L));
+  const float *iv = tpk_buffer_data(in), *ov = tpk_buffer_data(out);
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 4; b++)
+      for (int c = 0; c < 5; c++) assert_true(ov[(a * 4 + b) * 5 + c] == (b == 2 ? iv[a * 5 + c] : 0.0f));
+  tpk_buffer_destroy(in);
+  tpk_buffer_destroy(out);
+  tpk_program_destroy(p);
+  tpk_graph_destroy(g);
+  tpk_context_destroy(ctx);
+}
+
 static void log_to(void *user, const char *text) { tpk_str_puts(user, text); }
 
 /* TPK_DUMP_IR=1: the graph before fusion and its driver and clusters go to
@@ -347,6 +382,7 @@ int main(void) {
       cmocka_unit_test(test_sim_sums_the_calls),
       cmocka_unit_test(test_compiled_graph_serves_every_size),
       cmocka_unit_test(test_dump_ir_goes_to_the_log),
+      cmocka_unit_test(test_scalar_reshaped_in_a_cluster),
   };
   return test_run_tests(tests);
 }

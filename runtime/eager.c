@@ -1,0 +1,1516 @@
+/*
+ * eager.c — eager streams (tpk.h, "Eager streams"): ATen ops submitted one
+ * at a time on buffers, run in one of three modes.
+ *
+ * Every op is first looked up by its *key*: its name, its arguments and its
+ * operands' dtypes, with sizes by their symbolic form — each distinct size
+ * (above 1) of its operands is a symbol s0, s1, ... in order of appearance,
+ * and an int argument of a SymInt parameter that equals a symbol (or a
+ * product of two) is that symbol. The unit under that key (units.c) holds
+ * the op's one-op graph (ir/graph.h), built on the first sight of the key,
+ * whose result types give the new output buffers' shapes at once. So an op
+ * seen before builds nothing, and the same op at another sequence length
+ * is the same key.
+ *
+ * Some ops do not build with every size symbolic: view(x: [S, 48], [S, 3,
+ * 16]) needs 48 = 3 * 16. Sizes then follow a policy, tried in turn, each
+ * a key of its own (a failed build is a unit too, so it is tried once):
+ * every size symbolic; only the sizes its int arguments name (S here;
+ * 48 constant); none. A fused window keeps constant every size one of its
+ * ops needed constant, and gives symbols to the rest when it runs.
+ *
+ * Scalars that change every step (a learning rate, Adam's bias
+ * corrections) must not make every op or window new: a float argument of
+ * an ATen `Scalar` parameter (add's alpha, mul's other, addcmul's value,
+ * lerp's weight; a kernel's float scalars) is passed as a rank-0 f32 input
+ * of the graph, not a constant, and is no part of any key. Floats of
+ * `float` parameters (layer norm's eps) and ints (dims, integer scalars)
+ * are constants, in the key. Which parameters take a rank-0 value, and
+ * which take symbolic sizes, is learnt from the builder on the first sight
+ * of an op's argument layout (the layout unit: names and kinds of its
+ * arguments) by building the op with each candidate argument lifted.
+ *
+ *   debug   the op's graph, compiled with one cluster per op
+ *           (TPK_FUSE_NONE, cached by key), runs at once; float outputs
+ *           are checked for NaN and Inf, and any error names the op, its
+ *           operands' shapes and dtypes and its position ("op #12");
+ *   strict  the same program is queued on the stream's queue, one launch
+ *           per op; a sync waits for the queue, and the first op whose
+ *           launch did not finish is the one its error names;
+ *   fused   the op is recorded in the stream's window (its arguments
+ *           copied, tensors as window values). At a sync, or when the
+ *           window holds WINDOW_OPS ops, the window's key — its inputs'
+ *           dtypes and symbolic shapes, each op's name and arguments with
+ *           tensors as window values and sizes in the window's symbols,
+ *           and which results are outputs — is looked up; a miss builds
+ *           the window as one graph (inputs: the buffers it read but did
+ *           not produce, and the lifted scalars; outputs: the buffers it
+ *           produced that someone still holds: a buffer destroyed before
+ *           the sync is not computed at all), fused (TPK_FUSE_ALL) and
+ *           compiled; then it runs as one launch.
+ *
+ * Pending buffers. An op's outputs are new buffers, allocated at once; their
+ * bytes are marked pending (device.h: the storage names the stream, which
+ * it holds) until the work writing them has run, and the buffers the
+ * pending work reads are marked read. Reading or writing a buffer's bytes
+ * from outside (tpk_buffer_read / _write / _data, a kernel launch, another
+ * stream's op) settles it first: the stream whose work writes it syncs, and
+ * before a write, the streams whose work reads it. A stream's lock covers
+ * its window and queue; no stream's lock is held while another stream is
+ * synced, so two streams on two threads cannot deadlock.
+ *
+ * Lifetimes. A stream holds its context; the window holds the buffers it
+ * reads and produces until it has run (destroying them meanwhile is safe);
+ * a pending mark holds the stream. tpk_stream_destroy syncs. The context's
+ * end drops the work of its streams: the memory it would write goes with
+ * the context, so nobody could see it run (a strict stream's queue still
+ * runs what was queued); ops on the stream are refused afterwards.
+ */
+#include "runtime/device.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host/prims.h"
+#include "ir/graph.h"
+
+enum {
+  WINDOW_OPS = 256, /* a fused window runs when it holds this many ops */
+  MAX_ARGS = 24,    /* arguments of one op */
+  MAX_OUTS = 16,    /* results of one op */
+  MAX_OPERANDS = 64, /* tensors of one op */
+  MAX_SYMS = 64,
+  MAX_KEY = 1 << 16 /* words of a window's key */
+};
+
+/* What a unit's key starts with (beyond TPK_UNIT_KEY_WINDOW: eager's own). */
+enum { KEY_LAYOUT = 101, KEY_OPTYPE, KEY_OPPROG };
+
+/* ---- keys ------------------------------------------------------------------------ */
+
+typedef struct Key {
+  uint64_t *w;
+  int n, cap;
+  bool failed;
+} Key;
+
+static void key_put(Key *k, uint64_t word) {
+  if (k->n == k->cap) {
+    int cap = k->cap ? 2 * k->cap : 256;
+    uint64_t *w = cap <= MAX_KEY ? realloc(k->w, sizeof *w * (size_t)cap) : NULL;
+    if (!w) {
+      k->failed = true;
+      return;
+    }
+    k->w = w;
+    k->cap = cap;
+  }
+  k->w[k->n++] = word;
+}
+
+/* A string, exactly: its length, then its bytes eight to a word. */
+static void key_str(Key *k, const char *s) {
+  size_t len = s ? strlen(s) : (size_t)-1;
+  key_put(k, (uint64_t)len);
+  for (size_t i = 0; s && i < len; i += 8) {
+    uint64_t w = 0;
+    memcpy(&w, s + i, len - i < 8 ? len - i : 8);
+    key_put(k, w);
+  }
+}
+
+static void key_free(Key *k) {
+  free(k->w);
+  *k = (Key){0};
+}
+
+/* ---- sizes by their symbolic form ----------------------------------------------- */
+
+/* s0, s1, ...: each distinct size above 1, in order of appearance, but
+ * the sizes kept constant. */
+typedef struct Syms {
+  int n;
+  int64_t v[MAX_SYMS];
+  int nconst;
+  int64_t consts[MAX_SYMS];
+} Syms;
+
+static bool is_const(const Syms *t, int64_t v) {
+  for (int i = 0; i < t->nconst; i++)
+    if (t->consts[i] == v) return true;
+  return false;
+}
+
+static void add_const(Syms *t, int64_t v) {
+  if (v > 1 && !is_const(t, v) && t->nconst < MAX_SYMS) t->consts[t->nconst++] = v;
+}
+
+static int sym_find(const Syms *t, int64_t v) {
+  for (int i = 0; i < t->n; i++)
+    if (t->v[i] == v) return i;
+  return -1;
+}
+
+/* A tensor's dim as a word: a constant (0 or 1, or any size when the
+ * table is full) or a symbol, added when new. */
+static uint64_t dim_word(Syms *t, int64_t v) {
+  int k = v > 1 && !is_const(t, v) ? sym_find(t, v) : -1;
+  if (v > 1 && k < 0 && !is_const(t, v) && t->n < MAX_SYMS) {
+    k = t->n;
+    t->v[t->n++] = v;
+  }
+  return k >= 0 ? (uint64_t)k << 1 | 1 : (uint64_t)v << 1;
+}
+
+/* The text of dim word w in a builder ("s3", "1"). */
+static void dim_text(uint64_t w, const Syms *t, char *buf, size_t n) {
+  if (w & 1) snprintf(buf, n, "s%d", (int)(w >> 1));
+  else snprintf(buf, n, "%" PRId64, (int64_t)(w >> 1));
+  (void)t;
+}
+
+/* An int argument of a SymInt parameter by its symbolic form: a symbol,
+ * a product of two, or itself. Writes the text ("s0*s2") into buf, or ""
+ * for a constant; returns the key word of its form. */
+static uint64_t int_form(const Syms *t, int64_t v, char *buf, size_t n) {
+  buf[0] = 0;
+  if (v <= 1 || is_const(t, v)) return (uint64_t)v << 2;
+  int k = sym_find(t, v);
+  if (k >= 0) {
+    snprintf(buf, n, "s%d", k);
+    return (uint64_t)k << 2 | 1;
+  }
+  for (int a = 0; a < t->n; a++)
+    for (int b = a; b < t->n; b++)
+      if (t->v[a] * t->v[b] == v && v / t->v[a] == t->v[b]) {
+        snprintf(buf, n, "s%d*s%d", a, b);
+        return ((uint64_t)a << 16 | (uint64_t)b) << 2 | 2;
+      }
+  return (uint64_t)v << 2;
+}
+
+static bool sym_lookup(void *ctx, const char *sym, int64_t *value) {
+  const Syms *t = ctx;
+  char *end;
+  long k = sym[0] == 's' ? strtol(sym + 1, &end, 10) : -1;
+  if (k < 0 || k >= t->n || *end) return false;
+  *value = t->v[k];
+  return true;
+}
+
+/* ---- arguments as the builder takes them ------------------------------------------ */
+
+/* Which arguments of an op's layout (its arguments' names and kinds) the
+ * builder takes lifted: floats as rank-0 values, ints as symbolic sizes. */
+typedef struct Layout {
+  bool lift[MAX_ARGS];
+} Layout;
+
+/* An op's arguments rewritten for a builder: tensors as value ids, lifted
+ * floats as ids of rank-0 inputs, ints of SymInt parameters in the sizes'
+ * symbolic form; strings and lists copied into `arena`. The ids come from
+ * the Binder; the key words of the arguments go to `key`. */
+typedef struct Binder {
+  int (*tensor)(void *ctx, TpkBuffer *b); /* the value id of a tensor operand (-1: failed) */
+  int (*scalar)(void *ctx, double v);     /* the value id of a new rank-0 input holding v */
+  void *ctx;
+  const Syms *syms;
+  TpkArena *arena;
+  bool probe; /* an int lifted is given as a symbolic size even when it is a constant */
+  /* ints lifted are symbolic only where the argument marks them so (a
+   * non-NULL sym, syms[j]): as the op alone decided, in a window */
+  bool marked;
+} Binder;
+
+static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const Binder *b, TpkArg *out, Key *key) {
+  for (int i = 0; i < nargs; i++) {
+    const TpkArg *a = &in[i];
+    TpkArg *o = &out[i];
+    *o = (TpkArg){.name = a->name ? tpk_arena_strdup(b->arena, a->name) : NULL, .kind = a->kind};
+    key_str(key, a->name);
+    key_put(key, (uint64_t)a->kind);
+    bool lift = lay && lay->lift[i];
+    switch (a->kind) {
+    case TPK_ARG_NONE: break;
+    case TPK_ARG_VALUE:
+      if ((o->value = b->tensor(b->ctx, a->buffer)) < 0) return TPK_ERR_INVALID;
+      key_put(key, (uint64_t)o->value);
+      break;
+    case TPK_ARG_VALUES: {
+      int *ids = tpk_arena_alloc(b->arena, sizeof *ids * (size_t)(a->n + 1));
+      if (!ids) return TPK_ERR_NOMEM;
+      key_put(key, (uint64_t)a->n);
+      for (int j = 0; j < a->n; j++) {
+        if ((ids[j] = b->tensor(b->ctx, a->buffers ? a->buffers[j] : NULL)) < 0) return TPK_ERR_INVALID;
+        key_put(key, (uint64_t)ids[j]);
+      }
+      o->n = a->n;
+      o->values = ids;
+      break;
+    }
+    case TPK_ARG_FLOAT:
+      if (lift) {
+        o->kind = TPK_ARG_VALUE;
+        if ((o->value = b->scalar(b->ctx, a->f)) < 0) return TPK_ERR_NOMEM;
+        key_put(key, 1); /* a lifted scalar: its value is no part of the key */
+      } else {
+        o->f = a->f;
+        uint64_t bits;
+        memcpy(&bits, &a->f, sizeof bits);
+        key_put(key, bits);
+      }
+      break;
+    case TPK_ARG_INT:
+    case TPK_ARG_BOOL:
+      o->i = a->i;
+      if (a->kind == TPK_ARG_INT && (lift || a->sym) && !(b->marked && !a->sym)) {
+        char text[64];
+        uint64_t form = int_form(b->syms, a->i, text, sizeof text);
+        /* a size given symbolically is taken as its value: the symbols
+         * here are the stream's, by value */
+        key_put(key, form);
+        if (!text[0] && b->probe) snprintf(text, sizeof text, "%" PRId64, a->i);
+        if (text[0] && !(o->sym = tpk_arena_strdup(b->arena, text))) return TPK_ERR_NOMEM;
+      } else {
+        key_put(key, (uint64_t)a->i);
+      }
+      break;
+    case TPK_ARG_INTS: {
+      int64_t *ints = tpk_arena_alloc(b->arena, sizeof *ints * (size_t)(a->n + 1));
+      const char **syms = lift || a->syms ? tpk_arena_alloc(b->arena, sizeof *syms * (size_t)(a->n + 1)) : NULL;
+      if (!ints || ((lift || a->syms) && !syms)) return TPK_ERR_NOMEM;
+      key_put(key, (uint64_t)a->n);
+      for (int j = 0; j < a->n; j++) {
+        ints[j] = a->ints[j];
+        if (!syms || (b->marked && !(a->syms && a->syms[j]))) {
+          key_put(key, (uint64_t)a->ints[j]);
+          continue;
+        }
+        char text[64];
+        key_put(key, int_form(b->syms, a->ints[j], text, sizeof text));
+        if (text[0] && !(syms[j] = tpk_arena_strdup(b->arena, text))) return TPK_ERR_NOMEM;
+      }
+      o->n = a->n;
+      o->ints = ints;
+      o->syms = syms;
+      break;
+    }
+    case TPK_ARG_DTYPE:
+      o->dtype = a->dtype;
+      key_put(key, (uint64_t)a->dtype);
+      break;
+    case TPK_ARG_STR:
+      if (a->str && !(o->str = tpk_arena_strdup(b->arena, a->str))) return TPK_ERR_NOMEM;
+      key_str(key, a->str);
+      break;
+    }
+  }
+  return TPK_OK;
+}
+
+/* ---- an op --------------------------------------------------------------------------- */
+
+/* What one submitted op is: the ATen op or kernel, its arguments, and its
+ * operands (the buffers its VALUE and VALUES arguments name, in order). */
+typedef struct Op {
+  const char *name;   /* the ATen op, or NULL for: */
+  TpkKernel *kernel;  /* a kernel call */
+  uint64_t kernel_id[3]; /* its IR's hash and name */
+  const TpkArg *args;
+  int nargs;
+  TpkBuffer *operands[MAX_OPERANDS];
+  int noperands;
+  int64_t position;
+} Op;
+
+/* How an op's sizes are keyed and built, tried in this order. */
+typedef enum Policy {
+  SIZES_SYMBOLIC, /* every size above 1 a symbol */
+  SIZES_NAMED,    /* only the sizes its int arguments name (as themselves or a factor of a product of two) */
+  SIZES_CONSTANT, /* none */
+  NPOLICIES
+} Policy;
+
+/* "add", "kernel 'softmax'", for messages. */
+static const char *op_label(const Op *op, char *buf, size_t n) {
+  if (op->name) return op->name;
+  snprintf(buf, n, "kernel '%s'", tpk_kernel_ir(op->kernel)->name);
+  return buf;
+}
+
+/* "op #12 'add' (f32[4,8], f32[8])" */
+static void op_describe(const Op *op, TpkStr *s) {
+  char label[160];
+  tpk_str_printf(s, "op #%" PRId64 " '%s' (", op->position, op_label(op, label, sizeof label));
+  for (int i = 0; i < op->noperands; i++) {
+    const TpkBuffer *b = op->operands[i];
+    tpk_str_printf(s, "%s%s[", i ? ", " : "", tpk_dtype_name(b->dtype));
+    for (int d = 0; d < b->rank; d++) tpk_str_printf(s, "%s%" PRId64, d ? "," : "", b->shape[d]);
+    tpk_str_puts(s, "]");
+  }
+  tpk_str_puts(s, ")");
+}
+
+/* Fail with the op's description before the message. */
+static TpkStatus op_fail(const Op *op, TpkStatus st, const char *message) {
+  TpkStr s = {0};
+  op_describe(op, &s);
+  tpk_runtime_fail(st, "%s: %s", s.data ? s.data : "op", message);
+  tpk_str_free(&s);
+  return st;
+}
+
+/* The words of the op itself: its name (or kernel), its arguments' names
+ * and kinds. */
+static void layout_key(const Op *op, Key *k) {
+  key_put(k, KEY_LAYOUT);
+  if (op->name) key_str(k, op->name);
+  else for (int i = 0; i < 3; i++) key_put(k, op->kernel_id[i]);
+  key_put(k, (uint64_t)op->nargs);
+  for (int i = 0; i < op->nargs; i++) {
+    key_str(k, op->args[i].name);
+    key_put(k, (uint64_t)op->args[i].kind);
+    if (op->args[i].kind == TPK_ARG_VALUES || op->args[i].kind == TPK_ARG_INTS) key_put(k, (uint64_t)op->args[i].n);
+  }
+}
+
+/* The sizes an op keeps constant under policy p (into t->consts). */
+static void op_consts(const Op *op, const Layout *lay, Policy p, Syms *t) {
+  *t = (Syms){0};
+  if (p == SIZES_SYMBOLIC) return;
+  int64_t sizes[MAX_SYMS];
+  int n = 0;
+  for (int i = 0; i < op->noperands; i++)
+    for (int d = 0; d < op->operands[i]->rank; d++) {
+      int64_t v = op->operands[i]->shape[d];
+      bool seen = v <= 1;
+      for (int j = 0; j < n && !seen; j++) seen = sizes[j] == v;
+      if (!seen && n < MAX_SYMS) sizes[n++] = v;
+    }
+  bool named[MAX_SYMS] = {0};
+  for (int i = 0; p == SIZES_NAMED && i < op->nargs; i++) {
+    const TpkArg *a = &op->args[i];
+    if (!lay->lift[i] || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
+    for (int e = 0; e < (a->kind == TPK_ARG_INT ? 1 : a->n); e++) {
+      int64_t x = a->kind == TPK_ARG_INT ? a->i : a->ints[e];
+      for (int u = 0; u < n; u++) {
+        named[u] |= sizes[u] == x;
+        for (int w = 0; w < n; w++)
+          if (sizes[u] * sizes[w] == x) named[u] = named[w] = true;
+      }
+    }
+  }
+  for (int u = 0; u < n; u++)
+    if (!named[u]) add_const(t, sizes[u]);
+}
+
+/* The op's sizes as symbols under policy p: its operands' dims in order. */
+static void op_syms(const Op *op, const Layout *lay, Policy p, Syms *t) {
+  op_consts(op, lay, p, t);
+  for (int i = 0; i < op->noperands; i++)
+    for (int d = 0; d < op->operands[i]->rank; d++) dim_word(t, op->operands[i]->shape[d]);
+}
+
+static int operand_id(void *ctx, TpkBuffer *b) {
+  const Op *op = ctx;
+  for (int i = 0; i < op->noperands; i++)
+    if (op->operands[i] == b) return i;
+  return -1;
+}
+
+/* Building an op alone: its operands are inputs, then one rank-0 f32
+ * input per lifted scalar. */
+typedef struct Alone {
+  const Op *op;
+  TpkGraphBuilder *gb; /* NULL: ids only (a key) */
+  TpkValue *values[MAX_OPERANDS + MAX_ARGS];
+  int nvalues;
+  TpkError *err;
+} Alone;
+
+static int alone_tensor(void *ctx, TpkBuffer *b) { return operand_id((void *)((Alone *)ctx)->op, b); }
+
+static int alone_scalar(void *ctx, double v) {
+  (void)v;
+  Alone *a = ctx;
+  if (a->nvalues == MAX_OPERANDS + MAX_ARGS) return -1;
+  if (a->gb && tpk_gb_input(a->gb, TPK_F32, 0, NULL, &a->values[a->nvalues], a->err) != TPK_OK) return -1;
+  return a->nvalues++;
+}
+
+/* The op's key words under policy p, its layout's lifts applied. */
+static TpkStatus op_key(const Op *op, const Layout *lay, Policy p, Key *k) {
+  key_put(k, KEY_OPTYPE);
+  key_put(k, (uint64_t)p);
+  layout_key(op, k);
+  Syms syms;
+  op_consts(op, lay, p, &syms);
+  for (int i = 0; i < op->noperands; i++) {
+    const TpkBuffer *b = op->operands[i];
+    key_put(k, (uint64_t)b->dtype);
+    key_put(k, (uint64_t)b->rank);
+    for (int d = 0; d < b->rank; d++) key_put(k, dim_word(&syms, b->shape[d]));
+  }
+  TpkArena arena;
+  tpk_arena_init(&arena, 0);
+  TpkArg args[MAX_ARGS];
+  Alone a = {.op = op, .nvalues = op->noperands};
+  Binder binder = {alone_tensor, alone_scalar, &a, &syms, &arena, false};
+  TpkStatus st = bind_args(op->args, op->nargs, lay, &binder, args, k);
+  tpk_arena_free(&arena);
+  if (st == TPK_OK && k->failed) st = TPK_ERR_NOMEM;
+  return st == TPK_OK ? TPK_OK : tpk_runtime_fail(st, "out of memory");
+}
+
+/* The op built alone under policy p, with lay's arguments lifted (probe:
+ * an int lifted is given as a symbolic size even when constant): its
+ * results (NULL: one ATen leaves undefined) are the graph's outputs. */
+static TpkStatus build_alone(const Op *op, const Layout *lay, Policy p, bool probe, TpkGraphBuilder **gbp,
+                             const TpkType **types, int *ntypes, TpkError *err) {
+  *ntypes = 0;
+  TpkGraphBuilder *gb = *gbp = tpk_gb_new(op->name ? "eager_op" : "eager_call");
+  if (!gb) return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  Alone a = {.op = op, .gb = gb, .err = err};
+  Syms syms;
+  op_syms(op, lay, p, &syms);
+  for (int i = 0; i < op->noperands; i++) {
+    const TpkBuffer *b = op->operands[i];
+    const TpkDim *dims[TPK_MAX_RANK];
+    for (int d = 0; d < b->rank; d++) {
+      char text[32];
+      dim_text(dim_word(&syms, b->shape[d]), &syms, text, sizeof text);
+      if (!(dims[d] = tpk_gb_dim(gb, text, err))) return err->code;
+    }
+    if (tpk_gb_input(gb, b->dtype, b->rank, dims, &a.values[i], err) != TPK_OK) return err->code;
+  }
+  a.nvalues = op->noperands;
+  TpkArena arena;
+  tpk_arena_init(&arena, 0);
+  TpkArg args[MAX_ARGS];
+  Key scratch = {0};
+  Binder binder = {alone_tensor, alone_scalar, &a, &syms, &arena, probe};
+  TpkStatus st = bind_args(op->args, op->nargs, lay, &binder, args, &scratch);
+  key_free(&scratch);
+  TpkValue *outs[MAX_OUTS];
+  int nouts = 0;
+  if (st != TPK_OK) st = err->code ? err->code : tpk_error(err, st, "out of memory");
+  else if (op->name) st = tpk_gb_op(gb, op->name, args, op->nargs, a.values, a.nvalues, outs, MAX_OUTS, &nouts, err);
+  else st = tpk_gb_call(gb, tpk_kernel_ir(op->kernel), args, op->nargs, a.values, a.nvalues, outs, MAX_OUTS, &nouts, err);
+  tpk_arena_free(&arena);
+  if (st == TPK_OK && nouts > MAX_OUTS) st = tpk_error(err, TPK_ERR_UNSUPPORTED, "more than %d results", MAX_OUTS);
+  for (int i = 0; st == TPK_OK && i < nouts; i++) {
+    types[i] = outs[i] ? outs[i]->type : NULL;
+    if (outs[i]) st = tpk_gb_output(gb, outs[i], err);
+  }
+  if (st == TPK_OK) *ntypes = nouts;
+  return st;
+}
+
+static void layout_free(void *p) { free(p); }
+
+/* The layout of op's arguments: built once with nothing lifted and its
+ * sizes constant (an error there is the op's), then once per float or int
+ * argument lifted alone (an int given as a symbolic size). */
+static TpkStatus find_layout(TpkContext *ctx, const Op *op, TpkUnit **out) {
+  Key k = {0};
+  layout_key(op, &k);
+  if (k.failed) {
+    key_free(&k);
+    return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  }
+  TpkUnits *units = tpk_context_units(ctx);
+  bool claimed;
+  TpkStatus st = tpk_units_get(units, -1, k.w, k.n, out, &claimed);
+  key_free(&k);
+  if (st != TPK_OK || !claimed) return st;
+  Layout *lay = calloc(1, sizeof *lay);
+  TpkError err = {0};
+  const TpkType *types[MAX_OUTS];
+  int n;
+  TpkGraphBuilder *gb = NULL;
+  st = lay ? build_alone(op, lay, SIZES_CONSTANT, false, &gb, types, &n, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+  tpk_gb_free(gb);
+  for (int i = 0; st == TPK_OK && i < op->nargs; i++) {
+    TpkArgKind kind = op->args[i].kind;
+    if (kind != TPK_ARG_FLOAT && kind != TPK_ARG_INT && kind != TPK_ARG_INTS) continue;
+    Layout probe = {0};
+    probe.lift[i] = true;
+    TpkError perr = {0};
+    gb = NULL;
+    lay->lift[i] = build_alone(op, &probe, SIZES_CONSTANT, true, &gb, types, &n, &perr) == TPK_OK;
+    tpk_gb_free(gb);
+  }
+  if (st != TPK_OK) {
+    free(lay);
+    tpk_unit_abandon(units, *out);
+    *out = NULL;
+    return op_fail(op, err.code ? err.code : TPK_ERR_INVALID, err.message);
+  }
+  tpk_unit_ready(units, *out, lay, layout_free);
+  return TPK_OK;
+}
+
+/* An op's graph under one policy: its result types (dims in its symbols),
+ * or that it does not build so (try the next policy). */
+typedef struct OpGraph {
+  bool failed;
+  Policy policy;
+  TpkGraphBuilder *gb;
+  int nouts;
+  const TpkType *types[MAX_OUTS]; /* NULL: an output ATen leaves undefined */
+} OpGraph;
+
+static void op_graph_free(void *p) {
+  OpGraph *g = p;
+  tpk_gb_free(g->gb);
+  free(g);
+}
+
+static void program_free(void *p) { tpk_program_release(p); }
+
+/* The op's graph under the first policy it builds with (its key left in
+ * key); an error when it builds under none. */
+static TpkStatus find_op_graph(TpkContext *ctx, const Op *op, const Layout *lay, Key *key, TpkUnit **out) {
+  TpkUnits *units = tpk_context_units(ctx);
+  for (Policy p = 0; p < NPOLICIES; p++) {
+    key->n = 0;
+    TpkStatus st = op_key(op, lay, p, key);
+    bool claimed;
+    if (st == TPK_OK) st = tpk_units_get(units, -1, key->w, key->n, out, &claimed);
+    if (st != TPK_OK) return st;
+    if (!claimed) {
+      if (!((OpGraph *)tpk_unit_payload(*out))->failed) return TPK_OK;
+      tpk_unit_release(*out);
+      *out = NULL;
+      continue;
+    }
+    OpGraph *g = calloc(1, sizeof *g);
+    TpkError err = {0};
+    st = g ? build_alone(op, lay, p, false, &g->gb, g->types, &g->nouts, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+    if (st != TPK_OK && g && p + 1 < NPOLICIES && st != TPK_ERR_NOMEM) { /* the next policy */
+      tpk_gb_free(g->gb);
+      *g = (OpGraph){.failed = true, .policy = p};
+      tpk_unit_ready(units, *out, g, op_graph_free);
+      tpk_unit_release(*out);
+      *out = NULL;
+      continue;
+    }
+    if (st != TPK_OK) {
+      if (g) op_graph_free(g);
+      tpk_unit_abandon(units, *out);
+      *out = NULL;
+      return op_fail(op, err.code ? err.code : TPK_ERR_INVALID, err.message);
+    }
+    g->policy = p;
+    tpk_unit_ready(units, *out, g, op_graph_free);
+    return TPK_OK;
+  }
+  return op_fail(op, TPK_ERR_INTERNAL, "builds under no policy of sizes");
+}
+
+/* The op's program (debug and strict): its graph, one cluster per op,
+ * under the graph's key. */
+static TpkStatus find_op_program(TpkContext *ctx, const Op *op, const OpGraph *g, Key *key, TpkUnit **out, bool *built) {
+  key->w[0] = KEY_OPPROG;
+  TpkUnits *units = tpk_context_units(ctx);
+  bool claimed;
+  TpkStatus st = tpk_units_get(units, TPK_UNIT_EAGER, key->w, key->n, out, &claimed);
+  key->w[0] = KEY_OPTYPE;
+  *built = claimed;
+  if (st != TPK_OK || !claimed) return st;
+  TpkProgram *p;
+  st = tpk_compile_graph(ctx, tpk_gb_func(g->gb), TPK_FUSE_NONE, &p);
+  if (st != TPK_OK) {
+    tpk_unit_abandon(units, *out);
+    *out = NULL;
+    char *why = strdup(tpk_last_error());
+    op_fail(op, st, why ? why : "out of memory");
+    free(why);
+    return st;
+  }
+  tpk_unit_ready(units, *out, p, program_free);
+  return TPK_OK;
+}
+
+/* ---- streams -------------------------------------------------------------------- */
+
+/* A buffer the stream's pending work writes (wrote) or reads. */
+typedef struct Mark {
+  TpkBuffer *buf; /* held */
+  bool wrote;
+} Mark;
+
+/* A strict stream's op on its queue: what names it if it fails. */
+typedef struct Queued {
+  int64_t position;
+  char op[64];
+  int kernels; /* its program's kernels */
+  TpkLaunchResult result; /* tier stays NULL unless the launch finished */
+  struct Queued *next;
+} Queued;
+
+/* A buffer a fused window reads but did not produce (an input), or one it
+ * produced; held by the window. */
+typedef struct WValue {
+  TpkBuffer *buf;
+  bool input;
+} WValue;
+
+/* An op of the window as submitted: its arguments copied (tensors still
+ * buffers), the lifts of its layout, the sizes it keeps constant, its
+ * outputs. */
+typedef struct Record {
+  const char *op;    /* the window's arena; NULL for a call: */
+  TpkKernel *kernel; /* its program held */
+  uint64_t kernel_id[3];
+  TpkArg *args;
+  int nargs;
+  Layout lay;
+  TpkBuffer *outs[MAX_OUTS]; /* NULL: undefined */
+  int nouts;
+  int64_t position;
+} Record;
+
+typedef struct Window {
+  TpkArena arena; /* records' arguments */
+  Record *records;
+  int nrecords;
+  WValue *values;
+  int nvalues, capvalues;
+  Syms consts; /* the sizes an op of it keeps constant (consts only) */
+} Window;
+
+struct TpkStream {
+  TpkContext *ctx; /* held */
+  TpkDevice *dev;
+  TpkEagerMode mode;
+  atomic_int refs; /* the caller's, and each pending mark's */
+  pthread_mutex_t lock; /* all below */
+  bool dropped;         /* the context ended: its work went, ops are refused */
+  TpkStream *next;      /* the context's streams */
+  int64_t position;     /* ops submitted */
+  TpkStreamStats stats;
+  TpkStatus error;      /* the first error since the last sync */
+  char *message;
+  Mark *marks;
+  int nmarks, capmarks;
+  TpkQueue *queue;      /* strict */
+  Queued *queued, **queued_tail;
+  Window w;             /* fused */
+};
+
+struct TpkStreams {
+  pthread_mutex_t lock;
+  TpkStream *list;
+};
+
+TpkStreams *tpk_streams_new(void) {
+  TpkStreams *ss = calloc(1, sizeof *ss);
+  if (ss) pthread_mutex_init(&ss->lock, NULL);
+  return ss;
+}
+
+void tpk_streams_free(TpkStreams *ss) {
+  if (!ss) return;
+  pthread_mutex_destroy(&ss->lock);
+  free(ss);
+}
+
+void tpk_stream_retain(TpkStream *s) { atomic_fetch_add(&s->refs, 1); }
+
+static void stream_free(TpkStream *s) {
+  TpkStreams *ss = tpk_context_streams(s->ctx);
+  pthread_mutex_lock(&ss->lock);
+  for (TpkStream **p = &ss->list; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  pthread_mutex_unlock(&ss->lock);
+  tpk_queue_destroy(s->queue);
+  free(s->message);
+  free(s->marks);
+  free(s->w.records);
+  free(s->w.values);
+  tpk_arena_free(&s->w.arena);
+  pthread_mutex_destroy(&s->lock);
+  TpkContext *ctx = s->ctx;
+  free(s);
+  tpk_context_release(ctx);
+}
+
+void tpk_stream_release(TpkStream *s) {
+  if (s && atomic_fetch_sub(&s->refs, 1) == 1) stream_free(s);
+}
+
+/* The first error since the last sync, with its message; s->lock held. */
+static void set_error(TpkStream *s, TpkStatus st, const char *message) {
+  if (s->error != TPK_OK) return;
+  s->error = st;
+  free(s->message);
+  s->message = strdup(message);
+}
+
+static bool mark(TpkStream *s, TpkBuffer *b, bool wrote) {
+  if (s->nmarks == s->capmarks) {
+    int cap = s->capmarks ? 2 * s->capmarks : 64;
+    Mark *m = realloc(s->marks, sizeof *m * (size_t)cap);
+    if (!m) return false;
+    s->marks = m;
+    s->capmarks = cap;
+  }
+  tpk_buffer_retain(b);
+  pthread_mutex_lock(&b->dev->lock);
+  if (wrote) tpk_buffer_mark_pending(b, s);
+  else tpk_buffer_mark_read(b);
+  pthread_mutex_unlock(&b->dev->lock);
+  s->marks[s->nmarks++] = (Mark){b, wrote};
+  return true;
+}
+
+/* The pending work has run (or gone): every mark goes. The buffers'
+ * holds are dropped after the marks; s->lock held, and a hold on s by
+ * the caller (the last mark's may go here). */
+static void unmark_all(TpkStream *s) {
+  for (int i = 0; i < s->nmarks; i++) {
+    TpkBuffer *b = s->marks[i].buf;
+    pthread_mutex_lock(&b->dev->lock);
+    TpkStream *held = tpk_buffer_unmark(b, s->marks[i].wrote);
+    pthread_mutex_unlock(&b->dev->lock);
+    if (held) tpk_stream_release(held);
+  }
+  for (int i = 0; i < s->nmarks; i++) tpk_buffer_release(s->marks[i].buf);
+  s->nmarks = 0;
+}
+
+/* ---- the window -------------------------------------------------------------------- */
+
+static void window_reset(TpkStream *s) {
+  Window *w = &s->w;
+  for (int i = 0; i < w->nvalues; i++) tpk_buffer_release(w->values[i].buf);
+  for (int i = 0; i < w->nrecords; i++)
+    if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
+  w->nvalues = w->nrecords = 0;
+  w->consts = (Syms){0};
+  tpk_arena_free(&w->arena);
+  tpk_arena_init(&w->arena, 0);
+}
+
+static bool window_hold(Window *w, TpkBuffer *buf, bool input) {
+  if (w->nvalues == w->capvalues) {
+    int cap = w->capvalues ? 2 * w->capvalues : 64;
+    WValue *v = realloc(w->values, sizeof *v * (size_t)cap);
+    if (!v) return false;
+    w->values = v;
+    w->capvalues = cap;
+  }
+  tpk_buffer_retain(buf);
+  w->values[w->nvalues++] = (WValue){buf, input};
+  return true;
+}
+
+static bool window_has(const Window *w, const TpkBuffer *b) {
+  for (int i = w->nvalues - 1; i >= 0; i--)
+    if (w->values[i].buf == b) return true;
+  return false;
+}
+
+/* Does the op read a view of what the window produced (bytes it cannot
+ * name)? Then the window runs first. */
+static bool reads_a_view_of_the_window(const Window *w, const Op *op) {
+  for (int i = 0; i < op->noperands; i++)
+    for (int j = 0; j < w->nvalues; j++)
+      if (!w->values[j].input && w->values[j].buf != op->operands[i] && tpk_buffers_share(w->values[j].buf, op->operands[i]))
+        return true;
+  return false;
+}
+
+/* A copy of args into the window's arena (lists and strings too). */
+static TpkArg *copy_args(TpkArena *a, const TpkArg *in, int n) {
+  TpkArg *out = tpk_arena_alloc(a, sizeof *out * (size_t)(n + 1));
+  for (int i = 0; out && i < n; i++) {
+    out[i] = in[i];
+    out[i].name = in[i].name ? tpk_arena_strdup(a, in[i].name) : NULL;
+    if (in[i].kind == TPK_ARG_STR && in[i].str && !(out[i].str = tpk_arena_strdup(a, in[i].str))) return NULL;
+    if (in[i].kind == TPK_ARG_INT && in[i].sym && !(out[i].sym = tpk_arena_strdup(a, in[i].sym))) return NULL;
+    if (in[i].kind == TPK_ARG_INTS) {
+      int64_t *ints = tpk_arena_alloc(a, sizeof *ints * (size_t)(in[i].n + 1));
+      const char **syms = in[i].syms ? tpk_arena_alloc(a, sizeof *syms * (size_t)(in[i].n + 1)) : NULL;
+      if (!ints || (in[i].syms && !syms)) return NULL;
+      for (int j = 0; j < in[i].n; j++) {
+        ints[j] = in[i].ints[j];
+        if (syms && in[i].syms[j] && !(syms[j] = tpk_arena_strdup(a, in[i].syms[j]))) return NULL;
+      }
+      out[i].ints = ints;
+      out[i].syms = syms;
+    }
+    if (in[i].kind == TPK_ARG_VALUES) {
+      TpkBuffer **bufs = tpk_arena_alloc(a, sizeof *bufs * (size_t)(in[i].n + 1));
+      if (!bufs) return NULL;
+      memcpy(bufs, in[i].buffers, sizeof *bufs * (size_t)in[i].n);
+      out[i].buffers = bufs;
+    }
+  }
+  return out;
+}
+
+static TpkStatus run_window(TpkStream *s);
+
+/* Record op in the window (fused): its arguments copied, the buffers it
+ * reads and makes held and marked. s->lock held. */
+static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpGraph *g, TpkBuffer *const *made, int nouts) {
+  Window *w = &s->w;
+  if (!w->records && !(w->records = calloc(WINDOW_OPS, sizeof *w->records))) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  Record *rec = &w->records[w->nrecords];
+  *rec = (Record){.kernel = op->kernel, .nargs = op->nargs, .lay = *lay, .nouts = nouts, .position = op->position};
+  memcpy(rec->kernel_id, op->kernel_id, sizeof rec->kernel_id);
+  bool ok = (!op->name || (rec->op = tpk_arena_strdup(&w->arena, op->name))) && (rec->args = copy_args(&w->arena, op->args, op->nargs));
+  for (int i = 0; ok && i < op->noperands; i++)
+    if (!window_has(w, op->operands[i])) ok = window_hold(w, op->operands[i], true) && mark(s, op->operands[i], false);
+  for (int i = 0; ok && i < nouts; i++)
+    if ((rec->outs[i] = made[i])) ok = window_hold(w, made[i], false) && mark(s, made[i], true);
+  if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
+  /* What it keeps constant, the window does; its int arguments are
+   * symbolic in the window where they were for the op alone (marked by a
+   * non-NULL sym), and a value one of them keeps constant is constant in
+   * the whole window (a view to [S, 3, 16] makes every 16 a 16), so the
+   * window builds as its ops did. */
+  Syms syms;
+  op_syms(op, lay, g->policy, &syms);
+  for (int i = 0; i < syms.nconst; i++) add_const(&w->consts, syms.consts[i]);
+  for (int i = 0; ok && i < op->nargs; i++) {
+    TpkArg *a = &rec->args[i];
+    char text[64];
+    if (!lay->lift[i] || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
+    if (a->kind == TPK_ARG_INT) {
+      a->sym = (int_form(&syms, a->i, text, sizeof text), text[0]) ? "" : NULL;
+      if (!a->sym) add_const(&w->consts, a->i);
+      continue;
+    }
+    const char **marks = tpk_arena_alloc(&w->arena, sizeof *marks * (size_t)(a->n + 1));
+    ok = marks != NULL;
+    for (int j = 0; ok && j < a->n; j++) {
+      marks[j] = (int_form(&syms, a->ints[j], text, sizeof text), text[0]) ? "" : NULL;
+      if (!marks[j]) add_const(&w->consts, a->ints[j]);
+    }
+    a->syms = marks;
+  }
+  if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
+  if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
+  w->nrecords++;
+  if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
+    TpkStatus st = run_window(s);
+    if (st != TPK_OK) set_error(s, st, tpk_last_error());
+    unmark_all(s);
+  }
+  return TPK_OK;
+}
+
+/* ---- running a window ------------------------------------------------------------- */
+
+/* How a window's sizes are keyed: its ops' constants kept, or (when the
+ * window as a whole does not build so) every size constant. */
+enum { WINDOW_SYMBOLIC, WINDOW_CONSTANT, NWINDOW_POLICIES };
+
+/* The window bound at a sync: buffers to value ids (its values, in the
+ * order it met them), lifted scalars after them. */
+typedef struct Flush {
+  Window *w;
+  TpkPtrMap ids; /* buffer -> id + 1 */
+  double *scalars;
+  int nscalars;
+  TpkArena arena;  /* prepared arguments */
+  TpkArg **args;   /* per record, for the builder */
+  Syms syms;
+} Flush;
+
+static int flush_tensor(void *ctx, TpkBuffer *b) {
+  void *at;
+  return tpk_ptrmap_get(&((Flush *)ctx)->ids, b, &at) ? (int)(intptr_t)at - 1 : -1;
+}
+
+static int flush_scalar(void *ctx, double v) {
+  Flush *f = ctx;
+  f->scalars[f->nscalars] = v;
+  return f->w->nvalues + f->nscalars++;
+}
+
+static void flush_free(Flush *f) {
+  free(f->scalars);
+  free(f->args);
+  tpk_arena_free(&f->arena);
+}
+
+/* The window's key under policy p: its values (inputs' dtypes and sizes),
+ * its ops with their arguments bound, its outputs; the arguments prepared
+ * for a builder in f. */
+static TpkStatus window_key(Flush *f, const bool *output, int p, Key *key) {
+  Window *w = f->w;
+  key->n = 0;
+  f->nscalars = 0;
+  tpk_arena_free(&f->arena);
+  tpk_arena_init(&f->arena, 0);
+  f->syms = w->consts;
+  key_put(key, TPK_UNIT_KEY_WINDOW);
+  key_put(key, (uint64_t)p);
+  for (int i = 0; i < w->nvalues; i++) {
+    const TpkBuffer *b = w->values[i].buf;
+    key_put(key, w->values[i].input);
+    if (!w->values[i].input) continue;
+    key_put(key, (uint64_t)b->dtype);
+    key_put(key, (uint64_t)b->rank);
+    for (int d = 0; d < b->rank; d++) {
+      if (p == WINDOW_CONSTANT) add_const(&f->syms, b->shape[d]);
+      key_put(key, dim_word(&f->syms, b->shape[d]));
+    }
+  }
+  Binder binder = {flush_tensor, flush_scalar, f, &f->syms, &f->arena, false, true};
+  for (int r = 0; r < w->nrecords; r++) {
+    const Record *rec = &w->records[r];
+    key_put(key, rec->op ? 1 : 2);
+    if (rec->op) key_str(key, rec->op);
+    else for (int i = 0; i < 3; i++) key_put(key, rec->kernel_id[i]);
+    key_put(key, (uint64_t)rec->nargs);
+    f->args[r] = tpk_arena_alloc(&f->arena, sizeof *f->args[r] * (size_t)(rec->nargs + 1));
+    if (!f->args[r]) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+    TpkStatus st = bind_args(rec->args, rec->nargs, &rec->lay, &binder, f->args[r], key);
+    if (st != TPK_OK) return tpk_runtime_fail(st == TPK_ERR_NOMEM ? st : TPK_ERR_INTERNAL, "binding a window's op failed");
+    key_put(key, (uint64_t)rec->nouts);
+    for (int i = 0; i < rec->nouts; i++) key_put(key, rec->outs[i] ? (uint64_t)flush_tensor(f, rec->outs[i]) : UINT64_MAX);
+  }
+  for (int i = 0; i < w->nvalues; i++)
+    if (output[i]) key_put(key, (uint64_t)i);
+  return key->failed ? tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory") : TPK_OK;
+}
+
+/* The window as one graph (its key made by window_key into f), fused and
+ * compiled. */
+static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkProgram **out) {
+  Window *w = &s->w;
+  TpkError err = {0};
+  TpkGraphBuilder *gb = tpk_gb_new("eager_window");
+  int n = w->nvalues + f->nscalars;
+  TpkValue **vals = calloc((size_t)n + 1, sizeof *vals);
+  TpkStatus st = gb && vals ? TPK_OK : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+  Syms syms = f->syms;
+  for (int i = 0; st == TPK_OK && i < w->nvalues; i++) {
+    const TpkBuffer *b = w->values[i].buf;
+    if (!w->values[i].input) continue;
+    const TpkDim *dims[TPK_MAX_RANK];
+    for (int d = 0; d < b->rank && st == TPK_OK; d++) {
+      char text[32];
+      dim_text(dim_word(&syms, b->shape[d]), &syms, text, sizeof text);
+      if (!(dims[d] = tpk_gb_dim(gb, text, &err))) st = err.code;
+    }
+    if (st == TPK_OK) st = tpk_gb_input(gb, b->dtype, b->rank, dims, &vals[i], &err);
+  }
+  for (int i = 0; st == TPK_OK && i < f->nscalars; i++) st = tpk_gb_input(gb, TPK_F32, 0, NULL, &vals[w->nvalues + i], &err);
+  for (int r = 0; st == TPK_OK && r < w->nrecords; r++) {
+    const Record *rec = &w->records[r];
+    TpkValue *outs[MAX_OUTS];
+    int k = 0;
+    st = rec->op ? tpk_gb_op(gb, rec->op, f->args[r], rec->nargs, vals, n, outs, MAX_OUTS, &k, &err)
+                 : tpk_gb_call(gb, tpk_kernel_ir(rec->kernel), f->args[r], rec->nargs, vals, n, outs, MAX_OUTS, &k, &err);
+    for (int i = 0; st == TPK_OK && i < rec->nouts && i < k; i++)
+      if (rec->outs[i]) vals[flush_tensor(f, rec->outs[i])] = outs[i];
+  }
+  for (int i = 0; st == TPK_OK && i < w->nvalues; i++)
+    if (output[i]) st = tpk_gb_output(gb, vals[i], &err);
+  free(vals);
+  if (st != TPK_OK) {
+    tpk_gb_free(gb);
+    return tpk_runtime_fail(st, "%s", err.message);
+  }
+  st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_ALL, out);
+  tpk_gb_free(gb);
+  return st;
+}
+
+/* A rank-0 f32 buffer holding v. */
+static TpkStatus scalar_buffer(TpkDevice *dev, double v, TpkBuffer **out) {
+  TpkStatus st = tpk_buffer_create(dev, TPK_F32, 0, NULL, out);
+  if (st == TPK_OK) {
+    float f = (float)v;
+    st = tpk_buffer_write(*out, &f, sizeof f);
+  }
+  return st;
+}
+
+/* A window's compiled graph, or that the window did not build under its
+ * key's policy. */
+typedef struct WindowProgram {
+  TpkProgram *program; /* NULL: try the next policy */
+} WindowProgram;
+
+static void window_program_free(void *p) {
+  WindowProgram *wp = p;
+  if (wp->program) tpk_program_release(wp->program);
+  free(wp);
+}
+
+/* The window's program: looked up by its key, under the first policy it
+ * builds with (a miss builds, fuses and compiles it). */
+static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit **out) {
+  TpkUnits *units = tpk_context_units(s->ctx);
+  Key key = {0};
+  TpkStatus st = TPK_OK;
+  *out = NULL;
+  for (int p = 0; p < NWINDOW_POLICIES && st == TPK_OK; p++) {
+    bool claimed;
+    st = window_key(f, output, p, &key);
+    if (st == TPK_OK) st = tpk_units_get(units, TPK_UNIT_EAGER, key.w, key.n, out, &claimed);
+    if (st != TPK_OK) break;
+    if (!claimed) {
+      s->stats.cache_hits++;
+      if (((WindowProgram *)tpk_unit_payload(*out))->program) break;
+      tpk_unit_release(*out);
+      *out = NULL;
+      continue;
+    }
+    s->stats.compiles++;
+    WindowProgram *wp = calloc(1, sizeof *wp);
+    st = wp ? build_window(s, f, output, &wp->program) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+    if (st != TPK_OK && wp && p + 1 < NWINDOW_POLICIES && st != TPK_ERR_NOMEM) { /* every size constant, then */
+      tpk_unit_ready(units, *out, wp, window_program_free);
+      tpk_unit_release(*out);
+      *out = NULL;
+      st = TPK_OK;
+      continue;
+    }
+    if (st != TPK_OK) {
+      free(wp);
+      tpk_unit_abandon(units, *out);
+      *out = NULL;
+      break;
+    }
+    tpk_unit_ready(units, *out, wp, window_program_free);
+    break;
+  }
+  key_free(&key);
+  return st;
+}
+
+/* Run the window as one launch of its compiled graph, and empty it.
+ * s->lock held. */
+static TpkStatus run_window(TpkStream *s) {
+  Window *w = &s->w;
+  if (!w->nrecords) return TPK_OK;
+  int64_t first = w->records[0].position, last = w->records[w->nrecords - 1].position;
+  /* outputs: what it produced that someone but the stream (the window's
+   * hold and the pending mark) still holds */
+  bool *output = calloc((size_t)w->nvalues + 1, sizeof *output);
+  Flush f = {.w = w, .scalars = malloc(sizeof *f.scalars * (size_t)(w->nrecords * MAX_ARGS + 1)),
+             .args = calloc((size_t)w->nrecords + 1, sizeof *f.args)};
+  tpk_arena_init(&f.arena, 0);
+  TpkStatus st = output && f.scalars && f.args ? TPK_OK : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  int ninputs = 0, noutputs = 0;
+  for (int i = 0; st == TPK_OK && i < w->nvalues; i++) {
+    if (!tpk_ptrmap_put(&f.ids, w->values[i].buf, (void *)(intptr_t)(i + 1))) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+    ninputs += w->values[i].input;
+    output[i] = !w->values[i].input && tpk_buffer_in_use(w->values[i].buf, 2);
+    noutputs += output[i];
+  }
+  TpkUnit *unit = NULL;
+  if (st == TPK_OK && noutputs) st = find_window(s, &f, output, &unit);
+  /* one launch: the inputs, the scalars (in buffers of their own), the outputs */
+  int nargs = ninputs + f.nscalars + noutputs, n = 0;
+  TpkBuffer **args = unit ? calloc((size_t)nargs + 1, sizeof *args) : NULL;
+  if (unit && !args) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  for (int i = 0; args && i < w->nvalues; i++)
+    if (w->values[i].input) args[n++] = w->values[i].buf;
+  int scalars_at = n;
+  for (int i = 0; args && st == TPK_OK && i < f.nscalars; i++) st = scalar_buffer(s->dev, f.scalars[i], &args[n++]);
+  for (int i = 0; args && i < w->nvalues; i++)
+    if (output[i]) args[n++] = w->values[i].buf;
+  if (st == TPK_OK && unit) {
+    TpkProgram *p = ((WindowProgram *)tpk_unit_payload(unit))->program;
+    TpkKernel *k;
+    TpkLaunchResult r;
+    TpkLaunch L = {.args = args, .result = &r};
+    st = tpk_program_kernel(p, tpk_program_kernel_name(p, 0), &k);
+    if (st == TPK_OK) st = tpk_kernel_launch_unsettled(k, &L);
+    if (st == TPK_OK) {
+      s->stats.launches += tpk_program_kernel_runs(p);
+      s->stats.sim_seconds += r.simulated ? r.sim.seconds : 0;
+    }
+  }
+  s->stats.windows++;
+  if (st != TPK_OK) {
+    char *why = strdup(tpk_last_error());
+    tpk_runtime_fail(st, "the fused window of ops #%" PRId64 " to #%" PRId64 ": %s", first, last, why ? why : "out of memory");
+    free(why);
+  }
+  for (int i = scalars_at; args && i < scalars_at + f.nscalars; i++) tpk_buffer_destroy(args[i]);
+  free(args);
+  free(output);
+  tpk_ptrmap_free(&f.ids);
+  flush_free(&f);
+  tpk_unit_release(unit);
+  window_reset(s);
+  return st;
+}
+
+/* ---- sync ---------------------------------------------------------------------------- */
+
+/* Wait for the strict queue; the first op whose launch did not finish is
+ * the one the error names. s->lock held. */
+static TpkStatus wait_queue(TpkStream *s) {
+  if (!s->queue) return TPK_OK;
+  TpkStatus st = tpk_queue_wait(s->queue);
+  char *why = st != TPK_OK ? strdup(tpk_last_error()) : NULL;
+  Queued *failed = NULL;
+  for (Queued *q = s->queued, *next; q; q = next) {
+    next = q->next;
+    if (!q->result.tier && !failed) failed = q;
+    if (q->result.tier) {
+      s->stats.launches += q->kernels;
+      s->stats.sim_seconds += q->result.simulated ? q->result.sim.seconds : 0;
+    }
+    if (q != failed) free(q);
+  }
+  if (st != TPK_OK)
+    tpk_runtime_fail(st, "op #%" PRId64 " '%s': %s", failed ? failed->position : s->position, failed ? failed->op : "?",
+                     why ? why : "failed");
+  free(failed);
+  free(why);
+  s->queued = NULL;
+  s->queued_tail = &s->queued;
+  return st;
+}
+
+/* Run what is pending: s->lock held. The error goes to s->error. */
+static void sync_locked(TpkStream *s) {
+  if (s->dropped) return;
+  TpkStatus st = s->mode == TPK_EAGER_FUSED ? run_window(s) : wait_queue(s);
+  if (st != TPK_OK) set_error(s, st, tpk_last_error());
+  unmark_all(s);
+}
+
+TpkStatus tpk_stream_sync(TpkStream *s) {
+  if (!s) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_sync: no stream");
+  tpk_stream_retain(s);
+  pthread_mutex_lock(&s->lock);
+  sync_locked(s);
+  TpkStatus st = s->error;
+  char *message = s->message;
+  s->error = TPK_OK;
+  s->message = NULL;
+  pthread_mutex_unlock(&s->lock);
+  tpk_stream_release(s);
+  if (st != TPK_OK) tpk_runtime_fail(st, "%s", message ? message : "out of memory");
+  free(message);
+  return st;
+}
+
+/* Sync s for someone else's access: its error stays for tpk_stream_sync.
+ * The caller holds s. */
+static TpkStatus settle_stream(TpkStream *s) {
+  pthread_mutex_lock(&s->lock);
+  sync_locked(s);
+  TpkStatus st = s->error;
+  if (st != TPK_OK) tpk_runtime_fail(st, "%s", s->message ? s->message : "out of memory");
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+/* The stream whose pending work writes b, held, or NULL. */
+static TpkStream *pending_stream(TpkBuffer *b) {
+  pthread_mutex_lock(&b->dev->lock);
+  TpkStream *s = tpk_buffer_pending(b);
+  if (s) tpk_stream_retain(s);
+  pthread_mutex_unlock(&b->dev->lock);
+  return s;
+}
+
+TpkStatus tpk_buffer_settle(TpkBuffer *b, bool writing) {
+  TpkStatus st = TPK_OK;
+  TpkStream *s = tpk_buffer_pending(b) ? pending_stream(b) : NULL;
+  if (s) {
+    st = settle_stream(s);
+    tpk_stream_release(s);
+  }
+  if (!writing || !tpk_buffer_read_pending(b)) return st;
+  /* streams whose pending work reads b: each stream of the context with
+   * marks runs its work (writes of what a stream reads are rare) */
+  TpkStreams *ss = tpk_context_streams(b->dev->ctx);
+  for (int round = 0; tpk_buffer_read_pending(b) && round < 1000; round++) {
+    pthread_mutex_lock(&ss->lock);
+    TpkStream *reader = ss->list;
+    for (int i = 0; reader && i < round; i++) reader = reader->next;
+    if (reader) tpk_stream_retain(reader);
+    pthread_mutex_unlock(&ss->lock);
+    if (!reader) break;
+    TpkStatus rst = settle_stream(reader);
+    if (st == TPK_OK) st = rst;
+    tpk_stream_release(reader);
+  }
+  return st;
+}
+
+/* ---- streams: the API ------------------------------------------------------------- */
+
+TpkStatus tpk_stream_create(TpkDevice *dev, TpkStream **out) {
+  if (!out) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_create: no place for the stream");
+  *out = NULL;
+  if (!dev) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_create: no device");
+  TpkContext *ctx = dev->ctx;
+  if (tpk_context_closed(ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_create: the context was destroyed");
+  TpkStream *s = calloc(1, sizeof *s);
+  if (!s) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory creating a stream");
+  s->ctx = ctx;
+  s->dev = dev;
+  s->mode = tpk_context_eager_mode(ctx);
+  atomic_init(&s->refs, 1);
+  pthread_mutex_init(&s->lock, NULL);
+  s->queued_tail = &s->queued;
+  tpk_arena_init(&s->w.arena, 0);
+  if (s->mode == TPK_EAGER_STRICT && tpk_queue_create(ctx, &s->queue) != TPK_OK) {
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    return TPK_ERR_NOMEM;
+  }
+  tpk_context_retain(ctx);
+  TpkStreams *ss = tpk_context_streams(ctx);
+  pthread_mutex_lock(&ss->lock);
+  s->next = ss->list;
+  ss->list = s;
+  pthread_mutex_unlock(&ss->lock);
+  *out = s;
+  return TPK_OK;
+}
+
+void tpk_stream_destroy(TpkStream *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->lock);
+  sync_locked(s); /* its error has nobody to go to */
+  pthread_mutex_unlock(&s->lock);
+  tpk_stream_release(s);
+}
+
+void tpk_streams_close(TpkStreams *ss) {
+  pthread_mutex_lock(&ss->lock);
+  for (TpkStream *s = ss->list; s; s = s->next) {
+    tpk_stream_retain(s); /* unmark_all may drop the marks' holds */
+    pthread_mutex_lock(&s->lock);
+    s->dropped = true;
+    window_reset(s);
+    for (Queued *q = s->queued, *next; q; q = next) {
+      next = q->next;
+      free(q);
+    }
+    s->queued = NULL;
+    s->queued_tail = &s->queued;
+    unmark_all(s);
+    pthread_mutex_unlock(&s->lock);
+    /* not the last hold: the caller's handle keeps it (freeing it would
+     * take the registry's lock, held here) */
+    atomic_fetch_sub(&s->refs, 1);
+  }
+  pthread_mutex_unlock(&ss->lock);
+}
+
+TpkEagerMode tpk_stream_mode(const TpkStream *s) { return s ? s->mode : TPK_EAGER_STRICT; }
+
+void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out) {
+  if (!s || !out) return;
+  pthread_mutex_lock((pthread_mutex_t *)&s->lock);
+  *out = s->stats;
+  pthread_mutex_unlock((pthread_mutex_t *)&s->lock);
+}
+
+/* The buffers op reads, in argument order, each once. */
+static TpkStatus collect_operands(Op *op, const char *who) {
+  op->noperands = 0;
+  for (int i = 0; i < op->nargs; i++) {
+    const TpkArg *a = &op->args[i];
+    int n = a->kind == TPK_ARG_VALUE ? 1 : a->kind == TPK_ARG_VALUES ? a->n : 0;
+    if (a->kind == TPK_ARG_VALUES && n && !a->buffers) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: argument %d has no buffers", who, i);
+    for (int j = 0; j < n; j++) {
+      TpkBuffer *b = a->kind == TPK_ARG_VALUE ? a->buffer : a->buffers[j];
+      if (!b) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: argument %d has no buffer", who, i);
+      bool seen = false;
+      for (int k = 0; k < op->noperands && !seen; k++) seen = op->operands[k] == b;
+      if (seen) continue;
+      if (op->noperands == MAX_OPERANDS) return tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "%s: more than %d tensors", who, MAX_OPERANDS);
+      op->operands[op->noperands++] = b;
+    }
+  }
+  return TPK_OK;
+}
+
+/* NaN or Inf in a float buffer: where, into why. */
+static bool finite(TpkBuffer *b, char *why, size_t n) {
+  if (!tpk_dtype_is_float(b->dtype)) return true;
+  int64_t count = (int64_t)(b->bytes / tpk_dtype_size(b->dtype));
+  float chunk[256];
+  for (int64_t at = 0; at < count; at += 256) {
+    int64_t m = count - at < 256 ? count - at : 256;
+    tpk_prims()->convert((int)b->dtype, TPK_PRIM_F32, (const char *)b->data + at * (int64_t)tpk_dtype_size(b->dtype), chunk, m);
+    for (int64_t i = 0; i < m; i++)
+      if (!isfinite(chunk[i])) {
+        snprintf(why, n, "%s at element %" PRId64, isnan(chunk[i]) ? "NaN" : chunk[i] > 0 ? "Inf" : "-Inf", at + i);
+        return false;
+      }
+  }
+  return true;
+}
+
+/* Run (debug) or queue (strict) op's program. */
+static TpkStatus launch_op(TpkStream *s, const Op *op, const Layout *lay, TpkProgram *p, TpkBuffer *const *made, int nouts) {
+  TpkKernel *k;
+  TpkBuffer *args[MAX_OPERANDS + MAX_ARGS + MAX_OUTS];
+  int na = 0, scalars_at;
+  for (int i = 0; i < op->noperands; i++) args[na++] = op->operands[i];
+  scalars_at = na;
+  TpkStatus st = TPK_OK;
+  for (int i = 0; st == TPK_OK && i < op->nargs; i++)
+    if (lay->lift[i] && op->args[i].kind == TPK_ARG_FLOAT && (st = scalar_buffer(s->dev, op->args[i].f, &args[na])) == TPK_OK) na++;
+  int scalars_end = na;
+  for (int i = 0; i < nouts; i++)
+    if (made[i]) args[na++] = made[i];
+  if (st == TPK_OK) st = tpk_program_kernel(p, tpk_program_kernel_name(p, 0), &k);
+  if (st == TPK_OK && s->mode == TPK_EAGER_DEBUG) {
+    TpkLaunchResult r;
+    TpkLaunch L = {.args = args, .result = &r};
+    st = tpk_kernel_launch_unsettled(k, &L);
+    if (st != TPK_OK) {
+      char *why = strdup(tpk_last_error());
+      op_fail(op, st, why ? why : "out of memory");
+      free(why);
+    } else {
+      s->stats.launches += tpk_program_kernel_runs(p);
+      s->stats.sim_seconds += r.simulated ? r.sim.seconds : 0;
+    }
+    for (int i = 0; st == TPK_OK && i < nouts; i++) {
+      char why[128];
+      if (made[i] && !finite(made[i], why, sizeof why)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "output %d has %s", i, why);
+        st = op_fail(op, TPK_ERR_INVALID, msg);
+      }
+    }
+  } else if (st == TPK_OK) {
+    Queued *q = calloc(1, sizeof *q);
+    char label[64];
+    if (!q) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+    else {
+      q->position = op->position;
+      snprintf(q->op, sizeof q->op, "%s", op_label(op, label, sizeof label));
+      q->kernels = tpk_program_kernel_runs(p);
+      TpkLaunch L = {.args = args, .result = &q->result};
+      st = tpk_queue_submit(s->queue, k, &L);
+      if (st == TPK_OK) {
+        *s->queued_tail = q;
+        s->queued_tail = &q->next;
+        for (int i = 0; i < op->noperands; i++) mark(s, op->operands[i], false);
+        for (int i = 0; i < nouts; i++)
+          if (made[i]) mark(s, made[i], true);
+      } else {
+        free(q);
+      }
+    }
+  }
+  for (int i = scalars_at; i < scalars_end; i++) tpk_buffer_destroy(args[i]);
+  return st;
+}
+
+/* Submit op: s->lock held, its operands settled. */
+static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n) {
+  TpkContext *ctx = s->ctx;
+  if (s->dropped || tpk_context_closed(ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_op: the stream's context was destroyed");
+  op->position = ++s->position;
+  s->stats.ops++;
+  for (int i = 0; i < op->noperands; i++)
+    if (op->operands[i]->dev != s->dev) return op_fail(op, TPK_ERR_INVALID, "an operand is on another device than the stream");
+  TpkUnit *layout_unit = NULL, *graph_unit = NULL, *prog_unit = NULL;
+  TpkStatus st = find_layout(ctx, op, &layout_unit);
+  if (st != TPK_OK) return st;
+  const Layout *lay = tpk_unit_payload(layout_unit);
+  Key key = {0};
+  st = find_op_graph(ctx, op, lay, &key, &graph_unit);
+  const OpGraph *g = graph_unit ? tpk_unit_payload(graph_unit) : NULL;
+  if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) {
+    bool built;
+    st = find_op_program(ctx, op, g, &key, &prog_unit, &built);
+    if (st == TPK_OK) s->stats.compiles += built, s->stats.cache_hits += !built;
+  }
+  key_free(&key);
+  /* the outputs, sized from the op's result types in its symbols */
+  TpkBuffer *made[MAX_OUTS] = {0};
+  Syms syms;
+  if (st == TPK_OK) op_syms(op, lay, g->policy, &syms);
+  for (int i = 0; st == TPK_OK && i < g->nouts; i++) {
+    const TpkType *t = g->types[i];
+    if (!t) continue;
+    int64_t shape[TPK_MAX_RANK];
+    for (int d = 0; d < t->rank && st == TPK_OK; d++)
+      if (!tpk_dim_eval(t->dims[d], sym_lookup, &syms, &shape[d])) st = op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
+    if (st == TPK_OK) st = tpk_buffer_create(s->dev, t->dtype, t->rank, shape, &made[i]);
+  }
+  int nouts = st == TPK_OK ? g->nouts : 0;
+  /* run it, queue it or record it */
+  if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) st = launch_op(s, op, lay, tpk_unit_payload(prog_unit), made, nouts);
+  else if (st == TPK_OK) st = record(s, op, lay, g, made, nouts);
+  tpk_unit_release(prog_unit);
+  tpk_unit_release(graph_unit);
+  tpk_unit_release(layout_unit);
+  if (st != TPK_OK) {
+    for (int i = 0; i < MAX_OUTS; i++) tpk_buffer_destroy(made[i]);
+    return st;
+  }
+  for (int i = 0; i < nouts && i < max; i++) outs[i] = made[i];
+  for (int i = max; i < nouts; i++) tpk_buffer_destroy(made[i]); /* the caller did not want them */
+  *n = nouts;
+  return TPK_OK;
+}
+
+/* The operands pending in other streams are settled before s's lock is
+ * taken: no stream's lock is held while another syncs. */
+static TpkStatus settle_others(TpkStream *s, const Op *op) {
+  for (int i = 0; i < op->noperands; i++) {
+    TpkStream *other = tpk_buffer_pending(op->operands[i]) ? pending_stream(op->operands[i]) : NULL;
+    if (!other) continue;
+    TpkStatus st = other == s ? TPK_OK : settle_stream(other);
+    tpk_stream_release(other);
+    if (st != TPK_OK) return st;
+  }
+  return TPK_OK;
+}
+
+static TpkStatus stream_submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n, const char *who) {
+  *n = 0;
+  if (!s) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: no stream", who);
+  if (op->nargs < 0 || op->nargs > MAX_ARGS || (op->nargs && !op->args))
+    return tpk_runtime_fail(TPK_ERR_INVALID, "%s: %d arguments (at most %d, with an array)", who, op->nargs, MAX_ARGS);
+  if (max < 0 || (max && !outs)) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: no place for the outputs", who);
+  TpkStatus st = collect_operands(op, who);
+  if (st == TPK_OK) st = settle_others(s, op);
+  if (st != TPK_OK) return st;
+  pthread_mutex_lock(&s->lock);
+  /* a view of what the window produced is bytes it cannot name: it runs first */
+  if (s->mode == TPK_EAGER_FUSED && s->w.nrecords && reads_a_view_of_the_window(&s->w, op)) sync_locked(s);
+  st = submit(s, op, outs, max, n);
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+TpkStatus tpk_stream_op(TpkStream *s, const char *op, const TpkArg *args, int nargs, TpkBuffer **outs, int max, int *n) {
+  if (!op) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_op: no op");
+  Op o = {.name = op, .args = args, .nargs = nargs};
+  return stream_submit(s, &o, outs, max, n, "tpk_stream_op");
+}
+
+TpkStatus tpk_stream_call(TpkStream *s, TpkKernel *k, const TpkArg *args, int nargs, TpkBuffer **outs, int max, int *n) {
+  if (!k) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_call: no kernel");
+  if (s && tpk_program_context(tpk_kernel_program(k)) != s->ctx)
+    return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_call: kernel '%s' belongs to another context than the stream", tpk_kernel_ir(k)->name);
+  const TpkFunc *f = tpk_kernel_ir(k);
+  TpkFuncHash h = tpk_func_hash(f);
+  Op o = {.kernel = k, .kernel_id = {h.lo, h.hi, tpk_hash_bytes(f->name, strlen(f->name))}, .args = args, .nargs = nargs};
+  return stream_submit(s, &o, outs, max, n, "tpk_stream_call");
+}

@@ -1,0 +1,597 @@
+/*
+ * test_eager.c — eager streams (runtime/eager.c): the three modes give the
+ * same results on a corpus of op streams; sizes that change do not
+ * recompile; errors name their op in debug mode at once and in strict mode
+ * at the next sync; pending buffers are settled by whoever reads them;
+ * streams, buffers and contexts end in any order; two streams run on two
+ * threads.
+ */
+#include "support.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpk.h"
+
+#define CHECK(call)                                         \
+  do {                                                      \
+    if ((call) != TPK_OK) fail_msg("%s", tpk_last_error()); \
+  } while (0)
+
+static TpkContext *context(TpkEagerMode mode) {
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  CHECK(tpk_context_set_eager_mode(ctx, mode));
+  return ctx;
+}
+
+static TpkBuffer *input(TpkDevice *dev, TpkDType dt, int rank, const int64_t *shape, uint64_t seed) {
+  TpkBuffer *b;
+  CHECK(tpk_buffer_create(dev, dt, rank, shape, &b));
+  size_t n = tpk_buffer_bytes(b) / tpk_dtype_size(dt);
+  float *v = malloc(sizeof *v * (n + 1));
+  for (size_t i = 0; i < n; i++) v[i] = (float)((int64_t)(tpk_splitmix64(&seed) % 19) - 9) / (dt == TPK_I32 ? 1.0f : 4.0f);
+  void *bytes = malloc(tpk_buffer_bytes(b) + 1);
+  tpk_dtype_convert(TPK_F32, v, dt, bytes, n);
+  CHECK(tpk_buffer_write(b, bytes, tpk_buffer_bytes(b)));
+  free(bytes);
+  free(v);
+  return b;
+}
+
+/* One op with one output. */
+static TpkBuffer *op(TpkStream *s, const char *name, int nargs, const TpkArg *args) {
+  TpkBuffer *out;
+  int n;
+  if (tpk_stream_op(s, name, args, nargs, &out, 1, &n) != TPK_OK) fail_msg("%s: %s", name, tpk_last_error());
+  assert_true(n >= 1);
+  return out;
+}
+
+#define A(b) tpk_arg_buffer(b)
+#define INTS(...) tpk_arg_ints((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+
+/* ---- the corpus: streams of ops, each given a stream and its size S ------------------- */
+
+enum { MAX_OUT = 16 };
+typedef int (*Stream)(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out);
+
+/* Views and broadcasts: permute, transpose, expand, unsqueeze, view, a
+ * bias over rows and columns. */
+static int views_and_broadcasts(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out) {
+  TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){S, 6}, 1), *b = input(dev, TPK_F32, 1, &S, 2);
+  TpkBuffer *c = input(dev, TPK_F32, 1, (int64_t[]){6}, 3);
+  TpkBuffer *t = op(s, "permute", 2, (TpkArg[]){A(x), INTS(1, 0)});        /* [6, S] */
+  TpkBuffer *u = op(s, "add", 2, (TpkArg[]){A(t), A(b)});                   /* + b over rows */
+  TpkBuffer *e = op(s, "unsqueeze", 2, (TpkArg[]){A(c), tpk_arg_int(1)});   /* [6, 1] */
+  TpkBuffer *f = op(s, "expand", 2, (TpkArg[]){A(e), INTS(6, S)});         /* [6, S] */
+  TpkBuffer *m = op(s, "mul", 2, (TpkArg[]){A(u), A(f)});
+  TpkBuffer *tt = op(s, "transpose", 3, (TpkArg[]){A(m), tpk_arg_int(0), tpk_arg_int(1)}); /* [S, 6] */
+  TpkBuffer *v = op(s, "view", 2, (TpkArg[]){A(tt), INTS(S * 6)});
+  TpkBuffer *w = op(s, "view", 2, (TpkArg[]){A(tt), INTS(S, 2, 3)});
+  TpkBuffer *c3 = op(s, "view", 2, (TpkArg[]){A(c), INTS(2, 3)});
+  TpkBuffer *sub = op(s, "sub", 3, (TpkArg[]){A(w), A(c3), tpk_arg_named("alpha", tpk_arg_float(0.5))}); /* [S,2,3] - [2,3] */
+  out[0] = v;
+  out[1] = w;
+  out[2] = m;
+  out[3] = sub;
+  TpkBuffer *drop[] = {x, b, c, t, u, e, f, tt, c3};
+  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  return 4;
+}
+
+/* Integer ops: arithmetic, comparisons, where, integer sums. */
+static int integer_ops(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out) {
+  TpkBuffer *a = input(dev, TPK_I32, 2, (int64_t[]){S, 5}, 4), *b = input(dev, TPK_I32, 2, (int64_t[]){S, 5}, 5);
+  TpkBuffer *sum = op(s, "add", 2, (TpkArg[]){A(a), A(b)});
+  TpkBuffer *prod = op(s, "mul", 2, (TpkArg[]){A(sum), tpk_arg_int(3)});
+  TpkBuffer *diff = op(s, "sub", 2, (TpkArg[]){A(prod), A(a)});
+  TpkBuffer *eq = op(s, "eq", 2, (TpkArg[]){A(a), A(b)});
+  TpkBuffer *gt = op(s, "gt", 2, (TpkArg[]){A(diff), tpk_arg_int(0)});
+  TpkBuffer *both = op(s, "logical_or", 2, (TpkArg[]){A(eq), A(gt)});
+  TpkBuffer *sel = op(s, "where", 3, (TpkArg[]){A(both), A(diff), A(b)});
+  TpkBuffer *rows = op(s, "sum", 2, (TpkArg[]){A(sel), INTS(1)});
+  TpkBuffer *neg = op(s, "neg", 1, (TpkArg[]){A(sel)});
+  out[0] = sel;
+  out[1] = rows;
+  out[2] = neg;
+  out[3] = both;
+  TpkBuffer *drop[] = {a, b, sum, prod, diff, eq, gt};
+  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  return 4;
+}
+
+/* Reductions over every axis and set of axes of a rank-3 tensor. */
+static int reductions(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out) {
+  TpkBuffer *x = input(dev, TPK_F32, 3, (int64_t[]){3, S, 4}, 6);
+  int n = 0;
+  static const int64_t axes[][3] = {{0}, {1}, {2}, {0, 1}, {1, 2}, {0, 2}, {0, 1, 2}};
+  static const int counts[] = {1, 1, 1, 2, 2, 2, 3};
+  for (int i = 0; i < 7; i++) {
+    TpkArg sum[] = {A(x), tpk_arg_ints(counts[i], axes[i]), tpk_arg_bool(i % 2)};
+    out[n++] = op(s, "sum", 3, sum);
+  }
+  out[n++] = op(s, "mean", 2, (TpkArg[]){A(x), INTS(1)});
+  out[n++] = op(s, "mean", 3, (TpkArg[]){A(x), INTS(0, 2), tpk_arg_bool(true)});
+  out[n++] = op(s, "sum", 1, (TpkArg[]){A(x)});
+  tpk_buffer_destroy(x);
+  return n;
+}
+
+/* A layer: mm, bias, GELU, softmax, layer norm, a learning-rate step. */
+static int mlp_layer(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out) {
+  TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){S, 8}, 7), *w = input(dev, TPK_F32, 2, (int64_t[]){8, 12}, 8);
+  TpkBuffer *b = input(dev, TPK_F32, 1, (int64_t[]){12}, 9), *g = input(dev, TPK_F32, 1, (int64_t[]){12}, 10);
+  TpkBuffer *h = op(s, "addmm", 3, (TpkArg[]){A(b), A(x), A(w)});
+  TpkBuffer *a = op(s, "gelu", 1, (TpkArg[]){A(h)});
+  TpkBuffer *p = op(s, "_softmax", 3, (TpkArg[]){A(a), tpk_arg_int(-1), tpk_arg_bool(false)});
+  TpkBuffer *ln[3];
+  int n;
+  TpkArg norm[] = {A(a), INTS(12), A(g), A(b), tpk_arg_float(1e-5)};
+  CHECK(tpk_stream_op(s, "native_layer_norm", norm, 5, ln, 3, &n));
+  assert_int_equal(n, 3);
+  TpkBuffer *step = op(s, "add", 3, (TpkArg[]){A(w), A(w), tpk_arg_named("alpha", tpk_arg_float(-0.01 * (double)S))});
+  out[0] = p;
+  out[1] = ln[0];
+  out[2] = ln[1];
+  out[3] = ln[2];
+  out[4] = step;
+  TpkBuffer *drop[] = {x, w, b, g, h, a};
+  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  return 5;
+}
+
+static const struct {
+  const char *name;
+  Stream run;
+} CORPUS[] = {
+    {"views_and_broadcasts", views_and_broadcasts},
+    {"integer_ops", integer_ops},
+    {"reductions", reductions},
+    {"mlp_layer", mlp_layer},
+};
+
+/* The bytes of a stream's outputs, read (which syncs). */
+typedef struct Outputs {
+  int n;
+  TpkDType dtype[MAX_OUT];
+  size_t bytes[MAX_OUT];
+  void *data[MAX_OUT];
+} Outputs;
+
+static void run_corpus(TpkEagerMode mode, int which, int64_t S, Outputs *o) {
+  TpkContext *ctx = context(mode);
+  TpkDevice *dev;
+  CHECK(tpk_device_open(ctx, "host", &dev));
+  TpkStream *s;
+  CHECK(tpk_stream_create(dev, &s));
+  assert_int_equal(tpk_stream_mode(s), mode);
+  TpkBuffer *out[MAX_OUT];
+  o->n = CORPUS[which].run(s, dev, S, out);
+  for (int i = 0; i < o->n; i++) {
+    o->dtype[i] = tpk_buffer_dtype(out[i]);
+    o->bytes[i] = tpk_buffer_bytes(out[i]);
+    o->data[i] = malloc(o->bytes[i] + 1);
+    CHECK(tpk_buffer_read(out[i], o->data[i], o->bytes[i]));
+    tpk_buffer_destroy(out[i]);
+  }
+  CHECK(tpk_stream_sync(s));
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+}
+
+/* Every stream of the corpus, in the three modes, at two sizes: the same
+ * results (f32 within its tolerance: fusion keeps intermediates in f32 as
+ * the ops do here, so only the order of sums differs; integers exactly). */
+static void test_modes_agree(void **state) {
+  (void)state;
+  for (int which = 0; which < (int)(sizeof CORPUS / sizeof *CORPUS); which++)
+    for (int64_t S = 5; S <= 7; S += 2) {
+      Outputs o[3];
+      for (int mode = 0; mode < 3; mode++) run_corpus((TpkEagerMode)mode, which, S, &o[mode]);
+      for (int mode = 1; mode < 3; mode++) {
+        assert_int_equal(o[mode].n, o[0].n);
+        for (int i = 0; i < o[0].n; i++) {
+          assert_int_equal(o[mode].dtype[i], o[0].dtype[i]);
+          assert_int_equal(o[mode].bytes[i], o[0].bytes[i]);
+          char why[256];
+          if (!test_outputs_close(o[0].dtype[i], o[mode].data[i], o[0].data[i],
+                                  (int64_t)(o[0].bytes[i] / tpk_dtype_size(o[0].dtype[i])), why, sizeof why))
+            fail_msg("%s at S=%lld, output %d: %s differs from debug: %s", CORPUS[which].name, (long long)S, i,
+                     tpk_eager_mode_name((TpkEagerMode)mode), why);
+        }
+      }
+      for (int mode = 0; mode < 3; mode++)
+        for (int i = 0; i < o[mode].n; i++) free(o[mode].data[i]);
+    }
+}
+
+/* ---- dynamic sizes ------------------------------------------------------------------ */
+
+/* A transformer-ish step at sequence length S (D = 16 and 48 never equal
+ * it): fused, every length after the first runs from the cache. */
+static int seq_step(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer *w, TpkBuffer *g, double lr, TpkBuffer **loss) {
+  TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){S, 16}, (uint64_t)S);
+  TpkBuffer *h = op(s, "mm", 2, (TpkArg[]){A(x), A(w)});                                /* [S, 48] */
+  TpkBuffer *r = op(s, "relu", 1, (TpkArg[]){A(h)});
+  TpkBuffer *v = op(s, "view", 2, (TpkArg[]){A(r), INTS(S, 3, 16)});
+  TpkBuffer *m = op(s, "sum", 2, (TpkArg[]){A(v), INTS(1)});                            /* [S, 16] */
+  TpkBuffer *p = op(s, "_softmax", 3, (TpkArg[]){A(m), tpk_arg_int(1), tpk_arg_bool(false)});
+  TpkBuffer *q = op(s, "mul", 2, (TpkArg[]){A(p), A(g)});
+  TpkBuffer *t = op(s, "add", 3, (TpkArg[]){A(q), A(x), tpk_arg_named("alpha", tpk_arg_float(lr))});
+  *loss = op(s, "mean", 1, (TpkArg[]){A(t)});
+  TpkBuffer *drop[] = {x, h, r, v, m, p, q, t};
+  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  return 1;
+}
+
+/* 20 sequence lengths (and a learning rate that changes every step): the
+ * window compiles once, its clusters once; in strict mode each op once. */
+static void test_sequence_lengths_compile_once(void **state) {
+  (void)state;
+  for (int mode = TPK_EAGER_STRICT; mode <= TPK_EAGER_FUSED; mode++) {
+    setenv("TPK_TIER", "tcc", 1);
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    unsetenv("TPK_TIER");
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    TpkBuffer *w = input(dev, TPK_F32, 2, (int64_t[]){16, 48}, 11), *g = input(dev, TPK_F32, 1, (int64_t[]){16}, 12);
+    int compiles = 0;
+    float first = 0;
+    for (int i = 0; i < 20; i++) {
+      TpkBuffer *loss;
+      seq_step(s, dev, 20 + 3 * i, w, g, 0.1 / (1 + i), &loss);
+      float l;
+      CHECK(tpk_buffer_read(loss, &l, sizeof l));
+      assert_true(isfinite(l));
+      tpk_buffer_destroy(loss);
+      if (i == 0) {
+        compiles = tpk_context_compiler_runs(ctx);
+        first = l;
+      }
+    }
+    (void)first;
+    assert_true(compiles > 0);
+    assert_int_equal(tpk_context_compiler_runs(ctx), compiles);
+    TpkStreamStats st;
+    tpk_stream_stats(s, &st);
+    assert_int_equal(st.ops, 20 * 8);
+    if (mode == TPK_EAGER_FUSED) {
+      assert_int_equal(st.windows, 20);
+      assert_int_equal(st.compiles, 1);
+      assert_int_equal(st.cache_hits, 19);
+    } else {
+      assert_int_equal(st.compiles, 8);
+      assert_int_equal(st.cache_hits, 19 * 8);
+    }
+    TpkCacheStats cs;
+    CHECK(tpk_cache_stats(ctx, &cs));
+    assert_int_equal(cs.unit_misses[TPK_UNIT_EAGER], st.compiles);
+    assert_int_equal(cs.unit_hits[TPK_UNIT_EAGER], st.cache_hits);
+    tpk_buffer_destroy(w);
+    tpk_buffer_destroy(g);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+/* What a failed call said. */
+static char *last_error(void) { return strdup(tpk_last_error()); }
+
+/* Debug mode: a NaN in an output, a shape mismatch and an out-of-range
+ * gather, each at once, naming the op, its operands and its position. */
+static void test_debug_errors_name_the_op(void **state) {
+  (void)state;
+  TpkContext *ctx = context(TPK_EAGER_DEBUG);
+  TpkDevice *dev;
+  CHECK(tpk_device_open(ctx, "host", &dev));
+  TpkStream *s;
+  CHECK(tpk_stream_create(dev, &s));
+  TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){4, 3}, 13), *zero, *out;
+  CHECK(tpk_buffer_create(dev, TPK_F32, 2, (int64_t[]){4, 3}, &zero));
+  int n;
+  TpkBuffer *y = op(s, "mul", 2, (TpkArg[]){A(x), A(x)}); /* op #1 */
+  assert_int_equal(tpk_stream_op(s, "div", (TpkArg[]){A(zero), A(zero)}, 2, &out, 1, &n), TPK_ERR_INVALID);
+  char *msg = last_error();
+  assert_contains(msg, "op #2 'div' (f32[4,3]): output 0 has NaN at element 0");
+  free(msg);
+  TpkBuffer *b5;
+  CHECK(tpk_buffer_create(dev, TPK_F32, 1, (int64_t[]){5}, &b5));
+  assert_int_equal(tpk_stream_op(s, "add", (TpkArg[]){A(x), A(b5)}, 2, &out, 1, &n), TPK_ERR_INVALID);
+  msg = last_error();
+  assert_contains(msg, "op #3 'add' (f32[4,3], f32[5]): ");
+  assert_contains(msg, "broadcast");
+  free(msg);
+  TpkBuffer *idx = input(dev, TPK_I32, 2, (int64_t[]){4, 3}, 14);
+  int32_t bad[12] = {0, 1, 2, 0, 1, 2, 0, 7, 2, 0, 1, 2}; /* 7 is past dim 1's 3 */
+  CHECK(tpk_buffer_write(idx, bad, sizeof bad));
+  assert_int_not_equal(tpk_stream_op(s, "gather", (TpkArg[]){A(x), tpk_arg_int(1), A(idx)}, 3, &out, 1, &n), TPK_OK);
+  msg = last_error();
+  assert_contains(msg, "op #4 'gather' (f32[4,3], i32[4,3]): ");
+  assert_contains(msg, "out of range");
+  free(msg);
+  /* the stream goes on */
+  TpkBuffer *z = op(s, "add", 2, (TpkArg[]){A(y), A(x)});
+  float v[12], xv[12];
+  CHECK(tpk_buffer_read(z, v, sizeof v));
+  CHECK(tpk_buffer_read(x, xv, sizeof xv));
+  for (int i = 0; i < 12; i++) assert_true(v[i] == xv[i] * xv[i] + xv[i]);
+  CHECK(tpk_stream_sync(s));
+  TpkBuffer *drop[] = {x, zero, y, b5, idx, z};
+  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+}
+
+/* Strict and fused: an error of running surfaces at the next sync (strict
+ * names the op); shape errors come at once in every mode. */
+static void test_errors_at_the_next_sync(void **state) {
+  (void)state;
+  for (int mode = TPK_EAGER_STRICT; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){4, 3}, 15), *idx, *out, *b5;
+    CHECK(tpk_buffer_create(dev, TPK_I32, 2, (int64_t[]){4, 3}, &idx));
+    int32_t bad[12] = {0, 1, 2, 0, 1, 2, 0, -9, 2, 0, 1, 2};
+    CHECK(tpk_buffer_write(idx, bad, sizeof bad));
+    CHECK(tpk_buffer_create(dev, TPK_F32, 1, (int64_t[]){5}, &b5));
+    int n;
+    TpkBuffer *y = op(s, "exp", 1, (TpkArg[]){A(x)});
+    assert_int_equal(tpk_stream_op(s, "add", (TpkArg[]){A(y), A(b5)}, 2, &out, 1, &n), TPK_ERR_INVALID);
+    char *msg = last_error();
+    assert_contains(msg, "op #2 'add' (f32[4,3], f32[5]): ");
+    free(msg);
+    TpkBuffer *gat = op(s, "gather", 3, (TpkArg[]){A(y), tpk_arg_int(1), A(idx)}); /* op #3: fails when it runs */
+    TpkBuffer *after = op(s, "neg", 1, (TpkArg[]){A(gat)});
+    assert_int_not_equal(tpk_stream_sync(s), TPK_OK);
+    msg = last_error();
+    if (mode == TPK_EAGER_STRICT) assert_contains(msg, "op #3 'gather': ");
+    else assert_contains(msg, "the fused window of ops #1 to #4: ");
+    assert_contains(msg, "out of range");
+    free(msg);
+    CHECK(tpk_stream_sync(s)); /* the error was reported: cleared */
+    TpkBuffer *drop[] = {x, idx, b5, y, gat, after};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
+/* ---- pending buffers ------------------------------------------------------------------- */
+
+/* A pending buffer is computed before anyone reads it: a read, its data, a
+ * kernel launch, another stream's op; a write of a buffer a pending window
+ * reads waits for the window, which sees the old contents. */
+static void test_pending_buffers_settle(void **state) {
+  (void)state;
+  for (int mode = TPK_EAGER_STRICT; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s, *other;
+    CHECK(tpk_stream_create(dev, &s));
+    CHECK(tpk_stream_create(dev, &other));
+    TpkBuffer *x;
+    CHECK(tpk_buffer_create(dev, TPK_F32, 2, (int64_t[]){8, 8}, &x));
+    float ones[64], twos[64], v[64];
+    for (int i = 0; i < 64; i++) ones[i] = 1, twos[i] = 2;
+    CHECK(tpk_buffer_write(x, ones, sizeof ones));
+    /* data() of a pending output */
+    TpkBuffer *y = op(s, "add", 2, (TpkArg[]){A(x), A(x)});
+    const float *yd = tpk_buffer_data(y);
+    assert_true(yd[63] == 2.0f);
+    /* a write of what the window reads: the window ran with the old x */
+    TpkBuffer *z = op(s, "mul", 2, (TpkArg[]){A(x), A(x)});
+    CHECK(tpk_buffer_write(x, twos, sizeof twos));
+    CHECK(tpk_buffer_read(z, v, sizeof v));
+    assert_true(v[0] == 1.0f);
+    /* a kernel launch reading a pending buffer */
+    TpkBuffer *w = op(s, "add", 2, (TpkArg[]){A(x), A(x)}), *sm;
+    TpkKernel *softmax;
+    CHECK(tpk_std_kernel(ctx, "softmax", &softmax));
+    CHECK(tpk_buffer_create(dev, TPK_F32, 2, (int64_t[]){8, 8}, &sm));
+    TpkLaunch L = {.args = (TpkBuffer *[]){w, sm}};
+    CHECK(tpk_kernel_launch(softmax, &L));
+    CHECK(tpk_buffer_read(sm, v, sizeof v));
+    assert_true(fabsf(v[5] - 0.125f) < 1e-6f);
+    /* another stream's op on a pending buffer, and a view of one */
+    TpkBuffer *u = op(s, "mul", 2, (TpkArg[]){A(x), A(x)}), *view;
+    CHECK(tpk_buffer_view(u, 0, TPK_F32, 1, (int64_t[]){64}, &view));
+    TpkBuffer *t = op(other, "add", 2, (TpkArg[]){A(u), A(u)});
+    TpkBuffer *tv = op(other, "neg", 1, (TpkArg[]){A(view)});
+    CHECK(tpk_buffer_read(t, v, sizeof v));
+    assert_true(v[10] == 8.0f);
+    CHECK(tpk_buffer_read(tv, v, sizeof v));
+    assert_true(v[10] == -4.0f);
+    CHECK(tpk_stream_sync(s));
+    CHECK(tpk_stream_sync(other));
+    TpkBuffer *drop[] = {x, y, z, w, sm, u, view, t, tv};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+    tpk_stream_destroy(s);
+    tpk_stream_destroy(other);
+    tpk_context_destroy(ctx);
+  }
+}
+
+/* ---- lifetimes ----------------------------------------------------------------------- */
+
+/* A stream destroyed with pending buffers runs their work first; buffers
+ * destroyed before the sync are not computed; a context destroyed with a
+ * stream open drops its work, and the handles stay safe to use and destroy. */
+static void test_lifetimes(void **state) {
+  (void)state;
+  for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    TpkBuffer *x = input(dev, TPK_F32, 1, (int64_t[]){100}, 16);
+    TpkBuffer *kept = op(s, "mul", 2, (TpkArg[]){A(x), tpk_arg_float(3.0)});
+    TpkBuffer *dropped = op(s, "exp", 1, (TpkArg[]){A(kept)});
+    TpkBuffer *view;
+    CHECK(tpk_buffer_view(dropped, 0, TPK_F32, 1, (int64_t[]){10}, &view)); /* keeps its bytes needed */
+    tpk_buffer_destroy(dropped);
+    TpkBuffer *gone = op(s, "neg", 1, (TpkArg[]){A(kept)});
+    tpk_buffer_destroy(gone);
+    tpk_buffer_destroy(x); /* an input, destroyed before it was read */
+    tpk_stream_destroy(s);
+    float v[100], e[10];
+    CHECK(tpk_buffer_read(kept, v, sizeof v));
+    CHECK(tpk_buffer_read(view, e, sizeof e));
+    for (int i = 0; i < 10; i++) assert_true(fabsf(e[i] - expf(v[i])) <= 1e-5f * expf(v[i]));
+    tpk_buffer_destroy(kept);
+    tpk_buffer_destroy(view);
+
+    /* the context ends with a stream open and work pending */
+    CHECK(tpk_stream_create(dev, &s));
+    x = input(dev, TPK_F32, 1, (int64_t[]){100}, 17);
+    TpkBuffer *y = op(s, "sigmoid", 1, (TpkArg[]){A(x)}), *out;
+    tpk_context_destroy(ctx);
+    int n;
+    assert_int_equal(tpk_stream_op(s, "neg", (TpkArg[]){A(y)}, 1, &out, 1, &n), TPK_ERR_INVALID);
+    assert_int_not_equal(tpk_buffer_read(y, v, sizeof v), TPK_OK);
+    tpk_stream_sync(s);
+    tpk_buffer_destroy(x);
+    tpk_stream_destroy(s);
+    tpk_buffer_destroy(y);
+  }
+}
+
+/* ---- threads ----------------------------------------------------------------------- */
+
+typedef struct Worker {
+  TpkDevice *dev;
+  int seed;
+  float got, want;
+  char failure[256];
+} Worker;
+
+static void *worker(void *arg) {
+  Worker *wk = arg;
+  TpkStream *s;
+  if (tpk_stream_create(wk->dev, &s) != TPK_OK) {
+    snprintf(wk->failure, sizeof wk->failure, "%s", tpk_last_error());
+    return NULL;
+  }
+  float acc = 0;
+  for (int step = 0; step < 30 && !wk->failure[0]; step++) {
+    int64_t n = 50 + step;
+    TpkBuffer *x, *y = NULL, *z = NULL, *m = NULL;
+    float v[100];
+    for (int i = 0; i < n; i++) v[i] = (float)((i + wk->seed) % 5);
+    bool ok = tpk_buffer_create(wk->dev, TPK_F32, 1, &n, &x) == TPK_OK && tpk_buffer_write(x, v, sizeof *v * (size_t)n) == TPK_OK;
+    int k;
+    ok = ok && tpk_stream_op(s, "mul", (TpkArg[]){A(x), A(x)}, 2, &y, 1, &k) == TPK_OK;
+    ok = ok && tpk_stream_op(s, "add", (TpkArg[]){A(y), A(x), tpk_arg_named("alpha", tpk_arg_float(step))}, 3, &z, 1, &k) == TPK_OK;
+    ok = ok && tpk_stream_op(s, "sum", (TpkArg[]){A(z)}, 1, &m, 1, &k) == TPK_OK;
+    float total = 0, want = 0;
+    ok = ok && tpk_buffer_read(m, &total, sizeof total) == TPK_OK;
+    for (int i = 0; i < n; i++) want += v[i] * v[i] + (float)step * v[i];
+    if (!ok) snprintf(wk->failure, sizeof wk->failure, "%s", tpk_last_error());
+    else if (total != want) snprintf(wk->failure, sizeof wk->failure, "step %d: %g, want %g", step, total, want);
+    acc += total;
+    tpk_buffer_destroy(x);
+    tpk_buffer_destroy(y);
+    tpk_buffer_destroy(z);
+    tpk_buffer_destroy(m);
+  }
+  wk->got = acc;
+  if (tpk_stream_sync(s) != TPK_OK && !wk->failure[0]) snprintf(wk->failure, sizeof wk->failure, "%s", tpk_last_error());
+  tpk_stream_destroy(s);
+  return NULL;
+}
+
+/* Two streams on two threads, in each mode, on one context. */
+static void test_two_streams_on_two_threads(void **state) {
+  (void)state;
+  for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    Worker wk[2] = {{.dev = dev, .seed = 1}, {.dev = dev, .seed = 2}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, worker, &wk[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++)
+      if (wk[i].failure[0]) fail_msg("%s, thread %d: %s", tpk_eager_mode_name((TpkEagerMode)mode), i, wk[i].failure);
+    tpk_context_destroy(ctx);
+  }
+}
+
+/* ---- kernels in streams ------------------------------------------------------------------ */
+
+/* A loaded kernel in a stream, beside ops, in every mode. */
+static void test_kernel_calls(void **state) {
+  (void)state;
+  float want[24];
+  for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    TpkKernel *softmax;
+    CHECK(tpk_std_kernel(ctx, "softmax", &softmax));
+    TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){4, 6}, 18), *y, *z;
+    int n;
+    TpkBuffer *d = op(s, "mul", 2, (TpkArg[]){A(x), tpk_arg_float(2.0)});
+    CHECK(tpk_stream_call(s, softmax, (TpkArg[]){A(d)}, 1, &y, 1, &n));
+    assert_int_equal(n, 1);
+    z = op(s, "add", 2, (TpkArg[]){A(y), A(x)});
+    float v[24];
+    CHECK(tpk_buffer_read(z, v, sizeof v));
+    for (int i = 0; i < 24; i++) {
+      if (mode == 0) want[i] = v[i];
+      else assert_true(fabsf(v[i] - want[i]) <= 1e-6f);
+    }
+    TpkBuffer *drop[] = {x, y, z, d};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
+/* TPK_EAGER picks the mode of new contexts; a value that is no mode is an
+ * error naming it. */
+static void test_mode_from_the_environment(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  setenv("TPK_EAGER", "fused", 1);
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_context_eager_mode(ctx), TPK_EAGER_FUSED);
+  tpk_context_destroy(ctx);
+  setenv("TPK_EAGER", "lazy", 1);
+  assert_int_equal(tpk_context_create(&ctx), TPK_ERR_INVALID);
+  assert_string_equal(tpk_last_error(), "TPK_EAGER=lazy: expected debug, strict or fused");
+  unsetenv("TPK_EAGER");
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_context_eager_mode(ctx), TPK_EAGER_STRICT);
+  assert_string_equal(tpk_eager_mode_name(TPK_EAGER_DEBUG), "debug");
+  tpk_context_destroy(ctx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_modes_agree),
+      cmocka_unit_test(test_sequence_lengths_compile_once),
+      cmocka_unit_test(test_debug_errors_name_the_op),
+      cmocka_unit_test(test_errors_at_the_next_sync),
+      cmocka_unit_test(test_pending_buffers_settle),
+      cmocka_unit_test(test_lifetimes),
+      cmocka_unit_test(test_two_streams_on_two_threads),
+      cmocka_unit_test(test_kernel_calls),
+      cmocka_unit_test(test_mode_from_the_environment),
+  };
+  return test_run_tests(tests);
+}
