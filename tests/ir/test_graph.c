@@ -1082,7 +1082,8 @@ static void test_errors_arguments(void **state) {
   int huge = in(g, TPK_F32, "4611686018427387904,4"), wide = in(g, TPK_F32, "5000000000,1");
   BAD("add", A(V(f), STR("x")), "add: the arguments fit no overload: add.Tensor: argument 'other' must be a tensor, got a string",
       "add.Scalar: argument 'other' must be a Scalar (a number or a rank-0 tensor), got a string");
-  BAD("add.Scalar", A(V(f), V(f)), "add: argument 'other' must be a Scalar (a number or a rank-0 tensor), got a tensor of rank 2");
+  BAD("add.Scalar", A(V(f), STR("x")), "add: the arguments fit no overload: add.Scalar: argument 'other' must be a Scalar",
+      "; add.Tensor: argument 'other' must be a tensor, got a string"); /* the named overload first */
   BAD("add.Tensor", A(V(f), V(f), V(f)), "takes 2 positional arguments, got more");
   BAD("add.Tensor", A(V(f), V(f), kw("beta", F(1))), "has no argument 'beta'");
   BAD("neg", A(V(99)), "argument 'self': 99 is not a value of this graph");
@@ -1332,6 +1333,11 @@ static void test_unknown_ops(void **state) {
   op_fails(g, TPK_ERR_UNSUPPORTED, "aten::foo.Tensor", A(V(x)), "aten op 'foo' is not supported", NULL);
   op_fails(g, TPK_ERR_UNSUPPORTED, "add.Bogus", A(V(x), V(x)), "no overload 'Bogus' of add", NULL);
   op_fails(g, TPK_ERR_UNSUPPORTED, "", NOARGS, "aten op '' is not supported", NULL);
+  /* a named overload is tried first, then the others; numbers given for
+   * Tensors are wrapped when nothing else fits (ATen's sub.Tensor(1, x)) */
+  assert_string_equal(type_of(g, op(g, "add.Scalar", A(V(x), V(x)))), "f32[4]");
+  assert_string_equal(type_of(g, op(g, "sub.Tensor", A(I(1), V(x)))), "f32[4]");
+  assert_string_equal(type_of(g, op(g, "aten.where.self", A(V(op(g, "gt", A(V(x), F(0)))), F(1), I(0)))), "f32[4]");
   /* namespaced and overloaded names are the same op */
   op(g, "aten::add.Tensor", A(V(x), V(x)));
   op(g, "aten.add.Tensor", A(V(x), V(x)));
