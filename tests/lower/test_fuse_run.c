@@ -310,6 +310,7 @@ static const char *const BACKEND_NAMES[NBACKENDS] = {"reference", "interpreter o
                                                      "host, the grid in 3 parts"};
 
 typedef struct Compiled {
+  const TpkFunc *src;
   const char *name;
   TpkModule *module; /* the kernel bound with its sizes symbolic, then lowered */
   TpkFunc *k;
@@ -330,9 +331,10 @@ static const TpkTarget SMALL = {.name = "small", .vmem_bytes = (int64_t)128 << 2
 
 static Compiled *compiled(Fixture *fx, const TpkFunc *f) {
   for (int i = 0; i < fx->ncompiled; i++)
-    if (strcmp(fx->compiled[i].name, f->name) == 0) return &fx->compiled[i];
+    if (fx->compiled[i].src == f) return &fx->compiled[i];
   assert_true(fx->ncompiled < 64);
   Compiled *c = &fx->compiled[fx->ncompiled++];
+  c->src = f;
   c->name = f->name;
   c->module = tpk_module_new(f->name);
   assert_non_null(c->module);
