@@ -228,6 +228,69 @@ static const Graph GRAPHS[] = {
      "  return %y\n"
      "}\n",
      {2, 17, 90}, 0},
+    /* a training step: a linear layer, log-softmax cross-entropy (a one-hot
+     * of the targets from an iota), its backward, AdamW on the weight */
+    {"train_step",
+     "func @train_step(%x: f32[B,32], %w: f32[32,16], %b: f32[16], %t: i32[B], %m: f32[32,16], %v: f32[32,16], %lr: f32) -> (f32, f32[32,16], f32[32,16], f32[32,16], f32[16]) {\n"
+     "  %z0 = dot %x, %w {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[B,16]\n"
+     "  %bb = broadcast %b : f32[B,16]\n"
+     "  %z = add %z0, %bb : f32[B,16]\n"
+     "  %mx = reduce %z {kind=\"max\", axes=[1], keepdims=true} : f32[B,1]\n"
+     "  %mxb = broadcast %mx : f32[B,16]\n"
+     "  %d = sub %z, %mxb : f32[B,16]\n"
+     "  %e = exp %d : f32[B,16]\n"
+     "  %s = reduce %e {kind=\"sum\", axes=[1], keepdims=true} : f32[B,1]\n"
+     "  %ls = log %s : f32[B,1]\n"
+     "  %lsb = broadcast %ls : f32[B,16]\n"
+     "  %logp = sub %d, %lsb : f32[B,16]\n"
+     "  %cols = iota {axis=1} : i32[B,16]\n"
+     "  %tr = reshape %t : i32[B,1]\n"
+     "  %tb = broadcast %tr : i32[B,16]\n"
+     "  %hit = eq %cols, %tb : bool[B,16]\n"
+     "  %one = const {value=1.0} : f32\n"
+     "  %zero = const {value=0.0} : f32\n"
+     "  %oneb = broadcast %one : f32[B,16]\n"
+     "  %zerob = broadcast %zero : f32[B,16]\n"
+     "  %oh = select %hit, %oneb, %zerob : f32[B,16]\n"
+     "  %pl = mul %oh, %logp : f32[B,16]\n"
+     "  %tot = reduce %pl {kind=\"sum\", axes=[0, 1], keepdims=false} : f32\n"
+     "  %neg = neg %tot : f32\n"
+     "  %bs = sym {name=\"B\"} : i32\n"
+     "  %bf = convert %bs : f32\n"
+     "  %loss = div %neg, %bf : f32\n"
+     "  %sb = broadcast %s : f32[B,16]\n"
+     "  %p = div %e, %sb : f32[B,16]\n"
+     "  %dz0 = sub %p, %oh : f32[B,16]\n"
+     "  %bfb = broadcast %bf : f32[B,16]\n"
+     "  %dz = div %dz0, %bfb : f32[B,16]\n"
+     "  %dw = dot %x, %dz {lhs_contract=[0], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[32,16]\n"
+     "  %db = reduce %dz {kind=\"sum\", axes=[0], keepdims=false} : f32[16]\n"
+     "  %b1 = const {value=0.9} : f32\n"
+     "  %b1b = broadcast %b1 : f32[32,16]\n"
+     "  %c1 = const {value=0.1} : f32\n"
+     "  %c1b = broadcast %c1 : f32[32,16]\n"
+     "  %m1a = mul %m, %b1b : f32[32,16]\n"
+     "  %m1b = mul %dw, %c1b : f32[32,16]\n"
+     "  %m1 = add %m1a, %m1b : f32[32,16]\n"
+     "  %b2 = const {value=0.999} : f32\n"
+     "  %b2b = broadcast %b2 : f32[32,16]\n"
+     "  %c2 = const {value=0.001} : f32\n"
+     "  %c2b = broadcast %c2 : f32[32,16]\n"
+     "  %g2 = mul %dw, %dw : f32[32,16]\n"
+     "  %v1a = mul %v, %b2b : f32[32,16]\n"
+     "  %v1b = mul %g2, %c2b : f32[32,16]\n"
+     "  %v1 = add %v1a, %v1b : f32[32,16]\n"
+     "  %sq = sqrt %v1 : f32[32,16]\n"
+     "  %eps = const {value=1e-8} : f32\n"
+     "  %epsb = broadcast %eps : f32[32,16]\n"
+     "  %den = add %sq, %epsb : f32[32,16]\n"
+     "  %upd = div %m1, %den : f32[32,16]\n"
+     "  %lrb = broadcast %lr : f32[32,16]\n"
+     "  %step = mul %upd, %lrb : f32[32,16]\n"
+     "  %w1 = sub %w, %step : f32[32,16]\n"
+     "  return %loss, %w1, %m1, %v1, %db\n"
+     "}\n",
+     {1, 12, 70}, 16},
 };
 
 /* ---- tensors and symbols ----------------------------------------------------------- */
@@ -561,6 +624,7 @@ GRAPH_TEST(7)
 GRAPH_TEST(8)
 GRAPH_TEST(9)
 GRAPH_TEST(10)
+GRAPH_TEST(11)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -569,8 +633,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_4, setup, teardown), cmocka_unit_test_setup_teardown(test_5, setup, teardown),
       cmocka_unit_test_setup_teardown(test_6, setup, teardown), cmocka_unit_test_setup_teardown(test_7, setup, teardown),
       cmocka_unit_test_setup_teardown(test_8, setup, teardown), cmocka_unit_test_setup_teardown(test_9, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_10, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_10, setup, teardown), cmocka_unit_test_setup_teardown(test_11, setup, teardown),
   };
-  _Static_assert(sizeof GRAPHS / sizeof *GRAPHS == 11, "one test per graph");
+  _Static_assert(sizeof GRAPHS / sizeof *GRAPHS == 12, "one test per graph");
   return test_run_tests(tests);
 }
