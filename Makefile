@@ -237,7 +237,7 @@ corpus-check: $(BUILD)/tpk
 # ---- benchmarks ----
 bench: all
 	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_frontend $(BUILD)/bench/bench_gemm $(BUILD)/bench/bench_host \
-		$(BUILD)/bench/bench_sim
+		$(BUILD)/bench/bench_sim $(BUILD)/bench/bench_eager
 	@$(PYTHON) bench/run.py --build $(BUILD)
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtpk.a
 	@mkdir -p $(dir $@)
@@ -245,6 +245,9 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtpk.a
 # bench_gemm measures against OpenBLAS (libopenblas-dev, see tools/deps.sh).
 $(BUILD)/bench/bench_gemm: LDLIBS += -lopenblas
 $(BUILD)/bench/bench_host: LDLIBS += -lopenblas
+# bench_eager replays the recorded op streams with the command's replayer.
+$(BUILD)/bench/bench_eager: $(BUILD)/cli/opstream.o
+$(BUILD)/bench/bench_eager: LDLIBS := $(BUILD)/cli/opstream.o $(LDLIBS)
 
 # ---- fuzzing (clang's libFuzzer) ----
 FUZZ_SECONDS ?= 60

@@ -60,6 +60,18 @@ TARGETS = {
     "f32 matmul 1024^3 on sim:v5e, wall time": ("within 3x of the host", lambda r: r is not None and r >= 1 / 3,
                                                  "ratio"),
 }
+# The eager modes (bench_eager): ratio = strict's time / fused's; the warm
+# first step's ratio = steady / first (within 2x is >= 0.5).
+for _stream in ("MLP training step", "transformer block fwd+bwd"):
+    for _clock in ("host wall time", "simulated v5e time"):
+        TARGETS[f"eager {_stream}: fused vs strict, {_clock}"] = (">= 1.5x strict (target 2x)",
+                                                                   lambda r: r is not None and r >= 1.5, "ratio")
+    TARGETS[f"eager {_stream}: first step with a warm disk cache vs steady state (fused)"] = (
+        "within 2x of steady state", lambda r: r is not None and r >= 0.5, "ratio")
+    TARGETS[f"eager {_stream}: compiles in the first step with a warm disk cache (fused)"] = ("0", lambda v: v == 0)
+for _mode in ("strict", "fused"):
+    TARGETS[f"eager transformer block fwd+bwd: compiles after the first step, sequence length changing every step "
+            f"({_mode})"] = ("0", lambda v: v == 0)
 
 ROW_KEYS = ("name", "device", "value", "unit", "baseline", "ratio")
 

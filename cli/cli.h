@@ -32,6 +32,7 @@ int cli_run(const CliCommand *cmd, int argc, char **argv);
 int cli_bench(const CliCommand *cmd, int argc, char **argv);
 int cli_tune(const CliCommand *cmd, int argc, char **argv);
 int cli_cache(const CliCommand *cmd, int argc, char **argv);
+int cli_replay(const CliCommand *cmd, int argc, char **argv);
 /* `tpk bench --suite NAME` (cli/bench_suite.c): cli_bench hands the command
  * line over when cli_bench_wants_suite sees --suite before any `--`. */
 bool cli_bench_wants_suite(int argc, char **argv);

@@ -280,6 +280,33 @@ static const char TUNE_HELP[] =
     "  tpk tune matmul.tpk --shape M=8192,N=8192,K=8192 --device sim:v6e --tune BK=512 \\\n"
     "      --save-default kernels/tuned.tsv\n";
 
+static const char REPLAY_HELP[] =
+    "Usage: tpk replay FILE [--mode LIST] [--device NAME] [--steps N] [--sizes LIST]\n"
+    "\n"
+    "Run an op stream recorded from PyTorch (tools/record_streams.py writes them;\n"
+    "bench/streams has a training step of an MLP and of a transformer block)\n"
+    "through the eager runtime, as the `tpk` device would run it: every op is\n"
+    "submitted one at a time, each value freed after its last use, and a step ends\n"
+    "with a sync. For each mode it prints the kernels launched a step, the first\n"
+    "step's time (what it compiled), the steady time a step and, on a simulated\n"
+    "chip, the simulated time a step; then it checks that every mode's outputs\n"
+    "match the first mode's (|a - b| <= 1e-4 + 1e-3 |a|).\n"
+    "\n"
+    "  --mode, -m LIST      debug, strict, fused, a comma-separated list, or all\n"
+    "                       (default strict,fused)\n"
+    "  --device, -d NAME    host (default) or sim:<chip>\n"
+    "  --steps N            steps per mode (default 5)\n"
+    "  --sizes LIST         other values for the stream's size symbols, s4=100,...\n"
+    "                       (the file's `sizes` line has the recorded ones)\n"
+    "  --quiet, -q          print only the comparison\n"
+    "\n"
+    "Exit status: 0 when every mode ran and agreed, 1 when an op failed or the\n"
+    "modes disagree, 2 when the command line is wrong.\n"
+    "\n"
+    "Examples:\n"
+    "  tpk replay bench/streams/mlp_train.ops --mode all\n"
+    "  tpk replay bench/streams/block_train.ops --device sim:v5e --sizes s4=100\n";
+
 static const char CACHE_HELP[] =
     "Usage: tpk cache stats|clear|path\n"
     "\n"
@@ -332,6 +359,7 @@ static const CliCommand COMMANDS[] = {
     {"bench", "time a kernel on the host and on simulated TPUs, one row per device", BENCH_HELP, cli_bench},
     {"tune", "search a kernel's tunables on a simulated TPU or the host; remember the winner", TUNE_HELP, cli_tune},
     {"cache", "show or empty the cache of compiled kernels: stats, clear, path", CACHE_HELP, cli_cache},
+    {"replay", "run a recorded PyTorch op stream in the eager modes, timed and compared", REPLAY_HELP, cli_replay},
     {"help", "show help for tpk or for one command", HELP_HELP, cli_help},
 };
 enum { NCOMMANDS = (int)TPK_ARRAY_LEN(COMMANDS) };

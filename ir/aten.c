@@ -7,10 +7,11 @@
  * ("Tensor self, Tensor other, *, Scalar alpha=1"), so names, kinds,
  * defaults and keyword-only arguments are ATen's. An op is looked up by
  * packet ("add", "aten::add.Tensor" and "aten.add.Tensor" name it too); the
- * overload is the first of its packet whose schema the arguments fit (by
- * kind: a tensor, a number, a list...), or the one named. Each row's expand
- * function then checks what kinds cannot say (shapes, dtypes, ranges) and
- * builds the IR.
+ * overload is the one named if the arguments fit its schema (by kind: a
+ * tensor, a number, a list...), else the first of the packet they fit; when
+ * none does, a number given for a Tensor is wrapped as ATen wraps it
+ * (sub.Tensor(1, x) in FX graphs). Each row's expand function then checks
+ * what kinds cannot say (shapes, dtypes, ranges) and builds the IR.
  *
  * What follows ATen, and where it is written:
  *   - dtypes: result_dtype() is ATen's type promotion: tensors of rank >= 1
@@ -275,8 +276,9 @@ static bool default_arg(Param *p, TpkArg *a) {
   return true;
 }
 
-/* Does a fit parameter p? When not, why (into why). */
-static bool fits(const Call *c, const Param *p, const TpkArg *a, char *why, size_t n) {
+/* Does a fit parameter p? When not, why (into why). With wrap_numbers, a
+ * number fits a Tensor (ATen wraps it: sub.Tensor(1, x) in FX graphs). */
+static bool fits(const Call *c, const Param *p, const TpkArg *a, bool wrap_numbers, char *why, size_t n) {
   bool ok = false;
   if (a->kind == TPK_ARG_NONE) {
     ok = p->optional || p->kind == K_ANY;
@@ -285,7 +287,10 @@ static bool fits(const Call *c, const Param *p, const TpkArg *a, char *why, size
     return false;
   } else {
     switch (p->kind) {
-    case K_TENSOR: ok = a->kind == TPK_ARG_VALUE; break;
+    case K_TENSOR:
+      ok = a->kind == TPK_ARG_VALUE ||
+           (wrap_numbers && (a->kind == TPK_ARG_INT || a->kind == TPK_ARG_FLOAT || a->kind == TPK_ARG_BOOL));
+      break;
     case K_TENSORS: ok = a->kind == TPK_ARG_VALUES; break;
     case K_SCALAR:
       ok = a->kind == TPK_ARG_INT || a->kind == TPK_ARG_FLOAT || a->kind == TPK_ARG_BOOL ||
@@ -316,7 +321,7 @@ static bool fits(const Call *c, const Param *p, const TpkArg *a, char *why, size
 
 /* Bind args to ov's parameters (positional, then by name, then defaults);
  * false with why when they do not fit. */
-static bool bind(Call *c, const Overload *ov, const TpkArg *args, int nargs, char *why, size_t n) {
+static bool bind(Call *c, const Overload *ov, const TpkArg *args, int nargs, bool wrap_numbers, char *why, size_t n) {
   c->ov = ov;
   if (!parse_schema(ov->schema, c->params, &c->nparams)) {
     snprintf(why, n, "the op table's schema \"%s\" does not parse (a bug in tpk)", ov->schema);
@@ -346,7 +351,7 @@ static bool bind(Call *c, const Overload *ov, const TpkArg *args, int nargs, cha
         return false;
       }
     }
-    if (!fits(c, &c->params[slot], a, why, n)) return false;
+    if (!fits(c, &c->params[slot], a, wrap_numbers, why, n)) return false;
     c->arg[slot] = a;
   }
   for (int j = 0; j < c->nparams; j++) {
@@ -377,10 +382,22 @@ static bool is_none(Call *c, const char *name) {
   return !a || a->kind == TPK_ARG_NONE;
 }
 
-/* A Tensor argument (NULL for None). */
+static TpkValue *konst(Call *c, TpkDType dt, double x);
+static TpkValue *dim_value(Call *c, const TpkDim *d);
+static const TpkDim *dim_arg(Call *c, const char *name);
+
+/* A Tensor argument (NULL for None); a number given for it (see fits) is a
+ * rank-0 constant of its kind's default dtype (bool, i32, f32). */
 static TpkValue *t_arg(Call *c, const char *name) {
   const TpkArg *a = arg(c, name);
-  return a && a->kind == TPK_ARG_VALUE ? c->values[a->value] : NULL;
+  if (!a) return NULL;
+  switch (a->kind) {
+  case TPK_ARG_VALUE: return c->values[a->value];
+  case TPK_ARG_BOOL: return konst(c, TPK_BOOL, (double)(a->i != 0));
+  case TPK_ARG_FLOAT: return konst(c, TPK_F32, a->f);
+  case TPK_ARG_INT: return a->sym ? dim_value(c, dim_arg(c, name)) : konst(c, TPK_I32, (double)a->i);
+  default: return NULL;
+  }
 }
 
 static int64_t i_arg(Call *c, const char *name) {
@@ -864,8 +881,6 @@ static TpkValue *add_scaled(Call *c, TpkOpcode opc, Opnd self, Opnd other, Opnd 
     return INVALID(c, "subtraction of bool tensors is not supported (as in PyTorch; use logical_xor)");
   if (!is_float(out) && (alpha.v ? is_float(dt_of(alpha.v)) : alpha.num == 'f'))
     return INVALID(c, "for integral input tensors, argument 'alpha' must not be a floating point number");
-  if (out == TPK_BOOL && !(alpha.num == 'b' || alpha.num == 'i' || (alpha.v && dt_of(alpha.v) == TPK_BOOL)))
-    return INVALID(c, "for bool tensors, argument 'alpha' must be a bool");
   if (is_num(&other) && !other.dim && is_num(&alpha) && !alpha.dim) { /* two numbers: one constant */
     bool f = other.num == 'f' || alpha.num == 'f';
     other = f ? (Opnd){.num = 'f', .f = other.f * alpha.f, .wrapped = true, .name = other.name}
@@ -1901,8 +1916,10 @@ static void ex_unflatten(Call *c) {
     if (sizes[i]) known = tpk_dim_binary(c->m, TPK_DIM_MUL, known, sizes[i]);
     else if (infer < 0) infer = i;
     else return (void)INVALID(c, "only one of sizes can be -1");
-  if (infer >= 0 && !(sizes[infer] = dims_exact_div(c->m, piece, known)))
+  if (infer >= 0 && !(sizes[infer] = dims_exact_div(c->m, piece, known))) {
+    sizes[infer] = tpk_dim_const(c->m, -1);
     return (void)INVALID(c, "sizes %s do not divide dim %d (%s) of %s", shape_text(c, n, sizes), d, dim_text(c, piece), ty(c, x));
+  }
   if (infer < 0 && known != piece)
     return (void)INVALID(c, "sizes %s do not make dim %d (%s) of %s", shape_text(c, n, sizes), d, dim_text(c, piece), ty(c, x));
   const TpkDim *dims[TPK_MAX_RANK];
@@ -1983,7 +2000,6 @@ static TpkValue *gather_axis(Call *c, TpkValue *table, TpkValue *ids, int axis) 
   if (!table || !ids || c->failed) return NULL;
   const TpkDim *dims[TPK_MAX_RANK];
   int k = 0;
-  if (rank_of(table) - 1 + rank_of(ids) > TPK_MAX_RANK) return UNSUPPORTED(c, "the result would have a rank over %d", TPK_MAX_RANK);
   for (int i = 0; i < axis; i++) dims[k++] = table->type->dims[i];
   for (int i = 0; i < rank_of(ids); i++) dims[k++] = ids->type->dims[i];
   for (int i = axis + 1; i < rank_of(table); i++) dims[k++] = table->type->dims[i];
@@ -2291,7 +2307,7 @@ static void ex_select_backward(Call *c) {
   int64_t i;
   if (tpk_dim_is_const(index, &i) && i < 0) index = tpk_dim_binary(c->m, TPK_DIM_ADD, sizes[axis], index);
   const TpkDim *one = tpk_dim_const(c->m, 1);
-  TpkValue *ids = reshape(c, dim_value(c, index), 1, &one);
+  TpkValue *ids = bcast(c, dim_value(c, index), 1, &one);
   put(c, scatter_axis(c, bcast(c, konst(c, dt_of(g), 0), n, sizes), ids, up, axis, TPK_STORE_SET));
 }
 
@@ -2772,6 +2788,8 @@ static const Overload OVERLOADS[] = {
     {"new_zeros", "default", "Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None", ex_full, 0},
     {"new_ones", "default", "Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None", ex_full, 0},
     {"new_empty", "default", "Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None", ex_full, 0},
+    {"new_empty_strided", "default", "Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None", ex_full, 0},
+    {"empty_strided", "default", "SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None", ex_full, 0},
     {"full_like", "default", "Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None", ex_full_like, 0},
     {"zeros_like", "default", "Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None", ex_full_like, 0},
     {"ones_like", "default", "Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None", ex_full_like, 0},
@@ -2983,17 +3001,16 @@ TpkStatus tpk_aten_build(TpkGraphBuilder *gb, const char *op, const TpkArg *args
   if (first < 0)
     return tpk_error(err, TPK_ERR_UNSUPPORTED, "aten op '%s' is not supported by tpk's graphs (%d ops are: see tpk_graph_op_name)",
                      packet, tpk_aten_count());
-  if (overload[0] && strcmp(overload, "default") != 0) {
-    int k = first;
-    while (k <= last && strcmp(OVERLOADS[k].name, overload) != 0) k++;
-    if (k > last)
-      return tpk_error(err, TPK_ERR_UNSUPPORTED, "aten op '%s': tpk knows no overload '%s' of %s", op, overload, packet);
-    first = last = k;
-  } else if (overload[0]) { /* ".default": ATen's unnamed overload */
-    int k = first;
-    while (k <= last && strcmp(OVERLOADS[k].name, "default") != 0) k++;
-    if (k > last) return tpk_error(err, TPK_ERR_UNSUPPORTED, "aten op '%s': %s has no default overload", op, packet);
-    first = last = k;
+  /* A named overload is tried first, then the packet's others: ATen takes a
+   * number for a Tensor argument (add.Tensor(x, 1.0) in FX graphs), which
+   * is the Scalar overload here. */
+  int named = -1;
+  if (overload[0]) {
+    for (int k = first; k <= last && named < 0; k++)
+      if (strcmp(OVERLOADS[k].name, overload) == 0) named = k;
+    if (named < 0 && strcmp(overload, "default") == 0)
+      return tpk_error(err, TPK_ERR_UNSUPPORTED, "aten op '%s': %s has no default overload", op, packet);
+    if (named < 0) return tpk_error(err, TPK_ERR_UNSUPPORTED, "aten op '%s': tpk knows no overload '%s' of %s", op, overload, packet);
   }
   Call *c = calloc(1, sizeof *c);
   if (!c) return tpk_error(err, TPK_ERR_NOMEM, "%s: out of memory", packet);
@@ -3004,18 +3021,24 @@ TpkStatus tpk_aten_build(TpkGraphBuilder *gb, const char *op, const TpkArg *args
   c->nvalues = nvalues;
   c->err = err;
   tpk_arena_init(&c->scratch, 0);
-  /* The first overload whose schema the arguments fit. */
+  /* The first overload whose schema the arguments fit; then, as ATen does,
+   * with numbers given for Tensors wrapped. The reasons are the first pass's. */
   TpkStr why = {0};
   const Overload *chosen = NULL;
-  for (int i = first; i <= last && !chosen; i++) {
-    char reason[300];
-    if (bind(c, &OVERLOADS[i], args, nargs, reason, sizeof reason))
-      chosen = &OVERLOADS[i];
-    else if (first == last)
-      tpk_str_printf(&why, "%s", reason);
-    else
-      tpk_str_printf(&why, "%s%s.%s: %s", why.len ? "; " : "", packet, OVERLOADS[i].name, reason);
-  }
+  for (int pass = 0; pass < 2 && !chosen; pass++)
+    for (int t = first - (named >= 0); t <= last && !chosen; t++) {
+      int i = t < first ? named : t;
+      if (t >= first && t == named) continue;
+      char reason[300];
+      if (bind(c, &OVERLOADS[i], args, nargs, pass == 1, reason, sizeof reason))
+        chosen = &OVERLOADS[i];
+      else if (pass == 1)
+        continue;
+      else if (first == last)
+        tpk_str_printf(&why, "%s", reason);
+      else
+        tpk_str_printf(&why, "%s%s.%s: %s", why.len ? "; " : "", packet, OVERLOADS[i].name, reason);
+    }
   TpkStatus st = TPK_OK;
   if (!chosen) {
     st = tpk_error(err, strstr(why.data ? why.data : "", "a bug in tpk") ? TPK_ERR_INTERNAL : TPK_ERR_INVALID, "%s: %s%s",

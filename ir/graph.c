@@ -229,9 +229,10 @@ TpkStatus tpk_gb_call_values(TpkGraphBuilder *gb, const TpkFunc *k, const char *
       if (v->type->dtype != pt->dtype && !(v = tpk_build_convert(&gb->b, v, pt->dtype)))
         return tpk_error(err, TPK_ERR_NOMEM, "%s: out of memory", who);
     } else {
-      if (v->type->dtype != pt->dtype || v->type->rank != pt->rank)
+      if (v->type->dtype != pt->dtype || v->type->rank != pt->rank) /* the parameter as a tensor, as the call passes it */
         return tpk_error(err, TPK_ERR_INVALID, "%s: argument '%s' must be %s, got %s", who, p->name,
-                         tpk_gb_type_text(pt, want, sizeof want), tpk_gb_type_text(v->type, got, sizeof got));
+                         tpk_gb_type_text(tpk_type_tensor(gb->m, pt->dtype, pt->rank, pt->dims), want, sizeof want),
+                         tpk_gb_type_text(v->type, got, sizeof got));
       for (int d = 0; d < pt->rank; d++)
         if (pt->dims[d]->kind == TPK_DIM_SYM && !bound_dim(&bs, pt->dims[d]->sym) && bs.n < MAX_BINDINGS) {
           bs.sym[bs.n] = pt->dims[d]->sym;
@@ -274,7 +275,8 @@ TpkStatus tpk_gb_call_values(TpkGraphBuilder *gb, const TpkFunc *k, const char *
       const char *unbound = NULL;
       if (!(dims[d] = substitute(gb->m, pt->dims[d], &bs, &unbound)))
         return tpk_error(err, TPK_ERR_INVALID, "%s: the size of output '%s' (%s) depends on %s, which no argument gives",
-                         who, p->name, tpk_gb_type_text(pt, want, sizeof want), unbound ? unbound : "a size");
+                         who, p->name, tpk_gb_type_text(tpk_type_tensor(gb->m, pt->dtype, pt->rank, pt->dims), want, sizeof want),
+                         unbound ? unbound : "a size");
     }
     rtypes[r++] = tpk_type_tensor(gb->m, pt->dtype, pt->rank, dims);
   }

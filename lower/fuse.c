@@ -90,6 +90,8 @@ typedef struct Node {
   Class cls;    /* at a cluster's root */
   int stamp;
   int slot;     /* at a root: its place in the driver, -1 before */
+  int next;     /* the cluster's members are a list from its root: the next, -1 at the end */
+  int tail;     /* at a root: the list's last member */
 } Node;
 
 typedef struct Fuser {
@@ -259,7 +261,7 @@ static bool make_nodes(Fuser *F) {
   for (int k = 0; k < F->nops; k++) {
     TpkOp *op = F->ops[k];
     if (role_of(F, op) == ROLE_VIRTUAL) continue;
-    F->nodes[n] = (Node){.op = op, .pos = k, .parent = n, .slot = -1};
+    F->nodes[n] = (Node){.op = op, .pos = k, .parent = n, .slot = -1, .next = -1, .tail = n};
     if (!tpk_ptrmap_put(&F->node_of, op, (void *)(intptr_t)(n + 1))) return oom(F);
     for (int i = 0; i < op->nin; i++) {
       const Values *r = roots_of(F, op->in[i]);
@@ -300,36 +302,24 @@ static int find(Fuser *F, int i) {
 static bool mergeable(Fuser *F, int i) { return F->nodes[i].live && role_of(F, F->nodes[i].op) == ROLE_NODE; }
 
 /* Would merging clusters a and b close a cycle: a path from one to the
- * other through a node of neither? Readers come later in program order, so
- * the walk stops past the target's last member. */
+ * other through a third cluster? A cluster runs as one kernel, so the walk
+ * goes from a cluster it reaches to the readers of all its members. */
 static bool path_between(Fuser *F, int from, int to) {
-  int last = -1;
-  for (int i = 0; i < F->nnodes; i++)
-    if (find(F, i) == to && F->nodes[i].pos > last) last = F->nodes[i].pos;
   int stamp = ++F->stamp;
   int *stack = F->stack, top = 0;
-  for (int i = 0; i < F->nnodes; i++) {
-    if (find(F, i) != from) continue;
-    for (int k = 0; k < F->nodes[i].nreaders; k++) {
-      int r = F->nodes[i].readers[k], c = find(F, r);
-      if (c == from || c == to || F->nodes[r].stamp == stamp || F->nodes[r].pos > last) continue;
-      F->nodes[r].stamp = stamp;
-      stack[top++] = r;
-    }
-  }
-  bool found = false;
-  while (top && !found) {
+  for (int m = from; m >= 0; m = F->nodes[m].next) stack[top++] = m;
+  F->nodes[from].stamp = stamp;
+  while (top) {
     int x = stack[--top];
-    for (int k = 0; k < F->nodes[x].nreaders && !found; k++) {
-      int r = F->nodes[x].readers[k], c = find(F, r);
-      if (c == to) found = true;
-      else if (c != from && F->nodes[r].stamp != stamp && F->nodes[r].pos <= last) {
-        F->nodes[r].stamp = stamp;
-        stack[top++] = r;
-      }
+    for (int k = 0; k < F->nodes[x].nreaders; k++) {
+      int c = find(F, F->nodes[x].readers[k]);
+      if (c == to && find(F, x) != from) return true;
+      if (c == to || F->nodes[c].stamp == stamp) continue;
+      F->nodes[c].stamp = stamp; /* a third cluster: all its members' readers next */
+      for (int m = c; m >= 0; m = F->nodes[m].next) stack[top++] = m;
     }
   }
-  return found;
+  return false;
 }
 
 /* ---- cluster kernels --------------------------------------------------------------------- */
@@ -691,17 +681,19 @@ static TpkFunc *build_kernel(Kernel *K, const char *name) {
   const TpkType **types = malloc((size_t)(n ? n : 1) * sizeof *types);
   const char **names = malloc((size_t)(n ? n : 1) * sizeof *names);
   TpkParamRole *roles = malloc((size_t)(n ? n : 1) * sizeof *roles);
-  char (*buf)[24] = malloc((size_t)(n ? n : 1) * sizeof *buf);
+  char (*buf)[64] = malloc((size_t)(n ? n : 1) * sizeof *buf);
   bool ok = types && names && roles && buf;
   for (int i = 0; i < n && ok; i++) {
     bool in = i < K->inputs.n;
     TpkValue *v = in ? K->inputs.v[i] : K->outputs.v[i - K->inputs.n];
     types[i] = copy_type(K, v->type, !in || v->type->rank > 0);
     names[i] = hint(v, buf[i], sizeof buf[i], in ? "in" : "out", in ? i : i - K->inputs.n);
-    /* hints need not be unique (a builder's two sums are both "sum"); parameter names must */
+    /* hints need not be unique (an op's two results, a builder's two sums): parameter names must */
     for (int j = 0, again = 0; j < i; j++)
       if (strcmp(names[j], names[i]) == 0) {
-        snprintf(buf[i], sizeof buf[i], "p%d_%d", i, again++);
+        char unique[sizeof buf[i]];
+        snprintf(unique, sizeof unique, "%.40s.%d", hint(v, buf[i], sizeof buf[i], in ? "in" : "out", i), again++);
+        memcpy(buf[i], unique, sizeof unique);
         names[i] = buf[i];
         j = -1;
       }
@@ -774,6 +766,8 @@ static Class class_of(Fuser *F, int a, int b) {
 static void merge(Fuser *F, int a, int b, Class c) {
   F->nodes[b].parent = a;
   F->nodes[a].cls = c;
+  F->nodes[F->nodes[a].tail].next = b;
+  F->nodes[a].tail = F->nodes[b].tail;
 }
 
 static bool cluster_all(Fuser *F) {

@@ -40,9 +40,11 @@
  * L may be a shape symbol or an expression of them (code compiled once for
  * every size): the grid's bound is then computed from the symbols,
  * cdiv(L, B), and the last block is ragged (masked). B is a constant:
- * t->tile_bytes over the widest row (a multiple of 8, at most L) when every
- * row's width is known, else 8 (128 when the rows are some value's last,
- * contiguous axis).
+ * t->tile_bytes (an eighth of it for a symbolic L, whose last block's
+ * padding is wasted work) over the widest row (a multiple of 8, at most L)
+ * when every row's width is known, else 8 (128 when the rows are some
+ * value's last, contiguous axis); at least 64 with a dot. A single block
+ * covering a constant L reads and writes it whole.
  */
 #include "lower/lower.h"
 
@@ -62,6 +64,7 @@ typedef struct Tiling {
   int64_t widest;    /* bytes of the widest row */
   bool width_known;  /* every row's width is a constant */
   bool last_axis;    /* some row value of rank >= 2 has its rows along its last axis */
+  bool dot;          /* a dot is a row op */
 } Tiling;
 
 static void tiling_free(Tiling *T) {
@@ -318,6 +321,7 @@ static bool check_run(Tiling *T, bool *oom) {
     if (!row_bytes(&op->out[0], ra, &w)) T->width_known = false;
     else if (w > T->widest) T->widest = w;
     if (op->out[0].type->rank >= 2 && ra == op->out[0].type->rank - 1) T->last_axis = true;
+    T->dot |= op->opcode == TPK_OP_DOT;
     if (!push(T, op)) return *oom = true, false;
   }
   /* invariant ops must not depend on row ops (they stay outside), and no
@@ -407,14 +411,21 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
   TpkModule *m = f->module;
   int64_t Lk = -1, B;
   bool constant = tpk_dim_is_const(T->L, &Lk);
+  /* With L symbolic the last block's rows past L are work thrown away:
+   * blocks an eighth of the size bound it. */
+  int64_t budget = constant ? t->tile_bytes : t->tile_bytes / 8;
   if (T->width_known) {
-    B = t->tile_bytes / (T->widest > 0 ? T->widest : 1);
+    B = budget / (T->widest > 0 ? T->widest : 1);
     if (B >= 8) B -= B % 8;
     if (B < 1) B = 1;
   } else {
     B = T->last_axis ? 128 : 8;
   }
+  /* a gemm packs its whole right operand for each block: 64 rows make that
+   * a few percent of the products */
+  if (T->dot && B < 64 && (!T->width_known || T->widest <= 4 * t->tile_bytes / 64)) B = 64;
   if (constant && B > Lk) B = Lk;
+  bool one_block = constant && B == Lk; /* the rows' dim is read and written whole */
   if (constant && tpk_ceildiv(Lk, B) > INT32_MAX) return true; /* grid bounds are i32 */
   if ((!constant || Lk % B) && padding_fails(T)) return true;
   const TpkDim *Bd = tpk_dim_const(m, B);
@@ -449,7 +460,7 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
   for (int k = 0; k < T->n && ok; k++) {
     TpkOp *op = T->ops[k];
     in.loc = op->loc;
-    bool mem = op->opcode == TPK_OP_LOAD || op->opcode == TPK_OP_STORE;
+    bool mem = (op->opcode == TPK_OP_LOAD || op->opcode == TPK_OP_STORE) && !one_block;
     int d = -1;
     TpkIndexPattern pat;
     if (mem) {

@@ -124,7 +124,7 @@ TpkStatus tpk_graph_input(TpkGraph *g, TpkDType dtype, int rank, const char *con
   return TPK_OK;
 }
 
-enum { MAX_RESULTS = 16 };
+enum { MAX_RESULTS = 64 }; /* as many as an op gives (split: 64 pieces) */
 
 /* The builder's results as value ids. */
 static TpkStatus put_results(TpkGraph *g, const char *who, TpkValue **res, int nres, int *values, int max, int *n) {

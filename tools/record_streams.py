@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Record op streams: what a PyTorch training step sends tpk's eager runtime,
-as text (bench/streams/*.ops) that bench/opstream.c replays through the C API
+as text (bench/streams/*.ops) that cli/opstream.c replays (`tpk replay`, bench/bench_eager.c) through the C API
 (tpk_stream_op), in any eager mode and at any sizes.
 
     python3 tools/record_streams.py            # (re)write bench/streams/*.ops

@@ -1123,10 +1123,6 @@ typedef struct SymObject {
 
 static PyTypeObject GraphType, ValueType, SymType;
 
-/* tpk_graph_compile is the runtime's (the eager branch); until this build
- * has it, compile() says so. */
-extern TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out) __attribute__((weak));
-
 static void graph_dealloc(GraphObject *G) {
   if (G->g) tpk_graph_destroy(G->g);
   Py_XDECREF(G->name);
@@ -1211,7 +1207,20 @@ static void sym_dealloc(SymObject *S) {
 
 static PyObject *sym_repr(SymObject *S) { return PyUnicode_FromFormat("Sym(%R)", S->text); }
 
-/* A dtype: a tpk name ("bf16"), a NumPy dtype or a torch dtype. */
+static PyObject *torch_int64; /* torch.int64: i32 in graphs (tpk has no int64) */
+
+/* torch.int64 once torch is imported, else NULL (no exception). */
+static PyObject *int64_dtype(void) {
+  if (torch_int64 || !torch_tensor()) return torch_int64;
+  PyObject *torch = PyImport_ImportModule("torch");
+  torch_int64 = torch ? PyObject_GetAttrString(torch, "int64") : NULL;
+  Py_XDECREF(torch);
+  PyErr_Clear();
+  return torch_int64;
+}
+
+/* A dtype: a tpk name ("bf16"), a NumPy dtype or a torch dtype; int64 is
+ * i32 (ATen's index and integer results are i32 in tpk's graphs). */
 static bool dtype_from(PyObject *o, TpkDType *out) {
   if (PyUnicode_Check(o)) {
     Py_ssize_t n;
@@ -1222,9 +1231,10 @@ static bool dtype_from(PyObject *o, TpkDType *out) {
     PyErr_Format(PyExc_ValueError, "'%s' is not a tpk dtype (f32, f16, bf16, f8e4m3, f8e5m2, i32, i16, i8, u8, bool)", s);
     return false;
   }
-  torch_tensor();
+  PyObject *i64 = int64_dtype();
   for (int t = 0; t < TPK_DTYPE_COUNT; t++)
     if (torch_dtypes[t] && o == torch_dtypes[t]) return *out = (TpkDType)t, true;
+  if (i64 && o == i64) return *out = TPK_I32, true;
   if (numpy_ready()) {
     PyObject *np = PyImport_ImportModule("numpy");
     PyObject *dtype = np ? PyObject_GetAttrString(np, "dtype") : NULL;
@@ -1246,15 +1256,14 @@ static bool dtype_from(PyObject *o, TpkDType *out) {
   return false;
 }
 
+/* A torch dtype, a NumPy dtype or NumPy scalar type (np.float32). */
 static bool is_dtype_object(PyObject *o) {
-  torch_tensor();
+  PyObject *i64 = int64_dtype();
   for (int t = 0; t < TPK_DTYPE_COUNT; t++)
     if (torch_dtypes[t] && o == torch_dtypes[t]) return true;
-  if (PyType_Check(o) || PyUnicode_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || o == Py_None) {
-    if (!PyType_Check(o)) return false;
-  }
-  const char *tn = Py_TYPE(o)->tp_name;
-  return PyType_Check(o) ? strncmp(((PyTypeObject *)o)->tp_name, "numpy.", 6) == 0 : strncmp(tn, "numpy.dtype", 11) == 0;
+  if (i64 && o == i64) return true;
+  if (PyType_Check(o)) return strncmp(((PyTypeObject *)o)->tp_name, "numpy.", 6) == 0;
+  return strncmp(Py_TYPE(o)->tp_name, "numpy.dtype", 11) == 0;
 }
 
 /* Memory an op's arguments borrow until the call returns. */
@@ -1467,7 +1476,6 @@ static PyObject *graph_ir(GraphObject *G, PyObject *unused) {
 /* compile() -> Kernel: the graph's one kernel (its inputs, then its outputs) */
 static PyObject *graph_compile(GraphObject *G, PyObject *unused) {
   (void)unused;
-  if (!tpk_graph_compile) return PyErr_Format(PyExc_NotImplementedError, "this build of tpk has no tpk_graph_compile");
   TpkProgram *prog;
   TpkStatus st = tpk_graph_compile(G->g, &prog);
   if (st != TPK_OK) return raise_tpk(st);

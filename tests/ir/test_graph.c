@@ -419,6 +419,29 @@ static const char NLL[] =
     "  return %nll_loss_forward.1, %nll_loss_forward\n"
     "}\n";
 
+static const char SDPA[] =
+    "func @g(%in0: f32[B,4,S,16], %in1: f32[B,2,S,16]) -> (f32[B,4,S,16], f32[B,4,S]) {\n"
+    "  %0 = convert %in0 : bf16[B,4,S,16]\n"
+    "  %1 = convert %in1 : bf16[B,2,S,16]\n"
+    "  %2 = convert %in1 : bf16[B,2,S,16]\n"
+    "  %3 = const {value=0.25} : f32\n"
+    "  %o, %lse = call %0, %1, %2, %3 {callee=\"flash_attention_causal\"} : bf16[B,4,S,16], f32[B,4,S]\n"
+    "  %_scaled_dot_product_flash_attention_for_cpu = convert %o : f32[B,4,S,16]\n"
+    "  return %_scaled_dot_product_flash_attention_for_cpu, %lse\n"
+    "}\n";
+
+static const char SDPA_BWD[] =
+    "func @g(%in0: f32[1,2,S,8], %in1: f32[1,2,S]) -> (f32[1,2,S,8], f32[1,2,S,8], f32[1,2,S,8]) {\n"
+    "  %0 = convert %in0 : bf16[1,2,S,8]\n"
+    "  %1 = convert %in0 : bf16[1,2,S,8]\n"
+    "  %2 = convert %in0 : bf16[1,2,S,8]\n"
+    "  %3 = const {value=0.5} : f32\n"
+    "  %4 = convert %in0 : bf16[1,2,S,8]\n"
+    "  %5 = convert %in0 : bf16[1,2,S,8]\n"
+    "  %dq, %dk, %dv = call %0, %1, %2, %4, %5, %in1, %3 {callee=\"flash_attention_bwd\"} : f32[1,2,S,8], f32[1,2,S,8], f32[1,2,S,8]\n"
+    "  return %dq, %dk, %dv\n"
+    "}\n";
+
 /* ---- Golden IR (the graphs) ---------------------------------------------------------------- */
 
 static void test_linear_softmax(void **state) {
@@ -772,6 +795,9 @@ static void test_promotion(void **state) {
       {"sub", 2, {.kind = TPK_ARG_VALUE, .value = 3}, "i32[4]"},
       {"rsub", 3, {.kind = TPK_ARG_INT, .i = 1}, "u8[4]"},
       {"where", -1, {.kind = TPK_ARG_NONE}, "f32[4]"},
+      /* a number for a named overload's Tensor, as FX graphs write it: the Scalar overload */
+      {"add.Tensor", 2, {.kind = TPK_ARG_INT, .i = 3}, "i32[4]"},
+      {"mul.Tensor", 1, {.kind = TPK_ARG_FLOAT, .f = 2.5}, "bf16[4]"},
   };
   for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++) {
     int r;
@@ -796,6 +822,446 @@ static void test_promotion(void **state) {
   op_fails(g, TPK_ERR_INVALID, "add", A(V(i), V(i), kw("alpha", F(0.5))), "'alpha' must not be a floating point", NULL);
   op_fails(g, TPK_ERR_INVALID, "neg", A(V(bo)), "negation of a bool tensor bool[4]", NULL);
   op_fails(g, TPK_ERR_INVALID, "mean", A(V(i)), "mean needs a float", "i32[4]", NULL);
+  g_free(g);
+}
+
+
+
+/* ---- The builder: inputs, outputs, calls of kernels --------------------------------- */
+
+static void test_inputs_and_outputs(void **state) {
+  (void)state;
+  G *g = g_new("g");
+  TpkValue *v;
+  const TpkDim *d[TPK_MAX_RANK + 1] = {0};
+  assert_int_equal(tpk_gb_input(g->gb, TPK_DTYPE_COUNT, 0, d, &v, &g->err), TPK_ERR_INVALID);
+  assert_non_null(strstr(g->err.message, "graph input: dtype 10 is not a dtype"));
+  assert_int_equal(tpk_gb_input(g->gb, TPK_F32, 9, d, &v, &g->err), TPK_ERR_INVALID);
+  assert_non_null(strstr(g->err.message, "rank 9 is not between 0 and 8"));
+  assert_int_equal(tpk_gb_input(g->gb, TPK_F32, 1, d, &v, &g->err), TPK_ERR_INVALID);
+  assert_non_null(strstr(g->err.message, "dim 0 is missing"));
+  d[0] = tpk_gb_dim(g->gb, "-3", &g->err);
+  assert_int_equal(tpk_gb_input(g->gb, TPK_F32, 1, d, &v, &g->err), TPK_ERR_INVALID);
+  assert_non_null(strstr(g->err.message, "dim 0 is -3, a size cannot be negative"));
+  assert_null(tpk_gb_dim(g->gb, "B+", &g->err));
+  assert_int_equal(g->err.code, TPK_ERR_INVALID);
+  assert_non_null(strstr(g->err.message, "size 'B+' is not a size: 1:3: expected a dimension, found end of input"));
+  assert_ptr_equal(tpk_gb_dim(g->gb, "S*B", &g->err), tpk_gb_dim(g->gb, "B*S", &g->err)); /* one interned dim */
+  /* outputs: values of this graph, any number of times; ops may follow */
+  int x = in(g, TPK_F32, "B,3");
+  G *other = g_new("other");
+  int y = in(other, TPK_F32, "3");
+  assert_int_equal(tpk_gb_output(g->gb, other->v[y], &g->err), TPK_ERR_INVALID);
+  assert_non_null(strstr(g->err.message, "graph output: not a value of this graph"));
+  g_free(other);
+  check_ir(g, "func @g(%in0: f32[B,3]) -> () {\n}\n");
+  int n = op(g, "neg", A(V(x)));
+  out(g, n);
+  out(g, x);
+  ir(g);
+  out(g, op(g, "exp", A(V(n))));
+  check_ir(g, "func @g(%in0: f32[B,3]) -> (f32[B,3], f32[B,3], f32[B,3]) {\n"
+              "  %neg = neg %in0 : f32[B,3]\n"
+              "  %exp = exp %neg : f32[B,3]\n"
+              "  return %neg, %in0, %exp\n"
+              "}\n");
+  /* a failed op leaves the sealed graph as it was */
+  op_fails(g, TPK_ERR_INVALID, "mm", A(V(x), V(x)), "cannot be multiplied", NULL);
+  ir(g);
+  g_free(g);
+}
+
+static const char KERNELS[] =
+    "kernel axpy(inout y: f32[N], x: f32[N], a: f32) -> ()\n"
+    "  tune B in [64]\n"
+    "{\n"
+    "  for i in tiles(N, B) {\n"
+    "    y[i] = y[i] + x[i] * a;\n"
+    "  }\n"
+    "}\n"
+    "\n"
+    "kernel widen(x: f32[N]) -> (y: f32[M])\n"
+    "  tune B in [64]\n"
+    "{\n"
+    "  for i in tiles(M, B) {\n"
+    "    y[i] = zeros(f32[B]);\n"
+    "  }\n"
+    "}\n"
+    "\n"
+    "kernel rowsum(x: f32[R, C]) -> (y: f32[R])\n"
+    "{\n"
+    "  for i in 0..R {\n"
+    "    y[i] = sum(x[i, :], axis=0);\n"
+    "  }\n"
+    "}\n";
+
+static TpkStatus call(G *g, const TpkFunc *k, int nargs, const TpkArg *args, int *ids, int max) {
+  TpkValue *outs[8];
+  int n = 0;
+  TpkStatus st = tpk_gb_call(g->gb, k, args, nargs, g->v, g->n, outs, max, &n, &g->err);
+  for (int i = 0; st == TPK_OK && i < n; i++) ids[i] = add_value(g, outs[i]);
+  return st;
+}
+
+#define CALL_FAILS(k, args, ...)                                                         \
+  do {                                                                                   \
+    int ids_[8], before_ = op_count(g);                                                  \
+    assert_int_equal(call(g, k, args, ids_, 8), TPK_ERR_INVALID);                        \
+    const char *frags_[] = {__VA_ARGS__, NULL};                                          \
+    for (int f_ = 0; frags_[f_]; f_++)                                                   \
+      if (!strstr(g->err.message, frags_[f_])) fail_msg("\"%s\" lacks \"%s\"", g->err.message, frags_[f_]); \
+    assert_int_equal(op_count(g), before_);                                              \
+  } while (0)
+
+static void test_calls(void **state) {
+  (void)state;
+  TestCompile tc;
+  test_compile(&tc, "k.tpk", KERNELS, NULL);
+  assert_non_null(tc.module);
+  const TpkFunc *axpy = tpk_module_find(tc.module, "axpy"), *widen = tpk_module_find(tc.module, "widen");
+  const TpkFunc *rowsum = tpk_module_find(tc.module, "rowsum");
+  G *g = g_new("g");
+  int y = in(g, TPK_F32, "S"), x = in(g, TPK_F32, "S"), a = in(g, TPK_F32, ""), ai = in(g, TPK_I32, "");
+  int r[8];
+  assert_int_equal(call(g, axpy, A(V(y), V(x), F(2)), r, 8), TPK_OK);
+  assert_int_equal(call(g, axpy, A(V(r[0]), kw("a", V(ai)), kw("x", V(x))), r + 1, 7), TPK_OK);
+  assert_int_equal(call(g, axpy, A(V(r[1]), V(x), V(a)), r + 2, 6), TPK_OK);
+  out(g, r[2]);
+  check_ir(g, "func @g(%in0: f32[S], %in1: f32[S], %in2: f32, %in3: i32) -> (f32[S]) {\n"
+              "  %0 = const {value=2.0} : f32\n"
+              "  %y = call %in0, %in1, %0 {callee=\"axpy\"} : f32[S]\n"
+              "  %1 = convert %in3 : f32\n"
+              "  %y.1 = call %y, %in1, %1 {callee=\"axpy\"} : f32[S]\n"
+              "  %y.2 = call %y.1, %in1, %in2 {callee=\"axpy\"} : f32[S]\n"
+              "  return %y.2\n"
+              "}\n");
+  assert_int_equal(tpk_gb_module(g->gb)->nfuncs, 2); /* one clone, called three times */
+  int m = in(g, TPK_F32, "4,S");
+  assert_int_equal(call(g, rowsum, A(V(m)), r, 8), TPK_OK);
+  assert_string_equal(type_of(g, r[0]), "f32[4]");
+  int v4 = in(g, TPK_F32, "4"), i4 = in(g, TPK_I32, "S");
+  CALL_FAILS(axpy, A(V(y), V(x)), "kernel 'axpy': argument 'a' is missing");
+  CALL_FAILS(axpy, A(V(y), V(x), F(1), F(2)), "kernel 'axpy' takes 3 arguments, got more");
+  CALL_FAILS(axpy, A(V(y), V(x), kw("z", F(1))), "kernel 'axpy' has no input parameter 'z'");
+  CALL_FAILS(axpy, A(V(y), V(x), kw("y", V(y))), "kernel 'axpy': argument 'y' is given twice");
+  CALL_FAILS(axpy, A(V(y), V(99), F(1)), "kernel 'axpy': argument 'x': 99 is not a value of this graph");
+  CALL_FAILS(axpy, A(V(y), V(x), STR("one")), "kernel 'axpy': argument 'a' must be a number or a rank-0 value");
+  CALL_FAILS(axpy, A(F(1), V(x), F(1)), "kernel 'axpy': argument 'y' must be a tensor value");
+  CALL_FAILS(axpy, A(V(y), V(x), V(v4)), "kernel 'axpy': argument 'a' must be a scalar (f32), got f32[4]");
+  CALL_FAILS(axpy, A(V(i4), V(x), F(1)), "kernel 'axpy': argument 'y' must be f32[N], got i32[S]");
+  CALL_FAILS(axpy, A(V(y), V(v4), F(1)), "kernel 'axpy': argument 'x' is f32[4], but its dim 0 (N) must be S, as the arguments before it bind it");
+  CALL_FAILS(widen, A(V(x)), "kernel 'widen': the size of output 'y' (f32[M]) depends on M, which no argument gives");
+  TpkValue *outs[1];
+  int n;
+  TpkArg one[] = {V(m)};
+  assert_int_equal(tpk_gb_call(g->gb, rowsum, one, 1, g->v, g->n, outs, 0, &n, &g->err), TPK_ERR_INVALID);
+  assert_non_null(strstr(g->err.message, "kernel 'rowsum' gives 1 results, room was given for 0"));
+  assert_int_equal(tpk_gb_call(g->gb, tpk_gb_func(g->gb), one, 1, g->v, g->n, outs, 1, &n, &g->err), TPK_ERR_INVALID);
+  assert_non_null(strstr(g->err.message, "graph call: not a kernel"));
+  ir(g);
+  g_free(g);
+  /* a graph named as the kernel it calls: the kernel's clone is renamed */
+  g = g_new("rowsum");
+  m = in(g, TPK_F32, "2,3");
+  assert_int_equal(call(g, rowsum, A(V(m)), r, 8), TPK_OK);
+  out(g, r[0]);
+  assert_non_null(strstr(ir(g), "{callee=\"rowsum.2\"}"));
+  assert_non_null(tpk_module_find(tpk_gb_module(g->gb), "rowsum.2"));
+  g_free(g);
+  test_compile_free(&tc);
+}
+
+/* ---- Attention: calls of the standard flash-attention kernels ------------------------ */
+
+static TestCompile attention;
+
+static const TpkFunc *attention_lookup(void *ctx, const char *name, TpkError *err) {
+  (void)ctx;
+  const TpkFunc *k = tpk_module_find(attention.module, name);
+  if (!k) tpk_error(err, TPK_ERR_INVALID, "no kernel '%s'", name);
+  return k;
+}
+
+static void test_attention(void **state) {
+  (void)state;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/kernels/attention.tpk", test_root());
+  char *text = test_read_file(path, NULL);
+  assert_non_null(text);
+  test_compile(&attention, "attention.tpk", text, NULL);
+  free(text);
+  assert_non_null(attention.module);
+  G *g = g_new("g");
+  int q = in(g, TPK_F32, "B,4,S,16"), k = in(g, TPK_F32, "B,2,S,16");
+  op_fails(g, TPK_ERR_UNSUPPORTED, "_scaled_dot_product_flash_attention_for_cpu", A(V(q), V(k), V(k)),
+           "calls the standard kernel 'flash_attention', which this builder cannot reach", NULL);
+  tpk_gb_set_kernel_lookup(g->gb, attention_lookup, NULL);
+  int r[2];
+  opn(g, "_scaled_dot_product_flash_attention_for_cpu", A(V(q), V(k), V(k), kw("is_causal", B(true))), r, 2);
+  out(g, r[0]);
+  out(g, r[1]);
+  check_ir(g, SDPA);
+  g_free(g);
+  g = g_new("g");
+  tpk_gb_set_kernel_lookup(g->gb, attention_lookup, NULL);
+  int x = in(g, TPK_F32, "1,2,S,8"), lse = in(g, TPK_F32, "1,2,S");
+  int d[3];
+  opn(g, "_scaled_dot_product_flash_attention_for_cpu_backward", A(V(x), V(x), V(x), V(x), V(x), V(lse), F(0), B(false), kw("scale", F(0.5))), d, 3);
+  for (int i = 0; i < 3; i++) out(g, d[i]);
+  check_ir(g, SDPA_BWD);
+  /* what the kernels cannot do is refused, naming it */
+  int h = in(g, TPK_BF16, "1,2,S,8"), t = in(g, TPK_F32, "1,2,T,8"), k3 = in(g, TPK_F32, "1,3,S,8"), v3 = in(g, TPK_F32, "2,8");
+  int q5 = in(g, TPK_F32, "1,5,S,8"), kb = in(g, TPK_F32, "2,2,S,8");
+  const char *sdpa = "_scaled_dot_product_flash_attention_for_cpu";
+  op_fails(g, TPK_ERR_UNSUPPORTED, sdpa, A(V(x), V(x), V(x), F(0.1)), "dropout_p=0.1: tpk's attention has no dropout", NULL);
+  op_fails(g, TPK_ERR_UNSUPPORTED, sdpa, A(V(x), V(x), V(x), kw("attn_mask", V(x))), "an attn_mask is not supported", NULL);
+  op_fails(g, TPK_ERR_INVALID, sdpa, A(V(v3), V(x), V(x)), "query f32[2,8], key f32[1,2,S,8] and value f32[1,2,S,8] must be 4-D", NULL);
+  op_fails(g, TPK_ERR_INVALID, sdpa, A(V(x), V(h), V(h)), "must have one dtype", NULL);
+  op_fails(g, TPK_ERR_INVALID, sdpa, A(V(x), V(x), V(t)), "key f32[1,2,S,8] and value f32[1,2,T,8] must have one shape", NULL);
+  op_fails(g, TPK_ERR_INVALID, sdpa, A(V(x), V(kb), V(kb)), "query f32[1,2,S,8] and key f32[2,2,S,8] differ in batch or head size", NULL);
+  op_fails(g, TPK_ERR_INVALID, sdpa, A(V(q5), V(k3), V(k3)), "query's heads (5) must be a multiple of key's (3)", NULL);
+  op_fails(g, TPK_ERR_UNSUPPORTED, sdpa, A(V(x), V(t), V(t), F(0), B(true)),
+           "is_causal with query length S and key length T: PyTorch aligns the mask top-left", NULL);
+  op_fails(g, TPK_ERR_INVALID, "_scaled_dot_product_flash_attention_for_cpu_backward",
+           A(V(x), V(x), V(x), V(x), V(t), V(lse), F(0), B(false)), "out f32[1,2,T,8] and grad_out f32[1,2,S,8] must have query's shape", NULL);
+  op_fails(g, TPK_ERR_INVALID, "_scaled_dot_product_flash_attention_for_cpu_backward",
+           A(V(x), V(x), V(x), V(x), V(x), V(v3), F(0), B(false)), "logsumexp f32[2,8] must be [B, H, L] of query", NULL);
+  g_free(g);
+  test_compile_free(&attention);
+}
+
+/* ---- Symbolic sizes through the shape rules ------------------------------------------ */
+
+static void test_symbolic_shapes(void **state) {
+  (void)state;
+  G *g = g_new("g");
+  int x = in(g, TPK_F32, "B,S,64"), c = in(g, TPK_F32, "B,1"), r = in(g, TPK_F32, "S"), w = in(g, TPK_F32, "64,10");
+  int s3 = in(g, TPK_F32, "S,3"), t3 = in(g, TPK_F32, "T,3");
+  TpkArg bs = {.kind = TPK_ARG_INTS, .n = 2, .ints = (int64_t[]){0, 64}, .syms = (const char *[]){"B*S", NULL}};
+  assert_string_equal(type_of(g, op(g, "add", A(V(c), V(r)))), "f32[B,S]");
+  int flat = op(g, "view", A(V(x), bs));
+  assert_string_equal(type_of(g, flat), "f32[B*S,64]");
+  assert_string_equal(type_of(g, op(g, "view", A(V(x), INTS(-1, 64)))), "f32[B*S,64]");
+  TpkArg s_minus = {.kind = TPK_ARG_INTS, .n = 2, .ints = (int64_t[]){0, -1}, .syms = (const char *[]){"S", NULL}};
+  assert_string_equal(type_of(g, op(g, "view", A(V(x), s_minus))), "f32[S,B*64]");
+  assert_string_equal(type_of(g, op(g, "mm", A(V(flat), V(w)))), "f32[B*S,10]");
+  assert_string_equal(type_of(g, op(g, "sum", A(V(x), INTS(0, 1)))), "f32[64]");
+  assert_string_equal(type_of(g, op(g, "mean", A(V(x), INTS(1), B(true)))), "f32[B,1,64]");
+  int st = op(g, "cat", A(VALS(s3, t3)));
+  assert_string_equal(type_of(g, st), "f32[S+T,3]");
+  TpkArg sizes = {.kind = TPK_ARG_INTS, .n = 2, .ints = (int64_t[]){0, 0}, .syms = (const char *[]){"T", "S"}};
+  int parts[2];
+  opn(g, "split_with_sizes", A(V(st), sizes), parts, 2);
+  assert_string_equal(type_of(g, parts[1]), "f32[S,3]");
+  assert_string_equal(type_of(g, op(g, "slice", A(V(s3), I(0), I(1), SYM("S")))), "f32[S-1,3]");
+  assert_string_equal(type_of(g, op(g, "slice", A(V(s3), I(0), NONE, I(-2)))), "f32[S-2,3]");
+  assert_string_equal(type_of(g, op(g, "slice", A(V(s3), I(0), I(0), I(INT64_MAX), I(2)))), "f32[cdiv(S,2),3]");
+  assert_string_equal(type_of(g, op(g, "arange", A(SYM("S")))), "i32[S]");
+  assert_string_equal(type_of(g, op(g, "arange", A(I(1), SYM("S"), I(2)))), "i32[cdiv(S-1,2)]");
+  TpkArg b3 = {.kind = TPK_ARG_INTS, .n = 2, .ints = (int64_t[]){0, 3}, .syms = (const char *[]){"B", NULL}};
+  assert_string_equal(type_of(g, op(g, "expand", A(V(op(g, "unsqueeze", A(V(r), I(0)))), INTS(4, -1)))), "f32[4,S]");
+  assert_string_equal(type_of(g, op(g, "new_zeros", A(V(x), b3))), "f32[B,3]");
+  TpkArg bsz = {.kind = TPK_ARG_INTS, .n = 3, .ints = (int64_t[]){0, 0, 64}, .syms = (const char *[]){"B", "S", NULL}};
+  assert_string_equal(type_of(g, op(g, "select_backward", A(V(op(g, "select", A(V(x), I(1), I(0)))), bsz, I(1), I(0)))), "f32[B,S,64]");
+  assert_string_equal(type_of(g, op(g, "flatten", A(V(x)))), "f32[B*S*64]");
+  ir(g);
+  g_free(g);
+}
+
+/* ---- Errors: every refusal names the op, the argument, shapes and dtypes ------------ */
+
+#define BAD(op, ...) op_fails(g, TPK_ERR_INVALID, op, __VA_ARGS__, NULL)
+#define NOPE(op, ...) op_fails(g, TPK_ERR_UNSUPPORTED, op, __VA_ARGS__, NULL)
+
+/* Arguments that do not fit the schema, and the checks of the shared
+ * helpers (promotion, broadcasting, dims, sizes). */
+static void test_errors_arguments(void **state) {
+  (void)state;
+  G *g = g_new("g");
+  int f = in(g, TPK_F32, "4,3"), v3 = in(g, TPK_F32, "3"), f8 = in(g, TPK_F8E4M3, "4,3");
+  int huge = in(g, TPK_F32, "4611686018427387904,4"), wide = in(g, TPK_F32, "5000000000,1");
+  BAD("add", A(V(f), STR("x")), "add: the arguments fit no overload: add.Tensor: argument 'other' must be a tensor, got a string",
+      "add.Scalar: argument 'other' must be a Scalar (a number or a rank-0 tensor), got a string");
+  BAD("add.Scalar", A(V(f), STR("x")), "add: the arguments fit no overload: add.Scalar: argument 'other' must be a Scalar",
+      "; add.Tensor: argument 'other' must be a tensor, got a string"); /* the named overload first */
+  BAD("add.Tensor", A(V(f), V(f), V(f)), "takes 2 positional arguments, got more");
+  BAD("add.Tensor", A(V(f), V(f), kw("beta", F(1))), "has no argument 'beta'");
+  BAD("neg", A(V(99)), "argument 'self': 99 is not a value of this graph");
+  BAD("neg", NOARGS, "argument 'self' (a tensor) is missing");
+  BAD("transpose", A(V(f), SYM("S"), I(0)), "argument 'dim0' must be an int, got a symbolic size");
+  BAD("slice", A(V(f), I(0), I(0), I(2), SYM("S")), "argument 'step' must be a number here, got the size S");
+  BAD("select", A(V(f), I(0), SYM("S+")), "argument 'index': size 'S+' is not a size");
+  BAD("view", A(V(f), ((TpkArg){.kind = TPK_ARG_INTS, .n = 1, .ints = (int64_t[]){0}, .syms = (const char *[]){"*"}})),
+      "argument 'size', entry 0: size '*' is not a size");
+  BAD("view", A(V(f), INTS(-2, 6)), "argument 'size', entry 0: a size cannot be -2");
+  BAD("cat", A(VALS(f, 99)), "argument 'tensors', entry 1: 99 is not a value of this graph");
+  int64_t many[70] = {0};
+  BAD("permute", A(V(f), ((TpkArg){.kind = TPK_ARG_INTS, .n = 70, .ints = many})), "argument 'dims' has 70 entries, at most 64");
+  BAD("gelu", A(V(f), kw("approximate", I(1))), "argument 'approximate' must be a string, got an int");
+  BAD("sum", A(V(f), kw("dtype", STR("f32"))), "argument 'dtype' must be a dtype or None, got a string");
+  BAD("add", A(V(f8), V(f)), "add: promotion of f8e4m3 with f32 is not supported (as in PyTorch)");
+  BAD("add", A(V(f), V(in(g, TPK_F32, "5"))), "cannot broadcast self f32[4,3] with other f32[5] (dim -1: 3 vs 5)");
+  BAD("add", A(V(in(g, TPK_F32, "S")), V(in(g, TPK_F32, "T"))), "cannot broadcast self f32[S] with other f32[T] (dim -1: S vs T)");
+  BAD("transpose", A(V(f), I(2), I(0)), "transpose: dim0 2 is out of range for f32[4,3] (rank 2)");
+  BAD("sum", A(V(f), INTS(0, -2)), "dim 0 appears more than once in 'dim'");
+  BAD("view", A(V(huge), INTS(-1)), "the element count of [4611686018427387904,4] overflows");
+  NOPE("select", A(V(wide), I(0), I(-1)), "the size 4999999999 does not fit i32");
+  BAD("select_backward", A(V(v3), INTS(3, 4), I(5), I(0)), "dim 5 is out of range for rank 2");
+  /* in place: self keeps its shape and dtype */
+  BAD("add_", A(V(v3), V(f)), "add_: the result's shape [4,3] differs from self f32[3]");
+  BAD("add_", A(V(in(g, TPK_I32, "3")), V(v3)), "add_: the result's dtype f32 cannot be cast to self's i32 (i32[3])");
+  g_free(g);
+}
+
+/* Each op's own checks. */
+static void test_errors_ops(void **state) {
+  (void)state;
+  G *g = g_new("g");
+  int f = in(g, TPK_F32, "4,3"), v3 = in(g, TPK_F32, "3"), i = in(g, TPK_I32, "4,3"), bo = in(g, TPK_BOOL, "4,3");
+  int s0 = in(g, TPK_F32, ""), m = in(g, TPK_F32, "3,5"), b3 = in(g, TPK_F32, "2,3,5"), h = in(g, TPK_BF16, "4,3");
+  int iv = in(g, TPK_I32, "4"), bm = in(g, TPK_BOOL, "3,4"), r8 = in(g, TPK_F32, "1,1,1,1,1,1,1,2"), sym = in(g, TPK_F32, "S,3");
+  int b3b = in(g, TPK_F32, "3,5,2"), big = in(g, TPK_F32, "2,4,5");
+  /* arithmetic */
+  BAD("sub", A(V(bo), V(bo)), "subtraction of bool tensors is not supported");
+  BAD("add", A(V(i), V(i), kw("alpha", F(0.5))), "for integral input tensors, argument 'alpha' must not be a floating point");
+  BAD("div", A(V(f), V(f), kw("rounding_mode", STR("ceil"))), "rounding_mode must be None, \"trunc\" or \"floor\", got \"ceil\"");
+  BAD("neg", A(V(bo)), "negation of a bool tensor bool[4,3] is not supported");
+  BAD("relu", A(V(bo)), "relu of a bool tensor bool[4,3] is not supported");
+  NOPE("pow", A(V(i), V(i)), "integer powers with a tensor exponent (i32[4,3]) are not supported");
+  BAD("pow", A(V(i), I(-1)), "integers to negative integer powers are not allowed");
+  BAD("remainder", A(V(bo), V(bo)), "remainder: is not supported for bool tensors");
+  BAD("bitwise_and", A(V(f), V(f)), "needs integer or bool operands, got f32");
+  BAD("bitwise_not", A(V(f)), "needs an integer or bool tensor, got f32[4,3]");
+  BAD("clamp", A(V(f)), "at least one of 'min' and 'max' must be given");
+  BAD("addcdiv", A(V(i), V(i), V(i)), "integer division with addcdiv is not supported (as in PyTorch): tensor1 i32[4,3], tensor2 i32[4,3]");
+  BAD("addcmul", A(V(i), V(i), V(i), kw("value", F(0.5))), "for integer tensors, 'value' must be an integer");
+  BAD("lerp", A(V(f), V(h), F(0.5)), "self f32[4,3] and end bf16[4,3] must have one dtype");
+  BAD("lerp.Tensor", A(V(f), V(f), V(h)), "weight bf16[4,3] must have self's dtype f32");
+  BAD("gelu", A(V(i)), "self must be a float tensor, got i32[4,3]");
+  BAD("gelu", A(V(f), kw("approximate", STR("erf"))), "approximate must be \"none\" or \"tanh\", got \"erf\"");
+  BAD("mse_loss", A(V(i), V(i)), "needs float tensors, got i32");
+  BAD("mse_loss", A(V(f), V(f), I(3)), "reduction must be 0, 1 or 2, got 3");
+  /* matrix products */
+  BAD("mm", A(V(v3), V(m)), "self and mat2 must be 2-D, got f32[3] and f32[3,5]");
+  BAD("mm", A(V(h), V(m)), "self bf16[4,3] and mat2 f32[3,5] must have one dtype");
+  BAD("mm", A(V(bo), V(bm)), "matrix products of bool tensors are not supported");
+  BAD("mm", A(V(f), V(f)), "self f32[4,3] and mat2 f32[4,3] cannot be multiplied (3 vs 4)");
+  BAD("bmm", A(V(b3), V(b3b)), "self f32[2,3,5] and mat2 f32[3,5,2] differ in batch size");
+  BAD("addmm", A(V(h), V(f), V(m)), "self bf16[4,3] and mat1 f32[4,3] must have one dtype");
+  BAD("addmm", A(V(big), V(f), V(m)), "self f32[2,4,5] does not broadcast to the product's shape f32[4,5]");
+  /* reductions */
+  BAD("mean", A(V(i)), "mean needs a float input or dtype, got i32[4,3]");
+  BAD("mean", A(V(f), kw("dtype", DT(TPK_I32))), "mean needs a float input or dtype, got f32[4,3] with dtype=i32");
+  BAD("_softmax", A(V(i), I(0), B(false)), "needs a float input, got i32[4,3]");
+  BAD("_softmax_backward_data", A(V(f), V(m), I(0), DT(TPK_F32)), "grad_output f32[4,3] and output f32[3,5] must have one shape");
+  /* views */
+  const int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 12};
+  BAD("view", A(V(f), ((TpkArg){.kind = TPK_ARG_INTS, .n = 9, .ints = nine})), "view: rank 9 is more than 8");
+  BAD("view", A(V(f), INTS(-1, -1)), "only one dimension can be -1");
+  BAD("view", A(V(f), INTS(-1, 5)), "view: shape [-1,5] is invalid for f32[4,3] (12 elements)");
+  BAD("view", A(V(f), INTS(5, 2)), "view: shape [5,2] is invalid for f32[4,3] (12 elements)");
+  BAD("view", A(V(sym), INTS(-1, 2)), "view: shape [-1,2] is invalid for f32[S,3] (S*3 elements)");
+  BAD("expand", A(V(f), INTS(3)), "size has 1 entries; f32[4,3] needs 2 to 8");
+  BAD("expand", A(V(f), INTS(-1, 4, 3)), "-1 is not allowed for the new leading dim 0");
+  BAD("expand", A(V(f), INTS(4, 5)), "cannot expand f32[4,3] to [4,5]: dim 1 is 3, not 1");
+  BAD("permute", A(V(f), INTS(0)), "dims has 1 entries for f32[4,3]");
+  BAD("permute", A(V(f), INTS(1, -1)), "dims repeats dim 1");
+  BAD("t", A(V(b3)), "t() expects a tensor of rank <= 2, got f32[2,3,5]");
+  BAD("unsqueeze", A(V(r8), I(0)), "f32[1,1,1,1,1,1,1,2] already has the largest rank, 8");
+  BAD("flatten", A(V(b3), I(2), I(1)), "start_dim 2 comes after end_dim 1");
+  BAD("unflatten", A(V(f), I(1), INTS(-1, -1)), "only one of sizes can be -1");
+  BAD("unflatten", A(V(f), I(1), INTS(2, -1)), "sizes [2,-1] do not divide dim 1 (3) of f32[4,3]");
+  BAD("unflatten", A(V(f), I(1), INTS(2, 2)), "sizes [2,2] do not make dim 1 (3) of f32[4,3]");
+  BAD("unflatten", A(V(r8), I(7), INTS(1, 2)), "the result would have rank 9, more than 8");
+  BAD("expand_as", A(V(f), V(v3)), "self f32[4,3] does not expand to other f32[3]");
+  BAD("repeat", A(V(f), INTS(2)), "repeats has 1 entries, fewer than the rank of f32[4,3]");
+  NOPE("repeat", A(V(f), INTS(1, 1, 1, 1, 2)), "repeat over 5 dims (at most 4)");
+  BAD("select", A(V(s0), I(0), I(0)), "cannot select from a rank-0 tensor f32");
+  BAD("select", A(V(f), I(1), I(3)), "index 3 is out of range for dim 1 of f32[4,3]");
+  BAD("slice", A(V(s0)), "cannot slice a rank-0 tensor f32");
+  BAD("slice", A(V(f), I(0), I(0), I(4), I(0)), "step must be positive, got 0");
+  BAD("split_with_sizes", A(V(s0), INTS(1)), "cannot split a rank-0 tensor f32");
+  BAD("split_with_sizes", A(V(f), INTS(1, 1), I(1)), "split_sizes [1,1] sum to 2, but dim 1 of f32[4,3] is 3");
+  NOPE("split", A(V(sym), I(2)), "dim 0 of f32[S,3] is symbolic, but the number of results depends on it");
+  NOPE("split", A(V(f), SYM("S")), "a symbolic split_size (S) is not supported");
+  BAD("split", A(V(f), I(0)), "split size 0 must be positive");
+  NOPE("split", A(V(in(g, TPK_F32, "100")), I(1)), "100 pieces (at most 64)");
+  BAD("chunk", A(V(s0), I(2)), "cannot chunk a rank-0 tensor f32");
+  BAD("chunk", A(V(f), I(0)), "chunks must be positive, got 0");
+  BAD("unbind", A(V(s0)), "cannot unbind a rank-0 tensor f32");
+  BAD("cat", A(((TpkArg){.kind = TPK_ARG_VALUES, .n = 0})), "tensors must not be empty");
+  BAD("cat", A(VALS(s0, s0)), "zero-dimensional tensor f32 cannot be concatenated");
+  BAD("cat", A(VALS(f, b3)), "tensors f32[4,3] and f32[2,3,5] differ in rank");
+  BAD("cat", A(VALS(f, m)), "tensors f32[4,3] and f32[3,5] differ in dim 1 (only dim 0 may differ)");
+  BAD("stack", A(((TpkArg){.kind = TPK_ARG_VALUES, .n = 0})), "tensors must not be empty");
+  BAD("stack", A(VALS(f, m)), "tensors f32[4,3] and f32[3,5] must have one shape");
+  BAD("_local_scalar_dense", A(V(f)), "needs a tensor of one element, got f32[4,3]");
+  BAD("copy", A(V(v3), V(f)), "src f32[4,3] does not broadcast to self f32[3]");
+  /* selection and creation */
+  BAD("where", A(V(f), V(f), V(f)), "condition must be bool, got f32[4,3]");
+  BAD("masked_fill", A(V(f), V(f), F(0)), "mask must be bool, got f32[4,3]");
+  BAD("masked_fill.Tensor", A(V(f), V(bo), V(v3)), "value must be a rank-0 tensor, got f32[3]");
+  BAD("masked_fill", A(V(v3), V(bo), F(0)), "mask bool[4,3] does not broadcast to self f32[3]");
+  BAD("fill.Tensor", A(V(f), V(v3)), "value must be a rank-0 tensor, got f32[3]");
+  BAD("full", A(INTS(1, 1, 1, 1, 1, 1, 1, 1, 1), F(0)), "argument 'size' has 9 dims, at most 8 are allowed");
+  BAD("full", A(INTS(-1), F(0)), "argument 'size', entry 0: -1 is not a size here");
+  NOPE("arange", A(V(s0)), "start, end and step must be numbers or symbolic sizes, not tensors");
+  NOPE("arange", A(I(0), I(10), SYM("S")), "a symbolic step (S) is not supported");
+  BAD("arange", A(I(0), I(10), I(0)), "step must be nonzero");
+  NOPE("arange", A(F(0.5), SYM("S"), I(1)), "symbolic bounds with float arguments are not supported");
+  BAD("arange", A(F(0), F(1), F(-0.5)), "the bounds 0..1 with step -0.5 give no valid length");
+  BAD("arange", A(I(0), I(10), I(-1)), "upper bound 10 and step -1 have inconsistent signs");
+  /* norms */
+  BAD("native_layer_norm", A(V(f), INTS(2, 4, 3), NONE, NONE, F(1e-5)), "normalized_shape [2,4,3] does not fit input f32[4,3]");
+  BAD("native_layer_norm", A(V(f), INTS(4), NONE, NONE, F(1e-5)), "input f32[4,3] does not end in normalized_shape [4]");
+  BAD("native_layer_norm", A(V(i), INTS(3), NONE, NONE, F(1e-5)), "input must be a float tensor, got i32[4,3]");
+  BAD("native_layer_norm", A(V(f), INTS(3), V(f), NONE, F(1e-5)), "weight f32[4,3] must have normalized_shape [3]");
+  BAD("native_layer_norm", A(V(f), INTS(3), NONE, V(iv), F(1e-5)), "bias i32[4] must have normalized_shape [3]");
+  int mean = in(g, TPK_F32, "4,1");
+  BAD("native_layer_norm_backward", A(V(f), V(f), INTS(3), V(mean), V(mean), NONE, NONE, INTS(1, 1)),
+      "output_mask must have 3 entries, got 2");
+  BAD("native_layer_norm_backward", A(V(i), V(i), INTS(3), V(mean), V(mean), NONE, NONE, INTS(1, 1, 1)),
+      "input must be a float tensor, got i32[4,3]");
+  BAD("native_layer_norm_backward", A(V(m), V(f), INTS(3), V(mean), V(mean), NONE, NONE, INTS(1, 1, 1)),
+      "grad_out f32[3,5] must have input's shape f32[4,3]");
+  BAD("native_layer_norm_backward", A(V(f), V(f), INTS(3), V(f), V(mean), NONE, NONE, INTS(1, 1, 1)),
+      "mean f32[4,3] and rstd f32[4,1] must be [4,1]");
+  BAD("native_layer_norm_backward", A(V(f), V(f), INTS(3), V(mean), V(mean), V(f), NONE, INTS(1, 1, 1)),
+      "weight f32[4,3] must have normalized_shape [3]");
+  /* gathers and scatters */
+  BAD("gather", A(V(f), I(0), V(f)), "index must be an integer tensor, got f32[4,3]");
+  BAD("gather", A(V(f), I(0), V(iv)), "index i32[4] must have the rank of self f32[4,3]");
+  BAD("gather", A(V(v3), I(0), V(in(g, TPK_I32, "2,4"))), "index i32[2,4] must have the rank of self f32[3]");
+  BAD("gather", A(V(f), I(0), V(in(g, TPK_I32, "2,5"))), "index i32[2,5] is larger than self f32[4,3] in dim 1");
+  NOPE("scatter.reduce", A(V(f), I(0), V(i), V(f), kw("reduce", STR("multiply"))), "reduce=\"multiply\" is not supported (\"add\" is)");
+  BAD("scatter.src", A(V(f), I(0), V(i), V(v3)), "src f32[3] must have the rank of index i32[4,3]");
+  BAD("index_select", A(V(f), I(0), V(i)), "index must be a vector, got i32[4,3]");
+  BAD("embedding", A(V(v3), V(iv)), "weight must be 2-D, got f32[3]");
+  NOPE("embedding", A(V(f), V(in(g, TPK_I32, "1,1,1,1,1,1,1,2"))), "the result would have rank 9");
+  NOPE("embedding_dense_backward", A(V(f), V(iv), I(5), I(-1), B(true)), "scale_grad_by_freq=True is not supported");
+  BAD("embedding_dense_backward", A(V(f), V(i), I(5), I(-1), B(false)), "grad_output f32[4,3] must be indices i32[4,3] with one more dim");
+  BAD("select_backward", A(V(v3), ((TpkArg){.kind = TPK_ARG_INTS, .n = 0}), I(0), I(0)), "input_sizes must not be empty");
+  BAD("select_backward", A(V(v3), INTS(4, 5), I(0), I(0)), "grad_output f32[3] does not fit input_sizes [4,5] without dim 0");
+  BAD("slice_backward", A(V(v3), ((TpkArg){.kind = TPK_ARG_INTS, .n = 0}), I(0), I(0), I(3), I(1)), "input_sizes must not be empty");
+  BAD("slice_backward", A(V(v3), INTS(5), I(0), I(0), I(3), I(0)), "step must be positive, got 0");
+  BAD("slice_backward", A(V(v3), INTS(5), I(0), I(1), I(3), I(1)), "grad_output f32[3] must be [2] (input_sizes with the slice's length)");
+  /* losses */
+  int t = in(g, TPK_I32, "4");
+  BAD("nll_loss_forward", A(V(f), V(t), NONE, I(3), I(-100)), "reduction must be 0 (none), 1 (mean) or 2 (sum), got 3");
+  BAD("nll_loss_forward", A(V(b3), V(t), NONE, I(1), I(-100)), "self f32[2,3,5] and target i32[4] must be [N, C] and [N], or [C] and []");
+  BAD("nll_loss_forward", A(V(f), V(t), V(t), I(1), I(-100)), "weight must be a float tensor, got i32[4]");
+  BAD("nll_loss_forward", A(V(f), V(t), V(in(g, TPK_F32, "4")), I(1), I(-100)), "weight f32[4] must be [3], a weight per class");
+  BAD("nll_loss_backward", A(V(v3), V(f), V(t), NONE, I(1), I(-100), V(s0)), "grad_output f32[3] must be a scalar");
+  BAD("nll_loss_backward", A(V(s0), V(f), V(t), NONE, I(0), I(-100), V(s0)), "grad_output f32 must be [N], one per row");
+  BAD("nll_loss_backward", A(V(s0), V(f), V(t), NONE, I(1), I(-100), V(v3)), "total_weight f32[3] must be a scalar");
+  /* results beyond the room given */
+  TpkValue *outs[2];
+  int n = 9;
+  TpkArg three[] = {V(f), INTS(1, 1, 1), I(1)};
+  assert_int_equal(tpk_gb_op(g->gb, "split_with_sizes", three, 3, g->v, g->n, outs, 2, &n, &g->err), TPK_ERR_INVALID);
+  assert_non_null(strstr(g->err.message, "split_with_sizes: gives 3 results, room was given for 2"));
+  assert_int_equal(n, 0);
+  op_fails(g, TPK_ERR_UNSUPPORTED, "add.default", A(V(f), V(f)), "aten op 'add.default': add has no default overload", NULL);
   g_free(g);
 }
 
@@ -867,6 +1333,11 @@ static void test_unknown_ops(void **state) {
   op_fails(g, TPK_ERR_UNSUPPORTED, "aten::foo.Tensor", A(V(x)), "aten op 'foo' is not supported", NULL);
   op_fails(g, TPK_ERR_UNSUPPORTED, "add.Bogus", A(V(x), V(x)), "no overload 'Bogus' of add", NULL);
   op_fails(g, TPK_ERR_UNSUPPORTED, "", NOARGS, "aten op '' is not supported", NULL);
+  /* a named overload is tried first, then the others; numbers given for
+   * Tensors are wrapped when nothing else fits (ATen's sub.Tensor(1, x)) */
+  assert_string_equal(type_of(g, op(g, "add.Scalar", A(V(x), V(x)))), "f32[4]");
+  assert_string_equal(type_of(g, op(g, "sub.Tensor", A(I(1), V(x)))), "f32[4]");
+  assert_string_equal(type_of(g, op(g, "aten.where.self", A(V(op(g, "gt", A(V(x), F(0)))), F(1), I(0)))), "f32[4]");
   /* namespaced and overloaded names are the same op */
   op(g, "aten::add.Tensor", A(V(x), V(x)));
   op(g, "aten.add.Tensor", A(V(x), V(x)));
@@ -891,6 +1362,12 @@ int main(void) {
       cmocka_unit_test(test_numerics_integers_and_rounding),
       cmocka_unit_test(test_numerics_nll_loss),
       cmocka_unit_test(test_promotion),
+      cmocka_unit_test(test_inputs_and_outputs),
+      cmocka_unit_test(test_calls),
+      cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_symbolic_shapes),
+      cmocka_unit_test(test_errors_arguments),
+      cmocka_unit_test(test_errors_ops),
       cmocka_unit_test(test_vocabulary_covers_the_measured_ops),
       cmocka_unit_test(test_every_schema_binds),
       cmocka_unit_test(test_unknown_ops),

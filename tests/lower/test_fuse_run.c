@@ -41,6 +41,10 @@ typedef struct Graph {
   int64_t int_range; /* integer inputs are drawn from [0, int_range) */
 } Graph;
 
+/* The graph being checked, named in every failure ("random graph 17"). */
+static char current[64];
+#define FAIL(fmt, ...) fail_msg("%s: " fmt, current, __VA_ARGS__)
+
 static const Graph GRAPHS[] = {
     /* a two-layer MLP block: x @ W1 + b1, GELU (erf), @ W2, residual; h is a
      * second output (saved for a backward) */
@@ -228,6 +232,69 @@ static const Graph GRAPHS[] = {
      "  return %y\n"
      "}\n",
      {2, 17, 90}, 0},
+    /* a training step: a linear layer, log-softmax cross-entropy (a one-hot
+     * of the targets from an iota), its backward, AdamW on the weight */
+    {"train_step",
+     "func @train_step(%x: f32[B,32], %w: f32[32,16], %b: f32[16], %t: i32[B], %m: f32[32,16], %v: f32[32,16], %lr: f32) -> (f32, f32[32,16], f32[32,16], f32[32,16], f32[16]) {\n"
+     "  %z0 = dot %x, %w {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[B,16]\n"
+     "  %bb = broadcast %b : f32[B,16]\n"
+     "  %z = add %z0, %bb : f32[B,16]\n"
+     "  %mx = reduce %z {kind=\"max\", axes=[1], keepdims=true} : f32[B,1]\n"
+     "  %mxb = broadcast %mx : f32[B,16]\n"
+     "  %d = sub %z, %mxb : f32[B,16]\n"
+     "  %e = exp %d : f32[B,16]\n"
+     "  %s = reduce %e {kind=\"sum\", axes=[1], keepdims=true} : f32[B,1]\n"
+     "  %ls = log %s : f32[B,1]\n"
+     "  %lsb = broadcast %ls : f32[B,16]\n"
+     "  %logp = sub %d, %lsb : f32[B,16]\n"
+     "  %cols = iota {axis=1} : i32[B,16]\n"
+     "  %tr = reshape %t : i32[B,1]\n"
+     "  %tb = broadcast %tr : i32[B,16]\n"
+     "  %hit = eq %cols, %tb : bool[B,16]\n"
+     "  %one = const {value=1.0} : f32\n"
+     "  %zero = const {value=0.0} : f32\n"
+     "  %oneb = broadcast %one : f32[B,16]\n"
+     "  %zerob = broadcast %zero : f32[B,16]\n"
+     "  %oh = select %hit, %oneb, %zerob : f32[B,16]\n"
+     "  %pl = mul %oh, %logp : f32[B,16]\n"
+     "  %tot = reduce %pl {kind=\"sum\", axes=[0, 1], keepdims=false} : f32\n"
+     "  %neg = neg %tot : f32\n"
+     "  %bs = sym {name=\"B\"} : i32\n"
+     "  %bf = convert %bs : f32\n"
+     "  %loss = div %neg, %bf : f32\n"
+     "  %sb = broadcast %s : f32[B,16]\n"
+     "  %p = div %e, %sb : f32[B,16]\n"
+     "  %dz0 = sub %p, %oh : f32[B,16]\n"
+     "  %bfb = broadcast %bf : f32[B,16]\n"
+     "  %dz = div %dz0, %bfb : f32[B,16]\n"
+     "  %dw = dot %x, %dz {lhs_contract=[0], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[32,16]\n"
+     "  %db = reduce %dz {kind=\"sum\", axes=[0], keepdims=false} : f32[16]\n"
+     "  %b1 = const {value=0.9} : f32\n"
+     "  %b1b = broadcast %b1 : f32[32,16]\n"
+     "  %c1 = const {value=0.1} : f32\n"
+     "  %c1b = broadcast %c1 : f32[32,16]\n"
+     "  %m1a = mul %m, %b1b : f32[32,16]\n"
+     "  %m1b = mul %dw, %c1b : f32[32,16]\n"
+     "  %m1 = add %m1a, %m1b : f32[32,16]\n"
+     "  %b2 = const {value=0.999} : f32\n"
+     "  %b2b = broadcast %b2 : f32[32,16]\n"
+     "  %c2 = const {value=0.001} : f32\n"
+     "  %c2b = broadcast %c2 : f32[32,16]\n"
+     "  %g2 = mul %dw, %dw : f32[32,16]\n"
+     "  %v1a = mul %v, %b2b : f32[32,16]\n"
+     "  %v1b = mul %g2, %c2b : f32[32,16]\n"
+     "  %v1 = add %v1a, %v1b : f32[32,16]\n"
+     "  %sq = sqrt %v1 : f32[32,16]\n"
+     "  %eps = const {value=1e-8} : f32\n"
+     "  %epsb = broadcast %eps : f32[32,16]\n"
+     "  %den = add %sq, %epsb : f32[32,16]\n"
+     "  %upd = div %m1, %den : f32[32,16]\n"
+     "  %lrb = broadcast %lr : f32[32,16]\n"
+     "  %step = mul %upd, %lrb : f32[32,16]\n"
+     "  %w1 = sub %w, %step : f32[32,16]\n"
+     "  return %loss, %w1, %m1, %v1, %db\n"
+     "}\n",
+     {1, 12, 70}, 16},
 };
 
 /* ---- tensors and symbols ----------------------------------------------------------- */
@@ -257,7 +324,7 @@ static bool lookup(void *ctx, const char *sym, int64_t *value) {
 static void bind(Syms *s, const char *name, int64_t v) {
   int64_t have;
   if (lookup(s, name, &have)) {
-    if (have != v) fail_msg("symbol %s is %lld and %lld", name, (long long)have, (long long)v);
+    if (have != v) FAIL("symbol %s is %lld and %lld", name, (long long)have, (long long)v);
     return;
   }
   assert_true(s->n < 16);
@@ -272,7 +339,7 @@ static Tensor *tensor_new(const TpkType *t, const Syms *s) {
   x->rank = t->rank;
   x->n = 1;
   for (int i = 0; i < t->rank; i++) {
-    if (!tpk_dim_eval(t->dims[i], lookup, (void *)s, &x->dims[i])) fail_msg("a size the symbols do not give");
+    if (!tpk_dim_eval(t->dims[i], lookup, (void *)s, &x->dims[i])) FAIL("%s", "a size the symbols do not give");
     x->n *= x->dims[i];
   }
   x->data = calloc((size_t)(x->n ? x->n : 1), tpk_dtype_size(t->dtype));
@@ -298,7 +365,7 @@ static void fill(Tensor *x, uint64_t *state, int64_t int_range) {
     if (x->dt == TPK_F32) ((float *)x->data)[i] = f;
     else if (x->dt == TPK_BF16) tpk_prims()->convert(TPK_PRIM_F32, TPK_PRIM_BF16, &f, (uint16_t *)x->data + i, 1);
     else if (x->dt == TPK_I32) ((int32_t *)x->data)[i] = (int32_t)(r % (uint64_t)(int_range > 0 ? int_range : 7));
-    else fail_msg("no random fill for %s", tpk_dtype_name(x->dt));
+    else FAIL("no random fill for %s", tpk_dtype_name(x->dt));
   }
 }
 
@@ -310,6 +377,7 @@ static const char *const BACKEND_NAMES[NBACKENDS] = {"reference", "interpreter o
                                                      "host, the grid in 3 parts"};
 
 typedef struct Compiled {
+  const TpkFunc *src;
   const char *name;
   TpkModule *module; /* the kernel bound with its sizes symbolic, then lowered */
   TpkFunc *k;
@@ -323,6 +391,7 @@ typedef struct Fixture {
   Compiled compiled[64];
   int ncompiled;
   int jit_compiles;
+  int tcc_before; /* the JIT's count when the graph started */
 } Fixture;
 
 /* Small tiles, so that the sizes above make several blocks. */
@@ -330,20 +399,21 @@ static const TpkTarget SMALL = {.name = "small", .vmem_bytes = (int64_t)128 << 2
 
 static Compiled *compiled(Fixture *fx, const TpkFunc *f) {
   for (int i = 0; i < fx->ncompiled; i++)
-    if (strcmp(fx->compiled[i].name, f->name) == 0) return &fx->compiled[i];
+    if (fx->compiled[i].src == f) return &fx->compiled[i];
   assert_true(fx->ncompiled < 64);
   Compiled *c = &fx->compiled[fx->ncompiled++];
+  c->src = f;
   c->name = f->name;
   c->module = tpk_module_new(f->name);
   assert_non_null(c->module);
   TpkError err = {0};
-  if (tpk_bind(c->module, f, NULL, 0, &c->k, &err) != TPK_OK) fail_msg("bind %s: %s", f->name, err.message);
-  if (tpk_lower(c->k, &SMALL, &c->plan, &err) != TPK_OK) fail_msg("lower %s: %s", f->name, err.message);
+  if (tpk_bind(c->module, f, NULL, 0, &c->k, &err) != TPK_OK) FAIL("bind %s: %s", f->name, err.message);
+  if (tpk_lower(c->k, &SMALL, &c->plan, &err) != TPK_OK) FAIL("lower %s: %s", f->name, err.message);
   TpkStr src = {0};
   char entry[160];
   snprintf(entry, sizeof entry, "k_%d", fx->ncompiled);
-  if (tpk_emit_c(c->k, &c->plan, entry, NULL, 0, &src, &err) != TPK_OK) fail_msg("emit %s: %s", f->name, err.message);
-  if (tpk_jit_compile(fx->jit, src.data, entry, &c->code, &err) != TPK_OK) fail_msg("compile %s: %s", f->name, err.message);
+  if (tpk_emit_c(c->k, &c->plan, entry, NULL, 0, &src, &err) != TPK_OK) FAIL("emit %s: %s", f->name, err.message);
+  if (tpk_jit_compile(fx->jit, src.data, entry, &c->code, &err) != TPK_OK) FAIL("compile %s: %s", f->name, err.message);
   fx->jit_compiles++;
   tpk_str_free(&src);
   return c;
@@ -354,7 +424,7 @@ static int64_t workspace(const Compiled *c, const Syms *s) {
   int64_t total = 0;
   for (int g = 0; g < c->plan.ngroups; g++) {
     int64_t b = 0;
-    if (!tpk_dim_eval(c->plan.group_bytes[g], lookup, (void *)s, &b)) fail_msg("%s: a workspace size", c->name);
+    if (!tpk_dim_eval(c->plan.group_bytes[g], lookup, (void *)s, &b)) FAIL("%s: a workspace size", c->name);
     total += (b + 63) / 64 * 64;
   }
   return total;
@@ -377,15 +447,15 @@ static void run_kernel(Fixture *fx, Backend be, const TpkFunc *k, void *const *a
   int n = tpk_func_symbols(k, names, 16);
   int64_t syms[16];
   for (int i = 0; i < n; i++)
-    if (!lookup(&s, names[i], &syms[i])) fail_msg("%s: symbol %s unbound", k->name, names[i]);
+    if (!lookup(&s, names[i], &syms[i])) FAIL("%s: symbol %s unbound", k->name, names[i]);
   TpkError err = {0};
   if (be == REFERENCE) {
-    if (tpk_interp_run(k, args, syms, &err) != TPK_OK) fail_msg("interpreter, %s: %s", k->name, err.message);
+    if (tpk_interp_run(k, args, syms, &err) != TPK_OK) FAIL("interpreter, %s: %s", k->name, err.message);
     return;
   }
   Compiled *c = compiled(fx, k);
   if (be == INTERP_LOWERED) {
-    if (tpk_interp_run(c->k, args, syms, &err) != TPK_OK) fail_msg("interpreter, lowered %s: %s", k->name, err.message);
+    if (tpk_interp_run(c->k, args, syms, &err) != TPK_OK) FAIL("interpreter, lowered %s: %s", k->name, err.message);
     return;
   }
   /* as the runtime shares a grid among threads: each part its own
@@ -401,7 +471,7 @@ static void run_kernel(Fixture *fx, Backend be, const TpkFunc *k, void *const *a
     char msg[TPK_KERNEL_ERR_LEN] = "";
     int rc = tpk_code_entry(c->code)(&p, args, syms, w, msg);
     free(w);
-    if (rc) fail_msg("host, %s: %s", k->name, msg);
+    if (rc) FAIL("host, %s: %s", k->name, msg);
   }
 }
 
@@ -431,7 +501,7 @@ static void run_driver(Fixture *fx, Backend be, const TpkFunc *g, Tensor **input
       }
       continue;
     }
-    if (op->opcode != TPK_OP_CALL) fail_msg("'%s' in a driver", tpk_op_info(op->opcode)->name);
+    if (op->opcode != TPK_OP_CALL) FAIL("'%s' in a driver", tpk_op_info(op->opcode)->name);
     const TpkFunc *k = tpk_module_find(g->module, tpk_op_str(op, "callee", ""));
     assert_non_null(k);
     assert_true(k->is_kernel);
@@ -464,7 +534,7 @@ static TpkModule *fused_module(const Graph *gr, TpkFusePolicy policy) {
   if (!m) fail_msg("%s: %s", gr->name, err.message);
   TpkFunc *g = tpk_module_find(m, gr->name);
   assert_non_null(g);
-  if (tpk_fuse(g, policy, &err) != TPK_OK) fail_msg("fuse %s: %s", gr->name, err.message);
+  if (tpk_fuse(g, policy, &err) != TPK_OK) FAIL("fuse %s: %s", gr->name, err.message);
   return m;
 }
 
@@ -478,26 +548,42 @@ static int setup(void **state) {
   return 0;
 }
 
-static int teardown(void **state) {
-  Fixture *fx = *state;
+/* The graph's modules and compiled kernels go; the JIT stays. */
+static void fixture_clear(Fixture *fx) {
   for (int i = 0; i < fx->ncompiled; i++) {
     tpk_plan_free(&fx->compiled[i].plan);
     tpk_module_free(fx->compiled[i].module);
   }
-  if (fx->jit) tpk_jit_destroy(fx->jit);
+  fx->ncompiled = 0;
+  fx->jit_compiles = 0;
   if (fx->reference) tpk_module_free(fx->reference);
   if (fx->fused) tpk_module_free(fx->fused);
+  fx->reference = fx->fused = NULL;
+}
+
+static int teardown(void **state) {
+  Fixture *fx = *state;
+  fixture_clear(fx);
+  if (fx->jit) tpk_jit_destroy(fx->jit);
   free(fx);
   return 0;
 }
 
 static void check_graph(void **state, const Graph *gr) {
   Fixture *fx = *state;
+  if (strcmp(gr->name, "random") != 0) snprintf(current, sizeof current, "%s", gr->name);
+  fx->tcc_before = tpk_jit_stats(fx->jit).tcc_compiles;
   fx->reference = fused_module(gr, TPK_FUSE_NONE);
   fx->fused = fused_module(gr, TPK_FUSE_ALL);
   const TpkFunc *ref = tpk_module_find(fx->reference, gr->name), *fused = tpk_module_find(fx->fused, gr->name);
-  int kernels = 0;
-  for (int i = 0; i < fx->fused->nfuncs; i++) kernels += fx->fused->funcs[i]->is_kernel;
+  int kernels = 0; /* the driver's callees */
+  for (int i = 0; i < fx->fused->nfuncs; i++) {
+    const TpkFunc *k = fx->fused->funcs[i];
+    bool called = false;
+    for (const TpkOp *op = fused->body->first; op && !called; op = op->next)
+      called = op->opcode == TPK_OP_CALL && strcmp(tpk_op_str(op, "callee", ""), k->name) == 0;
+    kernels += called;
+  }
   for (int si = 0; si < 3; si++) {
     Syms syms = {0};
     const char *names[16];
@@ -518,7 +604,7 @@ static void check_graph(void **state, const Graph *gr) {
         char why[256];
         assert_int_equal(out[be][r]->n, out[0][r]->n);
         if (!test_outputs_close(out[0][r]->dt, out[be][r]->data, out[0][r]->data, out[0][r]->n, why, sizeof why))
-          fail_msg("%s at size %lld, result %d, %s: %s", gr->name, (long long)gr->sizes[si], r, BACKEND_NAMES[be], why);
+          FAIL("at size %lld, result %d, %s: %s", (long long)gr->sizes[si], r, BACKEND_NAMES[be], why);
       }
     for (int i = 0; i < ref->nparams; i++) tensor_free(inputs[i]);
     for (int b = 0; b < NBACKENDS; b++)
@@ -538,12 +624,145 @@ static void check_graph(void **state, const Graph *gr) {
       for (int j = 0; j < n; j++) binds[j] = (TpkBinding){names[j], gr->sizes[1]};
       TpkSimReport rep;
       TpkError err = {0};
-      if (tpk_sim_time_kernel(k, binds, n, v5e, &rep, &err) != TPK_OK) fail_msg("sim:v5e, %s: %s", k->name, err.message);
+      if (tpk_sim_time_kernel(k, binds, n, v5e, &rep, &err) != TPK_OK) FAIL("sim:v5e, %s: %s", k->name, err.message);
       assert_true(rep.seconds > 0 && rep.hbm_bytes > 0);
     }
   assert_int_equal(fx->jit_compiles, kernels); /* once each, for every size */
   TpkJitStats st = tpk_jit_stats(fx->jit);
-  assert_int_equal(st.tcc_compiles, kernels);
+  assert_int_equal(st.tcc_compiles - fx->tcc_before, kernels);
+}
+
+/* ---- random graphs ------------------------------------------------------------- */
+
+/* Kinds of values in a random graph: D is 8, N the symbol. */
+typedef enum Kind { ND, DN, DD, D1, N1, SC, FLAT, NKINDS } Kind;
+static const char *const KIND_TYPE[NKINDS] = {"f32[N,8]", "f32[8,N]", "f32[8,8]", "f32[8]", "f32[N,1]", "f32", "f32[N*8]"};
+
+typedef struct Gen {
+  TpkStr text;
+  uint64_t rng;
+  int n;               /* values so far */
+  Kind kind[256];
+} Gen;
+
+static int pick(Gen *g, Kind k) {
+  int cand[256], n = 0;
+  for (int i = 0; i < g->n; i++)
+    if (g->kind[i] == k) cand[n++] = i;
+  return n ? cand[next_random(&g->rng) % (uint64_t)n] : -1;
+}
+
+static int emit(Gen *g, Kind k, const char *fmt, ...) TPK_PRINTF(3, 4);
+static int emit(Gen *g, Kind k, const char *fmt, ...) {
+  tpk_str_printf(&g->text, "  %%v%d = ", g->n);
+  va_list ap;
+  va_start(ap, fmt);
+  tpk_str_vprintf(&g->text, fmt, ap);
+  va_end(ap);
+  tpk_str_printf(&g->text, " : %s\n", KIND_TYPE[k]);
+  g->kind[g->n] = k;
+  return g->n++;
+}
+
+/* A graph of `nops` random ops over an [N, 8] world: elementwise chains,
+ * reductions over rows, columns and everything, broadcasts back, transposes,
+ * reshapes, dots, selects, scalars and a call, with a few results (views
+ * among them). Values stay bounded (tanh after dots). */
+static char *random_graph(uint64_t seed, int nops) {
+  Gen g = {.rng = seed * 2654435761u + 1};
+  static const Kind inputs[] = {ND, ND, DD, SC, D1};
+  tpk_str_puts(&g.text, "kernel @twice(%a: ref<f32[R,C]>, %o: out ref<f32[R,C]>) {\n"
+                        "  %v = load %a {index=\"::\"} : f32[R,C]\n  %d = add %v, %v : f32[R,C]\n"
+                        "  store %o, %d {index=\"::\", mode=\"set\"}\n}\n");
+  tpk_str_puts(&g.text, "func @random(");
+  for (int i = 0; i < 5; i++) {
+    tpk_str_printf(&g.text, "%s%%v%d: %s", i ? ", " : "", i, KIND_TYPE[inputs[i]]);
+    g.kind[g.n++] = inputs[i];
+  }
+  TpkStr body = g.text;
+  g.text = (TpkStr){0};
+  static const char *const UNARY[] = {"tanh", "neg", "abs"}, *const BINARY[] = {"add", "sub", "mul", "max"};
+  for (int k = 0; k < nops; k++) {
+    int a, b, r = (int)(next_random(&g.rng) % 14);
+    Kind kd = (Kind)(next_random(&g.rng) % NKINDS);
+    switch (r) {
+    case 0: case 1: /* unary */
+      if ((a = pick(&g, kd)) >= 0) emit(&g, kd, "%s %%v%d", UNARY[next_random(&g.rng) % 3], a);
+      break;
+    case 2: case 3: case 4: /* binary */
+      if ((a = pick(&g, kd)) >= 0 && (b = pick(&g, kd)) >= 0) emit(&g, kd, "%s %%v%d, %%v%d", BINARY[next_random(&g.rng) % 4], a, b);
+      break;
+    case 5: /* over rows, then back */
+      if ((a = pick(&g, ND)) >= 0) {
+        int m = emit(&g, N1, "reduce %%v%d {kind=\"%s\", axes=[1], keepdims=true}", a, next_random(&g.rng) % 2 ? "max" : "mean");
+        emit(&g, ND, "broadcast %%v%d", m);
+      }
+      break;
+    case 6: /* over columns, then back */
+      if ((a = pick(&g, ND)) >= 0) {
+        int c = emit(&g, D1, "reduce %%v%d {kind=\"%s\", axes=[0], keepdims=false}", a, next_random(&g.rng) % 2 ? "min" : "mean");
+        emit(&g, ND, "broadcast %%v%d", c);
+      }
+      break;
+    case 7: /* everything, then back */
+      if ((a = pick(&g, ND)) >= 0) {
+        int t = emit(&g, SC, "reduce %%v%d {kind=\"mean\", axes=[0, 1], keepdims=false}", a);
+        emit(&g, next_random(&g.rng) % 2 ? ND : D1, "broadcast %%v%d", t);
+      }
+      break;
+    case 8: /* transposes */
+      if ((a = pick(&g, kd == DN ? DN : ND)) >= 0) emit(&g, kd == DN ? ND : DN, "transpose %%v%d {perm=[1, 0]}", a);
+      break;
+    case 9: /* reshapes */
+      if ((a = pick(&g, kd == FLAT ? FLAT : ND)) >= 0) emit(&g, kd == FLAT ? ND : FLAT, "reshape %%v%d", a);
+      break;
+    case 10: /* x @ W, or x^T @ y */
+      if (next_random(&g.rng) % 2 && (a = pick(&g, ND)) >= 0 && (b = pick(&g, DD)) >= 0) {
+        int d = emit(&g, ND, "dot %%v%d, %%v%d {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]}", a, b);
+        emit(&g, ND, "tanh %%v%d", d);
+      } else if ((a = pick(&g, ND)) >= 0 && (b = pick(&g, ND)) >= 0) {
+        int d = emit(&g, DD, "dot %%v%d, %%v%d {lhs_contract=[0], rhs_contract=[0], lhs_batch=[], rhs_batch=[]}", a, b);
+        emit(&g, DD, "tanh %%v%d", d);
+      }
+      break;
+    case 11: /* select */
+      if ((a = pick(&g, ND)) >= 0 && (b = pick(&g, ND)) >= 0) {
+        tpk_str_printf(&g.text, "  %%c%d = gt %%v%d, %%v%d : bool[N,8]\n", g.n, a, b);
+        emit(&g, ND, "select %%c%d, %%v%d, %%v%d", g.n, a, b);
+      }
+      break;
+    case 12: /* scalars */
+      if ((a = pick(&g, SC)) >= 0 && (b = pick(&g, SC)) >= 0) emit(&g, SC, "%s %%v%d, %%v%d", BINARY[next_random(&g.rng) % 4], a, b);
+      break;
+    case 13: /* a call */
+      if ((a = pick(&g, ND)) >= 0) emit(&g, ND, "call %%v%d {callee=\"twice\"}", a);
+      break;
+    }
+  }
+  /* results: the last value and two more at random */
+  int res[3] = {g.n - 1, (int)(next_random(&g.rng) % (uint64_t)g.n), (int)(next_random(&g.rng) % (uint64_t)g.n)};
+  tpk_str_puts(&body, ") -> (");
+  for (int i = 0; i < 3; i++) tpk_str_printf(&body, "%s%s", i ? ", " : "", KIND_TYPE[g.kind[res[i]]]);
+  tpk_str_printf(&body, ") {\n%s  return %%v%d, %%v%d, %%v%d\n}\n", g.text.data ? g.text.data : "", res[0], res[1], res[2]);
+  tpk_str_free(&g.text);
+  assert_false(body.failed);
+  return tpk_str_take(&body);
+}
+
+/* Random graphs: fusion never fails (no cycle, every symbol bound) and the
+ * fused clusters compute what the graph does, at three sizes. */
+static void test_random_graphs(void **state) {
+  Fixture *fx = *state;
+  for (uint64_t seed = 0; seed < (getenv("TPK_RANDOM_GRAPHS") ? (uint64_t)atoi(getenv("TPK_RANDOM_GRAPHS")) : 120); seed++) {
+    char *text = random_graph(seed, 6 + (int)(seed % 20));
+    Graph gr = {"random", text, {1, 9, 40}, 0};
+    snprintf(current, sizeof current, "random graph %d (TPK_SHOW_GRAPH=%d prints it)", (int)seed, (int)seed);
+    const char *show = getenv("TPK_SHOW_GRAPH");
+    if (show && atoi(show) == (int)seed) print_message("%s", text);
+    check_graph(state, &gr);
+    fixture_clear(fx);
+    free(text);
+  }
 }
 
 #define GRAPH_TEST(i)                                                       \
@@ -559,6 +778,7 @@ GRAPH_TEST(7)
 GRAPH_TEST(8)
 GRAPH_TEST(9)
 GRAPH_TEST(10)
+GRAPH_TEST(11)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -567,8 +787,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_4, setup, teardown), cmocka_unit_test_setup_teardown(test_5, setup, teardown),
       cmocka_unit_test_setup_teardown(test_6, setup, teardown), cmocka_unit_test_setup_teardown(test_7, setup, teardown),
       cmocka_unit_test_setup_teardown(test_8, setup, teardown), cmocka_unit_test_setup_teardown(test_9, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_10, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_10, setup, teardown), cmocka_unit_test_setup_teardown(test_11, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_random_graphs, setup, teardown),
   };
-  _Static_assert(sizeof GRAPHS / sizeof *GRAPHS == 11, "one test per graph");
+  _Static_assert(sizeof GRAPHS / sizeof *GRAPHS == 12, "one test per graph");
   return test_run_tests(tests);
 }

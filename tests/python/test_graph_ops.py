@@ -13,9 +13,7 @@ arange) are i32 here, compared by value; index inputs are int64 for torch
 and i32 for tpk.
 
 Symbolic sizes: rows marked with `syms` declare some input dims as shape
-symbols (B, S) and are run at two sizes with the one compiled graph.
-
-These tests need tpk_graph_compile; a build without it skips them.
+symbols (B, S) and are run at two sizes with the one graph.
 """
 import math
 
@@ -241,6 +239,8 @@ CASES = [
     C("empty.memory_format", [2, 3], dtype=I32, dtypes=(None,), values=False),
     C("empty_like", T(3, 4), values=False),
     C("new_empty", T(3, 4), [5], values=False),
+    C("empty_strided", [2, 3], [3, 1], dtypes=(None,), values=False),
+    C("new_empty_strided", T(3, 4), [2, 2], [2, 1], values=False),
     C("ones", [2, 3], dtype=BF16, dtypes=(None,)),
     C("new_ones", T(3, 4), [4]),
     C("new_full", T(3, 4), [2, 1], 3.0),
@@ -343,25 +343,14 @@ def run_graph(g, inputs, syms):
     return list(outs) if isinstance(outs, tuple) else [outs]
 
 
-def _compile_available():
-    g = _C.Graph("probe")
-    g.output(g.op("neg", g.input("f32", [2])))
-    try:
-        run_graph(g, [torch.zeros(2)], {})
-    except NotImplementedError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def runner():
-    if not _compile_available():
-        pytest.skip("this build has no tpk_graph_compile")
     return run_graph
 
 
 def tpk_inputs_of(t):
-    return t.to(torch.int32) if t.dtype == torch.int64 else t
+    """tpk takes C-contiguous memory and has no int64."""
+    return (t.to(torch.int32) if t.dtype == torch.int64 else t).contiguous()
 
 
 def check_values(got, want, rtol, what, values=True):
@@ -457,7 +446,7 @@ def test_attention_backward(runner):
     vlse = g.input("f32", [1, 2, 6])
     grads = g.op("_scaled_dot_product_flash_attention_for_cpu_backward", vdo, vq, vk, vv, vout, vlse, 0.0, True)
     g.output(*grads)
-    outs = runner(g, [q, k, v, do, out, lse.contiguous()], {})  # ATen gives lse transposed strides
+    outs = runner(g, [tpk_inputs_of(t) for t in (q, k, v, do, out, lse)], {})
     for got, w in zip(outs, want):
         check_values(got, w, 3e-2, "sdpa backward")
 
@@ -467,3 +456,30 @@ def test_every_op_has_a_row():
     tested = {c.op.partition(".")[0] for c in CASES + SDPA_CASES} | {"_scaled_dot_product_flash_attention_for_cpu_backward"}
     untested = [op for op in _C.graph_ops() if op not in tested]
     assert not untested, f"ops without a row: {untested}"
+
+
+def test_graph_api():
+    """The calls of tpk.h's "Graphs" as the extension exposes them: values'
+    dtypes and shapes (symbolic ones as text), results ATen leaves undefined
+    as None, the errors (a bad argument is a TpkArgumentError naming the op,
+    an op outside the vocabulary a TpkError saying so)."""
+    with pytest.raises(tpk.TpkArgumentError, match="the name 'no name' is not an identifier"):
+        _C.Graph("no name")
+    g = _C.Graph("api")
+    x = g.input(torch.bfloat16, ["B*S", 8])
+    assert (x.dtype, x.shape) == ("bf16", ("B*S", 8))
+    y = g.op("view", x, [_C.Sym("B"), _C.Sym("S"), 8])
+    assert y.shape == ("B", "S", 8)
+    dx, dw, db = g.op("native_layer_norm_backward", y, y, [8], g.input("bf16", ["B", "S", 1]), g.input("bf16", ["B", "S", 1]),
+                      g.input("bf16", [8]), None, [True, False, True])
+    assert dx.shape == ("B", "S", 8) and dw is None and db is None
+    with pytest.raises(tpk.TpkArgumentError, match=r"add: cannot broadcast self bf16\[B\*S,8\] with other f32\[3\]"):
+        g.op("add", x, g.input("f32", [3]))
+    with pytest.raises(tpk.TpkError, match="aten op 'frobnicate' is not supported by tpk's graphs"):
+        g.op("frobnicate", x)
+    with pytest.raises(ValueError, match="a value of another graph"):
+        _C.Graph("other").op("neg", x)
+    assert len(_C.graph_ops()) == len(set(_C.graph_ops())) > 150
+    g.output(dx)
+    assert "func @api(%in0: bf16[B*S,8]" in g.ir()
+    assert len(g.op("split", g.input("f32", [40]), 1)) == 40  # more results than most ops

@@ -10,8 +10,8 @@
  * window need not compute what nobody reads. int64 tensors are i32 here
  * (tpk's index type).
  */
-#ifndef TPK_BENCH_OPSTREAM_H
-#define TPK_BENCH_OPSTREAM_H
+#ifndef TPK_CLI_OPSTREAM_H
+#define TPK_CLI_OPSTREAM_H
 
 #include "tpk.h"
 

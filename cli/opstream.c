@@ -2,7 +2,7 @@
  * opstream.c — parse and replay recorded op streams (opstream.h; the format
  * is documented in tools/record_streams.py).
  */
-#include "opstream.h"
+#include "cli/opstream.h"
 
 #include <ctype.h>
 #include <stdarg.h>
