@@ -15,9 +15,21 @@
  * Some ops do not build with every size symbolic: view(x: [S, 48], [S, 3,
  * 16]) needs 48 = 3 * 16. Sizes then follow a policy, tried in turn, each
  * a key of its own (a failed build is a unit too, so it is tried once):
- * every size symbolic; only the sizes its int arguments name (S here;
- * 48 constant); none. A fused window keeps constant every size one of its
- * ops needed constant, and gives symbols to the rest when it runs.
+ * every size a symbol; factored (the int arguments' values first, the
+ * operands' sizes their products: 48 = s1*s2); one operand size constant,
+ * each in turn (a split along a dim); only the sizes the int arguments
+ * name; none. An int given for a Scalar parameter that is a size (a mean's
+ * count of elements) is a rank-0 i32 input, like the floats below.
+ *
+ * A fused window, seen for the first time, is built with every size a
+ * symbol of the window: it knows what an op alone does not (that a [B*S,
+ * D] came from a [B, S, D]). Where an op does not build so, the window
+ * keeps constant what that op kept alone, else all the op's sizes but
+ * one, each in turn, until it builds past the op; the resolution is kept
+ * under the window's symbolic key by the symbols' positions, so the window
+ * at other sizes finds its program without building. Sizes are symbols by
+ * value, so a length that happens to equal another size (a sequence of 32
+ * with heads of 32) is another pattern, and compiles once.
  *
  * Scalars that change every step (a learning rate, Adam's bias
  * corrections) must not make every op or window new: a float argument of
@@ -38,19 +50,19 @@
  *           per op; a sync waits for the queue, and the first op whose
  *           launch did not finish is the one its error names;
  *   fused   the op is recorded in the stream's window (its arguments
- *           copied, with which of its ints were symbolic for the op alone
- *           and which sizes it kept constant). At a sync, or when the
+ *           copied, with the sizes it kept constant alone and the ints it
+ *           made symbols first). At a sync, or when the
  *           window holds WINDOW_OPS ops, the window's key is made from the
  *           records — its inputs' dtypes and shapes in the window's
- *           symbols (the constants of all its ops kept), each op's name
- *           and arguments with tensors as window values, and which results
- *           are outputs — and looked up; a miss builds
+ *           symbols, each op's name and arguments with tensors as window
+ *           values, and which results are outputs — and looked up (with
+ *           its resolution, see above); a miss builds
  *           the window as one graph (inputs: the buffers it read but did
  *           not produce, and the lifted scalars; outputs: the buffers it
  *           produced that someone still holds: a buffer destroyed before
  *           the sync is not computed at all), fused (TPK_FUSE_ALL) and
- *           compiled (should the window not build with its symbols,
- *           with every size constant); then it runs as one launch.
+ *           compiled (should fusion not take it, one cluster per op);
+ *           then it runs as one launch.
  *
  * Pending buffers. An op's outputs are new buffers, allocated at once; their
  * bytes are marked pending (device.h: the storage names the stream, which
