@@ -202,7 +202,7 @@ test-asan:
 # does, so it cannot report it; tools/tsan.supp says why each of its
 # entries is there. Any other report is a race to fix.
 TSAN_BUILD := build/tsan
-TSAN_TESTS := runtime/test_concurrency runtime/test_lifetimes host/test_jit
+TSAN_TESTS := runtime/test_concurrency runtime/test_lifetimes runtime/test_eager runtime/test_units host/test_jit
 TSAN_HOST_TESTS := test_queue_order test_errors_from_worker_parts test_whole_kernels_with_threads \
 	test_launch_in_forked_child test_thread_counts_agree_bitwise
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(abspath tools/tsan.supp)"

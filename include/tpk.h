@@ -496,12 +496,37 @@ TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out);
  *   strict  one launch per op, in order on a queue; the caller blocks only at
  *           a sync point, where the first error surfaces naming its op;
  *   fused   ops collect in a window; at a sync point (or when the window is
- *           full) the window becomes a graph, is fused and run. A window of a
- *           structure seen before (sizes aside: symbolic) runs from the cache
- *           without building anything.
+ *           full: 256 ops) the window becomes a graph, is fused and run. A
+ *           window of a structure seen before (sizes aside: symbolic) runs
+ *           from the cache without building anything.
  * The modes give the same results within floating-point tolerance: fused
  * clusters keep intermediates in f32 where strict rounds each op's output
- * to its dtype (docs: tutorials/06-eager-modes.md). */
+ * to its dtype (docs: tutorials/06-eager-modes.md).
+ *
+ * What is compiled is cached (The compilation cache) by each op's or
+ * window's structure with sizes by their symbolic form — each distinct
+ * size above 1 is a symbol, and an int argument of a SymInt parameter
+ * equal to one (or to a product of two) is that symbol — so a loop whose
+ * sequence length changes every step compiles nothing after its first
+ * step. An op whose sizes cannot all be symbols (a view that splits a size
+ * into constants) keeps those constant. A float argument of an ATen
+ * `Scalar` parameter (alpha, other, value, weight; a kernel's float
+ * scalars) is passed as a rank-0 f32 input, not built in, so a learning
+ * rate or bias correction that changes every step does not make a new
+ * graph; floats of `float` parameters (eps) and ints are built in.
+ *
+ * Pending buffers: a buffer an op makes, or reads, is settled before its
+ * bytes are used elsewhere: reading it (tpk_buffer_read, tpk_buffer_data),
+ * writing it (tpk_buffer_write: the pending ops that read it run first, on
+ * its old contents), launching a kernel on it, or another stream's op on
+ * it, syncs the stream first. An error of that sync fails a read or write
+ * and stays the stream's, for tpk_stream_sync. Views of a pending buffer
+ * are pending with it. Streams, buffers and contexts may be destroyed in
+ * any order: a buffer destroyed before the sync is not computed (fused);
+ * the end of the context drops the pending work of its streams (nobody
+ * could read what it would write), and ops on them fail afterwards.
+ * Several streams may run on several threads; one stream takes ops from one
+ * thread at a time. Positions ("op #12") count a stream's ops from 1. */
 typedef struct TpkStream TpkStream;
 typedef enum TpkEagerMode { TPK_EAGER_DEBUG, TPK_EAGER_STRICT, TPK_EAGER_FUSED } TpkEagerMode;
 
@@ -526,11 +551,11 @@ TpkStatus tpk_stream_sync(TpkStream *s);
 
 typedef struct TpkStreamStats {
   int64_t ops;          /* submitted */
-  int64_t launches;     /* kernels run */
+  int64_t launches;     /* kernels run (each cluster of a window or op counts) */
   int64_t windows;      /* fused: windows run */
-  int64_t compiles;     /* graphs built and compiled (a cache miss) */
+  int64_t compiles;     /* graphs (an op's or a window's) built and compiled: a cache miss */
   int64_t cache_hits;   /* graphs found compiled */
-  double sim_seconds;   /* on a sim device: simulated time of everything run */
+  double sim_seconds;   /* on a sim device: simulated time of everything run (strict: up to the last sync) */
 } TpkStreamStats;
 void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
 

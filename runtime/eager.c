@@ -38,16 +38,19 @@
  *           per op; a sync waits for the queue, and the first op whose
  *           launch did not finish is the one its error names;
  *   fused   the op is recorded in the stream's window (its arguments
- *           copied, tensors as window values). At a sync, or when the
- *           window holds WINDOW_OPS ops, the window's key — its inputs'
- *           dtypes and symbolic shapes, each op's name and arguments with
- *           tensors as window values and sizes in the window's symbols,
- *           and which results are outputs — is looked up; a miss builds
+ *           copied, with which of its ints were symbolic for the op alone
+ *           and which sizes it kept constant). At a sync, or when the
+ *           window holds WINDOW_OPS ops, the window's key is made from the
+ *           records — its inputs' dtypes and shapes in the window's
+ *           symbols (the constants of all its ops kept), each op's name
+ *           and arguments with tensors as window values, and which results
+ *           are outputs — and looked up; a miss builds
  *           the window as one graph (inputs: the buffers it read but did
  *           not produce, and the lifted scalars; outputs: the buffers it
  *           produced that someone still holds: a buffer destroyed before
  *           the sync is not computed at all), fused (TPK_FUSE_ALL) and
- *           compiled; then it runs as one launch.
+ *           compiled (should the window not build with its symbols,
+ *           with every size constant); then it runs as one launch.
  *
  * Pending buffers. An op's outputs are new buffers, allocated at once; their
  * bytes are marked pending (device.h: the storage names the stream, which
@@ -168,10 +171,9 @@ static uint64_t dim_word(Syms *t, int64_t v) {
 }
 
 /* The text of dim word w in a builder ("s3", "1"). */
-static void dim_text(uint64_t w, const Syms *t, char *buf, size_t n) {
+static void dim_text(uint64_t w, char *buf, size_t n) {
   if (w & 1) snprintf(buf, n, "s%d", (int)(w >> 1));
   else snprintf(buf, n, "%" PRId64, (int64_t)(w >> 1));
-  (void)t;
 }
 
 /* An int argument of a SymInt parameter by its symbolic form: a symbol,
@@ -483,7 +485,7 @@ static TpkStatus build_alone(const Op *op, const Layout *lay, Policy p, bool pro
     const TpkDim *dims[TPK_MAX_RANK];
     for (int d = 0; d < b->rank; d++) {
       char text[32];
-      dim_text(dim_word(&syms, b->shape[d]), &syms, text, sizeof text);
+      dim_text(dim_word(&syms, b->shape[d]), text, sizeof text);
       if (!(dims[d] = tpk_gb_dim(gb, text, err))) return err->code;
     }
     if (tpk_gb_input(gb, b->dtype, b->rank, dims, &a.values[i], err) != TPK_OK) return err->code;
@@ -732,7 +734,11 @@ static void stream_free(TpkStream *s) {
       break;
     }
   pthread_mutex_unlock(&ss->lock);
-  tpk_queue_destroy(s->queue);
+  tpk_queue_destroy(s->queue); /* its work has run: the launches' results are written */
+  for (Queued *q = s->queued, *next; q; q = next) {
+    next = q->next;
+    free(q);
+  }
   free(s->message);
   free(s->marks);
   free(s->w.records);
@@ -1004,7 +1010,7 @@ static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkPro
     const TpkDim *dims[TPK_MAX_RANK];
     for (int d = 0; d < b->rank && st == TPK_OK; d++) {
       char text[32];
-      dim_text(dim_word(&syms, b->shape[d]), &syms, text, sizeof text);
+      dim_text(dim_word(&syms, b->shape[d]), text, sizeof text);
       if (!(dims[d] = tpk_gb_dim(gb, text, &err))) st = err.code;
     }
     if (st == TPK_OK) st = tpk_gb_input(gb, b->dtype, b->rank, dims, &vals[i], &err);
@@ -1299,13 +1305,7 @@ void tpk_streams_close(TpkStreams *ss) {
     pthread_mutex_lock(&s->lock);
     s->dropped = true;
     window_reset(s);
-    for (Queued *q = s->queued, *next; q; q = next) {
-      next = q->next;
-      free(q);
-    }
-    s->queued = NULL;
-    s->queued_tail = &s->queued;
-    unmark_all(s);
+    unmark_all(s); /* the queued launches' results are written still: freed with the stream */
     pthread_mutex_unlock(&s->lock);
     /* not the last hold: the caller's handle keeps it (freeing it would
      * take the registry's lock, held here) */

@@ -144,6 +144,22 @@ static int mlp_layer(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out) {
   return 5;
 }
 
+/* bf16 in and out: strict rounds every op's result to bf16, fusion keeps
+ * the chain's intermediates in f32 and rounds its outputs once, so the
+ * modes agree within bf16's tolerance, not bit for bit. */
+static int bf16_chain(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out) {
+  TpkBuffer *x = input(dev, TPK_BF16, 2, (int64_t[]){S, 8}, 19), *y = input(dev, TPK_BF16, 1, (int64_t[]){8}, 20);
+  TpkBuffer *a = op(s, "mul", 2, (TpkArg[]){A(x), A(y)});
+  TpkBuffer *b = op(s, "exp", 1, (TpkArg[]){A(a)});
+  TpkBuffer *c = op(s, "add", 3, (TpkArg[]){A(b), A(x), tpk_arg_named("alpha", tpk_arg_float(0.3))});
+  TpkBuffer *d = op(s, "sum", 2, (TpkArg[]){A(c), INTS(1)});
+  out[0] = c;
+  out[1] = d;
+  TpkBuffer *drop[] = {x, y, a, b};
+  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  return 2;
+}
+
 static const struct {
   const char *name;
   Stream run;
@@ -152,6 +168,7 @@ static const struct {
     {"integer_ops", integer_ops},
     {"reductions", reductions},
     {"mlp_layer", mlp_layer},
+    {"bf16_chain", bf16_chain},
 };
 
 /* The bytes of a stream's outputs, read (which syncs). */
@@ -162,10 +179,10 @@ typedef struct Outputs {
   void *data[MAX_OUT];
 } Outputs;
 
-static void run_corpus(TpkEagerMode mode, int which, int64_t S, Outputs *o) {
+static void run_corpus(TpkEagerMode mode, const char *device, int which, int64_t S, Outputs *o, TpkStreamStats *stats) {
   TpkContext *ctx = context(mode);
   TpkDevice *dev;
-  CHECK(tpk_device_open(ctx, "host", &dev));
+  CHECK(tpk_device_open(ctx, device, &dev));
   TpkStream *s;
   CHECK(tpk_stream_create(dev, &s));
   assert_int_equal(tpk_stream_mode(s), mode);
@@ -179,6 +196,7 @@ static void run_corpus(TpkEagerMode mode, int which, int64_t S, Outputs *o) {
     tpk_buffer_destroy(out[i]);
   }
   CHECK(tpk_stream_sync(s));
+  if (stats) tpk_stream_stats(s, stats);
   tpk_stream_destroy(s);
   tpk_context_destroy(ctx);
 }
@@ -191,7 +209,7 @@ static void test_modes_agree(void **state) {
   for (int which = 0; which < (int)(sizeof CORPUS / sizeof *CORPUS); which++)
     for (int64_t S = 5; S <= 7; S += 2) {
       Outputs o[3];
-      for (int mode = 0; mode < 3; mode++) run_corpus((TpkEagerMode)mode, which, S, &o[mode]);
+      for (int mode = 0; mode < 3; mode++) run_corpus((TpkEagerMode)mode, "host", which, S, &o[mode], NULL);
       for (int mode = 1; mode < 3; mode++) {
         assert_int_equal(o[mode].n, o[0].n);
         for (int i = 0; i < o[0].n; i++) {
@@ -207,6 +225,31 @@ static void test_modes_agree(void **state) {
       for (int mode = 0; mode < 3; mode++)
         for (int i = 0; i < o[mode].n; i++) free(o[mode].data[i]);
     }
+}
+
+/* On a simulated chip: the same results as the host's, and the streams'
+ * simulated time; fused runs fewer kernels than strict, in less time. */
+static void test_modes_on_a_simulated_chip(void **state) {
+  (void)state;
+  Outputs host, sim[2];
+  TpkStreamStats st[2];
+  run_corpus(TPK_EAGER_STRICT, "host", 3, 9, &host, NULL);
+  for (int i = 0; i < 2; i++) run_corpus(i ? TPK_EAGER_FUSED : TPK_EAGER_STRICT, "sim:v5e", 3, 9, &sim[i], &st[i]);
+  for (int i = 0; i < 2; i++) {
+    assert_true(st[i].sim_seconds > 0);
+    for (int j = 0; j < host.n; j++) {
+      char why[256];
+      if (!test_outputs_close(host.dtype[j], sim[i].data[j], host.data[j], (int64_t)(host.bytes[j] / tpk_dtype_size(host.dtype[j])), why, sizeof why))
+        fail_msg("output %d on sim:v5e (%s): %s", j, i ? "fused" : "strict", why);
+    }
+  }
+  assert_true(st[1].launches < st[0].launches);
+  assert_true(st[1].sim_seconds < st[0].sim_seconds);
+  for (int j = 0; j < host.n; j++) {
+    free(host.data[j]);
+    free(sim[0].data[j]);
+    free(sim[1].data[j]);
+  }
 }
 
 /* ---- dynamic sizes ------------------------------------------------------------------ */
@@ -584,6 +627,7 @@ static void test_mode_from_the_environment(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_modes_agree),
+      cmocka_unit_test(test_modes_on_a_simulated_chip),
       cmocka_unit_test(test_sequence_lengths_compile_once),
       cmocka_unit_test(test_debug_errors_name_the_op),
       cmocka_unit_test(test_errors_at_the_next_sync),
