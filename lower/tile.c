@@ -405,10 +405,9 @@ static bool padding_fails(const Tiling *T) {
   return false;
 }
 
-/* Rewrite the row ops into a grid over blocks of B rows. */
-static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
-  TpkFunc *f = T->f;
-  TpkModule *m = f->module;
+/* The block size: false when the run must stay whole after all (too many
+ * blocks for i32 bounds, padding that would fail). */
+static bool block_size(const Tiling *T, const TpkTarget *t, int64_t *Bout, bool *one_block) {
   int64_t Lk = -1, B;
   bool constant = tpk_dim_is_const(T->L, &Lk);
   /* With L symbolic the last block's rows past L are work thrown away:
@@ -425,41 +424,33 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
    * a few percent of the products */
   if (T->dot && B < 64 && (!T->width_known || T->widest <= 4 * t->tile_bytes / 64)) B = 64;
   if (constant && B > Lk) B = Lk;
-  bool one_block = constant && B == Lk; /* the rows' dim is read and written whole */
-  if (constant && tpk_ceildiv(Lk, B) > INT32_MAX) return true; /* grid bounds are i32 */
-  if ((!constant || Lk % B) && padding_fails(T)) return true;
+  *one_block = constant && B == Lk; /* the rows' dim is read and written whole */
+  *Bout = B;
+  if (constant && tpk_ceildiv(Lk, B) > INT32_MAX) return false; /* grid bounds are i32 */
+  return !((!constant || Lk % B) && padding_fails(T));
+}
+
+/* The number of blocks, cdiv(L, B), as an i32 appended by b. */
+static TpkValue *block_count(TpkBuilder *b, const Tiling *T, int64_t B) {
+  const TpkType *i32 = tpk_type_scalar(b->m, TPK_I32);
+  int64_t Lk;
+  if (tpk_dim_is_const(T->L, &Lk)) return tpk_build_const_int(b, i32, tpk_ceildiv(Lk, B));
+  TpkValue *l = dim_value(b, T->L), *bs = l ? tpk_build_const_int(b, i32, B) : NULL;
+  return bs ? tpk_build_binary(b, TPK_OP_CDIV, l, bs) : NULL;
+}
+
+/* Copies of the row ops into block `in` (a grid's or a loop's), one block
+ * of B rows at `tile`; originals -> copies into map. Ops of `skip` are left
+ * to the caller. */
+static bool copy_rows(Tiling *T, TpkBuilder *in, TpkValue *tile, int64_t B, bool one_block, TpkPtrMap *map,
+                      const TpkPtrMap *skip) {
+  TpkModule *m = T->f->module;
   const TpkDim *Bd = tpk_dim_const(m, B);
-
-  TpkBuilder b = {.m = m, .block = f->body, .loc = T->first->loc};
   const TpkType *i32 = tpk_type_scalar(m, TPK_I32);
-  TpkOp *before = f->body->last; /* the bound's ops are those after it */
-  TpkValue *lo = tpk_build_const_int(&b, i32, 0), *hi;
-  if (constant) {
-    hi = tpk_build_const_int(&b, i32, tpk_ceildiv(Lk, B));
-  } else {
-    TpkValue *l = dim_value(&b, T->L), *bs = l ? tpk_build_const_int(&b, i32, B) : NULL;
-    hi = bs ? tpk_build_binary(&b, TPK_OP_CDIV, l, bs) : NULL;
-  }
-  if (!lo || !hi) return false;
-  TpkValue *bounds[2] = {lo, hi};
-  TpkOp *grid = tpk_build(&b, TPK_OP_GRID, 2, bounds, 0, NULL);
-  if (!grid) return false;
-  TpkValue *tile = tpk_block_add_arg(m, grid->regions[0], tpk_type_tile(m, B), "rows");
-  if (!tile) return false;
-  /* The grid goes where the last row op was: every invariant op the rows
-   * use comes before some row op, hence before it. */
-  TpkOp *anchor = T->ops[T->n - 1];
-  for (TpkOp *op = before->next, *next; op; op = next) {
-    next = op->next;
-    move_before(op, anchor);
-  }
-
-  TpkPtrMap map = {0};
-  bool ok = true;
-  TpkBuilder in = {.m = m, .block = grid->regions[0]};
-  for (int k = 0; k < T->n && ok; k++) {
+  for (int k = 0; k < T->n; k++) {
     TpkOp *op = T->ops[k];
-    in.loc = op->loc;
+    if (skip && tpk_ptrmap_get(skip, op, NULL)) continue;
+    in->loc = op->loc;
     bool mem = (op->opcode == TPK_OP_LOAD || op->opcode == TPK_OP_STORE) && !one_block;
     int d = -1;
     TpkIndexPattern pat;
@@ -473,19 +464,12 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
     for (int i = 0; i < op->nin; i++) {
       if (mem && i == tile_operand(&pat, d)) ins[nin++] = tile;
       void *to;
-      ins[nin++] = tpk_ptrmap_get(&map, op->in[i], &to) ? to : op->in[i];
+      ins[nin++] = tpk_ptrmap_get(map, op->in[i], &to) ? to : op->in[i];
     }
     if (mem && tile_operand(&pat, d) == op->nin) ins[nin++] = tile;
     const TpkType *type = op->nout ? with_block(m, op->out[0].type, row_axis(T, &op->out[0]), Bd) : NULL;
-    TpkOp *c = tpk_build(&in, op->opcode, nin, ins, op->nout, &type);
-    if (!c) {
-      ok = false;
-      break;
-    }
-    if (!tpk_op_copy_attrs(m, c, op)) { /* room for the decisions to add theirs */
-      ok = false;
-      break;
-    }
+    TpkOp *c = tpk_build(in, op->opcode, nin, ins, op->nout, &type);
+    if (!c || !tpk_op_copy_attrs(m, c, op)) return false; /* room for the decisions to add theirs */
     if (mem) {
       pat.dim[d] = TPK_INDEX_TILE;
       tpk_op_set_index(m, c, "index", &pat);
@@ -496,17 +480,47 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
     if (op->opcode == TPK_OP_IOTA && tpk_op_int(op, "axis", 0) == row_axis(T, &op->out[0])) {
       /* numbered from the block's first row: in i32, then converted */
       c->out[0].type = tpk_type_with_dtype(m, type, TPK_I32);
-      TpkOp *start = tpk_build(&in, TPK_OP_TILE_START, 1, &tile, 1, &i32);
-      TpkValue *s = start ? tpk_build_broadcast(&in, &start->out[0], type->rank, type->dims) : NULL;
-      r = s ? tpk_build_binary(&in, TPK_OP_ADD, r, s) : NULL;
-      if (r && type->dtype != TPK_I32) r = tpk_build_convert(&in, r, type->dtype);
-      if (!r) {
-        ok = false;
-        break;
-      }
+      TpkOp *start = tpk_build(in, TPK_OP_TILE_START, 1, &tile, 1, &i32);
+      TpkValue *st = start ? tpk_build_broadcast(in, &start->out[0], type->rank, type->dims) : NULL;
+      r = st ? tpk_build_binary(in, TPK_OP_ADD, r, st) : NULL;
+      if (r && type->dtype != TPK_I32) r = tpk_build_convert(in, r, type->dtype);
+      if (!r) return false;
     }
-    ok = tpk_ptrmap_put(&map, &op->out[0], r);
+    if (!tpk_ptrmap_put(map, &op->out[0], r)) return false;
   }
+  return true;
+}
+
+/* Move the ops appended to f's body after `before` to just before `anchor`. */
+static void move_appended(TpkFunc *f, TpkOp *before, TpkOp *anchor) {
+  for (TpkOp *op = before ? before->next : f->body->first, *next; op; op = next) {
+    next = op->next;
+    move_before(op, anchor);
+  }
+}
+
+/* Rewrite the row ops into a grid over blocks of B rows. */
+static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
+  TpkFunc *f = T->f;
+  TpkModule *m = f->module;
+  int64_t B;
+  bool one_block;
+  if (!block_size(T, t, &B, &one_block)) return true;
+  TpkBuilder b = {.m = m, .block = f->body, .loc = T->first->loc};
+  TpkOp *before = f->body->last; /* the bound's ops are those after it */
+  TpkValue *lo = tpk_build_const_int(&b, tpk_type_scalar(m, TPK_I32), 0), *hi = block_count(&b, T, B);
+  if (!lo || !hi) return false;
+  TpkValue *bounds[2] = {lo, hi};
+  TpkOp *grid = tpk_build(&b, TPK_OP_GRID, 2, bounds, 0, NULL);
+  if (!grid) return false;
+  TpkValue *tile = tpk_block_add_arg(m, grid->regions[0], tpk_type_tile(m, B), "rows");
+  if (!tile) return false;
+  /* The grid goes where the last row op was: every invariant op the rows
+   * use comes before some row op, hence before it. */
+  move_appended(f, before, T->ops[T->n - 1]);
+  TpkPtrMap map = {0};
+  TpkBuilder in = {.m = m, .block = grid->regions[0]};
+  bool ok = copy_rows(T, &in, tile, B, one_block, &map, NULL);
   tpk_ptrmap_free(&map);
   if (!ok) return false;
   for (int k = T->n - 1; k >= 0; k--) tpk_op_erase(T->ops[k]);
