@@ -1033,6 +1033,8 @@ static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkPro
     return tpk_runtime_fail(st, "%s", err.message);
   }
   st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_ALL, out);
+  /* a window fusion cannot take runs as the ops it is, one cluster each */
+  if (st != TPK_OK && st != TPK_ERR_NOMEM) st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_NONE, out);
   tpk_gb_free(gb);
   return st;
 }
