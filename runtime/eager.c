@@ -477,6 +477,7 @@ static TpkStatus build_alone(const Op *op, const Layout *lay, Policy p, bool pro
   *ntypes = 0;
   TpkGraphBuilder *gb = *gbp = tpk_gb_new(op->name ? "eager_op" : "eager_call");
   if (!gb) return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  if (op->noperands) tpk_gb_set_kernel_lookup(gb, tpk_std_kernel_lookup, tpk_buffer_device(op->operands[0])->ctx);
   Alone a = {.op = op, .gb = gb, .err = err};
   Syms syms;
   op_syms(op, lay, p, &syms);
@@ -1000,6 +1001,7 @@ static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkPro
   Window *w = &s->w;
   TpkError err = {0};
   TpkGraphBuilder *gb = tpk_gb_new("eager_window");
+  if (gb) tpk_gb_set_kernel_lookup(gb, tpk_std_kernel_lookup, s->ctx);
   int n = w->nvalues + f->nscalars;
   TpkValue **vals = calloc((size_t)n + 1, sizeof *vals);
   TpkStatus st = gb && vals ? TPK_OK : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");

@@ -89,6 +89,18 @@ static void test_other_sizes_on_a_chip(void **state) {
   test_run_free(&r);
 }
 
+/* The transformer block's forward and backward (causal SDPA through the
+ * standard flash-attention kernels) at a sequence length that is no
+ * multiple of any block. */
+static void test_block_step_at_a_ragged_length(void **state) {
+  (void)state;
+  TestRun r = RUN("replay", "bench/streams/block_train.ops", "--sizes", "s4=37", "--mode", "debug,fused", "--steps", "1");
+  if (r.status != 0) fail_msg("exit %d; stderr:\n%s\nstdout:\n%s", r.status, r.err, r.out);
+  assert_contains(r.out, "sizes s0=128 s1=384 s2=256 s3=4 s4=37");
+  assert_contains(r.out, "fused matches debug");
+  test_run_free(&r);
+}
+
 static void test_stream_errors(void **state) {
   (void)state;
   expect(RUN("replay", "no/such.ops"), 1, NULL, "no/such.ops: cannot open");
@@ -135,7 +147,8 @@ static void test_small_stream_agrees(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_and_usage),         cmocka_unit_test(test_mlp_step_in_every_mode),
-      cmocka_unit_test(test_other_sizes_on_a_chip),  cmocka_unit_test(test_stream_errors),
+      cmocka_unit_test(test_other_sizes_on_a_chip),  cmocka_unit_test(test_block_step_at_a_ragged_length),
+      cmocka_unit_test(test_stream_errors),
       cmocka_unit_test(test_small_stream_agrees),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
