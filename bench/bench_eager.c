@@ -75,16 +75,6 @@ static double step(Run *r, const OpStream *s, const int64_t *sizes) {
   return t;
 }
 
-static double median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return v[n / 2];
-}
-
 typedef struct Steady {
   double wall, sim; /* seconds per step */
 } Steady;
@@ -100,7 +90,7 @@ static Steady steady(const OpStream *s, const char *device, TpkEagerMode mode) {
   double t[STEPS];
   for (int i = 0; i < STEPS; i++) t[i] = step(&r, s, NULL);
   tpk_stream_stats(r.stream, &after);
-  Steady out = {median(t, STEPS), (after.sim_seconds - before.sim_seconds) / STEPS};
+  Steady out = {tpk_median(t, STEPS), (after.sim_seconds - before.sim_seconds) / STEPS};
   close_run(&r, s);
   return out;
 }
@@ -158,7 +148,7 @@ static void bench_warm_disk(const char *title, const OpStream *s) {
   for (int i = 0; i < WARMUP; i++) step(&r, s, NULL);
   double t[STEPS];
   for (int i = 0; i < STEPS; i++) t[i] = step(&r, s, NULL);
-  double st = median(t, STEPS);
+  double st = tpk_median(t, STEPS);
   close_run(&r, s);
   char name[256];
   snprintf(name, sizeof name, "eager %s: first step with a warm disk cache vs steady state (fused)", title);

@@ -76,6 +76,8 @@ struct OpStream {
 
 typedef struct Parser {
   OpStream *s;
+  bool *defined; /* value number -> made by an input or an op above */
+  int ndefined;
   const char *name;
   const char *p;
   int line;
@@ -212,6 +214,27 @@ static bool value_ref(Parser *P, int *out) {
   return true;
 }
 
+/* v is made here (an input, an op's result): once only. */
+static bool define(Parser *P, int v) {
+  if (v >= P->ndefined) {
+    int n = v + 64;
+    bool *d = realloc(P->defined, sizeof *d * (size_t)n);
+    if (!d) return fail(P, "out of memory");
+    memset(d + P->ndefined, 0, sizeof *d * (size_t)(n - P->ndefined));
+    P->defined = d;
+    P->ndefined = n;
+  }
+  if (P->defined[v]) return fail(P, "%%%d is made twice", v);
+  P->defined[v] = true;
+  return true;
+}
+
+/* A use of %N, which an input or an op above must have made. */
+static bool use(Parser *P, int *out) {
+  if (!value_ref(P, out)) return false;
+  return (*out < P->ndefined && P->defined[*out]) || fail(P, "%%%d is used before it is made", *out);
+}
+
 static bool parse_arg(Parser *P, Arg *a) {
   skip_space(P);
   /* keyword? */
@@ -226,7 +249,7 @@ static bool parse_arg(Parser *P, Arg *a) {
   skip_space(P);
   if (*P->p == '%') {
     a->kind = A_VALUE;
-    return value_ref(P, &a->value);
+    return use(P, &a->value);
   }
   if (*P->p == '[') {
     P->p++;
@@ -235,7 +258,7 @@ static bool parse_arg(Parser *P, Arg *a) {
       a->kind = A_VALUES;
       do {
         if (a->n == MAX_LIST) return fail(P, "list too long");
-        if (!value_ref(P, &a->values[a->n++])) return false;
+        if (!use(P, &a->values[a->n++])) return false;
       } while (eat(P, ","));
       return expect(P, "]");
     }
@@ -322,7 +345,7 @@ static bool parse_line(Parser *P) {
   }
   if (eat(P, "input")) {
     Input *in = &s->inputs[s->ninputs++];
-    if (!value_ref(P, &in->value)) return false;
+    if (!value_ref(P, &in->value) || !define(P, in->value)) return false;
     char *d = word(P);
     in->dtype = d ? dtype_of(d) : TPK_DTYPE_COUNT;
     free(d);
@@ -342,7 +365,7 @@ static bool parse_line(Parser *P) {
   }
   if (eat(P, "output")) {
     do {
-      if (!value_ref(P, &s->outputs[s->noutputs++])) return false;
+      if (!use(P, &s->outputs[s->noutputs++])) return false;
     } while (eat(P, ","));
     return true;
   }
@@ -357,12 +380,16 @@ static bool parse_line(Parser *P) {
   op->name = word(P);
   if (!op->name) return fail(P, "expected an op name");
   if (!expect(P, "(")) return false;
-  if (eat(P, ")")) return true;
-  do {
-    if (op->nargs == MAX_ARGS) return fail(P, "too many arguments");
-    if (!parse_arg(P, &op->args[op->nargs++])) return false;
-  } while (eat(P, ","));
-  return expect(P, ")");
+  if (!eat(P, ")")) {
+    do {
+      if (op->nargs == MAX_ARGS) return fail(P, "too many arguments");
+      if (!parse_arg(P, &op->args[op->nargs++])) return false;
+    } while (eat(P, ","));
+    if (!expect(P, ")")) return false;
+  }
+  for (int r = 0; r < op->nres; r++)
+    if (op->res[r] >= 0 && !define(P, op->res[r])) return false;
+  return true;
 }
 
 /* Each value's last reader frees it after that op (outputs live on). */
@@ -417,6 +444,7 @@ OpStream *opstream_parse(const char *name, const char *text, char *err, size_t e
     if (*P.p) P.p++;
     P.line++;
   }
+  free(P.defined);
   if (!P.failed && !plan_frees(s)) fail(&P, "out of memory");
   if (P.failed) {
     opstream_free(s);

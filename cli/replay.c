@@ -57,16 +57,6 @@ typedef struct Stats {
   int compiles;            /* compiler runs in the whole replay */
 } Stats;
 
-static double median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return v[n / 2];
-}
-
 /* `steps` steps in one mode; the last step's outputs in *out. */
 static int replay_mode(const OpStream *s, const char *device, TpkEagerMode mode, const int64_t *sizes, int steps,
                        Stats *stats, Outputs *out) {
@@ -94,7 +84,7 @@ static int replay_mode(const OpStream *s, const char *device, TpkEagerMode mode,
   tpk_stream_stats(st, &after);
   int n = steps > 1 ? steps - 1 : 1;
   stats->first = times[0];
-  stats->steady = steps > 1 ? median(times + 1, steps - 1) : times[0];
+  stats->steady = steps > 1 ? tpk_median(times + 1, steps - 1) : times[0];
   stats->per_step = (TpkStreamStats){
       .ops = (after.ops - before.ops) / n,
       .launches = (after.launches - before.launches) / n,

@@ -53,7 +53,8 @@
  * inside and no array computed outside the grid but loads, views,
  * generators and conversions — or when neither cluster tiled before (whole
  * clusters and scalar work join each other; a tiling cluster never becomes
- * whole). That gives elementwise chains with their broadcasts, reductions
+ * whole). A cluster tile.c makes a loop of (a full reduction) counts as
+ * whole here: a loop is not shared among threads, a grid is. That gives elementwise chains with their broadcasts, reductions
  * with their producers and consumers (softmax, norms: rows), a dot with its
  * epilogue and row-wise prologue (x @ W + b, layernorm then matmul), and
  * multi-output clusters when a producer's consumers all join it.

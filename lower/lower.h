@@ -40,8 +40,10 @@ void tpk_simplify(TpkFunc *f);
  * grid over blocks of one dimension L (rows first, else another dim of the
  * first store's ref: a reduction over the rows tiles by columns), sized by
  * t->tile_bytes. L may be symbolic: the grid's bound is then computed from
- * the shape symbols. Runs that cannot be tiled (a full reduction, a scatter,
- * an op mixing blocks) are left whole (README.md, "Tiling whole arrays").
+ * the shape symbols. A run reducing over its rows whichever dim is tried (a
+ * full reduction) becomes a loop over blocks carrying the reductions. Runs
+ * that cannot be tiled (a scatter, an op mixing blocks) are left whole
+ * (README.md, "Tiling whole arrays").
  * Returns TPK_OK or an error. */
 TpkStatus tpk_tile_whole_arrays(TpkFunc *f, const TpkTarget *t, TpkError *err);
 

@@ -33,9 +33,12 @@
  * bias gradient, tiles by its columns); the first that works is taken.
  * Row values then get size B along their rows' axis, loads and stores index
  * the rows with the grid's tile, and ops that do not depend on rows stay
- * before the grid. Anything else (a reduction over the rows, a scatter,
- * reading back what the run stored outside a row op, a full reduction to a
- * scalar...) leaves the run whole.
+ * before the grid. A run that reduces over its rows whichever dim is tried
+ * (a full reduction: a loss, a norm) is tiled instead as a sequential loop
+ * over blocks of the reductions' rows, carrying them ("reductions over the
+ * rows" below). Anything else (a scatter, reading back what the run stored
+ * outside a row op, rows that use a reduction over the rows...) leaves the
+ * run whole.
  *
  * L may be a shape symbol or an expression of them (code compiled once for
  * every size): the grid's bound is then computed from the symbols,
@@ -48,6 +51,8 @@
  */
 #include "lower/lower.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -405,10 +410,9 @@ static bool padding_fails(const Tiling *T) {
   return false;
 }
 
-/* Rewrite the row ops into a grid over blocks of B rows. */
-static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
-  TpkFunc *f = T->f;
-  TpkModule *m = f->module;
+/* The block size: false when the run must stay whole after all (too many
+ * blocks for i32 bounds, padding that would fail). */
+static bool block_size(const Tiling *T, const TpkTarget *t, int64_t *Bout, bool *one_block) {
   int64_t Lk = -1, B;
   bool constant = tpk_dim_is_const(T->L, &Lk);
   /* With L symbolic the last block's rows past L are work thrown away:
@@ -425,41 +429,33 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
    * a few percent of the products */
   if (T->dot && B < 64 && (!T->width_known || T->widest <= 4 * t->tile_bytes / 64)) B = 64;
   if (constant && B > Lk) B = Lk;
-  bool one_block = constant && B == Lk; /* the rows' dim is read and written whole */
-  if (constant && tpk_ceildiv(Lk, B) > INT32_MAX) return true; /* grid bounds are i32 */
-  if ((!constant || Lk % B) && padding_fails(T)) return true;
+  *one_block = constant && B == Lk; /* the rows' dim is read and written whole */
+  *Bout = B;
+  if (constant && tpk_ceildiv(Lk, B) > INT32_MAX) return false; /* grid bounds are i32 */
+  return !((!constant || Lk % B) && padding_fails(T));
+}
+
+/* The number of blocks, cdiv(L, B), as an i32 appended by b. */
+static TpkValue *block_count(TpkBuilder *b, const Tiling *T, int64_t B) {
+  const TpkType *i32 = tpk_type_scalar(b->m, TPK_I32);
+  int64_t Lk;
+  if (tpk_dim_is_const(T->L, &Lk)) return tpk_build_const_int(b, i32, tpk_ceildiv(Lk, B));
+  TpkValue *l = dim_value(b, T->L), *bs = l ? tpk_build_const_int(b, i32, B) : NULL;
+  return bs ? tpk_build_binary(b, TPK_OP_CDIV, l, bs) : NULL;
+}
+
+/* Copies of the row ops into block `in` (a grid's or a loop's), one block
+ * of B rows at `tile`; originals -> copies into map. Ops of `skip` are left
+ * to the caller. */
+static bool copy_rows(Tiling *T, TpkBuilder *in, TpkValue *tile, int64_t B, bool one_block, TpkPtrMap *map,
+                      const TpkPtrMap *skip) {
+  TpkModule *m = T->f->module;
   const TpkDim *Bd = tpk_dim_const(m, B);
-
-  TpkBuilder b = {.m = m, .block = f->body, .loc = T->first->loc};
   const TpkType *i32 = tpk_type_scalar(m, TPK_I32);
-  TpkOp *before = f->body->last; /* the bound's ops are those after it */
-  TpkValue *lo = tpk_build_const_int(&b, i32, 0), *hi;
-  if (constant) {
-    hi = tpk_build_const_int(&b, i32, tpk_ceildiv(Lk, B));
-  } else {
-    TpkValue *l = dim_value(&b, T->L), *bs = l ? tpk_build_const_int(&b, i32, B) : NULL;
-    hi = bs ? tpk_build_binary(&b, TPK_OP_CDIV, l, bs) : NULL;
-  }
-  if (!lo || !hi) return false;
-  TpkValue *bounds[2] = {lo, hi};
-  TpkOp *grid = tpk_build(&b, TPK_OP_GRID, 2, bounds, 0, NULL);
-  if (!grid) return false;
-  TpkValue *tile = tpk_block_add_arg(m, grid->regions[0], tpk_type_tile(m, B), "rows");
-  if (!tile) return false;
-  /* The grid goes where the last row op was: every invariant op the rows
-   * use comes before some row op, hence before it. */
-  TpkOp *anchor = T->ops[T->n - 1];
-  for (TpkOp *op = before->next, *next; op; op = next) {
-    next = op->next;
-    move_before(op, anchor);
-  }
-
-  TpkPtrMap map = {0};
-  bool ok = true;
-  TpkBuilder in = {.m = m, .block = grid->regions[0]};
-  for (int k = 0; k < T->n && ok; k++) {
+  for (int k = 0; k < T->n; k++) {
     TpkOp *op = T->ops[k];
-    in.loc = op->loc;
+    if (skip && tpk_ptrmap_get(skip, op, NULL)) continue;
+    in->loc = op->loc;
     bool mem = (op->opcode == TPK_OP_LOAD || op->opcode == TPK_OP_STORE) && !one_block;
     int d = -1;
     TpkIndexPattern pat;
@@ -473,19 +469,12 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
     for (int i = 0; i < op->nin; i++) {
       if (mem && i == tile_operand(&pat, d)) ins[nin++] = tile;
       void *to;
-      ins[nin++] = tpk_ptrmap_get(&map, op->in[i], &to) ? to : op->in[i];
+      ins[nin++] = tpk_ptrmap_get(map, op->in[i], &to) ? to : op->in[i];
     }
     if (mem && tile_operand(&pat, d) == op->nin) ins[nin++] = tile;
     const TpkType *type = op->nout ? with_block(m, op->out[0].type, row_axis(T, &op->out[0]), Bd) : NULL;
-    TpkOp *c = tpk_build(&in, op->opcode, nin, ins, op->nout, &type);
-    if (!c) {
-      ok = false;
-      break;
-    }
-    if (!tpk_op_copy_attrs(m, c, op)) { /* room for the decisions to add theirs */
-      ok = false;
-      break;
-    }
+    TpkOp *c = tpk_build(in, op->opcode, nin, ins, op->nout, &type);
+    if (!c || !tpk_op_copy_attrs(m, c, op)) return false; /* room for the decisions to add theirs */
     if (mem) {
       pat.dim[d] = TPK_INDEX_TILE;
       tpk_op_set_index(m, c, "index", &pat);
@@ -496,21 +485,355 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
     if (op->opcode == TPK_OP_IOTA && tpk_op_int(op, "axis", 0) == row_axis(T, &op->out[0])) {
       /* numbered from the block's first row: in i32, then converted */
       c->out[0].type = tpk_type_with_dtype(m, type, TPK_I32);
-      TpkOp *start = tpk_build(&in, TPK_OP_TILE_START, 1, &tile, 1, &i32);
-      TpkValue *s = start ? tpk_build_broadcast(&in, &start->out[0], type->rank, type->dims) : NULL;
-      r = s ? tpk_build_binary(&in, TPK_OP_ADD, r, s) : NULL;
-      if (r && type->dtype != TPK_I32) r = tpk_build_convert(&in, r, type->dtype);
-      if (!r) {
-        ok = false;
-        break;
-      }
+      TpkOp *start = tpk_build(in, TPK_OP_TILE_START, 1, &tile, 1, &i32);
+      TpkValue *st = start ? tpk_build_broadcast(in, &start->out[0], type->rank, type->dims) : NULL;
+      r = st ? tpk_build_binary(in, TPK_OP_ADD, r, st) : NULL;
+      if (r && type->dtype != TPK_I32) r = tpk_build_convert(in, r, type->dtype);
+      if (!r) return false;
     }
-    ok = tpk_ptrmap_put(&map, &op->out[0], r);
+    if (!tpk_ptrmap_put(map, &op->out[0], r)) return false;
   }
+  return true;
+}
+
+/* Move the ops appended to f's body after `before` to just before `anchor`. */
+static void move_appended(TpkFunc *f, TpkOp *before, TpkOp *anchor) {
+  for (TpkOp *op = before ? before->next : f->body->first, *next; op; op = next) {
+    next = op->next;
+    move_before(op, anchor);
+  }
+}
+
+/* Rewrite the row ops into a grid over blocks of B rows. */
+static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
+  TpkFunc *f = T->f;
+  TpkModule *m = f->module;
+  int64_t B;
+  bool one_block;
+  if (!block_size(T, t, &B, &one_block)) return true;
+  TpkBuilder b = {.m = m, .block = f->body, .loc = T->first->loc};
+  TpkOp *before = f->body->last; /* the bound's ops are those after it */
+  TpkValue *lo = tpk_build_const_int(&b, tpk_type_scalar(m, TPK_I32), 0), *hi = block_count(&b, T, B);
+  if (!lo || !hi) return false;
+  TpkValue *bounds[2] = {lo, hi};
+  TpkOp *grid = tpk_build(&b, TPK_OP_GRID, 2, bounds, 0, NULL);
+  if (!grid) return false;
+  TpkValue *tile = tpk_block_add_arg(m, grid->regions[0], tpk_type_tile(m, B), "rows");
+  if (!tile) return false;
+  /* The grid goes where the last row op was: every invariant op the rows
+   * use comes before some row op, hence before it. */
+  move_appended(f, before, T->ops[T->n - 1]);
+  TpkPtrMap map = {0};
+  TpkBuilder in = {.m = m, .block = grid->regions[0]};
+  bool ok = copy_rows(T, &in, tile, B, one_block, &map, NULL);
   tpk_ptrmap_free(&map);
   if (!ok) return false;
   for (int k = T->n - 1; k >= 0; k--) tpk_op_erase(T->ops[k]);
   *changed = true;
+  return true;
+}
+
+/* ---- reductions over the rows: a sequential loop ---------------------------------- */
+
+/* A run that reduces over the rows (a full reduction: a loss, a norm; or a
+ * sum over the rows mixed with what cannot tile by columns) has no grid:
+ * its blocks are visited by a `for` loop carrying one accumulator per such
+ * reduction. Each block computes its rows as a grid instance would, reduces
+ * them (rows past L masked to the reduction's identity), and combines the
+ * partial result into its accumulator; after the loop a mean divides by its
+ * count, and the ops that use the reductions (scalars, stores of them) run.
+ * Memory is one block, whatever L; the order of a sum becomes block by
+ * block, a rounding change. */
+
+typedef struct Loop {
+  TpkPtrMap frontier; /* reductions over the rows */
+  TpkPtrMap after;    /* values computed from them (ops after the loop) */
+  TpkOp *frontier_ops[64];
+  int nfrontier;
+} Loop;
+
+static int reduced_l_axis(const Tiling *T, const TpkOp *op) {
+  if (op->opcode != TPK_OP_REDUCE) return -1;
+  const TpkAttr *ax = tpk_op_attr(op, "axes");
+  for (int i = 0; i < ax->n; i++)
+    if (op->in[0]->type->dims[ax->ints[i]] == T->L) return (int)ax->ints[i];
+  return -1;
+}
+
+/* Backwards from the reductions over L and the row stores. */
+static bool loop_mark_rows(Tiling *T, Loop *lp, bool *oom) {
+  TpkOp *last = T->end ? T->end->prev : T->first->parent->last;
+  for (TpkOp *op = last; op; op = op == T->first ? NULL : op->prev) {
+    if (op->opcode == TPK_OP_STORE) {
+      int d = op->in[0]->type->rank > 0 ? store_dim(T, op, -1) : -1;
+      if (d >= 0 && !mark(T, op->in[op->nin - 1], block_axis(tpk_op_index(op, "index"), d), oom)) return false;
+      continue;
+    }
+    if (op->nout != 1 || op->opcode == TPK_OP_LOAD || op->nin > 64) continue;
+    int ra = row_axis(T, &op->out[0]);
+    if (ra < 0) {
+      int a = reduced_l_axis(T, op);
+      if (a < 0) continue;
+      if (lp->nfrontier == 64) return false;
+      if (!tpk_ptrmap_put(&lp->frontier, op, NULL)) return *oom = true, false;
+      lp->frontier_ops[lp->nfrontier++] = op;
+      if (!mark(T, op->in[0], a, oom)) return false;
+      continue;
+    }
+    int axes[64];
+    if (!operand_axes(T, op, ra, axes)) return false;
+    for (int i = 0; i < op->nin; i++)
+      if (axes[i] >= 0 && !mark(T, op->in[i], axes[i], oom)) return false;
+  }
+  return lp->nfrontier > 0;
+}
+
+static bool is_after(const Loop *lp, const TpkValue *v) { return tpk_ptrmap_get(&lp->after, v, NULL); }
+
+/* Forward: row ops as for a grid; the reductions over L; ops after them
+ * (which row ops must not read) and their stores; invariant ops. */
+static bool loop_check_run(Tiling *T, Loop *lp, bool *oom) {
+  T->width_known = true;
+  TpkPtrMap written_after = {0}; /* refs stored after the loop */
+  bool ok = true;
+  for (TpkOp *op = T->first; op != T->end && ok; op = op->next) {
+    if (op->nregion) ok = false;
+    else if (tpk_ptrmap_get(&lp->frontier, op, NULL)) {
+      /* its operand holds rows along a reduced axis, its result none */
+      const TpkAttr *ax = tpk_op_attr(op, "axes");
+      int ra = row_axis(T, op->in[0]);
+      bool reduced = false;
+      for (int i = 0; i < ax->n; i++) reduced |= ax->ints[i] == ra;
+      TpkReduceKind kind = tpk_op_reduce_kind(op);
+      TpkDType dt = op->out[0].type->dtype;
+      ok = reduced && row_axis(T, &op->out[0]) < 0 && (tpk_dtype_is_float(dt) || dt == TPK_I32) &&
+           !(kind == TPK_REDUCE_MEAN && !tpk_dtype_is_float(dt)) && push(T, op) &&
+           tpk_ptrmap_put(&lp->after, &op->out[0], NULL);
+    } else if (op->opcode == TPK_OP_STORE && row_axis(T, op->in[op->nin - 1]) < 0) {
+      /* a store of what the reductions give, after the loop */
+      for (int i = 0; i < op->nin; i++) ok &= row_axis(T, op->in[i]) < 0;
+      ok = ok && is_after(lp, op->in[op->nin - 1]) && tpk_ptrmap_put(&written_after, op->in[0], NULL);
+    } else {
+      bool reads_after = false, in_rows = false, out_rows = false;
+      for (int i = 0; i < op->nin; i++) {
+        reads_after |= is_after(lp, op->in[i]);
+        in_rows |= row_axis(T, op->in[i]) >= 0;
+      }
+      for (int i = 0; i < op->nout; i++) out_rows |= row_axis(T, &op->out[i]) >= 0;
+      if (reads_after) { /* computed after the loop: from reductions and invariants */
+        ok = !in_rows && !out_rows;
+        for (int i = 0; i < op->nout && ok; i++) ok = tpk_ptrmap_put(&lp->after, &op->out[i], NULL);
+      }
+    }
+  }
+  /* nothing before the loop reads a ref stored after it */
+  for (TpkOp *op = T->first; op != T->end && ok; op = op->next) {
+    bool after = op->opcode == TPK_OP_STORE ? is_after(lp, op->in[op->nin - 1]) : op->nout && is_after(lp, &op->out[0]);
+    for (int i = 0; i < op->nin && ok && !after; i++) ok = !tpk_ptrmap_get(&written_after, op->in[i], NULL);
+  }
+  /* row ops, forward, as check_run does for a grid (the reductions and the
+   * ops after the loop are not row ops) */
+  for (TpkOp *op = T->first; op != T->end && ok; op = op->next) {
+    if (tpk_ptrmap_get(&lp->frontier, op, NULL) || (op->nout && is_after(lp, &op->out[0])) ||
+        (op->opcode == TPK_OP_STORE && is_after(lp, op->in[op->nin - 1])))
+      continue;
+    bool in_rows = false, out_rows = false;
+    for (int i = 0; i < op->nin; i++) in_rows |= row_axis(T, op->in[i]) >= 0;
+    for (int i = 0; i < op->nout; i++) out_rows |= row_axis(T, &op->out[i]) >= 0;
+    if (op->opcode == TPK_OP_STORE) {
+      const TpkValue *val = op->in[op->nin - 1];
+      const TpkIndexPattern *p = tpk_op_index(op, "index");
+      int d = mem_dim(p, row_axis(T, val));
+      ok = d >= 0 && p->dim[d] == TPK_INDEX_ALL && op->in[0]->type->dims[d] == T->L &&
+           ref_dim_ok(T, op->in[0], d, oom) && push(T, op) && tpk_ptrmap_put(&T->stored, op->in[0], NULL);
+      continue;
+    }
+    if (!in_rows && !out_rows) {
+      ok = !reads_stored(T, op);
+      continue;
+    }
+    if (op->nout != 1 || !out_rows) {
+      ok = false;
+      break;
+    }
+    int ra = row_axis(T, &op->out[0]);
+    if (op->opcode == TPK_OP_LOAD) {
+      const TpkIndexPattern *p = tpk_op_index(op, "index");
+      int d = mem_dim(p, ra);
+      ok = op->in[0]->type->kind == TPK_TYPE_REF && d >= 0 && p->dim[d] == TPK_INDEX_ALL &&
+           op->in[0]->type->dims[d] == T->L && ref_dim_ok(T, op->in[0], d, oom);
+      for (int i = 1; i < op->nin && ok; i++) ok = row_axis(T, op->in[i]) < 0;
+    } else {
+      int axes[64];
+      ok = op->nin <= 64 && operand_axes(T, op, ra, axes);
+      for (int i = 0; i < op->nin && ok; i++) ok = row_axis(T, op->in[i]) == axes[i] && !is_after(lp, op->in[i]);
+    }
+    int64_t w;
+    if (!row_bytes(&op->out[0], ra, &w)) T->width_known = false;
+    else if (w > T->widest) T->widest = w;
+    if (op->out[0].type->rank >= 2 && ra == op->out[0].type->rank - 1) T->last_axis = true;
+    T->dot |= op->opcode == TPK_OP_DOT;
+    ok = ok && push(T, op);
+  }
+  tpk_ptrmap_free(&written_after);
+  if (!ok) return false;
+  /* invariant ops do not read row ops' results, and row values stay in the run */
+  for (TpkOp *op = T->first; op != T->end; op = op->next)
+    if (!tpk_ptrmap_get(&T->in_run, op, NULL) && !tpk_ptrmap_get(&lp->frontier, op, NULL))
+      for (int i = 0; i < op->nin; i++)
+        if (op->in[i]->def && tpk_ptrmap_get(&T->in_run, op->in[i]->def, NULL) &&
+            !tpk_ptrmap_get(&lp->frontier, op->in[i]->def, NULL))
+          return false;
+  for (int k = 0; k < T->n; k++) {
+    if (tpk_ptrmap_get(&lp->frontier, T->ops[k], NULL)) continue;
+    for (int i = 0; i < T->ops[k]->nout; i++)
+      for (const TpkUse *u = T->ops[k]->out[i].uses; u; u = u->next)
+        if (!tpk_ptrmap_get(&T->in_run, u->user, NULL)) return false;
+  }
+  return true;
+}
+
+/* The identity of a reduction (what a masked row adds), as a constant of
+ * type t. */
+static TpkValue *identity(TpkBuilder *b, TpkReduceKind kind, const TpkType *t) {
+  bool fl = tpk_dtype_is_float(t->dtype);
+  switch (kind) {
+  case TPK_REDUCE_SUM: case TPK_REDUCE_MEAN:
+    return fl ? tpk_build_const_float(b, t, 0.0) : tpk_build_const_int(b, t, 0);
+  case TPK_REDUCE_PROD:
+    return fl ? tpk_build_const_float(b, t, 1.0) : tpk_build_const_int(b, t, 1);
+  case TPK_REDUCE_MAX:
+    return fl ? tpk_build_const_float(b, t, -INFINITY) : tpk_build_const_int(b, t, INT32_MIN);
+  case TPK_REDUCE_MIN:
+    return fl ? tpk_build_const_float(b, t, INFINITY) : tpk_build_const_int(b, t, INT32_MAX);
+  }
+  return NULL;
+}
+
+static TpkOpcode combine_op(TpkReduceKind kind) {
+  return kind == TPK_REDUCE_MAX ? TPK_OP_MAX : kind == TPK_REDUCE_MIN ? TPK_OP_MIN
+         : kind == TPK_REDUCE_PROD ? TPK_OP_MUL : TPK_OP_ADD;
+}
+
+/* Rewrite the run into a loop over blocks of rows (see above). */
+static bool loop_rewrite(Tiling *T, Loop *lp, const TpkTarget *t, bool *changed) {
+  TpkFunc *f = T->f;
+  TpkModule *m = f->module;
+  int64_t B, Lk;
+  bool one_block;
+  if (!block_size(T, t, &B, &one_block)) return true;
+  bool ragged = !tpk_dim_is_const(T->L, &Lk) || Lk % B;
+  const TpkType *i32 = tpk_type_scalar(m, TPK_I32);
+  TpkBuilder b = {.m = m, .block = f->body, .loc = T->first->loc};
+  TpkOp *before = f->body->last;
+  int n = lp->nfrontier;
+  TpkValue *in[2 + 64];
+  const TpkType *types[64];
+  in[0] = tpk_build_const_int(&b, i32, 0);
+  in[1] = block_count(&b, T, B);
+  if (!in[0] || !in[1]) return false;
+  for (int i = 0; i < n; i++) { /* frontier_ops were found backwards: program order is reversed */
+    TpkOp *r = lp->frontier_ops[n - 1 - i];
+    types[i] = r->out[0].type;
+    if (!(in[2 + i] = identity(&b, tpk_op_reduce_kind(r), types[i]))) return false;
+  }
+  TpkOp *loop = tpk_build(&b, TPK_OP_FOR, 2 + n, in, n, types);
+  if (!loop) return false;
+  TpkValue *tile = tpk_block_add_arg(m, loop->regions[0], tpk_type_tile(m, B), "rows");
+  TpkValue *acc[64];
+  for (int i = 0; i < n && tile; i++)
+    if (!(acc[i] = tpk_block_add_arg(m, loop->regions[0], types[i], "acc"))) return false;
+  if (!tile) return false;
+  /* after the loop: a mean divides by its count */
+  TpkValue *final[64];
+  for (int i = 0; i < n; i++) {
+    TpkOp *r = lp->frontier_ops[n - 1 - i];
+    final[i] = &loop->out[i];
+    if (tpk_op_reduce_kind(r) != TPK_REDUCE_MEAN) continue;
+    const TpkAttr *ax = tpk_op_attr(r, "axes");
+    TpkValue *count = dim_value(&b, r->in[0]->type->dims[ax->ints[0]]);
+    for (int k = 1; k < ax->n && count; k++) {
+      TpkValue *d = dim_value(&b, r->in[0]->type->dims[ax->ints[k]]);
+      count = d ? tpk_build_binary(&b, TPK_OP_MUL, count, d) : NULL;
+    }
+    TpkValue *c = count ? tpk_build_convert(&b, count, types[i]->dtype) : NULL;
+    if (c && types[i]->rank) c = tpk_build_broadcast(&b, c, types[i]->rank, types[i]->dims);
+    if (!c || !(final[i] = tpk_build_binary(&b, TPK_OP_DIV, final[i], c))) return false;
+  }
+  /* The loop, and the ops after it, go where the last row op was; the ops
+   * computed from the reductions move after them. */
+  TpkOp *anchor = T->ops[T->n - 1];
+  int nafter = 0, nops = 1;
+  for (TpkOp *op = T->first; op != anchor; op = op->next) nops++;
+  TpkOp **after = malloc(sizeof *after * (size_t)nops);
+  for (TpkOp *op = T->first; op != anchor && after; op = op->next) {
+    bool is = op->opcode == TPK_OP_STORE ? is_after(lp, op->in[op->nin - 1]) : op->nout && is_after(lp, &op->out[0]);
+    if (is && !tpk_ptrmap_get(&lp->frontier, op, NULL)) after[nafter++] = op;
+  }
+  if (!after) return false;
+  move_appended(f, before, anchor);
+  for (int k = 0; k < nafter; k++) move_before(after[k], anchor);
+  free(after);
+  /* the body: the rows, then each reduction's block, masked, into its accumulator */
+  TpkPtrMap map = {0};
+  TpkBuilder body = {.m = m, .block = loop->regions[0]};
+  bool ok = copy_rows(T, &body, tile, B, one_block, &map, &lp->frontier);
+  TpkValue *next_acc[64];
+  for (int i = 0; i < n && ok; i++) {
+    TpkOp *r = lp->frontier_ops[n - 1 - i];
+    body.loc = r->loc;
+    void *to;
+    TpkValue *x = tpk_ptrmap_get(&map, r->in[0], &to) ? to : NULL;
+    int ra = row_axis(T, r->in[0]);
+    const TpkType *xt = x ? x->type : NULL;
+    if (x && ragged && !one_block) { /* rows past L count as the identity */
+      const TpkType *it = tpk_type_with_dtype(m, xt, TPK_I32);
+      TpkOp *io = tpk_build(&body, TPK_OP_IOTA, 0, NULL, 1, &it);
+      if (io) tpk_op_set_int(m, io, "axis", ra);
+      TpkOp *st = tpk_build(&body, TPK_OP_TILE_START, 1, &tile, 1, &i32);
+      TpkValue *stb = st ? tpk_build_broadcast(&body, &st->out[0], xt->rank, xt->dims) : NULL;
+      TpkValue *pos = io && stb ? tpk_build_binary(&body, TPK_OP_ADD, &io->out[0], stb) : NULL;
+      TpkValue *l = pos ? dim_value(&body, T->L) : NULL;
+      TpkValue *lb = l ? tpk_build_broadcast(&body, l, xt->rank, xt->dims) : NULL;
+      TpkValue *inside = lb ? tpk_build_binary(&body, TPK_OP_LT, pos, lb) : NULL;
+      TpkValue *id = inside ? identity(&body, tpk_op_reduce_kind(r), tpk_type_scalar(m, xt->dtype)) : NULL;
+      TpkValue *idb = id ? tpk_build_broadcast(&body, id, xt->rank, xt->dims) : NULL;
+      x = idb ? tpk_build_select(&body, inside, x, idb) : NULL;
+    }
+    TpkOp *part = x ? tpk_build(&body, TPK_OP_REDUCE, 1, &x, 1, &types[i]) : NULL;
+    ok = part && tpk_op_copy_attrs(m, part, r);
+    if (ok && tpk_op_reduce_kind(r) == TPK_REDUCE_MEAN) tpk_op_set_reduce_kind(m, part, TPK_REDUCE_SUM);
+    ok = ok && (next_acc[i] = tpk_build_binary(&body, combine_op(tpk_op_reduce_kind(r)), acc[i], &part->out[0])) != NULL;
+  }
+  if (ok) ok = tpk_build(&body, TPK_OP_YIELD, n, next_acc, 0, NULL) != NULL;
+  tpk_ptrmap_free(&map);
+  if (!ok) return false;
+  for (int i = 0; i < n; i++) tpk_func_replace_uses(f, &lp->frontier_ops[n - 1 - i]->out[0], final[i]);
+  for (int k = T->n - 1; k >= 0; k--) tpk_op_erase(T->ops[k]);
+  *changed = true;
+  return true;
+}
+
+/* A run with no grid: try a loop over the rows of its reductions' operands. */
+static bool loop_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, bool *changed) {
+  for (TpkOp *r = first; r != end; r = r->next) {
+    if (r->opcode != TPK_OP_REDUCE) continue;
+    const TpkAttr *ax = tpk_op_attr(r, "axes");
+    for (int i = 0; i < ax->n; i++) {
+      const TpkDim *L = r->in[0]->type->dims[ax->ints[i]];
+      int64_t Lk;
+      if (tpk_dim_is_const(L, &Lk) && Lk <= 1) continue;
+      Tiling T = {.f = f, .first = first, .end = end, .L = L};
+      Loop lp = {0};
+      bool oom = false;
+      bool ok = loop_mark_rows(&T, &lp, &oom) && loop_check_run(&T, &lp, &oom);
+      bool done = oom ? false : ok ? loop_rewrite(&T, &lp, t, changed) : true;
+      tiling_free(&T);
+      tpk_ptrmap_free(&lp.frontier);
+      tpk_ptrmap_free(&lp.after);
+      if (oom || !done || ok) return !oom && done;
+    }
+  }
   return true;
 }
 
@@ -519,12 +842,11 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   const TpkOp *store0 = NULL;
   for (TpkOp *op = first; op != end && !store0; op = op->next)
     if (op->opcode == TPK_OP_STORE && op->in[0]->type->rank > 0) store0 = op;
-  if (!store0) return true;
-  const TpkIndexPattern *p = tpk_op_index(store0, "index");
+  const TpkIndexPattern *p = store0 ? tpk_op_index(store0, "index") : NULL;
   int64_t size;
-  for (int d = 0; d < p->rank; d++) /* arrays without elements: nothing to tile */
+  for (int d = 0; p && d < p->rank; d++) /* arrays without elements: nothing to tile */
     if (tpk_dim_is_const(store0->in[0]->type->dims[d], &size) && size == 0) return true;
-  for (int d = 0; d < p->rank; d++) {
+  for (int d = 0; p && d < p->rank; d++) {
     const TpkDim *L = store0->in[0]->type->dims[d];
     int64_t Lk;
     if (p->dim[d] != TPK_INDEX_ALL || (tpk_dim_is_const(L, &Lk) && Lk <= 1)) continue;
@@ -542,7 +864,7 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
     }
     tiling_free(&T);
   }
-  return true;
+  return loop_run(f, first, end, t, changed);
 }
 
 TpkStatus tpk_tile_whole_arrays(TpkFunc *f, const TpkTarget *t, TpkError *err) {

@@ -410,20 +410,11 @@ typedef struct Op {
   int64_t position;
 } Op;
 
-/* The standard kernels for the ops that call one (SDPA: flash
- * attention), from the stream's context, which holds them. */
-static const TpkFunc *std_lookup(void *ctx, const char *name, TpkError *err) {
-  TpkKernel *k;
-  if (tpk_std_kernel(ctx, name, &k) != TPK_OK) {
-    tpk_error(err, TPK_ERR_UNSUPPORTED, "%s", tpk_last_error());
-    return NULL;
-  }
-  return tpk_kernel_ir(k);
-}
-
+/* A builder that finds the standard kernels the ops that call one (SDPA:
+ * flash attention) need in the stream's context, which holds them. */
 static TpkGraphBuilder *new_builder(TpkContext *ctx, const char *name) {
   TpkGraphBuilder *gb = tpk_gb_new(name);
-  if (gb) tpk_gb_set_kernel_lookup(gb, std_lookup, ctx);
+  if (gb) tpk_gb_set_kernel_lookup(gb, tpk_std_kernel_lookup, ctx);
   return gb;
 }
 

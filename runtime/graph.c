@@ -32,9 +32,7 @@ static TpkStatus usable(const TpkGraph *g, const char *who) {
   return TPK_OK;
 }
 
-/* The standard library's kernels, for the ATen ops that call one. Their IR
- * lives as long as the context, which the graph holds. */
-static const TpkFunc *std_lookup(void *ctx, const char *name, TpkError *err) {
+const TpkFunc *tpk_std_kernel_lookup(void *ctx, const char *name, TpkError *err) {
   TpkKernel *k;
   if (tpk_std_kernel(ctx, name, &k) != TPK_OK) {
     tpk_error(err, TPK_ERR_UNSUPPORTED, "%s", tpk_last_error());
@@ -63,7 +61,7 @@ TpkStatus tpk_graph_create(TpkContext *ctx, const char *name, TpkGraph **out) {
     free(g);
     return tpk_runtime_fail(TPK_ERR_NOMEM, "tpk_graph_create: out of memory");
   }
-  tpk_gb_set_kernel_lookup(g->gb, std_lookup, ctx);
+  tpk_gb_set_kernel_lookup(g->gb, tpk_std_kernel_lookup, ctx);
   tpk_arena_init(&g->strings, 0);
   tpk_context_retain(ctx);
   g->ctx = ctx;

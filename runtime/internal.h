@@ -175,4 +175,9 @@ void tpk_context_leave(TpkContext *ctx);
 void tpk_context_log(TpkContext *ctx, const char *text);
 bool tpk_context_dumps_ir(const TpkContext *ctx);
 
+/* The standard library's kernels (ctx: the TpkContext), for the ATen ops
+ * that call one (tpk_gb_set_kernel_lookup). Their IR lives as long as the
+ * context, which a graph or a stream holds. */
+const TpkFunc *tpk_std_kernel_lookup(void *ctx, const char *name, TpkError *err);
+
 #endif

@@ -10,14 +10,17 @@
  * small tiles so that blocks are many and the last one ragged; then, at
  * three sizes each, the driver is executed here (calls in order, reshape
  * views, return) with every kernel run by
- *   - the reference interpreter on the lowered (tiled) kernels, and
- *   - the host backend: emitted C compiled by the JIT (tcc) once per kernel.
- * and the host again with the grid shared among three parts, as the
- * runtime's threads share it. Outputs are compared with the reference's
- * within the usual tolerance (sums run in other orders), and the JIT's
- * compile count is checked: one per kernel, whatever the sizes. Every
- * cluster, of both policies, is also timed on a simulated v5e (bound to a
- * size, lowered for the chip, as a launch on sim:v5e does).
+ *   - the reference interpreter on the lowered (tiled) kernels,
+ *   - the host backend: emitted C compiled by the JIT (tcc) once per kernel,
+ *   - the host again with the grid shared among three parts, as the
+ *     runtime's threads share it.
+ * Outputs are compared with the reference's within the usual tolerance
+ * (sums run in other orders), and the JIT's compile count is checked: one
+ * per kernel, whatever the sizes. Every cluster, of both policies, is also
+ * timed on a simulated v5e (bound to a size, lowered for the chip, as a
+ * launch on sim:v5e does). The graphs are twelve written here (the patterns
+ * fusion is for, a training step among them) and 120 random ones
+ * (TPK_RANDOM_GRAPHS=n for more, TPK_SHOW_GRAPH=k prints graph k).
  */
 #include "support.h"
 

@@ -446,7 +446,7 @@ def test_attention_backward(runner):
     vlse = g.input("f32", [1, 2, 6])
     grads = g.op("_scaled_dot_product_flash_attention_for_cpu_backward", vdo, vq, vk, vv, vout, vlse, 0.0, True)
     g.output(*grads)
-    outs = runner(g, [tpk_inputs_of(t) for t in (q, k, v, do, out, lse)], {})
+    outs = runner(g, [tpk_inputs_of(t) for t in (q, k, v, do, out, lse)], {})  # lse has transposed strides
     for got, w in zip(outs, want):
         check_values(got, w, 3e-2, "sdpa backward")
 
