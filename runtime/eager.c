@@ -15,9 +15,21 @@
  * Some ops do not build with every size symbolic: view(x: [S, 48], [S, 3,
  * 16]) needs 48 = 3 * 16. Sizes then follow a policy, tried in turn, each
  * a key of its own (a failed build is a unit too, so it is tried once):
- * every size symbolic; only the sizes its int arguments name (S here;
- * 48 constant); none. A fused window keeps constant every size one of its
- * ops needed constant, and gives symbols to the rest when it runs.
+ * every size a symbol; factored (the int arguments' values first, the
+ * operands' sizes their products: 48 = s1*s2); one operand size constant,
+ * each in turn (a split along a dim); only the sizes the int arguments
+ * name; none. An int given for a Scalar parameter that is a size (a mean's
+ * count of elements) is a rank-0 i32 input, like the floats below.
+ *
+ * A fused window, seen for the first time, is built with every size a
+ * symbol of the window: it knows what an op alone does not (that a [B*S,
+ * D] came from a [B, S, D]). Where an op does not build so, the window
+ * keeps constant what that op kept alone, else all the op's sizes but
+ * one, each in turn, until it builds past the op; the resolution is kept
+ * under the window's symbolic key by the symbols' positions, so the window
+ * at other sizes finds its program without building. Sizes are symbols by
+ * value, so a length that happens to equal another size (a sequence of 32
+ * with heads of 32) is another pattern, and compiles once.
  *
  * Scalars that change every step (a learning rate, Adam's bias
  * corrections) must not make every op or window new: a float argument of
@@ -38,19 +50,19 @@
  *           per op; a sync waits for the queue, and the first op whose
  *           launch did not finish is the one its error names;
  *   fused   the op is recorded in the stream's window (its arguments
- *           copied, with which of its ints were symbolic for the op alone
- *           and which sizes it kept constant). At a sync, or when the
+ *           copied, with the sizes it kept constant alone and the ints it
+ *           made symbols first). At a sync, or when the
  *           window holds WINDOW_OPS ops, the window's key is made from the
  *           records — its inputs' dtypes and shapes in the window's
- *           symbols (the constants of all its ops kept), each op's name
- *           and arguments with tensors as window values, and which results
- *           are outputs — and looked up; a miss builds
+ *           symbols, each op's name and arguments with tensors as window
+ *           values, and which results are outputs — and looked up (with
+ *           its resolution, see above); a miss builds
  *           the window as one graph (inputs: the buffers it read but did
  *           not produce, and the lifted scalars; outputs: the buffers it
  *           produced that someone still holds: a buffer destroyed before
  *           the sync is not computed at all), fused (TPK_FUSE_ALL) and
- *           compiled (should the window not build with its symbols,
- *           with every size constant); then it runs as one launch.
+ *           compiled (should fusion not take it, one cluster per op);
+ *           then it runs as one launch.
  *
  * Pending buffers. An op's outputs are new buffers, allocated at once; their
  * bytes are marked pending (device.h: the storage names the stream, which
@@ -135,12 +147,15 @@ static void key_free(Key *k) {
 /* ---- sizes by their symbolic form ----------------------------------------------- */
 
 /* s0, s1, ...: each distinct size above 1, in order of appearance, but
- * the sizes kept constant. */
+ * the sizes kept constant. With `factor`, a size that is the product of
+ * two symbols is that product, not a symbol of its own. */
 typedef struct Syms {
   int n;
   int64_t v[MAX_SYMS];
   int nconst;
   int64_t consts[MAX_SYMS];
+  bool factor;
+  bool grow; /* an int argument matching no symbol becomes one (int_form) */
 } Syms;
 
 static bool is_const(const Syms *t, int64_t v) {
@@ -159,41 +174,91 @@ static int sym_find(const Syms *t, int64_t v) {
   return -1;
 }
 
-/* A tensor's dim as a word: a constant (0 or 1, or any size when the
- * table is full) or a symbol, added when new. */
+/* v a symbol of t (from the start, before any dims). */
+static void add_seed(Syms *t, int64_t v) {
+  if (v > 1 && sym_find(t, v) < 0 && t->n < MAX_SYMS) t->v[t->n++] = v;
+}
+
+/* A product of two symbols equal to v: its word, or 0. */
+static uint64_t product_word(const Syms *t, int64_t v) {
+  for (int a = 0; a < t->n; a++)
+    for (int b = a; b < t->n; b++)
+      if (t->v[a] * t->v[b] == v && v / t->v[a] == t->v[b]) return ((uint64_t)a << 16 | (uint64_t)b) << 2 | 2;
+  return 0;
+}
+
+/* A tensor's dim as a word (low two bits: 0 a constant, 1 a symbol, 2 a
+ * product of two): a constant (0 or 1, a size kept constant, any size when
+ * the table is full) or a symbol, added when new. */
 static uint64_t dim_word(Syms *t, int64_t v) {
-  int k = v > 1 && !is_const(t, v) ? sym_find(t, v) : -1;
-  if (v > 1 && k < 0 && !is_const(t, v) && t->n < MAX_SYMS) {
+  if (v <= 1 || is_const(t, v)) return (uint64_t)v << 2;
+  int k = sym_find(t, v);
+  uint64_t product = k < 0 && t->factor ? product_word(t, v) : 0;
+  if (product) return product;
+  if (k < 0 && t->n < MAX_SYMS) {
     k = t->n;
     t->v[t->n++] = v;
   }
-  return k >= 0 ? (uint64_t)k << 1 | 1 : (uint64_t)v << 1;
+  return k >= 0 ? (uint64_t)k << 2 | 1 : (uint64_t)v << 2;
 }
 
-/* The text of dim word w in a builder ("s3", "1"). */
+/* The text of dim word w in a builder ("s3", "s0*s1", "1"). */
 static void dim_text(uint64_t w, char *buf, size_t n) {
-  if (w & 1) snprintf(buf, n, "s%d", (int)(w >> 1));
-  else snprintf(buf, n, "%" PRId64, (int64_t)(w >> 1));
+  switch (w & 3) {
+  case 1: snprintf(buf, n, "s%d", (int)(w >> 2)); break;
+  case 2: snprintf(buf, n, "s%d*s%d", (int)(w >> 18), (int)(w >> 2 & 0xffff)); break;
+  default: snprintf(buf, n, "%" PRId64, (int64_t)(w >> 2));
+  }
 }
 
 /* An int argument of a SymInt parameter by its symbolic form: a symbol,
- * a product of two, or itself. Writes the text ("s0*s2") into buf, or ""
- * for a constant; returns the key word of its form. */
-static uint64_t int_form(const Syms *t, int64_t v, char *buf, size_t n) {
+ * a product of two, or (growing the table) a new symbol; itself when it
+ * is 0, 1, negative or kept constant. Writes the text ("s0*s2") into buf,
+ * or "" for a constant; returns the key word of its form. */
+static uint64_t int_form(Syms *t, int64_t v, char *buf, size_t n) {
   buf[0] = 0;
   if (v <= 1 || is_const(t, v)) return (uint64_t)v << 2;
   int k = sym_find(t, v);
-  if (k >= 0) {
-    snprintf(buf, n, "s%d", k);
-    return (uint64_t)k << 2 | 1;
-  }
-  for (int a = 0; a < t->n; a++)
-    for (int b = a; b < t->n; b++)
-      if (t->v[a] * t->v[b] == v && v / t->v[a] == t->v[b]) {
-        snprintf(buf, n, "s%d*s%d", a, b);
-        return ((uint64_t)a << 16 | (uint64_t)b) << 2 | 2;
+  uint64_t w = k >= 0 ? (uint64_t)k << 2 | 1 : product_word(t, v);
+  for (k = 0; !w && k < t->n; k++) /* a symbol times a size kept constant: [B*S] of [B, S] when B is */
+    for (int c = 0; c < t->nconst; c++)
+      if (t->v[k] * t->consts[c] == v && v / t->v[k] == t->consts[c]) {
+        snprintf(buf, n, "s%d*%" PRId64, k, t->consts[c]);
+        return ((uint64_t)c << 16 | (uint64_t)k) << 2 | 3;
       }
-  return (uint64_t)v << 2;
+  if (!w && t->grow && t->n < MAX_SYMS) {
+    t->v[t->n] = v;
+    w = (uint64_t)t->n++ << 2 | 1;
+  }
+  if (w) dim_text(w, buf, n);
+  return w ? w : (uint64_t)v << 2;
+}
+
+/* Is r a product of at most two of the sizes kept constant (1: none)? */
+static bool const_product(const Syms *t, int64_t r) {
+  if (r == 1) return true;
+  for (int a = 0; a < t->nconst; a++) {
+    if (t->consts[a] == r) return true;
+    for (int b = a; b < t->nconst; b++)
+      if (t->consts[a] * t->consts[b] == r && r / t->consts[a] == t->consts[b]) return true;
+  }
+  return false;
+}
+
+/* Is v a size: the product of one, two or three symbols, times sizes kept
+ * constant? (An int given for a Scalar that is, say, a mean's count of
+ * elements: it changes with the sizes.) */
+static bool size_like(const Syms *t, int64_t v) {
+  int n = t->n < 16 ? t->n : 16;
+  for (int a = 0; a < n; a++)
+    for (int b = a; b <= n; b++)
+      for (int c = b; c <= n; c++) {
+        int64_t x = t->v[a];
+        if (b < n && __builtin_mul_overflow(x, t->v[b], &x)) continue;
+        if (c < n && (b == n || __builtin_mul_overflow(x, t->v[c], &x))) continue;
+        if (x > 0 && v % x == 0 && const_product(t, v / x)) return true;
+      }
+  return false;
 }
 
 static bool sym_lookup(void *ctx, const char *sym, int64_t *value) {
@@ -205,28 +270,40 @@ static bool sym_lookup(void *ctx, const char *sym, int64_t *value) {
   return true;
 }
 
+/* The values of k's shape symbols (s0, s1, ...) in t, for a launch: an
+ * input's dims may not bind them alone (a factored view's [s1*s2]). */
+static int launch_syms(const TpkKernel *k, const Syms *t, TpkNamedInt *out) {
+  int n = 0;
+  for (int i = 0; i < tpk_kernel_symbol_count(k) && n < MAX_SYMS; i++) {
+    const char *name = tpk_kernel_symbol_name(k, i);
+    int64_t v;
+    if (sym_lookup((void *)t, name, &v)) out[n++] = (TpkNamedInt){name, v};
+  }
+  return n;
+}
+
 /* ---- arguments as the builder takes them ------------------------------------------ */
 
 /* Which arguments of an op's layout (its arguments' names and kinds) the
- * builder takes lifted: floats as rank-0 values, ints as symbolic sizes. */
+ * builder takes lifted: floats as rank-0 values, ints as symbolic sizes
+ * (lift); ints as rank-0 values (value: a Scalar parameter). */
 typedef struct Layout {
   bool lift[MAX_ARGS];
+  bool value[MAX_ARGS];
 } Layout;
 
 /* An op's arguments rewritten for a builder: tensors as value ids, lifted
- * floats as ids of rank-0 inputs, ints of SymInt parameters in the sizes'
- * symbolic form; strings and lists copied into `arena`. The ids come from
- * the Binder; the key words of the arguments go to `key`. */
+ * floats (and ints of Scalar parameters that are sizes) as ids of rank-0
+ * inputs, ints of SymInt parameters in the sizes' symbolic form; strings and
+ * lists copied into `arena`. The ids come from the Binder; the key words of
+ * the arguments go to `key`. */
 typedef struct Binder {
   int (*tensor)(void *ctx, TpkBuffer *b); /* the value id of a tensor operand (-1: failed) */
-  int (*scalar)(void *ctx, double v);     /* the value id of a new rank-0 input holding v */
+  int (*scalar)(void *ctx, TpkDType dt, double v); /* the value id of a new rank-0 input holding v */
   void *ctx;
-  const Syms *syms;
+  Syms *syms;
   TpkArena *arena;
-  bool probe; /* an int lifted is given as a symbolic size even when it is a constant */
-  /* ints lifted are symbolic only where the argument marks them so (a
-   * non-NULL sym, syms[j]): as the op alone decided, in a window */
-  bool marked;
+  bool probe; /* an int lifted is lifted even when it is a constant (learning the layout) */
 } Binder;
 
 static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const Binder *b, TpkArg *out, Key *key) {
@@ -258,7 +335,7 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
     case TPK_ARG_FLOAT:
       if (lift) {
         o->kind = TPK_ARG_VALUE;
-        if ((o->value = b->scalar(b->ctx, a->f)) < 0) return TPK_ERR_NOMEM;
+        if ((o->value = b->scalar(b->ctx, TPK_F32, a->f)) < 0) return TPK_ERR_NOMEM;
         key_put(key, 1); /* a lifted scalar: its value is no part of the key */
       } else {
         o->f = a->f;
@@ -270,12 +347,14 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
     case TPK_ARG_INT:
     case TPK_ARG_BOOL:
       o->i = a->i;
-      if (a->kind == TPK_ARG_INT && (lift || a->sym) && !(b->marked && !a->sym)) {
+      if (a->kind == TPK_ARG_INT && lay && lay->value[i] &&
+          (b->probe || size_like(b->syms, a->i))) { /* a size for a Scalar: an input */
+        o->kind = TPK_ARG_VALUE;
+        if ((o->value = b->scalar(b->ctx, TPK_I32, (double)a->i)) < 0) return TPK_ERR_NOMEM;
+        key_put(key, 2);
+      } else if (a->kind == TPK_ARG_INT && lift) {
         char text[64];
-        uint64_t form = int_form(b->syms, a->i, text, sizeof text);
-        /* a size given symbolically is taken as its value: the symbols
-         * here are the stream's, by value */
-        key_put(key, form);
+        key_put(key, int_form(b->syms, a->i, text, sizeof text));
         if (!text[0] && b->probe) snprintf(text, sizeof text, "%" PRId64, a->i);
         if (text[0] && !(o->sym = tpk_arena_strdup(b->arena, text))) return TPK_ERR_NOMEM;
       } else {
@@ -284,12 +363,12 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
       break;
     case TPK_ARG_INTS: {
       int64_t *ints = tpk_arena_alloc(b->arena, sizeof *ints * (size_t)(a->n + 1));
-      const char **syms = lift || a->syms ? tpk_arena_alloc(b->arena, sizeof *syms * (size_t)(a->n + 1)) : NULL;
-      if (!ints || ((lift || a->syms) && !syms)) return TPK_ERR_NOMEM;
+      const char **syms = lift ? tpk_arena_alloc(b->arena, sizeof *syms * (size_t)(a->n + 1)) : NULL;
+      if (!ints || (lift && !syms)) return TPK_ERR_NOMEM;
       key_put(key, (uint64_t)a->n);
       for (int j = 0; j < a->n; j++) {
         ints[j] = a->ints[j];
-        if (!syms || (b->marked && !(a->syms && a->syms[j]))) {
+        if (!syms) {
           key_put(key, (uint64_t)a->ints[j]);
           continue;
         }
@@ -320,6 +399,7 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
 /* What one submitted op is: the ATen op or kernel, its arguments, and its
  * operands (the buffers its VALUE and VALUES arguments name, in order). */
 typedef struct Op {
+  TpkContext *ctx;    /* the stream's: its standard kernels are what ops call */
   const char *name;   /* the ATen op, or NULL for: */
   TpkKernel *kernel;  /* a kernel call */
   uint64_t kernel_id[3]; /* its IR's hash and name */
@@ -330,13 +410,30 @@ typedef struct Op {
   int64_t position;
 } Op;
 
-/* How an op's sizes are keyed and built, tried in this order. */
-typedef enum Policy {
-  SIZES_SYMBOLIC, /* every size above 1 a symbol */
-  SIZES_NAMED,    /* only the sizes its int arguments name (as themselves or a factor of a product of two) */
-  SIZES_CONSTANT, /* none */
-  NPOLICIES
-} Policy;
+/* A builder that finds the standard kernels the ops that call one (SDPA:
+ * flash attention) need in the stream's context, which holds them. */
+static TpkGraphBuilder *new_builder(TpkContext *ctx, const char *name) {
+  TpkGraphBuilder *gb = tpk_gb_new(name);
+  if (gb) tpk_gb_set_kernel_lookup(gb, tpk_std_kernel_lookup, ctx);
+  return gb;
+}
+
+/* How an op's sizes are keyed and built, tried in this order: every size
+ * above 1 a symbol; the int arguments' values first, the operands' sizes
+ * products of them where they are (a view of [B*S, D] to [B, S, D]); one
+ * operand size constant, each in turn (a split along a dim); only the
+ * sizes its int arguments name (as themselves or a factor of a product of
+ * two); none. */
+enum { SIZES_SYMBOLIC, SIZES_FACTORED, SIZES_ONE_CONSTANT };
+typedef int Policy; /* SIZES_ONE_CONSTANT + j: the op's j-th size; then named, then constant */
+
+/* The distinct operand sizes above 1 of op, in order. */
+static int op_sizes(const Op *op, int64_t *sizes);
+
+static int npolicies(const Op *op) {
+  int64_t sizes[MAX_SYMS];
+  return SIZES_ONE_CONSTANT + op_sizes(op, sizes) + 2;
+}
 
 /* "add", "kernel 'softmax'", for messages. */
 static const char *op_label(const Op *op, char *buf, size_t n) {
@@ -381,11 +478,7 @@ static void layout_key(const Op *op, Key *k) {
   }
 }
 
-/* The sizes an op keeps constant under policy p (into t->consts). */
-static void op_consts(const Op *op, const Layout *lay, Policy p, Syms *t) {
-  *t = (Syms){0};
-  if (p == SIZES_SYMBOLIC) return;
-  int64_t sizes[MAX_SYMS];
+static int op_sizes(const Op *op, int64_t *sizes) {
   int n = 0;
   for (int i = 0; i < op->noperands; i++)
     for (int d = 0; d < op->operands[i]->rank; d++) {
@@ -394,8 +487,34 @@ static void op_consts(const Op *op, const Layout *lay, Policy p, Syms *t) {
       for (int j = 0; j < n && !seen; j++) seen = sizes[j] == v;
       if (!seen && n < MAX_SYMS) sizes[n++] = v;
     }
+  return n;
+}
+
+/* The sizes an op keeps constant under policy p (into t->consts), and the
+ * symbols its int arguments give first (factored). */
+static void op_consts(const Op *op, const Layout *lay, Policy p, Syms *t) {
+  *t = (Syms){0};
+  if (p == SIZES_SYMBOLIC) return;
+  if (p == SIZES_FACTORED) {
+    t->factor = true;
+    for (int i = 0; i < op->nargs; i++) {
+      const TpkArg *a = &op->args[i];
+      if (!lay->lift[i] || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
+      for (int e = 0; e < (a->kind == TPK_ARG_INT ? 1 : a->n); e++) {
+        int64_t x = a->kind == TPK_ARG_INT ? a->i : a->ints[e];
+        if (x > 1 && sym_find(t, x) < 0 && t->n < MAX_SYMS) t->v[t->n++] = x;
+      }
+    }
+    return;
+  }
+  int64_t sizes[MAX_SYMS];
+  int n = op_sizes(op, sizes);
+  if (p < SIZES_ONE_CONSTANT + n) {
+    add_const(t, sizes[p - SIZES_ONE_CONSTANT]);
+    return;
+  }
   bool named[MAX_SYMS] = {0};
-  for (int i = 0; p == SIZES_NAMED && i < op->nargs; i++) {
+  for (int i = 0; p == SIZES_ONE_CONSTANT + n && i < op->nargs; i++) {
     const TpkArg *a = &op->args[i];
     if (!lay->lift[i] || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
     for (int e = 0; e < (a->kind == TPK_ARG_INT ? 1 : a->n); e++) {
@@ -411,13 +530,6 @@ static void op_consts(const Op *op, const Layout *lay, Policy p, Syms *t) {
     if (!named[u]) add_const(t, sizes[u]);
 }
 
-/* The op's sizes as symbols under policy p: its operands' dims in order. */
-static void op_syms(const Op *op, const Layout *lay, Policy p, Syms *t) {
-  op_consts(op, lay, p, t);
-  for (int i = 0; i < op->noperands; i++)
-    for (int d = 0; d < op->operands[i]->rank; d++) dim_word(t, op->operands[i]->shape[d]);
-}
-
 static int operand_id(void *ctx, TpkBuffer *b) {
   const Op *op = ctx;
   for (int i = 0; i < op->noperands; i++)
@@ -425,86 +537,115 @@ static int operand_id(void *ctx, TpkBuffer *b) {
   return -1;
 }
 
-/* Building an op alone: its operands are inputs, then one rank-0 f32
- * input per lifted scalar. */
-typedef struct Alone {
+/* An op bound under a policy: its symbols (its operands' dims, then what
+ * its ints added), its operands' dims as words, its arguments for a
+ * builder, its lifted scalars in order; with a builder, its inputs made
+ * (the operands, then one rank-0 input per scalar). */
+typedef struct OpBound {
   const Op *op;
-  TpkGraphBuilder *gb; /* NULL: ids only (a key) */
+  Policy policy;
+  Syms syms;
+  uint64_t dims[MAX_OPERANDS][TPK_MAX_RANK];
+  TpkArg args[MAX_ARGS];
+  int nscalars;
+  TpkDType scalar_dtype[MAX_ARGS];
+  double scalar[MAX_ARGS];
+  TpkArena arena; /* the arguments' strings and lists */
+  TpkGraphBuilder *gb; /* NULL: no inputs made */
   TpkValue *values[MAX_OPERANDS + MAX_ARGS];
-  int nvalues;
   TpkError *err;
-} Alone;
+} OpBound;
 
-static int alone_tensor(void *ctx, TpkBuffer *b) { return operand_id((void *)((Alone *)ctx)->op, b); }
+static int bound_tensor(void *ctx, TpkBuffer *b) { return operand_id((void *)((OpBound *)ctx)->op, b); }
 
-static int alone_scalar(void *ctx, double v) {
-  (void)v;
-  Alone *a = ctx;
-  if (a->nvalues == MAX_OPERANDS + MAX_ARGS) return -1;
-  if (a->gb && tpk_gb_input(a->gb, TPK_F32, 0, NULL, &a->values[a->nvalues], a->err) != TPK_OK) return -1;
-  return a->nvalues++;
+static int bound_scalar(void *ctx, TpkDType dt, double v) {
+  OpBound *ob = ctx;
+  if (ob->nscalars == MAX_ARGS) return -1;
+  int id = ob->op->noperands + ob->nscalars;
+  if (ob->gb && tpk_gb_input(ob->gb, dt, 0, NULL, &ob->values[id], ob->err) != TPK_OK) return -1;
+  ob->scalar_dtype[ob->nscalars] = dt;
+  ob->scalar[ob->nscalars++] = v;
+  return id;
 }
+
+/* Bind op under policy p (probe: lift every argument the layout names).
+ * The key words go to k (may be NULL). Free ob with op_unbind. */
+static TpkStatus op_bind(const Op *op, const Layout *lay, Policy p, bool probe, OpBound *ob, Key *k) {
+  TpkGraphBuilder *gb = ob->gb;
+  TpkError *err = ob->err;
+  memset(ob, 0, sizeof *ob);
+  ob->op = op;
+  ob->gb = gb;
+  ob->err = err;
+  tpk_arena_init(&ob->arena, 0);
+  op_consts(op, lay, p, &ob->syms);
+  ob->policy = p;
+  /* ints matching no size become symbols only when every size is one (an
+   * expand to [S, D] of a scalar); else they stay themselves */
+  ob->syms.grow = p == SIZES_SYMBOLIC;
+  for (int i = 0; i < op->noperands; i++) {
+    const TpkBuffer *b = op->operands[i];
+    if (k) {
+      key_put(k, (uint64_t)b->dtype);
+      key_put(k, (uint64_t)b->rank);
+    }
+    for (int d = 0; d < b->rank; d++) {
+      ob->dims[i][d] = dim_word(&ob->syms, b->shape[d]);
+      if (k) key_put(k, ob->dims[i][d]);
+    }
+  }
+  for (int i = 0; gb && i < op->noperands; i++) {
+    const TpkBuffer *b = op->operands[i];
+    const TpkDim *dims[TPK_MAX_RANK];
+    for (int d = 0; d < b->rank; d++) {
+      char text[40];
+      dim_text(ob->dims[i][d], text, sizeof text);
+      if (!(dims[d] = tpk_gb_dim(gb, text, err))) return err->code;
+    }
+    if (tpk_gb_input(gb, b->dtype, b->rank, dims, &ob->values[i], err) != TPK_OK) return err->code;
+  }
+  Key scratch = {0};
+  Binder binder = {bound_tensor, bound_scalar, ob, &ob->syms, &ob->arena, probe};
+  TpkStatus st = bind_args(op->args, op->nargs, lay, &binder, ob->args, k ? k : &scratch);
+  key_free(&scratch);
+  if (st == TPK_OK && k && k->failed) st = TPK_ERR_NOMEM;
+  if (st != TPK_OK && gb && err->code) return err->code;
+  return st == TPK_OK ? TPK_OK : gb ? tpk_error(err, st, "out of memory") : tpk_runtime_fail(st, "out of memory");
+}
+
+static void op_unbind(OpBound *ob) { tpk_arena_free(&ob->arena); }
 
 /* The op's key words under policy p, its layout's lifts applied. */
 static TpkStatus op_key(const Op *op, const Layout *lay, Policy p, Key *k) {
   key_put(k, KEY_OPTYPE);
   key_put(k, (uint64_t)p);
   layout_key(op, k);
-  Syms syms;
-  op_consts(op, lay, p, &syms);
-  for (int i = 0; i < op->noperands; i++) {
-    const TpkBuffer *b = op->operands[i];
-    key_put(k, (uint64_t)b->dtype);
-    key_put(k, (uint64_t)b->rank);
-    for (int d = 0; d < b->rank; d++) key_put(k, dim_word(&syms, b->shape[d]));
-  }
-  TpkArena arena;
-  tpk_arena_init(&arena, 0);
-  TpkArg args[MAX_ARGS];
-  Alone a = {.op = op, .nvalues = op->noperands};
-  Binder binder = {alone_tensor, alone_scalar, &a, &syms, &arena, false};
-  TpkStatus st = bind_args(op->args, op->nargs, lay, &binder, args, k);
-  tpk_arena_free(&arena);
-  if (st == TPK_OK && k->failed) st = TPK_ERR_NOMEM;
-  return st == TPK_OK ? TPK_OK : tpk_runtime_fail(st, "out of memory");
+  OpBound *ob = calloc(1, sizeof *ob);
+  if (!ob) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  TpkStatus st = op_bind(op, lay, p, false, ob, k);
+  op_unbind(ob);
+  free(ob);
+  return st;
 }
 
 /* The op built alone under policy p, with lay's arguments lifted (probe:
- * an int lifted is given as a symbolic size even when constant): its
- * results (NULL: one ATen leaves undefined) are the graph's outputs. */
+ * every one the layout names): its results (NULL: one ATen leaves
+ * undefined) are the graph's outputs. */
 static TpkStatus build_alone(const Op *op, const Layout *lay, Policy p, bool probe, TpkGraphBuilder **gbp,
                              const TpkType **types, int *ntypes, TpkError *err) {
   *ntypes = 0;
-  TpkGraphBuilder *gb = *gbp = tpk_gb_new(op->name ? "eager_op" : "eager_call");
-  if (!gb) return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
-  if (op->noperands) tpk_gb_set_kernel_lookup(gb, tpk_std_kernel_lookup, tpk_buffer_device(op->operands[0])->ctx);
-  Alone a = {.op = op, .gb = gb, .err = err};
-  Syms syms;
-  op_syms(op, lay, p, &syms);
-  for (int i = 0; i < op->noperands; i++) {
-    const TpkBuffer *b = op->operands[i];
-    const TpkDim *dims[TPK_MAX_RANK];
-    for (int d = 0; d < b->rank; d++) {
-      char text[32];
-      dim_text(dim_word(&syms, b->shape[d]), text, sizeof text);
-      if (!(dims[d] = tpk_gb_dim(gb, text, err))) return err->code;
-    }
-    if (tpk_gb_input(gb, b->dtype, b->rank, dims, &a.values[i], err) != TPK_OK) return err->code;
-  }
-  a.nvalues = op->noperands;
-  TpkArena arena;
-  tpk_arena_init(&arena, 0);
-  TpkArg args[MAX_ARGS];
-  Key scratch = {0};
-  Binder binder = {alone_tensor, alone_scalar, &a, &syms, &arena, probe};
-  TpkStatus st = bind_args(op->args, op->nargs, lay, &binder, args, &scratch);
-  key_free(&scratch);
+  TpkGraphBuilder *gb = *gbp = new_builder(op->ctx, op->name ? "eager_op" : "eager_call");
+  OpBound *ob = gb ? calloc(1, sizeof *ob) : NULL;
+  if (!ob) return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  ob->gb = gb;
+  ob->err = err;
+  TpkStatus st = op_bind(op, lay, p, probe, ob, NULL);
   TpkValue *outs[MAX_OUTS];
-  int nouts = 0;
-  if (st != TPK_OK) st = err->code ? err->code : tpk_error(err, st, "out of memory");
-  else if (op->name) st = tpk_gb_op(gb, op->name, args, op->nargs, a.values, a.nvalues, outs, MAX_OUTS, &nouts, err);
-  else st = tpk_gb_call(gb, tpk_kernel_ir(op->kernel), args, op->nargs, a.values, a.nvalues, outs, MAX_OUTS, &nouts, err);
-  tpk_arena_free(&arena);
+  int nouts = 0, nvalues = op->noperands + ob->nscalars;
+  if (st == TPK_OK && op->name) st = tpk_gb_op(gb, op->name, ob->args, op->nargs, ob->values, nvalues, outs, MAX_OUTS, &nouts, err);
+  else if (st == TPK_OK) st = tpk_gb_call(gb, tpk_kernel_ir(op->kernel), ob->args, op->nargs, ob->values, nvalues, outs, MAX_OUTS, &nouts, err);
+  op_unbind(ob);
+  free(ob);
   if (st == TPK_OK && nouts > MAX_OUTS) st = tpk_error(err, TPK_ERR_UNSUPPORTED, "more than %d results", MAX_OUTS);
   for (int i = 0; st == TPK_OK && i < nouts; i++) {
     types[i] = outs[i] ? outs[i]->type : NULL;
@@ -536,17 +677,23 @@ static TpkStatus find_layout(TpkContext *ctx, const Op *op, TpkUnit **out) {
   const TpkType *types[MAX_OUTS];
   int n;
   TpkGraphBuilder *gb = NULL;
-  st = lay ? build_alone(op, lay, SIZES_CONSTANT, false, &gb, types, &n, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+  st = lay ? build_alone(op, lay, npolicies(op) - 1, false, &gb, types, &n, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
   tpk_gb_free(gb);
   for (int i = 0; st == TPK_OK && i < op->nargs; i++) {
     TpkArgKind kind = op->args[i].kind;
     if (kind != TPK_ARG_FLOAT && kind != TPK_ARG_INT && kind != TPK_ARG_INTS) continue;
-    Layout probe = {0};
-    probe.lift[i] = true;
-    TpkError perr = {0};
-    gb = NULL;
-    lay->lift[i] = build_alone(op, &probe, SIZES_CONSTANT, true, &gb, types, &n, &perr) == TPK_OK;
-    tpk_gb_free(gb);
+    /* an int: a Scalar's (a rank-0 value fits), else a SymInt's (a size fits) */
+    for (int as_value = kind == TPK_ARG_INT; as_value >= 0 && !lay->lift[i] && !lay->value[i]; as_value--) {
+      Layout probe = {0};
+      probe.lift[i] = !as_value;
+      probe.value[i] = as_value;
+      TpkError perr = {0};
+      gb = NULL;
+      bool fits = build_alone(op, &probe, npolicies(op) - 1, true, &gb, types, &n, &perr) == TPK_OK;
+      tpk_gb_free(gb);
+      if (as_value) lay->value[i] = fits;
+      else lay->lift[i] = fits;
+    }
   }
   if (st != TPK_OK) {
     free(lay);
@@ -580,7 +727,8 @@ static void program_free(void *p) { tpk_program_release(p); }
  * key); an error when it builds under none. */
 static TpkStatus find_op_graph(TpkContext *ctx, const Op *op, const Layout *lay, Key *key, TpkUnit **out) {
   TpkUnits *units = tpk_context_units(ctx);
-  for (Policy p = 0; p < NPOLICIES; p++) {
+  int np = npolicies(op);
+  for (Policy p = 0; p < np; p++) {
     key->n = 0;
     TpkStatus st = op_key(op, lay, p, key);
     bool claimed;
@@ -595,7 +743,7 @@ static TpkStatus find_op_graph(TpkContext *ctx, const Op *op, const Layout *lay,
     OpGraph *g = calloc(1, sizeof *g);
     TpkError err = {0};
     st = g ? build_alone(op, lay, p, false, &g->gb, g->types, &g->nouts, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
-    if (st != TPK_OK && g && p + 1 < NPOLICIES && st != TPK_ERR_NOMEM) { /* the next policy */
+    if (st != TPK_OK && g && p + 1 < np && st != TPK_ERR_NOMEM) { /* the next policy */
       tpk_gb_free(g->gb);
       *g = (OpGraph){.failed = true, .policy = p};
       tpk_unit_ready(units, *out, g, op_graph_free);
@@ -677,6 +825,10 @@ typedef struct Record {
   TpkBuffer *outs[MAX_OUTS]; /* NULL: undefined */
   int nouts;
   int64_t position;
+  /* How the op alone built: the sizes it kept constant (consts), and when
+   * it built factored, the ints it made symbols first (v). What the window
+   * tries when this op does not build with the window's symbols. */
+  Syms own;
 } Record;
 
 typedef struct Window {
@@ -685,7 +837,6 @@ typedef struct Window {
   int nrecords;
   WValue *values;
   int nvalues, capvalues;
-  Syms consts; /* the sizes an op of it keeps constant (consts only) */
 } Window;
 
 struct TpkStream {
@@ -803,7 +954,6 @@ static void window_reset(TpkStream *s) {
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
   w->nvalues = w->nrecords = 0;
-  w->consts = (Syms){0};
   tpk_arena_free(&w->arena);
   tpk_arena_init(&w->arena, 0);
 }
@@ -868,9 +1018,10 @@ static TpkArg *copy_args(TpkArena *a, const TpkArg *in, int n) {
 
 static TpkStatus run_window(TpkStream *s);
 
-/* Record op in the window (fused): its arguments copied, the buffers it
- * reads and makes held and marked. s->lock held. */
-static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpGraph *g, TpkBuffer *const *made, int nouts) {
+/* Record op (bound as its graph was: ob) in the window (fused): its
+ * arguments copied, the buffers it reads and makes held and marked.
+ * s->lock held. */
+static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpBound *ob, TpkBuffer *const *made, int nouts) {
   Window *w = &s->w;
   if (!w->records && !(w->records = calloc(WINDOW_OPS, sizeof *w->records))) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   Record *rec = &w->records[w->nrecords];
@@ -882,32 +1033,19 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpG
   for (int i = 0; ok && i < nouts; i++)
     if ((rec->outs[i] = made[i])) ok = window_hold(w, made[i], false) && mark(s, made[i], true);
   if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
-  /* What it keeps constant, the window does; its int arguments are
-   * symbolic in the window where they were for the op alone (marked by a
-   * non-NULL sym), and a value one of them keeps constant is constant in
-   * the whole window (a view to [S, 3, 16] makes every 16 a 16), so the
-   * window builds as its ops did. */
-  Syms syms;
-  op_syms(op, lay, g->policy, &syms);
-  for (int i = 0; i < syms.nconst; i++) add_const(&w->consts, syms.consts[i]);
-  for (int i = 0; ok && i < op->nargs; i++) {
-    TpkArg *a = &rec->args[i];
-    char text[64];
-    if (!lay->lift[i] || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
-    if (a->kind == TPK_ARG_INT) {
-      a->sym = (int_form(&syms, a->i, text, sizeof text), text[0]) ? "" : NULL;
-      if (!a->sym) add_const(&w->consts, a->i);
-      continue;
+  /* how it built alone: its constants, and its ints that were symbols
+   * (the ones that were not: constants) */
+  for (int i = 0; i < ob->syms.nconst; i++) add_const(&rec->own, ob->syms.consts[i]);
+  for (int i = 0; i < op->nargs; i++) {
+    const TpkArg *a = &op->args[i], *bound = &ob->args[i];
+    if (!(lay->lift[i] || lay->value[i]) || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
+    for (int j = 0; j < (a->kind == TPK_ARG_INT ? 1 : a->n); j++) {
+      int64_t v = a->kind == TPK_ARG_INT ? a->i : a->ints[j];
+      bool symbolic = a->kind == TPK_ARG_INT ? bound->kind == TPK_ARG_VALUE || bound->sym : bound->syms && bound->syms[j];
+      if (!symbolic) add_const(&rec->own, v);
+      else if (ob->policy == SIZES_FACTORED) add_seed(&rec->own, v);
     }
-    const char **marks = tpk_arena_alloc(&w->arena, sizeof *marks * (size_t)(a->n + 1));
-    ok = marks != NULL;
-    for (int j = 0; ok && j < a->n; j++) {
-      marks[j] = (int_form(&syms, a->ints[j], text, sizeof text), text[0]) ? "" : NULL;
-      if (!marks[j]) add_const(&w->consts, a->ints[j]);
-    }
-    a->syms = marks;
   }
-  if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
   if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
   w->nrecords++;
   if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
@@ -920,16 +1058,13 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpG
 
 /* ---- running a window ------------------------------------------------------------- */
 
-/* How a window's sizes are keyed: its ops' constants kept, or (when the
- * window as a whole does not build so) every size constant. */
-enum { WINDOW_SYMBOLIC, WINDOW_CONSTANT, NWINDOW_POLICIES };
-
 /* The window bound at a sync: buffers to value ids (its values, in the
  * order it met them), lifted scalars after them. */
 typedef struct Flush {
   Window *w;
   TpkPtrMap ids; /* buffer -> id + 1 */
   double *scalars;
+  TpkDType *scalar_dtypes;
   int nscalars;
   TpkArena arena;  /* prepared arguments */
   TpkArg **args;   /* per record, for the builder */
@@ -941,42 +1076,45 @@ static int flush_tensor(void *ctx, TpkBuffer *b) {
   return tpk_ptrmap_get(&((Flush *)ctx)->ids, b, &at) ? (int)(intptr_t)at - 1 : -1;
 }
 
-static int flush_scalar(void *ctx, double v) {
+static int flush_scalar(void *ctx, TpkDType dt, double v) {
   Flush *f = ctx;
   f->scalars[f->nscalars] = v;
+  f->scalar_dtypes[f->nscalars] = dt;
   return f->w->nvalues + f->nscalars++;
 }
 
 static void flush_free(Flush *f) {
   free(f->scalars);
+  free(f->scalar_dtypes);
   free(f->args);
   tpk_arena_free(&f->arena);
 }
 
-/* The window's key under policy p: its values (inputs' dtypes and sizes),
- * its ops with their arguments bound, its outputs; the arguments prepared
- * for a builder in f. */
-static TpkStatus window_key(Flush *f, const bool *output, int p, Key *key) {
+/* The window's key with the sizes of `base` kept constant (base->consts)
+ * and its symbols given first (base->v, factored when base->factor), tag 0
+ * for the key with nothing given: its values (inputs' dtypes and sizes),
+ * its ops with their arguments bound, its outputs. The arguments are
+ * prepared for a builder in f, its symbols left in f->syms. */
+static TpkStatus window_key(Flush *f, const bool *output, const Syms *base, int tag, Key *key) {
   Window *w = f->w;
   key->n = 0;
   f->nscalars = 0;
   tpk_arena_free(&f->arena);
   tpk_arena_init(&f->arena, 0);
-  f->syms = w->consts;
+  f->syms = *base;
+  f->syms.grow = true;
   key_put(key, TPK_UNIT_KEY_WINDOW);
-  key_put(key, (uint64_t)p);
+  key_put(key, (uint64_t)tag);
+  for (int i = 0; i < base->n; i++) key_put(key, (uint64_t)i); /* how many are given first */
   for (int i = 0; i < w->nvalues; i++) {
     const TpkBuffer *b = w->values[i].buf;
     key_put(key, w->values[i].input);
     if (!w->values[i].input) continue;
     key_put(key, (uint64_t)b->dtype);
     key_put(key, (uint64_t)b->rank);
-    for (int d = 0; d < b->rank; d++) {
-      if (p == WINDOW_CONSTANT) add_const(&f->syms, b->shape[d]);
-      key_put(key, dim_word(&f->syms, b->shape[d]));
-    }
+    for (int d = 0; d < b->rank; d++) key_put(key, dim_word(&f->syms, b->shape[d]));
   }
-  Binder binder = {flush_tensor, flush_scalar, f, &f->syms, &f->arena, false, true};
+  Binder binder = {flush_tensor, flush_scalar, f, &f->syms, &f->arena, false};
   for (int r = 0; r < w->nrecords; r++) {
     const Record *rec = &w->records[r];
     key_put(key, rec->op ? 1 : 2);
@@ -995,13 +1133,13 @@ static TpkStatus window_key(Flush *f, const bool *output, int p, Key *key) {
   return key->failed ? tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory") : TPK_OK;
 }
 
-/* The window as one graph (its key made by window_key into f), fused and
- * compiled. */
-static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkProgram **out) {
+/* The window as one graph (its key made by window_key into f): its
+ * builder, or the record it failed at (*failed_at; -1 for no op's). */
+static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkGraphBuilder **out, int *failed_at) {
   Window *w = &s->w;
+  *failed_at = -1;
   TpkError err = {0};
-  TpkGraphBuilder *gb = tpk_gb_new("eager_window");
-  if (gb) tpk_gb_set_kernel_lookup(gb, tpk_std_kernel_lookup, s->ctx);
+  TpkGraphBuilder *gb = *out = new_builder(s->ctx, "eager_window");
   int n = w->nvalues + f->nscalars;
   TpkValue **vals = calloc((size_t)n + 1, sizeof *vals);
   TpkStatus st = gb && vals ? TPK_OK : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
@@ -1011,51 +1149,71 @@ static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkPro
     if (!w->values[i].input) continue;
     const TpkDim *dims[TPK_MAX_RANK];
     for (int d = 0; d < b->rank && st == TPK_OK; d++) {
-      char text[32];
+      char text[40];
       dim_text(dim_word(&syms, b->shape[d]), text, sizeof text);
       if (!(dims[d] = tpk_gb_dim(gb, text, &err))) st = err.code;
     }
     if (st == TPK_OK) st = tpk_gb_input(gb, b->dtype, b->rank, dims, &vals[i], &err);
   }
-  for (int i = 0; st == TPK_OK && i < f->nscalars; i++) st = tpk_gb_input(gb, TPK_F32, 0, NULL, &vals[w->nvalues + i], &err);
+  for (int i = 0; st == TPK_OK && i < f->nscalars; i++) st = tpk_gb_input(gb, f->scalar_dtypes[i], 0, NULL, &vals[w->nvalues + i], &err);
   for (int r = 0; st == TPK_OK && r < w->nrecords; r++) {
     const Record *rec = &w->records[r];
     TpkValue *outs[MAX_OUTS];
     int k = 0;
     st = rec->op ? tpk_gb_op(gb, rec->op, f->args[r], rec->nargs, vals, n, outs, MAX_OUTS, &k, &err)
                  : tpk_gb_call(gb, tpk_kernel_ir(rec->kernel), f->args[r], rec->nargs, vals, n, outs, MAX_OUTS, &k, &err);
+    if (st != TPK_OK) *failed_at = r;
     for (int i = 0; st == TPK_OK && i < rec->nouts && i < k; i++)
       if (rec->outs[i]) vals[flush_tensor(f, rec->outs[i])] = outs[i];
   }
   for (int i = 0; st == TPK_OK && i < w->nvalues; i++)
     if (output[i]) st = tpk_gb_output(gb, vals[i], &err);
   free(vals);
-  if (st != TPK_OK) {
-    tpk_gb_free(gb);
-    return tpk_runtime_fail(st, "%s", err.message);
-  }
-  st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_ALL, out);
-  /* a window fusion cannot take runs as the ops it is, one cluster each */
+  return st == TPK_OK ? TPK_OK : tpk_runtime_fail(st, "%s", err.message);
+}
+
+/* The window's program from its builder: fused, or, should fusion not take
+ * it, one cluster per op. */
+static TpkStatus compile_window(TpkStream *s, TpkGraphBuilder *gb, TpkProgram **out) {
+  TpkStatus st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_ALL, out);
   if (st != TPK_OK && st != TPK_ERR_NOMEM) st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_NONE, out);
-  tpk_gb_free(gb);
   return st;
 }
 
-/* A rank-0 f32 buffer holding v. */
-static TpkStatus scalar_buffer(TpkDevice *dev, double v, TpkBuffer **out) {
-  TpkStatus st = tpk_buffer_create(dev, TPK_F32, 0, NULL, out);
-  if (st == TPK_OK) {
-    float f = (float)v;
-    st = tpk_buffer_write(*out, &f, sizeof f);
-  }
+/* A rank-0 buffer of dtype dt (f32 or i32) holding v. */
+static TpkStatus scalar_buffer(TpkDevice *dev, TpkDType dt, double v, TpkBuffer **out) {
+  TpkStatus st = tpk_buffer_create(dev, dt, 0, NULL, out);
+  float f = (float)v;
+  int32_t i = (int32_t)v;
+  if (st == TPK_OK) st = dt == TPK_I32 ? tpk_buffer_write(*out, &i, sizeof i) : tpk_buffer_write(*out, &f, sizeof f);
   return st;
 }
 
-/* A window's compiled graph, or that the window did not build under its
- * key's policy. */
+/* Under a window's symbolic key (tag 0): its compiled graph, or, when the
+ * window does not build with every size a symbol, which of the key's
+ * symbols (by position) to keep constant and to give first, factored;
+ * under that resolved key (tag 1): its compiled graph. */
 typedef struct WindowProgram {
-  TpkProgram *program; /* NULL: try the next policy */
+  TpkProgram *program;
+  int nconst, nfirst;
+  int consts[MAX_SYMS], first[MAX_SYMS]; /* forms: see form_of */
 } WindowProgram;
+
+/* A size as a form of the symbolic key's symbols: k for symbol k, -1 - (a
+ * << 16 | b) for the product of symbols a and b; false when it is neither. */
+static bool form_of(const Syms *t, int64_t v, int *form) {
+  int k = sym_find(t, v);
+  uint64_t w = k < 0 ? product_word(t, v) : 0;
+  if (k < 0 && !w) return false;
+  *form = k >= 0 ? k : -1 - (int)(w >> 2);
+  return true;
+}
+
+static int64_t form_value(const Syms *t, int form) {
+  if (form >= 0) return t->v[form];
+  int ab = -1 - form;
+  return t->v[ab >> 16] * t->v[ab & 0xffff];
+}
 
 static void window_program_free(void *p) {
   WindowProgram *wp = p;
@@ -1063,44 +1221,159 @@ static void window_program_free(void *p) {
   free(wp);
 }
 
-/* The window's program: looked up by its key, under the first policy it
- * builds with (a miss builds, fuses and compiles it). */
+/* Add the sizes record r needs kept constant (or given first) when the
+ * window does not build at it, to base: first as it built alone (its
+ * constants; its ints first, factored, when it built so); then, when that
+ * adds nothing, all its sizes but one, each in turn (`round`), kept
+ * constant; then all of them. False when nothing is left to try. */
+static bool escalate(const Window *w, int r, int round, Syms *base) {
+  const Record *rec = &w->records[r];
+  int64_t sizes[2 * MAX_SYMS];
+  int n = 0;
+  for (int i = 0; i < rec->nargs; i++) {
+    const TpkArg *a = &rec->args[i];
+    int k = a->kind == TPK_ARG_VALUE ? 1 : a->kind == TPK_ARG_VALUES ? a->n : a->kind == TPK_ARG_INTS ? a->n : a->kind == TPK_ARG_INT;
+    for (int j = 0; j < k && n < 2 * MAX_SYMS; j++) {
+      const TpkBuffer *b = a->kind == TPK_ARG_VALUE ? a->buffer : a->kind == TPK_ARG_VALUES ? a->buffers[j] : NULL;
+      int64_t vs[TPK_MAX_RANK];
+      int nv = 0;
+      if (!b) vs[nv++] = a->kind == TPK_ARG_INT ? a->i : a->ints[j];
+      for (int d = 0; b && d < b->rank; d++) vs[nv++] = b->shape[d];
+      for (int e = 0; e < nv && n < 2 * MAX_SYMS; e++) { /* each size once: one of them is kept a symbol */
+        bool seen = vs[e] <= 1;
+        for (int q = 0; q < n && !seen; q++) seen = sizes[q] == vs[e];
+        if (!seen) sizes[n++] = vs[e];
+      }
+    }
+  }
+  if (round == 0) {
+    int before = base->nconst + base->n;
+    for (int i = 0; i < rec->own.nconst; i++) add_const(base, rec->own.consts[i]);
+    for (int i = 0; i < rec->own.n; i++)
+      if (!is_const(base, rec->own.v[i])) add_seed(base, rec->own.v[i]);
+    base->factor |= rec->own.n > 0;
+    return base->nconst + base->n > before;
+  }
+  if (round - 1 > n) return false;
+  for (int i = 0; i < n; i++)
+    if (i != round - 1 || round - 1 == n) add_const(base, sizes[i]); /* the last round: all of them */
+  return true;
+}
+
+/* The window's program, found by its key (computed from the records: no
+ * building) or built, fused and compiled. The first sight of a window
+ * tries every size a symbol; where an op does not build so, the sizes it
+ * names are kept constant (escalate), and the resolution is kept under the
+ * symbolic key, by the symbols' positions, so that the window at other
+ * sizes finds it. Lookups count as the stream's and the cache's hits and
+ * misses. */
 static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit **out) {
   TpkUnits *units = tpk_context_units(s->ctx);
   Key key = {0};
-  TpkStatus st = TPK_OK;
+  Syms base = {0};
   *out = NULL;
-  for (int p = 0; p < NWINDOW_POLICIES && st == TPK_OK; p++) {
-    bool claimed;
-    st = window_key(f, output, p, &key);
-    if (st == TPK_OK) st = tpk_units_get(units, TPK_UNIT_EAGER, key.w, key.n, out, &claimed);
-    if (st != TPK_OK) break;
-    if (!claimed) {
-      s->stats.cache_hits++;
-      if (((WindowProgram *)tpk_unit_payload(*out))->program) break;
-      tpk_unit_release(*out);
-      *out = NULL;
-      continue;
+  TpkUnit *unit;
+  bool claimed;
+  TpkStatus st = window_key(f, output, &base, 0, &key);
+  Syms symbolic = f->syms; /* the symbols of the key with nothing given */
+  if (st == TPK_OK) st = tpk_units_get(units, -1, key.w, key.n, &unit, &claimed);
+  if (st == TPK_OK && !claimed) {
+    const WindowProgram *wp = tpk_unit_payload(unit);
+    if (wp->program) {
+      *out = unit;
+    } else { /* resolved: the same positions at these sizes */
+      for (int i = 0; i < wp->nconst; i++) add_const(&base, form_value(&symbolic, wp->consts[i]));
+      for (int i = 0; i < wp->nfirst; i++) add_seed(&base, form_value(&symbolic, wp->first[i]));
+      base.factor = wp->nfirst > 0;
+      tpk_unit_release(unit);
+      st = window_key(f, output, &base, 1, &key);
+      if (st == TPK_OK) st = tpk_units_get(units, -1, key.w, key.n, out, &claimed);
+      if (st == TPK_OK && claimed) { /* other sizes of a resolved window: built as resolved */
+        TpkGraphBuilder *gb;
+        int failed_at;
+        WindowProgram *p = calloc(1, sizeof *p);
+        st = p ? build_window(s, f, output, &gb, &failed_at) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+        if (st == TPK_OK) st = compile_window(s, gb, &p->program);
+        if (p) tpk_gb_free(gb);
+        if (st == TPK_OK) tpk_unit_ready(units, *out, p, window_program_free);
+        else {
+          free(p);
+          tpk_unit_abandon(units, *out);
+          *out = NULL;
+        }
+      }
     }
-    s->stats.compiles++;
-    WindowProgram *wp = calloc(1, sizeof *wp);
-    st = wp ? build_window(s, f, output, &wp->program) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-    if (st != TPK_OK && wp && p + 1 < NWINDOW_POLICIES && st != TPK_ERR_NOMEM) { /* every size constant, then */
-      tpk_unit_ready(units, *out, wp, window_program_free);
-      tpk_unit_release(*out);
-      *out = NULL;
-      st = TPK_OK;
-      continue;
-    }
-    if (st != TPK_OK) {
-      free(wp);
-      tpk_unit_abandon(units, *out);
-      *out = NULL;
-      break;
-    }
-    tpk_unit_ready(units, *out, wp, window_program_free);
-    break;
+    tpk_units_count(units, TPK_UNIT_EAGER, st == TPK_OK && !claimed);
+    if (st == TPK_OK) s->stats.cache_hits += !claimed, s->stats.compiles += claimed;
+    key_free(&key);
+    return st;
   }
+  if (st != TPK_OK) {
+    key_free(&key);
+    return st;
+  }
+  /* the first sight: resolve which sizes stay constant, build, compile */
+  TpkGraphBuilder *gb = NULL;
+  int failed_at = -1, at = -1, round = 0;
+  Syms settled = base; /* what the records before `at` needed */
+  for (int attempt = 0; attempt < 4 * MAX_SYMS; attempt++) {
+    tpk_gb_free(gb);
+    gb = NULL;
+    if (attempt) st = window_key(f, output, &base, 1, &key);
+    if (st == TPK_OK) st = build_window(s, f, output, &gb, &failed_at);
+    if (st == TPK_OK || failed_at < 0) break;
+    /* it builds past where it failed before: that record is settled (an
+     * earlier one failing now: this try did not do for this one) */
+    if (failed_at > at) at = failed_at, round = 0, settled = base;
+    bool more = false;
+    while (!more && round <= 2 * MAX_SYMS + 1) {
+      base = settled;
+      more = escalate(&s->w, at, round++, &base);
+    }
+    if (!more) break;
+    st = TPK_OK;
+  }
+  WindowProgram *wp = calloc(1, sizeof *wp);
+  TpkProgram *program = NULL;
+  if (st == TPK_OK && gb) st = wp ? compile_window(s, gb, &program) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  tpk_gb_free(gb);
+  if (st == TPK_OK && (base.nconst || base.n)) { /* resolved: kept by position, the program under its own key */
+    for (int i = 0; i < base.nconst; i++)
+      if (wp->nconst < MAX_SYMS && form_of(&symbolic, base.consts[i], &wp->consts[wp->nconst])) wp->nconst++;
+    for (int i = 0; i < base.n; i++) /* in their order: it numbers the symbols */
+      if (wp->nfirst < MAX_SYMS && form_of(&symbolic, base.v[i], &wp->first[wp->nfirst])) wp->nfirst++;
+    TpkUnit *resolved;
+    bool mine;
+    st = tpk_units_get(units, -1, key.w, key.n, &resolved, &mine);
+    if (st == TPK_OK && mine) {
+      WindowProgram *rp = calloc(1, sizeof *rp);
+      if (rp) {
+        rp->program = program;
+        tpk_unit_ready(units, resolved, rp, window_program_free);
+      } else {
+        tpk_program_release(program);
+        tpk_unit_abandon(units, resolved);
+        resolved = NULL;
+        st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+      }
+    } else if (st == TPK_OK) {
+      tpk_program_release(program); /* another thread built it meanwhile */
+    }
+    program = NULL;
+    if (st == TPK_OK) *out = resolved;
+  } else if (st == TPK_OK && wp) {
+    wp->program = program;
+    *out = unit; /* the builder's hold is the caller's */
+  }
+  if (st == TPK_OK && wp) {
+    tpk_unit_ready(units, unit, wp, window_program_free);
+    if (*out != unit) tpk_unit_release(unit);
+  } else {
+    free(wp);
+    tpk_unit_abandon(units, unit);
+  }
+  tpk_units_count(units, TPK_UNIT_EAGER, false);
+  if (st == TPK_OK) s->stats.compiles++;
   key_free(&key);
   return st;
 }
@@ -1115,9 +1388,10 @@ static TpkStatus run_window(TpkStream *s) {
    * hold and the pending mark) still holds */
   bool *output = calloc((size_t)w->nvalues + 1, sizeof *output);
   Flush f = {.w = w, .scalars = malloc(sizeof *f.scalars * (size_t)(w->nrecords * MAX_ARGS + 1)),
+             .scalar_dtypes = malloc(sizeof *f.scalar_dtypes * (size_t)(w->nrecords * MAX_ARGS + 1)),
              .args = calloc((size_t)w->nrecords + 1, sizeof *f.args)};
   tpk_arena_init(&f.arena, 0);
-  TpkStatus st = output && f.scalars && f.args ? TPK_OK : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  TpkStatus st = output && f.scalars && f.scalar_dtypes && f.args ? TPK_OK : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   int ninputs = 0, noutputs = 0;
   for (int i = 0; st == TPK_OK && i < w->nvalues; i++) {
     if (!tpk_ptrmap_put(&f.ids, w->values[i].buf, (void *)(intptr_t)(i + 1))) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
@@ -1134,7 +1408,7 @@ static TpkStatus run_window(TpkStream *s) {
   for (int i = 0; args && i < w->nvalues; i++)
     if (w->values[i].input) args[n++] = w->values[i].buf;
   int scalars_at = n;
-  for (int i = 0; args && st == TPK_OK && i < f.nscalars; i++) st = scalar_buffer(s->dev, f.scalars[i], &args[n++]);
+  for (int i = 0; args && st == TPK_OK && i < f.nscalars; i++) st = scalar_buffer(s->dev, f.scalar_dtypes[i], f.scalars[i], &args[n++]);
   for (int i = 0; args && i < w->nvalues; i++)
     if (output[i]) args[n++] = w->values[i].buf;
   if (st == TPK_OK && unit) {
@@ -1143,6 +1417,8 @@ static TpkStatus run_window(TpkStream *s) {
     TpkLaunchResult r;
     TpkLaunch L = {.args = args, .result = &r};
     st = tpk_program_kernel(p, tpk_program_kernel_name(p, 0), &k);
+    TpkNamedInt syms[MAX_SYMS];
+    if (st == TPK_OK) L.nsyms = launch_syms(k, &f.syms, syms), L.syms = syms;
     if (st == TPK_OK) st = tpk_kernel_launch_unsettled(k, &L);
     if (st == TPK_OK) {
       s->stats.launches += tpk_program_kernel_runs(p);
@@ -1365,22 +1641,24 @@ static bool finite(TpkBuffer *b, char *why, size_t n) {
 }
 
 /* Run (debug) or queue (strict) op's program. */
-static TpkStatus launch_op(TpkStream *s, const Op *op, const Layout *lay, TpkProgram *p, TpkBuffer *const *made, int nouts) {
+static TpkStatus launch_op(TpkStream *s, const Op *op, const OpBound *ob, TpkProgram *p, TpkBuffer *const *made, int nouts) {
   TpkKernel *k;
   TpkBuffer *args[MAX_OPERANDS + MAX_ARGS + MAX_OUTS];
   int na = 0, scalars_at;
   for (int i = 0; i < op->noperands; i++) args[na++] = op->operands[i];
   scalars_at = na;
   TpkStatus st = TPK_OK;
-  for (int i = 0; st == TPK_OK && i < op->nargs; i++)
-    if (lay->lift[i] && op->args[i].kind == TPK_ARG_FLOAT && (st = scalar_buffer(s->dev, op->args[i].f, &args[na])) == TPK_OK) na++;
+  for (int i = 0; st == TPK_OK && i < ob->nscalars; i++)
+    if ((st = scalar_buffer(s->dev, ob->scalar_dtype[i], ob->scalar[i], &args[na])) == TPK_OK) na++;
   int scalars_end = na;
   for (int i = 0; i < nouts; i++)
     if (made[i]) args[na++] = made[i];
   if (st == TPK_OK) st = tpk_program_kernel(p, tpk_program_kernel_name(p, 0), &k);
+  TpkNamedInt syms[MAX_SYMS];
+  int nsyms = st == TPK_OK ? launch_syms(k, &ob->syms, syms) : 0;
   if (st == TPK_OK && s->mode == TPK_EAGER_DEBUG) {
     TpkLaunchResult r;
-    TpkLaunch L = {.args = args, .result = &r};
+    TpkLaunch L = {.args = args, .syms = syms, .nsyms = nsyms, .result = &r};
     st = tpk_kernel_launch_unsettled(k, &L);
     if (st != TPK_OK) {
       char *why = strdup(tpk_last_error());
@@ -1406,7 +1684,7 @@ static TpkStatus launch_op(TpkStream *s, const Op *op, const Layout *lay, TpkPro
       q->position = op->position;
       snprintf(q->op, sizeof q->op, "%s", op_label(op, label, sizeof label));
       q->kernels = tpk_program_kernel_runs(p);
-      TpkLaunch L = {.args = args, .result = &q->result};
+      TpkLaunch L = {.args = args, .syms = syms, .nsyms = nsyms, .result = &q->result};
       st = tpk_queue_submit(s->queue, k, &L);
       if (st == TPK_OK) {
         *s->queued_tail = q;
@@ -1444,22 +1722,26 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     if (st == TPK_OK) s->stats.compiles += built, s->stats.cache_hits += !built;
   }
   key_free(&key);
-  /* the outputs, sized from the op's result types in its symbols */
+  /* the op bound as its graph was: the outputs sized from its result types
+   * in its symbols, its scalars */
   TpkBuffer *made[MAX_OUTS] = {0};
-  Syms syms;
-  if (st == TPK_OK) op_syms(op, lay, g->policy, &syms);
+  OpBound *ob = st == TPK_OK ? calloc(1, sizeof *ob) : NULL;
+  if (st == TPK_OK && !ob) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  if (st == TPK_OK) st = op_bind(op, lay, g->policy, false, ob, NULL);
   for (int i = 0; st == TPK_OK && i < g->nouts; i++) {
     const TpkType *t = g->types[i];
     if (!t) continue;
     int64_t shape[TPK_MAX_RANK];
     for (int d = 0; d < t->rank && st == TPK_OK; d++)
-      if (!tpk_dim_eval(t->dims[d], sym_lookup, &syms, &shape[d])) st = op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
+      if (!tpk_dim_eval(t->dims[d], sym_lookup, &ob->syms, &shape[d])) st = op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
     if (st == TPK_OK) st = tpk_buffer_create(s->dev, t->dtype, t->rank, shape, &made[i]);
   }
   int nouts = st == TPK_OK ? g->nouts : 0;
   /* run it, queue it or record it */
-  if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) st = launch_op(s, op, lay, tpk_unit_payload(prog_unit), made, nouts);
-  else if (st == TPK_OK) st = record(s, op, lay, g, made, nouts);
+  if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) st = launch_op(s, op, ob, tpk_unit_payload(prog_unit), made, nouts);
+  else if (st == TPK_OK) st = record(s, op, lay, ob, made, nouts);
+  if (ob) op_unbind(ob);
+  free(ob);
   tpk_unit_release(prog_unit);
   tpk_unit_release(graph_unit);
   tpk_unit_release(layout_unit);
@@ -1492,6 +1774,7 @@ static TpkStatus stream_submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, 
   if (op->nargs < 0 || op->nargs > MAX_ARGS || (op->nargs && !op->args))
     return tpk_runtime_fail(TPK_ERR_INVALID, "%s: %d arguments (at most %d, with an array)", who, op->nargs, MAX_ARGS);
   if (max < 0 || (max && !outs)) return tpk_runtime_fail(TPK_ERR_INVALID, "%s: no place for the outputs", who);
+  op->ctx = s->ctx;
   TpkStatus st = collect_operands(op, who);
   if (st == TPK_OK) st = settle_others(s, op);
   if (st != TPK_OK) return st;

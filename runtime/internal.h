@@ -110,6 +110,8 @@ void tpk_unit_retain(TpkUnit *unit);
 void tpk_unit_release(TpkUnit *unit); /* NULL: nothing */
 void *tpk_unit_payload(const TpkUnit *unit);
 const uint64_t *tpk_unit_key(const TpkUnit *unit, int *nwords);
+/* Count a lookup of `kind` that its caller made (a lookup in several steps). */
+void tpk_units_count(TpkUnits *u, int kind, bool hit);
 /* How many units it holds, and its lookups' hits and misses per TpkUnitKind. */
 void tpk_units_stats(TpkUnits *u, int64_t *count, int64_t hits[3], int64_t misses[3]);
 /* Up to max published units, retained, most recent first; returns how many there are. */

@@ -253,6 +253,13 @@ void tpk_units_free(TpkUnits *u) {
   free(u);
 }
 
+void tpk_units_count(TpkUnits *u, int kind, bool hit) {
+  pthread_mutex_lock(&u->lock);
+  if (hit) u->hits[kind]++;
+  else u->misses[kind]++;
+  pthread_mutex_unlock(&u->lock);
+}
+
 void tpk_units_stats(TpkUnits *u, int64_t *count, int64_t hits[3], int64_t misses[3]) {
   pthread_mutex_lock(&u->lock);
   *count = u->count;
