@@ -170,24 +170,6 @@ static const char *type_of(G *g, int id) {
  * whole (rank-0 results through a [1] reshape), built in f's module: the
  * oracle of the builder's expansions alone (the library runs graphs through
  * lower/fuse.c). */
-static void copy_attrs(TpkModule *m, TpkOp *to, const TpkOp *from) {
-  for (int i = 0; i < from->nattr; i++) {
-    const TpkAttr *a = &from->attrs[i];
-    switch (a->kind) {
-    case TPK_ATTR_INT: tpk_op_set_int(m, to, a->key, a->i); break;
-    case TPK_ATTR_FLOAT: tpk_op_set_float(m, to, a->key, a->f); break;
-    case TPK_ATTR_BOOL: tpk_op_set_bool(m, to, a->key, a->i != 0); break;
-    case TPK_ATTR_STR: tpk_op_set_str(m, to, a->key, a->s); break;
-    case TPK_ATTR_INTS: tpk_op_set_ints(m, to, a->key, a->n, a->ints); break;
-    case TPK_ATTR_ENUM:
-      if (a->set == TPK_ENUM_REDUCE_KIND) tpk_op_set_reduce_kind(m, to, (TpkReduceKind)a->i);
-      else tpk_op_set_store_mode(m, to, (TpkStoreMode)a->i);
-      break;
-    case TPK_ATTR_INDEX: tpk_op_set_index(m, to, a->key, a->index); break;
-    }
-  }
-}
-
 static TpkFunc *as_kernel(TpkFunc *f, const char *name) {
   TpkModule *m = f->module;
   TpkFunc *k = tpk_func_new(m, name, true, 0, NULL, NULL, NULL);
@@ -249,7 +231,7 @@ static TpkFunc *as_kernel(TpkFunc *f, const char *name) {
     const TpkType *outs[64];
     for (int i = 0; i < op->nout; i++) outs[i] = op->out[i].type;
     TpkOp *c = tpk_build(&b, op->opcode, op->nin, in, op->nout, outs);
-    copy_attrs(m, c, op);
+    assert_true(tpk_op_copy_attrs(m, c, op));
     for (int i = 0; i < op->nout; i++) tpk_ptrmap_put(&map, &op->out[i], &c->out[i]);
   }
   tpk_arena_free(&arena);
