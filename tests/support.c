@@ -426,3 +426,10 @@ void test_run_free(TestRun *r) {
   free(r->err);
   r->out = r->err = NULL;
 }
+
+void test_run_expect(TestRun r, int status, const char *out, const char *err) {
+  if (r.status != status) fail_msg("exit %d, expected %d; stderr:\n%s\nstdout:\n%s", r.status, status, r.err, r.out);
+  if (out) assert_contains(r.out, out);
+  if (err) assert_contains(r.err, err);
+  test_run_free(&r);
+}

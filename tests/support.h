@@ -126,6 +126,9 @@ typedef struct TestRunOptions {
  * fails the test when it is killed by a signal or cannot be started. */
 TestRun test_run(const TestRunOptions *o, const char *const *args);
 void test_run_free(TestRun *r);
+/* r exited with `status` and its stdout and stderr contain out and err
+ * (either may be NULL: not checked); frees r. */
+void test_run_expect(TestRun r, int status, const char *out, const char *err);
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define RUN(...) test_run(NULL, ARGS(__VA_ARGS__))
 

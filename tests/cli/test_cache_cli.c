@@ -19,13 +19,6 @@
 static char tmpdir[] = "/tmp/tpk-test-cache-cli-XXXXXX";
 static char cache_dir[256], config_dir[256], kernel_path[256], world_key[256];
 
-static void expect(TestRun r, int status, const char *out, const char *err) {
-  if (r.status != status) fail_msg("exit %d, expected %d; stderr:\n%s\nstdout:\n%s", r.status, status, r.err, r.out);
-  if (out) assert_contains(r.out, out);
-  if (err) assert_contains(r.err, err);
-  test_run_free(&r);
-}
-
 static int setup(void **state) {
   (void)state;
   if (!mkdtemp(tmpdir)) return -1;
@@ -66,15 +59,15 @@ static void test_help(void **state) {
   assert_contains(a.out, "HMAC-SHA256");
   test_run_free(&a);
   test_run_free(&b);
-  expect(RUN("--help"), 0, "  cache   show or empty the cache of compiled kernels", NULL);
+  test_run_expect(RUN("--help"), 0, "  cache   show or empty the cache of compiled kernels", NULL);
 }
 
 static void test_usage_errors(void **state) {
   (void)state;
-  expect(RUN("cache"), 2, NULL, "tpk cache: expects stats, clear or path");
-  expect(RUN("cache", "stat"), 2, NULL, "unknown subcommand 'stat'; did you mean 'stats'?");
-  expect(RUN("cache", "purge"), 2, NULL, "unknown subcommand 'purge'; expected stats, clear or path");
-  expect(RUN("cache", "clear", "now"), 2, NULL, "clear takes no arguments, got 'now'");
+  test_run_expect(RUN("cache"), 2, NULL, "tpk cache: expects stats, clear or path");
+  test_run_expect(RUN("cache", "stat"), 2, NULL, "unknown subcommand 'stat'; did you mean 'stats'?");
+  test_run_expect(RUN("cache", "purge"), 2, NULL, "unknown subcommand 'purge'; expected stats, clear or path");
+  test_run_expect(RUN("cache", "clear", "now"), 2, NULL, "clear takes no arguments, got 'now'");
 }
 
 static void test_cache_path(void **state) {
@@ -87,8 +80,8 @@ static void test_cache_path(void **state) {
   test_run_free(&r);
   const char *const off[] = {"TPK_CACHE_DIR=", NULL};
   TestRunOptions o = {.env = off};
-  expect(test_run(&o, ARGS("cache", "path")), 1, NULL, "tpk: no cache folder");
-  expect(test_run(&o, ARGS("cache", "stats")), 0, "folder   none", NULL);
+  test_run_expect(test_run(&o, ARGS("cache", "path")), 1, NULL, "tpk: no cache folder");
+  test_run_expect(test_run(&o, ARGS("cache", "stats")), 0, "folder   none", NULL);
 }
 
 /* A build folder left by a process that is gone, quiet for an hour. */
@@ -110,7 +103,7 @@ static void test_stats_and_clear(void **state) {
   (void)state;
   const char *const cc[] = {"TPK_TIER=cc", NULL};
   TestRunOptions o = {.env = cc};
-  expect(test_run(&o, ARGS("run", kernel_path, "--shape", "N=1000", "--check")), 0, NULL, NULL);
+  test_run_expect(test_run(&o, ARGS("run", kernel_path, "--shape", "N=1000", "--check")), 0, NULL, NULL);
   char key[300], line[400];
   snprintf(key, sizeof key, "%s/tpk/cache.key", config_dir);
   struct stat st;
@@ -136,16 +129,16 @@ static void test_stats_and_clear(void **state) {
 
   const char *const small[] = {"TPK_CACHE_MAX=512M", NULL};
   TestRunOptions so = {.env = small};
-  expect(test_run(&so, ARGS("cache", "stats")), 0, "limit    512.0 MiB (TPK_CACHE_MAX)", NULL);
+  test_run_expect(test_run(&so, ARGS("cache", "stats")), 0, "limit    512.0 MiB (TPK_CACHE_MAX)", NULL);
 
   snprintf(line, sizeof line, "removed 1 entry and 1 stale build folder from %s\n", cache_dir);
-  expect(RUN("cache", "clear"), 0, line, NULL);
+  test_run_expect(RUN("cache", "clear"), 0, line, NULL);
   assert_int_equal(access(stale, F_OK), -1);
-  expect(RUN("cache", "stats"), 0, "entries  0 compiled kernels, 0 bytes", NULL);
-  expect(RUN("cache", "stats"), 0, "  kernels 0 hits, 0 misses\n", NULL);
+  test_run_expect(RUN("cache", "stats"), 0, "entries  0 compiled kernels, 0 bytes", NULL);
+  test_run_expect(RUN("cache", "stats"), 0, "  kernels 0 hits, 0 misses\n", NULL);
   /* the next run compiles again and stores again */
-  expect(test_run(&o, ARGS("run", kernel_path, "--shape", "N=1000", "--check")), 0, NULL, NULL);
-  expect(RUN("cache", "stats"), 0, "entries  1 compiled kernel, ", NULL);
+  test_run_expect(test_run(&o, ARGS("run", kernel_path, "--shape", "N=1000", "--check")), 0, NULL, NULL);
+  test_run_expect(RUN("cache", "stats"), 0, "entries  1 compiled kernel, ", NULL);
 }
 
 /* A key file others can read authenticates nothing: the cache is off, the
@@ -159,16 +152,16 @@ static void test_refused_key(void **state) {
   char note[600];
   snprintf(note, sizeof note,
            "state    off: the cache key file %s can be read by others: the compilation cache is off\n", world_key);
-  expect(test_run(&o, ARGS("cache", "stats")), 0, note, NULL);
-  expect(test_run(&o, ARGS("cache", "stats")), 0, "key      none\n", NULL);
-  expect(test_run(&o, ARGS("run", kernel_path, "--shape", "N=777", "--check")), 0, NULL, NULL);
+  test_run_expect(test_run(&o, ARGS("cache", "stats")), 0, note, NULL);
+  test_run_expect(test_run(&o, ARGS("cache", "stats")), 0, "key      none\n", NULL);
+  test_run_expect(test_run(&o, ARGS("run", kernel_path, "--shape", "N=777", "--check")), 0, NULL, NULL);
 }
 
 static void test_bad_limit(void **state) {
   (void)state;
   const char *const env[] = {"TPK_CACHE_MAX=lots", NULL};
   TestRunOptions o = {.env = env};
-  expect(test_run(&o, ARGS("cache", "stats")), 1, NULL,
+  test_run_expect(test_run(&o, ARGS("cache", "stats")), 1, NULL,
          "TPK_CACHE_MAX=lots: expected a size in bytes, such as 536870912, 512M or 2G");
 }
 

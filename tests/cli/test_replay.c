@@ -15,13 +15,6 @@
 
 static char tmpdir[] = "/tmp/tpk-test-replay-XXXXXX";
 
-static void expect(TestRun r, int status, const char *out, const char *err) {
-  if (r.status != status) fail_msg("exit %d, expected %d; stderr:\n%s\nstdout:\n%s", r.status, status, r.err, r.out);
-  if (out) assert_contains(r.out, out);
-  if (err) assert_contains(r.err, err);
-  test_run_free(&r);
-}
-
 /* A stream file in the temporary folder; its path. */
 static const char *stream_file(const char *name, const char *text) {
   static char path[512];
@@ -58,11 +51,11 @@ static void test_help_and_usage(void **state) {
   assert_contains(a.out, "Usage: tpk replay FILE");
   test_run_free(&a);
   test_run_free(&b);
-  expect(RUN("replay"), 2, NULL, "expects a stream file");
-  expect(RUN("replay", "bench/streams/mlp_train.ops", "--mode", "eager"), 2, NULL,
+  test_run_expect(RUN("replay"), 2, NULL, "expects a stream file");
+  test_run_expect(RUN("replay", "bench/streams/mlp_train.ops", "--mode", "eager"), 2, NULL,
          "--mode expects debug, strict, fused, a list of them or all, got 'eager'");
-  expect(RUN("replay", "bench/streams/mlp_train.ops", "--sizes", "batch=3"), 2, NULL, "has no size symbol 'batch'");
-  expect(RUN("replay", "bench/streams/mlp_train.ops", "--steps", "0"), 2, NULL, "--steps expects a number from 1");
+  test_run_expect(RUN("replay", "bench/streams/mlp_train.ops", "--sizes", "batch=3"), 2, NULL, "has no size symbol 'batch'");
+  test_run_expect(RUN("replay", "bench/streams/mlp_train.ops", "--steps", "0"), 2, NULL, "--steps expects a number from 1");
 }
 
 /* The MLP training step (forward, backward, AdamW) in the three modes,
@@ -103,18 +96,18 @@ static void test_block_step_at_a_ragged_length(void **state) {
 
 static void test_stream_errors(void **state) {
   (void)state;
-  expect(RUN("replay", "no/such.ops"), 1, NULL, "no/such.ops: cannot open");
+  test_run_expect(RUN("replay", "no/such.ops"), 1, NULL, "no/such.ops: cannot open");
   const char *bad = stream_file("bad.ops", "sizes s0=4\ninput %0 f32[s0] randn\n%1 = exp(%0\noutput %1\n");
-  expect(RUN("replay", bad), 1, NULL, "bad.ops:3: expected ')'");
+  test_run_expect(RUN("replay", bad), 1, NULL, "bad.ops:3: expected ')'");
   bad = stream_file("sym.ops", "sizes s0=4\ninput %0 f32[s9] randn\n");
-  expect(RUN("replay", bad), 1, NULL, "sym.ops:2: 's9' is not a size symbol of the `sizes` line");
+  test_run_expect(RUN("replay", bad), 1, NULL, "sym.ops:2: 's9' is not a size symbol of the `sizes` line");
   /* an op tpk does not have: named, with its line */
   bad = stream_file("op.ops", "sizes s0=4\ninput %0 f32[s0] randn\n%1 = fft_fft(%0)\noutput %1\n");
-  expect(RUN("replay", bad, "--mode", "strict"), 1, NULL, "(the op at line 3)");
+  test_run_expect(RUN("replay", bad, "--mode", "strict"), 1, NULL, "(the op at line 3)");
   /* shapes that do not broadcast: refused when the op is submitted, in fused mode too */
   bad = stream_file("shape.ops", "sizes s0=4 s1=3\ninput %0 f32[s0] randn\ninput %1 f32[s1] randn\n"
                                  "%2 = add.Tensor(%0, %1)\noutput %2\n");
-  expect(RUN("replay", bad, "--mode", "fused"), 1, NULL, "(the op at line 4)");
+  test_run_expect(RUN("replay", bad, "--mode", "fused"), 1, NULL, "(the op at line 4)");
 }
 
 /* A value used before it is made is the format's error; a small stream
@@ -130,7 +123,7 @@ static void test_small_stream_agrees(void **state) {
                                             "%4 = div.Tensor(%2, %3)\n"
                                             "%5 = gather(%4, 1, %6)  # uses a value made below: refused\n"
                                             "output %4\n");
-  expect(RUN("replay", ok, "--mode", "all"), 1, NULL, "small.ops:8: %6 is used before it is made");
+  test_run_expect(RUN("replay", ok, "--mode", "all"), 1, NULL, "small.ops:8: %6 is used before it is made");
   ok = stream_file("small2.ops", "sizes s0=5 s1=7\n"
                                  "input %0 f32[s0,s1] randn\n"
                                  "input %1 i64[s0,1] randint(0,7)\n"
@@ -141,7 +134,7 @@ static void test_small_stream_agrees(void **state) {
                                  "%6 = mul.Tensor(%1, 3)\n"
                                  "%7 = amax(%0, [1])\n"
                                  "output %5, %6, %7, %4\n");
-  expect(RUN("replay", ok, "--mode", "all"), 0, "fused matches debug", NULL);
+  test_run_expect(RUN("replay", ok, "--mode", "all"), 0, "fused matches debug", NULL);
 }
 
 int main(void) {
