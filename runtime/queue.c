@@ -372,7 +372,10 @@ TpkStatus tpk_queue_record(TpkQueue *q, TpkEvent **out) {
   pthread_cond_init(&e->cond, NULL);
   e->refs = 2; /* the caller's, and the marker's */
   w->event = e;
-  if (!enqueue(q, w)) { /* stopped: everything queued before has run */
+  if (!enqueue(q, w)) {
+    /* stopped (its context is ending): done once the worker has run what
+     * was queued before, which it still does */
+    drain(q);
     pthread_mutex_lock(&q->lock);
     e->error = q->error;
     snprintf(e->message, sizeof e->message, "%s", q->message);

@@ -133,6 +133,48 @@ static void test_context_destroyed_while_a_queue_is(void **state) {
   free(out);
 }
 
+static void *destroy_context(void *ctx) {
+  tpk_context_destroy(ctx);
+  return NULL;
+}
+
+/* An event recorded on a queue that its context's end has stopped, while
+ * the queue still runs its work: the event is done only once that work has
+ * run (before: at once, and a caller reading the launches' outputs after
+ * waiting for it read what they held before). */
+static void test_event_recorded_while_the_context_ends(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkKernel *k = test_kernel(&ctx, &dev, "host", "scale.tpk", SCALE, "scale");
+  TpkQueue *q;
+  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  enum { N = 1 << 18, LAUNCHES = 40 };
+  TpkBuffer *x = vector(dev, N, 1), *y = vector(dev, N, 0);
+  TpkLaunchResult results[LAUNCHES] = {0};
+  for (int i = 0; i < LAUNCHES; i++) {
+    TpkLaunch L = {.args = (TpkBuffer *[]){x, y}, .result = &results[i]};
+    assert_int_equal(tpk_queue_launch(q, k, &L), TPK_OK);
+  }
+  pthread_t destroyer;
+  assert_int_equal(pthread_create(&destroyer, NULL, destroy_context, ctx), 0);
+  /* events until one is done when recorded: the queue had stopped */
+  for (;;) {
+    TpkEvent *e;
+    assert_int_equal(tpk_queue_record(q, &e), TPK_OK);
+    bool stopped = tpk_event_done(e);
+    tpk_event_destroy(e);
+    if (stopped) break;
+  }
+  for (int i = 0; i < LAUNCHES; i++)
+    if (!results[i].tier) fail_msg("launch %d had not run when the event was done", i);
+  pthread_join(destroyer, NULL);
+  tpk_queue_destroy(q);
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+  tpk_program_destroy(tpk_kernel_program(k));
+}
+
 /* Buffers and programs destroyed after their context, and a buffer never
  * destroyed: the context gives back their memory, and destroying them
  * afterwards touches nothing freed (before: a use-after-free). */
@@ -348,6 +390,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_context_destroyed_with_work_queued),
       cmocka_unit_test(test_context_destroyed_while_a_queue_is),
+      cmocka_unit_test(test_event_recorded_while_the_context_ends),
       cmocka_unit_test(test_handles_outlive_their_context),
       cmocka_unit_test(test_event_outlives_its_queue),
       cmocka_unit_test(test_queued_launch_holds_what_it_uses),
