@@ -619,6 +619,13 @@ typedef struct TpkCacheStats {
    * miss builds (and maybe compiles) the unit. */
   int64_t unit_hits[3], unit_misses[3]; /* indexed by TpkUnitKind */
   int64_t units;                        /* units the context holds now (TPK_CACHE_UNITS at most) */
+  /* What this context found in the folder by key instead of building it:
+   * eager windows and compiled graphs (their fused IR: counted as hits
+   * above), and kernels' code (nothing lowered or emitted for it). */
+  int64_t unit_loads[3];
+  /* Kernels this context lowered and emitted C for (0 in a process whose
+   * every unit the folder had). */
+  int64_t emitted;
   /* The same lookups of every context that used the folder, added as each
    * ended, since the folder was last cleared (a tally, not authenticated). */
   int64_t folder_unit_hits[3], folder_unit_misses[3];

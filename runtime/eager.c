@@ -1221,6 +1221,51 @@ static void window_program_free(void *p) {
   free(wp);
 }
 
+/* In the cache folder (units.c), under the window's key: "P" and its
+ * program (compile.c: the fused IR), or "R" and the resolution's forms. */
+static bool window_save(const void *payload, TpkStr *out) {
+  const WindowProgram *wp = payload;
+  if (wp->program) {
+    tpk_str_putc(out, 'P');
+    return tpk_program_save(wp->program, out);
+  }
+  tpk_str_printf(out, "R %d", wp->nconst);
+  for (int i = 0; i < wp->nconst; i++) tpk_str_printf(out, " %d", wp->consts[i]);
+  tpk_str_printf(out, " %d", wp->nfirst);
+  for (int i = 0; i < wp->nfirst; i++) tpk_str_printf(out, " %d", wp->first[i]);
+  return !out->failed;
+}
+
+static bool read_forms(const char **p, int *n, int *forms) {
+  char *end;
+  long count = strtol(*p, &end, 10);
+  if (end == *p || count < 0 || count > MAX_SYMS) return false;
+  for (*n = 0; *n < count; (*n)++) {
+    long form = strtol(*p = end, &end, 10);
+    if (end == *p || form >= MAX_SYMS || form < -1 - ((long)(MAX_SYMS - 1) << 16 | (MAX_SYMS - 1)) ||
+        (form < 0 && ((-1 - form) & 0xffff) >= MAX_SYMS))
+      return false;
+    forms[*n] = (int)form;
+  }
+  *p = end;
+  return true;
+}
+
+static void *window_load(TpkContext *ctx, const char *bytes, size_t len) {
+  WindowProgram *wp = calloc(1, sizeof *wp);
+  const char *p = bytes + 1;
+  bool ok = wp && len > 0;
+  if (ok && bytes[0] == 'P') ok = (wp->program = tpk_program_restore(ctx, bytes + 1, len - 1)) != NULL;
+  else ok = ok && bytes[0] == 'R' && read_forms(&p, &wp->nconst, wp->consts) && read_forms(&p, &wp->nfirst, wp->first) && !*p;
+  if (!ok) {
+    free(wp);
+    return NULL;
+  }
+  return wp;
+}
+
+static const TpkUnitCodec window_codec = {TPK_UNIT_EAGER, window_save, window_load, window_program_free};
+
 /* Add the sizes record r needs kept constant (or given first) when the
  * window does not build at it, to base: first as it built alone (its
  * constants; its ints first, factored, when it built so); then, when that
@@ -1276,7 +1321,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   bool claimed;
   TpkStatus st = window_key(f, output, &base, 0, &key);
   Syms symbolic = f->syms; /* the symbols of the key with nothing given */
-  if (st == TPK_OK) st = tpk_units_get(units, -1, key.w, key.n, &unit, &claimed);
+  if (st == TPK_OK) st = tpk_units_get_kept(units, -1, &window_codec, key.w, key.n, &unit, &claimed);
   if (st == TPK_OK && !claimed) {
     const WindowProgram *wp = tpk_unit_payload(unit);
     if (wp->program) {
@@ -1287,7 +1332,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
       base.factor = wp->nfirst > 0;
       tpk_unit_release(unit);
       st = window_key(f, output, &base, 1, &key);
-      if (st == TPK_OK) st = tpk_units_get(units, -1, key.w, key.n, out, &claimed);
+      if (st == TPK_OK) st = tpk_units_get_kept(units, -1, &window_codec, key.w, key.n, out, &claimed);
       if (st == TPK_OK && claimed) { /* other sizes of a resolved window: built as resolved */
         TpkGraphBuilder *gb;
         int failed_at;
@@ -1344,7 +1389,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
       if (wp->nfirst < MAX_SYMS && form_of(&symbolic, base.v[i], &wp->first[wp->nfirst])) wp->nfirst++;
     TpkUnit *resolved;
     bool mine;
-    st = tpk_units_get(units, -1, key.w, key.n, &resolved, &mine);
+    st = tpk_units_get_kept(units, -1, &window_codec, key.w, key.n, &resolved, &mine);
     if (st == TPK_OK && mine) {
       WindowProgram *rp = calloc(1, sizeof *rp);
       if (rp) {

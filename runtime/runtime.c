@@ -18,6 +18,16 @@
  * sizes (same errors), plans it against the device's VMEM and times it on a
  * sim device, but compiles nothing.
  *
+ * Code on disk. What the JIT compiles is keyed by what decides its C: the
+ * unit's key (the kernel's structural hash and what else its key has, the
+ * tunables, a specialisation's sizes), the text its code quotes and the
+ * target it is lowered for (code_key; the JIT adds the compiler and tpk's
+ * build). A Generic found under its key needs nothing lowered or emitted:
+ * its code knows its workspace (<entry>_workspace); a specialisation is
+ * still lowered (its plan, threads and the device's preparation need the
+ * lowered kernel) but not emitted. The code goes with the last unit that
+ * holds it, so evicting a unit frees its code once no launch uses it.
+ *
  * Errors: every call returns a status; the message is kept per thread
  * (tpk_last_error), like errno and dlerror, so concurrent queues do not
  * overwrite each other's messages.
@@ -77,17 +87,22 @@ static TpkStatus fail_err(const TpkError *err) { return tpk_runtime_fail(err->co
 
 /* ---- objects ------------------------------------------------------------------ */
 
-enum { MAX_SYMS = 64, MAX_PARTS = 64, DEFAULT_UNITS = 1024 };
+enum {
+  MAX_SYMS = 64,
+  MAX_PARTS = 64,
+  DEFAULT_UNITS = 1024,
+  MAX_TUNE_MEMOS = 64, /* per kernel: the sizes most recently launched at */
+  MAX_CODE_KEY = 12 + 2 * MAX_SYMS
+};
 #define MAX_PART_WORKSPACES ((int64_t)512 << 20) /* bytes: see specialise */
 
 /* Code serving every shape of one kernel at one tunable setting on the host:
  * the standard library's, or compiled once by the JIT (TPK_GENERIC=1, and
  * the kernels of compiled graphs). A unit of the context's cache. */
 typedef struct Generic {
-  const TpkStdEntry *aot; /* ahead-of-time code, or: */
-  TpkCode *code;          /* JIT-compiled code, */
-  TpkModule *module;      /* the kernel it was compiled from */
-  TpkPlan plan;           /* and its symbolic plan (workspace sizes) */
+  const TpkStdEntry *aot;   /* ahead-of-time code, or: */
+  TpkCode *code;            /* JIT-compiled code (held) */
+  TpkWorkspaceFn workspace; /* the workspace a launch needs, the code's own */
 } Generic;
 
 /* One specialisation of a kernel for a device, its sizes and tunables:
@@ -95,7 +110,7 @@ typedef struct Generic {
  * the context's cache, shared by every kernel of that structure. */
 typedef struct Spec {
   char *tunes_text;        /* "BM=8,BN=128", for launch results */
-  TpkCode *code;
+  TpkCode *code;           /* held */
   TpkUnit *generic_unit;  /* instead of code: a Generic, held */
   const Generic *generic;
   int64_t syms[MAX_SYMS]; /* the shape symbols, in tpk_func_symbols order */
@@ -107,7 +122,8 @@ typedef struct Spec {
   atomic_bool workspace_busy;
 } Spec;
 
-/* The tunables chosen for launches that name none, per device and sizes. */
+/* The tunables chosen for launches that name none, per device and sizes;
+ * a kernel keeps MAX_TUNE_MEMOS, most recently used first. */
 typedef struct TuneMemo {
   const TpkDevice *dev;    /* the device and */
   int64_t sizes[MAX_SYMS]; /* the shape symbols' values it is for */
@@ -128,6 +144,7 @@ struct TpkKernel {
   const char *symbols[MAX_SYMS]; /* its shape symbols (tpk_func_symbols), found once */
   int nsymbols;
   TuneMemo *tuned; /* under prog->lock */
+  int ntuned;
 };
 
 struct TpkProgram {
@@ -172,6 +189,7 @@ struct TpkContext {
   TpkLogFn log;      /* tpk_context_set_log, under lock */
   void *log_user;
   TpkUnits *units;   /* the compiled units (units.c) */
+  atomic_llong emitted; /* kernels lowered and emitted as C (tpk_cache_stats) */
   TpkStreams *streams; /* eager streams (eager.c) */
   _Atomic int eager_mode; /* TpkEagerMode of new streams */
   pthread_mutex_t lock; /* the lists below, and pool */
@@ -228,7 +246,8 @@ TpkStatus tpk_context_create(TpkContext **out) {
     }
     max_units = v;
   }
-  ctx->units = tpk_units_new(max_units);
+  ctx->units = tpk_units_new(max_units, ctx);
+  atomic_init(&ctx->emitted, 0);
   const char *eager = getenv("TPK_EAGER");
   TpkEagerMode mode = TPK_EAGER_STRICT;
   if (eager && *eager) {
@@ -263,6 +282,7 @@ TpkStatus tpk_context_create(TpkContext **out) {
 
 static void spec_free(void *payload) {
   Spec *s = payload;
+  tpk_code_release(s->code);
   free(s->tunes_text);
   if (s->prepared) s->dev->ops->unprepare(s->prepared);
   tpk_unit_release(s->generic_unit);
@@ -272,8 +292,7 @@ static void spec_free(void *payload) {
 
 static void generic_free(void *payload) {
   Generic *g = payload;
-  tpk_plan_free(&g->plan);
-  if (g->module) tpk_module_free(g->module);
+  tpk_code_release(g->code);
   free(g);
 }
 
@@ -286,6 +305,7 @@ static void program_free_compiled(TpkProgram *prog) {
       free(t);
     }
     prog->kernels[i].tuned = NULL;
+    prog->kernels[i].ntuned = 0;
   }
   for (int i = 0; i < prog->nheld; i++) tpk_unit_release(prog->held[i]);
   free(prog->held);
@@ -597,6 +617,7 @@ const char *tpk_program_name(const TpkProgram *p) { return p->name; }
 TpkContext *tpk_program_context(const TpkProgram *p) { return p->ctx; }
 const TpkFunc *tpk_kernel_ir(const TpkKernel *k) { return k->f; }
 TpkJit *tpk_context_jit(const TpkContext *ctx) { return ctx->jit; }
+int64_t tpk_context_emitted(const TpkContext *ctx) { return atomic_load(&((TpkContext *)ctx)->emitted); }
 TpkUnits *tpk_context_units(const TpkContext *ctx) { return ctx->units; }
 TpkStreams *tpk_context_streams(const TpkContext *ctx) { return ctx->streams; }
 int tpk_program_kernel_runs(const TpkProgram *p) { return p->driver ? tpk_driver_calls(p->driver) : 1; }
@@ -928,35 +949,78 @@ static void entry_name(char *out, size_t size, const char *prefix, const char *n
     if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
 }
 
-/* Compile k once for every shape at these tunables (TPK_GENERIC=1). */
+/* A unit's key: kind, the kernel's identity, then n more words. */
+enum { UNIT_GENERIC = TPK_UNIT_KEY_GENERIC, UNIT_SPEC = TPK_UNIT_KEY_SPEC };
+
+/* The words k's code is kept under on disk (host/jit.h, keyed code): what
+ * decides its C besides the compiler and tpk's build, which the JIT adds —
+ * the kind of unit and k's key (structure, name where the code shows it),
+ * the text its code quotes, the target it is lowered for, the tunables,
+ * and a specialisation's sizes (sizes NULL: code for every shape). */
+static int code_key(const TpkKernel *k, int kind, const int64_t *tunes, const int64_t *sizes, const TpkTarget *t,
+                    uint64_t *out) {
+  const TpkProgram *prog = k->prog;
+  int n = 0;
+  out[n++] = (uint64_t)kind;
+  for (int i = 0; i < 4; i++) out[n++] = k->key[i];
+  out[n++] = prog->text ? tpk_hash_bytes(prog->text, prog->len) : 0;
+  out[n++] = tpk_hash_bytes(t->name, strlen(t->name));
+  out[n++] = (uint64_t)t->vmem_bytes;
+  out[n++] = (uint64_t)t->tile_bytes;
+  int ntunes = k->f->ntunes < MAX_SYMS ? k->f->ntunes : MAX_SYMS;
+  out[n++] = (uint64_t)ntunes;
+  for (int i = 0; i < ntunes; i++) out[n++] = (uint64_t)tunes[i];
+  out[n++] = sizes ? (uint64_t)k->nsymbols : UINT64_MAX;
+  for (int i = 0; sizes && i < k->nsymbols; i++) out[n++] = (uint64_t)sizes[i];
+  return n;
+}
+
+/* Compile k once for every shape at these tunables (TPK_GENERIC=1, a
+ * graph's kernels), or find the code compiled before under its key. */
 static TpkStatus compile_generic(TpkKernel *k, const int64_t *tunes, Generic *g) {
   TpkProgram *prog = k->prog;
-  TpkFunc *f;
-  TpkStatus st = bind_kernel(k, NULL, tunes, &g->module, &f);
-  if (st != TPK_OK) return st;
+  TpkContext *ctx = prog->ctx;
   /* A graph's kernel is shared by every graph of its structure, whatever
    * it is called there: its code is named after its structure. */
-  if (prog->driver) {
-    char name[40];
-    snprintf(name, sizeof name, "k%016llx", (unsigned long long)k->key[0]);
-    f->name = tpk_module_intern(g->module, name, strlen(name));
+  char name[40], entry[128];
+  snprintf(name, sizeof name, "k%016llx", (unsigned long long)k->key[0]);
+  entry_name(entry, sizeof entry, "tpk_generic_", prog->driver ? name : k->f->name);
+  TpkTarget host = tpk_target_host(ctx->host_vmem);
+  uint64_t key[MAX_CODE_KEY];
+  int nkey = code_key(k, UNIT_GENERIC, tunes, NULL, &host, key);
+  tpk_jit_load(ctx->jit, key, nkey, entry, &g->code);
+  if (g->code && (g->workspace = tpk_code_workspace(g->code))) {
+    tpk_units_loaded(ctx->units, TPK_UNIT_KERNEL);
+    return TPK_OK;
   }
-  TpkTarget host = tpk_target_host(prog->ctx->host_vmem);
+  tpk_code_release(g->code); /* (an entry without its workspace: not ours) */
+  g->code = NULL;
+  TpkModule *module;
+  TpkFunc *f;
+  TpkStatus st = bind_kernel(k, NULL, tunes, &module, &f);
+  if (st != TPK_OK) {
+    if (module) tpk_module_free(module);
+    return st;
+  }
+  if (prog->driver) f->name = tpk_module_intern(module, name, strlen(name));
   TpkError err = {0};
-  char entry[128];
-  entry_name(entry, sizeof entry, "tpk_generic_", f->name);
   TpkStr c = {0};
-  st = tpk_lower(f, &host, &g->plan, &err);
-  if (st == TPK_OK) st = tpk_emit_c(f, &g->plan, entry, prog->text, 0, &c, &err);
-  if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &g->code, &err);
+  TpkPlan plan;
+  st = tpk_lower(f, &host, &plan, &err);
+  if (st == TPK_OK) {
+    st = tpk_emit_c(f, &plan, entry, prog->text, 0, &c, &err);
+    atomic_fetch_add(&ctx->emitted, 1);
+  }
+  tpk_plan_free(&plan);
+  if (st == TPK_OK) st = tpk_jit_compile_keyed(ctx->jit, key, nkey, c.data, entry, &g->code, &err);
+  if (st == TPK_OK && !(g->workspace = tpk_code_workspace(g->code)))
+    st = tpk_error(&err, TPK_ERR_INTERNAL, "internal error: the code of '%s' has no %s_workspace", k->f->name, entry);
   tpk_str_free(&c);
+  tpk_module_free(module);
   if (st == TPK_OK) return TPK_OK;
   if (!prog->driver) return fail_err(&err);
   return tpk_runtime_fail(err.code ? err.code : TPK_ERR_INTERNAL, "graph '%s', kernel '%s': %s", prog->name, k->f->name, err.message);
 }
-
-/* A unit's key: kind, the kernel's identity, then n more words. */
-enum { UNIT_GENERIC = TPK_UNIT_KEY_GENERIC, UNIT_SPEC = TPK_UNIT_KEY_SPEC };
 
 /* The code serving every shape of k at these tunables, if there is some,
  * as a unit of the context's cache (held for the caller): NULL when the
@@ -982,6 +1046,7 @@ static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, TpkUnit
     return st;
   }
   Generic *g = calloc(1, sizeof *g);
+  if (g && aot) g->workspace = aot->workspace;
   st = !g ? tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory") : (g->aot = aot) ? TPK_OK : compile_generic(k, tunes_values, g);
   if (st != TPK_OK) {
     if (g) generic_free(g);
@@ -991,24 +1056,6 @@ static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, TpkUnit
   tpk_unit_ready(prog->ctx->units, unit, g, generic_free);
   *out = unit;
   return TPK_OK;
-}
-
-/* The workspace a generic code needs for one launch's sizes. */
-static int64_t generic_workspace(const Generic *g, const Spec *spec, const TpkKernel *k) {
-  if (g->aot) return g->aot->workspace(spec->syms);
-  if (!g->plan.symbolic) return g->plan.workspace_bytes;
-  Bound b = {.f = k->f, .n = 0};
-  for (int i = 0; i < k->nsymbols; i++) {
-    b.name[b.n] = k->symbols[i];
-    b.value[b.n++] = spec->syms[i];
-  }
-  int64_t total = 0;
-  for (int i = 0; i < g->plan.ngroups; i++) {
-    int64_t bytes = 0;
-    tpk_dim_eval(g->plan.group_bytes[i], bound_lookup, &b, &bytes);
-    total += (bytes + 63) / 64 * 64;
-  }
-  return total;
 }
 
 /* Bind the kernel's IR with every size and tunable, lower it and compile it
@@ -1036,16 +1083,25 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   TpkError err = {0};
   char entry[128];
   entry_name(entry, sizeof entry, "tpk_kernel_", f->name);
-  if (g) { /* plan (the VMEM budget) and time it; the code exists */
-    TpkPlan plan;
-    st = tpk_lower(f, &target, &plan, &err);
-    tpk_plan_free(&plan);
+  TpkPlan plan;
+  st = tpk_lower(f, &target, &plan, &err);
+  if (g) { /* planned (the VMEM budget) and timed; the code exists */
     spec->generic = g;
-    spec->workspace_bytes = generic_workspace(g, spec, k);
-  } else {
-    st = tpk_lower_to_c(f, &target, entry, prog->text, 0, &c, &spec->workspace_bytes, &err);
-    if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &spec->code, &err);
+    spec->workspace_bytes = g->workspace(spec->syms);
+  } else if (st == TPK_OK) {
+    spec->workspace_bytes = plan.workspace_bytes;
+    uint64_t key[MAX_CODE_KEY];
+    int nkey = code_key(k, UNIT_SPEC, tunes, b->sizes, &target, key);
+    tpk_jit_load(prog->ctx->jit, key, nkey, entry, &spec->code);
+    if (spec->code) {
+      tpk_units_loaded(prog->ctx->units, TPK_UNIT_KERNEL);
+    } else {
+      st = tpk_emit_c(f, &plan, entry, prog->text, 0, &c, &err);
+      atomic_fetch_add(&prog->ctx->emitted, 1);
+      if (st == TPK_OK) st = tpk_jit_compile_keyed(prog->ctx->jit, key, nkey, c.data, entry, &spec->code, &err);
+    }
   }
+  tpk_plan_free(&plan);
   tpk_str_free(&c);
   /* Threads: the lowered kernel tells whether its grid may be shared and
    * how many instances it has; a part per thread, never more parts than
@@ -1103,19 +1159,25 @@ static void parse_shipped_tunes(void) {
 
 /* A launch that names no tunables takes the tuning cache's winner for its
  * sizes and device (`tpk tune`), else the shipped defaults for them, else the
- * declared defaults. Looked up once per kernel, device and sizes. */
-static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *dev, const TuneMemo **out) {
+ * declared defaults. Looked up once per kernel, device and sizes, while
+ * those are among the kernel's MAX_TUNE_MEMOS most recent; copied to *out
+ * (another launch may drop the memo meanwhile). */
+static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *dev, TuneMemo *out) {
   int n = k->nsymbols;
   size_t sizes = sizeof *b->sizes * (size_t)n;
   TpkProgram *prog = k->prog;
   pthread_mutex_lock(&prog->lock);
-  TuneMemo *m = k->tuned;
-  while (m && (m->dev != dev || memcmp(m->sizes, b->sizes, sizes) != 0)) m = m->next;
-  pthread_mutex_unlock(&prog->lock);
-  if (m) {
-    *out = m;
-    return TPK_OK;
+  TuneMemo **at = &k->tuned;
+  while (*at && ((*at)->dev != dev || memcmp((*at)->sizes, b->sizes, sizes) != 0)) at = &(*at)->next;
+  TuneMemo *m = *at;
+  if (m) { /* the most recent first */
+    *at = m->next;
+    m->next = k->tuned;
+    k->tuned = m;
+    *out = *m;
   }
+  pthread_mutex_unlock(&prog->lock);
+  if (m) return TPK_OK;
   m = calloc(1, sizeof *m);
   if (!m) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   m->dev = dev;
@@ -1134,12 +1196,28 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
   } else {
     m->from = "declared defaults";
   }
+  *out = *m;
   pthread_mutex_lock(&prog->lock);
   m->next = k->tuned;
   k->tuned = m;
+  TuneMemo *gone = NULL;
+  if (++k->ntuned > MAX_TUNE_MEMOS) { /* the least recently used goes */
+    TuneMemo **last = &k->tuned;
+    while ((*last)->next) last = &(*last)->next;
+    gone = *last;
+    *last = NULL;
+    k->ntuned--;
+  }
   pthread_mutex_unlock(&prog->lock);
-  *out = m;
+  free(gone);
   return TPK_OK;
+}
+
+int tpk_kernel_tune_memos(const TpkKernel *k) {
+  pthread_mutex_lock(&k->prog->lock);
+  int n = k->ntuned;
+  pthread_mutex_unlock(&k->prog->lock);
+  return n;
 }
 
 /* The context's pool (started on first use) in *pool, and how many parts
@@ -1252,10 +1330,12 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
   if (f->ntunes > MAX_SYMS) return tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "kernel '%s' has more than %d tunables", f->name, MAX_SYMS);
   int64_t tunes[MAX_SYMS];
   const char *tunes_from = ngiven ? "given" : "declared defaults";
+  TuneMemo resolved;
   const TuneMemo *memo = NULL;
   if (ngiven == 0 && f->ntunes > 0) {
-    TpkStatus st = resolve_tunes(k, b, dev, &memo);
+    TpkStatus st = resolve_tunes(k, b, dev, &resolved);
     if (st != TPK_OK) return st;
+    memo = &resolved;
     tunes_from = memo->from;
   }
   for (int j = 0; j < f->ntunes; j++) {
