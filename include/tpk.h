@@ -568,14 +568,19 @@ void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
  * keyed by the structural hash of their IR (tpk_func_hash, 128 bits: names
  * aside), the sizes or their symbolic form, dtypes, tunables and device;
  * at most TPK_CACHE_UNITS of them (default 1024), the least recently used
- * going first (a unit in use stays until its user is done). So two loads
- * of one kernel, or two graphs or windows of one structure, compile once.
- * A compiled graph's program holds its clusters' code, and a program the
+ * going first (a unit in use stays until its user is done: a launch
+ * running or queued; then its compiled code is freed). So two loads of one
+ * kernel, or two graphs or windows of one structure, compile once. A
+ * compiled graph's program holds its clusters' code, and a program the
  * specialisations whose trace a launch handed out.
  *
- * Kernels the system cc compiles (TPK_TIER=auto once hot, or TPK_TIER=cc)
- * are kept on disk, keyed by their generated C and the compiler's identity,
- * and later processes load them instead of compiling:
+ * On disk, under the same keys (with the compiler's identity and tpk's
+ * build, a hash of its sources), later processes find what earlier ones
+ * made instead of making it again: kernels' code that the system cc
+ * compiled (TPK_TIER=auto once hot, or TPK_TIER=cc), and eager windows and
+ * compiled graphs as what fusion made of them. A process whose windows,
+ * graphs and clusters are all there builds, fuses, lowers, emits and
+ * compiles nothing (TpkCacheStats.unit_loads, .emitted). The folder:
  *   TPK_CACHE_DIR=DIR        the folder ($XDG_CACHE_HOME/tpk, else ~/.cache/tpk;
  *                            "" turns the cache off)
  *   TPK_CACHE_KEY_FILE=FILE  the key that authenticates entries (default: your
@@ -586,9 +591,9 @@ void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
  *
  * Trust. The folder may be shared by processes, users and hosts, so tpk
  * trusts nothing in it but a MAC: each entry carries HMAC-SHA256, under the
- * key, of which kernel it is and its bytes, and one that does not verify
- * (planted, damaged, another key's, another kernel's renamed) is compiled
- * again, never loaded. Whoever can read the key can make entries that load;
+ * key, of which kernel or unit it is and its bytes, and one that does not
+ * verify (planted, damaged, another key's, another kernel's renamed) is
+ * built again, never loaded. Whoever can read the key can make entries that load;
  * for a team cache, share a key file only the team can read. A key file is
  * used only when it is a regular file of 32 to 4096 bytes, owned by you or
  * root, that neither its group nor others can write and others cannot read,
