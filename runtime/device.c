@@ -25,10 +25,13 @@
 /* ---- host memory, shared by both kinds ------------------------------------------ */
 
 /* Large buffers come straight from mmap: zero pages cost nothing until
- * touched, so a buffer that is about to be filled is not written twice. */
+ * touched, so a buffer that is about to be filled is not written twice.
+ * Smaller ones are zeroed unless a launch will write them whole (an eager
+ * op's output): a new process's first pages then fault only when that
+ * launch runs, and not at all for outputs a fused window never computes. */
 enum { MMAP_FROM = 1 << 20 };
 
-static void *host_alloc(const TpkDevice *dev, size_t bytes) {
+static void *host_alloc(const TpkDevice *dev, size_t bytes, bool zero) {
   (void)dev;
   if (bytes >= MMAP_FROM) {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -36,7 +39,7 @@ static void *host_alloc(const TpkDevice *dev, size_t bytes) {
   }
   size_t rounded = (bytes + 63) / 64 * 64;
   void *p = aligned_alloc(64, rounded ? rounded : 64);
-  if (p) memset(p, 0, rounded ? rounded : 64);
+  if (p && zero) memset(p, 0, rounded ? rounded : 64);
   return p;
 }
 
@@ -390,7 +393,7 @@ static void storage_discard(TpkStorage *s) {
   free(s);
 }
 
-TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
+static TpkStatus buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, bool zero, TpkBuffer **out) {
   if (!out) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: no place for the buffer");
   *out = NULL;
   if (!dev) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: no device");
@@ -398,7 +401,7 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
   size_t bytes;
   if (shape_bytes("tpk_buffer_create", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
   if (tpk_device_reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
-  void *data = dev->ops->alloc(dev, bytes);
+  void *data = dev->ops->alloc(dev, bytes, zero);
   TpkStorage *s = data ? storage_new(dev, data, bytes, false, NULL, NULL) : NULL;
   TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out)
                    : tpk_runtime_fail(TPK_ERR_NOMEM, "%s: out of host memory allocating %zu bytes", dev->name, bytes);
@@ -408,6 +411,14 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
     atomic_fetch_sub(&dev->used, bytes);
   }
   return st;
+}
+
+TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
+  return buffer_create(dev, dtype, rank, shape, true, out);
+}
+
+TpkStatus tpk_buffer_create_unfilled(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
+  return buffer_create(dev, dtype, rank, shape, false, out);
 }
 
 /* "(4, 1)" */

@@ -44,8 +44,8 @@ typedef struct TpkDeviceOps {
   void (*close)(TpkDevice *dev);
   /* What kernels are lowered for (the VMEM budget, the chip). */
   TpkTarget (*target)(const TpkDevice *dev);
-  /* Memory: zero-filled bytes, their release, copies in and out. */
-  void *(*alloc)(const TpkDevice *dev, size_t bytes);
+  /* Memory: bytes (zero-filled when `zero`), their release, copies in and out. */
+  void *(*alloc)(const TpkDevice *dev, size_t bytes, bool zero);
   void (*free)(const TpkDevice *dev, void *data, size_t bytes);
   void (*write)(const TpkDevice *dev, void *dst, const void *src, size_t bytes);
   void (*read)(const TpkDevice *dev, void *dst, const void *src, size_t bytes);
@@ -117,6 +117,10 @@ bool tpk_buffer_read_pending(const TpkBuffer *b);
 bool tpk_buffer_in_use(const TpkBuffer *b, int own);
 /* a and b look at the same bytes (a view and its base). */
 bool tpk_buffers_share(const TpkBuffer *a, const TpkBuffer *b);
+
+/* tpk_buffer_create for bytes a launch writes whole before anyone reads
+ * them (an eager op's output): not zero-filled. */
+TpkStatus tpk_buffer_create_unfilled(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out);
 
 /* A queued launch's hold on a buffer (tpk_buffer_destroy drops the caller's). */
 void tpk_buffer_retain(TpkBuffer *b);

@@ -1779,7 +1779,7 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     int64_t shape[TPK_MAX_RANK];
     for (int d = 0; d < t->rank && st == TPK_OK; d++)
       if (!tpk_dim_eval(t->dims[d], sym_lookup, &ob->syms, &shape[d])) st = op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
-    if (st == TPK_OK) st = tpk_buffer_create(s->dev, t->dtype, t->rank, shape, &made[i]);
+    if (st == TPK_OK) st = tpk_buffer_create_unfilled(s->dev, t->dtype, t->rank, shape, &made[i]);
   }
   int nouts = st == TPK_OK ? g->nouts : 0;
   /* run it, queue it or record it */
