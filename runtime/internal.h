@@ -201,6 +201,14 @@ bool tpk_context_enter(TpkContext *ctx);
 void tpk_context_leave(TpkContext *ctx);
 
 
+/* Scratch memory of launches (kernels' workspaces, a compiled graph's
+ * intermediates), 64-byte aligned: blocks the context keeps between
+ * launches (a few), so that one launch's memory serves the next whatever
+ * it runs. Take gives at least `bytes` (its size in *cap; NULL when out of
+ * memory); give returns it. Only while the context runs launches. */
+void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap);
+void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap);
+
 /* The context's log (tpk_context_set_log): text for people, given to the
  * caller's function if there is one. TPK_DUMP_IR=1 when the context was
  * made: compiled graphs are logged. */

@@ -92,6 +92,7 @@ enum {
   MAX_PARTS = 64,
   DEFAULT_UNITS = 1024,
   MAX_TUNE_MEMOS = 64, /* per kernel: the sizes most recently launched at */
+  MAX_SCRATCH = 8,     /* scratch blocks a context keeps between launches */
   MAX_CODE_KEY = 12 + 2 * MAX_SYMS
 };
 #define MAX_PART_WORKSPACES ((int64_t)512 << 20) /* bytes: see specialise */
@@ -106,8 +107,8 @@ typedef struct Generic {
 } Generic;
 
 /* One specialisation of a kernel for a device, its sizes and tunables:
- * the code (its own, or a Generic's) and a reusable workspace. A unit of
- * the context's cache, shared by every kernel of that structure. */
+ * the code (its own, or a Generic's) and how much workspace it needs. A
+ * unit of the context's cache, shared by every kernel of that structure. */
 typedef struct Spec {
   char *tunes_text;        /* "BM=8,BN=128", for launch results */
   TpkCode *code;           /* held */
@@ -118,8 +119,6 @@ typedef struct Spec {
   TpkPrepared *prepared; /* what the device keeps of it */
   int64_t workspace_bytes; /* one part's */
   int parts;               /* how many threads share the grid (1: one runs it all) */
-  void *workspace;         /* parts workspaces, one after another */
-  atomic_bool workspace_busy;
 } Spec;
 
 /* The tunables chosen for launches that name none, per device and sizes;
@@ -194,6 +193,12 @@ struct TpkContext {
   _Atomic int eager_mode; /* TpkEagerMode of new streams */
   pthread_mutex_t lock; /* the lists below, and pool */
   TpkPool *pool;        /* started by the first launch that shares a grid */
+  pthread_mutex_t scratch_lock; /* the blocks below */
+  struct {
+    void *p;
+    size_t cap;
+  } scratch[MAX_SCRATCH];
+  int nscratch;
   TpkDevice *devices;
   TpkProgram *programs;
   TpkProgram **std_programs; /* per standard file, loaded on first use */
@@ -276,6 +281,7 @@ TpkStatus tpk_context_create(TpkContext **out) {
   atomic_init(&ctx->closed, false);
   pthread_rwlock_init(&ctx->running, NULL);
   pthread_mutex_init(&ctx->lock, NULL);
+  pthread_mutex_init(&ctx->scratch_lock, NULL);
   *out = ctx;
   return TPK_OK;
 }
@@ -286,7 +292,6 @@ static void spec_free(void *payload) {
   free(s->tunes_text);
   if (s->prepared) s->dev->ops->unprepare(s->prepared);
   tpk_unit_release(s->generic_unit);
-  free(s->workspace);
   free(s);
 }
 
@@ -378,6 +383,7 @@ static void context_free(TpkContext *ctx) {
   tpk_streams_free(ctx->streams);
   pthread_rwlock_destroy(&ctx->running);
   pthread_mutex_destroy(&ctx->lock);
+  pthread_mutex_destroy(&ctx->scratch_lock);
   free(ctx->std_programs);
   free(ctx);
 }
@@ -411,8 +417,49 @@ void tpk_context_destroy(TpkContext *ctx) {
   ctx->jit = NULL;
   tpk_pool_destroy(ctx->pool);
   ctx->pool = NULL;
+  for (int i = 0; i < ctx->nscratch; i++) free(ctx->scratch[i].p);
+  ctx->nscratch = 0;
   pthread_rwlock_unlock(&ctx->running);
   tpk_context_release(ctx);
+}
+
+/* ---- scratch memory ------------------------------------------------------------------ */
+
+void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap) {
+  bytes = bytes ? (bytes + 63) / 64 * 64 : 64;
+  pthread_mutex_lock(&ctx->scratch_lock);
+  int pick = -1; /* the smallest block that holds `bytes`, else the largest */
+  for (int i = 0; i < ctx->nscratch; i++) {
+    size_t c = ctx->scratch[i].cap, best = pick < 0 ? 0 : ctx->scratch[pick].cap;
+    bool fits = c >= bytes, best_fits = pick >= 0 && best >= bytes;
+    if (pick < 0 || (fits && (!best_fits || c < best)) || (!fits && !best_fits && c > best)) pick = i;
+  }
+  void *p = NULL;
+  size_t have = 0;
+  if (pick >= 0) {
+    p = ctx->scratch[pick].p;
+    have = ctx->scratch[pick].cap;
+    ctx->scratch[pick] = ctx->scratch[--ctx->nscratch];
+  }
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  if (p && have >= bytes) {
+    *cap = have;
+    return p;
+  }
+  free(p); /* too small: replaced by one that fits */
+  *cap = bytes;
+  return aligned_alloc(64, bytes);
+}
+
+void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap) {
+  pthread_mutex_lock(&ctx->scratch_lock);
+  if (ctx->nscratch < MAX_SCRATCH) {
+    ctx->scratch[ctx->nscratch].p = block;
+    ctx->scratch[ctx->nscratch++].cap = cap;
+    block = NULL;
+  }
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  free(block);
 }
 
 void tpk_context_set_log(TpkContext *ctx, TpkLogFn log, void *user) {
@@ -1355,19 +1402,13 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
     if (f->params[i].zero_init) memset(args[i], 0, bytes[i]);
   TpkRun run = {.args = args, .syms = spec->syms, .parts = 1};
   if (spec->parts > 1) run.parts = launch_pool(k->prog->ctx, spec->parts, &run.pool);
-  /* the workspaces: the spec's own, or fresh ones if another thread has it */
-  bool mine = !atomic_exchange(&spec->workspace_busy, true);
-  void *ws = mine ? spec->workspace : NULL;
+  /* the parts' workspaces, one after another, from the context's scratch */
   run.workspace_stride = (size_t)(spec->workspace_bytes + 63) / 64 * 64;
-  size_t ws_bytes = run.workspace_stride * (size_t)spec->parts;
+  size_t ws_bytes = run.workspace_stride * (size_t)spec->parts, ws_cap;
+  void *ws = tpk_scratch_take(k->prog->ctx, ws_bytes, &ws_cap);
   if (!ws) {
-    ws = aligned_alloc(64, ws_bytes ? ws_bytes : 64);
-    if (!ws) {
-      if (mine) atomic_store(&spec->workspace_busy, false);
-      tpk_unit_release(unit);
-      return tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a %zu-byte workspace", ws_bytes);
-    }
-    if (mine) spec->workspace = ws;
+    tpk_unit_release(unit);
+    return tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a %zu-byte workspace", ws_bytes);
   }
   const Generic *g = spec->generic;
   TpkCode *code = g ? g->code : spec->code;
@@ -1375,8 +1416,7 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
   run.workspace = ws;
   char message[TPK_KERNEL_ERR_LEN];
   int failed = dev->ops->run(dev, &run, message);
-  if (mine) atomic_store(&spec->workspace_busy, false);
-  else free(ws);
+  tpk_scratch_give(k->prog->ctx, ws, ws_cap);
   if (failed >= 0) {
     tpk_unit_release(unit);
     return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, message);
