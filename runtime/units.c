@@ -232,9 +232,9 @@ void tpk_unit_ready(TpkUnits *u, TpkUnit *unit, void *payload, void (*destroy)(v
   pthread_mutex_unlock(&u->lock);
   release_all(gone);
   /* on disk for other processes, after the waiters here have it */
+  TpkJit *jit = codec ? tpk_context_jit(u->ctx) : NULL; /* NULL too once the context ended */
   TpkStr bytes = {0};
-  if (codec && codec->save(payload, &bytes) && !bytes.failed)
-    tpk_jit_unit_store(tpk_context_jit(u->ctx), unit->key, unit->nwords, bytes.data, bytes.len);
+  if (jit && codec->save(payload, &bytes) && !bytes.failed) tpk_jit_unit_store(jit, unit->key, unit->nwords, bytes.data, bytes.len);
   tpk_str_free(&bytes);
 }
 
@@ -246,7 +246,8 @@ TpkStatus tpk_units_get_kept(TpkUnits *u, int kind, const TpkUnitCodec *codec, c
     return st;
   }
   size_t len;
-  char *bytes = tpk_jit_unit_load(tpk_context_jit(u->ctx), key, nwords, &len);
+  TpkJit *jit = tpk_context_jit(u->ctx);
+  char *bytes = jit ? tpk_jit_unit_load(jit, key, nwords, &len) : NULL;
   void *payload = bytes ? codec->load(u->ctx, bytes, len) : NULL;
   free(bytes);
   if (kind >= 0) tpk_units_count(u, kind, payload != NULL);
