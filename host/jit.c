@@ -132,7 +132,7 @@ static const uint32_t sha_k[64] = {
 
 static uint32_t ror32(uint32_t x, unsigned n) { return (x >> n) | (x << (32 - n)); }
 
-static void sha_block(Sha256 *s, const unsigned char *p) {
+static void sha_block_portable(Sha256 *s, const unsigned char *p) {
   uint32_t w[64];
   for (int i = 0; i < 16; i++)
     w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
@@ -149,6 +149,54 @@ static void sha_block(Sha256 *s, const unsigned char *p) {
   }
   s->h[0] += a, s->h[1] += b, s->h[2] += c, s->h[3] += d;
   s->h[4] += e, s->h[5] += f, s->h[6] += g, s->h[7] += h;
+}
+
+/* The same with the x86 SHA extensions, about ten times faster: every load
+ * of a cache entry authenticates all its bytes. Four rounds per step; the
+ * state is kept as ABEF and CDGH, the order the instructions take. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_SHA_NI 1
+__attribute__((target("sha,sse4.1"))) static void sha_blocks_ni(Sha256 *s, const unsigned char *p, size_t n) {
+  const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL); /* big-endian words */
+  __m128i t = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&s->h[0]), 0xB1); /* CDAB */
+  __m128i s1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&s->h[4]), 0x1B); /* EFGH */
+  __m128i s0 = _mm_alignr_epi8(t, s1, 8);                                            /* ABEF */
+  s1 = _mm_blend_epi16(s1, t, 0xF0);                                                 /* CDGH */
+  for (; n; n--, p += 64) {
+    __m128i abef = s0, cdgh = s1, w[16];
+    for (int i = 0; i < 16; i++) {
+      if (i < 4) {
+        w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), swap);
+      } else { /* w[t] = s1(w[t-2]) + w[t-7] + s0(w[t-15]) + w[t-16], four at a time */
+        __m128i x = _mm_add_epi32(_mm_sha256msg1_epu32(w[i - 4], w[i - 3]), _mm_alignr_epi8(w[i - 1], w[i - 2], 4));
+        w[i] = _mm_sha256msg2_epu32(x, w[i - 1]);
+      }
+      __m128i m = _mm_add_epi32(w[i], _mm_loadu_si128((const __m128i *)&sha_k[4 * i]));
+      s1 = _mm_sha256rnds2_epu32(s1, s0, m);
+      s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(m, 0x0E));
+    }
+    s0 = _mm_add_epi32(s0, abef);
+    s1 = _mm_add_epi32(s1, cdgh);
+  }
+  t = _mm_shuffle_epi32(s0, 0x1B);       /* FEBA */
+  s1 = _mm_shuffle_epi32(s1, 0xB1);      /* DCHG */
+  s0 = _mm_blend_epi16(t, s1, 0xF0);     /* DCBA */
+  s1 = _mm_alignr_epi8(s1, t, 8);        /* HGFE */
+  _mm_storeu_si128((__m128i *)&s->h[0], s0);
+  _mm_storeu_si128((__m128i *)&s->h[4], s1);
+}
+#endif
+
+/* n blocks of 64 bytes at p. */
+static void sha_blocks(Sha256 *s, const unsigned char *p, size_t n) {
+#ifdef HAVE_SHA_NI
+  if (__builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1")) {
+    sha_blocks_ni(s, p, n);
+    return;
+  }
+#endif
+  for (; n; n--, p += 64) sha_block_portable(s, p);
 }
 
 static void sha_init(Sha256 *s) {
@@ -168,10 +216,11 @@ static void sha_update(Sha256 *s, const void *data, size_t n) {
     memcpy(s->buf + s->fill, p, take);
     s->fill += take, p += take, n -= take;
     if (s->fill < 64) return;
-    sha_block(s, s->buf);
+    sha_blocks(s, s->buf, 1);
     s->fill = 0;
   }
-  for (; n >= 64; p += 64, n -= 64) sha_block(s, p);
+  sha_blocks(s, p, n / 64);
+  p += n / 64 * 64, n %= 64;
   memcpy(s->buf, p, n);
   s->fill = n;
 }
