@@ -32,6 +32,7 @@
  * (tpk_last_error), like errno and dlerror, so concurrent queues do not
  * overwrite each other's messages.
  */
+#define _DEFAULT_SOURCE /* madvise */
 #include "runtime/internal.h"
 
 #include <pthread.h>
@@ -39,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "host/host.h"
@@ -392,6 +394,66 @@ void tpk_context_release(TpkContext *ctx) {
   if (ctx && atomic_fetch_sub(&ctx->refs, 1) == 1) context_free(ctx);
 }
 
+/* ---- scratch memory ------------------------------------------------------------------ */
+
+/* Blocks of HUGE bytes or more are aligned to HUGE and marked for
+ * transparent huge pages (where the system enables them on request):
+ * scratch is the memory every launch works in, so a new process faults it
+ * in with a page per 2 MB instead of per 4 KB, and launches miss the TLB
+ * less. (They stay malloc's: freeing one tells it that blocks this large
+ * come and go, so it keeps smaller ones, a launch's buffers, in its heap.) */
+#define HUGE ((size_t)2 << 20)
+
+static void *scratch_alloc(size_t bytes, size_t *cap) {
+  void *p = NULL;
+  if (bytes < HUGE) {
+    *cap = bytes;
+    return aligned_alloc(64, bytes);
+  }
+  *cap = (bytes + HUGE - 1) / HUGE * HUGE;
+  if (posix_memalign(&p, HUGE, *cap) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, *cap, MADV_HUGEPAGE); /* advice: nothing to do when refused */
+#endif
+  return p;
+}
+
+void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap) {
+  bytes = bytes ? (bytes + 63) / 64 * 64 : 64;
+  pthread_mutex_lock(&ctx->scratch_lock);
+  int pick = -1; /* the smallest block that holds `bytes`, else the largest */
+  for (int i = 0; i < ctx->nscratch; i++) {
+    size_t c = ctx->scratch[i].cap, best = pick < 0 ? 0 : ctx->scratch[pick].cap;
+    bool fits = c >= bytes, best_fits = pick >= 0 && best >= bytes;
+    if (pick < 0 || (fits && (!best_fits || c < best)) || (!fits && !best_fits && c > best)) pick = i;
+  }
+  void *p = NULL;
+  size_t have = 0;
+  if (pick >= 0) {
+    p = ctx->scratch[pick].p;
+    have = ctx->scratch[pick].cap;
+    ctx->scratch[pick] = ctx->scratch[--ctx->nscratch];
+  }
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  if (p && have >= bytes) {
+    *cap = have;
+    return p;
+  }
+  free(p); /* too small: replaced by one that fits */
+  return scratch_alloc(bytes, cap);
+}
+
+void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap) {
+  pthread_mutex_lock(&ctx->scratch_lock);
+  if (ctx->nscratch < MAX_SCRATCH) {
+    ctx->scratch[ctx->nscratch].p = block;
+    ctx->scratch[ctx->nscratch++].cap = cap;
+    block = NULL;
+  }
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  free(block);
+}
+
 /* The end of the context for its user: queued work runs, then everything
  * it holds that a handle does not need goes — the memory of its buffers,
  * what it compiled, its threads. The handles stay valid to destroy. */
@@ -423,44 +485,6 @@ void tpk_context_destroy(TpkContext *ctx) {
   tpk_context_release(ctx);
 }
 
-/* ---- scratch memory ------------------------------------------------------------------ */
-
-void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap) {
-  bytes = bytes ? (bytes + 63) / 64 * 64 : 64;
-  pthread_mutex_lock(&ctx->scratch_lock);
-  int pick = -1; /* the smallest block that holds `bytes`, else the largest */
-  for (int i = 0; i < ctx->nscratch; i++) {
-    size_t c = ctx->scratch[i].cap, best = pick < 0 ? 0 : ctx->scratch[pick].cap;
-    bool fits = c >= bytes, best_fits = pick >= 0 && best >= bytes;
-    if (pick < 0 || (fits && (!best_fits || c < best)) || (!fits && !best_fits && c > best)) pick = i;
-  }
-  void *p = NULL;
-  size_t have = 0;
-  if (pick >= 0) {
-    p = ctx->scratch[pick].p;
-    have = ctx->scratch[pick].cap;
-    ctx->scratch[pick] = ctx->scratch[--ctx->nscratch];
-  }
-  pthread_mutex_unlock(&ctx->scratch_lock);
-  if (p && have >= bytes) {
-    *cap = have;
-    return p;
-  }
-  free(p); /* too small: replaced by one that fits */
-  *cap = bytes;
-  return aligned_alloc(64, bytes);
-}
-
-void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap) {
-  pthread_mutex_lock(&ctx->scratch_lock);
-  if (ctx->nscratch < MAX_SCRATCH) {
-    ctx->scratch[ctx->nscratch].p = block;
-    ctx->scratch[ctx->nscratch++].cap = cap;
-    block = NULL;
-  }
-  pthread_mutex_unlock(&ctx->scratch_lock);
-  free(block);
-}
 
 void tpk_context_set_log(TpkContext *ctx, TpkLogFn log, void *user) {
   if (!ctx) return;
