@@ -255,9 +255,7 @@ TpkStatus tpk_units_get_kept(TpkUnits *u, int kind, const TpkUnitCodec *codec, c
     (*out)->codec = codec; /* only its builder reads it */
     return TPK_OK;
   }
-  pthread_mutex_lock(&u->lock);
-  u->loads[codec->kind]++;
-  pthread_mutex_unlock(&u->lock);
+  tpk_units_loaded(u, codec->kind);
   tpk_unit_ready(u, *out, payload, codec->destroy);
   *claimed = false;
   return TPK_OK;
