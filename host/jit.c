@@ -29,7 +29,8 @@
  * (ELF loaders ignore trailing bytes). A unit is <dir>/<name>.unit, <name>
  * the SHA-256 of another tag, tpk's build and its key words, its bytes
  * followed by the same trailer (the MAC's name is the file's, suffix
- * included, so no entry of one kind passes for the other). A lookup reads the whole file, checks
+ * included, so no entry of one kind passes for the other). A lookup reads
+ * the whole file, checks
  * the MAC, then loads the bytes it checked from a memfd: never the file by
  * name again, which another writer of a shared folder could swap between
  * the check and dlopen. dlopen does not validate a file and may crash on a
@@ -47,7 +48,8 @@
  *
  * Codes are reference counted: the caller's reference (the runtime's unit
  * of compiled code) and the worker's while a promotion is queued or runs;
- * the last release frees the tcc memory and dlcloses the build.
+ * the last release frees the tcc memory and dlcloses the build. A code
+ * whose caller let go before its promotion started is not built.
  */
 /* memfd_create (Linux): the authenticated bytes are loaded from memory. */
 #define _GNU_SOURCE
@@ -76,6 +78,11 @@
 #include <unistd.h>
 
 #include <libtcc.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h> /* the SHA extensions (sha_blocks_ni) */
+#define HAVE_SHA_NI 1
+#endif
 
 extern char **environ;               /* POSIX: applications declare it */
 extern const char tpk_jit_prims_h[]; /* host/prims.h, embedded by the Makefile */
@@ -154,9 +161,7 @@ static void sha_block_portable(Sha256 *s, const unsigned char *p) {
 /* The same with the x86 SHA extensions, about ten times faster: every load
  * of a cache entry authenticates all its bytes. Four rounds per step; the
  * state is kept as ABEF and CDGH, the order the instructions take. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_SHA_NI 1
+#ifdef HAVE_SHA_NI
 __attribute__((target("sha,sse4.1"))) static void sha_blocks_ni(Sha256 *s, const unsigned char *p, size_t n) {
   const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL); /* big-endian words */
   __m128i t = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&s->h[0]), 0xB1); /* CDAB */
@@ -481,8 +486,8 @@ static void hash_compiler_identity(Sha256 *key, const char *prog) {
  * -ffp-contract=off keeps cc from fusing a*b+c, which tcc never does, so
  * both tiers compute the same bits; -lm for scalar math in kernels.
  * -z noseparate-code keeps the linker from padding each segment to a page:
- * a kernel's object is then 6 KB, not 15, which every load of it from the
- * cache reads and authenticates. */
+ * a kernel's object is a third smaller (7 KB, not 15, for a small one),
+ * which every load of it from the cache reads and authenticates. */
 static bool build_cc_argv(TpkJit *j, const char *cc) {
   static const char *const flags[] = {"-O3", "-fPIC", "-shared", "-ffp-contract=off", "-Wl,-z,noseparate-code"};
   bool avx2 = false;

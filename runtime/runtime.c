@@ -485,7 +485,6 @@ void tpk_context_destroy(TpkContext *ctx) {
   tpk_context_release(ctx);
 }
 
-
 void tpk_context_set_log(TpkContext *ctx, TpkLogFn log, void *user) {
   if (!ctx) return;
   pthread_mutex_lock(&ctx->lock);
