@@ -610,7 +610,7 @@ typedef struct TpkCacheStats {
   bool enabled;          /* this context loads and stores compiled kernels there */
   const char *note;      /* why it does not, when a user should hear it; else NULL */
   const char *key_file;  /* the key file in use, or NULL */
-  int64_t entries;       /* compiled kernels in the folder now */
+  int64_t entries;       /* compiled kernels, windows and graphs in the folder now */
   int64_t bytes;         /* their size */
   int64_t max_bytes;     /* TPK_CACHE_MAX */
   int64_t build_folders; /* builds under way, or left by killed processes */
