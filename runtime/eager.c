@@ -43,8 +43,9 @@
  * of an op's argument layout (the layout unit: names and kinds of its
  * arguments) by building the op with each candidate argument lifted.
  *
- *   debug   the op's graph, compiled with one cluster per op
- *           (TPK_FUSE_NONE, cached by key), runs at once; float outputs
+ *   debug   the op's graph, fused (TPK_FUSE_ALL: one ATen op is one
+ *           kernel, as in PyTorch) and compiled, cached by key, runs at
+ *           once; float outputs
  *           are checked for NaN and Inf, and any error names the op, its
  *           operands' shapes and dtypes and its position ("op #12");
  *   strict  the same program is queued on the stream's queue, one launch
@@ -980,8 +981,16 @@ static TpkStatus find_op_graph(TpkContext *ctx, Op *op, const Layout *lay, Hints
   return op_fail(op, TPK_ERR_INTERNAL, "builds under no policy of sizes");
 }
 
-/* The op's program (debug and strict): its graph, one cluster per op,
- * under the graph's key. */
+/* A graph's program: fused, or, should fusion not take it, one cluster
+ * per IR op. */
+static TpkStatus compile_fused(TpkContext *ctx, const TpkFunc *f, TpkProgram **out) {
+  TpkStatus st = tpk_compile_graph(ctx, f, TPK_FUSE_ALL, out);
+  if (st != TPK_OK && st != TPK_ERR_NOMEM) st = tpk_compile_graph(ctx, f, TPK_FUSE_NONE, out);
+  return st;
+}
+
+/* The op's program (debug and strict): its graph fused, as one ATen op is
+ * one kernel in PyTorch, under the graph's key. */
 static TpkStatus find_op_program(TpkContext *ctx, const Op *op, const OpGraph *g, Key *key, TpkUnit **out, bool *built) {
   key->w[0] = KEY_OPPROG;
   TpkUnits *units = tpk_context_units(ctx);
@@ -991,7 +1000,7 @@ static TpkStatus find_op_program(TpkContext *ctx, const Op *op, const OpGraph *g
   *built = claimed;
   if (st != TPK_OK || !claimed) return st;
   TpkProgram *p;
-  st = tpk_compile_graph(ctx, tpk_gb_func(g->gb), TPK_FUSE_NONE, &p);
+  st = compile_fused(ctx, tpk_gb_func(g->gb), &p);
   if (st != TPK_OK) {
     tpk_unit_abandon(units, *out);
     *out = NULL;
@@ -1415,14 +1424,6 @@ static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkGra
   return st == TPK_OK ? TPK_OK : tpk_runtime_fail(st, "%s", err.message);
 }
 
-/* The window's program from its builder: fused, or, should fusion not take
- * it, one cluster per op. */
-static TpkStatus compile_window(TpkStream *s, TpkGraphBuilder *gb, TpkProgram **out) {
-  TpkStatus st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_ALL, out);
-  if (st != TPK_OK && st != TPK_ERR_NOMEM) st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_NONE, out);
-  return st;
-}
-
 /* A rank-0 buffer of dtype dt (f32 or i32) holding v. */
 static TpkStatus scalar_buffer(TpkDevice *dev, TpkDType dt, double v, TpkBuffer **out) {
   TpkStatus st = tpk_buffer_create(dev, dt, 0, NULL, out);
@@ -1537,7 +1538,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
         int failed_at;
         WindowProgram *p = calloc(1, sizeof *p);
         st = p ? build_window(s, f, output, &gb, &failed_at) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-        if (st == TPK_OK) st = compile_window(s, gb, &p->program);
+        if (st == TPK_OK) st = compile_fused(s->ctx, tpk_gb_func(gb), &p->program);
         if (p) tpk_gb_free(gb);
         if (st == TPK_OK) tpk_unit_ready(units, *out, p, window_program_free);
         else {
@@ -1579,7 +1580,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   }
   WindowProgram *wp = calloc(1, sizeof *wp);
   TpkProgram *program = NULL;
-  if (st == TPK_OK && gb) st = wp ? compile_window(s, gb, &program) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  if (st == TPK_OK && gb) st = wp ? compile_fused(s->ctx, tpk_gb_func(gb), &program) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   tpk_gb_free(gb);
   if (st == TPK_OK && (base.nconst || base.n)) { /* resolved: kept by position, the program under its own key */
     if (!hints_have(&s->hints, &key)) hint_keep(&s->hints, &key);
