@@ -1981,7 +1981,12 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     int64_t shape[TPK_MAX_RANK];
     for (int d = 0; d < t->rank && st == TPK_OK; d++)
       if (!tpk_dim_eval(t->dims[d], sym_lookup, &ob->syms, &shape[d])) st = op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
-    if (st == TPK_OK) st = tpk_buffer_create(s->dev, t->dtype, t->rank, shape, &made[i]);
+    /* written whole by the op before anyone reads it (pending until then);
+     * debug mode zeroes them, so that its NaN check never sees old bytes
+     * in an op that leaves its values undefined (empty) */
+    if (st == TPK_OK)
+      st = s->mode == TPK_EAGER_DEBUG ? tpk_buffer_create(s->dev, t->dtype, t->rank, shape, &made[i])
+                                      : tpk_buffer_create_unfilled(s->dev, t->dtype, t->rank, shape, &made[i]);
   }
   int nouts = st == TPK_OK ? g->nouts : 0;
   /* run it, queue it or record it */

@@ -175,6 +175,35 @@ static void test_event_recorded_while_the_context_ends(void **state) {
   tpk_program_destroy(tpk_kernel_program(k));
 }
 
+/* Memory a buffer gave back is reused by the next buffer of its size
+ * class, zeroed again (tpk_buffer_create's promise), on both kinds of
+ * device; what is kept goes with the context (LeakSanitizer checks). */
+static void test_memory_reused_zeroed(void **state) {
+  (void)state;
+  static const int64_t SIZES[] = {1, 16, 100, 4096, 100000, (1 << 18) + 3};
+  enum { N = sizeof SIZES / sizeof *SIZES };
+  for (int kind = 0; kind < 2; kind++) {
+    TpkContext *ctx;
+    TpkDevice *dev;
+    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+    assert_int_equal(tpk_device_open(ctx, kind ? "sim:v5e" : "host", &dev), TPK_OK);
+    void *before[N] = {0};
+    for (int round = 0; round < 3; round++)
+      for (int i = 0; i < N; i++) {
+        TpkBuffer *b;
+        assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &SIZES[i], &b), TPK_OK);
+        float *v = tpk_buffer_data(b);
+        for (int64_t j = 0; j < SIZES[i]; j++)
+          if (v[j] != 0) fail_msg("round %d, %lld floats: element %lld is %g", round, (long long)SIZES[i], (long long)j, (double)v[j]);
+        if (round) assert_ptr_equal(v, before[i]); /* the block given back */
+        before[i] = v;
+        memset(v, 0xff, (size_t)SIZES[i] * sizeof *v);
+        tpk_buffer_destroy(b);
+      }
+    tpk_context_destroy(ctx);
+  }
+}
+
 /* Buffers and programs destroyed after their context, and a buffer never
  * destroyed: the context gives back their memory, and destroying them
  * afterwards touches nothing freed (before: a use-after-free). */
@@ -398,6 +427,7 @@ int main(void) {
       cmocka_unit_test(test_wrap_without_copying),
       cmocka_unit_test(test_wrap_refuses_what_it_cannot_use),
       cmocka_unit_test(test_views),
+      cmocka_unit_test(test_memory_reused_zeroed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
