@@ -88,7 +88,7 @@ typedef struct Node {
   int *readers; /* nodes reading its results */
   int nreaders, capreaders;
   bool live;
-  bool epilogue; /* computed inside a called kernel (an epilogue's member) */
+  bool in_call; /* computed inside a called kernel (a member of its epilogue or prologue) */
   Class cls;    /* at a cluster's root */
   int stamp;
   int slot;     /* at a root: its place in the driver, -1 before */
@@ -109,6 +109,18 @@ typedef struct Epilogue {
   TpkValue *exit; /* the one member result read outside: the kernel's output in y's place */
 } Epilogue;
 
+/* A prologue of a call: conversions of one of its `in` arguments u from a
+ * buffer x, read by nothing but the call; the called kernel takes x and
+ * converts each block it loads. */
+typedef struct Prologue {
+  int call;         /* the call's node */
+  int operand;      /* u is the call's operand `operand`, */
+  int param;        /* the callee's parameter `param` */
+  int *members;     /* the converts, from x to u */
+  int nmembers;
+  TpkValue *source; /* x */
+} Prologue;
+
 typedef struct Fuser {
   TpkFunc *f;
   TpkModule *m;
@@ -117,6 +129,8 @@ typedef struct Fuser {
   void *keep_ctx;
   Epilogue *epilogues;
   int nepilogues, capepilogues;
+  Prologue *prologues;
+  int nprologues, capprologues;
   TpkError *err;
   TpkStatus status; /* the first failure */
   TpkArena arena;
@@ -325,7 +339,7 @@ static int find(Fuser *F, int i) {
 }
 
 static bool mergeable(Fuser *F, int i) {
-  return F->nodes[i].live && !F->nodes[i].epilogue && role_of(F, F->nodes[i].op) == ROLE_NODE;
+  return F->nodes[i].live && !F->nodes[i].in_call && role_of(F, F->nodes[i].op) == ROLE_NODE;
 }
 
 /* Would merging clusters a and b close a cycle: a path from one to the
@@ -1001,7 +1015,7 @@ static bool find_epilogue(Fuser *F, int call, int result, int param) {
     ep->members[ep->nmembers++] = chain[j];
   }
   if (ok && ep) {
-    for (int j = 0; j < ep->nmembers; j++) F->nodes[ep->members[j]].epilogue = true;
+    for (int j = 0; j < ep->nmembers; j++) F->nodes[ep->members[j]].in_call = true;
     F->nepilogues++;
   }
   free(saved);
@@ -1011,9 +1025,69 @@ static bool find_epilogue(Fuser *F, int call, int result, int param) {
   return ok || oom(F);
 }
 
-/* Each call's results, in order, take their epilogues (TPK_FUSE_ALL),
- * before the nodes cluster: a member is computed in the called kernel and
- * joins no other cluster. */
+/* May the callee's `in` parameter take a converted argument's source
+ * instead? When the kernel only loads it (no DMA), each load without an
+ * `other` or with 0 (a conversion keeps 0, so the padding past a ragged
+ * edge is the same), or it is a scalar. */
+static bool loads_only(const TpkFunc *k, int param) {
+  const TpkParam *p = &k->params[param];
+  if (p->role != TPK_PARAM_IN) return false;
+  if (p->value->type->kind != TPK_TYPE_REF) return p->value->type->kind == TPK_TYPE_TENSOR;
+  for (const TpkUse *u = p->value->uses; u; u = u->next) {
+    const TpkAttr *other = tpk_op_attr(u->user, "other");
+    if (u->user->opcode != TPK_OP_LOAD || u->index != 0 ||
+        (other && (other->kind == TPK_ATTR_FLOAT ? other->f != 0 : other->i != 0)))
+      return false;
+  }
+  return true;
+}
+
+/* The prologue of the call's operand `operand` (the callee's parameter
+ * `param`): the conversions u is computed by, down to a buffer x, each
+ * read by the next alone (u by the call alone). false only when fusing
+ * failed (memory). */
+static bool find_prologue(Fuser *F, int call, int operand, int param) {
+  TpkValue *v = F->nodes[call].op->in[operand];
+  int chain[64], n = 0;
+  while (n < 64 && v->nuses == 1 && v->def && v->def->opcode == TPK_OP_CONVERT) {
+    int c = node_index(F, v->def);
+    if (c < 0 || !mergeable(F, c)) break;
+    chain[n++] = c;
+    v = v->def->in[0];
+  }
+  TpkValue *x = v;
+  if (!n || (x->def && role_of(F, strip_reshapes(F, x)->def) == ROLE_VIRTUAL)) return true;
+  int p = producer(F, strip_reshapes(F, x));
+  if (p >= 0 && find(F, p) == find(F, call)) return true;
+  Saved *saved = save_clusters(F);
+  if (!saved) return oom(F);
+  bool joined = true;
+  for (int j = n - 1; j >= 0 && joined; j--) joined = join_call(F, call, chain[j]);
+  if (!joined) restore_clusters(F, saved);
+  free(saved);
+  if (!joined) return true;
+  if (F->nprologues == F->capprologues) {
+    int cap = F->capprologues ? F->capprologues * 2 : 4;
+    Prologue *grown = tpk_arena_alloc(&F->arena, (size_t)cap * sizeof *grown);
+    if (!grown) return oom(F);
+    if (F->nprologues) memcpy(grown, F->prologues, (size_t)F->nprologues * sizeof *grown);
+    F->prologues = grown;
+    F->capprologues = cap;
+  }
+  Prologue *pr = &F->prologues[F->nprologues];
+  *pr = (Prologue){.call = call, .operand = operand, .param = param, .nmembers = n, .source = x};
+  if (!(pr->members = tpk_arena_alloc(&F->arena, (size_t)n * sizeof *pr->members))) return oom(F);
+  for (int j = 0; j < n; j++) {
+    pr->members[j] = chain[n - 1 - j];
+    F->nodes[chain[j]].in_call = true;
+  }
+  F->nprologues++;
+  return true;
+}
+
+/* Each call's results, in order, take their epilogues, and its arguments
+ * their prologues (TPK_FUSE_ALL), before the nodes cluster: a member is
+ * computed in the called kernel and joins no other cluster. */
 static bool fuse_calls(Fuser *F) {
   for (int c = 0; c < F->nnodes && F->status == TPK_OK; c++) {
     const TpkOp *op = F->nodes[c].op;
@@ -1024,6 +1098,11 @@ static bool fuse_calls(Fuser *F) {
       if (k->params[i].role == TPK_PARAM_IN) continue;
       if (stores_only(k, i) && !find_epilogue(F, c, r, i)) return false;
       r++;
+    }
+    for (int i = 0, a = 0; i < k->nparams && a < op->nin; i++) {
+      if (k->params[i].role == TPK_PARAM_OUT) continue;
+      if (loads_only(k, i) && !find_prologue(F, c, a, i)) return false;
+      a++;
     }
   }
   return F->status == TPK_OK;
@@ -1219,9 +1298,56 @@ static bool fuse_epilogue(CallKernel *C, const Epilogue *e) {
   return ok;
 }
 
-/* The call of node c with its epilogues: the callee cloned into a new
- * kernel, the epilogues computed at its stores, called in the call's place
- * with the side buffers as more arguments. */
+/* Prologue p in k: the parameter takes the source's dtype, and each block
+ * loaded from it (or the scalar it is) is converted as the graph did. */
+static bool fuse_prologue(CallKernel *C, const Prologue *p) {
+  Fuser *F = C->F;
+  TpkValue *A = C->k->params[p->param].value;
+  const TpkType *at = A->type;
+  A->type = at->kind == TPK_TYPE_REF ? tpk_type_ref(F->m, p->source->type->dtype, at->rank, at->dims, at->space)
+                                     : tpk_type_scalar(F->m, p->source->type->dtype);
+  int nuses = A->nuses;
+  TpkUse *uses = malloc((size_t)(nuses ? nuses : 1) * sizeof *uses);
+  if (!uses || !A->type) return free(uses), oom(F);
+  int n = 0;
+  for (const TpkUse *u = A->uses; u; u = u->next) uses[n++] = *u;
+  bool ok = true;
+  for (int i = 0; i < (at->kind == TPK_TYPE_REF ? nuses : 1) && ok; i++) {
+    TpkOp *ld = at->kind == TPK_TYPE_REF ? uses[i].user : NULL; /* a scalar converts once, first */
+    TpkBuilder b = {.m = F->m, .block = ld ? ld->parent : C->k->body, .before = ld ? ld : C->k->body->first};
+    TpkValue *v = A;
+    if (ld) {
+      b.loc = ld->loc;
+      const TpkType *t = ld->out[0].type, *lt = tpk_type_tensor(F->m, A->type->dtype, t->rank, t->dims);
+      TpkOp *nl = lt ? tpk_build(&b, TPK_OP_LOAD, ld->nin, ld->in, 1, &lt) : NULL;
+      if (!nl) return free(uses), oom(F);
+      tpk_op_set_index(F->m, nl, "index", tpk_op_index(ld, "index")); /* no `other`: 0 is 0 in every dtype */
+      nl->out[0].name = ld->out[0].name;
+      v = &nl->out[0];
+    }
+    for (int j = 0; j < p->nmembers && ok; j++) {
+      TpkOp *cv = F->nodes[p->members[j]].op;
+      const TpkType *t = tpk_type_tensor(F->m, cv->out[0].type->dtype, v->type->rank, v->type->dims);
+      TpkOp *c = t ? tpk_build(&b, TPK_OP_CONVERT, 1, &v, 1, &t) : NULL;
+      if (!c) ok = oom(F);
+      else c->loc = cv->loc, c->out[0].name = cv->out[0].name, v = &c->out[0];
+    }
+    if (!ok) break;
+    if (ld) {
+      tpk_func_replace_uses(C->k, &ld->out[0], v);
+      tpk_op_erase(ld);
+    } else {
+      for (int u = 0; u < nuses; u++) tpk_op_set_operand(uses[u].user, uses[u].index, v);
+    }
+  }
+  free(uses);
+  return ok;
+}
+
+/* The call of node c with its epilogues and prologues: the callee cloned
+ * into a new kernel, the epilogues computed at its stores, the prologues at
+ * its loads, called in the call's place with the side buffers as more
+ * arguments and the prologues' sources for the arguments they computed. */
 static bool driver_fused_call(Driver *D, int c, int *kname) {
   Fuser *F = D->F;
   TpkOp *call = F->nodes[c].op;
@@ -1242,6 +1368,11 @@ static bool driver_fused_call(Driver *D, int c, int *kname) {
       res[F->epilogues[i].result] = F->epilogues[i].exit;
       ok = fuse_epilogue(&C, &F->epilogues[i]);
     }
+  for (int i = 0; i < F->nprologues && ok; i++)
+    if (F->prologues[i].call == c) {
+      C.args.v[F->prologues[i].operand] = F->prologues[i].source;
+      ok = fuse_prologue(&C, &F->prologues[i]);
+    }
   ok = ok && driver_call(D, call, C.k->name, &C.args, call->nout, res);
   tpk_ptrmap_free(&C.params);
   return ok || (F->status == TPK_OK ? oom(F) : false);
@@ -1250,8 +1381,9 @@ static bool driver_fused_call(Driver *D, int c, int *kname) {
 /* Kernels the graph called that nothing calls now (an epilogue fused into
  * a clone of each) leave the module: nothing compiles them. */
 static void drop_fused_callees(Fuser *F) {
-  for (int i = 0; i < F->nepilogues; i++) {
-    TpkFunc *k = tpk_module_find(F->m, tpk_op_str(F->nodes[F->epilogues[i].call].op, "callee", ""));
+  for (int i = 0; i < F->nepilogues + F->nprologues; i++) {
+    int call = i < F->nepilogues ? F->epilogues[i].call : F->prologues[i - F->nepilogues].call;
+    TpkFunc *k = tpk_module_find(F->m, tpk_op_str(F->nodes[call].op, "callee", ""));
     bool called = false;
     for (int j = 0; k && j < F->m->nfuncs && !called; j++)
       for (const TpkOp *op = F->m->funcs[j]->body->first; op && !called; op = op->next)
@@ -1309,9 +1441,10 @@ static bool build_driver(Fuser *F) {
     }
     F->nodes[pick].slot = placed;
     TpkOp *op = F->nodes[pick].op;
-    bool epilogues = false;
-    for (int i = 0; i < F->nepilogues && !epilogues; i++) epilogues = F->epilogues[i].call == pick;
-    if (epilogues) {
+    bool folds = false; /* epilogues or prologues */
+    for (int i = 0; i < F->nepilogues && !folds; i++) folds = F->epilogues[i].call == pick;
+    for (int i = 0; i < F->nprologues && !folds; i++) folds = F->prologues[i].call == pick;
+    if (folds) {
       ok = driver_fused_call(&D, pick, &kname);
       continue;
     }

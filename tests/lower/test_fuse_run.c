@@ -348,7 +348,8 @@ static const Graph GRAPHS[] = {
      {5, 29, 70}, 0, 1},
     /* epilogues at stores of other patterns: a row at a time ("st") with a
      * bias row, a row scale [B,1], a residual, a scalar input, a cast to
-     * bf16; two range stores per row ("tr") with a residual */
+     * bf16; two range stores per row ("tr") with a residual; a prologue, a
+     * cast to bf16 folded into a kernel's ragged loads */
     {"call_patterns",
      "kernel @rowwise(%x: ref<f32[M,N]>, %y: out ref<f32[M,N]>) {\n"
      "  %0 = sym {name=\"M\"} : i32\n"
@@ -376,7 +377,20 @@ static const Graph GRAPHS[] = {
      "    store %y, %i, %2, %4 {index=\"tr\", mode=\"set\"}\n"
      "  }\n"
      "}\n"
-     "func @call_patterns(%x: f32[B,H], %bias: f32[H], %scale: f32[B,1], %res: f32[B,H], %s: f32, %z: f32[B,16]) -> (bf16[B,H], f32[B,16]) {\n"
+     "kernel @bf16rows(%x: ref<bf16[M,N]>, %y: out ref<f32[M,N]>) {\n"
+     "  %0 = sym {name=\"M\"} : i32\n"
+     "  %1 = const {value=0} : i32\n"
+     "  %2 = const {value=8} : i32\n"
+     "  %3 = cdiv %0, %2 : i32\n"
+     "  grid %1, %3 {\n"
+     "  ^(%i: tile<8>):\n"
+     "    %4 = load %x, %i {index=\"t:\"} : bf16[8,N]\n"
+     "    %5 = convert %4 : f32[8,N]\n"
+     "    %6 = exp %5 : f32[8,N]\n"
+     "    store %y, %i, %6 {index=\"t:\", mode=\"set\"}\n"
+     "  }\n"
+     "}\n"
+     "func @call_patterns(%x: f32[B,H], %bias: f32[H], %scale: f32[B,1], %res: f32[B,H], %s: f32, %z: f32[B,16]) -> (bf16[B,H], f32[B,16], f32[B,H]) {\n"
      "  %y = call %x {callee=\"rowwise\"} : f32[B,H]\n"
      "  %bb = broadcast %bias : f32[B,H]\n"
      "  %a = add %y, %bb : f32[B,H]\n"
@@ -388,9 +402,11 @@ static const Graph GRAPHS[] = {
      "  %e = convert %d : bf16[B,H]\n"
      "  %u = call %z {callee=\"halves\"} : f32[B,16]\n"
      "  %v = sub %u, %z : f32[B,16]\n"
-     "  return %e, %v\n"
+     "  %rb = convert %res : bf16[B,H]\n"
+     "  %q = call %rb {callee=\"bf16rows\"} : f32[B,H]\n"
+     "  return %e, %v, %q\n"
      "}\n",
-     {3, 17, 40}, 0, 2},
+     {3, 17, 40}, 0, 3},
 };
 
 /* ---- tensors and symbols ----------------------------------------------------------- */
