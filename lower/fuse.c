@@ -60,9 +60,20 @@
  * multi-output clusters when a producer's consumers all join it.
  * TPK_FUSE_NONE makes one cluster per node.
  *
+ * Calls take their epilogues and prologues first (TPK_FUSE_ALL, "epilogues
+ * of calls" below, lower/README.md): elementwise chains reading only one
+ * of a call's results (beside it constants and whole or broadcast buffers),
+ * their intermediates read by nobody else, and conversions of an argument
+ * only the call reads, join the call's cluster; the driver calls a clone of
+ * the callee whose stores of that result store the chain's value (whose
+ * loads convert). Where a stored element may not be final (a `+=` store,
+ * the output read back, an `out zero`) the call stays as it is, and so do
+ * the callees the caller says to keep (the runtime: the standard library's).
+ *
  * The driver lists, in a topological order of clusters and calls (ties by
  * program order): `reshape` views where a cluster or call reads one, the
- * `call`s, and the `return`.
+ * `call`s, and the `return`. A kernel the graph called that nothing calls
+ * any more (its calls took epilogues) leaves the module.
  */
 #include "lower/lower.h"
 
