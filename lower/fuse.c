@@ -61,7 +61,7 @@
  * TPK_FUSE_NONE makes one cluster per node.
  *
  * Calls take their epilogues and prologues first (TPK_FUSE_ALL, "epilogues
- * of calls" below, lower/README.md): elementwise chains reading only one
+ * of calls" below; lower/README.md): elementwise chains reading only one
  * of a call's results (beside it constants and whole or broadcast buffers),
  * their intermediates read by nobody else, and conversions of an argument
  * only the call reads, join the call's cluster; the driver calls a clone of
@@ -110,7 +110,7 @@ typedef struct Node {
 /* An epilogue of a call: elementwise nodes after it that read one of its
  * results y, and beside y only buffers (whole, or broadcast) and constants;
  * they become part of the called kernel, computed at each store of y on the
- * block stored (lower/README.md, "Epilogues of calls"). */
+ * block stored (lower/README.md, "Epilogues and prologues of calls"). */
 typedef struct Epilogue {
   int call;       /* the call's node */
   int result;     /* y is the call's result `result`, */
@@ -976,8 +976,8 @@ static bool find_epilogue(Fuser *F, int call, int result, int param) {
     chain[n++] = i;
     ok = tpk_ptrmap_put(&in_chain, &op->out[0], NULL);
   }
-  int exit = -1;
-  for (int e = n - 1; ok && e >= 0 && exit < 0; e--) {
+  int chosen = -1;
+  for (int e = n - 1; ok && e >= 0 && chosen < 0; e--) {
     memset(mark, 0, (size_t)F->nnodes);
     mark[chain[e]] = 1; /* e, and what it is computed from */
     for (int j = e; j >= 0; j--) {
@@ -996,27 +996,27 @@ static bool find_epilogue(Fuser *F, int call, int result, int param) {
         closed = (user >= 0 && mark[user]) || dead_use(F, u->user);
       }
     }
-    if (closed) exit = e;
+    if (closed) chosen = e;
   }
   if (ok) restore_clusters(F, saved);
   int members = 0;
-  for (int j = 0; exit >= 0 && j <= exit; j++) members += mark[chain[j]];
+  for (int j = 0; chosen >= 0 && j <= chosen; j++) members += mark[chain[j]];
   Epilogue *ep = NULL;
-  if (ok && exit >= 0 && F->nepilogues == F->capepilogues) {
+  if (ok && chosen >= 0 && F->nepilogues == F->capepilogues) {
     int cap = F->capepilogues ? F->capepilogues * 2 : 4;
     Epilogue *grown = tpk_arena_alloc(&F->arena, (size_t)cap * sizeof *grown);
     if (grown && F->nepilogues) memcpy(grown, F->epilogues, (size_t)F->nepilogues * sizeof *grown);
     if (grown) F->epilogues = grown, F->capepilogues = cap;
     ok = grown != NULL;
   }
-  if (ok && exit >= 0) {
+  if (ok && chosen >= 0) {
     ep = &F->epilogues[F->nepilogues];
-    *ep = (Epilogue){.call = call, .result = result, .param = param, .exit = &F->nodes[chain[exit]].op->out[0]};
+    *ep = (Epilogue){.call = call, .result = result, .param = param, .exit = &F->nodes[chain[chosen]].op->out[0]};
     ok = (ep->members = tpk_arena_alloc(&F->arena, (size_t)members * sizeof *ep->members)) != NULL;
   }
   /* the members join again: a part of an acyclic cluster is acyclic, but
    * the walk is cheap and a wrong cluster would be a wrong program */
-  for (int j = 0; ok && ep && j <= exit; j++) {
+  for (int j = 0; ok && ep && j <= chosen; j++) {
     if (!mark[chain[j]]) continue;
     if (!join_call(F, call, chain[j])) {
       restore_clusters(F, saved);
@@ -1301,8 +1301,8 @@ static bool fuse_epilogue(CallKernel *C, const Epilogue *e) {
       if (ok && (!c || !tpk_op_copy_attrs(F->m, c, op) || !tpk_ptrmap_put(&memo, &op->out[0], &c->out[0]))) ok = oom(F);
       if (ok) c->out[0].name = op->out[0].name;
     }
-    void *exit;
-    if (ok && tpk_ptrmap_get(&memo, e->exit, &exit)) tpk_op_set_operand(st, st->nin - 1, exit);
+    void *value;
+    if (ok && tpk_ptrmap_get(&memo, e->exit, &value)) tpk_op_set_operand(st, st->nin - 1, value);
     tpk_ptrmap_free(&memo);
   }
   free(stores);
