@@ -42,7 +42,7 @@
 #include "tpk.h"
 
 enum {
-  MAX_PARAMS = 64,  /* parameters of a kernel launched from Python */
+  SMALL_PARAMS = 64, /* parameters a launch keeps on the stack; more go to the heap */
   MAX_SYMBOLS = 64, /* shape symbols, and tunables, of one kernel */
 };
 
@@ -211,7 +211,7 @@ typedef struct KernelObject {
   PyObject *last_report; /* of the latest call through kernel(...) on any thread, or NULL */
   PyObject *weakrefs;
   int nparams, nsymbols, ntunables;
-  ParamInfo param[MAX_PARAMS];
+  ParamInfo *param; /* nparams */
   const char *symbol[MAX_SYMBOLS];  /* the kernel's strings */
   const char *tunable[MAX_SYMBOLS];
 } KernelObject;
@@ -293,14 +293,18 @@ static PyObject *names_where(KernelObject *K, bool outputs) {
  * standard kernel). */
 static PyObject *kernel_new(TpkKernel *k, const char *name, PyObject *owner) {
   int n = tpk_kernel_param_count(k), nsym = tpk_kernel_symbol_count(k), ntune = tpk_kernel_tunable_count(k);
-  if (n > MAX_PARAMS || nsym > MAX_SYMBOLS || ntune > MAX_SYMBOLS) {
-    PyErr_Format(TpkError, "kernel '%s' has %d parameters, %d shape symbols and %d tunables; Python launches kernels of up to %d of each",
-                 name, n, nsym, ntune, MAX_PARAMS);
+  if (nsym > MAX_SYMBOLS || ntune > MAX_SYMBOLS) {
+    PyErr_Format(TpkError, "kernel '%s' has %d shape symbols and %d tunables; Python launches kernels of up to %d of each", name,
+                 nsym, ntune, MAX_SYMBOLS);
     return NULL;
   }
   KernelObject *K = (KernelObject *)KernelType.tp_alloc(&KernelType, 0); /* zeroed */
   if (!K) return NULL;
   K->k = k;
+  if (!(K->param = PyMem_Calloc((size_t)n + 1, sizeof *K->param))) {
+    Py_DECREF(K);
+    return PyErr_NoMemory();
+  }
   if (!(K->name = PyUnicode_FromString(name))) goto fail;
   K->owner = Py_XNewRef(owner);
   K->nparams = n;
@@ -337,10 +341,11 @@ fail:
 
 static void kernel_dealloc(KernelObject *K) {
   if (K->weakrefs) PyObject_ClearWeakRefs((PyObject *)K);
-  for (int i = 0; i < K->nparams; i++) {
+  for (int i = 0; K->param && i < K->nparams; i++) {
     Py_XDECREF(K->param[i].name);
     Py_XDECREF(K->param[i].type_text);
   }
+  PyMem_Free(K->param);
   Py_XDECREF(K->name);
   Py_XDECREF(K->params);
   Py_XDECREF(K->inputs);
@@ -504,18 +509,41 @@ typedef struct Launch {
   PyObject *device; /* its name */
   TpkDevice *dev;
   bool convert;
-  Arg arg[MAX_PARAMS];
-  TpkBuffer *bufs[MAX_PARAMS];
-  double scalars[MAX_PARAMS];
+  Arg *arg; /* per parameter: the stack's below, or the heap's for a kernel with more */
+  TpkBuffer **bufs;
+  double *scalars;
+  Arg small_arg[SMALL_PARAMS];
+  TpkBuffer *small_bufs[SMALL_PARAMS];
+  double small_scalars[SMALL_PARAMS];
   TpkNamedInt syms[MAX_SYMBOLS], tunes[MAX_SYMBOLS];
   int nsyms, ntunes;
 } Launch;
 
-static void launch_init(Launch *L, KernelObject *K) {
+/* False (MemoryError set) when a large kernel's arrays do not fit; then
+ * launch_release still may be called. */
+static bool launch_init(Launch *L, KernelObject *K) {
   L->kernel = K;
   L->device = NULL;
   L->convert = false;
   L->nsyms = L->ntunes = 0;
+  L->arg = L->small_arg;
+  L->bufs = L->small_bufs;
+  L->scalars = L->small_scalars;
+  if (K->nparams > SMALL_PARAMS) {
+    L->arg = PyMem_Calloc((size_t)K->nparams, sizeof *L->arg);
+    L->bufs = PyMem_Calloc((size_t)K->nparams, sizeof *L->bufs);
+    L->scalars = PyMem_Calloc((size_t)K->nparams, sizeof *L->scalars);
+    if (!L->arg || !L->bufs || !L->scalars) {
+      PyMem_Free(L->arg);
+      PyMem_Free(L->bufs);
+      PyMem_Free(L->scalars);
+      L->arg = NULL; /* nothing to release */
+      L->bufs = NULL;
+      L->scalars = NULL;
+      PyErr_NoMemory();
+      return false;
+    }
+  }
   for (int i = 0; i < K->nparams; i++) {
     L->arg[i].obj = L->arg[i].caller = NULL;
     L->arg[i].view.obj = NULL;
@@ -524,6 +552,7 @@ static void launch_init(Launch *L, KernelObject *K) {
     L->bufs[i] = NULL;
     L->scalars[i] = 0;
   }
+  return true;
 }
 
 static void arg_release(Arg *a) {
@@ -537,7 +566,12 @@ static void arg_release(Arg *a) {
 }
 
 static void launch_release(Launch *L) {
-  for (int i = 0; i < L->kernel->nparams; i++) arg_release(&L->arg[i]);
+  for (int i = 0; L->arg && i < L->kernel->nparams; i++) arg_release(&L->arg[i]);
+  if (L->arg != L->small_arg) {
+    PyMem_Free(L->arg);
+    PyMem_Free(L->bufs);
+    PyMem_Free(L->scalars);
+  }
   Py_CLEAR(L->device);
 }
 
@@ -879,7 +913,7 @@ static PyObject *kernel_launch(KernelObject *K, PyObject *const *args, Py_ssize_
   if (!seq) return NULL;
   PyObject *report = NULL;
   Launch L;
-  launch_init(&L, K);
+  if (!launch_init(&L, K)) goto done;
   if (PySequence_Fast_GET_SIZE(seq) != K->nparams) {
     PyObject *sep = PyUnicode_FromString(", "), *list = sep ? PyUnicode_Join(sep, K->inputs) : NULL;
     PyObject *outs = sep ? PyUnicode_Join(sep, K->outputs) : NULL;
@@ -965,8 +999,19 @@ static int allocate_output(Launch *L, int i) {
  * the NumPy call. Arguments bind to parameters in declaration order (inputs,
  * then outputs) or by name; outputs not given are allocated. Returns the
  * outputs: None, one array, or a tuple. */
+static PyObject *kernel_call_given(KernelObject *K, PyObject *args, PyObject *kwargs, PyObject **given);
+
 static PyObject *kernel_call(KernelObject *K, PyObject *args, PyObject *kwargs) {
-  PyObject *given[MAX_PARAMS] = {NULL}, *device = NULL, *tune = NULL, *syms = NULL;
+  PyObject *small[SMALL_PARAMS] = {NULL}, **given = small;
+  if (K->nparams > SMALL_PARAMS && !(given = PyMem_Calloc((size_t)K->nparams, sizeof *given))) return PyErr_NoMemory();
+  PyObject *outputs = kernel_call_given(K, args, kwargs, given);
+  if (given != small) PyMem_Free(given);
+  return outputs;
+}
+
+/* kernel_call with given[] zeroed, one slot per parameter. */
+static PyObject *kernel_call_given(KernelObject *K, PyObject *args, PyObject *kwargs, PyObject **given) {
+  PyObject *device = NULL, *tune = NULL, *syms = NULL;
   int convert = 0;
   Py_ssize_t npos = PyTuple_GET_SIZE(args);
   if (npos > K->nparams)
@@ -1011,7 +1056,7 @@ static PyObject *kernel_call(KernelObject *K, PyObject *args, PyObject *kwargs) 
 
   PyObject *outputs = NULL;
   Launch L;
-  launch_init(&L, K);
+  if (!launch_init(&L, K)) goto done;
   L.convert = convert;
   if (!launch_device(&L, device)) goto done;
   for (int i = 0; i < K->nparams; i++) {
