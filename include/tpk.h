@@ -112,7 +112,8 @@ const char *tpk_last_error(void);
  *   TPK_HOST_THREADS=N     threads a launch on the host may use
  *   TPK_GENERIC=1          compile each kernel once for every shape, not per shape
  *   TPK_AOT=0              compile the standard kernels too (debugging tpk)
- *   TPK_DUMP_IR=1          log the IR of every graph compiled (tpk_context_set_log)
+ *   TPK_DUMP_IR=1          log the IR of every graph compiled (tpk_context_set_log);
+ *                          graphs and windows are then compiled, not loaded from disk
  *   TPK_EAGER=debug|strict|fused   the eager streams' mode (see Eager streams)
  *   TPK_CACHE_UNITS=N      compiled units kept in memory (see The compilation cache) */
 TpkStatus tpk_context_create(TpkContext **out);

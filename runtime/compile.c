@@ -93,6 +93,9 @@ bool tpk_program_save(const TpkProgram *p, TpkStr *out) {
 }
 
 TpkProgram *tpk_program_restore(TpkContext *ctx, const char *bytes, size_t len) {
+  /* TPK_DUMP_IR promises the log each graph before and after fusion: the
+   * graph is compiled again, not taken from the folder */
+  if (tpk_context_dumps_ir(ctx)) return NULL;
   int driver, at = 0;
   if (sscanf(bytes, "tpk graph %d\n%n", &driver, &at) != 1 || at <= 0 || (size_t)at > len) return NULL;
   TpkError err = {0};
@@ -102,7 +105,6 @@ TpkProgram *tpk_program_restore(TpkContext *ctx, const char *bytes, size_t len) 
     tpk_module_free(m);
     return NULL;
   }
-  if (tpk_context_dumps_ir(ctx)) dump(ctx, "graph, from the cache folder: the driver and its clusters", m);
   TpkProgram *p;
   return tpk_program_from_driver(ctx, m, m->funcs[driver], &p) == TPK_OK ? p : NULL;
 }

@@ -736,6 +736,53 @@ static void test_two_processes_build_windows_at_once(void **state) {
   free(dir);
 }
 
+static void log_to(void *user, const char *text) { tpk_str_puts(user, text); }
+
+/* The graph compiled in a context of the folder dir (TPK_TIER=cc), its
+ * log in *log when dumps is set; returns how many graphs it loaded. */
+static int64_t graph_loads(const char *dir, bool dumps, TpkStr *log) {
+  setenv("TPK_CACHE_DIR", dir, 1);
+  setenv("TPK_TIER", "cc", 1);
+  if (dumps) setenv("TPK_DUMP_IR", "1", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_DUMP_IR");
+  tpk_context_set_log(ctx, log_to, log);
+  TpkGraph *g;
+  TpkProgram *p;
+  int x, y, n;
+  assert_int_equal(tpk_graph_create(ctx, "logged", &g), TPK_OK);
+  assert_int_equal(tpk_graph_input(g, TPK_F32, 1, (const char *[]){"N"}, &x), TPK_OK);
+  assert_int_equal(tpk_graph_op(g, "exp", (TpkArg[]){tpk_arg_value(x)}, 1, &y, 1, &n), TPK_OK);
+  assert_int_equal(tpk_graph_output(g, y), TPK_OK);
+  assert_int_equal(tpk_graph_compile(g, &p), TPK_OK);
+  TpkCacheStats s;
+  stats(ctx, &s);
+  tpk_program_destroy(p);
+  tpk_graph_destroy(g);
+  tpk_context_destroy(ctx);
+  return s.unit_loads[TPK_UNIT_GRAPH];
+}
+
+/* TPK_DUMP_IR=1 logs every graph before and after fusion, so a context
+ * that dumps compiles a graph the folder has instead of loading it. */
+static void test_dumps_compile_what_the_folder_has(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-units");
+  TpkStr log = {0};
+  assert_int_equal(graph_loads(dir, false, &log), 0);
+  assert_int_equal(graph_loads(dir, true, &log), 0);
+  assert_non_null(log.data);
+  assert_contains(log.data, "// graph, before fusion\n");
+  assert_contains(log.data, "// graph, fused: the driver and its clusters\n");
+  assert_int_equal(graph_loads(dir, false, &log), 1);
+  tpk_str_free(&log);
+  test_remove_tree(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_loads_compile_once),
@@ -753,6 +800,7 @@ int main(void) {
       cmocka_unit_test(test_damaged_unit_is_rebuilt),
       cmocka_unit_test(test_entries_of_another_key_are_refused),
       cmocka_unit_test(test_two_processes_build_windows_at_once),
+      cmocka_unit_test(test_dumps_compile_what_the_folder_has),
   };
   return test_run_tests(tests);
 }
