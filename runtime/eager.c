@@ -399,7 +399,7 @@ static Hint *hint_first(const Hints *h, const Key *k) {
 /* Are k's sizes the forms of one of its structure's hints already? */
 static bool hints_have(const Hints *h, const Key *k) {
   for (const Hint *e = hint_first(h, k); e; e = e->next)
-    if (e->n == k->nsizes && memcmp(e->sizes, k->sizes, sizeof *e->sizes * (size_t)e->n) == 0) return true;
+    if (e->n == k->nsizes && (!e->n || memcmp(e->sizes, k->sizes, sizeof *e->sizes * (size_t)e->n) == 0)) return true;
   return false;
 }
 
@@ -423,7 +423,7 @@ static void hint_keep(Hints *h, const Key *k) {
   if (!e) return; /* no hint: keys by value */
   e->structure = k->structure;
   e->n = k->nsizes;
-  memcpy(e->sizes, k->sizes, sizeof *e->sizes * (size_t)k->nsizes);
+  if (k->nsizes) memcpy(e->sizes, k->sizes, sizeof *e->sizes * (size_t)k->nsizes); /* none: k->sizes is NULL */
   void *old = NULL;
   bool had = tpk_ptrmap_get(&h->map, hint_slot(k->structure), &old);
   if (!had && h->map.count >= MAX_HINTS) hints_free(h);
