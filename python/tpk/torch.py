@@ -37,7 +37,7 @@ import torch
 
 import tpk
 
-__all__ = ["load", "load_source", "last_report", "std", "Ops"]
+__all__ = ["load", "load_source", "last_report", "std", "Ops", "compile_report", "clear_compile_report"]
 
 DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -512,6 +512,13 @@ def load_source(text, namespace, name="<source>"):
 
 
 _std = None
+
+# torch.compile(model, backend="tpk"): tpk/backend.py
+from tpk import backend as _backend  # noqa: E402
+
+_backend.register()
+compile_report = _backend.compile_report
+clear_compile_report = _backend.clear_compile_report
 
 
 def __getattr__(name):
