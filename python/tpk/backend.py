@@ -553,13 +553,21 @@ def _partitioned(gm, name, kind, device, refused):
         values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
         compiled.append((node, Translation(sub, values, f"{name}_p{i}")))  # Unsupported: its node's name is gm's
     for node, t in compiled:
-        graph_fn = _compile_translation(t, kind, device, fallback)
-        fused.delete_submodule(node.target)
-        node.op, node.target = "call_function", graph_fn
-    fused.graph.lint()
+        setattr(fused, node.target, _Part(_compile_translation(t, kind, device, fallback)))
     fused.recompile()
     _warn_fallback(fallback)
     return _Unboxed(fused)
+
+
+class _Part(torch.nn.Module):
+    """A tpk part of a partitioned graph, where its submodule was."""
+
+    def __init__(self, graph):
+        super().__init__()
+        self.graph = graph
+
+    def forward(self, *args):
+        return self.graph(*args)
 
 
 class _Unboxed:
