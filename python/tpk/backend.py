@@ -43,6 +43,7 @@ import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -69,7 +70,17 @@ def decompositions():
 DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int64: "i32", torch.int32: "i32",
           torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8", torch.bool: "bool"}
 DROPPED = (torch.device, torch.layout, torch.memory_format)  # tpk has one of each
+# int64 tensors are i32 in tpk's graphs: indices, targets, positions and
+# counts, whose values fit. Ops that could take int64 values past i32 (int64
+# in, int64 out) run in PyTorch.
+INT64_GROWING = {"add", "sub", "rsub", "mul", "sum", "prod", "pow", "cumsum", "cumprod", "mm", "bmm", "addmm", "neg",
+                 "abs", "square", "addcmul", "scatter_add", "index_add", "lerp", "mean"}
 I32 = (-2 ** 31, 2 ** 31 - 1)
+
+
+# ATen ops that are others of the vocabulary for a graph: a fresh copy of a
+# constant (torch.tensor(...) in a model) is a clone
+ALIASES = {torch.ops.aten.lift_fresh_copy.default: "aten::clone"}
 
 
 class FallbackWarning(UserWarning):
@@ -183,7 +194,7 @@ def unsupported_reason(node):
             return "a tpk op with inout parameters"
         if custom.extra:
             return f"its output size needs {', '.join(custom.extra)}, which a graph call cannot give"
-    elif target.namespace != "aten" or not _C.graph_op_known(name):
+    elif target.namespace != "aten" or not _C.graph_op_known(ALIASES.get(target, name)):
         return "not in tpk's graph vocabulary"
     for v in itertools.chain(_tensors_of(node.meta.get("val")),
                              *(_tensors_of(a.meta.get("val")) for a in node.all_input_nodes)):
@@ -192,7 +203,14 @@ def unsupported_reason(node):
     for a in itertools.chain(node.args, node.kwargs.values()):
         if isinstance(a, torch.dtype) and a not in DTYPES:
             return f"tpk has no {str(a).replace('torch.', '')}"
+    if target.namespace == "aten" and target._opname.rstrip("_") in INT64_GROWING and _has_int64(node.meta.get("val")) \
+            and any(_has_int64(a.meta.get("val")) for a in node.all_input_nodes):
+        return "int64 arithmetic (tpk computes int64 tensors as i32)"
     return None
+
+
+def _has_int64(value):
+    return any(t.dtype == torch.int64 for t in _tensors_of(value))
 
 
 def op_label(node):
@@ -215,6 +233,7 @@ class Translation:
         env = {}
         self.inputs = []      # (placeholder position, torch dtype) of each graph input, in order
         self.sym_inputs = {}  # symbol -> placeholder position of a SymInt input that is just that symbol
+        self.constants = []   # tensors of get_attr nodes: the graph's inputs after the placeholders'
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(example_values):
             raise Unsupported(f"{len(placeholders)} placeholders but {len(example_values)} example inputs")
@@ -242,9 +261,26 @@ class Translation:
                     raise Unsupported(getattr(e, "reason", str(e)), node) from e
             elif node.op == "output":
                 out_node = node
+            elif node.op == "get_attr":  # a constant tensor of the graph: an input, given at every call
+                env[node] = self._constant(node)
             elif node.op != "placeholder":
                 raise Unsupported(f"a {node.op} node ({node.target})")
         self._outputs(out_node, env, placeholders)
+
+    def _constant(self, node):
+        value = self.gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor) or value.dtype not in DTYPES:
+            raise Unsupported(f"the constant {node.target} is {getattr(value, 'dtype', type(value).__name__)}", node)
+        with unset_fake_temporarily():  # compilers run under the tracing's fake mode; the constant is real
+            value = value.detach()
+            if value.dtype == torch.int64:
+                if value.numel() and not (I32[0] <= int(value.min()) and int(value.max()) <= I32[1]):
+                    raise Unsupported(f"the constant {node.target} has values outside i32", node)
+                value = value.to(torch.int32)
+            self.constants.append(value.contiguous())
+        return self.graph.input(DTYPES[value.dtype], list(value.shape))
 
     def _arg(self, a, env):
         if isinstance(a, torch.fx.Node):
@@ -270,7 +306,7 @@ class Translation:
         custom = tpk_op(node.target)
         if custom is not None:
             return self.graph.call(custom.kernel, *args, **kwargs)
-        return self.graph.op(str(node.target), *args, **kwargs)
+        return self.graph.op(ALIASES.get(node.target, str(node.target)), *args, **kwargs)
 
     def _outputs(self, out_node, env, placeholders):
         """Each FX output: a graph output (its position among the kernel's
@@ -331,6 +367,7 @@ class CompiledGraph:
         self.eager_runs = 0  # calls run in PyTorch (an int64 input outside i32)
         self._gm = t.gm
         self._inputs = t.inputs
+        self._constants = t.constants
         self._outputs = t.outputs
         self._out_specs = t.out_specs
         self._single = t.single
@@ -368,6 +405,7 @@ class CompiledGraph:
             elif not t.is_contiguous():
                 t = t.contiguous()
             launch.append(t)
+        launch += self._constants
         syms = self._syms(args) if self._needs_syms else None
         outs = []
         for shape, dtype, _ in self._out_specs:
