@@ -1520,6 +1520,18 @@ static PyObject *graph_ops(PyObject *module, PyObject *unused) {
   return t;
 }
 
+/* wait_compiles(): tpk_context_wait_compiles, the GIL released (benchmarks:
+ * the background cc builds done, later launches run their code). */
+static PyObject *wait_compiles(PyObject *module, PyObject *unused) {
+  (void)module, (void)unused;
+  TpkContext *ctx = context();
+  if (!ctx) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  tpk_context_wait_compiles(ctx);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 /* graph_op_known(name) -> bool: tpk_graph_op_known */
 static PyObject *graph_op_known(PyObject *module, PyObject *name) {
   (void)module;
@@ -1834,6 +1846,8 @@ static PyMethodDef MODULE_METHODS[] = {
     {"graph_ops", graph_ops, METH_NOARGS, "the ATen ops graphs know (tpk_graph_op_name), in table order"},
     {"graph_op_known", graph_op_known, METH_O,
      "graph_op_known(name) -> bool: whether graphs know the op, overload included ('aten::add.Tensor'; tpk_graph_op_known)"},
+    {"wait_compiles", wait_compiles, METH_NOARGS,
+     "wait_compiles(): block until the background (cc -O3) compiles of every kernel launched so far are done"},
     {"cache_stats", cache_stats, METH_NOARGS,
      "cache_stats() -> dict: the compilation cache (tpk_cache_stats) and the compiler runs of the process's context"},
     {NULL},

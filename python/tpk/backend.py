@@ -31,10 +31,12 @@ cache) and launched as one kernel on the tensors' own memory.
   targets). Inputs are converted with a range check (values outside i32:
   that call runs the graph in PyTorch instead), outputs widened back.
 """
+import functools
 import itertools
 import operator
 import sys
 import threading
+import time
 import warnings
 
 import sympy
@@ -42,7 +44,7 @@ import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch._functorch.partitioners import default_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -60,8 +62,10 @@ KEEP_WHOLE = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attenti
               "_scaled_dot_product_attention_math")
 
 
+@functools.lru_cache(maxsize=None)
 def decompositions():
-    """core_aten_decompositions() minus the entries of KEEP_WHOLE."""
+    """core_aten_decompositions() minus the entries of KEEP_WHOLE (made
+    once: a third of a second)."""
     return {op: fn for op, fn in core_aten_decompositions().items()
             if op.name().split("::")[-1].split(".")[0] not in KEEP_WHOLE}
 
@@ -227,6 +231,7 @@ class Translation:
     output comes from."""
 
     def __init__(self, gm, example_values, name):
+        start = time.perf_counter()
         self.gm = gm
         self.name = name
         g = self.graph = _C.Graph(name)
@@ -266,6 +271,7 @@ class Translation:
             elif node.op != "placeholder":
                 raise Unsupported(f"a {node.op} node ({node.target})")
         self._outputs(out_node, env, placeholders)
+        self.seconds = time.perf_counter() - start
 
     def _constant(self, node):
         value = self.gm
@@ -353,6 +359,8 @@ class CompiledGraph:
                  each call's tpk.current_device()
     fallback     {op: reason} of its FX graph's ops that run in PyTorch
     calls        how many times it has run
+    compile_seconds  what building and compiling it took (tpk's part of the
+                 compile: Dynamo's and AOTAutograd's tracing come before)
     last_report  the tpk.Report of its latest run: on a sim:<chip> device the
                  simulated `seconds`, `flops`, utilisations, ... (None before one)
     """
@@ -519,8 +527,10 @@ def _warn_fallback(fallback):
 
 
 def _compile_translation(t, kind, device, fallback):
+    start = time.perf_counter()
     kernel = t.graph.compile()
     graph = CompiledGraph(t, kernel, kind, device, fallback)
+    graph.compile_seconds = t.seconds + time.perf_counter() - start
     with _lock:
         _graphs.append(graph)
     return graph
@@ -648,7 +658,7 @@ def backend(gm, example_inputs, options=None):
 
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                         inference_compiler=compiler("inference"), decompositions=decompositions(),
-                        partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
+                        partition_fn=default_partition)(gm, example_inputs)
 
 
 def register():
