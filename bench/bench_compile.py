@@ -12,12 +12,16 @@ Two models, one training step each (forward + backward, no optimizer):
 - compile time, cold and warm cache: the wall time of the first step
   (Dynamo's capture, AOTAutograd and the backend's compile, then the step),
   tpk against Inductor. Cold: a new process with an empty cache folder
-  (TPK_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR); warm: another new process on the
-  folder the cold one filled. Beside it, tpk's own part of the cold compile
-  (translating and compiling its graphs: CompiledGraph.compile_seconds).
-- steady-state step time: the median of 30 steps after 5 (tpk: after the
-  background cc builds landed), tpk against eager and against Inductor, one
-  thread (torch.set_num_threads(1) and TPK_HOST_THREADS=1) and all threads.
+  (TPK_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR), one per compiler; warm: a new
+  process on the folders the cold ones filled (tpk's: with the cc builds of
+  its hot clusters), tpk first, then Inductor. Beside it, tpk's own part of
+  the cold compile (translating and compiling its graphs:
+  CompiledGraph.compile_seconds) and the compiler runs of the warm one.
+- steady-state step time: in the warm process, the median of 30 steps after
+  5 (tpk: after the background cc builds landed), tpk, Inductor and eager
+  taking their steps in turn, so that the machine's load falls on all three;
+  one thread (torch.set_num_threads(1) and TPK_HOST_THREADS=1) and all
+  threads.
 - the step on a simulated v5e: its simulated time and the MXU's utilisation
   (forward and backward, weighted by time), for the record.
 
@@ -26,6 +30,7 @@ tpk reads TPK_HOST_THREADS when its context is created) runs this file
 again as a worker (--worker JSON). ratio = the other's time / tpk's: > 1
 means tpk was faster.
 """
+import copy
 import json
 import os
 import statistics
@@ -86,56 +91,64 @@ def step(fn, args):
     fn(*args).backward()
 
 
-def steady_ms(fn, args, settle=None):
-    for _ in range(WARMUP):
-        step(fn, args)
-    if settle:
-        settle()
-    times = []
+def first_step(fn, args):
+    t = time.perf_counter()
+    step(fn, args)
+    return time.perf_counter() - t
+
+
+def interleaved_ms(fns, args):
+    """The median step time of each of fns ({name: fn}), their steps taken
+    in turn so that a change of the machine's load falls on all of them."""
+    for fn in fns.values():
+        for _ in range(WARMUP):
+            step(fn, args)
+    times = {name: [] for name in fns}
     for _ in range(STEPS):
-        t = time.perf_counter()
-        step(fn, args)
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            step(fn, args)
+            times[name].append((time.perf_counter() - t) * 1e3)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def worker(job):
     """One process's measurements; returns a dict."""
     import torch
-    torch.set_num_threads(job["threads"])
+    threads = job["threads"]
+    torch.set_num_threads(threads)
     make_model, make_args = models()[job["model"]]
     torch.manual_seed(0)
     model, args = make_model(), make_args()
     out = {}
-    if job["backend"] == "tpk":
-        import tpk
-        import tpk.torch
-        fn = torch.compile(model, backend="tpk")
-        t = time.perf_counter()
+    if job["kind"] == "inductor cold":
+        out["inductor_first_s"] = first_step(torch.compile(model, backend="inductor"), args)
+        return out
+    import tpk
+    import tpk.torch
+    fn = torch.compile(model, backend="tpk")
+    out["tpk_first_s"] = first_step(fn, args)
+    graphs = tpk.torch.compile_report().graphs
+    out["tpk_compile_s"] = sum(g.compile_seconds for g in graphs)
+    out["compiler_runs"] = tpk.cache_stats()["compiler_runs"]
+    if job["kind"] == "tpk cold":  # then the step on v5e, and the hot clusters' cc builds into the cache folder
+        with tpk.device("sim:v5e"):
+            step(fn, args)
+        reports = [g.last_report for g in graphs]
+        seconds = sum(r.seconds for r in reports)
+        out["sim_us"] = seconds * 1e6
+        out["sim_mxu"] = sum(r.mxu_utilisation * r.seconds for r in reports) / seconds
+        for _ in range(WARMUP):
+            step(fn, args)
+        tpk._C.wait_compiles()
+        return out
+    # warm: Inductor's first step on the folder its cold process filled, then the three in turn
+    inductor = torch.compile(copy.deepcopy(model), backend="inductor")
+    out["inductor_first_s"] = first_step(inductor, args)
+    for _ in range(WARMUP):
         step(fn, args)
-        out["first_step_s"] = time.perf_counter() - t
-        graphs = tpk.torch.compile_report().graphs
-        out["tpk_compile_s"] = sum(g.compile_seconds for g in graphs)
-        out["compiler_runs"] = tpk.cache_stats()["compiler_runs"]
-        if job.get("steady"):
-            out["step_ms"] = steady_ms(fn, args, settle=tpk._C.wait_compiles)
-            out["eager_ms"] = steady_ms(model, args)
-        if job.get("sim"):
-            with tpk.device("sim:v5e"):
-                step(fn, args)
-            reports = [g.last_report for g in graphs]
-            seconds = sum(r.seconds for r in reports)
-            out["sim_us"] = seconds * 1e6
-            out["sim_mxu"] = sum(r.mxu_utilisation * r.seconds for r in reports) / seconds
-    else:
-        fn = torch.compile(model, backend="inductor")
-        t = time.perf_counter()
-        step(fn, args)
-        out["first_step_s"] = time.perf_counter() - t
-        if job.get("steady"):
-            for threads in job["steady"]:
-                torch.set_num_threads(threads)
-                out[f"step_ms_{threads}"] = steady_ms(fn, args)
+    tpk._C.wait_compiles()  # the hot clusters' cc builds landed
+    out.update(interleaved_ms({"tpk": fn, "inductor": inductor, "eager": model}, args))
     return out
 
 
@@ -158,31 +171,26 @@ def main():
         print(json.dumps(worker(json.loads(sys.argv[2]))))
         return 0
     cores = os.cpu_count() or 1
-    all_threads = f"all threads ({cores})"
     for model in models():
         with tempfile.TemporaryDirectory(prefix="tpk-bench-compile-") as tmp:
-            tpk_env = dict(os.environ, TPK_CACHE_DIR=os.path.join(tmp, "tpk"), TPK_TIER="auto")
-            ind_env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
-            ind_cold = run_worker({"model": model, "backend": "inductor", "threads": cores}, ind_env)
-            ind_warm = run_worker({"model": model, "backend": "inductor", "threads": cores, "steady": [1, cores]},
-                                  ind_env)
-            tpk_cold = run_worker({"model": model, "backend": "tpk", "threads": 1, "steady": True, "sim": True},
-                                  dict(tpk_env, TPK_HOST_THREADS="1"))
-            tpk_warm = run_worker({"model": model, "backend": "tpk", "threads": cores, "steady": True},
-                                  dict(tpk_env, TPK_HOST_THREADS=str(cores)))
+            env = dict(os.environ, TPK_CACHE_DIR=os.path.join(tmp, "tpk"), TPK_TIER="auto",
+                       TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+            cold = run_worker({"model": model, "kind": "inductor cold", "threads": cores}, env)
+            cold.update(run_worker({"model": model, "kind": "tpk cold", "threads": 1}, dict(env, TPK_HOST_THREADS="1")))
+            one = run_worker({"model": model, "kind": "warm", "threads": 1}, dict(env, TPK_HOST_THREADS="1"))
+            every = run_worker({"model": model, "kind": "warm", "threads": cores}, dict(env, TPK_HOST_THREADS=str(cores)))
         what = f"{model} training step"
-        row(f"compile: {what}, cold cache", tpk_cold["first_step_s"], "s", "inductor (CPU), cold cache",
-            ind_cold["first_step_s"])
-        row(f"compile: {what}, warm cache", tpk_warm["first_step_s"], "s", "inductor (CPU), warm cache",
-            ind_warm["first_step_s"])
-        row(f"compile: {what}, cold cache, tpk's graphs alone", tpk_cold["tpk_compile_s"], "s")
-        row(f"compile: {what}, warm cache: compiler runs", tpk_warm["compiler_runs"], "runs")
-        for label, run, threads in (("one thread", tpk_cold, 1), (all_threads, tpk_warm, cores)):
-            row(f"steady state: {what}, {label}", run["step_ms"], "ms", "torch eager", run["eager_ms"])
-            row(f"steady state: {what}, {label} (vs Inductor)", run["step_ms"], "ms", "inductor (CPU)",
-                ind_warm[f"step_ms_{threads}"])
-        row(f"simulated: {what}", tpk_cold["sim_us"], "us", device="sim:v5e")
-        row(f"simulated: {what}, MXU utilisation", 100 * tpk_cold["sim_mxu"], "%", device="sim:v5e")
+        row(f"compile: {what}, cold cache", cold["tpk_first_s"], "s", "inductor (CPU), cold cache",
+            cold["inductor_first_s"])
+        row(f"compile: {what}, warm cache", one["tpk_first_s"], "s", "inductor (CPU), warm cache",
+            one["inductor_first_s"])
+        row(f"compile: {what}, cold cache, tpk's graphs alone", cold["tpk_compile_s"], "s")
+        row(f"compile: {what}, warm cache: compiler runs", one["compiler_runs"], "runs")
+        for label, run in (("one thread", one), (f"all threads ({cores})", every)):
+            row(f"steady state: {what}, {label}", run["tpk"], "ms", "torch eager", run["eager"])
+            row(f"steady state: {what}, {label} (vs Inductor)", run["tpk"], "ms", "inductor (CPU)", run["inductor"])
+        row(f"simulated: {what}", cold["sim_us"], "us", device="sim:v5e")
+        row(f"simulated: {what}, MXU utilisation", 100 * cold["sim_mxu"], "%", device="sim:v5e")
     return 0
 
 
