@@ -223,6 +223,40 @@ def op_label(node):
         getattr(node.target, "__name__", str(node.target))
 
 
+VIEWS = {torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.transpose.int,
+         torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.alias.default,
+         torch.ops.aten.expand.default, torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim,
+         torch.ops.aten.squeeze.dims, torch.ops.aten.squeeze.default, torch.ops.aten.slice.Tensor,
+         torch.ops.aten.select.int}
+
+
+def view_chain(node):
+    """(placeholder, [(op, args, kwargs), ...]) when node is views of a
+    graph input with constant arguments, else None."""
+    chain = []
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in VIEWS:
+        rest = node.args[1:]
+        if any(isinstance(a, torch.fx.Node) or (isinstance(a, (list, tuple)) and
+                                                 any(isinstance(x, torch.fx.Node) for x in a)) for a in rest):
+            return None  # a size known only at run time
+        chain.append((node.target, rest, dict(node.kwargs)))
+        node = node.args[0]
+    if not chain or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
+        return None
+    return node, chain[::-1]
+
+
+def dense_order(val):
+    """For a tensor whose strides are those of a contiguous tensor with its
+    dims permuted (a transposed weight), the permutation perm for which
+    val.permute(perm) is contiguous; None for a contiguous tensor and for
+    anything else (symbolic strides included: such inputs are copied)."""
+    if any(not isinstance(s, int) for s in (*val.shape, *val.stride())) or val.is_contiguous():
+        return None
+    perm = sorted(range(val.dim()), key=lambda d: -val.stride()[d])
+    return perm if val.permute(perm).is_contiguous() else None
+
+
 # ---- an FX graph as a tpk graph ----------------------------------------------------
 
 class Translation:
@@ -236,7 +270,7 @@ class Translation:
         self.name = name
         g = self.graph = _C.Graph(name)
         env = {}
-        self.inputs = []      # (placeholder position, torch dtype) of each graph input, in order
+        self.inputs = []      # (placeholder position, torch dtype, permutation or None) of each graph input
         self.sym_inputs = {}  # symbol -> placeholder position of a SymInt input that is just that symbol
         self.constants = []   # tensors of get_attr nodes: the graph's inputs after the placeholders'
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -246,9 +280,14 @@ class Translation:
             if isinstance(val, torch.Tensor):
                 if val.dtype not in DTYPES:
                     raise Unsupported(f"input {node.name} is {val.dtype}, which tpk has not")
-                env[node] = g.input(DTYPES[val.dtype], [size_arg(s).text if isinstance(size_arg(s), _C.Sym)
-                                                        else s for s in val.shape])
-                self.inputs.append((i, val.dtype))
+                sizes = [size_arg(s).text if isinstance(size_arg(s), _C.Sym) else s for s in val.shape]
+                perm = dense_order(val)
+                if perm is None:
+                    env[node] = g.input(DTYPES[val.dtype], sizes)
+                else:  # a transposed tensor (a weight saved for the backward): its memory as it lies, then a view
+                    base = g.input(DTYPES[val.dtype], [sizes[d] for d in perm])
+                    env[node] = g.op("permute", base, [perm.index(d) for d in range(len(perm))])
+                self.inputs.append((i, val.dtype, perm))
             elif isinstance(val, torch.SymInt):
                 env[node] = size_arg(val)
                 if val.node.expr.is_Symbol:
@@ -318,13 +357,19 @@ class Translation:
         """Each FX output: a graph output (its position among the kernel's
         outputs), an input passed through, a size, a constant or None."""
         position = {n: i for i, n in enumerate(placeholders)}
-        self.outputs = []  # ("tpk", index, torch dtype) | ("input", position) | ("size", SizeFunction) | ("const", v)
+        # ("tpk", index, torch dtype) | ("input", position) | ("view", position, chain) | ("size", SizeFunction)
+        # | ("const", v)
+        self.outputs = []
         values = []
         results = out_node.args[0]
         self.single = not isinstance(results, (list, tuple))
         for r in ([results] if self.single else results):
             if isinstance(r, torch.fx.Node) and r.op == "placeholder":
                 self.outputs.append(("input", position[r]))
+                continue
+            chain = view_chain(r)
+            if chain is not None:  # a view of an input (a transposed weight): made by PyTorch, no copy
+                self.outputs.append(("view", position[chain[0]], chain[1]))
                 continue
             v = env[r] if isinstance(r, torch.fx.Node) else r
             if isinstance(v, _C.Value):
@@ -383,11 +428,11 @@ class CompiledGraph:
         # input dim that is just the symbol
         self._symbols = dict(t.sym_inputs)
         self._sym_dims = {}
-        for k, (pos, _) in enumerate(t.inputs):
+        for k, (pos, _, perm) in enumerate(t.inputs):
             p = kernel.params[k]
             for d, text in enumerate(p.dims):
                 if text in kernel.symbols and text not in self._symbols and text not in self._sym_dims:
-                    self._sym_dims[text] = (pos, d)
+                    self._sym_dims[text] = (pos, perm[d] if perm else d)
         # symbols no tensor input binds go to the launch by name
         self._launch_syms = [s for s in kernel.symbols if s not in self._sym_dims and s in self._symbols]
         self._needs_syms = t.symbolic or any(o[0] == "size" for o in t.outputs) or bool(self._launch_syms)
@@ -404,8 +449,10 @@ class CompiledGraph:
 
     def __call__(self, *args):
         launch = []
-        for pos, dtype in self._inputs:
+        for pos, dtype, perm in self._inputs:
             t = args[pos]
+            if perm is not None:
+                t = t.permute(perm)
             if dtype is torch.int64:
                 if t.numel() and not (I32[0] <= int(t.min()) and int(t.max()) <= I32[1]):
                     return self._eager(args)
@@ -434,6 +481,11 @@ class CompiledGraph:
                 results.append(t.to(torch.int64) if o[2] is torch.int64 else t)
             elif kind == "input":
                 results.append(args[o[1]])
+            elif kind == "view":
+                t = args[o[1]]
+                for op, rest, kwargs in o[2]:
+                    t = op(t, *rest, **kwargs)
+                results.append(t)
             elif kind == "size":
                 results.append(o[1](syms))
             else:

@@ -157,6 +157,24 @@ def test_custom_op_is_a_call_of_its_kernel(compiled):
     assert not forward.fallback and not backward.fallback
 
 
+def test_saved_transposed_weights_are_not_copied(compiled):
+    """The forward saves the transposed weights for the backward: PyTorch
+    views of the weights, not copies tpk writes; the backward reads them as
+    they lie (its input has the weight's own layout, with a permute in the
+    graph)."""
+    c = compiled("transformer")
+    forward, backward = c.graphs
+    weights = {tuple(p.shape) for p in c.model.parameters() if p.dim() == 2}
+    transposed = {s[::-1] for s in weights} - weights  # the qkv projection's (32, 96)
+    assert transposed
+    outputs = [tuple(int(d) for d in p.dims) for p in forward.kernel.params if p.kind == "out" and
+               all(d.isdigit() for d in p.dims)]
+    assert not transposed & set(outputs), outputs
+    inputs = [tuple(int(d) for d in p.dims) for p in backward.kernel.params if p.kind == "in" and
+              all(d.isdigit() for d in p.dims)]
+    assert (96, 32) in inputs
+
+
 def test_device_option_and_report():
     torch.manual_seed(0)
     model = aten_ops.Mlp()
