@@ -304,7 +304,16 @@ def test_dump_ir_goes_to_stderr():
 
 
 def test_registered_by_import():
+    """import tpk.torch registers "tpk" without importing Dynamo (a second of
+    import for scripts that only define ops): when Dynamo's registry loads."""
     assert "tpk" in torch._dynamo.list_backends()
+    run_python("""
+        import sys, torch, tpk.torch
+        assert "torch._dynamo" not in sys.modules
+        x = torch.randn(5)
+        assert torch.equal(torch.compile(lambda x: x * 2, backend="tpk")(x), x * 2)
+        assert [g.name for g in tpk.torch.compile_report().graphs] == ["inference_0"]
+    """)
 
 
 def test_registered_by_the_entry_point(tmp_path):
