@@ -259,6 +259,13 @@ def dense_order(val):
 
 # ---- an FX graph as a tpk graph ----------------------------------------------------
 
+OPAQUE = object()  # a graph input tpk cannot take (a float64 tensor, a generator)
+
+
+def _describe(val):
+    return str(val.dtype).replace("torch.", "") if isinstance(val, torch.Tensor) else f"a {type(val).__name__}"
+
+
 class Translation:
     """An FX graph of ATen ops (all of which tpk takes) as a tpk graph, and
     what a call needs to run its kernel: where each input, symbol and
@@ -277,9 +284,10 @@ class Translation:
         if len(placeholders) != len(example_values):
             raise Unsupported(f"{len(placeholders)} placeholders but {len(example_values)} example inputs")
         for i, (node, val) in enumerate(zip(placeholders, example_values)):
-            if isinstance(val, torch.Tensor):
-                if val.dtype not in DTYPES:
-                    raise Unsupported(f"input {node.name} is {val.dtype}, which tpk has not")
+            if isinstance(val, torch.Tensor) and val.dtype not in DTYPES or \
+                    not isinstance(val, (torch.Tensor, torch.SymInt, int, float, bool, type(None))):
+                env[node] = OPAQUE  # no op of the graph may use it (unsupported_reason), an output may be it
+            elif isinstance(val, torch.Tensor):
                 sizes = [size_arg(s).text if isinstance(size_arg(s), _C.Sym) else s for s in val.shape]
                 perm = dense_order(val)
                 if perm is None:
@@ -292,10 +300,8 @@ class Translation:
                 env[node] = size_arg(val)
                 if val.node.expr.is_Symbol:
                     self.sym_inputs.setdefault(val.node.expr.name, i)
-            elif isinstance(val, (int, float, bool)) or val is None:
-                env[node] = val
             else:
-                raise Unsupported(f"input {node.name} is a {type(val).__name__}")
+                env[node] = val
         out_node = None
         for node in gm.graph.nodes:
             if node.op == "call_function":
@@ -329,6 +335,8 @@ class Translation:
 
     def _arg(self, a, env):
         if isinstance(a, torch.fx.Node):
+            if env[a] is OPAQUE:
+                raise Unsupported(f"its argument {a.name} is {_describe(a.meta.get('val'))}, which tpk has not")
             return env[a]
         if isinstance(a, (list, tuple)):
             return [self._arg(x, env) for x in a]
@@ -454,18 +462,21 @@ class CompiledGraph:
             if perm is not None:
                 t = t.permute(perm)
             if dtype is torch.int64:
-                if t.numel() and not (I32[0] <= int(t.min()) and int(t.max()) <= I32[1]):
-                    return self._eager(args)
+                if t.numel():
+                    low, high = torch.aminmax(t)
+                    if low < I32[0] or high > I32[1]:
+                        return self._eager(args)
                 t = t.to(torch.int32)
             elif not t.is_contiguous():
                 t = t.contiguous()
             launch.append(t)
         launch += self._constants
         syms = self._syms(args) if self._needs_syms else None
-        outs = []
-        for shape, dtype, _ in self._out_specs:
-            size = [s if type(s) is int else s(syms) for s in shape]
-            outs.append(torch.empty(size, dtype=dtype))
+        if syms is None:  # sizes known at compile time
+            outs = [torch.empty(shape, dtype=dtype) for shape, dtype, _ in self._out_specs]
+        else:
+            outs = [torch.empty([s if type(s) is int else s(syms) for s in shape], dtype=dtype)
+                    for shape, dtype, _ in self._out_specs]
         device = self.device or tpk.current_device()
         if self._launch_syms:
             report = self.kernel.launch(launch + outs, device=device, syms={s: syms[s] for s in self._launch_syms})
@@ -588,6 +599,17 @@ def _compile_translation(t, kind, device, fallback):
     return graph
 
 
+def _compile_or_warn(t, kind, device, fallback):
+    """The CompiledGraph of a translation, or None (a FallbackWarning says
+    why) when tpk fails to compile it: PyTorch runs it then."""
+    try:
+        return _compile_translation(t, kind, device, fallback)
+    except tpk.TpkError as e:
+        warnings.warn(f"torch.compile(backend=\"tpk\"): tpk could not compile graph {t.name}, which runs in "
+                      f"PyTorch: {e}", FallbackWarning, stacklevel=2)
+        return None
+
+
 # ---- partitions -----------------------------------------------------------------------
 
 class _Support(OperatorSupportBase):
@@ -620,11 +642,14 @@ def compile_graph(gm, example_inputs, kind, device):
                 refused[node.name] = reason
     if not refused:
         try:
-            return _boxed(_compile_translation(Translation(gm, values, name), kind, device, {}))
+            t = Translation(gm, values, name)
         except Unsupported as e:
             if e.node is None:
                 raise
             refused[e.node.name] = e.reason
+        else:
+            graph = _compile_or_warn(t, kind, device, {})
+            return _boxed(graph if graph is not None else _Unboxed(gm))
     while True:  # a part that fails to build gives its failing node to PyTorch, and the graph is partitioned again
         try:
             return _boxed(_partitioned(gm, name, kind, device, refused))
@@ -653,7 +678,9 @@ def _partitioned(gm, name, kind, device, refused):
         values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
         compiled.append((node, Translation(sub, values, f"{name}_p{i}")))  # Unsupported: its node's name is gm's
     for node, t in compiled:
-        setattr(fused, node.target, _Part(_compile_translation(t, kind, device, fallback)))
+        graph = _compile_or_warn(t, kind, device, fallback)
+        if graph is not None:  # else the part's submodule stays: PyTorch runs it
+            setattr(fused, node.target, _Part(graph))
     fused.recompile()
     _warn_fallback(fallback)
     return _Unboxed(fused)

@@ -261,6 +261,24 @@ def test_int64_inputs_outside_i32_run_in_pytorch():
     assert graph.calls == 1 and graph.eager_runs == 1
 
 
+def test_float64_input_passed_through():
+    fn = torch.compile(lambda x, d: (torch.relu(x), d), backend="tpk")
+    x, d = torch.randn(3), torch.randn(2, dtype=torch.float64)
+    y, same = fn(x, d)
+    assert torch.equal(y, torch.relu(x)) and torch.equal(same, d)
+    assert tpk.torch.compile_report().graphs[-1].calls == 1  # the relu ran in tpk
+
+
+def test_a_graph_tpk_fails_to_compile_runs_in_pytorch(monkeypatch):
+    def fails(*args):
+        raise tpk.TpkError("a failure of tpk_graph_compile")
+    monkeypatch.setattr(tpk.backend, "_compile_translation", fails)
+    x = torch.randn(4)
+    with pytest.warns(tpk.backend.FallbackWarning, match="could not compile graph inference_.*: a failure of"):
+        y = torch.compile(lambda x: torch.relu(x) + 1, backend="tpk")(x)
+    assert torch.equal(y, torch.relu(x) + 1)
+
+
 def test_dynamic_sequence_lengths_compile_once():
     torch.manual_seed(0)
     model = aten_ops.Block()
