@@ -467,7 +467,7 @@ class CompiledGraph:
                     if low < I32[0] or high > I32[1]:
                         return self._eager(args)
                 t = t.to(torch.int32)
-            elif not t.is_contiguous():
+            if not t.is_contiguous():
                 t = t.contiguous()
             launch.append(t)
         launch += self._constants
