@@ -42,7 +42,7 @@
 #include "tpk.h"
 
 enum {
-  MAX_PARAMS = 64,  /* parameters of a kernel launched from Python */
+  INLINE_PARAMS = 64, /* parameters a launch marshals without allocating (a compiled graph may have hundreds) */
   MAX_SYMBOLS = 64, /* shape symbols, and tunables, of one kernel */
 };
 
@@ -232,7 +232,7 @@ typedef struct KernelObject {
   PyObject *last_report; /* of the latest call through kernel(...) on any thread, or NULL */
   PyObject *weakrefs;
   int nparams, nsymbols, ntunables;
-  ParamInfo param[MAX_PARAMS];
+  ParamInfo *param; /* nparams of them (PyMem) */
   const char *symbol[MAX_SYMBOLS];  /* the kernel's strings */
   const char *tunable[MAX_SYMBOLS];
 } KernelObject;
@@ -314,9 +314,9 @@ static PyObject *names_where(KernelObject *K, bool outputs) {
  * standard kernel). */
 static PyObject *kernel_new(TpkKernel *k, const char *name, PyObject *owner) {
   int n = tpk_kernel_param_count(k), nsym = tpk_kernel_symbol_count(k), ntune = tpk_kernel_tunable_count(k);
-  if (n > MAX_PARAMS || nsym > MAX_SYMBOLS || ntune > MAX_SYMBOLS) {
-    PyErr_Format(TpkError, "kernel '%s' has %d parameters, %d shape symbols and %d tunables; Python launches kernels of up to %d of each",
-                 name, n, nsym, ntune, MAX_PARAMS);
+  if (nsym > MAX_SYMBOLS || ntune > MAX_SYMBOLS) {
+    PyErr_Format(TpkError, "kernel '%s' has %d shape symbols and %d tunables; Python launches kernels of up to %d of each", name,
+                 nsym, ntune, MAX_SYMBOLS);
     return NULL;
   }
   KernelObject *K = (KernelObject *)KernelType.tp_alloc(&KernelType, 0); /* zeroed */
@@ -324,6 +324,10 @@ static PyObject *kernel_new(TpkKernel *k, const char *name, PyObject *owner) {
   K->k = k;
   if (!(K->name = PyUnicode_FromString(name))) goto fail;
   K->owner = Py_XNewRef(owner);
+  if (n && !(K->param = PyMem_Calloc((size_t)n, sizeof *K->param))) {
+    PyErr_NoMemory();
+    goto fail;
+  }
   K->nparams = n;
   K->nsymbols = nsym;
   K->ntunables = ntune;
@@ -362,6 +366,7 @@ static void kernel_dealloc(KernelObject *K) {
     Py_XDECREF(K->param[i].name);
     Py_XDECREF(K->param[i].type_text);
   }
+  PyMem_Free(K->param);
   Py_XDECREF(K->name);
   Py_XDECREF(K->params);
   Py_XDECREF(K->inputs);
@@ -525,18 +530,40 @@ typedef struct Launch {
   PyObject *device; /* its name */
   TpkDevice *dev;
   bool convert;
-  Arg arg[MAX_PARAMS];
-  TpkBuffer *bufs[MAX_PARAMS];
-  double scalars[MAX_PARAMS];
+  Arg *arg;           /* one per parameter: the inline arrays, or PyMem for more than INLINE_PARAMS */
+  TpkBuffer **bufs;
+  double *scalars;
   TpkNamedInt syms[MAX_SYMBOLS], tunes[MAX_SYMBOLS];
   int nsyms, ntunes;
+  Arg arg_inline[INLINE_PARAMS];
+  TpkBuffer *bufs_inline[INLINE_PARAMS];
+  double scalars_inline[INLINE_PARAMS];
 } Launch;
 
-static void launch_init(Launch *L, KernelObject *K) {
+/* false (MemoryError set) when a large kernel's arrays cannot be had;
+ * launch_release undoes it either way. */
+static bool launch_init(Launch *L, KernelObject *K) {
   L->kernel = K;
   L->device = NULL;
   L->convert = false;
   L->nsyms = L->ntunes = 0;
+  L->arg = L->arg_inline;
+  L->bufs = L->bufs_inline;
+  L->scalars = L->scalars_inline;
+  if (K->nparams > INLINE_PARAMS) {
+    size_t n = (size_t)K->nparams;
+    L->arg = PyMem_Calloc(n, sizeof *L->arg);
+    L->bufs = PyMem_Calloc(n, sizeof *L->bufs);
+    L->scalars = PyMem_Calloc(n, sizeof *L->scalars);
+    if (!L->arg || !L->bufs || !L->scalars) {
+      PyMem_Free(L->arg), PyMem_Free(L->bufs), PyMem_Free(L->scalars);
+      L->arg = NULL;
+      L->bufs = NULL;
+      L->scalars = NULL;
+      PyErr_NoMemory();
+      return false;
+    }
+  }
   for (int i = 0; i < K->nparams; i++) {
     L->arg[i].obj = L->arg[i].caller = NULL;
     L->arg[i].view.obj = NULL;
@@ -545,6 +572,7 @@ static void launch_init(Launch *L, KernelObject *K) {
     L->bufs[i] = NULL;
     L->scalars[i] = 0;
   }
+  return true;
 }
 
 static void arg_release(Arg *a) {
@@ -558,8 +586,13 @@ static void arg_release(Arg *a) {
 }
 
 static void launch_release(Launch *L) {
-  for (int i = 0; i < L->kernel->nparams; i++) arg_release(&L->arg[i]);
+  for (int i = 0; L->arg && i < L->kernel->nparams; i++) arg_release(&L->arg[i]);
   Py_CLEAR(L->device);
+  if (L->arg != L->arg_inline) {
+    PyMem_Free(L->arg);
+    PyMem_Free(L->bufs);
+    PyMem_Free(L->scalars);
+  }
 }
 
 static bool launch_device(Launch *L, PyObject *device) {
@@ -900,7 +933,7 @@ static PyObject *kernel_launch(KernelObject *K, PyObject *const *args, Py_ssize_
   if (!seq) return NULL;
   PyObject *report = NULL;
   Launch L;
-  launch_init(&L, K);
+  if (!launch_init(&L, K)) goto done;
   if (PySequence_Fast_GET_SIZE(seq) != K->nparams) {
     PyObject *sep = PyUnicode_FromString(", "), *list = sep ? PyUnicode_Join(sep, K->inputs) : NULL;
     PyObject *outs = sep ? PyUnicode_Join(sep, K->outputs) : NULL;
@@ -986,8 +1019,8 @@ static int allocate_output(Launch *L, int i) {
  * the NumPy call. Arguments bind to parameters in declaration order (inputs,
  * then outputs) or by name; outputs not given are allocated. Returns the
  * outputs: None, one array, or a tuple. */
-static PyObject *kernel_call(KernelObject *K, PyObject *args, PyObject *kwargs) {
-  PyObject *given[MAX_PARAMS] = {NULL}, *device = NULL, *tune = NULL, *syms = NULL;
+static PyObject *kernel_call_given(KernelObject *K, PyObject *args, PyObject *kwargs, PyObject **given) {
+  PyObject *device = NULL, *tune = NULL, *syms = NULL;
   int convert = 0;
   Py_ssize_t npos = PyTuple_GET_SIZE(args);
   if (npos > K->nparams)
@@ -1032,7 +1065,7 @@ static PyObject *kernel_call(KernelObject *K, PyObject *args, PyObject *kwargs) 
 
   PyObject *outputs = NULL;
   Launch L;
-  launch_init(&L, K);
+  if (!launch_init(&L, K)) goto done;
   L.convert = convert;
   if (!launch_device(&L, device)) goto done;
   for (int i = 0; i < K->nparams; i++) {
@@ -1060,6 +1093,17 @@ static PyObject *kernel_call(KernelObject *K, PyObject *args, PyObject *kwargs) 
   if (nout == 0) Py_SETREF(outputs, Py_NewRef(Py_None));
 done:
   launch_release(&L);
+  return outputs;
+}
+
+/* kernel(...): the arguments given, per parameter, in an array of the
+ * kernel's size. */
+static PyObject *kernel_call(KernelObject *K, PyObject *args, PyObject *kwargs) {
+  PyObject *inline_given[INLINE_PARAMS] = {NULL};
+  PyObject **given = inline_given;
+  if (K->nparams > INLINE_PARAMS && !(given = PyMem_Calloc((size_t)K->nparams, sizeof *given))) return PyErr_NoMemory();
+  PyObject *outputs = kernel_call_given(K, args, kwargs, given);
+  if (given != inline_given) PyMem_Free(given);
   return outputs;
 }
 

@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 _spec = importlib.util.spec_from_file_location("aten_ops", os.path.join(ROOT, "tools", "aten_ops.py"))
 aten_ops = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("aten_ops", aten_ops)  # Dynamo looks modules of traced classes up by name
 _spec.loader.exec_module(aten_ops)
 
 # A user's matmul and its backward: a custom op inside the model, followed
@@ -173,6 +174,37 @@ def test_saved_transposed_weights_are_not_copied(compiled):
     inputs = [tuple(int(d) for d in p.dims) for p in backward.kernel.params if p.kind == "in" and
               all(d.isdigit() for d in p.dims)]
     assert (96, 32) in inputs
+
+
+class Layer(aten_ops.Block):
+    """The transformer block without its final sum: a layer to stack."""
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
+        x = x + self.proj(a)
+        h = self.n2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def test_a_deep_model_is_one_graph_each_way():
+    """Four layers: graphs of over a hundred inputs and outputs, each still
+    one tpk kernel (the extension launches kernels of any size)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[Layer() for _ in range(4)])
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 6, 32)
+    tpk.torch.clear_compile_report()
+    fn = torch.compile(model, backend="tpk")
+    loss, grads = forward_backward(model, lambda x: fn(x).sum(), (x,))
+    want_loss, want_grads = forward_backward(eager, lambda x: eager(x).sum(), (x,))
+    close(loss, want_loss, 5e-2, "loss")
+    for n, g in grads.items():
+        close(g, want_grads[n], 5e-2, f"grad of {n}")
+    forward, backward = tpk.torch.compile_report().graphs
+    assert len(forward.kernel.params) > 64 and len(backward.kernel.params) > 64
 
 
 def test_device_option_and_report():
