@@ -719,10 +719,12 @@ def _boxed(fn):
 
 # ---- the backend ---------------------------------------------------------------------------
 
-def backend(gm, example_inputs, options=None):
+def backend(gm, example_inputs, options=None, mode=None):
     """The torch.compile backend: torch.compile(model, backend="tpk",
     options={"device": "sim:v5e"}). Options: `device` ("host",
-    "sim:<chip>"; default: each call's tpk.current_device())."""
+    "sim:<chip>"; default: each call's tpk.current_device()). No modes."""
+    if mode not in (None, "default"):
+        raise ValueError(f"backend=\"tpk\" has no mode {mode!r}")
     options = dict(options or {})
     device = options.pop("device", None)
     if options:

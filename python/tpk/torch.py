@@ -523,9 +523,9 @@ _std = None
 # is imported (by the first torch.compile), or now if it already is. The
 # backend module is imported on the first compile.
 
-def _compile_backend(gm, example_inputs, options=None):
+def _compile_backend(gm, example_inputs, options=None, mode=None):
     from tpk import backend
-    return backend.backend(gm, example_inputs, options=options)
+    return backend.backend(gm, example_inputs, options=options, mode=mode)
 
 
 def _register_backend(registry):

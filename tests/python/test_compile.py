@@ -225,6 +225,8 @@ def test_device_option_and_report():
         torch.compile(model, backend="tpk", options={"device": "sim:nope"})(*args)
     with pytest.raises(Exception, match="takes the option 'device'"):
         torch.compile(model, backend="tpk", options={"mode": "fast"})(*args)
+    with pytest.raises(Exception, match="has no mode 'max-autotune'"):
+        torch.compile(model, backend="tpk", mode="max-autotune")(*args)
 
 
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
