@@ -42,7 +42,7 @@ import warnings
 import sympy
 import torch
 import torch.fx
-from torch._decomp import core_aten_decompositions
+from torch._decomp import _core_aten_decompositions_post_autograd, core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import default_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -62,12 +62,25 @@ KEEP_WHOLE = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attenti
               "_scaled_dot_product_attention_math")
 
 
+def _without_sdpa(table):
+    return {op: fn for op, fn in table.items() if op.name().split("::")[-1].split(".")[0] not in KEEP_WHOLE}
+
+
 @functools.lru_cache(maxsize=None)
 def decompositions():
-    """core_aten_decompositions() minus the entries of KEEP_WHOLE (made
-    once: a third of a second)."""
-    return {op: fn for op, fn in core_aten_decompositions().items()
-            if op.name().split("::")[-1].split(".")[0] not in KEEP_WHOLE}
+    """The core ATen decompositions minus the entries of KEEP_WHOLE: the
+    table's own decompositions (_core_aten_decompositions_post_autograd).
+    core_aten_decompositions() adds an entry for every CompositeImplicit
+    op, which runs the op's own decomposition: what AOTAutograd's tracing
+    does with such ops anyway, and listing them takes a third of a second
+    of every first compile. tests/python/test_compile.py checks that both
+    tables give the same graphs."""
+    return _without_sdpa(_core_aten_decompositions_post_autograd())
+
+
+def full_decompositions():
+    """core_aten_decompositions() minus the entries of KEEP_WHOLE."""
+    return _without_sdpa(core_aten_decompositions())
 
 
 # torch dtype -> tpk dtype; int64 is i32 in tpk's graphs

@@ -150,6 +150,27 @@ def test_forward_and_backward_match_eager(compiled, name, device):
             assert g.last_report.chip == "v5e" and g.last_report.seconds > 0 and g.last_report.flops > 0
 
 
+@pytest.mark.parametrize("name", ["mlp", "transformer", "mha"])
+def test_decompositions_are_the_core_tables(name):
+    """The backend's table (the core table's own decompositions) traces the
+    models to the same forward and backward graphs as the whole of
+    core_aten_decompositions(), whose CompositeImplicit entries AOTAutograd
+    applies anyway."""
+    from torch._functorch.aot_autograd import aot_module, make_boxed_func
+    make_model, make_args, _ = MODELS[name]
+
+    def graphs(table):
+        torch.manual_seed(0)
+        model, codes = make_model(), []
+
+        def keep(gm, inputs):
+            codes.append(gm.code)
+            return make_boxed_func(gm)
+        aot_module(model, fw_compiler=keep, bw_compiler=keep, decompositions=table)(*make_args()).backward()
+        return codes
+    assert graphs(tpk.backend.decompositions()) == graphs(tpk.backend.full_decompositions())
+
+
 def test_custom_op_is_a_call_of_its_kernel(compiled):
     c = compiled("custom")
     forward, backward = c.graphs
