@@ -54,7 +54,7 @@ static TpkStatus compile(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy
   TpkStatus st = clone_graph(f, &m, &g, &err);
   bool dumps = tpk_context_dumps_ir(ctx);
   if (st == TPK_OK && dumps) dump(ctx, "graph, before fusion", m);
-  if (st == TPK_OK) st = tpk_fuse(g, policy, &err);
+  if (st == TPK_OK) st = tpk_fuse_keeping(g, policy, tpk_std_kernel_is, ctx, &err);
   if (st != TPK_OK) {
     tpk_module_free(m);
     return tpk_runtime_fail(st, "graph '%s': %s", f->name, err.message[0] ? err.message : "out of memory");

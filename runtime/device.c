@@ -28,22 +28,113 @@
  * touched, so a buffer that is about to be filled is not written twice. */
 enum { MMAP_FROM = 1 << 20 };
 
-static void *host_alloc(const TpkDevice *dev, size_t bytes) {
-  (void)dev;
-  if (bytes >= MMAP_FROM) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+/* Memory a buffer gave back is kept for the next buffer of its size class:
+ * a stream allocates and frees the same sizes every step, and fresh memory
+ * costs page faults each time (and malloc'd blocks their zeroing too).
+ * Classes are quarter powers of two (a block wastes under a fifth); at
+ * most HOST_CACHE_BYTES are kept per device, the rest goes back at once.
+ * A block reused is zeroed when asked (tpk_buffer_create). The context's
+ * end empties the cache and closes it. */
+enum { HOST_CACHE_CLASSES = 4 + 4 * 56 }; /* up to 2^64 bytes */
+#define HOST_CACHE_BYTES ((uint64_t)256 << 20)
+
+typedef struct TpkHostCache {
+  pthread_mutex_t lock;
+  void *blocks[HOST_CACHE_CLASSES]; /* each block's first word links the next */
+  uint64_t bytes;
+  bool closed;
+} TpkHostCache;
+
+/* A block's size class: multiples of 64 bytes up to 256, then quarter
+ * powers of two (multiples of 64 too, as aligned_alloc wants). */
+static size_t class_size(int c) {
+  if (c < 4) return 64 * (size_t)(c + 1);
+  int k = 8 + (c - 4) / 4;
+  return ((size_t)1 << k) + (size_t)((c - 4) % 4) * ((size_t)1 << (k - 2));
+}
+
+static int size_class(size_t bytes) {
+  if (bytes <= 256) return bytes <= 64 ? 0 : (int)((bytes + 63) / 64) - 1;
+  int k = 63 - __builtin_clzll((unsigned long long)bytes); /* 2^k <= bytes < 2^(k+1), k >= 8 */
+  size_t quarter = (size_t)1 << (k - 2);
+  int q = (int)((bytes - ((size_t)1 << k) + quarter - 1) / quarter); /* quarters above 2^k: 0..4 */
+  return 4 + 4 * (k - 8) + q;
+}
+
+static void block_free(void *p, size_t size) {
+  if (size >= MMAP_FROM) munmap(p, size);
+  else free(p);
+}
+
+static void cache_open(TpkDevice *dev) {
+  TpkHostCache *c = calloc(1, sizeof *c);
+  if (c) pthread_mutex_init(&c->lock, NULL);
+  dev->cache = c; /* NULL: nothing is kept */
+}
+
+/* Empties the cache; closed, it keeps nothing more. */
+static void cache_empty(TpkHostCache *c, bool close) {
+  if (!c) return;
+  pthread_mutex_lock(&c->lock);
+  c->closed |= close;
+  for (int i = 0; i < HOST_CACHE_CLASSES; i++) {
+    size_t size = class_size(i);
+    for (void *p = c->blocks[i], *next; p; p = next) {
+      memcpy(&next, p, sizeof next);
+      block_free(p, size);
+    }
+    c->blocks[i] = NULL;
+  }
+  c->bytes = 0;
+  pthread_mutex_unlock(&c->lock);
+}
+
+static void cache_close(TpkDevice *dev) {
+  if (!dev->cache) return;
+  cache_empty(dev->cache, true);
+  pthread_mutex_destroy(&dev->cache->lock);
+  free(dev->cache);
+  dev->cache = NULL;
+}
+
+static void *host_alloc(const TpkDevice *dev, size_t bytes, bool zero) {
+  int k = size_class(bytes);
+  size_t size = class_size(k);
+  TpkHostCache *c = dev->cache;
+  void *p = NULL;
+  if (c && k < HOST_CACHE_CLASSES) {
+    pthread_mutex_lock(&c->lock);
+    if ((p = c->blocks[k])) {
+      memcpy(&c->blocks[k], p, sizeof p);
+      c->bytes -= size;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (p) return zero ? memset(p, 0, bytes) : p;
+  }
+  if (size >= MMAP_FROM) {
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
   }
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void *p = aligned_alloc(64, rounded ? rounded : 64);
-  if (p) memset(p, 0, rounded ? rounded : 64);
-  return p;
+  p = aligned_alloc(64, size);
+  return p && zero ? memset(p, 0, size) : p;
 }
 
 static void host_free(const TpkDevice *dev, void *data, size_t bytes) {
-  (void)dev;
-  if (bytes >= MMAP_FROM) munmap(data, bytes);
-  else free(data);
+  int k = size_class(bytes);
+  size_t size = class_size(k);
+  TpkHostCache *c = dev->cache;
+  if (c && k < HOST_CACHE_CLASSES) {
+    pthread_mutex_lock(&c->lock);
+    bool keep = !c->closed && c->bytes + size <= HOST_CACHE_BYTES;
+    if (keep) {
+      memcpy(data, &c->blocks[k], sizeof data);
+      c->blocks[k] = data;
+      c->bytes += size;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (keep) return;
+  }
+  block_free(data, size);
 }
 
 static void host_copy(const TpkDevice *dev, void *dst, const void *src, size_t bytes) {
@@ -104,10 +195,11 @@ static bool host_claims(const char *name) { return strcmp(name, "host") == 0; }
 static TpkStatus host_open(TpkDevice *dev, const char *name, TpkError *err) {
   (void)name, (void)err;
   dev->capacity = 0;
+  cache_open(dev);
   return TPK_OK;
 }
 
-static void host_close(TpkDevice *dev) { (void)dev; }
+static void host_close(TpkDevice *dev) { cache_close(dev); }
 
 static TpkTarget host_target(const TpkDevice *dev) { return tpk_target_host(dev->host_vmem); }
 
@@ -161,6 +253,7 @@ static TpkStatus sim_open(TpkDevice *dev, const char *name, TpkError *err) {
                      (long long)topo.chips, topo.chip->name);
   dev->state = (void *)topo.chip;
   dev->capacity = topo.chip->hbm_bytes;
+  cache_open(dev);
   return TPK_OK;
 }
 
@@ -321,6 +414,7 @@ void tpk_device_free_memory(TpkDevice *dev) {
     storage_give_back(s);
     storage_release(s);
   }
+  cache_empty(dev->cache, true);
 }
 
 /* A buffer's bytes, or NULL when its context was destroyed. */
@@ -390,7 +484,7 @@ static void storage_discard(TpkStorage *s) {
   free(s);
 }
 
-TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
+static TpkStatus buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, bool zero, TpkBuffer **out) {
   if (!out) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: no place for the buffer");
   *out = NULL;
   if (!dev) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: no device");
@@ -398,7 +492,7 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
   size_t bytes;
   if (shape_bytes("tpk_buffer_create", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
   if (tpk_device_reserve(dev, bytes) != TPK_OK) return TPK_ERR_NOMEM;
-  void *data = dev->ops->alloc(dev, bytes);
+  void *data = dev->ops->alloc(dev, bytes, zero);
   TpkStorage *s = data ? storage_new(dev, data, bytes, false, NULL, NULL) : NULL;
   TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out)
                    : tpk_runtime_fail(TPK_ERR_NOMEM, "%s: out of host memory allocating %zu bytes", dev->name, bytes);
@@ -408,6 +502,14 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
     atomic_fetch_sub(&dev->used, bytes);
   }
   return st;
+}
+
+TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
+  return buffer_create(dev, dtype, rank, shape, true, out);
+}
+
+TpkStatus tpk_buffer_create_unfilled(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
+  return buffer_create(dev, dtype, rank, shape, false, out);
 }
 
 /* "(4, 1)" */

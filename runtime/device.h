@@ -44,8 +44,8 @@ typedef struct TpkDeviceOps {
   void (*close)(TpkDevice *dev);
   /* What kernels are lowered for (the VMEM budget, the chip). */
   TpkTarget (*target)(const TpkDevice *dev);
-  /* Memory: zero-filled bytes, their release, copies in and out. */
-  void *(*alloc)(const TpkDevice *dev, size_t bytes);
+  /* Memory: bytes (zero-filled when asked), their release, copies in and out. */
+  void *(*alloc)(const TpkDevice *dev, size_t bytes, bool zero);
   void (*free)(const TpkDevice *dev, void *data, size_t bytes);
   void (*write)(const TpkDevice *dev, void *dst, const void *src, size_t bytes);
   void (*read)(const TpkDevice *dev, void *dst, const void *src, size_t bytes);
@@ -72,12 +72,17 @@ struct TpkDevice {
   _Atomic uint64_t used;
   pthread_mutex_t lock; /* memory: the list of live storages */
   struct TpkStorage *memory;
+  struct TpkHostCache *cache; /* host memory kept for reuse (device.c) */
   TpkDevice *next;
 };
 
+/* tpk_buffer_create without the zeros: for a buffer its maker writes whole
+ * before anyone can read it (an eager op's outputs, pending until then). */
+TpkStatus tpk_buffer_create_unfilled(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out);
+
 /* The context was destroyed: give back the memory of every buffer still
- * alive (wrapped memory to its owner). The handles stay valid to destroy;
- * their data is gone. */
+ * alive (wrapped memory to its owner), and what the device kept for reuse.
+ * The handles stay valid to destroy; their data is gone. */
 void tpk_device_free_memory(TpkDevice *dev);
 
 /* The kind of device `name` is, or NULL. */

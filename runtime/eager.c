@@ -28,8 +28,9 @@
  * one, each in turn, until it builds past the op; the resolution is kept
  * under the window's symbolic key by the symbols' positions, so the window
  * at other sizes finds its program without building. Sizes are symbols by
- * value, so a length that happens to equal another size (a sequence of 32
- * with heads of 32) is another pattern, and compiles once.
+ * value; a length that happens to equal another size (a sequence of 32
+ * with heads of 32) keeps the symbols it had through the stream's hints
+ * (see "hints").
  *
  * Scalars that change every step (a learning rate, Adam's bias
  * corrections) must not make every op or window new: a float argument of
@@ -42,8 +43,9 @@
  * of an op's argument layout (the layout unit: names and kinds of its
  * arguments) by building the op with each candidate argument lifted.
  *
- *   debug   the op's graph, compiled with one cluster per op
- *           (TPK_FUSE_NONE, cached by key), runs at once; float outputs
+ *   debug   the op's graph, fused (TPK_FUSE_ALL: one ATen op is one
+ *           kernel, as in PyTorch) and compiled, cached by key, runs at
+ *           once; float outputs
  *           are checked for NaN and Inf, and any error names the op, its
  *           operands' shapes and dtypes and its position ("op #12");
  *   strict  the same program is queued on the stream's queue, one launch
@@ -108,24 +110,50 @@ enum { KEY_LAYOUT = 101, KEY_OPTYPE, KEY_OPPROG };
 
 /* ---- keys ------------------------------------------------------------------------ */
 
+/* A key's words; besides, its structure (a hash of every word but the
+ * sizes' forms) and the sizes' forms in order, which an earlier key of the
+ * same structure hands on as a hint (see "hints"). */
 typedef struct Key {
   uint64_t *w;
   int n, cap;
   bool failed;
+  uint64_t structure;
+  uint64_t *sizes;
+  int nsizes, capsizes;
 } Key;
 
+static bool key_grow(uint64_t **w, int *cap, int n) {
+  if (n < *cap) return true;
+  int more = *cap ? 2 * *cap : 256;
+  uint64_t *bigger = more <= MAX_KEY ? realloc(*w, sizeof *bigger * (size_t)more) : NULL;
+  if (!bigger) return false;
+  *w = bigger;
+  *cap = more;
+  return true;
+}
+
+static void key_word(Key *k, uint64_t word) {
+  if (!key_grow(&k->w, &k->cap, k->n)) k->failed = true;
+  else k->w[k->n++] = word;
+}
+
 static void key_put(Key *k, uint64_t word) {
-  if (k->n == k->cap) {
-    int cap = k->cap ? 2 * k->cap : 256;
-    uint64_t *w = cap <= MAX_KEY ? realloc(k->w, sizeof *w * (size_t)cap) : NULL;
-    if (!w) {
-      k->failed = true;
-      return;
-    }
-    k->w = w;
-    k->cap = cap;
-  }
-  k->w[k->n++] = word;
+  key_word(k, word);
+  k->structure = tpk_hash_mix(k->structure ^ word);
+}
+
+/* A size's form (dim_word, int_form): in the key, but not its structure. */
+static void key_size(Key *k, uint64_t word) {
+  key_word(k, word);
+  k->structure = tpk_hash_mix(k->structure ^ UINT64_C(0x5153));
+  if (!key_grow(&k->sizes, &k->capsizes, k->nsizes)) k->failed = true;
+  else k->sizes[k->nsizes++] = word;
+}
+
+static void key_reset(Key *k) {
+  k->n = k->nsizes = 0;
+  k->structure = 0;
+  k->failed = false;
 }
 
 /* A string, exactly: its length, then its bytes eight to a word. */
@@ -141,6 +169,7 @@ static void key_str(Key *k, const char *s) {
 
 static void key_free(Key *k) {
   free(k->w);
+  free(k->sizes);
   *k = (Key){0};
 }
 
@@ -156,6 +185,11 @@ typedef struct Syms {
   int64_t consts[MAX_SYMS];
   bool factor;
   bool grow; /* an int argument matching no symbol becomes one (int_form) */
+  /* A hint: the sizes' forms of an earlier key of the same structure, in
+   * order, each taken when it gives the size (hinted). */
+  const uint64_t *hint;
+  int nhint, hint_at;
+  bool hint_missed;
 } Syms;
 
 static bool is_const(const Syms *t, int64_t v) {
@@ -187,10 +221,37 @@ static uint64_t product_word(const Syms *t, int64_t v) {
   return 0;
 }
 
+/* The hint's next form, when it gives size v (a symbol above 1: the next
+ * new one, or one with v's value; a product of two; a symbol times a size
+ * kept constant, but not for a dim; the constant v). Sizes that happen to
+ * be equal now keep the symbols they had: the code built for that key
+ * serves any values of its symbols. Once a form does not give its size,
+ * the hint is dropped (the caller keys by value). */
+static bool hinted(Syms *t, int64_t v, bool dim, uint64_t *word) {
+  if (!t->hint || t->hint_missed) return false;
+  uint64_t w = t->hint_at < t->nhint ? t->hint[t->hint_at++] : UINT64_MAX;
+  int hi = (int)(w >> 18), lo = (int)(w >> 2 & 0xffff), k = (int)(w >> 2);
+  bool ok = false;
+  switch (w & 3) {
+  case 0: ok = (int64_t)(w >> 2) == v; break;
+  case 1:
+    if (k == t->n && v > 1 && t->n < MAX_SYMS) t->v[t->n++] = v, ok = true;
+    else ok = k < t->n && t->v[k] == v && v > 1;
+    break;
+  case 2: ok = hi < t->n && lo < t->n && t->v[hi] * t->v[lo] == v && t->v[hi] > 1 && t->v[lo] > 1; break;
+  case 3: ok = !dim && hi < t->nconst && lo < t->n && t->v[lo] * t->consts[hi] == v && t->v[lo] > 1; break;
+  }
+  if (ok && w != UINT64_MAX) *word = w;
+  else t->hint_missed = true;
+  return !t->hint_missed;
+}
+
 /* A tensor's dim as a word (low two bits: 0 a constant, 1 a symbol, 2 a
  * product of two): a constant (0 or 1, a size kept constant, any size when
  * the table is full) or a symbol, added when new. */
 static uint64_t dim_word(Syms *t, int64_t v) {
+  uint64_t hint;
+  if (hinted(t, v, true, &hint)) return hint;
   if (v <= 1 || is_const(t, v)) return (uint64_t)v << 2;
   int k = sym_find(t, v);
   uint64_t product = k < 0 && t->factor ? product_word(t, v) : 0;
@@ -217,6 +278,12 @@ static void dim_text(uint64_t w, char *buf, size_t n) {
  * or "" for a constant; returns the key word of its form. */
 static uint64_t int_form(Syms *t, int64_t v, char *buf, size_t n) {
   buf[0] = 0;
+  uint64_t hint;
+  if (hinted(t, v, false, &hint)) {
+    if ((hint & 3) == 3) snprintf(buf, n, "s%d*%" PRId64, (int)(hint >> 2 & 0xffff), t->consts[hint >> 18]);
+    else if (hint & 3) dim_text(hint, buf, n);
+    return hint;
+  }
   if (v <= 1 || is_const(t, v)) return (uint64_t)v << 2;
   int k = sym_find(t, v);
   uint64_t w = k >= 0 ? (uint64_t)k << 2 | 1 : product_word(t, v);
@@ -261,6 +328,19 @@ static bool size_like(const Syms *t, int64_t v) {
   return false;
 }
 
+/* An int given for a Scalar parameter: lifted to a rank-0 input when it is
+ * a size (probe: always), else the constant itself (v << 2); as the hint
+ * has it where the hint's form fits v (lifted always does). */
+enum { SCALAR_LIFTED = 2 };
+static uint64_t scalar_form(Syms *t, int64_t v, bool probe) {
+  if (t->hint && !t->hint_missed) {
+    uint64_t w = t->hint_at < t->nhint ? t->hint[t->hint_at++] : UINT64_MAX;
+    if (w == SCALAR_LIFTED || w == (uint64_t)v << 2) return w;
+    t->hint_missed = true;
+  }
+  return probe || size_like(t, v) ? SCALAR_LIFTED : (uint64_t)v << 2;
+}
+
 static bool sym_lookup(void *ctx, const char *sym, int64_t *value) {
   const Syms *t = ctx;
   char *end;
@@ -280,6 +360,113 @@ static int launch_syms(const TpkKernel *k, const Syms *t, TpkNamedInt *out) {
     if (sym_lookup((void *)t, name, &v)) out[n++] = (TpkNamedInt){name, v};
   }
   return n;
+}
+
+/* ---- hints ---------------------------------------------------------------------------
+ *
+ * Sizes are symbols by value, so a length that happens to equal another
+ * size (a sequence of 32 with heads of 32) would be another pattern of
+ * sizes, another key, and a compile. A stream keeps, per structure of key
+ * (every word but the sizes' forms: Key.structure), the sizes' forms of the
+ * last few keys of that structure it made by value (one op may come in
+ * several patterns in a step). A key whose forms by value are none of them
+ * is made again taking a hint's forms where they give its sizes (hinted):
+ * that is an earlier key, found in the cache. Where no hint gives them (a
+ * size now 1, a constant changed), the key by value stands and becomes a
+ * hint. At most MAX_HINTS structures: past that the table starts again. */
+typedef struct Hint {
+  uint64_t structure;
+  struct Hint *next; /* older, of the same structure */
+  int n;
+  uint64_t sizes[]; /* its key's sizes' forms */
+} Hint;
+
+enum { MAX_HINTS = 4096, HINTS_PER_STRUCTURE = 4 };
+
+typedef struct Hints {
+  TpkPtrMap map; /* structure | 1 -> its newest Hint */
+} Hints;
+
+static const void *hint_slot(uint64_t structure) { return (const void *)(uintptr_t)(structure | 1); }
+
+/* The newest hint for k's structure (NULL: none). */
+static Hint *hint_first(const Hints *h, const Key *k) {
+  void *e;
+  if (!tpk_ptrmap_get(&h->map, hint_slot(k->structure), &e) || ((Hint *)e)->structure != k->structure) return NULL;
+  return e;
+}
+
+/* Are k's sizes the forms of one of its structure's hints already? */
+static bool hints_have(const Hints *h, const Key *k) {
+  for (const Hint *e = hint_first(h, k); e; e = e->next)
+    if (e->n == k->nsizes && memcmp(e->sizes, k->sizes, sizeof *e->sizes * (size_t)e->n) == 0) return true;
+  return false;
+}
+
+static void hint_list_free(Hint *e) {
+  for (Hint *next; e; e = next) {
+    next = e->next;
+    free(e);
+  }
+}
+
+static void hints_free(Hints *h) {
+  for (size_t i = 0; i < h->map.cap; i++)
+    if (h->map.keys[i]) hint_list_free(h->map.vals[i]);
+  tpk_ptrmap_free(&h->map);
+}
+
+/* k's sizes, made by value, as the newest hint of its structure. */
+static void hint_keep(Hints *h, const Key *k) {
+  if (k->failed) return;
+  Hint *e = malloc(sizeof *e + sizeof *e->sizes * (size_t)k->nsizes);
+  if (!e) return; /* no hint: keys by value */
+  e->structure = k->structure;
+  e->n = k->nsizes;
+  memcpy(e->sizes, k->sizes, sizeof *e->sizes * (size_t)k->nsizes);
+  void *old = NULL;
+  bool had = tpk_ptrmap_get(&h->map, hint_slot(k->structure), &old);
+  if (!had && h->map.count >= MAX_HINTS) hints_free(h);
+  e->next = had && ((Hint *)old)->structure == k->structure ? old : NULL;
+  if (!tpk_ptrmap_put(&h->map, hint_slot(k->structure), e)) {
+    free(e);
+    return;
+  }
+  if (had && !e->next) hint_list_free(old); /* another structure's, in the same slot */
+  int n = 1;
+  for (Hint *x = e; x; x = x->next, n++)
+    if (n == HINTS_PER_STRUCTURE) {
+      hint_list_free(x->next);
+      x->next = NULL;
+    }
+}
+
+/* A key made by value (hint NULL) or taking a hint's forms (then whether
+ * it missed, into *missed). */
+typedef TpkStatus (*KeyMaker)(void *ctx, const Hint *hint, Key *key, bool *missed);
+
+/* The key by value; when its sizes are no hint's of its structure, by the
+ * first hint that gives them; else by value, kept as a hint. */
+static TpkStatus key_hinted(Hints *h, KeyMaker make, void *ctx, Key *key) {
+  bool missed = false;
+  TpkStatus st = make(ctx, NULL, key, &missed);
+  if (st != TPK_OK || hints_have(h, key)) return st;
+  const Hint *first = hint_first(h, key);
+  for (const Hint *e = first; e; e = e->next) {
+    st = make(ctx, e, key, &missed);
+    if (st != TPK_OK || !missed) return st;
+  }
+  if (first) st = make(ctx, NULL, key, &missed);
+  if (st == TPK_OK) hint_keep(h, key);
+  return st;
+}
+
+/* t takes its sizes' forms from e (NULL: by value). */
+static void syms_hint(Syms *t, const Hint *e) {
+  t->hint = e ? e->sizes : NULL;
+  t->nhint = e ? e->n : 0;
+  t->hint_at = 0;
+  t->hint_missed = false;
 }
 
 /* ---- arguments as the builder takes them ------------------------------------------ */
@@ -347,14 +534,16 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
     case TPK_ARG_INT:
     case TPK_ARG_BOOL:
       o->i = a->i;
-      if (a->kind == TPK_ARG_INT && lay && lay->value[i] &&
-          (b->probe || size_like(b->syms, a->i))) { /* a size for a Scalar: an input */
-        o->kind = TPK_ARG_VALUE;
-        if ((o->value = b->scalar(b->ctx, TPK_I32, (double)a->i)) < 0) return TPK_ERR_NOMEM;
-        key_put(key, 2);
+      if (a->kind == TPK_ARG_INT && lay && lay->value[i]) {
+        uint64_t form = scalar_form(b->syms, a->i, b->probe);
+        key_size(key, form);
+        if (form == SCALAR_LIFTED) { /* a size for a Scalar: an input */
+          o->kind = TPK_ARG_VALUE;
+          if ((o->value = b->scalar(b->ctx, TPK_I32, (double)a->i)) < 0) return TPK_ERR_NOMEM;
+        }
       } else if (a->kind == TPK_ARG_INT && lift) {
         char text[64];
-        key_put(key, int_form(b->syms, a->i, text, sizeof text));
+        key_size(key, int_form(b->syms, a->i, text, sizeof text));
         if (!text[0] && b->probe) snprintf(text, sizeof text, "%" PRId64, a->i);
         if (text[0] && !(o->sym = tpk_arena_strdup(b->arena, text))) return TPK_ERR_NOMEM;
       } else {
@@ -373,7 +562,7 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
           continue;
         }
         char text[64];
-        key_put(key, int_form(b->syms, a->ints[j], text, sizeof text));
+        key_size(key, int_form(b->syms, a->ints[j], text, sizeof text));
         if (text[0] && !(syms[j] = tpk_arena_strdup(b->arena, text))) return TPK_ERR_NOMEM;
       }
       o->n = a->n;
@@ -408,6 +597,7 @@ typedef struct Op {
   TpkBuffer *operands[MAX_OPERANDS];
   int noperands;
   int64_t position;
+  const Hint *hint; /* the sizes' forms its key took (find_op_graph), NULL: by value */
 } Op;
 
 /* A builder that finds the standard kernels the ops that call one (SDPA:
@@ -490,23 +680,24 @@ static int op_sizes(const Op *op, int64_t *sizes) {
   return n;
 }
 
-/* The sizes an op keeps constant under policy p (into t->consts), and the
- * symbols its int arguments give first (factored). */
+/* Factored: the symbols its int arguments give first, each a size's form
+ * in the key (a hint numbers them as it numbered them). */
+static void op_seeds(const Op *op, const Layout *lay, Syms *t, Key *k) {
+  for (int i = 0; i < op->nargs; i++) {
+    const TpkArg *a = &op->args[i];
+    if (!lay->lift[i] || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
+    for (int e = 0; e < (a->kind == TPK_ARG_INT ? 1 : a->n); e++) {
+      uint64_t w = dim_word(t, a->kind == TPK_ARG_INT ? a->i : a->ints[e]);
+      if (k) key_size(k, w);
+    }
+  }
+  t->factor = true;
+}
+
+/* The sizes an op keeps constant under policy p (into t->consts). */
 static void op_consts(const Op *op, const Layout *lay, Policy p, Syms *t) {
   *t = (Syms){0};
-  if (p == SIZES_SYMBOLIC) return;
-  if (p == SIZES_FACTORED) {
-    t->factor = true;
-    for (int i = 0; i < op->nargs; i++) {
-      const TpkArg *a = &op->args[i];
-      if (!lay->lift[i] || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
-      for (int e = 0; e < (a->kind == TPK_ARG_INT ? 1 : a->n); e++) {
-        int64_t x = a->kind == TPK_ARG_INT ? a->i : a->ints[e];
-        if (x > 1 && sym_find(t, x) < 0 && t->n < MAX_SYMS) t->v[t->n++] = x;
-      }
-    }
-    return;
-  }
+  if (p == SIZES_SYMBOLIC || p == SIZES_FACTORED) return;
   int64_t sizes[MAX_SYMS];
   int n = op_sizes(op, sizes);
   if (p < SIZES_ONE_CONSTANT + n) {
@@ -579,6 +770,8 @@ static TpkStatus op_bind(const Op *op, const Layout *lay, Policy p, bool probe, 
   ob->err = err;
   tpk_arena_init(&ob->arena, 0);
   op_consts(op, lay, p, &ob->syms);
+  syms_hint(&ob->syms, op->hint);
+  if (p == SIZES_FACTORED) op_seeds(op, lay, &ob->syms, k);
   ob->policy = p;
   /* ints matching no size become symbols only when every size is one (an
    * expand to [S, D] of a scalar); else they stay themselves */
@@ -591,7 +784,7 @@ static TpkStatus op_bind(const Op *op, const Layout *lay, Policy p, bool probe, 
     }
     for (int d = 0; d < b->rank; d++) {
       ob->dims[i][d] = dim_word(&ob->syms, b->shape[d]);
-      if (k) key_put(k, ob->dims[i][d]);
+      if (k) key_size(k, ob->dims[i][d]);
     }
   }
   for (int i = 0; gb && i < op->noperands; i++) {
@@ -608,6 +801,7 @@ static TpkStatus op_bind(const Op *op, const Layout *lay, Policy p, bool probe, 
   Binder binder = {bound_tensor, bound_scalar, ob, &ob->syms, &ob->arena, probe};
   TpkStatus st = bind_args(op->args, op->nargs, lay, &binder, ob->args, k ? k : &scratch);
   key_free(&scratch);
+  ob->syms.hint = NULL; /* the slot's words may go: only hint_missed stays */
   if (st == TPK_OK && k && k->failed) st = TPK_ERR_NOMEM;
   if (st != TPK_OK && gb && err->code) return err->code;
   return st == TPK_OK ? TPK_OK : gb ? tpk_error(err, st, "out of memory") : tpk_runtime_fail(st, "out of memory");
@@ -615,14 +809,16 @@ static TpkStatus op_bind(const Op *op, const Layout *lay, Policy p, bool probe, 
 
 static void op_unbind(OpBound *ob) { tpk_arena_free(&ob->arena); }
 
-/* The op's key words under policy p, its layout's lifts applied. */
-static TpkStatus op_key(const Op *op, const Layout *lay, Policy p, Key *k) {
+/* The op's key words under policy p, its layout's lifts applied (with
+ * op->hint: whether the hint missed, into *missed). */
+static TpkStatus op_key(const Op *op, const Layout *lay, Policy p, Key *k, bool *missed) {
   key_put(k, KEY_OPTYPE);
   key_put(k, (uint64_t)p);
   layout_key(op, k);
   OpBound *ob = calloc(1, sizeof *ob);
   if (!ob) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   TpkStatus st = op_bind(op, lay, p, false, ob, k);
+  *missed = ob->syms.hint_missed;
   op_unbind(ob);
   free(ob);
   return st;
@@ -723,14 +919,35 @@ static void op_graph_free(void *p) {
 
 static void program_free(void *p) { tpk_program_release(p); }
 
+typedef struct OpKeying {
+  Op *op;
+  const Layout *lay;
+  Policy policy;
+} OpKeying;
+
+static TpkStatus make_op_key(void *ctx, const Hint *hint, Key *key, bool *missed) {
+  OpKeying *ok = ctx;
+  ok->op->hint = hint;
+  key_reset(key);
+  TpkStatus st = op_key(ok->op, ok->lay, ok->policy, key, missed);
+  if (*missed) ok->op->hint = NULL;
+  return st;
+}
+
+/* The op's key under policy p: by value, or by one of the stream's hints
+ * for its structure (left in op->hint) where it gives its sizes. */
+static TpkStatus op_key_hinted(Op *op, const Layout *lay, Policy p, Hints *hints, Key *key) {
+  OpKeying ok = {op, lay, p};
+  return key_hinted(hints, make_op_key, &ok, key);
+}
+
 /* The op's graph under the first policy it builds with (its key left in
- * key); an error when it builds under none. */
-static TpkStatus find_op_graph(TpkContext *ctx, const Op *op, const Layout *lay, Key *key, TpkUnit **out) {
+ * key, the hint it took in op->hint); an error when it builds under none. */
+static TpkStatus find_op_graph(TpkContext *ctx, Op *op, const Layout *lay, Hints *hints, Key *key, TpkUnit **out) {
   TpkUnits *units = tpk_context_units(ctx);
   int np = npolicies(op);
   for (Policy p = 0; p < np; p++) {
-    key->n = 0;
-    TpkStatus st = op_key(op, lay, p, key);
+    TpkStatus st = op_key_hinted(op, lay, p, hints, key);
     bool claimed;
     if (st == TPK_OK) st = tpk_units_get(units, -1, key->w, key->n, out, &claimed);
     if (st != TPK_OK) return st;
@@ -764,8 +981,16 @@ static TpkStatus find_op_graph(TpkContext *ctx, const Op *op, const Layout *lay,
   return op_fail(op, TPK_ERR_INTERNAL, "builds under no policy of sizes");
 }
 
-/* The op's program (debug and strict): its graph, one cluster per op,
- * under the graph's key. */
+/* A graph's program: fused, or, should fusion not take it, one cluster
+ * per IR op. */
+static TpkStatus compile_fused(TpkContext *ctx, const TpkFunc *f, TpkProgram **out) {
+  TpkStatus st = tpk_compile_graph(ctx, f, TPK_FUSE_ALL, out);
+  if (st != TPK_OK && st != TPK_ERR_NOMEM) st = tpk_compile_graph(ctx, f, TPK_FUSE_NONE, out);
+  return st;
+}
+
+/* The op's program (debug and strict): its graph fused, as one ATen op is
+ * one kernel in PyTorch, under the graph's key. */
 static TpkStatus find_op_program(TpkContext *ctx, const Op *op, const OpGraph *g, Key *key, TpkUnit **out, bool *built) {
   key->w[0] = KEY_OPPROG;
   TpkUnits *units = tpk_context_units(ctx);
@@ -775,7 +1000,7 @@ static TpkStatus find_op_program(TpkContext *ctx, const Op *op, const OpGraph *g
   *built = claimed;
   if (st != TPK_OK || !claimed) return st;
   TpkProgram *p;
-  st = tpk_compile_graph(ctx, tpk_gb_func(g->gb), TPK_FUSE_NONE, &p);
+  st = compile_fused(ctx, tpk_gb_func(g->gb), &p);
   if (st != TPK_OK) {
     tpk_unit_abandon(units, *out);
     *out = NULL;
@@ -856,6 +1081,7 @@ struct TpkStream {
   TpkQueue *queue;      /* strict */
   Queued *queued, **queued_tail;
   Window w;             /* fused */
+  Hints hints;          /* of its ops' and windows' keys */
 };
 
 struct TpkStreams {
@@ -886,6 +1112,7 @@ static void stream_free(TpkStream *s) {
       break;
     }
   pthread_mutex_unlock(&ss->lock);
+  hints_free(&s->hints);
   tpk_queue_destroy(s->queue); /* its work has run: the launches' results are written */
   for (Queued *q = s->queued, *next; q; q = next) {
     next = q->next;
@@ -1069,6 +1296,7 @@ typedef struct Flush {
   TpkArena arena;  /* prepared arguments */
   TpkArg **args;   /* per record, for the builder */
   Syms syms;
+  uint64_t *dims;  /* the inputs' dims as words, TPK_MAX_RANK per value */
 } Flush;
 
 static int flush_tensor(void *ctx, TpkBuffer *b) {
@@ -1095,14 +1323,17 @@ static void flush_free(Flush *f) {
  * for the key with nothing given: its values (inputs' dtypes and sizes),
  * its ops with their arguments bound, its outputs. The arguments are
  * prepared for a builder in f, its symbols left in f->syms. */
-static TpkStatus window_key(Flush *f, const bool *output, const Syms *base, int tag, Key *key) {
+static TpkStatus window_key(Flush *f, const bool *output, const Syms *base, int tag, const Hint *hint, Key *key) {
   Window *w = f->w;
-  key->n = 0;
+  key_reset(key);
   f->nscalars = 0;
   tpk_arena_free(&f->arena);
   tpk_arena_init(&f->arena, 0);
   f->syms = *base;
   f->syms.grow = true;
+  syms_hint(&f->syms, hint);
+  f->dims = tpk_arena_alloc(&f->arena, sizeof *f->dims * (size_t)(w->nvalues * TPK_MAX_RANK + 1));
+  if (!f->dims) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   key_put(key, TPK_UNIT_KEY_WINDOW);
   key_put(key, (uint64_t)tag);
   for (int i = 0; i < base->n; i++) key_put(key, (uint64_t)i); /* how many are given first */
@@ -1112,7 +1343,7 @@ static TpkStatus window_key(Flush *f, const bool *output, const Syms *base, int 
     if (!w->values[i].input) continue;
     key_put(key, (uint64_t)b->dtype);
     key_put(key, (uint64_t)b->rank);
-    for (int d = 0; d < b->rank; d++) key_put(key, dim_word(&f->syms, b->shape[d]));
+    for (int d = 0; d < b->rank; d++) key_size(key, f->dims[i * TPK_MAX_RANK + d] = dim_word(&f->syms, b->shape[d]));
   }
   Binder binder = {flush_tensor, flush_scalar, f, &f->syms, &f->arena, false};
   for (int r = 0; r < w->nrecords; r++) {
@@ -1130,7 +1361,29 @@ static TpkStatus window_key(Flush *f, const bool *output, const Syms *base, int 
   }
   for (int i = 0; i < w->nvalues; i++)
     if (output[i]) key_put(key, (uint64_t)i);
+  f->syms.hint = NULL; /* the slot's words may go: only hint_missed stays */
   return key->failed ? tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory") : TPK_OK;
+}
+
+typedef struct WindowKeying {
+  Flush *f;
+  const bool *output;
+  const Syms *base;
+  int tag;
+} WindowKeying;
+
+static TpkStatus make_window_key(void *ctx, const Hint *hint, Key *key, bool *missed) {
+  WindowKeying *wk = ctx;
+  TpkStatus st = window_key(wk->f, wk->output, wk->base, wk->tag, hint, key);
+  *missed = wk->f->syms.hint_missed;
+  return st;
+}
+
+/* The window's key as window_key makes it, by the stream's hints for its
+ * structure where one gives its sizes (see "hints"). */
+static TpkStatus window_key_hinted(TpkStream *s, Flush *f, const bool *output, const Syms *base, int tag, Key *key) {
+  WindowKeying wk = {f, output, base, tag};
+  return key_hinted(&s->hints, make_window_key, &wk, key);
 }
 
 /* The window as one graph (its key made by window_key into f): its
@@ -1143,14 +1396,13 @@ static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkGra
   int n = w->nvalues + f->nscalars;
   TpkValue **vals = calloc((size_t)n + 1, sizeof *vals);
   TpkStatus st = gb && vals ? TPK_OK : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
-  Syms syms = f->syms;
   for (int i = 0; st == TPK_OK && i < w->nvalues; i++) {
     const TpkBuffer *b = w->values[i].buf;
     if (!w->values[i].input) continue;
     const TpkDim *dims[TPK_MAX_RANK];
     for (int d = 0; d < b->rank && st == TPK_OK; d++) {
       char text[40];
-      dim_text(dim_word(&syms, b->shape[d]), text, sizeof text);
+      dim_text(f->dims[i * TPK_MAX_RANK + d], text, sizeof text);
       if (!(dims[d] = tpk_gb_dim(gb, text, &err))) st = err.code;
     }
     if (st == TPK_OK) st = tpk_gb_input(gb, b->dtype, b->rank, dims, &vals[i], &err);
@@ -1170,14 +1422,6 @@ static TpkStatus build_window(TpkStream *s, Flush *f, const bool *output, TpkGra
     if (output[i]) st = tpk_gb_output(gb, vals[i], &err);
   free(vals);
   return st == TPK_OK ? TPK_OK : tpk_runtime_fail(st, "%s", err.message);
-}
-
-/* The window's program from its builder: fused, or, should fusion not take
- * it, one cluster per op. */
-static TpkStatus compile_window(TpkStream *s, TpkGraphBuilder *gb, TpkProgram **out) {
-  TpkStatus st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_ALL, out);
-  if (st != TPK_OK && st != TPK_ERR_NOMEM) st = tpk_compile_graph(s->ctx, tpk_gb_func(gb), TPK_FUSE_NONE, out);
-  return st;
 }
 
 /* A rank-0 buffer of dtype dt (f32 or i32) holding v. */
@@ -1274,26 +1518,27 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   *out = NULL;
   TpkUnit *unit;
   bool claimed;
-  TpkStatus st = window_key(f, output, &base, 0, &key);
+  TpkStatus st = window_key_hinted(s, f, output, &base, 0, &key);
   Syms symbolic = f->syms; /* the symbols of the key with nothing given */
   if (st == TPK_OK) st = tpk_units_get(units, -1, key.w, key.n, &unit, &claimed);
   if (st == TPK_OK && !claimed) {
     const WindowProgram *wp = tpk_unit_payload(unit);
     if (wp->program) {
       *out = unit;
-    } else { /* resolved: the same positions at these sizes */
-      for (int i = 0; i < wp->nconst; i++) add_const(&base, form_value(&symbolic, wp->consts[i]));
-      for (int i = 0; i < wp->nfirst; i++) add_seed(&base, form_value(&symbolic, wp->first[i]));
+    } else { /* resolved: the same positions at these sizes, each its own
+              * even where two are equal now (the hint numbers them so) */
+      for (int i = 0; i < wp->nconst; i++) base.consts[base.nconst++] = form_value(&symbolic, wp->consts[i]);
+      for (int i = 0; i < wp->nfirst; i++) base.v[base.n++] = form_value(&symbolic, wp->first[i]);
       base.factor = wp->nfirst > 0;
       tpk_unit_release(unit);
-      st = window_key(f, output, &base, 1, &key);
+      st = window_key_hinted(s, f, output, &base, 1, &key);
       if (st == TPK_OK) st = tpk_units_get(units, -1, key.w, key.n, out, &claimed);
       if (st == TPK_OK && claimed) { /* other sizes of a resolved window: built as resolved */
         TpkGraphBuilder *gb;
         int failed_at;
         WindowProgram *p = calloc(1, sizeof *p);
         st = p ? build_window(s, f, output, &gb, &failed_at) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-        if (st == TPK_OK) st = compile_window(s, gb, &p->program);
+        if (st == TPK_OK) st = compile_fused(s->ctx, tpk_gb_func(gb), &p->program);
         if (p) tpk_gb_free(gb);
         if (st == TPK_OK) tpk_unit_ready(units, *out, p, window_program_free);
         else {
@@ -1319,7 +1564,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   for (int attempt = 0; attempt < 4 * MAX_SYMS; attempt++) {
     tpk_gb_free(gb);
     gb = NULL;
-    if (attempt) st = window_key(f, output, &base, 1, &key);
+    if (attempt) st = window_key(f, output, &base, 1, NULL, &key);
     if (st == TPK_OK) st = build_window(s, f, output, &gb, &failed_at);
     if (st == TPK_OK || failed_at < 0) break;
     /* it builds past where it failed before: that record is settled (an
@@ -1335,9 +1580,10 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   }
   WindowProgram *wp = calloc(1, sizeof *wp);
   TpkProgram *program = NULL;
-  if (st == TPK_OK && gb) st = wp ? compile_window(s, gb, &program) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  if (st == TPK_OK && gb) st = wp ? compile_fused(s->ctx, tpk_gb_func(gb), &program) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   tpk_gb_free(gb);
   if (st == TPK_OK && (base.nconst || base.n)) { /* resolved: kept by position, the program under its own key */
+    if (!hints_have(&s->hints, &key)) hint_keep(&s->hints, &key);
     for (int i = 0; i < base.nconst; i++)
       if (wp->nconst < MAX_SYMS && form_of(&symbolic, base.consts[i], &wp->consts[wp->nconst])) wp->nconst++;
     for (int i = 0; i < base.n; i++) /* in their order: it numbers the symbols */
@@ -1714,7 +1960,7 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
   if (st != TPK_OK) return st;
   const Layout *lay = tpk_unit_payload(layout_unit);
   Key key = {0};
-  st = find_op_graph(ctx, op, lay, &key, &graph_unit);
+  st = find_op_graph(ctx, op, lay, &s->hints, &key, &graph_unit);
   const OpGraph *g = graph_unit ? tpk_unit_payload(graph_unit) : NULL;
   if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) {
     bool built;
@@ -1728,13 +1974,19 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
   OpBound *ob = st == TPK_OK ? calloc(1, sizeof *ob) : NULL;
   if (st == TPK_OK && !ob) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   if (st == TPK_OK) st = op_bind(op, lay, g->policy, false, ob, NULL);
+  op->hint = NULL; /* the hint's words may go with the next key */
   for (int i = 0; st == TPK_OK && i < g->nouts; i++) {
     const TpkType *t = g->types[i];
     if (!t) continue;
     int64_t shape[TPK_MAX_RANK];
     for (int d = 0; d < t->rank && st == TPK_OK; d++)
       if (!tpk_dim_eval(t->dims[d], sym_lookup, &ob->syms, &shape[d])) st = op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
-    if (st == TPK_OK) st = tpk_buffer_create(s->dev, t->dtype, t->rank, shape, &made[i]);
+    /* written whole by the op before anyone reads it (pending until then);
+     * debug mode zeroes them, so that its NaN check never sees old bytes
+     * in an op that leaves its values undefined (empty) */
+    if (st == TPK_OK)
+      st = s->mode == TPK_EAGER_DEBUG ? tpk_buffer_create(s->dev, t->dtype, t->rank, shape, &made[i])
+                                      : tpk_buffer_create_unfilled(s->dev, t->dtype, t->rank, shape, &made[i]);
   }
   int nouts = st == TPK_OK ? g->nouts : 0;
   /* run it, queue it or record it */

@@ -179,5 +179,9 @@ bool tpk_context_dumps_ir(const TpkContext *ctx);
  * that call one (tpk_gb_set_kernel_lookup). Their IR lives as long as the
  * context, which a graph or a stream holds. */
 const TpkFunc *tpk_std_kernel_lookup(void *ctx, const char *name, TpkError *err);
+/* Is f (a kernel a graph calls) one of the standard library's, by name and
+ * hash? Then it runs the library's ahead-of-time code, and graph fusion
+ * keeps it as it is (lower/README.md, "Epilogues of calls"). */
+bool tpk_std_kernel_is(void *ctx, const TpkFunc *f);
 
 #endif

@@ -1549,6 +1549,8 @@ static TpkKernel *std_callee(TpkContext *ctx, const TpkFunc *callee) {
   return tpk_func_hash_equal(tpk_func_hash(k->f), tpk_func_hash(callee)) ? k : NULL;
 }
 
+bool tpk_std_kernel_is(void *ctx, const TpkFunc *f) { return std_callee(ctx, f) != NULL; }
+
 typedef struct Callees {
   TpkProgram *prog;
   TpkKernel *std[256]; /* per hidden kernel: the library's, if it is one */

@@ -42,7 +42,7 @@
 #include "tpk.h"
 
 enum {
-  INLINE_PARAMS = 64, /* parameters a launch marshals without allocating (a compiled graph may have hundreds) */
+  SMALL_PARAMS = 64, /* parameters a launch keeps on the stack; more go to the heap */
   MAX_SYMBOLS = 64, /* shape symbols, and tunables, of one kernel */
 };
 
@@ -232,7 +232,7 @@ typedef struct KernelObject {
   PyObject *last_report; /* of the latest call through kernel(...) on any thread, or NULL */
   PyObject *weakrefs;
   int nparams, nsymbols, ntunables;
-  ParamInfo *param; /* nparams of them (PyMem) */
+  ParamInfo *param; /* nparams */
   const char *symbol[MAX_SYMBOLS];  /* the kernel's strings */
   const char *tunable[MAX_SYMBOLS];
 } KernelObject;
@@ -322,12 +322,12 @@ static PyObject *kernel_new(TpkKernel *k, const char *name, PyObject *owner) {
   KernelObject *K = (KernelObject *)KernelType.tp_alloc(&KernelType, 0); /* zeroed */
   if (!K) return NULL;
   K->k = k;
+  if (!(K->param = PyMem_Calloc((size_t)n + 1, sizeof *K->param))) {
+    Py_DECREF(K);
+    return PyErr_NoMemory();
+  }
   if (!(K->name = PyUnicode_FromString(name))) goto fail;
   K->owner = Py_XNewRef(owner);
-  if (n && !(K->param = PyMem_Calloc((size_t)n, sizeof *K->param))) {
-    PyErr_NoMemory();
-    goto fail;
-  }
   K->nparams = n;
   K->nsymbols = nsym;
   K->ntunables = ntune;
@@ -362,7 +362,7 @@ fail:
 
 static void kernel_dealloc(KernelObject *K) {
   if (K->weakrefs) PyObject_ClearWeakRefs((PyObject *)K);
-  for (int i = 0; i < K->nparams; i++) {
+  for (int i = 0; K->param && i < K->nparams; i++) {
     Py_XDECREF(K->param[i].name);
     Py_XDECREF(K->param[i].type_text);
   }
@@ -530,34 +530,35 @@ typedef struct Launch {
   PyObject *device; /* its name */
   TpkDevice *dev;
   bool convert;
-  Arg *arg;           /* one per parameter: the inline arrays, or PyMem for more than INLINE_PARAMS */
+  Arg *arg; /* per parameter: the stack's below, or the heap's for a kernel with more */
   TpkBuffer **bufs;
   double *scalars;
+  Arg small_arg[SMALL_PARAMS];
+  TpkBuffer *small_bufs[SMALL_PARAMS];
+  double small_scalars[SMALL_PARAMS];
   TpkNamedInt syms[MAX_SYMBOLS], tunes[MAX_SYMBOLS];
   int nsyms, ntunes;
-  Arg arg_inline[INLINE_PARAMS];
-  TpkBuffer *bufs_inline[INLINE_PARAMS];
-  double scalars_inline[INLINE_PARAMS];
 } Launch;
 
-/* false (MemoryError set) when a large kernel's arrays cannot be had;
- * launch_release undoes it either way. */
+/* False (MemoryError set) when a large kernel's arrays do not fit; then
+ * launch_release still may be called. */
 static bool launch_init(Launch *L, KernelObject *K) {
   L->kernel = K;
   L->device = NULL;
   L->convert = false;
   L->nsyms = L->ntunes = 0;
-  L->arg = L->arg_inline;
-  L->bufs = L->bufs_inline;
-  L->scalars = L->scalars_inline;
-  if (K->nparams > INLINE_PARAMS) {
-    size_t n = (size_t)K->nparams;
-    L->arg = PyMem_Calloc(n, sizeof *L->arg);
-    L->bufs = PyMem_Calloc(n, sizeof *L->bufs);
-    L->scalars = PyMem_Calloc(n, sizeof *L->scalars);
+  L->arg = L->small_arg;
+  L->bufs = L->small_bufs;
+  L->scalars = L->small_scalars;
+  if (K->nparams > SMALL_PARAMS) {
+    L->arg = PyMem_Calloc((size_t)K->nparams, sizeof *L->arg);
+    L->bufs = PyMem_Calloc((size_t)K->nparams, sizeof *L->bufs);
+    L->scalars = PyMem_Calloc((size_t)K->nparams, sizeof *L->scalars);
     if (!L->arg || !L->bufs || !L->scalars) {
-      PyMem_Free(L->arg), PyMem_Free(L->bufs), PyMem_Free(L->scalars);
-      L->arg = NULL;
+      PyMem_Free(L->arg);
+      PyMem_Free(L->bufs);
+      PyMem_Free(L->scalars);
+      L->arg = NULL; /* nothing to release */
       L->bufs = NULL;
       L->scalars = NULL;
       PyErr_NoMemory();
@@ -587,12 +588,12 @@ static void arg_release(Arg *a) {
 
 static void launch_release(Launch *L) {
   for (int i = 0; L->arg && i < L->kernel->nparams; i++) arg_release(&L->arg[i]);
-  Py_CLEAR(L->device);
-  if (L->arg != L->arg_inline) {
+  if (L->arg != L->small_arg) {
     PyMem_Free(L->arg);
     PyMem_Free(L->bufs);
     PyMem_Free(L->scalars);
   }
+  Py_CLEAR(L->device);
 }
 
 static bool launch_device(Launch *L, PyObject *device) {
@@ -1019,6 +1020,17 @@ static int allocate_output(Launch *L, int i) {
  * the NumPy call. Arguments bind to parameters in declaration order (inputs,
  * then outputs) or by name; outputs not given are allocated. Returns the
  * outputs: None, one array, or a tuple. */
+static PyObject *kernel_call_given(KernelObject *K, PyObject *args, PyObject *kwargs, PyObject **given);
+
+static PyObject *kernel_call(KernelObject *K, PyObject *args, PyObject *kwargs) {
+  PyObject *small[SMALL_PARAMS] = {NULL}, **given = small;
+  if (K->nparams > SMALL_PARAMS && !(given = PyMem_Calloc((size_t)K->nparams, sizeof *given))) return PyErr_NoMemory();
+  PyObject *outputs = kernel_call_given(K, args, kwargs, given);
+  if (given != small) PyMem_Free(given);
+  return outputs;
+}
+
+/* kernel_call with given[] zeroed, one slot per parameter. */
 static PyObject *kernel_call_given(KernelObject *K, PyObject *args, PyObject *kwargs, PyObject **given) {
   PyObject *device = NULL, *tune = NULL, *syms = NULL;
   int convert = 0;
@@ -1093,17 +1105,6 @@ static PyObject *kernel_call_given(KernelObject *K, PyObject *args, PyObject *kw
   if (nout == 0) Py_SETREF(outputs, Py_NewRef(Py_None));
 done:
   launch_release(&L);
-  return outputs;
-}
-
-/* kernel(...): the arguments given, per parameter, in an array of the
- * kernel's size. */
-static PyObject *kernel_call(KernelObject *K, PyObject *args, PyObject *kwargs) {
-  PyObject *inline_given[INLINE_PARAMS] = {NULL};
-  PyObject **given = inline_given;
-  if (K->nparams > INLINE_PARAMS && !(given = PyMem_Calloc((size_t)K->nparams, sizeof *given))) return PyErr_NoMemory();
-  PyObject *outputs = kernel_call_given(K, args, kwargs, given);
-  if (given != inline_given) PyMem_Free(given);
   return outputs;
 }
 

@@ -53,8 +53,15 @@ def for_tpk(t):
     return (t.to(torch.int32) if t.dtype == torch.int64 else t).detach().contiguous()
 
 
-def compare(got, want, rtol, what):
+# Ops whose results' values ATen leaves undefined: only their shapes compare.
+UNDEFINED_VALUES = ("aten.empty", "aten.new_empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty_strided")
+
+
+def compare(got, want, rtol, what, op=""):
     want = want.detach()
+    if op.split(".default")[0].split(".memory_format")[0] in UNDEFINED_VALUES:
+        assert tuple(np.shape(got)) == tuple(want.shape), f"{what}: shape {np.shape(got)}, expected {tuple(want.shape)}"
+        return
     if want.dtype == torch.bool:
         np.testing.assert_array_equal(np.asarray(got).astype(bool), want.numpy(), err_msg=what)
         return
@@ -170,7 +177,7 @@ def run_op(name, args, kwargs, outs, rtol, what):
     pairs = [(v, o if isinstance(o, torch.Tensor) else torch.tensor(o)) for v, o in zip(gots, outs) if v is not None]
     g.output(*[v for v, _ in pairs])
     for x, (_, want) in zip(run(g, inputs), pairs):
-        compare(x, want, rtol, what)
+        compare(x, want, rtol, what, str(name))
 
 
 def record(name, make_model, make_args):
@@ -246,7 +253,6 @@ class WindowRecorder(TorchDispatchMode):
         return out
 
 
-@pytest.mark.xfail(strict=True, reason="lower/fuse.c: 'the clusters form a cycle' on these windows (reported)")
 @pytest.mark.parametrize("name", list(MODELS))
 def test_eager_window(name):
     make_model, make_args, rtol = MODELS[name]
@@ -258,4 +264,4 @@ def test_eager_window(name):
     rec.g.output(*[v for v, _, _ in rec.results])
     got = run(rec.g, rec.inputs)
     for i, (x, (_, want, op)) in enumerate(zip(got, rec.results)):
-        compare(x, want, rtol, f"{name} result {i}: {op}")
+        compare(x, want, rtol, f"{name} result {i}: {op}", op)

@@ -483,3 +483,16 @@ def test_graph_api():
     g.output(dx)
     assert "func @api(%in0: bf16[B*S,8]" in g.ir()
     assert len(g.op("split", g.input("f32", [40]), 1)) == 40  # more results than most ops
+
+
+def test_a_graph_with_more_parameters_than_a_launch_keeps_on_the_stack():
+    """A compiled graph of 100 inputs and 40 outputs (a backward graph's
+    size) launches from Python (before: refused above 64 parameters)."""
+    g = _C.Graph("many")
+    xs = [g.input("f32", [3]) for _ in range(100)]
+    g.output(*[g.op("add.Tensor", xs[i], xs[i + 60]) for i in range(40)])
+    arrays = [np.full(3, i, dtype=np.float32) for i in range(100)]
+    outs = g.compile()(*arrays)
+    assert len(outs) == 40
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(out, np.full(3, 2 * i + 60, dtype=np.float32))
