@@ -367,13 +367,25 @@ def run_python(code, env=None, timeout=120):
     return proc
 
 
-def test_dump_ir_goes_to_stderr():
-    proc = run_python("""
-        import torch, tpk.torch
-        torch.compile(lambda x: torch.relu(x * 2), backend="tpk")(torch.randn(4, 8))
-    """, {"TPK_DUMP_IR": "1"})
-    assert "func @inference_0(%in0: f32[4,8])" in proc.stderr
-    assert "// graph, fused: the driver and its clusters" in proc.stderr and "kernel @inference_0.c0" in proc.stderr
+def test_dump_ir_goes_to_stderr_and_shows_the_call_fused():
+    """TPK_DUMP_IR=1: each graph's IR and clusters on sys.stderr. The user's
+    matmul with + bias and GELU after it is one call: its kernel with the
+    epilogue at its stores (lower/fuse.c)."""
+    code = """
+        import torch, torch.nn.functional as F, tpk.torch
+        tpk.torch.load_source(MATMUL, namespace="dump", name="matmul.tpk")
+        w, b, x = torch.randn(16, 32), torch.randn(32), torch.randn(8, 16)
+        with torch.no_grad():
+            y = torch.compile(lambda x, w, b: F.gelu(torch.ops.dump.mm(x, w) + b), backend="tpk")(x, w, b)
+        assert torch.allclose(y, F.gelu(x @ w + b), atol=1e-5)
+    """
+    proc = run_python(code.replace("MATMUL", repr(MATMUL)), {"TPK_DUMP_IR": "1"})
+    assert "func @inference_0(%in0: f32[8,16], %in1: f32[16,32], %in2: f32[32])" in proc.stderr
+    fused = proc.stderr.split("// graph, fused: the driver and its clusters")[1]
+    driver = fused.split("\n}\n")[0]
+    calls = [line for line in driver.splitlines() if " = call " in line]
+    assert len(calls) == 1 and 'callee="inference_0.c0"' in calls[0], driver
+    assert "kernel @inference_0.c0(%x: ref<f32[M,K]>" in fused  # the user's kernel, the bias beside it
 
 
 def test_registered_by_import():
