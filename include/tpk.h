@@ -461,6 +461,11 @@ const char *tpk_graph_ir(TpkGraph *g);
 /* The op vocabulary: its size and names (ATen packet names, "addmm"). */
 int tpk_graph_op_count(void);
 const char *tpk_graph_op_name(int i);
+/* Whether an op name, as tpk_graph_op takes it ("addmm", "aten::add.Tensor"),
+ * is in the vocabulary, its overload included ("add.out" is not): what a
+ * bridge asks before it builds. Arguments are the op's to judge when it is
+ * built (a dtype, an attn_mask it does not take: TPK_ERR_UNSUPPORTED). */
+bool tpk_graph_op_known(const char *op);
 
 /* Fuse, lower and compile g into a program with one kernel, named as g,
  * whose parameters are g's inputs then its outputs (out parameters): launch
