@@ -167,22 +167,28 @@ static void test_graphs_share_clusters(void **state) {
   tpk_context_destroy(ctx);
 }
 
-/* TPK_CACHE_UNITS bounds what a context keeps: launches at more sizes than
- * it holds evict the oldest, which a later launch builds again. */
-static void test_bounded(void **state) {
-  (void)state;
+/* A context that keeps two units (tcc), with the scale kernel loaded. */
+static TpkContext *scale_in_two_units(TpkDevice **host, TpkProgram **p, TpkKernel **k) {
   setenv("TPK_TIER", "tcc", 1);
   setenv("TPK_CACHE_UNITS", "2", 1);
   TpkContext *ctx;
   assert_int_equal(tpk_context_create(&ctx), TPK_OK);
   unsetenv("TPK_TIER");
   unsetenv("TPK_CACHE_UNITS");
+  assert_int_equal(tpk_device_open(ctx, "host", host), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "scale.tpk", SCALE, strlen(SCALE), p), TPK_OK);
+  assert_int_equal(tpk_program_kernel(*p, "scale", k), TPK_OK);
+  return ctx;
+}
+
+/* TPK_CACHE_UNITS bounds what a context keeps: launches at more sizes than
+ * it holds evict the oldest, which a later launch builds again. */
+static void test_bounded(void **state) {
+  (void)state;
   TpkDevice *host;
   TpkProgram *p;
   TpkKernel *k;
-  assert_int_equal(tpk_device_open(ctx, "host", &host), TPK_OK);
-  assert_int_equal(tpk_program_load_source(ctx, "scale.tpk", SCALE, strlen(SCALE), &p), TPK_OK);
-  assert_int_equal(tpk_program_kernel(p, "scale", &k), TPK_OK);
+  TpkContext *ctx = scale_in_two_units(&host, &p, &k);
   for (int round = 0; round < 2; round++)
     for (int64_t n = 10; n < 14; n++) {
       TpkBuffer *x, *y;
@@ -266,18 +272,10 @@ static void launch_scale(TpkKernel *k, TpkDevice *dev, int64_t n, float a) {
  * cache keeps hold as many codes as it keeps units, not one per size. */
 static void test_eviction_frees_code(void **state) {
   (void)state;
-  setenv("TPK_TIER", "tcc", 1);
-  setenv("TPK_CACHE_UNITS", "2", 1);
-  TpkContext *ctx;
-  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-  unsetenv("TPK_TIER");
-  unsetenv("TPK_CACHE_UNITS");
   TpkDevice *host;
   TpkProgram *p;
   TpkKernel *k;
-  assert_int_equal(tpk_device_open(ctx, "host", &host), TPK_OK);
-  assert_int_equal(tpk_program_load_source(ctx, "scale.tpk", SCALE, strlen(SCALE), &p), TPK_OK);
-  assert_int_equal(tpk_program_kernel(p, "scale", &k), TPK_OK);
+  TpkContext *ctx = scale_in_two_units(&host, &p, &k);
   for (int64_t n = 10; n < 30; n++) {
     launch_scale(k, host, n, 3);
     assert_true(live_codes(ctx) <= 2);
