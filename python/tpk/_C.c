@@ -1682,6 +1682,14 @@ static PyObject *open_device(PyObject *module, PyObject *name) {
   return device_of(name) ? Py_NewRef(name) : NULL;
 }
 
+/* The process's context, for tpk's other extensions (the torch device's
+ * shim), which must share it: kernels, streams and the cache are one. */
+static PyObject *context_capsule(PyObject *module, PyObject *unused) {
+  (void)module, (void)unused;
+  TpkContext *ctx = context();
+  return ctx ? PyCapsule_New(ctx, "tpk._C.context", NULL) : NULL;
+}
+
 /* ---- types and the module --------------------------------------------------------- */
 
 static PyMemberDef KERNEL_MEMBERS[] = {
@@ -1815,6 +1823,7 @@ static PyMethodDef MODULE_METHODS[] = {
     {"std_kernels", std_kernels, METH_NOARGS, "((kernel, file), ...) of the standard library"},
     {"open_device", open_device, METH_O, "open_device(name): open a device (an error if there is none by that name)"},
     {"graph_ops", graph_ops, METH_NOARGS, "the ATen ops graphs know (tpk_graph_op_name), in table order"},
+    {"context_capsule", context_capsule, METH_NOARGS, "the process's TpkContext in a capsule named 'tpk._C.context'"},
     {NULL},
 };
 
