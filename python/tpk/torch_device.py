@@ -22,7 +22,11 @@ import types
 import torch
 
 from . import _C
-from . import _torch_device as _shim
+
+try:
+    from . import _torch_device as _shim
+except ImportError as e:  # pragma: no cover - a build without torch's headers
+    raise ImportError(f"the tpk device's shim (tpk/_torch_device.cpp) is not built: run make ({e})") from e
 
 __all__ = ["set_device", "device_name", "set_eager_mode", "eager_mode", "synchronize", "set_fallback", "stats"]
 
