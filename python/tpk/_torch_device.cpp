@@ -667,14 +667,24 @@ void convert_args(State &s, const c10::FunctionSchema &schema, const torch::jit:
   for (size_t i = 0; i < params.size(); i++) {
     const c10::Argument &param = params[i];
     const c10::IValue &v = stack[first + i];
-    if (param.is_out() || v.isNone()) continue;
     c10::TypePtr type = unwrap_optional(param.real_type());
+    c10::TypeKind kind = type->kind();
+    if (param.is_out() || kind == c10::TypeKind::LayoutType || kind == c10::TypeKind::DeviceObjType ||
+        kind == c10::TypeKind::MemoryFormatType)
+      continue; /* tpk's tensors are strided, on its device */
     const char *name = param.name().c_str();
     TpkArg a;
-    switch (type->kind()) {
+    if (v.isNone()) {
+      out.args.push_back(tpk_arg_named(name, tpk_arg_none()));
+      continue;
+    }
+    switch (kind) {
     case c10::TypeKind::TensorType: {
       const at::Tensor &t = v.toTensor();
-      if (!t.defined()) continue;
+      if (!t.defined()) {
+        out.args.push_back(tpk_arg_named(name, tpk_arg_none()));
+        continue;
+      }
       if (is_tpk(t)) a = tpk_arg_buffer(read_buffer(s, t, temps));
       else if (t.dim() == 0 && t.is_cpu()) { /* a Python number, or a CPU scalar */
         c10::Scalar x = t.item();
@@ -727,9 +737,6 @@ void convert_args(State &s, const c10::FunctionSchema &schema, const torch::jit:
       a = tpk_arg_dtype(*dt);
       break;
     }
-    case c10::TypeKind::LayoutType:
-    case c10::TypeKind::DeviceObjType:
-    case c10::TypeKind::MemoryFormatType: continue; /* tpk's tensors are strided, on its device */
     default: throw Refused{"an argument of type " + type->str()};
     }
     out.args.push_back(tpk_arg_named(name, a));
@@ -821,6 +828,35 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   }
   note_cpu_op(op, why);
   cpu_route(op, stack);
+}
+
+/* The ATen ops tpk has, registered for PrivateUse1 by name so that the
+ * dispatcher sends them here as they are (the fallback would see add.Tensor
+ * as empty + add.out, a CompositeExplicitAutograd decomposition, and
+ * native_layer_norm as batch norm): those with a kernel of their own for the
+ * CPU, which every backend then has (composite ones keep decomposing:
+ * their autograd is their decomposition's), that write nothing but
+ * themselves. Their autograd is at the Autograd key, as for any backend. */
+std::vector<std::string> register_vocabulary() {
+  static torch::Library *library = nullptr;
+  std::vector<std::string> names;
+  if (library) return names;
+  library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  c10::Dispatcher &d = c10::Dispatcher::singleton();
+  for (const c10::OperatorName &name : d.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0 || !vocabulary_has(name.name.substr(6))) continue;
+    std::optional<c10::OperatorHandle> op = d.findOp(name);
+    if (!op || only_views(op->schema())) continue;
+    Plan::Kind kind = make_plan(op->schema()).kind;
+    if ((kind != Plan::FUNCTIONAL && kind != Plan::INPLACE) || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+      continue;
+    std::string qualified = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+    names.push_back(qualified);
+  }
+  return names;
 }
 
 /* ---- kernels registered for PrivateUse1 ------------------------------------------------------ */
@@ -1004,7 +1040,22 @@ PyObject *init(PyObject *, PyObject *args) {
     s.ctx = ctx;
     s.fallback = fallback;
   }
-  return set_device(nullptr, name);
+  PyObject *r = set_device(nullptr, name);
+  if (!r) return nullptr;
+  Py_DECREF(r);
+  std::vector<std::string> names;
+  try {
+    names = register_vocabulary();
+  } catch (const c10::Error &e) {
+    return raise_error(e.what_without_backtrace());
+  }
+  PyObject *list = PyList_New((Py_ssize_t)names.size());
+  for (size_t i = 0; list && i < names.size(); i++) {
+    PyObject *n = PyUnicode_FromString(names[i].c_str());
+    if (!n) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)i, n);
+  }
+  return list;
 }
 
 PyObject *device_name(PyObject *, PyObject *) {
@@ -1083,7 +1134,8 @@ PyObject *stats(PyObject *, PyObject *) {
 }
 
 PyMethodDef METHODS[] = {
-    {"init", init, METH_VARARGS, "init(context_capsule, device, fallback): set the device up on tpk._C's context"},
+    {"init", init, METH_VARARGS,
+     "init(context_capsule, device, fallback) -> [ATen ops registered]: set the device up on tpk._C's context"},
     {"set_device", set_device, METH_O, "set_device(name): what tpk:0 is ('sim:v5e', 'host', ...)"},
     {"device", device_name, METH_NOARGS, "the name of the device tpk:0 is"},
     {"set_eager_mode", set_eager_mode, METH_O, "set_eager_mode('debug' | 'strict' | 'fused')"},

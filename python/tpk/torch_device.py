@@ -143,7 +143,8 @@ def _print_through_the_cpu():
     tensor_str._tensor_str = _tensor_str
 
 
-_shim.init(_C.context_capsule(), os.environ.get("TPK_DEVICE") or DEFAULT_DEVICE, _env_fallback())
+# the ATen ops registered for the device by name (the rest reach its fallback)
+REGISTERED_OPS = tuple(_shim.init(_C.context_capsule(), os.environ.get("TPK_DEVICE") or DEFAULT_DEVICE, _env_fallback()))
 torch.utils.rename_privateuse1_backend("tpk")
 torch._register_device_module("tpk", _module())
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
