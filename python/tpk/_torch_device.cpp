@@ -27,7 +27,9 @@
  */
 #include <Python.h>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/_local_scalar_dense.h>
@@ -205,6 +207,30 @@ private:
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, Guard);
+
+/* What PyTorch asks a PrivateUse1 backend beyond the guard (the autograd
+ * engine whether the device is up, storages resized by Python). Random
+ * ops run on the CPU, so the device's generator is the CPU's. */
+struct Hooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  const at::Generator &getDefaultGenerator(c10::DeviceIndex) const override { return at::detail::getDefaultCPUGenerator(); }
+  at::Device getDeviceFromPtr(void *) const override { return kDevice; }
+  bool isPinnedPtr(const void *) const override { return false; }
+  c10::Allocator *getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  void resizePrivateUse1Bytes(const c10::Storage &storage, size_t bytes) const override {
+    sync();
+    c10::StorageImpl *impl = storage.unsafeGetStorageImpl();
+    c10::DataPtr bigger = allocator.allocate(bytes);
+    size_t keep = std::min(bytes, impl->nbytes());
+    if (keep) std::memcpy(bigger.get(), impl->data_ptr().get(), keep);
+    impl->set_data_ptr_noswap(std::move(bigger));
+    impl->set_nbytes(bytes);
+  }
+};
+
+const bool hooks_registered = (at::RegisterPrivateUse1HooksInterface(new Hooks), true);
 
 /* ---- the CPU route: CPU kernels on the tpk storages' bytes -------------------------------- */
 
@@ -508,6 +534,28 @@ TpkBuffer *input_buffer(State &s, const at::Tensor &t, Temps &temps) {
   return x;
 }
 
+/* ATen's indices are int64, which tpk does not have; an index argument
+ * (a loss's target, gather's index, embedding's indices) is read as the low
+ * words of its elements, i32 (little-endian), which is its value whenever
+ * the index is one at all: an index of a tensor tpk holds fits 32 bits
+ * (ignore_index's -100 too). */
+bool is_index(const c10::Argument &param) {
+  const std::string &n = param.name();
+  return n == "target" || n == "index" || n == "indices";
+}
+
+TpkBuffer *index_buffer(State &s, const at::Tensor &t, Temps &temps) {
+  TpkBuffer *b = buffer_of(t.storage());
+  if (!b || !t.is_contiguous() || t.numel() == 0 || t.dim() >= TPK_MAX_DIMS) throw Refused{"an int64 index tpk cannot read"};
+  std::vector<int64_t> pairs = t.sizes().vec();
+  pairs.push_back(2);
+  TpkBuffer *v;
+  if (tpk_buffer_view(b, (size_t)t.storage_offset() * 8, TPK_I32, (int)pairs.size(), pairs.data(), &v) != TPK_OK)
+    throw Refused{tpk_last_error()};
+  temps.keep(v);
+  return submit1(s, "select", {tpk_arg_buffer(v), tpk_arg_int(t.dim()), tpk_arg_int(0)}, temps);
+}
+
 /* input_buffer, or a contiguous copy made on the host for the layouts it
  * cannot read (overlapping strides). */
 TpkBuffer *read_buffer(State &s, const at::Tensor &t, Temps &temps) {
@@ -685,7 +733,8 @@ void convert_args(State &s, const c10::FunctionSchema &schema, const torch::jit:
         out.args.push_back(tpk_arg_named(name, tpk_arg_none()));
         continue;
       }
-      if (is_tpk(t)) a = tpk_arg_buffer(read_buffer(s, t, temps));
+      if (is_tpk(t) && t.scalar_type() == at::kLong && is_index(param)) a = tpk_arg_buffer(index_buffer(s, t, temps));
+      else if (is_tpk(t)) a = tpk_arg_buffer(read_buffer(s, t, temps));
       else if (t.dim() == 0 && t.is_cpu()) { /* a Python number, or a CPU scalar */
         c10::Scalar x = t.item();
         if (x.isBoolean()) a = tpk_arg_bool(x.toBool());
@@ -748,9 +797,10 @@ void convert_args(State &s, const c10::FunctionSchema &schema, const torch::jit:
 void stream_route(State &s, const c10::OperatorHandle &op, torch::jit::Stack *stack, const Plan &plan) {
   const c10::FunctionSchema &schema = op.schema();
   size_t nargs = schema.arguments().size(), first = stack->size() - nargs;
-  for (size_t i = first; i < stack->size(); i++) { /* every tensor a dtype tpk has */
+  for (size_t i = first; i < stack->size(); i++) { /* every tensor a dtype tpk has (or an index) */
     const c10::IValue &v = (*stack)[i];
-    if (v.isTensor() && is_tpk(v.toTensor()) && !tpk_dtype(v.toTensor().scalar_type()))
+    if (v.isTensor() && is_tpk(v.toTensor()) && !tpk_dtype(v.toTensor().scalar_type()) &&
+        !(v.toTensor().scalar_type() == at::kLong && is_index(schema.arguments()[i - first])))
       throw Refused{std::string("tpk has no ") + c10::toString(v.toTensor().scalar_type())};
   }
   ResultTypes types;
