@@ -455,8 +455,9 @@ TpkBuffer *input_buffer(State &s, const at::Tensor &t, Temps &temps) {
   size_t esize = tpk_dtype_size(*dt);
   int64_t elements = (int64_t)(tpk_buffer_bytes(b) / esize);
   /* In fused mode a view (tpk_buffer_view) of what the window made makes
-   * the window run: the buffer is reshaped and sliced by ops instead, as
-   * rows (a slice of a flat buffer is a size the window cannot divide). */
+   * the window run first: a reshape of the whole buffer is a view op
+   * instead. (A part of it stays a tpk_buffer_view: a window whose slice of
+   * a buffer is then viewed at constant sizes does not build today.) */
   bool by_ops = same_dtype && tpk_stream_mode(s.stream) == TPK_EAGER_FUSED;
   /* elements [start, start + prod(shape)) of the storage as `shape` */
   auto block = [&](int64_t start, const std::vector<int64_t> &shape) {
@@ -466,14 +467,6 @@ TpkBuffer *input_buffer(State &s, const at::Tensor &t, Temps &temps) {
       if (same_shape(b, shape)) return b;
       if (by_ops) return submit1(s, "view", {tpk_arg_buffer(b), ints_arg(shape)}, temps);
     }
-    int64_t row = shape.empty() || shape[0] == 0 ? 0 : count / shape[0];
-    if (by_ops && row && start % row == 0 && elements % row == 0) {
-      std::vector<int64_t> rows = {elements / row, row}, sliced = {shape[0], row};
-      TpkBuffer *x = same_shape(b, rows) ? b : submit1(s, "view", {tpk_arg_buffer(b), ints_arg(rows)}, temps);
-      x = submit1(s, "slice", {tpk_arg_buffer(x), tpk_arg_int(0), tpk_arg_int(start / row), tpk_arg_int(start / row + shape[0]), tpk_arg_int(1)},
-                  temps);
-      return same_shape(x, shape) ? x : submit1(s, "view", {tpk_arg_buffer(x), ints_arg(shape)}, temps);
-    }
     TpkBuffer *v;
     if (tpk_buffer_view(b, (size_t)start * esize, *dt, (int)shape.size(), shape.data(), &v) != TPK_OK) throw Refused{tpk_last_error()};
     return temps.keep(v);
@@ -481,8 +474,10 @@ TpkBuffer *input_buffer(State &s, const at::Tensor &t, Temps &temps) {
   if (t.is_contiguous()) return block(t.storage_offset(), t.sizes().vec());
 
   /* A strided view whose strides nest (each a multiple of the next, past
-   * its extent): a block of the storage viewed by the strides, sliced,
-   * selected and permuted back, expanded where a stride is 0. */
+   * its extent): a block of the storage viewed by the strides, sliced
+   * (the innermost stride a slice's step), permuted back, expanded where a
+   * stride is 0. (Slices, not select: select's index becomes a shape symbol
+   * of the op's graph that no input binds.) */
   struct Dim {
     int64_t size, stride;
     int index;
@@ -501,26 +496,37 @@ TpkBuffer *input_buffer(State &s, const at::Tensor &t, Temps &temps) {
   for (int k = 1; k < n; k++)
     if (dims[k - 1].stride % dims[k].stride || dims[k - 1].stride < dims[k].stride * dims[k].size)
       return nullptr; /* overlapping or interleaved: the caller copies on the host */
-  int64_t inner = n ? dims[n - 1].stride : 1, offset = t.storage_offset();
-  std::vector<int64_t> shape, starts;
-  int64_t rows = n ? dims[0].size : 1, row = n ? dims[0].stride : 1, rem = offset % row;
-  shape.push_back(rows);
-  starts.push_back(0);
-  for (int k = 1; k < n; k++) {
-    shape.push_back(dims[k - 1].stride / dims[k].stride);
-    starts.push_back(rem / dims[k].stride);
-    rem %= dims[k].stride;
-    if (starts[k] + dims[k].size > shape[k]) return nullptr;
-  }
-  if (inner > 1) shape.push_back(inner);
-  int64_t first = offset - offset % row;
+  int64_t offset = t.storage_offset(), inner = n ? dims[n - 1].stride : 1;
+  int64_t rows = n ? dims[0].size : 1, row = n ? dims[0].stride : 1, rem = offset % row, first = offset - rem;
   if (first + rows * row > elements) return nullptr;
-  TpkBuffer *x = block(first, shape);
-  for (int k = 1; k < n; k++)
-    if (starts[k] || dims[k].size != shape[k])
-      x = submit1(s, "slice", {tpk_arg_buffer(x), tpk_arg_int(k), tpk_arg_int(starts[k]), tpk_arg_int(starts[k] + dims[k].size), tpk_arg_int(1)},
-                  temps);
-  if (inner > 1) x = submit1(s, "select", {tpk_arg_buffer(x), tpk_arg_int(n), tpk_arg_int(rem)}, temps);
+  /* the block: rows of `row` elements, each split by the strides; the
+   * innermost stride stays in its dim, a slice's step */
+  std::vector<int64_t> shape = {n > 1 || inner == 1 ? rows : rows * inner}, starts = {0};
+  for (int k = 1; k < n; k++) {
+    shape.push_back(dims[k - 1].stride / dims[k].stride * (k == n - 1 ? inner : 1));
+    int64_t at = rem / dims[k].stride;
+    rem %= dims[k].stride;
+    if (at + dims[k].size > dims[k - 1].stride / dims[k].stride) return nullptr;
+    starts.push_back(at * (k == n - 1 ? inner : 1) + (k == n - 1 ? rem : 0));
+  }
+  if (n == 1 && inner > 1) starts[0] = rem;
+  auto sliced = [&](int k) {
+    int64_t step = k == n - 1 ? inner : 1;
+    return starts[k] || starts[k] + (dims[k].size - 1) * step + 1 != shape[k] || step != 1;
+  };
+  /* A fused window does not build today when its sizes come from a slice's
+   * ints (they become shape symbols of the window that later ops cannot
+   * match): in fused mode a view that needs a slice is copied on the host
+   * after the window runs. */
+  if (tpk_stream_mode(s.stream) == TPK_EAGER_FUSED)
+    for (int k = 0; k < n; k++)
+      if (sliced(k)) return nullptr;
+  TpkBuffer *x = n ? block(first, shape) : block(offset, {}); /* no dim of its own: one element, broadcast */
+  for (int k = 0; k < n; k++) {
+    int64_t step = k == n - 1 ? inner : 1, end = starts[k] + (dims[k].size - 1) * step + 1;
+    if (sliced(k))
+      x = submit1(s, "slice", {tpk_arg_buffer(x), tpk_arg_int(k), tpk_arg_int(starts[k]), tpk_arg_int(end), tpk_arg_int(step)}, temps);
+  }
   /* x's dims are t's kept dims by decreasing stride: put them back in order */
   std::vector<int64_t> perm;
   for (int d = 0; d < t.dim(); d++)
@@ -529,9 +535,23 @@ TpkBuffer *input_buffer(State &s, const at::Tensor &t, Temps &temps) {
   bool moved = false;
   for (int k = 0; k < n; k++) moved |= perm[k] != k;
   if (moved) x = submit1(s, "permute", {tpk_arg_buffer(x), ints_arg(perm)}, temps);
-  if (!same_shape(x, kept_shape)) x = submit1(s, "view", {tpk_arg_buffer(x), ints_arg(kept_shape)}, temps);
+  for (int d = 0; d < t.dim(); d++) /* the dims of size 1, and those expanded */
+    if (kept_shape[d] == 1) x = submit1(s, "unsqueeze", {tpk_arg_buffer(x), tpk_arg_int(d)}, temps);
   if (expanded) x = submit1(s, "expand", {tpk_arg_buffer(x), ints_arg(t.sizes().vec())}, temps);
   return x;
+}
+
+/* input_buffer, or a contiguous copy made on the host for the layouts it
+ * cannot read (overlapping strides; slices in fused mode). */
+TpkBuffer *read_buffer(State &s, const at::Tensor &t, Temps &temps) {
+  if (TpkBuffer *b = input_buffer(s, t, temps)) return b;
+  sync_locked(s);
+  TpkBuffer *c;
+  if (tpk_buffer_create(s.dev, *tpk_dtype(t.scalar_type()), t.dim(), t.sizes().data(), &c) != TPK_OK) throw Refused{tpk_last_error()};
+  temps.keep(c);
+  Aliases aliases;
+  at::from_blob(tpk_buffer_data(c), t.sizes(), t.options().device(c10::kCPU)).copy_(aliases.of(t));
+  return c;
 }
 
 /* ATen's indices are int64, which tpk does not have; an index argument
@@ -553,20 +573,8 @@ TpkBuffer *index_buffer(State &s, const at::Tensor &t, Temps &temps) {
   if (tpk_buffer_view(b, (size_t)t.storage_offset() * 8, TPK_I32, (int)pairs.size(), pairs.data(), &v) != TPK_OK)
     throw Refused{tpk_last_error()};
   temps.keep(v);
-  return submit1(s, "select", {tpk_arg_buffer(v), tpk_arg_int(t.dim()), tpk_arg_int(0)}, temps);
-}
-
-/* input_buffer, or a contiguous copy made on the host for the layouts it
- * cannot read (overlapping strides). */
-TpkBuffer *read_buffer(State &s, const at::Tensor &t, Temps &temps) {
-  if (TpkBuffer *b = input_buffer(s, t, temps)) return b;
-  sync_locked(s);
-  TpkBuffer *c;
-  if (tpk_buffer_create(s.dev, *tpk_dtype(t.scalar_type()), t.dim(), t.sizes().data(), &c) != TPK_OK) throw Refused{tpk_last_error()};
-  temps.keep(c);
-  Aliases aliases;
-  at::from_blob(tpk_buffer_data(c), t.sizes(), t.options().device(c10::kCPU)).copy_(aliases.of(t));
-  return c;
+  TpkBuffer *low = submit1(s, "slice", {tpk_arg_buffer(v), tpk_arg_int(t.dim()), tpk_arg_int(0), tpk_arg_int(1), tpk_arg_int(1)}, temps);
+  return submit1(s, "squeeze", {tpk_arg_buffer(low), tpk_arg_int(t.dim())}, temps);
 }
 
 /* Write buffer r (of dst's shape, or one that broadcasts to it) into dst.
