@@ -391,20 +391,26 @@ struct Refused {
 
 /* The buffers one op makes for its arguments and results (views, inputs
  * read through stream ops, results not handed on): destroyed when it has
- * been submitted, as the stream holds what its work needs. */
+ * been submitted, as the stream holds what its work needs. A *fresh* one
+ * has bytes of its own (an op's output); a view shares a tensor's. */
 struct Temps {
-  std::vector<TpkBuffer *> buffers;
+  std::vector<TpkBuffer *> buffers, fresh;
   ~Temps() {
     for (TpkBuffer *b : buffers) tpk_buffer_destroy(b);
   }
   TpkBuffer *keep(TpkBuffer *b) {
+    fresh.push_back(b);
+    return view(b);
+  }
+  TpkBuffer *view(TpkBuffer *b) {
     buffers.push_back(b);
     return b;
   }
-  bool owns(const TpkBuffer *b) const { return std::find(buffers.begin(), buffers.end(), b) != buffers.end(); }
+  bool owns(const TpkBuffer *b) const { return std::find(fresh.begin(), fresh.end(), b) != fresh.end(); }
   /* b handed on (a storage takes it): no longer destroyed here */
   TpkBuffer *give(TpkBuffer *b) {
     buffers.erase(std::find(buffers.begin(), buffers.end(), b));
+    fresh.erase(std::find(fresh.begin(), fresh.end(), b));
     return b;
   }
 };
@@ -469,7 +475,7 @@ TpkBuffer *input_buffer(State &s, const at::Tensor &t, Temps &temps) {
     }
     TpkBuffer *v;
     if (tpk_buffer_view(b, (size_t)start * esize, *dt, (int)shape.size(), shape.data(), &v) != TPK_OK) throw Refused{tpk_last_error()};
-    return temps.keep(v);
+    return temps.view(v);
   };
   if (t.is_contiguous()) return block(t.storage_offset(), t.sizes().vec());
 
@@ -572,7 +578,7 @@ TpkBuffer *index_buffer(State &s, const at::Tensor &t, Temps &temps) {
   TpkBuffer *v;
   if (tpk_buffer_view(b, (size_t)t.storage_offset() * 8, TPK_I32, (int)pairs.size(), pairs.data(), &v) != TPK_OK)
     throw Refused{tpk_last_error()};
-  temps.keep(v);
+  temps.view(v);
   TpkBuffer *low = submit1(s, "slice", {tpk_arg_buffer(v), tpk_arg_int(t.dim()), tpk_arg_int(0), tpk_arg_int(1), tpk_arg_int(1)}, temps);
   return submit1(s, "squeeze", {tpk_arg_buffer(low), tpk_arg_int(t.dim())}, temps);
 }
@@ -587,8 +593,10 @@ void write_into(State &s, const at::Tensor &dst, TpkBuffer *r, Temps &temps) {
   if (tpk_buffer_dtype(r) != want)
     r = submit1(s, "_to_copy", {tpk_arg_buffer(r), tpk_arg_named("dtype", tpk_arg_dtype(want))}, temps);
   if (!same_shape(r, dst.sizes())) r = submit1(s, "expand", {tpk_arg_buffer(r), ints_arg(dst.sizes().vec())}, temps);
+  /* a buffer of a tensor's (the source of a copy_): a copy, so that dst
+   * neither shares it nor is written from bytes that overlap its own */
+  if (!temps.owns(r)) r = submit1(s, "clone", {tpk_arg_buffer(r)}, temps);
   if (covers_storage(dst) && dst.dim() <= TPK_MAX_DIMS) {
-    if (!temps.owns(r)) r = submit1(s, "clone", {tpk_arg_buffer(r)}, temps); /* someone else's buffer: a copy */
     dst.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(data_ptr_of(temps.give(r)));
     return;
   }
@@ -1016,6 +1024,19 @@ at::Tensor copy_from(const at::Tensor &src, const at::Tensor &dst, bool non_bloc
     Aliases aliases;
     aliases.of(dst).copy_(src);
     return dst;
+  }
+  { /* within the device: on the stream (read, converted, broadcast, written) */
+    State &s = state();
+    std::lock_guard<std::recursive_mutex> hold(s.mu);
+    try {
+      TORCH_CHECK(s.stream, "the tpk device is not set up: import tpk.torch first");
+      if (!tpk_dtype(dst.scalar_type())) throw Refused{std::string("tpk has no ") + c10::toString(dst.scalar_type())};
+      Temps temps;
+      write_into(s, dst, read_buffer(s, src, temps), temps);
+      return dst;
+    } catch (const Refused &) {
+      /* dtypes tpk lacks (int64, float64): their bytes, copied on the host */
+    }
   }
   sync();
   Aliases aliases;

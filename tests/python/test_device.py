@@ -100,13 +100,26 @@ def test_copies_both_ways():
     same(y, c)
     y.copy_(x * 2)                                   # tpk to tpk
     same(y, c * 2)
+    y.copy_(x.t().t()[:, :1])                        # broadcast from a strided view
+    same(y, c[:, :1].expand(5, 6))
+    y.view(-1)[1:].copy_(y.view(-1)[:-1].clone())
+    flat = x.view(-1)
+    flat[1:].copy_(flat[:-1])                        # overlapping bytes of one storage
+    want = c.clone().view(-1)
+    want[1:] = c.view(-1)[:-1]
+    same(x, want.view(5, 6))
+    before = cpu_ops()
+    h = torch.zeros(6, device="tpk", dtype=torch.bfloat16)
+    h.copy_(x[0])                                    # converted on the stream
+    same(h, want[:6].to(torch.bfloat16))
+    assert cpu_ops() == before
     z = torch.zeros(6, 5)
     z.copy_(x.t())                                   # from a transposed view to the CPU
-    assert torch.equal(z, c.t())
-    assert x[2, 3].item() == c[2, 3].item()
-    assert isinstance(x.sum().item(), float)
+    assert torch.equal(z, want.view(5, 6).t())
+    assert x[2, 3].item() == want.view(5, 6)[2, 3].item()
     text = repr(x[:2, :2])
     assert "device='tpk:0'" in text and f"{c[0, 0].item():.4f}" in text
+    assert x.sum().item() == pytest.approx(want.sum().item(), rel=1e-5)
 
 
 # ---- views and writes through them ----
