@@ -32,6 +32,8 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/from_blob.h>
@@ -285,6 +287,21 @@ at::Tensor Aliases::back(const at::Tensor &r) {
   return tensor_on(wrap_cpu_storage(r.storage()), r);
 }
 
+/* Ops that read tensors' shapes and dtypes, never their bytes: they run
+ * on the CPU with no sync and no warning. */
+bool reads_no_bytes(const c10::FunctionSchema &schema) { return schema.name() == "aten::_fused_sdp_choice"; }
+
+/* SDPA's choice of kernel for tpk tensors (a dispatch stub, not an op):
+ * the CPU's for the same shapes and dtypes, which reads no bytes, so causal
+ * attention reaches _scaled_dot_product_flash_attention_for_cpu, which tpk
+ * has, not the math decomposition (tril, masks). */
+int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &mask,
+                   double dropout, bool causal, std::optional<double> scale, bool gqa) {
+  Aliases aliases;
+  std::optional<at::Tensor> m = mask && is_tpk(*mask) ? std::optional<at::Tensor>(aliases.of(*mask)) : mask;
+  return at::_fused_sdp_choice(aliases.of(q), aliases.of(k), aliases.of(v), m, dropout, causal, scale, gqa);
+}
+
 /* Whether an op only makes views: no argument written, every result an
  * alias. It reads no bytes, so it needs no sync. */
 bool only_views(const c10::FunctionSchema &schema) {
@@ -331,7 +348,7 @@ void cpu_route(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const c10::FunctionSchema &schema = op.schema();
   const auto &params = schema.arguments();
   size_t nargs = params.size(), first = stack->size() - nargs;
-  if (!only_views(schema)) sync();
+  if (!only_views(schema) && !reads_no_bytes(schema)) sync();
   Aliases aliases;
   /* the arguments the kernel may write (and resize), with their aliases */
   std::vector<std::pair<at::Tensor, at::Tensor>> written;
@@ -871,7 +888,7 @@ void stream_route(State &s, const c10::OperatorHandle &op, torch::jit::Stack *st
 
 void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const c10::FunctionSchema &schema = op.schema();
-  if (only_views(schema)) return cpu_route(op, stack);
+  if (only_views(schema) || reads_no_bytes(schema)) return cpu_route(op, stack);
   State &s = state();
   std::string why;
   {
@@ -1229,5 +1246,9 @@ PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "tpk._torch_device", "The tpk PyTor
                       nullptr, nullptr, nullptr, nullptr};
 
 } // namespace
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &::sdp_choice)
+} // namespace at::native
 
 PyMODINIT_FUNC PyInit__torch_device(void) { return PyModule_Create(&MODULE); }
