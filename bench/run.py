@@ -73,6 +73,14 @@ for _mode in ("strict", "fused"):
     TARGETS[f"eager transformer block fwd+bwd: compiles after the first step, sequence length changing every step "
             f"({_mode})"] = ("0", lambda v: v == 0)
 
+# torch.compile(backend="tpk") (bench_compile.py): ratio = Inductor's time / tpk's
+for _model in ("MLP", "transformer block"):
+    TARGETS[f"compile: {_model} training step, cold cache"] = ("<= 0.05x Inductor's cold compile",
+                                                               lambda r: r is not None and r >= 20, "ratio")
+    for _threads in ("one thread", f"all threads ({os.cpu_count() or 1})"):
+        TARGETS[f"steady state: {_model} training step, {_threads} (vs Inductor)"] = (
+            ">= 1.0x Inductor", lambda r: r is not None and r >= 1.0, "ratio")
+
 ROW_KEYS = ("name", "device", "value", "unit", "baseline", "ratio")
 
 

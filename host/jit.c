@@ -23,9 +23,14 @@
  * the compiler binary's identity (path, size, mtime), the text of
  * tpk_prims.h and the source: SHA-256 rather than a fast 64- or 128-bit
  * hash, since a collision would silently run another kernel's code, and the
- * cost (microseconds) is nothing next to cc. The file is the shared object
+ * cost (microseconds) is nothing next to cc. Keyed code replaces the source
+ * by tpk's build and the caller's key words. The file is the shared object
  * followed by a trailer: a magic tag and HMAC-SHA256(key, tag, name, bytes)
- * (ELF loaders ignore trailing bytes). A lookup reads the whole file, checks
+ * (ELF loaders ignore trailing bytes). A unit is <dir>/<name>.unit, <name>
+ * the SHA-256 of another tag, tpk's build and its key words, its bytes
+ * followed by the same trailer (the MAC's name is the file's, suffix
+ * included, so no entry of one kind passes for the other). A lookup reads
+ * the whole file, checks
  * the MAC, then loads the bytes it checked from a memfd: never the file by
  * name again, which another writer of a shared folder could swap between
  * the check and dlopen. dlopen does not validate a file and may crash on a
@@ -40,6 +45,11 @@
  * folder is tidied under an flock of <dir>/lock: entries beyond the size
  * limit go, least recently used first (a hit touches its entry's mtime),
  * and so do build folders whose process is gone.
+ *
+ * Codes are reference counted: the caller's reference (the runtime's unit
+ * of compiled code) and the worker's while a promotion is queued or runs;
+ * the last release frees the tcc memory and dlcloses the build. A code
+ * whose caller let go before its promotion started is not built.
  */
 /* memfd_create (Linux): the authenticated bytes are loaded from memory. */
 #define _GNU_SOURCE
@@ -68,6 +78,11 @@
 #include <unistd.h>
 
 #include <libtcc.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h> /* the SHA extensions (sha_blocks_ni) */
+#define HAVE_SHA_NI 1
+#endif
 
 extern char **environ;               /* POSIX: applications declare it */
 extern const char tpk_jit_prims_h[]; /* host/prims.h, embedded by the Makefile */
@@ -124,7 +139,7 @@ static const uint32_t sha_k[64] = {
 
 static uint32_t ror32(uint32_t x, unsigned n) { return (x >> n) | (x << (32 - n)); }
 
-static void sha_block(Sha256 *s, const unsigned char *p) {
+static void sha_block_portable(Sha256 *s, const unsigned char *p) {
   uint32_t w[64];
   for (int i = 0; i < 16; i++)
     w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
@@ -141,6 +156,52 @@ static void sha_block(Sha256 *s, const unsigned char *p) {
   }
   s->h[0] += a, s->h[1] += b, s->h[2] += c, s->h[3] += d;
   s->h[4] += e, s->h[5] += f, s->h[6] += g, s->h[7] += h;
+}
+
+/* The same with the x86 SHA extensions, about ten times faster: every load
+ * of a cache entry authenticates all its bytes. Four rounds per step; the
+ * state is kept as ABEF and CDGH, the order the instructions take. */
+#ifdef HAVE_SHA_NI
+__attribute__((target("sha,sse4.1"))) static void sha_blocks_ni(Sha256 *s, const unsigned char *p, size_t n) {
+  const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL); /* big-endian words */
+  __m128i t = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&s->h[0]), 0xB1); /* CDAB */
+  __m128i s1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&s->h[4]), 0x1B); /* EFGH */
+  __m128i s0 = _mm_alignr_epi8(t, s1, 8);                                            /* ABEF */
+  s1 = _mm_blend_epi16(s1, t, 0xF0);                                                 /* CDGH */
+  for (; n; n--, p += 64) {
+    __m128i abef = s0, cdgh = s1, w[16];
+    for (int i = 0; i < 16; i++) {
+      if (i < 4) {
+        w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), swap);
+      } else { /* w[t] = s1(w[t-2]) + w[t-7] + s0(w[t-15]) + w[t-16], four at a time */
+        __m128i x = _mm_add_epi32(_mm_sha256msg1_epu32(w[i - 4], w[i - 3]), _mm_alignr_epi8(w[i - 1], w[i - 2], 4));
+        w[i] = _mm_sha256msg2_epu32(x, w[i - 1]);
+      }
+      __m128i m = _mm_add_epi32(w[i], _mm_loadu_si128((const __m128i *)&sha_k[4 * i]));
+      s1 = _mm_sha256rnds2_epu32(s1, s0, m);
+      s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(m, 0x0E));
+    }
+    s0 = _mm_add_epi32(s0, abef);
+    s1 = _mm_add_epi32(s1, cdgh);
+  }
+  t = _mm_shuffle_epi32(s0, 0x1B);       /* FEBA */
+  s1 = _mm_shuffle_epi32(s1, 0xB1);      /* DCHG */
+  s0 = _mm_blend_epi16(t, s1, 0xF0);     /* DCBA */
+  s1 = _mm_alignr_epi8(s1, t, 8);        /* HGFE */
+  _mm_storeu_si128((__m128i *)&s->h[0], s0);
+  _mm_storeu_si128((__m128i *)&s->h[4], s1);
+}
+#endif
+
+/* n blocks of 64 bytes at p. */
+static void sha_blocks(Sha256 *s, const unsigned char *p, size_t n) {
+#ifdef HAVE_SHA_NI
+  if (__builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1")) {
+    sha_blocks_ni(s, p, n);
+    return;
+  }
+#endif
+  for (; n; n--, p += 64) sha_block_portable(s, p);
 }
 
 static void sha_init(Sha256 *s) {
@@ -160,10 +221,11 @@ static void sha_update(Sha256 *s, const void *data, size_t n) {
     memcpy(s->buf + s->fill, p, take);
     s->fill += take, p += take, n -= take;
     if (s->fill < 64) return;
-    sha_block(s, s->buf);
+    sha_blocks(s, s->buf, 1);
     s->fill = 0;
   }
-  for (; n >= 64; p += 64, n -= 64) sha_block(s, p);
+  sha_blocks(s, p, n / 64);
+  p += n / 64 * 64, n %= 64;
   memcpy(s->buf, p, n);
   s->fill = n;
 }
@@ -242,6 +304,8 @@ struct TpkCode {
   atomic_int promo;        /* PROMO_*: set under jit->mu, read without it */
   char *source, *entry;    /* kept while a promotion may need them */
   char key[65];            /* cache file name stem (hex), "" when unused */
+  atomic_int refs;         /* the caller's, and the worker's while promotion is pending */
+  TpkWorkspaceFn workspace; /* <entry>_workspace of the first build, or NULL */
   void *tcc_mem;           /* code relocated by tcc (page aligned), or NULL */
   size_t tcc_len;
   void *dl;                /* dlopen handle of the cc build, or NULL */
@@ -249,7 +313,7 @@ struct TpkCode {
   char *note;              /* set before the code is handed out, then fixed */
   char *cc_note;           /* set by the background build before promo is PROMO_DONE */
   atomic_bool from_cache;  /* fn came from the disk cache */
-  TpkCode *next;           /* all codes of the jit */
+  TpkCode *next, *prev;    /* the codes of the jit not freed yet */
   TpkCode *qnext;          /* the worker's queue */
 };
 
@@ -274,6 +338,7 @@ struct TpkJit {
   pthread_mutex_t mu; /* guards everything below */
   pthread_cond_t work_cv, done_cv;
   TpkCode *codes, *qhead, *qtail;
+  int ncodes;
   bool worker_started, shutdown;
   pthread_t worker;
   pid_t child; /* cc process the worker waits on, 0 if none */
@@ -419,9 +484,12 @@ static void hash_compiler_identity(Sha256 *key, const char *prog) {
  * -mfma only when this CPU has them (never -march=native: a shared cache
  * must stay loadable on other machines; the flags are part of the key).
  * -ffp-contract=off keeps cc from fusing a*b+c, which tcc never does, so
- * both tiers compute the same bits; -lm for scalar math in kernels. */
+ * both tiers compute the same bits; -lm for scalar math in kernels.
+ * -z noseparate-code keeps the linker from padding each segment to a page:
+ * a kernel's object is a third smaller (7 KB, not 15, for a small one),
+ * which every load of it from the cache reads and authenticates. */
 static bool build_cc_argv(TpkJit *j, const char *cc) {
-  static const char *const flags[] = {"-O3", "-fPIC", "-shared", "-ffp-contract=off"};
+  static const char *const flags[] = {"-O3", "-fPIC", "-shared", "-ffp-contract=off", "-Wl,-z,noseparate-code"};
   bool avx2 = false;
 #if defined(__x86_64__) && defined(__GNUC__)
   avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -464,12 +532,48 @@ static bool build_cc_argv(TpkJit *j, const char *cc) {
   return true;
 }
 
+static void hex_digest(Sha256 *s, char hex[65]) {
+  unsigned char d[32];
+  sha_final(s, d);
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
+
 static void cache_key(const TpkJit *j, const char *source, char hex[65]) {
   Sha256 s = j->key_base;
-  unsigned char d[32];
   sha_puts(&s, source);
-  sha_final(&s, d);
-  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+  hex_digest(&s, hex);
+}
+
+/* Words as bytes, little-endian whatever the host, after their count. */
+static void sha_words(Sha256 *s, const uint64_t *key, int nwords) {
+  unsigned char b[8];
+  for (int i = -1; i < nwords; i++) {
+    uint64_t w = i < 0 ? (uint64_t)nwords : key[i];
+    for (int k = 0; k < 8; k++) b[k] = (unsigned char)(w >> (8 * k));
+    sha_update(s, b, 8);
+  }
+}
+
+/* The stem of code compiled under a key: the compiler's identity (key_base),
+ * tpk's build and the words, where cache_key has the source. */
+static void keyed_code_key(const TpkJit *j, const uint64_t *key, int nwords, const char *entry, char hex[65]) {
+  Sha256 s = j->key_base;
+  sha_puts(&s, "keyed code");
+  sha_puts(&s, tpk_build_id);
+  sha_puts(&s, entry);
+  sha_words(&s, key, nwords);
+  hex_digest(&s, hex);
+}
+
+/* The stem of a unit: tpk's build and the words (no compiler: a unit is
+ * not code). */
+static void unit_key(const uint64_t *key, int nwords, char hex[65]) {
+  Sha256 s;
+  sha_init(&s);
+  sha_puts(&s, "tpk unit v1");
+  sha_puts(&s, tpk_build_id);
+  sha_words(&s, key, nwords);
+  hex_digest(&s, hex);
 }
 
 /* ---- The cache's key and folder ------------------------------------------------ */
@@ -728,9 +832,11 @@ static TpkStatus tcc_build(TpkJit *j, TpkCode *c, TpkError *err) {
   char *text = splice_prims_header(c->source);
   if (!text) return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", c->entry);
   TpkStr log = {0};
-  void *mem = NULL, *sym = NULL;
+  void *mem = NULL, *sym = NULL, *ws = NULL;
   size_t len = 0;
   const char *failed = NULL;
+  char ws_name[256];
+  snprintf(ws_name, sizeof ws_name, "%s_workspace", c->entry);
 
   pthread_mutex_lock(&tcc_lock);
   tpk_tcc_stdout = stdout, tpk_tcc_stderr = stderr, tpk_tcc_environ = environ;
@@ -755,6 +861,8 @@ static TpkStatus tcc_build(TpkJit *j, TpkCode *c, TpkError *err) {
         failed = "link";
       } else if (!(sym = tcc_get_symbol(s, c->entry))) {
         failed = "entry";
+      } else {
+        ws = tcc_get_symbol(s, ws_name);
       }
     }
     tcc_delete(s);
@@ -775,6 +883,7 @@ static TpkStatus tcc_build(TpkJit *j, TpkCode *c, TpkError *err) {
   }
   c->tcc_mem = mem;
   c->tcc_len = len;
+  if (ws) memcpy(&c->workspace, &ws, sizeof ws);
   atomic_store(&c->fn, as_kernel(sym));
   atomic_store(&c->tier, TPK_TIER_TCC);
   return TPK_OK;
@@ -787,7 +896,7 @@ typedef enum Load { LOAD_OK, LOAD_FAILED, LOAD_NO_ENTRY } Load;
 
 /* A cache entry as a scan of the folder sees it. */
 typedef struct Entry {
-  char name[72]; /* <64 hex digits>.so */
+  char name[72]; /* <64 hex digits>.so or .unit */
   struct timespec mtime;
   int64_t size;
 } Entry;
@@ -801,17 +910,20 @@ typedef struct Scan {
   int64_t stale_removed; /* build folders removed as stale */
 } Scan;
 
-static void entry_name(const char *key, char name[72]) { snprintf(name, 72, "%s.so", key); }
+static const char code_suffix[] = ".so", unit_suffix[] = ".unit";
+
+static void entry_name(const char *key, const char *suffix, char name[72]) { snprintf(name, 72, "%s%s", key, suffix); }
 
 static bool is_entry_name(const char *name) {
-  if (strlen(name) != 64 + 3 || strcmp(name + 64, ".so") != 0) return false;
+  if (strlen(name) < 64 || (strcmp(name + 64, code_suffix) != 0 && strcmp(name + 64, unit_suffix) != 0)) return false;
   for (int i = 0; i < 64; i++)
     if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return false;
   return true;
 }
 
 /* The MAC of entry `key` holding `body`: the trailer's second part. The
- * name is covered, so an entry renamed to another kernel's name fails. */
+ * name is covered (a code's stem, a unit's file name), so an entry renamed
+ * to another kernel's or unit's name fails. */
 static void entry_mac(const TpkJit *j, const char *key, const unsigned char *body, size_t len, unsigned char out[32]) {
   Sha256 s = j->mac.inner;
   sha_update(&s, trailer_magic, sizeof trailer_magic);
@@ -916,7 +1028,8 @@ static bool scan_folder(const TpkJit *j, int dfd, bool remove_stale, Scan *sc) {
         sc->cap = cap;
       }
       Entry *x = &sc->entries[sc->n++];
-      memcpy(x->name, e->d_name, 68);
+      size_t len = strlen(e->d_name); /* is_entry_name: 67 or 69 */
+      memcpy(x->name, e->d_name, len < sizeof x->name ? len + 1 : 0);
       x->mtime = st.st_mtim;
       x->size = (int64_t)st.st_size;
       sc->bytes += x->size;
@@ -1013,7 +1126,7 @@ static bool write_bytes(const char *path, const void *data, size_t len) {
  * private file holding them, or a private copy made for the purpose. On
  * LOAD_FAILED, why gets the loader's message. */
 static Load load_bytes(const TpkJit *j, const unsigned char *bytes, size_t len, const char *file, const char *entry,
-                       void **handle, TpkKernelFn *fn, char *why, size_t whylen) {
+                       void **handle, TpkKernelFn *fn, TpkWorkspaceFn *ws, char *why, size_t whylen) {
   void *h = NULL;
   bool tried = false;
   int mfd = memfd_create("tpk-kernel", MFD_CLOEXEC);
@@ -1058,6 +1171,11 @@ static Load load_bytes(const TpkJit *j, const unsigned char *bytes, size_t len, 
     if (sym) {
       *handle = h;
       *fn = as_kernel(sym);
+      char ws_name[256];
+      snprintf(ws_name, sizeof ws_name, "%s_workspace", entry);
+      void *wsym = dlsym(h, ws_name);
+      *ws = NULL;
+      if (wsym) memcpy(ws, &wsym, sizeof wsym);
       res = LOAD_OK;
     } else {
       dlclose(h);
@@ -1070,12 +1188,14 @@ static Load load_bytes(const TpkJit *j, const unsigned char *bytes, size_t len, 
   return res;
 }
 
-/* Loads cache entry `key` and finds `entry` in it, when the entry
- * authenticates. One that does not (planted, damaged, another key's,
+/* Reads entry <key><suffix> of the cache folder when it authenticates: its
+ * body (heap) and length, the trailer left out, and the entry touched (most
+ * recently used). One that does not (planted, damaged, another key's,
  * another kernel's renamed) is rejected, and removed when we may. */
-static Lookup cache_load(TpkJit *j, const char *key, const char *entry, void **handle, TpkKernelFn *fn) {
+static Lookup read_entry(TpkJit *j, const char *key, const char *suffix, unsigned char **body, size_t *len) {
+  *body = NULL;
   char name[72];
-  entry_name(key, name);
+  entry_name(key, suffix, name);
   char *path = tpk_path_join(j->cache_dir, name);
   if (!path) return LOOKUP_MISS;
   Lookup res = LOOKUP_MISS;
@@ -1093,18 +1213,15 @@ static Lookup cache_load(TpkJit *j, const char *key, const char *entry, void **h
   if (st.st_size <= TRAILER_LEN || st.st_size > MAX_CACHE_FILE) {
     res = LOOKUP_REJECTED;
   } else if ((buf = malloc((size_t)st.st_size))) {
-    size_t body = (size_t)st.st_size - TRAILER_LEN;
+    size_t n = (size_t)st.st_size - TRAILER_LEN;
     unsigned char mac[32];
     bool authentic = read_all(fd, buf, (size_t)st.st_size);
     if (authentic) {
-      entry_mac(j, key, buf, body, mac);
-      authentic = memcmp(buf + body, trailer_magic, 8) == 0 && same_mac(buf + body + 8, mac);
+      entry_mac(j, suffix == code_suffix ? key : name, buf, n, mac);
+      authentic = memcmp(buf + n, trailer_magic, 8) == 0 && same_mac(buf + n + 8, mac);
     }
-    char why[256];
-    if (!authentic) res = LOOKUP_REJECTED;
-    else if (load_bytes(j, buf, body, NULL, entry, handle, fn, why, sizeof why) == LOAD_OK) res = LOOKUP_HIT;
-    /* else an authentic build without `entry` (compile reports it), or a
-     * load that failed here: a rebuild replaces it */
+    res = authentic ? LOOKUP_HIT : LOOKUP_REJECTED;
+    if (authentic) *body = buf, *len = n, buf = NULL;
   }
   if (res == LOOKUP_REJECTED) remove_if_same(path, &st);
   if (res == LOOKUP_HIT) futimens(fd, NULL); /* most recently used; may fail on another user's entry */
@@ -1112,6 +1229,22 @@ done:
   if (fd >= 0) close(fd);
   free(buf);
   free(path);
+  return res;
+}
+
+/* Loads code entry `key` and finds `entry` in it, when the entry
+ * authenticates. */
+static Lookup cache_load(TpkJit *j, const char *key, const char *entry, void **handle, TpkKernelFn *fn,
+                         TpkWorkspaceFn *ws) {
+  unsigned char *body;
+  size_t len;
+  Lookup res = read_entry(j, key, code_suffix, &body, &len);
+  char why[256];
+  /* an authentic build without `entry` (compile reports it), or a load
+   * that failed here: a miss, which a rebuild replaces */
+  if (res == LOOKUP_HIT && load_bytes(j, body, len, NULL, entry, handle, fn, ws, why, sizeof why) != LOAD_OK)
+    res = LOOKUP_MISS;
+  free(body);
   return res;
 }
 
@@ -1127,10 +1260,11 @@ static void store_failed(TpkStr *note, const char *dir, const char *doing, int w
 /* Stores `data` (a build and its trailer) as entry `key`: a temporary file
  * in the cache folder, renamed over the entry's name, so that readers see
  * a whole entry or none. On failure says why in *note. */
-static bool store_entry(const TpkJit *j, const char *key, const unsigned char *data, size_t len, TpkStr *note) {
+static bool store_entry(const TpkJit *j, const char *key, const char *suffix, const unsigned char *data, size_t len,
+                        TpkStr *note) {
   char tmpl[128], name[72];
   build_name(j, tmpl, sizeof tmpl);
-  entry_name(key, name);
+  entry_name(key, suffix, name);
   char *tmp = tpk_path_join(j->cache_dir, tmpl), *path = tpk_path_join(j->cache_dir, name);
   int fd = tmp && path ? mkostemp(tmp, O_CLOEXEC) : -1;
   bool ok = false;
@@ -1311,18 +1445,20 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg, char **not
   if (store) {
     memcpy(bytes + size, trailer_magic, 8);
     entry_mac(j, c->key, bytes, size, bytes + size + 8);
-    if (store_entry(j, c->key, bytes, size + TRAILER_LEN, &n)) tidy_cache(j);
+    if (store_entry(j, c->key, code_suffix, bytes, size + TRAILER_LEN, &n)) tidy_cache(j);
   }
   void *h = NULL;
   TpkKernelFn fn = NULL;
+  TpkWorkspaceFn ws = NULL;
   char why[256];
-  Load loaded = load_bytes(j, bytes, size, so, c->entry, &h, &fn, why, sizeof why);
+  Load loaded = load_bytes(j, bytes, size, so, c->entry, &h, &fn, &ws, why, sizeof why);
   if (loaded != LOAD_OK) {
     tpk_str_printf(&m, "cc: cannot load the build of '%s': %s", c->entry,
                    loaded == LOAD_NO_ENTRY ? "no such function" : why);
     goto done;
   }
   c->dl = h;
+  if (!c->workspace) c->workspace = ws; /* a promotion keeps tcc's: the same function */
   atomic_store(&c->fn, fn);
   atomic_store(&c->tier, TPK_TIER_CC);
   ok = true;
@@ -1351,7 +1487,8 @@ done:
 static void promote(TpkJit *j, TpkCode *c) {
   void *h;
   TpkKernelFn fn;
-  Lookup found = j->cache_dir ? cache_load(j, c->key, c->entry, &h, &fn) : LOOKUP_MISS;
+  TpkWorkspaceFn ws;
+  Lookup found = j->cache_dir ? cache_load(j, c->key, c->entry, &h, &fn, &ws) : LOOKUP_MISS;
   if (found == LOOKUP_REJECTED) atomic_fetch_add(&j->n_rejects, 1);
   if (found == LOOKUP_HIT) { /* another process built it meanwhile */
     atomic_fetch_add(&j->n_hits, 1);
@@ -1384,16 +1521,25 @@ static void *worker_main(void *arg) {
     j->qhead = c->qnext;
     if (!j->qhead) j->qtail = NULL;
     pthread_mutex_unlock(&j->mu);
-    promote(j, c);
+    /* a code whose users all let go (evicted) is not worth a build */
+    if (atomic_load(&c->refs) > 1) promote(j, c);
     pthread_mutex_lock(&j->mu);
     atomic_store(&c->promo, PROMO_DONE);
     pthread_cond_broadcast(&j->done_cv);
+    pthread_mutex_unlock(&j->mu);
+    tpk_code_release(c); /* the worker's reference */
+    pthread_mutex_lock(&j->mu);
   }
   /* Cancelled: what is still queued keeps its tcc entry. */
-  for (TpkCode *c = j->qhead; c; c = c->qnext) atomic_store(&c->promo, PROMO_DONE);
+  TpkCode *queued = j->qhead;
+  for (TpkCode *c = queued; c; c = c->qnext) atomic_store(&c->promo, PROMO_DONE);
   j->qhead = j->qtail = NULL;
   pthread_cond_broadcast(&j->done_cv);
   pthread_mutex_unlock(&j->mu);
+  for (TpkCode *c = queued, *next; c; c = next) {
+    next = c->qnext;
+    tpk_code_release(c);
+  }
   return NULL;
 }
 
@@ -1415,6 +1561,8 @@ static void enqueue(TpkJit *j, TpkCode *c) {
     atomic_store(&c->promo, PROMO_DONE);
   } else {
     atomic_store(&c->promo, PROMO_PENDING);
+    atomic_fetch_add(&c->refs, 1); /* the worker's, until it is done with c */
+    c->qnext = NULL;
     if (j->qtail) j->qtail->qnext = c;
     else j->qhead = c;
     j->qtail = c;
@@ -1436,35 +1584,65 @@ static void free_code(TpkCode *c) {
   free(c);
 }
 
-TpkStatus tpk_jit_compile(TpkJit *j, const char *source, const char *entry, TpkCode **out, TpkError *err) {
-  *out = NULL;
-  if (!j || !source || !entry || !*entry) return tpk_error(err, TPK_ERR_INVALID, "tpk_jit_compile: missing argument");
+/* A new code for `entry` (one reference, the caller's), not yet listed. */
+static TpkCode *new_code(TpkJit *j, const char *source, const char *entry) {
   TpkCode *c = calloc(1, sizeof *c);
-  if (!c) return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", entry);
+  if (!c) return NULL;
   c->jit = j;
-  c->source = dup_str(source);
+  c->source = source ? dup_str(source) : NULL;
   c->entry = dup_str(entry);
   atomic_init(&c->fn, NULL);
   atomic_init(&c->tier, (int)TPK_TIER_TCC);
   atomic_init(&c->calls, 0);
   atomic_init(&c->promo, PROMO_NONE);
   atomic_init(&c->from_cache, false);
-  if (!c->source || !c->entry) {
+  atomic_init(&c->refs, 1);
+  if ((source && !c->source) || !c->entry) {
     free_code(c);
-    return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", entry);
+    return NULL;
   }
+  return c;
+}
+
+/* c, built, among the codes of its JIT. */
+static void list_code(TpkJit *j, TpkCode *c) {
+  pthread_mutex_lock(&j->mu);
+  c->prev = NULL;
+  c->next = j->codes;
+  if (j->codes) j->codes->prev = c;
+  j->codes = c;
+  j->ncodes++;
+  pthread_mutex_unlock(&j->mu);
+}
+
+/* c took what the cache held for it: a cc build, nothing left to do. */
+static void loaded_from_cache(TpkJit *j, TpkCode *c, void *handle, TpkKernelFn fn, TpkWorkspaceFn ws) {
+  atomic_fetch_add(&j->n_hits, 1);
+  c->dl = handle;
+  c->workspace = ws;
+  atomic_store(&c->from_cache, true);
+  atomic_store(&c->fn, fn);
+  atomic_store(&c->tier, TPK_TIER_CC);
+}
+
+/* tpk_jit_compile, with the cache entry named by key[0..nwords) when key is
+ * given, else by the source. */
+static TpkStatus compile(TpkJit *j, const uint64_t *key, int nwords, const char *source, const char *entry, TpkCode **out,
+                         TpkError *err) {
+  *out = NULL;
+  if (!j || !source || !entry || !*entry) return tpk_error(err, TPK_ERR_INVALID, "tpk_jit_compile: missing argument");
+  TpkCode *c = new_code(j, source, entry);
+  if (!c) return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", entry);
   bool loaded = false;
   if (j->cache_dir) { /* never with the tcc tier */
     void *h;
     TpkKernelFn fn;
-    cache_key(j, source, c->key);
-    Lookup found = cache_load(j, c->key, entry, &h, &fn);
+    TpkWorkspaceFn ws;
+    if (key) keyed_code_key(j, key, nwords, entry, c->key);
+    else cache_key(j, source, c->key);
+    Lookup found = cache_load(j, c->key, entry, &h, &fn, &ws);
     if (found == LOOKUP_HIT) {
-      atomic_fetch_add(&j->n_hits, 1);
-      c->dl = h;
-      atomic_store(&c->from_cache, true);
-      atomic_store(&c->fn, fn);
-      atomic_store(&c->tier, TPK_TIER_CC);
+      loaded_from_cache(j, c, h, fn, ws);
       loaded = true;
     } else {
       atomic_fetch_add(&j->n_misses, 1);
@@ -1502,14 +1680,57 @@ TpkStatus tpk_jit_compile(TpkJit *j, const char *source, const char *entry, TpkC
     free(c->source);
     c->source = NULL;
   }
-  pthread_mutex_lock(&j->mu);
-  c->next = j->codes;
-  j->codes = c;
-  pthread_mutex_unlock(&j->mu);
+  list_code(j, c);
   if (j->tier == TPK_TIER_AUTO && !loaded && j->hot_calls == 0) enqueue(j, c);
   *out = c;
   return TPK_OK;
 }
+
+TpkStatus tpk_jit_compile(TpkJit *j, const char *source, const char *entry, TpkCode **out, TpkError *err) {
+  return compile(j, NULL, 0, source, entry, out, err);
+}
+
+TpkStatus tpk_jit_compile_keyed(TpkJit *j, const uint64_t *key, int nwords, const char *source, const char *entry,
+                                TpkCode **out, TpkError *err) {
+  return compile(j, key, nwords, source, entry, out, err);
+}
+
+void tpk_jit_load(TpkJit *j, const uint64_t *key, int nwords, const char *entry, TpkCode **out) {
+  *out = NULL;
+  if (!j->cache_dir || !entry) return;
+  char stem[65];
+  keyed_code_key(j, key, nwords, entry, stem);
+  void *h;
+  TpkKernelFn fn;
+  TpkWorkspaceFn ws;
+  Lookup found = cache_load(j, stem, entry, &h, &fn, &ws);
+  if (found == LOOKUP_REJECTED) atomic_fetch_add(&j->n_rejects, 1);
+  if (found != LOOKUP_HIT) return;
+  TpkCode *c = new_code(j, NULL, entry);
+  if (!c) {
+    dlclose(h);
+    return;
+  }
+  memcpy(c->key, stem, sizeof stem);
+  loaded_from_cache(j, c, h, fn, ws);
+  atomic_store(&c->promo, PROMO_DONE);
+  list_code(j, c);
+  *out = c;
+}
+
+void tpk_code_release(TpkCode *c) {
+  if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+  TpkJit *j = c->jit;
+  pthread_mutex_lock(&j->mu);
+  if (c->prev) c->prev->next = c->next;
+  else j->codes = c->next;
+  if (c->next) c->next->prev = c->prev;
+  j->ncodes--;
+  pthread_mutex_unlock(&j->mu);
+  free_code(c);
+}
+
+TpkWorkspaceFn tpk_code_workspace(const TpkCode *c) { return c->workspace; }
 
 TpkKernelFn tpk_code_entry(TpkCode *c) {
   TpkKernelFn fn = atomic_load_explicit(&c->fn, memory_order_acquire);
@@ -1543,8 +1764,42 @@ const char *tpk_code_note(const TpkCode *c) {
 
 TpkJitStats tpk_jit_stats(const TpkJit *j) {
   TpkJit *m = (TpkJit *)j; /* atomic loads on a const object predate C17 */
+  pthread_mutex_lock(&m->mu);
+  int live = m->ncodes;
+  pthread_mutex_unlock(&m->mu);
   return (TpkJitStats){atomic_load(&m->n_tcc),     atomic_load(&m->n_cc),     atomic_load(&m->n_hits),
-                       atomic_load(&m->n_cc_fail), atomic_load(&m->n_misses), atomic_load(&m->n_rejects)};
+                       atomic_load(&m->n_cc_fail), atomic_load(&m->n_misses), atomic_load(&m->n_rejects),
+                       live};
+}
+
+/* ---- Units ---------------------------------------------------------------------- */
+
+char *tpk_jit_unit_load(TpkJit *j, const uint64_t *key, int nwords, size_t *len) {
+  if (!j->cache_dir) return NULL;
+  char stem[65];
+  unit_key(key, nwords, stem);
+  unsigned char *body;
+  Lookup found = read_entry(j, stem, unit_suffix, &body, len);
+  if (found == LOOKUP_REJECTED) atomic_fetch_add(&j->n_rejects, 1);
+  if (found != LOOKUP_HIT) return NULL;
+  body[*len] = 0; /* over the trailer, checked and done with */
+  return (char *)body;
+}
+
+void tpk_jit_unit_store(TpkJit *j, const uint64_t *key, int nwords, const void *bytes, size_t len) {
+  if (!j->cache_dir || len > MAX_CACHE_FILE - TRAILER_LEN) return;
+  char stem[65], name[72];
+  unit_key(key, nwords, stem);
+  entry_name(stem, unit_suffix, name);
+  unsigned char *data = malloc(len + TRAILER_LEN);
+  if (!data) return;
+  memcpy(data, bytes, len);
+  memcpy(data + len, trailer_magic, 8);
+  entry_mac(j, name, data, len, data + len + 8);
+  TpkStr note = {0}; /* a unit not kept is built again: nobody needs to hear why */
+  if (store_entry(j, stem, unit_suffix, data, len + TRAILER_LEN, &note)) tidy_cache(j);
+  tpk_str_free(&note);
+  free(data);
 }
 
 TpkStatus tpk_jit_cache_info(TpkJit *j, TpkJitCacheInfo *out, TpkError *err) {

@@ -14,9 +14,6 @@
 
 #include "host/jit.h"
 
-/* The workspace bytes a launch with these shape symbols needs. */
-typedef int64_t (*TpkWorkspaceFn)(const int64_t *syms);
-
 typedef struct TpkStdFile {
   const char *name;   /* "softmax.tpk" */
   const char *source; /* its text */

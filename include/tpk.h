@@ -112,7 +112,8 @@ const char *tpk_last_error(void);
  *   TPK_HOST_THREADS=N     threads a launch on the host may use
  *   TPK_GENERIC=1          compile each kernel once for every shape, not per shape
  *   TPK_AOT=0              compile the standard kernels too (debugging tpk)
- *   TPK_DUMP_IR=1          log the IR of every graph compiled (tpk_context_set_log)
+ *   TPK_DUMP_IR=1          log the IR of every graph compiled (tpk_context_set_log);
+ *                          graphs and windows are then compiled, not loaded from disk
  *   TPK_EAGER=debug|strict|fused   the eager streams' mode (see Eager streams)
  *   TPK_CACHE_UNITS=N      compiled units kept in memory (see The compilation cache) */
 TpkStatus tpk_context_create(TpkContext **out);
@@ -466,6 +467,11 @@ const char *tpk_graph_ir(TpkGraph *g);
 /* The op vocabulary: its size and names (ATen packet names, "addmm"). */
 int tpk_graph_op_count(void);
 const char *tpk_graph_op_name(int i);
+/* Whether an op name, as tpk_graph_op takes it ("addmm", "aten::add.Tensor"),
+ * is in the vocabulary, its overload included ("add.out" is not): what a
+ * bridge asks before it builds. Arguments are the op's to judge when it is
+ * built (a dtype, an attn_mask it does not take: TPK_ERR_UNSUPPORTED). */
+bool tpk_graph_op_known(const char *op);
 
 /* Fuse, lower and compile g into a program with one kernel, named as g,
  * whose parameters are g's inputs then its outputs (out parameters): launch
@@ -574,14 +580,19 @@ void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
  * keyed by the structural hash of their IR (tpk_func_hash, 128 bits: names
  * aside), the sizes or their symbolic form, dtypes, tunables and device;
  * at most TPK_CACHE_UNITS of them (default 1024), the least recently used
- * going first (a unit in use stays until its user is done). So two loads
- * of one kernel, or two graphs or windows of one structure, compile once.
- * A compiled graph's program holds its clusters' code, and a program the
+ * going first (a unit in use stays until its user is done: a launch
+ * running or queued; then its compiled code is freed). So two loads of one
+ * kernel, or two graphs or windows of one structure, compile once. A
+ * compiled graph's program holds its clusters' code, and a program the
  * specialisations whose trace a launch handed out.
  *
- * Kernels the system cc compiles (TPK_TIER=auto once hot, or TPK_TIER=cc)
- * are kept on disk, keyed by their generated C and the compiler's identity,
- * and later processes load them instead of compiling:
+ * On disk, under the same keys (with the compiler's identity and tpk's
+ * build, a hash of its sources), later processes find what earlier ones
+ * made instead of making it again: kernels' code that the system cc
+ * compiled (TPK_TIER=auto once hot, or TPK_TIER=cc), and eager windows and
+ * compiled graphs as what fusion made of them. A process whose windows,
+ * graphs and clusters are all there builds, fuses, lowers, emits and
+ * compiles nothing (TpkCacheStats.unit_loads, .emitted). The folder:
  *   TPK_CACHE_DIR=DIR        the folder ($XDG_CACHE_HOME/tpk, else ~/.cache/tpk;
  *                            "" turns the cache off)
  *   TPK_CACHE_KEY_FILE=FILE  the key that authenticates entries (default: your
@@ -592,9 +603,9 @@ void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
  *
  * Trust. The folder may be shared by processes, users and hosts, so tpk
  * trusts nothing in it but a MAC: each entry carries HMAC-SHA256, under the
- * key, of which kernel it is and its bytes, and one that does not verify
- * (planted, damaged, another key's, another kernel's renamed) is compiled
- * again, never loaded. Whoever can read the key can make entries that load;
+ * key, of which kernel or unit it is and its bytes, and one that does not
+ * verify (planted, damaged, another key's, another kernel's renamed) is
+ * built again, never loaded. Whoever can read the key can make entries that load;
  * for a team cache, share a key file only the team can read. A key file is
  * used only when it is a regular file of 32 to 4096 bytes, owned by you or
  * root, that neither its group nor others can write and others cannot read,
@@ -611,7 +622,7 @@ typedef struct TpkCacheStats {
   bool enabled;          /* this context loads and stores compiled kernels there */
   const char *note;      /* why it does not, when a user should hear it; else NULL */
   const char *key_file;  /* the key file in use, or NULL */
-  int64_t entries;       /* compiled kernels in the folder now */
+  int64_t entries;       /* compiled kernels, windows and graphs in the folder now */
   int64_t bytes;         /* their size */
   int64_t max_bytes;     /* TPK_CACHE_MAX */
   int64_t build_folders; /* builds under way, or left by killed processes */
@@ -625,6 +636,13 @@ typedef struct TpkCacheStats {
    * miss builds (and maybe compiles) the unit. */
   int64_t unit_hits[3], unit_misses[3]; /* indexed by TpkUnitKind */
   int64_t units;                        /* units the context holds now (TPK_CACHE_UNITS at most) */
+  /* What this context found in the folder by key instead of building it:
+   * eager windows and compiled graphs (their fused IR: counted as hits
+   * above), and kernels' code (nothing lowered or emitted for it). */
+  int64_t unit_loads[3];
+  /* Kernels this context lowered and emitted C for (0 in a process whose
+   * every unit the folder had). */
+  int64_t emitted;
   /* The same lookups of every context that used the folder, added as each
    * ended, since the folder was last cleared (a tally, not authenticated). */
   int64_t folder_unit_hits[3], folder_unit_misses[3];

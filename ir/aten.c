@@ -2985,6 +2985,16 @@ static void inplace_result(Call *c) {
   c->outs[0] = cvt(c, r, to);
 }
 
+/* Whether the table has op: its packet and, when it names one, the overload
+ * ("default" only where the packet has one); arguments aside. */
+bool tpk_aten_known(const char *op) {
+  char packet[96], overload[64];
+  if (!op || !split_name(op, packet, sizeof packet, overload, sizeof overload)) return false;
+  for (int i = 0; i < NOVERLOADS; i++)
+    if (strcmp(OVERLOADS[i].packet, packet) == 0 && (!overload[0] || strcmp(OVERLOADS[i].name, overload) == 0)) return true;
+  return false;
+}
+
 TpkStatus tpk_aten_build(TpkGraphBuilder *gb, const char *op, const TpkArg *args, int nargs, TpkValue *const *values,
                          int nvalues, TpkValue **outs, int max, int *nouts, TpkError *err) {
   *nouts = 0;

@@ -39,5 +39,6 @@ TpkStatus tpk_aten_build(TpkGraphBuilder *gb, const char *op, const TpkArg *args
                          int nvalues, TpkValue **outs, int max, int *nouts, TpkError *err);
 int tpk_aten_count(void);
 const char *tpk_aten_name(int i);
+bool tpk_aten_known(const char *op);
 
 #endif

@@ -138,6 +138,7 @@ TpkStatus tpk_gb_op(TpkGraphBuilder *gb, const char *op, const TpkArg *args, int
 
 int tpk_gb_op_count(void) { return tpk_aten_count(); }
 const char *tpk_gb_op_name(int i) { return tpk_aten_name(i); }
+bool tpk_gb_op_known(const char *op) { return tpk_aten_known(op); }
 
 /* ---- Calls of kernels ------------------------------------------------------ */
 

@@ -87,5 +87,8 @@ TpkStatus tpk_gb_output(TpkGraphBuilder *gb, TpkValue *v, TpkError *err);
 /* The vocabulary: the ATen packet names the builder knows, in table order. */
 int tpk_gb_op_count(void);
 const char *tpk_gb_op_name(int i);
+/* Whether op ("add", "aten::add.Tensor") is in it, overload included;
+ * what the arguments may be is the op's to say when it is built. */
+bool tpk_gb_op_known(const char *op);
 
 #endif

@@ -142,6 +142,15 @@ TpkFunc *tpk_module_find(TpkModule *m, const char *name) {
   return NULL;
 }
 
+void tpk_module_remove(TpkModule *m, TpkFunc *f) {
+  for (int i = 0; m && i < m->nfuncs; i++)
+    if (m->funcs[i] == f) {
+      memmove(&m->funcs[i], &m->funcs[i + 1], (size_t)(m->nfuncs - i - 1) * sizeof *m->funcs);
+      m->nfuncs--;
+      return;
+    }
+}
+
 /* ---- Dimensions ------------------------------------------------------------ */
 
 static uint64_t dim_hash(TpkDimKind kind, int64_t value, const char *sym, const TpkDim *a, const TpkDim *b) {
@@ -626,7 +635,16 @@ TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int
     if (!(op->regions[r] = block_new(m, op, f))) return NULL;
   op->nregion = nregion;
   link_operands(op, nin, in); /* last: a failed build leaves no uses behind */
-  if (b->block) {
+  if (b->block && b->before) {
+    op->parent = b->block;
+    op->next = b->before;
+    op->prev = b->before->prev;
+    if (op->prev)
+      op->prev->next = op;
+    else
+      b->block->first = op;
+    b->before->prev = op;
+  } else if (b->block) {
     op->parent = b->block;
     op->prev = b->block->last;
     if (b->block->last)

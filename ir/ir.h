@@ -471,6 +471,10 @@ void tpk_module_free(TpkModule *m);
 /* Intern a string in the module (names, symbols). */
 const char *tpk_module_intern(TpkModule *m, const char *s, size_t n);
 TpkFunc *tpk_module_find(TpkModule *m, const char *name);
+/* f leaves m's list of functions (the others keep their order); its nodes
+ * stay in the arena until the module goes. Nothing may call it then: lower/
+ * fuse.c drops the kernels a driver no longer calls. */
+void tpk_module_remove(TpkModule *m, TpkFunc *f);
 
 /* ---- Building -------------------------------------------------------------- */
 
@@ -483,17 +487,20 @@ TpkFunc *tpk_func_new(TpkModule *m, const char *name, bool is_kernel, int nparam
  * keeps its address; f->params may move (do not hold TpkParam pointers). */
 TpkValue *tpk_func_add_param(TpkModule *m, TpkFunc *f, const TpkType *type, const char *name, TpkParamRole role);
 
-/* Where new ops go: appended to `block`. `loc` is stamped on each op. */
+/* Where new ops go: appended to `block`, or inserted before `before` (an op
+ * of `block`) when it is set. `loc` is stamped on each op. */
 typedef struct TpkBuilder {
   TpkModule *m;
   TpkBlock *block;
   TpkLoc loc;
+  TpkOp *before;
 } TpkBuilder;
 
 /* The generic constructor: an op with operands, result types and the op
  * table's number of empty regions (add their arguments with
- * tpk_block_add_arg), appended at the end of the builder's block in O(1)
- * (plus its operands and results); each operand gets a use. Never fails
+ * tpk_block_add_arg), appended at the end of the builder's block (or put
+ * before b->before) in O(1) (plus its operands and results); each operand
+ * gets a use. Never fails
  * except for arena exhaustion (returns NULL). Result types are taken as
  * given; the verifier checks them. */
 TpkOp *tpk_build(TpkBuilder *b, TpkOpcode opc, int nin, TpkValue *const *in, int nout, const TpkType *const *out);

@@ -60,9 +60,20 @@
  * multi-output clusters when a producer's consumers all join it.
  * TPK_FUSE_NONE makes one cluster per node.
  *
+ * Calls take their epilogues and prologues first (TPK_FUSE_ALL, "epilogues
+ * of calls" below; lower/README.md): elementwise chains reading only one
+ * of a call's results (beside it constants and whole or broadcast buffers),
+ * their intermediates read by nobody else, and conversions of an argument
+ * only the call reads, join the call's cluster; the driver calls a clone of
+ * the callee whose stores of that result store the chain's value (whose
+ * loads convert). Where a stored element may not be final (a `+=` store,
+ * the output read back, an `out zero`) the call stays as it is, and so do
+ * the callees the caller says to keep (the runtime: the standard library's).
+ *
  * The driver lists, in a topological order of clusters and calls (ties by
  * program order): `reshape` views where a cluster or call reads one, the
- * `call`s, and the `return`.
+ * `call`s, and the `return`. A kernel the graph called that nothing calls
+ * any more (its calls took epilogues) leaves the module.
  */
 #include "lower/lower.h"
 
@@ -88,6 +99,7 @@ typedef struct Node {
   int *readers; /* nodes reading its results */
   int nreaders, capreaders;
   bool live;
+  bool in_call; /* computed inside a called kernel (a member of its epilogue or prologue) */
   Class cls;    /* at a cluster's root */
   int stamp;
   int slot;     /* at a root: its place in the driver, -1 before */
@@ -95,10 +107,41 @@ typedef struct Node {
   int tail;     /* at a root: the list's last member */
 } Node;
 
+/* An epilogue of a call: elementwise nodes after it that read one of its
+ * results y, and beside y only buffers (whole, or broadcast) and constants;
+ * they become part of the called kernel, computed at each store of y on the
+ * block stored (lower/README.md, "Epilogues and prologues of calls"). */
+typedef struct Epilogue {
+  int call;       /* the call's node */
+  int result;     /* y is the call's result `result`, */
+  int param;      /* the callee's parameter `param` */
+  int *members;   /* the chain's nodes, in program order */
+  int nmembers;
+  TpkValue *exit; /* the one member result read outside: the kernel's output in y's place */
+} Epilogue;
+
+/* A prologue of a call: conversions of one of its `in` arguments u from a
+ * buffer x, read by nothing but the call; the called kernel takes x and
+ * converts each block it loads. */
+typedef struct Prologue {
+  int call;         /* the call's node */
+  int operand;      /* u is the call's operand `operand`, */
+  int param;        /* the callee's parameter `param` */
+  int *members;     /* the converts, from x to u */
+  int nmembers;
+  TpkValue *source; /* x */
+} Prologue;
+
 typedef struct Fuser {
   TpkFunc *f;
   TpkModule *m;
   TpkFusePolicy policy;
+  TpkFuseKeep keep; /* called kernels that take no epilogue (NULL: none) */
+  void *keep_ctx;
+  Epilogue *epilogues;
+  int nepilogues, capepilogues;
+  Prologue *prologues;
+  int nprologues, capprologues;
   TpkError *err;
   TpkStatus status; /* the first failure */
   TpkArena arena;
@@ -122,9 +165,8 @@ static bool fuse_fail(Fuser *F, TpkStatus code, const char *fmt, const char *a, 
 
 static bool oom(Fuser *F) { return fuse_fail(F, TPK_ERR_NOMEM, "out of memory fusing '%s'%s", F->f->name, ""); }
 
-static bool values_add(Fuser *F, Values *s, TpkValue *v) {
-  for (int i = 0; i < s->n; i++)
-    if (s->v[i] == v) return true;
+/* v appended to s, even when s holds it (a call's arguments). */
+static bool values_push(Fuser *F, Values *s, TpkValue *v) {
   if (s->n == s->cap) {
     int cap = s->cap ? s->cap * 2 : 4;
     TpkValue **nv = tpk_arena_alloc(&F->arena, (size_t)cap * sizeof *nv);
@@ -135,6 +177,13 @@ static bool values_add(Fuser *F, Values *s, TpkValue *v) {
   }
   s->v[s->n++] = v;
   return true;
+}
+
+/* v added to the set s. */
+static bool values_add(Fuser *F, Values *s, TpkValue *v) {
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i] == v) return true;
+  return values_push(F, s, v);
 }
 
 static Role role_of(const Fuser *F, const TpkOp *op) {
@@ -300,7 +349,9 @@ static int find(Fuser *F, int i) {
   return i;
 }
 
-static bool mergeable(Fuser *F, int i) { return F->nodes[i].live && role_of(F, F->nodes[i].op) == ROLE_NODE; }
+static bool mergeable(Fuser *F, int i) {
+  return F->nodes[i].live && !F->nodes[i].in_call && role_of(F, F->nodes[i].op) == ROLE_NODE;
+}
 
 /* Would merging clusters a and b close a cycle: a path from one to the
  * other through a third cluster? A cluster runs as one kernel, so the walk
@@ -805,6 +856,269 @@ static bool cluster_all(Fuser *F) {
   return F->status == TPK_OK;
 }
 
+/* ---- epilogues of calls ------------------------------------------------------------------ */
+
+/* May y, the callee's parameter `param`, take an epilogue at its stores?
+ * When it is an `out` the kernel only stores into (`set`): never read back
+ * (a load, a DMA), never accumulated into (`+=`: the epilogue would apply
+ * to partial sums), not zeroed at the start (elements no store writes
+ * would keep 0, not epilogue(0)). Stores repeated with `set` are sound, the
+ * last one wins and the epilogue is pure. */
+static bool stores_only(const TpkFunc *k, int param) {
+  const TpkParam *p = &k->params[param];
+  if (p->role != TPK_PARAM_OUT || p->zero_init || p->value->type->kind != TPK_TYPE_REF || !p->value->uses) return false;
+  for (const TpkUse *u = p->value->uses; u; u = u->next)
+    if (u->user->opcode != TPK_OP_STORE || u->index != 0 || tpk_op_store_mode(u->user) != TPK_STORE_SET) return false;
+  return true;
+}
+
+/* An op the called kernel can compute on the block it stores: one element
+ * from the same element of its operands, of y's shape S. Not an integer
+ * division: past a ragged edge the block holds padding (0). */
+static bool epilogue_op(const TpkOp *op, const TpkType *S) {
+  if (op->nout != 1 || op->nregion || op->nin > 3 || op->out[0].type->rank != S->rank) return false;
+  for (int i = 0; i < S->rank; i++)
+    if (op->out[0].type->dims[i] != S->dims[i]) return false;
+  if ((op->opcode == TPK_OP_DIV || op->opcode == TPK_OP_REM || op->opcode == TPK_OP_CDIV) &&
+      !tpk_dtype_is_float(op->in[1]->type->dtype))
+    return false;
+  return op->opcode == TPK_OP_CONVERT || op->opcode == TPK_OP_SELECT ||
+         (tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE) != 0;
+}
+
+/* What an epilogue reads beside its chain, as operand o: o itself or what
+ * o broadcasts (aligned to the trailing dims of y's shape S, each dim S's or
+ * 1), which must be a constant or a buffer (or a driver view of one) that
+ * the call's cluster does not compute. NULL for anything else: an iota or
+ * a symbol, a transpose or a slice, another result of the same call. */
+static TpkValue *side_source(Fuser *F, TpkValue *o, const TpkType *S, int call) {
+  TpkValue *x = o;
+  if (o->def && o->def->opcode == TPK_OP_BROADCAST && role_of(F, o->def) == ROLE_VIRTUAL) x = o->def->in[0];
+  const TpkType *t = x->type;
+  if (t->rank > S->rank) return NULL;
+  for (int i = 0; i < t->rank; i++) {
+    int64_t one;
+    if (t->dims[i] != S->dims[i + S->rank - t->rank] && !(tpk_dim_is_const(t->dims[i], &one) && one == 1)) return NULL;
+  }
+  if (x->def && x->def->opcode == TPK_OP_CONST && role_of(F, x->def) == ROLE_VIRTUAL) return x;
+  TpkValue *r = strip_reshapes(F, x);
+  if (r->def && role_of(F, r->def) == ROLE_VIRTUAL) return NULL;
+  int p = producer(F, r);
+  return call >= 0 && p >= 0 && find(F, p) == find(F, call) ? NULL : x;
+}
+
+/* A use that does not count: by a node no result needs, or by a view or
+ * generator nothing reads. */
+static bool dead_use(const Fuser *F, const TpkOp *user) {
+  int n = node_index(F, user);
+  if (n >= 0) return !F->nodes[n].live;
+  if (role_of(F, user) != ROLE_VIRTUAL) return false;
+  for (int i = 0; i < user->nout; i++)
+    if (user->out[i].uses) return false;
+  return true;
+}
+
+/* The clusters as they are, to try merges and take them back. */
+typedef struct Saved {
+  int parent, next, tail;
+  Class cls;
+} Saved;
+
+static Saved *save_clusters(Fuser *F) {
+  Saved *s = malloc((size_t)(F->nnodes ? F->nnodes : 1) * sizeof *s);
+  for (int i = 0; s && i < F->nnodes; i++)
+    s[i] = (Saved){F->nodes[i].parent, F->nodes[i].next, F->nodes[i].tail, F->nodes[i].cls};
+  return s;
+}
+
+static void restore_clusters(Fuser *F, const Saved *s) {
+  for (int i = 0; i < F->nnodes; i++) {
+    F->nodes[i].parent = s[i].parent;
+    F->nodes[i].next = s[i].next;
+    F->nodes[i].tail = s[i].tail;
+    F->nodes[i].cls = s[i].cls;
+  }
+}
+
+/* Node n joins the call's cluster if that closes no cycle. */
+static bool join_call(Fuser *F, int call, int n) {
+  int a = find(F, call);
+  if (path_between(F, a, n) || path_between(F, n, a)) return false;
+  merge(F, a, n, CLASS_TILED);
+  return true;
+}
+
+/* The epilogue of y = the call's result `result` (the callee's parameter
+ * `param`), if there is one. The chain grows in program order: a node joins
+ * when it reads the chain and otherwise only side sources (side_source),
+ * and the call's cluster stays acyclic with it. Then its exit: the latest
+ * member e such that e and the members it is computed from (with y) are
+ * read by none but each other: e alone is read outside, it is the kernel's
+ * new output. false only when fusing failed (memory). */
+static bool find_epilogue(Fuser *F, int call, int result, int param) {
+  TpkValue *y = &F->nodes[call].op->out[result];
+  const TpkType *S = y->type;
+  Saved *saved = save_clusters(F);
+  int *chain = malloc((size_t)(F->nnodes ? F->nnodes : 1) * sizeof *chain);
+  char *mark = calloc((size_t)(F->nnodes ? F->nnodes : 1), 1);
+  TpkPtrMap in_chain = {0}; /* y and the members' results */
+  bool ok = saved && chain && mark && tpk_ptrmap_put(&in_chain, y, NULL);
+  int n = 0;
+  for (int i = call + 1; ok && i < F->nnodes; i++) {
+    TpkOp *op = F->nodes[i].op;
+    if (!mergeable(F, i) || !epilogue_op(op, S)) continue;
+    bool reads = false, side = true;
+    for (int j = 0; j < op->nin && side; j++) {
+      if (tpk_ptrmap_get(&in_chain, op->in[j], NULL)) reads = true;
+      else side = side_source(F, op->in[j], S, call) != NULL;
+    }
+    if (!reads || !side || !join_call(F, call, i)) continue;
+    chain[n++] = i;
+    ok = tpk_ptrmap_put(&in_chain, &op->out[0], NULL);
+  }
+  int chosen = -1;
+  for (int e = n - 1; ok && e >= 0 && chosen < 0; e--) {
+    memset(mark, 0, (size_t)F->nnodes);
+    mark[chain[e]] = 1; /* e, and what it is computed from */
+    for (int j = e; j >= 0; j--) {
+      const TpkOp *op = F->nodes[chain[j]].op;
+      for (int i = 0; mark[chain[j]] && i < op->nin; i++) {
+        int p = producer(F, op->in[i]);
+        if (p >= 0 && p != call && tpk_ptrmap_get(&in_chain, op->in[i], NULL)) mark[p] = 1;
+      }
+    }
+    bool closed = true;
+    for (int j = -1; j < e && closed; j++) {
+      const TpkValue *v = j < 0 ? y : &F->nodes[chain[j]].op->out[0];
+      if (j >= 0 && !mark[chain[j]]) continue;
+      for (const TpkUse *u = v->uses; u && closed; u = u->next) {
+        int user = node_index(F, u->user);
+        closed = (user >= 0 && mark[user]) || dead_use(F, u->user);
+      }
+    }
+    if (closed) chosen = e;
+  }
+  if (ok) restore_clusters(F, saved);
+  int members = 0;
+  for (int j = 0; chosen >= 0 && j <= chosen; j++) members += mark[chain[j]];
+  Epilogue *ep = NULL;
+  if (ok && chosen >= 0 && F->nepilogues == F->capepilogues) {
+    int cap = F->capepilogues ? F->capepilogues * 2 : 4;
+    Epilogue *grown = tpk_arena_alloc(&F->arena, (size_t)cap * sizeof *grown);
+    if (grown && F->nepilogues) memcpy(grown, F->epilogues, (size_t)F->nepilogues * sizeof *grown);
+    if (grown) F->epilogues = grown, F->capepilogues = cap;
+    ok = grown != NULL;
+  }
+  if (ok && chosen >= 0) {
+    ep = &F->epilogues[F->nepilogues];
+    *ep = (Epilogue){.call = call, .result = result, .param = param, .exit = &F->nodes[chain[chosen]].op->out[0]};
+    ok = (ep->members = tpk_arena_alloc(&F->arena, (size_t)members * sizeof *ep->members)) != NULL;
+  }
+  /* the members join again: a part of an acyclic cluster is acyclic, but
+   * the walk is cheap and a wrong cluster would be a wrong program */
+  for (int j = 0; ok && ep && j <= chosen; j++) {
+    if (!mark[chain[j]]) continue;
+    if (!join_call(F, call, chain[j])) {
+      restore_clusters(F, saved);
+      ep = NULL;
+      break;
+    }
+    ep->members[ep->nmembers++] = chain[j];
+  }
+  if (ok && ep) {
+    for (int j = 0; j < ep->nmembers; j++) F->nodes[ep->members[j]].in_call = true;
+    F->nepilogues++;
+  }
+  free(saved);
+  free(chain);
+  free(mark);
+  tpk_ptrmap_free(&in_chain);
+  return ok || oom(F);
+}
+
+/* May the callee's `in` parameter take a converted argument's source
+ * instead? When the kernel only loads it (no DMA), each load without an
+ * `other` or with 0 (a conversion keeps 0, so the padding past a ragged
+ * edge is the same), or it is a scalar. */
+static bool loads_only(const TpkFunc *k, int param) {
+  const TpkParam *p = &k->params[param];
+  if (p->role != TPK_PARAM_IN) return false;
+  if (p->value->type->kind != TPK_TYPE_REF) return p->value->type->kind == TPK_TYPE_TENSOR;
+  for (const TpkUse *u = p->value->uses; u; u = u->next) {
+    const TpkAttr *other = tpk_op_attr(u->user, "other");
+    if (u->user->opcode != TPK_OP_LOAD || u->index != 0 ||
+        (other && (other->kind == TPK_ATTR_FLOAT ? other->f != 0 : other->i != 0)))
+      return false;
+  }
+  return true;
+}
+
+/* The prologue of the call's operand `operand` (the callee's parameter
+ * `param`): the conversions u is computed by, down to a buffer x, each
+ * read by the next alone (u by the call alone). false only when fusing
+ * failed (memory). */
+static bool find_prologue(Fuser *F, int call, int operand, int param) {
+  TpkValue *v = F->nodes[call].op->in[operand];
+  int chain[64], n = 0;
+  while (n < 64 && v->nuses == 1 && v->def && v->def->opcode == TPK_OP_CONVERT) {
+    int c = node_index(F, v->def);
+    if (c < 0 || !mergeable(F, c)) break;
+    chain[n++] = c;
+    v = v->def->in[0];
+  }
+  TpkValue *x = v;
+  if (!n || (x->def && role_of(F, strip_reshapes(F, x)->def) == ROLE_VIRTUAL)) return true;
+  int p = producer(F, strip_reshapes(F, x));
+  if (p >= 0 && find(F, p) == find(F, call)) return true;
+  Saved *saved = save_clusters(F);
+  if (!saved) return oom(F);
+  bool joined = true;
+  for (int j = n - 1; j >= 0 && joined; j--) joined = join_call(F, call, chain[j]);
+  if (!joined) restore_clusters(F, saved);
+  free(saved);
+  if (!joined) return true;
+  if (F->nprologues == F->capprologues) {
+    int cap = F->capprologues ? F->capprologues * 2 : 4;
+    Prologue *grown = tpk_arena_alloc(&F->arena, (size_t)cap * sizeof *grown);
+    if (!grown) return oom(F);
+    if (F->nprologues) memcpy(grown, F->prologues, (size_t)F->nprologues * sizeof *grown);
+    F->prologues = grown;
+    F->capprologues = cap;
+  }
+  Prologue *pr = &F->prologues[F->nprologues];
+  *pr = (Prologue){.call = call, .operand = operand, .param = param, .nmembers = n, .source = x};
+  if (!(pr->members = tpk_arena_alloc(&F->arena, (size_t)n * sizeof *pr->members))) return oom(F);
+  for (int j = 0; j < n; j++) {
+    pr->members[j] = chain[n - 1 - j];
+    F->nodes[chain[j]].in_call = true;
+  }
+  F->nprologues++;
+  return true;
+}
+
+/* Each call's results, in order, take their epilogues, and its arguments
+ * their prologues (TPK_FUSE_ALL), before the nodes cluster: a member is
+ * computed in the called kernel and joins no other cluster. */
+static bool fuse_calls(Fuser *F) {
+  for (int c = 0; c < F->nnodes && F->status == TPK_OK; c++) {
+    const TpkOp *op = F->nodes[c].op;
+    if (role_of(F, op) != ROLE_CALL || !F->nodes[c].live) continue;
+    const TpkFunc *k = tpk_module_find(F->m, tpk_op_str(op, "callee", ""));
+    if (!k || !k->is_kernel || (F->keep && F->keep(F->keep_ctx, k))) continue;
+    for (int i = 0, r = 0; i < k->nparams && r < op->nout; i++) {
+      if (k->params[i].role == TPK_PARAM_IN) continue;
+      if (stores_only(k, i) && !find_epilogue(F, c, r, i)) return false;
+      r++;
+    }
+    for (int i = 0, a = 0; i < k->nparams && a < op->nin; i++) {
+      if (k->params[i].role == TPK_PARAM_OUT) continue;
+      if (loads_only(k, i) && !find_prologue(F, c, a, i)) return false;
+      a++;
+    }
+  }
+  return F->status == TPK_OK;
+}
+
 /* ---- the driver ------------------------------------------------------------------------ */
 
 typedef struct Driver {
@@ -861,6 +1175,234 @@ static const char *cluster_name(Fuser *F, int *k, char *buf, size_t n) {
   return buf;
 }
 
+/* ---- a call with its epilogues: the callee cloned, its stores rewritten ---- */
+
+typedef struct CallKernel {
+  Fuser *F;
+  TpkFunc *k;
+  Values args;      /* the driver call's arguments: the call's, then a buffer per side parameter */
+  TpkPtrMap params; /* side source -> its parameter of k */
+} CallKernel;
+
+/* The axis of a stored block that dim d of the ref is. */
+static int stored_axis(const TpkIndexPattern *p, int d) {
+  int k = 0;
+  for (int i = 0; i < d; i++) k += p->dim[i] != TPK_INDEX_SCALAR;
+  return k;
+}
+
+/* The parameter of k that side source x becomes: a scalar for a rank-0
+ * value, else a ref whose dims are the callee's own, as y's parameter P has
+ * them (x's dims are y's, aligned to the trailing ones, or 1). */
+static TpkValue *side_param(CallKernel *C, TpkValue *x, const TpkType *S, const TpkType *P) {
+  void *p;
+  if (tpk_ptrmap_get(&C->params, x, &p)) return p;
+  TpkModule *m = C->F->m;
+  const TpkDim *dims[TPK_MAX_RANK];
+  int off = S->rank - x->type->rank;
+  for (int i = 0; i < x->type->rank; i++)
+    dims[i] = x->type->dims[i] == S->dims[i + off] ? P->dims[i + off] : tpk_dim_const(m, 1);
+  const TpkType *t = x->type->rank ? tpk_type_ref(m, x->type->dtype, x->type->rank, dims, TPK_MEM_HBM)
+                                   : tpk_type_scalar(m, x->type->dtype);
+  char buf[64], name[80];
+  snprintf(name, sizeof name, "%s", hint(x, buf, sizeof buf, "in", C->k->nparams));
+  for (int i = 0, again = 0; i < C->k->nparams; i++)
+    if (strcmp(C->k->params[i].name ? C->k->params[i].name : "", name) == 0) {
+      snprintf(name, sizeof name, "%.40s.%d", hint(x, buf, sizeof buf, "in", C->k->nparams), again++);
+      i = -1;
+    }
+  TpkValue *v = t ? tpk_func_add_param(m, C->k, t, name, TPK_PARAM_IN) : NULL;
+  if (!v || !values_push(C->F, &C->args, x) || !tpk_ptrmap_put(&C->params, x, v)) return oom(C->F), NULL;
+  return v;
+}
+
+/* Side operand o of an epilogue, at store st of block `v` (y's shape S,
+ * parameter type P): a constant of the block's shape, or its source loaded
+ * with the store's index pattern (a dim x stretches is read whole, or at 0
+ * where the store takes one element) and broadcast to the block. */
+static TpkValue *side_value(CallKernel *C, TpkBuilder *b, const TpkOp *st, TpkValue *o, const TpkType *S, const TpkType *P) {
+  Fuser *F = C->F;
+  TpkValue *x = side_source(F, o, S, -1);
+  const TpkType *v = st->in[st->nin - 1]->type;
+  const TpkType *block = tpk_type_tensor(F->m, x->type->dtype, v->rank, v->dims);
+  if (x->def && x->def->opcode == TPK_OP_CONST && role_of(F, x->def) == ROLE_VIRTUAL) {
+    TpkOp *c = tpk_build(b, TPK_OP_CONST, 0, NULL, 1, &block);
+    return c && tpk_op_copy_attrs(F->m, c, x->def) ? &c->out[0] : (oom(F), NULL);
+  }
+  TpkValue *r = side_param(C, x, S, P);
+  if (r && x->type->rank > 0) {
+    const TpkIndexPattern *sp = tpk_op_index(st, "index");
+    TpkValue *operand[TPK_MAX_RANK], *in[TPK_MAX_RANK + 1], *zero = NULL;
+    for (int d = 0, k = 1; d < sp->rank; d++) operand[d] = sp->dim[d] == TPK_INDEX_ALL ? NULL : st->in[k++];
+    TpkIndexPattern lp = {.rank = x->type->rank};
+    const TpkDim *dims[TPK_MAX_RANK];
+    int nin = 0, rank = 0, off = S->rank - x->type->rank;
+    in[nin++] = r;
+    for (int i = 0; i < x->type->rank; i++) {
+      int d = i + off;
+      if (x->type->dims[i] == S->dims[d]) { /* the store's entry */
+        lp.dim[i] = sp->dim[d];
+        if (operand[d]) in[nin++] = operand[d];
+        if (sp->dim[d] != TPK_INDEX_SCALAR) dims[rank++] = v->dims[stored_axis(sp, d)];
+      } else if (sp->dim[d] == TPK_INDEX_SCALAR) { /* stretched where the store takes one element */
+        if (!zero && !(zero = tpk_build_const_int(b, tpk_type_scalar(F->m, TPK_I32), 0))) return oom(F), NULL;
+        lp.dim[i] = TPK_INDEX_SCALAR;
+        in[nin++] = zero;
+      } else { /* stretched: its one element */
+        lp.dim[i] = TPK_INDEX_ALL;
+        dims[rank++] = tpk_dim_const(F->m, 1);
+      }
+    }
+    const TpkType *lt = tpk_type_tensor(F->m, x->type->dtype, rank, dims);
+    TpkOp *ld = lt ? tpk_build(b, TPK_OP_LOAD, nin, in, 1, &lt) : NULL;
+    if (!ld) return oom(F), NULL;
+    tpk_op_set_index(F->m, ld, "index", &lp);
+    if (x->name && (x->name[0] < '0' || x->name[0] > '9')) {
+      char name[128];
+      snprintf(name, sizeof name, "%s.v", x->name);
+      ld->out[0].name = tpk_module_intern(F->m, name, strlen(name));
+    }
+    r = &ld->out[0];
+  }
+  if (r && r->type != block) {
+    TpkOp *bc = tpk_build(b, TPK_OP_BROADCAST, 1, &r, 1, &block);
+    r = bc ? &bc->out[0] : (oom(F), NULL);
+  }
+  return r;
+}
+
+/* Epilogue e in k: y's parameter takes the exit's dtype, and each store
+ * `y[idx] = v` becomes `y[idx] = epilogue(v, side operands at idx)`. */
+static bool fuse_epilogue(CallKernel *C, const Epilogue *e) {
+  Fuser *F = C->F;
+  TpkValue *y = &F->nodes[e->call].op->out[e->result], *P = C->k->params[e->param].value;
+  const TpkType *S = y->type, *pt = P->type;
+  P->type = tpk_type_ref(F->m, e->exit->type->dtype, pt->rank, pt->dims, pt->space);
+  int nstores = P->nuses;
+  TpkOp **stores = malloc((size_t)(nstores ? nstores : 1) * sizeof *stores);
+  if (!stores || !P->type) return free(stores), oom(F);
+  int n = 0;
+  for (const TpkUse *u = P->uses; u; u = u->next) stores[n++] = u->user;
+  bool ok = true;
+  for (int s = 0; s < nstores && ok; s++) {
+    TpkOp *st = stores[s];
+    TpkBuilder b = {.m = F->m, .block = st->parent, .loc = st->loc, .before = st};
+    TpkPtrMap memo = {0}; /* chain value -> its block */
+    TpkValue *v = st->in[st->nin - 1];
+    ok = tpk_ptrmap_put(&memo, y, v) || oom(F);
+    for (int j = 0; j < e->nmembers && ok; j++) {
+      TpkOp *op = F->nodes[e->members[j]].op;
+      TpkValue *in[3];
+      void *p;
+      for (int i = 0; i < op->nin && ok; i++)
+        ok = (in[i] = tpk_ptrmap_get(&memo, op->in[i], &p) ? p : side_value(C, &b, st, op->in[i], S, pt)) != NULL;
+      const TpkType *t = ok ? tpk_type_tensor(F->m, op->out[0].type->dtype, v->type->rank, v->type->dims) : NULL;
+      TpkOp *c = t ? tpk_build(&b, op->opcode, op->nin, in, 1, &t) : NULL;
+      if (ok && (!c || !tpk_op_copy_attrs(F->m, c, op) || !tpk_ptrmap_put(&memo, &op->out[0], &c->out[0]))) ok = oom(F);
+      if (ok) c->out[0].name = op->out[0].name;
+    }
+    void *value;
+    if (ok && tpk_ptrmap_get(&memo, e->exit, &value)) tpk_op_set_operand(st, st->nin - 1, value);
+    tpk_ptrmap_free(&memo);
+  }
+  free(stores);
+  return ok;
+}
+
+/* Prologue p in k: the parameter takes the source's dtype, and each block
+ * loaded from it (or the scalar it is) is converted as the graph did. */
+static bool fuse_prologue(CallKernel *C, const Prologue *p) {
+  Fuser *F = C->F;
+  TpkValue *A = C->k->params[p->param].value;
+  const TpkType *at = A->type;
+  A->type = at->kind == TPK_TYPE_REF ? tpk_type_ref(F->m, p->source->type->dtype, at->rank, at->dims, at->space)
+                                     : tpk_type_scalar(F->m, p->source->type->dtype);
+  int nuses = A->nuses;
+  TpkUse *uses = malloc((size_t)(nuses ? nuses : 1) * sizeof *uses);
+  if (!uses || !A->type) return free(uses), oom(F);
+  int n = 0;
+  for (const TpkUse *u = A->uses; u; u = u->next) uses[n++] = *u;
+  bool ok = true;
+  for (int i = 0; i < (at->kind == TPK_TYPE_REF ? nuses : 1) && ok; i++) {
+    TpkOp *ld = at->kind == TPK_TYPE_REF ? uses[i].user : NULL; /* a scalar converts once, first */
+    TpkBuilder b = {.m = F->m, .block = ld ? ld->parent : C->k->body, .before = ld ? ld : C->k->body->first};
+    TpkValue *v = A;
+    if (ld) {
+      b.loc = ld->loc;
+      const TpkType *t = ld->out[0].type, *lt = tpk_type_tensor(F->m, A->type->dtype, t->rank, t->dims);
+      TpkOp *nl = lt ? tpk_build(&b, TPK_OP_LOAD, ld->nin, ld->in, 1, &lt) : NULL;
+      if (!nl) return free(uses), oom(F);
+      tpk_op_set_index(F->m, nl, "index", tpk_op_index(ld, "index")); /* no `other`: 0 is 0 in every dtype */
+      nl->out[0].name = ld->out[0].name;
+      v = &nl->out[0];
+    }
+    for (int j = 0; j < p->nmembers && ok; j++) {
+      TpkOp *cv = F->nodes[p->members[j]].op;
+      const TpkType *t = tpk_type_tensor(F->m, cv->out[0].type->dtype, v->type->rank, v->type->dims);
+      TpkOp *c = t ? tpk_build(&b, TPK_OP_CONVERT, 1, &v, 1, &t) : NULL;
+      if (!c) ok = oom(F);
+      else c->loc = cv->loc, c->out[0].name = cv->out[0].name, v = &c->out[0];
+    }
+    if (!ok) break;
+    if (ld) {
+      tpk_func_replace_uses(C->k, &ld->out[0], v);
+      tpk_op_erase(ld);
+    } else {
+      for (int u = 0; u < nuses; u++) tpk_op_set_operand(uses[u].user, uses[u].index, v);
+    }
+  }
+  free(uses);
+  return ok;
+}
+
+/* The call of node c with its epilogues and prologues: the callee cloned
+ * into a new kernel, the epilogues computed at its stores, the prologues at
+ * its loads, called in the call's place with the side buffers as more
+ * arguments and the prologues' sources for the arguments they computed. */
+static bool driver_fused_call(Driver *D, int c, int *kname) {
+  Fuser *F = D->F;
+  TpkOp *call = F->nodes[c].op;
+  const TpkFunc *callee = tpk_module_find(F->m, tpk_op_str(call, "callee", ""));
+  TpkError err = {0};
+  CallKernel C = {.F = F, .k = callee ? tpk_func_clone(F->m, callee, NULL, NULL, &err) : NULL};
+  if (!C.k) return fuse_fail(F, err.code ? err.code : TPK_ERR_NOMEM, "fusing '%s': %s", F->f->name, err.message);
+  char name[256];
+  cluster_name(F, kname, name, sizeof name);
+  C.k->name = tpk_module_intern(F->m, name, strlen(name));
+  C.k->backward = NULL; /* the callee's backward kernel is not this kernel's */
+  TpkValue *res[256];
+  bool ok = C.k->name && call->nout <= 256;
+  for (int i = 0; i < call->nin && ok; i++) ok = values_push(F, &C.args, call->in[i]);
+  for (int i = 0; i < call->nout && ok; i++) res[i] = &call->out[i];
+  for (int i = 0; i < F->nepilogues && ok; i++)
+    if (F->epilogues[i].call == c) {
+      res[F->epilogues[i].result] = F->epilogues[i].exit;
+      ok = fuse_epilogue(&C, &F->epilogues[i]);
+    }
+  for (int i = 0; i < F->nprologues && ok; i++)
+    if (F->prologues[i].call == c) {
+      C.args.v[F->prologues[i].operand] = F->prologues[i].source;
+      ok = fuse_prologue(&C, &F->prologues[i]);
+    }
+  ok = ok && driver_call(D, call, C.k->name, &C.args, call->nout, res);
+  tpk_ptrmap_free(&C.params);
+  return ok || (F->status == TPK_OK ? oom(F) : false);
+}
+
+/* Kernels the graph called that nothing calls now (an epilogue fused into
+ * a clone of each) leave the module: nothing compiles them. */
+static void drop_fused_callees(Fuser *F) {
+  for (int i = 0; i < F->nepilogues + F->nprologues; i++) {
+    int call = i < F->nepilogues ? F->epilogues[i].call : F->prologues[i - F->nepilogues].call;
+    TpkFunc *k = tpk_module_find(F->m, tpk_op_str(F->nodes[call].op, "callee", ""));
+    bool called = false;
+    for (int j = 0; k && j < F->m->nfuncs && !called; j++)
+      for (const TpkOp *op = F->m->funcs[j]->body->first; op && !called; op = op->next)
+        called = op->opcode == TPK_OP_CALL && strcmp(tpk_op_str(op, "callee", ""), k->name) == 0;
+    if (k && !called) tpk_module_remove(F->m, k);
+  }
+}
+
 /* Clusters and calls in a topological order (ties by program order), each
  * built into the driver. */
 static bool build_driver(Fuser *F) {
@@ -910,6 +1452,13 @@ static bool build_driver(Fuser *F) {
     }
     F->nodes[pick].slot = placed;
     TpkOp *op = F->nodes[pick].op;
+    bool folds = false; /* epilogues or prologues */
+    for (int i = 0; i < F->nepilogues && !folds; i++) folds = F->epilogues[i].call == pick;
+    for (int i = 0; i < F->nprologues && !folds; i++) folds = F->prologues[i].call == pick;
+    if (folds) {
+      ok = driver_fused_call(&D, pick, &kname);
+      continue;
+    }
     if (role_of(F, op) == ROLE_CALL) {
       Values args = {.n = op->nin, .cap = op->nin, .v = (TpkValue **)op->in};
       TpkValue *res[256];
@@ -948,10 +1497,12 @@ static void erase_graph(Fuser *F) {
   }
 }
 
-TpkStatus tpk_fuse(TpkFunc *f, TpkFusePolicy policy, TpkError *err) {
+TpkStatus tpk_fuse(TpkFunc *f, TpkFusePolicy policy, TpkError *err) { return tpk_fuse_keeping(f, policy, NULL, NULL, err); }
+
+TpkStatus tpk_fuse_keeping(TpkFunc *f, TpkFusePolicy policy, TpkFuseKeep keep, void *ctx, TpkError *err) {
   if (!f || f->is_kernel)
     return tpk_error(err, TPK_ERR_INVALID, "tpk_fuse: '%s' is a kernel, not a graph func", f ? f->name : "(null)");
-  Fuser F = {.f = f, .m = f->module, .policy = policy, .err = err};
+  Fuser F = {.f = f, .m = f->module, .policy = policy, .keep = keep, .keep_ctx = ctx, .err = err};
   tpk_arena_init(&F.arena, 0);
   for (int i = 0; i < f->nparams; i++)
     if (f->params[i].value->type->kind != TPK_TYPE_TENSOR) {
@@ -959,8 +1510,11 @@ TpkStatus tpk_fuse(TpkFunc *f, TpkFusePolicy policy, TpkError *err) {
       return tpk_error(err, TPK_ERR_INVALID, "graph '%s': parameter %d is not a tensor", f->name, i);
     }
   /* the driver's ops go after the graph's, which are erased at the end */
-  if (classify(&F) && make_nodes(&F) && (policy == TPK_FUSE_NONE || cluster_all(&F)) && build_driver(&F))
+  if (classify(&F) && make_nodes(&F) && (policy == TPK_FUSE_NONE || (fuse_calls(&F) && cluster_all(&F))) &&
+      build_driver(&F)) {
     erase_graph(&F);
+    drop_fused_callees(&F);
+  }
   tpk_ptrmap_free(&F.role);
   tpk_ptrmap_free(&F.node_of);
   tpk_ptrmap_free(&F.roots_of);

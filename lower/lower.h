@@ -115,6 +115,19 @@ void tpk_plan_print(TpkStr *out, const TpkPlan *plan, const TpkFunc *f);
  * memory (TPK_ERR_NOMEM) leaves f's module unusable. */
 typedef enum TpkFusePolicy { TPK_FUSE_ALL, TPK_FUSE_NONE } TpkFusePolicy;
 TpkStatus tpk_fuse(TpkFunc *f, TpkFusePolicy policy, TpkError *err);
+/* tpk_fuse, where under TPK_FUSE_ALL the elementwise epilogue of a call (a
+ * chain of elementwise ops reading one of its results, beside it only
+ * whole or broadcast buffers and constants, its intermediate values read
+ * by nobody else) is computed inside the called kernel: the callee is
+ * cloned into a new kernel "<f>.c<k>" whose stores of that result store
+ * epilogue(value) instead, and the driver calls it in the call's place
+ * (README.md, "Epilogues of calls"). A kernel the driver then no longer
+ * calls leaves the module. keep(ctx, callee) true keeps a callee as it is
+ * (the runtime keeps the standard library's: their ahead-of-time code);
+ * keep NULL fuses into every kernel whose output allows it. tpk_fuse is
+ * tpk_fuse_keeping with keep NULL. */
+typedef bool (*TpkFuseKeep)(void *ctx, const TpkFunc *callee);
+TpkStatus tpk_fuse_keeping(TpkFunc *f, TpkFusePolicy policy, TpkFuseKeep keep, void *ctx, TpkError *err);
 
 /* Lowering's decisions (decide.c), written into the IR: `x + dot(a, b)`
  * becomes an accumulating dot, `dot %a, %b, %x`, and ops computed inside

@@ -50,7 +50,7 @@ void tpk_cache_tally(TpkContext *ctx) {
   TpkError err = {0};
   if (tpk_jit_cache_info(tpk_context_jit(ctx), &info, &err) != TPK_OK || !info.in_use) return;
   int64_t count, hits[3], misses[3], was_hits[3] = {0}, was_misses[3] = {0};
-  tpk_units_stats(tpk_context_units(ctx), &count, hits, misses);
+  tpk_units_stats(tpk_context_units(ctx), &count, hits, misses, NULL);
   if (!hits[0] && !hits[1] && !hits[2] && !misses[0] && !misses[1] && !misses[2]) return;
   int fd = open_tally(info.dir, O_RDWR | O_CREAT);
   if (fd < 0) return; /* a count for people: never a reason to fail */
@@ -100,8 +100,9 @@ TpkStatus tpk_cache_stats(TpkContext *ctx, TpkCacheStats *out) {
       .misses = s.cache_misses,
       .rejected = s.cache_rejects,
   };
-  tpk_units_stats(tpk_context_units(ctx), &count, out->unit_hits, out->unit_misses);
+  tpk_units_stats(tpk_context_units(ctx), &count, out->unit_hits, out->unit_misses, out->unit_loads);
   out->units = count;
+  out->emitted = tpk_context_emitted(ctx);
   int fd = info.dir ? open_tally(info.dir, O_RDONLY) : -1;
   if (fd >= 0) {
     if (flock(fd, LOCK_SH) == 0) read_tally(fd, out->folder_unit_hits, out->folder_unit_misses);

@@ -12,9 +12,17 @@
  * from the context's cache of compiled units (units.c); the program keeps
  * the name it was first compiled under (messages, traces), which is the
  * name of the graph when names do not differ.
+ *
+ * On disk, a compiled graph is its fused module in the IR's text form
+ * (ir/README.md), after a line naming the driver: what fusion made, so a
+ * later process that finds it under the unit's key parses it and makes the
+ * program (tpk_program_from_driver) without building or fusing anything;
+ * its clusters' code is then found by their own keys (runtime.c). The
+ * eager windows keep theirs the same way (eager.c).
  */
 #include "runtime/internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +62,7 @@ static TpkStatus compile(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy
   TpkStatus st = clone_graph(f, &m, &g, &err);
   bool dumps = tpk_context_dumps_ir(ctx);
   if (st == TPK_OK && dumps) dump(ctx, "graph, before fusion", m);
-  if (st == TPK_OK) st = tpk_fuse(g, policy, &err);
+  if (st == TPK_OK) st = tpk_fuse_keeping(g, policy, tpk_std_kernel_is, ctx, &err);
   if (st != TPK_OK) {
     tpk_module_free(m);
     return tpk_runtime_fail(st, "graph '%s': %s", f->name, err.message[0] ? err.message : "out of memory");
@@ -73,6 +81,38 @@ TpkStatus tpk_compile_graph(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy pol
 
 static void program_unit_free(void *payload) { tpk_program_release(payload); }
 
+bool tpk_program_save(const TpkProgram *p, TpkStr *out) {
+  const TpkModule *m = tpk_program_ir(p);
+  int driver = -1;
+  for (int i = 0; m && i < m->nfuncs; i++)
+    if (!m->funcs[i]->is_kernel && strcmp(m->funcs[i]->name, tpk_program_name(p)) == 0) driver = i;
+  if (driver < 0) return false; /* not a compiled graph */
+  tpk_str_printf(out, "tpk graph %d\n", driver);
+  tpk_ir_print(out, m);
+  return !out->failed;
+}
+
+TpkProgram *tpk_program_restore(TpkContext *ctx, const char *bytes, size_t len) {
+  /* TPK_DUMP_IR promises the log each graph before and after fusion: the
+   * graph is compiled again, not taken from the folder */
+  if (tpk_context_dumps_ir(ctx)) return NULL;
+  int driver, at = 0;
+  if (sscanf(bytes, "tpk graph %d\n%n", &driver, &at) != 1 || at <= 0 || (size_t)at > len) return NULL;
+  TpkError err = {0};
+  TpkModule *m = tpk_ir_parse(bytes + at, len - (size_t)at, "cache", &err);
+  if (!m) return NULL;
+  if (driver < 0 || driver >= m->nfuncs || m->funcs[driver]->is_kernel) {
+    tpk_module_free(m);
+    return NULL;
+  }
+  TpkProgram *p;
+  return tpk_program_from_driver(ctx, m, m->funcs[driver], &p) == TPK_OK ? p : NULL;
+}
+
+static bool graph_save(const void *payload, TpkStr *out) { return tpk_program_save(payload, out); }
+static void *graph_load(TpkContext *ctx, const char *bytes, size_t len) { return tpk_program_restore(ctx, bytes, len); }
+static const TpkUnitCodec graph_codec = {TPK_UNIT_GRAPH, graph_save, graph_load, program_unit_free};
+
 TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, int kind, TpkProgram **out) {
   *out = NULL;
   TpkFuncHash h = tpk_func_hash(f);
@@ -83,7 +123,7 @@ TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy poli
   TpkUnits *units = tpk_context_units(ctx);
   TpkUnit *unit;
   bool claimed;
-  TpkStatus st = tpk_units_get(units, kind, key, (int)(sizeof key / sizeof *key), &unit, &claimed);
+  TpkStatus st = tpk_units_get_kept(units, kind, &graph_codec, key, (int)(sizeof key / sizeof *key), &unit, &claimed);
   if (st == TPK_OK && claimed) {
     TpkProgram *p;
     st = compile(ctx, f, policy, &p);

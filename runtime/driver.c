@@ -19,8 +19,9 @@
  * time, FLOPs and bytes of every call, utilisations weighted by time, and
  * as the trace the timeline of the call that took longest (each call is
  * timed on its own; the trace of a graph is that of its slowest kernel).
- * The plan is made once per compiled graph; a launch allocates only the
- * intermediate block, reused by the next launch that finds it free.
+ * The plan is made once per compiled graph; a launch takes only the
+ * intermediate block, from the context's scratch memory (runtime.c), which
+ * the next launch of any graph or kernel reuses.
  */
 #include "runtime/device.h"
 
@@ -68,11 +69,6 @@ struct TpkDriver {
   int *results; /* the slot of each output */
   int nsymbols;
   const char **symbols; /* the graph's shape symbols, in launch order */
-  /* the intermediate block of the last launch, reused when free */
-  pthread_mutex_t lock;
-  void *memory;
-  size_t memory_bytes;
-  bool busy;
 };
 
 static TpkStatus plan_fail(TpkDriver *d, const char *what) {
@@ -167,7 +163,6 @@ TpkStatus tpk_driver_new(const TpkFunc *f, TpkKernel *(*callee)(void *ctx, const
   TpkDriver *d = calloc(1, sizeof *d);
   if (!d) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   tpk_arena_init(&d->arena, 0);
-  pthread_mutex_init(&d->lock, NULL);
   d->name = tpk_arena_strdup(&d->arena, f->name);
   int nvalues = f->nparams, nops = 0;
   for (const TpkOp *op = f->body->first; op; op = op->next) nvalues += op->nout, nops++;
@@ -247,8 +242,6 @@ int tpk_driver_calls(const TpkDriver *d) { return d->ncalls; }
 
 void tpk_driver_free(TpkDriver *d) {
   if (!d) return;
-  free(d->memory);
-  pthread_mutex_destroy(&d->lock);
   tpk_arena_free(&d->arena);
   free(d);
 }
@@ -356,22 +349,12 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
       block += (bytes[i] + 63) / 64 * 64;
     }
   }
-  /* the intermediate block: the driver's when free, else this launch's own */
+  /* the intermediate block, from the context's scratch memory */
   void *memory = NULL;
-  bool mine = false, reserved = false;
+  size_t memory_cap = 0;
+  bool reserved = false;
   if (st == TPK_OK && block) {
-    pthread_mutex_lock(&d->lock);
-    if (!d->busy) {
-      d->busy = mine = true;
-      if (d->memory_bytes < block) {
-        free(d->memory);
-        d->memory = aligned_alloc(64, block);
-        d->memory_bytes = d->memory ? block : 0;
-      }
-      memory = d->memory;
-    }
-    pthread_mutex_unlock(&d->lock);
-    if (!mine) memory = aligned_alloc(64, block);
+    memory = tpk_scratch_take(dev->ctx, block, &memory_cap);
     if (!memory) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for graph '%s''s %zu bytes of intermediates", d->name, block);
     else reserved = (st = tpk_device_reserve(dev, block)) == TPK_OK;
   }
@@ -416,15 +399,7 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
     if (src != o->data) memcpy(o->data, src, o->bytes);
   }
   if (reserved) atomic_fetch_sub(&dev->used, block);
-  if (memory) {
-    if (mine) {
-      pthread_mutex_lock(&d->lock);
-      d->busy = false;
-      pthread_mutex_unlock(&d->lock);
-    } else {
-      free(memory);
-    }
-  }
+  if (memory) tpk_scratch_give(dev->ctx, memory, memory_cap);
   free(at);
   free(bytes);
   if (st == TPK_OK && result) *result = sum;

@@ -399,7 +399,7 @@ static Hint *hint_first(const Hints *h, const Key *k) {
 /* Are k's sizes the forms of one of its structure's hints already? */
 static bool hints_have(const Hints *h, const Key *k) {
   for (const Hint *e = hint_first(h, k); e; e = e->next)
-    if (e->n == k->nsizes && memcmp(e->sizes, k->sizes, sizeof *e->sizes * (size_t)e->n) == 0) return true;
+    if (e->n == k->nsizes && (!e->n || memcmp(e->sizes, k->sizes, sizeof *e->sizes * (size_t)e->n) == 0)) return true;
   return false;
 }
 
@@ -423,7 +423,7 @@ static void hint_keep(Hints *h, const Key *k) {
   if (!e) return; /* no hint: keys by value */
   e->structure = k->structure;
   e->n = k->nsizes;
-  memcpy(e->sizes, k->sizes, sizeof *e->sizes * (size_t)k->nsizes);
+  if (k->nsizes) memcpy(e->sizes, k->sizes, sizeof *e->sizes * (size_t)k->nsizes); /* none: k->sizes is NULL */
   void *old = NULL;
   bool had = tpk_ptrmap_get(&h->map, hint_slot(k->structure), &old);
   if (!had && h->map.count >= MAX_HINTS) hints_free(h);
@@ -1465,6 +1465,51 @@ static void window_program_free(void *p) {
   free(wp);
 }
 
+/* In the cache folder (units.c), under the window's key: "P" and its
+ * program (compile.c: the fused IR), or "R" and the resolution's forms. */
+static bool window_save(const void *payload, TpkStr *out) {
+  const WindowProgram *wp = payload;
+  if (wp->program) {
+    tpk_str_putc(out, 'P');
+    return tpk_program_save(wp->program, out);
+  }
+  tpk_str_printf(out, "R %d", wp->nconst);
+  for (int i = 0; i < wp->nconst; i++) tpk_str_printf(out, " %d", wp->consts[i]);
+  tpk_str_printf(out, " %d", wp->nfirst);
+  for (int i = 0; i < wp->nfirst; i++) tpk_str_printf(out, " %d", wp->first[i]);
+  return !out->failed;
+}
+
+static bool read_forms(const char **p, int *n, int *forms) {
+  char *end;
+  long count = strtol(*p, &end, 10);
+  if (end == *p || count < 0 || count > MAX_SYMS) return false;
+  for (*n = 0; *n < count; (*n)++) {
+    long form = strtol(*p = end, &end, 10);
+    if (end == *p || form >= MAX_SYMS || form < -1 - ((long)(MAX_SYMS - 1) << 16 | (MAX_SYMS - 1)) ||
+        (form < 0 && ((-1 - form) & 0xffff) >= MAX_SYMS))
+      return false;
+    forms[*n] = (int)form;
+  }
+  *p = end;
+  return true;
+}
+
+static void *window_load(TpkContext *ctx, const char *bytes, size_t len) {
+  WindowProgram *wp = calloc(1, sizeof *wp);
+  const char *p = bytes + 1;
+  bool ok = wp && len > 0;
+  if (ok && bytes[0] == 'P') ok = (wp->program = tpk_program_restore(ctx, bytes + 1, len - 1)) != NULL;
+  else ok = ok && bytes[0] == 'R' && read_forms(&p, &wp->nconst, wp->consts) && read_forms(&p, &wp->nfirst, wp->first) && !*p;
+  if (!ok) {
+    free(wp);
+    return NULL;
+  }
+  return wp;
+}
+
+static const TpkUnitCodec window_codec = {TPK_UNIT_EAGER, window_save, window_load, window_program_free};
+
 /* Add the sizes record r needs kept constant (or given first) when the
  * window does not build at it, to base: first as it built alone (its
  * constants; its ints first, factored, when it built so); then, when that
@@ -1520,7 +1565,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   bool claimed;
   TpkStatus st = window_key_hinted(s, f, output, &base, 0, &key);
   Syms symbolic = f->syms; /* the symbols of the key with nothing given */
-  if (st == TPK_OK) st = tpk_units_get(units, -1, key.w, key.n, &unit, &claimed);
+  if (st == TPK_OK) st = tpk_units_get_kept(units, -1, &window_codec, key.w, key.n, &unit, &claimed);
   if (st == TPK_OK && !claimed) {
     const WindowProgram *wp = tpk_unit_payload(unit);
     if (wp->program) {
@@ -1532,7 +1577,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
       base.factor = wp->nfirst > 0;
       tpk_unit_release(unit);
       st = window_key_hinted(s, f, output, &base, 1, &key);
-      if (st == TPK_OK) st = tpk_units_get(units, -1, key.w, key.n, out, &claimed);
+      if (st == TPK_OK) st = tpk_units_get_kept(units, -1, &window_codec, key.w, key.n, out, &claimed);
       if (st == TPK_OK && claimed) { /* other sizes of a resolved window: built as resolved */
         TpkGraphBuilder *gb;
         int failed_at;
@@ -1590,7 +1635,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
       if (wp->nfirst < MAX_SYMS && form_of(&symbolic, base.v[i], &wp->first[wp->nfirst])) wp->nfirst++;
     TpkUnit *resolved;
     bool mine;
-    st = tpk_units_get(units, -1, key.w, key.n, &resolved, &mine);
+    st = tpk_units_get_kept(units, -1, &window_codec, key.w, key.n, &resolved, &mine);
     if (st == TPK_OK && mine) {
       WindowProgram *rp = calloc(1, sizeof *rp);
       if (rp) {

@@ -199,3 +199,4 @@ const char *tpk_graph_ir(TpkGraph *g) {
 
 int tpk_graph_op_count(void) { return tpk_gb_op_count(); }
 const char *tpk_graph_op_name(int i) { return tpk_gb_op_name(i); }
+bool tpk_graph_op_known(const char *op) { return tpk_gb_op_known(op); }

@@ -33,6 +33,11 @@ TpkContext *tpk_program_context(const TpkProgram *p);
 const TpkFunc *tpk_kernel_ir(const TpkKernel *k);
 /* The context's JIT (host/jit.h): its disk cache, its counters. */
 struct TpkJit *tpk_context_jit(const TpkContext *ctx);
+/* How many kernels the context lowered and emitted as C (a unit found on
+ * disk by its key spares that). */
+int64_t tpk_context_emitted(const TpkContext *ctx);
+/* How many launch sizes k remembers the tunables of (bounded). */
+int tpk_kernel_tune_memos(const TpkKernel *k);
 
 /* Lifetimes (tpk.h): every buffer, program and queue holds its context;
  * the context is freed when the caller has destroyed it and the last of
@@ -91,8 +96,9 @@ TpkStatus tpk_queue_submit(TpkQueue *q, TpkKernel *k, const TpkLaunch *L);
 
 typedef struct TpkUnits TpkUnits;
 typedef struct TpkUnit TpkUnit;
-/* A cache that keeps at most `max` units (the least recently used go). */
-TpkUnits *tpk_units_new(int64_t max);
+/* A cache that keeps at most `max` units (the least recently used go), on
+ * ctx's cache folder for the kinds that have a codec. */
+TpkUnits *tpk_units_new(int64_t max, TpkContext *ctx);
 /* Drops the cache's holds (units being built stay to their builders), then frees it. */
 void tpk_units_free(TpkUnits *u);
 /* Drops the cache's hold on every published unit. */
@@ -102,6 +108,23 @@ void tpk_units_clear(TpkUnits *u);
  * none, a new one claimed for the caller (*claimed; a miss), which it must
  * publish or abandon. Waits while another caller builds the key. */
 TpkStatus tpk_units_get(TpkUnits *u, int kind, const uint64_t *key, int nwords, TpkUnit **out, bool *claimed);
+/* How a kind of unit is kept in the cache folder beside the memory:
+ * its payload as bytes and back. */
+typedef struct TpkUnitCodec {
+  int kind; /* the TpkUnitKind its loads count as */
+  /* The payload as bytes, appended to out; false when it is not kept. */
+  bool (*save)(const void *payload, TpkStr *out);
+  /* A payload from what save wrote (authenticated, this build's), or NULL
+   * when the bytes make none here: the unit is then built. */
+  void *(*load)(TpkContext *ctx, const char *bytes, size_t len);
+  void (*destroy)(void *payload);
+} TpkUnitCodec;
+/* tpk_units_get for a kind kept on disk: a miss in memory looks in the
+ * cache folder under the same key and publishes what it finds there (a hit,
+ * counted as a load of codec->kind too); a unit claimed and built is
+ * written there when it is published. */
+TpkStatus tpk_units_get_kept(TpkUnits *u, int kind, const TpkUnitCodec *codec, const uint64_t *key, int nwords,
+                             TpkUnit **out, bool *claimed);
 /* A claimed unit built: its payload, freed by destroy when the last hold goes. */
 void tpk_unit_ready(TpkUnits *u, TpkUnit *unit, void *payload, void (*destroy)(void *payload));
 /* A claimed unit could not be built: it goes, with the claimer's hold. */
@@ -112,8 +135,11 @@ void *tpk_unit_payload(const TpkUnit *unit);
 const uint64_t *tpk_unit_key(const TpkUnit *unit, int *nwords);
 /* Count a lookup of `kind` that its caller made (a lookup in several steps). */
 void tpk_units_count(TpkUnits *u, int kind, bool hit);
-/* How many units it holds, and its lookups' hits and misses per TpkUnitKind. */
-void tpk_units_stats(TpkUnits *u, int64_t *count, int64_t hits[3], int64_t misses[3]);
+/* Count a unit of `kind` found on disk by its caller (code by its key). */
+void tpk_units_loaded(TpkUnits *u, int kind);
+/* How many units it holds, its lookups' hits and misses per TpkUnitKind,
+ * and how many it found on disk (loads may be NULL). */
+void tpk_units_stats(TpkUnits *u, int64_t *count, int64_t hits[3], int64_t misses[3], int64_t loads[3]);
 /* Up to max published units, retained, most recent first; returns how many there are. */
 int tpk_units_list(TpkUnits *u, TpkUnit **out, int max);
 /* The context's cache. */
@@ -157,6 +183,12 @@ TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *d
 TpkStatus tpk_compile_func(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, int kind, TpkProgram **out);
 /* The same without the cache of graphs (the eager streams keep their own keys). */
 TpkStatus tpk_compile_graph(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy policy, TpkProgram **out);
+/* A compiled graph's program as bytes (its fused IR: the driver and its
+ * clusters), and a program from them (NULL when they make none), for the
+ * codecs of units that hold one: a process that finds one on disk fuses
+ * nothing, and finds its clusters' code by their structural keys. */
+bool tpk_program_save(const TpkProgram *p, TpkStr *out);
+TpkProgram *tpk_program_restore(TpkContext *ctx, const char *bytes, size_t len);
 /* How many kernels a launch of p's kernel runs: a compiled graph's calls, else 1. */
 int tpk_program_kernel_runs(const TpkProgram *p);
 
@@ -169,6 +201,14 @@ bool tpk_context_enter(TpkContext *ctx);
 void tpk_context_leave(TpkContext *ctx);
 
 
+/* Scratch memory of launches (kernels' workspaces, a compiled graph's
+ * intermediates), 64-byte aligned: blocks the context keeps between
+ * launches (a few), so that one launch's memory serves the next whatever
+ * it runs. Take gives at least `bytes` (its size in *cap; NULL when out of
+ * memory); give returns it. Only while the context runs launches. */
+void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap);
+void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap);
+
 /* The context's log (tpk_context_set_log): text for people, given to the
  * caller's function if there is one. TPK_DUMP_IR=1 when the context was
  * made: compiled graphs are logged. */
@@ -179,5 +219,9 @@ bool tpk_context_dumps_ir(const TpkContext *ctx);
  * that call one (tpk_gb_set_kernel_lookup). Their IR lives as long as the
  * context, which a graph or a stream holds. */
 const TpkFunc *tpk_std_kernel_lookup(void *ctx, const char *name, TpkError *err);
+/* Is f (a kernel a graph calls) one of the standard library's, by name and
+ * hash? Then it runs the library's ahead-of-time code, and graph fusion
+ * keeps it as it is (lower/README.md, "Epilogues of calls"). */
+bool tpk_std_kernel_is(void *ctx, const TpkFunc *f);
 
 #endif

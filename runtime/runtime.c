@@ -18,10 +18,21 @@
  * sizes (same errors), plans it against the device's VMEM and times it on a
  * sim device, but compiles nothing.
  *
+ * Code on disk. What the JIT compiles is keyed by what decides its C: the
+ * unit's key (the kernel's structural hash and what else its key has, the
+ * tunables, a specialisation's sizes), the text its code quotes and the
+ * target it is lowered for (code_key; the JIT adds the compiler and tpk's
+ * build). A Generic found under its key needs nothing lowered or emitted:
+ * its code knows its workspace (<entry>_workspace); a specialisation is
+ * still lowered (its plan, threads and the device's preparation need the
+ * lowered kernel) but not emitted. The code goes with the last unit that
+ * holds it, so evicting a unit frees its code once no launch uses it.
+ *
  * Errors: every call returns a status; the message is kept per thread
  * (tpk_last_error), like errno and dlerror, so concurrent queues do not
  * overwrite each other's messages.
  */
+#define _DEFAULT_SOURCE /* madvise */
 #include "runtime/internal.h"
 
 #include <pthread.h>
@@ -29,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "host/host.h"
@@ -77,25 +89,31 @@ static TpkStatus fail_err(const TpkError *err) { return tpk_runtime_fail(err->co
 
 /* ---- objects ------------------------------------------------------------------ */
 
-enum { MAX_SYMS = 64, MAX_PARTS = 64, DEFAULT_UNITS = 1024 };
+enum {
+  MAX_SYMS = 64,
+  MAX_PARTS = 64,
+  DEFAULT_UNITS = 1024,
+  MAX_TUNE_MEMOS = 64, /* per kernel: the sizes most recently launched at */
+  MAX_SCRATCH = 8,     /* scratch blocks a context keeps between launches */
+  MAX_CODE_KEY = 12 + 2 * MAX_SYMS
+};
 #define MAX_PART_WORKSPACES ((int64_t)512 << 20) /* bytes: see specialise */
 
 /* Code serving every shape of one kernel at one tunable setting on the host:
  * the standard library's, or compiled once by the JIT (TPK_GENERIC=1, and
  * the kernels of compiled graphs). A unit of the context's cache. */
 typedef struct Generic {
-  const TpkStdEntry *aot; /* ahead-of-time code, or: */
-  TpkCode *code;          /* JIT-compiled code, */
-  TpkModule *module;      /* the kernel it was compiled from */
-  TpkPlan plan;           /* and its symbolic plan (workspace sizes) */
+  const TpkStdEntry *aot;   /* ahead-of-time code, or: */
+  TpkCode *code;            /* JIT-compiled code (held) */
+  TpkWorkspaceFn workspace; /* the workspace a launch needs, the code's own */
 } Generic;
 
 /* One specialisation of a kernel for a device, its sizes and tunables:
- * the code (its own, or a Generic's) and a reusable workspace. A unit of
- * the context's cache, shared by every kernel of that structure. */
+ * the code (its own, or a Generic's) and how much workspace it needs. A
+ * unit of the context's cache, shared by every kernel of that structure. */
 typedef struct Spec {
   char *tunes_text;        /* "BM=8,BN=128", for launch results */
-  TpkCode *code;
+  TpkCode *code;           /* held */
   TpkUnit *generic_unit;  /* instead of code: a Generic, held */
   const Generic *generic;
   int64_t syms[MAX_SYMS]; /* the shape symbols, in tpk_func_symbols order */
@@ -103,11 +121,10 @@ typedef struct Spec {
   TpkPrepared *prepared; /* what the device keeps of it */
   int64_t workspace_bytes; /* one part's */
   int parts;               /* how many threads share the grid (1: one runs it all) */
-  void *workspace;         /* parts workspaces, one after another */
-  atomic_bool workspace_busy;
 } Spec;
 
-/* The tunables chosen for launches that name none, per device and sizes. */
+/* The tunables chosen for launches that name none, per device and sizes;
+ * a kernel keeps MAX_TUNE_MEMOS, most recently used first. */
 typedef struct TuneMemo {
   const TpkDevice *dev;    /* the device and */
   int64_t sizes[MAX_SYMS]; /* the shape symbols' values it is for */
@@ -128,6 +145,7 @@ struct TpkKernel {
   const char *symbols[MAX_SYMS]; /* its shape symbols (tpk_func_symbols), found once */
   int nsymbols;
   TuneMemo *tuned; /* under prog->lock */
+  int ntuned;
 };
 
 struct TpkProgram {
@@ -172,10 +190,17 @@ struct TpkContext {
   TpkLogFn log;      /* tpk_context_set_log, under lock */
   void *log_user;
   TpkUnits *units;   /* the compiled units (units.c) */
+  atomic_llong emitted; /* kernels lowered and emitted as C (tpk_cache_stats) */
   TpkStreams *streams; /* eager streams (eager.c) */
   _Atomic int eager_mode; /* TpkEagerMode of new streams */
   pthread_mutex_t lock; /* the lists below, and pool */
   TpkPool *pool;        /* started by the first launch that shares a grid */
+  pthread_mutex_t scratch_lock; /* the blocks below */
+  struct {
+    void *p;
+    size_t cap;
+  } scratch[MAX_SCRATCH];
+  int nscratch;
   TpkDevice *devices;
   TpkProgram *programs;
   TpkProgram **std_programs; /* per standard file, loaded on first use */
@@ -228,7 +253,8 @@ TpkStatus tpk_context_create(TpkContext **out) {
     }
     max_units = v;
   }
-  ctx->units = tpk_units_new(max_units);
+  ctx->units = tpk_units_new(max_units, ctx);
+  atomic_init(&ctx->emitted, 0);
   const char *eager = getenv("TPK_EAGER");
   TpkEagerMode mode = TPK_EAGER_STRICT;
   if (eager && *eager) {
@@ -257,23 +283,23 @@ TpkStatus tpk_context_create(TpkContext **out) {
   atomic_init(&ctx->closed, false);
   pthread_rwlock_init(&ctx->running, NULL);
   pthread_mutex_init(&ctx->lock, NULL);
+  pthread_mutex_init(&ctx->scratch_lock, NULL);
   *out = ctx;
   return TPK_OK;
 }
 
 static void spec_free(void *payload) {
   Spec *s = payload;
+  tpk_code_release(s->code);
   free(s->tunes_text);
   if (s->prepared) s->dev->ops->unprepare(s->prepared);
   tpk_unit_release(s->generic_unit);
-  free(s->workspace);
   free(s);
 }
 
 static void generic_free(void *payload) {
   Generic *g = payload;
-  tpk_plan_free(&g->plan);
-  if (g->module) tpk_module_free(g->module);
+  tpk_code_release(g->code);
   free(g);
 }
 
@@ -286,6 +312,7 @@ static void program_free_compiled(TpkProgram *prog) {
       free(t);
     }
     prog->kernels[i].tuned = NULL;
+    prog->kernels[i].ntuned = 0;
   }
   for (int i = 0; i < prog->nheld; i++) tpk_unit_release(prog->held[i]);
   free(prog->held);
@@ -358,12 +385,73 @@ static void context_free(TpkContext *ctx) {
   tpk_streams_free(ctx->streams);
   pthread_rwlock_destroy(&ctx->running);
   pthread_mutex_destroy(&ctx->lock);
+  pthread_mutex_destroy(&ctx->scratch_lock);
   free(ctx->std_programs);
   free(ctx);
 }
 
 void tpk_context_release(TpkContext *ctx) {
   if (ctx && atomic_fetch_sub(&ctx->refs, 1) == 1) context_free(ctx);
+}
+
+/* ---- scratch memory ------------------------------------------------------------------ */
+
+/* Blocks of HUGE bytes or more are aligned to HUGE and marked for
+ * transparent huge pages (where the system enables them on request):
+ * scratch is the memory every launch works in, so a new process faults it
+ * in with a page per 2 MB instead of per 4 KB, and launches miss the TLB
+ * less. (They stay malloc's: freeing one tells it that blocks this large
+ * come and go, so it keeps smaller ones, a launch's buffers, in its heap.) */
+#define HUGE ((size_t)2 << 20)
+
+static void *scratch_alloc(size_t bytes, size_t *cap) {
+  void *p = NULL;
+  if (bytes < HUGE) {
+    *cap = bytes;
+    return aligned_alloc(64, bytes);
+  }
+  *cap = (bytes + HUGE - 1) / HUGE * HUGE;
+  if (posix_memalign(&p, HUGE, *cap) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, *cap, MADV_HUGEPAGE); /* advice: nothing to do when refused */
+#endif
+  return p;
+}
+
+void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap) {
+  bytes = bytes ? (bytes + 63) / 64 * 64 : 64;
+  pthread_mutex_lock(&ctx->scratch_lock);
+  int pick = -1; /* the smallest block that holds `bytes`, else the largest */
+  for (int i = 0; i < ctx->nscratch; i++) {
+    size_t c = ctx->scratch[i].cap, best = pick < 0 ? 0 : ctx->scratch[pick].cap;
+    bool fits = c >= bytes, best_fits = pick >= 0 && best >= bytes;
+    if (pick < 0 || (fits && (!best_fits || c < best)) || (!fits && !best_fits && c > best)) pick = i;
+  }
+  void *p = NULL;
+  size_t have = 0;
+  if (pick >= 0) {
+    p = ctx->scratch[pick].p;
+    have = ctx->scratch[pick].cap;
+    ctx->scratch[pick] = ctx->scratch[--ctx->nscratch];
+  }
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  if (p && have >= bytes) {
+    *cap = have;
+    return p;
+  }
+  free(p); /* too small: replaced by one that fits */
+  return scratch_alloc(bytes, cap);
+}
+
+void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap) {
+  pthread_mutex_lock(&ctx->scratch_lock);
+  if (ctx->nscratch < MAX_SCRATCH) {
+    ctx->scratch[ctx->nscratch].p = block;
+    ctx->scratch[ctx->nscratch++].cap = cap;
+    block = NULL;
+  }
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  free(block);
 }
 
 /* The end of the context for its user: queued work runs, then everything
@@ -391,6 +479,8 @@ void tpk_context_destroy(TpkContext *ctx) {
   ctx->jit = NULL;
   tpk_pool_destroy(ctx->pool);
   ctx->pool = NULL;
+  for (int i = 0; i < ctx->nscratch; i++) free(ctx->scratch[i].p);
+  ctx->nscratch = 0;
   pthread_rwlock_unlock(&ctx->running);
   tpk_context_release(ctx);
 }
@@ -597,6 +687,7 @@ const char *tpk_program_name(const TpkProgram *p) { return p->name; }
 TpkContext *tpk_program_context(const TpkProgram *p) { return p->ctx; }
 const TpkFunc *tpk_kernel_ir(const TpkKernel *k) { return k->f; }
 TpkJit *tpk_context_jit(const TpkContext *ctx) { return ctx->jit; }
+int64_t tpk_context_emitted(const TpkContext *ctx) { return atomic_load(&((TpkContext *)ctx)->emitted); }
 TpkUnits *tpk_context_units(const TpkContext *ctx) { return ctx->units; }
 TpkStreams *tpk_context_streams(const TpkContext *ctx) { return ctx->streams; }
 int tpk_program_kernel_runs(const TpkProgram *p) { return p->driver ? tpk_driver_calls(p->driver) : 1; }
@@ -928,35 +1019,78 @@ static void entry_name(char *out, size_t size, const char *prefix, const char *n
     if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
 }
 
-/* Compile k once for every shape at these tunables (TPK_GENERIC=1). */
+/* A unit's key: kind, the kernel's identity, then n more words. */
+enum { UNIT_GENERIC = TPK_UNIT_KEY_GENERIC, UNIT_SPEC = TPK_UNIT_KEY_SPEC };
+
+/* The words k's code is kept under on disk (host/jit.h, keyed code): what
+ * decides its C besides the compiler and tpk's build, which the JIT adds —
+ * the kind of unit and k's key (structure, name where the code shows it),
+ * the text its code quotes, the target it is lowered for, the tunables,
+ * and a specialisation's sizes (sizes NULL: code for every shape). */
+static int code_key(const TpkKernel *k, int kind, const int64_t *tunes, const int64_t *sizes, const TpkTarget *t,
+                    uint64_t *out) {
+  const TpkProgram *prog = k->prog;
+  int n = 0;
+  out[n++] = (uint64_t)kind;
+  for (int i = 0; i < 4; i++) out[n++] = k->key[i];
+  out[n++] = prog->text ? tpk_hash_bytes(prog->text, prog->len) : 0;
+  out[n++] = tpk_hash_bytes(t->name, strlen(t->name));
+  out[n++] = (uint64_t)t->vmem_bytes;
+  out[n++] = (uint64_t)t->tile_bytes;
+  int ntunes = k->f->ntunes < MAX_SYMS ? k->f->ntunes : MAX_SYMS;
+  out[n++] = (uint64_t)ntunes;
+  for (int i = 0; i < ntunes; i++) out[n++] = (uint64_t)tunes[i];
+  out[n++] = sizes ? (uint64_t)k->nsymbols : UINT64_MAX;
+  for (int i = 0; sizes && i < k->nsymbols; i++) out[n++] = (uint64_t)sizes[i];
+  return n;
+}
+
+/* Compile k once for every shape at these tunables (TPK_GENERIC=1, a
+ * graph's kernels), or find the code compiled before under its key. */
 static TpkStatus compile_generic(TpkKernel *k, const int64_t *tunes, Generic *g) {
   TpkProgram *prog = k->prog;
-  TpkFunc *f;
-  TpkStatus st = bind_kernel(k, NULL, tunes, &g->module, &f);
-  if (st != TPK_OK) return st;
+  TpkContext *ctx = prog->ctx;
   /* A graph's kernel is shared by every graph of its structure, whatever
    * it is called there: its code is named after its structure. */
-  if (prog->driver) {
-    char name[40];
-    snprintf(name, sizeof name, "k%016llx", (unsigned long long)k->key[0]);
-    f->name = tpk_module_intern(g->module, name, strlen(name));
+  char name[40], entry[128];
+  snprintf(name, sizeof name, "k%016llx", (unsigned long long)k->key[0]);
+  entry_name(entry, sizeof entry, "tpk_generic_", prog->driver ? name : k->f->name);
+  TpkTarget host = tpk_target_host(ctx->host_vmem);
+  uint64_t key[MAX_CODE_KEY];
+  int nkey = code_key(k, UNIT_GENERIC, tunes, NULL, &host, key);
+  tpk_jit_load(ctx->jit, key, nkey, entry, &g->code);
+  if (g->code && (g->workspace = tpk_code_workspace(g->code))) {
+    tpk_units_loaded(ctx->units, TPK_UNIT_KERNEL);
+    return TPK_OK;
   }
-  TpkTarget host = tpk_target_host(prog->ctx->host_vmem);
+  tpk_code_release(g->code); /* (an entry without its workspace: not ours) */
+  g->code = NULL;
+  TpkModule *module;
+  TpkFunc *f;
+  TpkStatus st = bind_kernel(k, NULL, tunes, &module, &f);
+  if (st != TPK_OK) {
+    if (module) tpk_module_free(module);
+    return st;
+  }
+  if (prog->driver) f->name = tpk_module_intern(module, name, strlen(name));
   TpkError err = {0};
-  char entry[128];
-  entry_name(entry, sizeof entry, "tpk_generic_", f->name);
   TpkStr c = {0};
-  st = tpk_lower(f, &host, &g->plan, &err);
-  if (st == TPK_OK) st = tpk_emit_c(f, &g->plan, entry, prog->text, 0, &c, &err);
-  if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &g->code, &err);
+  TpkPlan plan;
+  st = tpk_lower(f, &host, &plan, &err);
+  if (st == TPK_OK) {
+    st = tpk_emit_c(f, &plan, entry, prog->text, 0, &c, &err);
+    atomic_fetch_add(&ctx->emitted, 1);
+  }
+  tpk_plan_free(&plan);
+  if (st == TPK_OK) st = tpk_jit_compile_keyed(ctx->jit, key, nkey, c.data, entry, &g->code, &err);
+  if (st == TPK_OK && !(g->workspace = tpk_code_workspace(g->code)))
+    st = tpk_error(&err, TPK_ERR_INTERNAL, "internal error: the code of '%s' has no %s_workspace", k->f->name, entry);
   tpk_str_free(&c);
+  tpk_module_free(module);
   if (st == TPK_OK) return TPK_OK;
   if (!prog->driver) return fail_err(&err);
   return tpk_runtime_fail(err.code ? err.code : TPK_ERR_INTERNAL, "graph '%s', kernel '%s': %s", prog->name, k->f->name, err.message);
 }
-
-/* A unit's key: kind, the kernel's identity, then n more words. */
-enum { UNIT_GENERIC = TPK_UNIT_KEY_GENERIC, UNIT_SPEC = TPK_UNIT_KEY_SPEC };
 
 /* The code serving every shape of k at these tunables, if there is some,
  * as a unit of the context's cache (held for the caller): NULL when the
@@ -982,6 +1116,7 @@ static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, TpkUnit
     return st;
   }
   Generic *g = calloc(1, sizeof *g);
+  if (g && aot) g->workspace = aot->workspace;
   st = !g ? tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory") : (g->aot = aot) ? TPK_OK : compile_generic(k, tunes_values, g);
   if (st != TPK_OK) {
     if (g) generic_free(g);
@@ -991,24 +1126,6 @@ static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, TpkUnit
   tpk_unit_ready(prog->ctx->units, unit, g, generic_free);
   *out = unit;
   return TPK_OK;
-}
-
-/* The workspace a generic code needs for one launch's sizes. */
-static int64_t generic_workspace(const Generic *g, const Spec *spec, const TpkKernel *k) {
-  if (g->aot) return g->aot->workspace(spec->syms);
-  if (!g->plan.symbolic) return g->plan.workspace_bytes;
-  Bound b = {.f = k->f, .n = 0};
-  for (int i = 0; i < k->nsymbols; i++) {
-    b.name[b.n] = k->symbols[i];
-    b.value[b.n++] = spec->syms[i];
-  }
-  int64_t total = 0;
-  for (int i = 0; i < g->plan.ngroups; i++) {
-    int64_t bytes = 0;
-    tpk_dim_eval(g->plan.group_bytes[i], bound_lookup, &b, &bytes);
-    total += (bytes + 63) / 64 * 64;
-  }
-  return total;
 }
 
 /* Bind the kernel's IR with every size and tunable, lower it and compile it
@@ -1036,16 +1153,25 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   TpkError err = {0};
   char entry[128];
   entry_name(entry, sizeof entry, "tpk_kernel_", f->name);
-  if (g) { /* plan (the VMEM budget) and time it; the code exists */
-    TpkPlan plan;
-    st = tpk_lower(f, &target, &plan, &err);
-    tpk_plan_free(&plan);
+  TpkPlan plan;
+  st = tpk_lower(f, &target, &plan, &err);
+  if (g) { /* planned (the VMEM budget) and timed; the code exists */
     spec->generic = g;
-    spec->workspace_bytes = generic_workspace(g, spec, k);
-  } else {
-    st = tpk_lower_to_c(f, &target, entry, prog->text, 0, &c, &spec->workspace_bytes, &err);
-    if (st == TPK_OK) st = tpk_jit_compile(prog->ctx->jit, c.data, entry, &spec->code, &err);
+    spec->workspace_bytes = g->workspace(spec->syms);
+  } else if (st == TPK_OK) {
+    spec->workspace_bytes = plan.workspace_bytes;
+    uint64_t key[MAX_CODE_KEY];
+    int nkey = code_key(k, UNIT_SPEC, tunes, b->sizes, &target, key);
+    tpk_jit_load(prog->ctx->jit, key, nkey, entry, &spec->code);
+    if (spec->code) {
+      tpk_units_loaded(prog->ctx->units, TPK_UNIT_KERNEL);
+    } else {
+      st = tpk_emit_c(f, &plan, entry, prog->text, 0, &c, &err);
+      atomic_fetch_add(&prog->ctx->emitted, 1);
+      if (st == TPK_OK) st = tpk_jit_compile_keyed(prog->ctx->jit, key, nkey, c.data, entry, &spec->code, &err);
+    }
   }
+  tpk_plan_free(&plan);
   tpk_str_free(&c);
   /* Threads: the lowered kernel tells whether its grid may be shared and
    * how many instances it has; a part per thread, never more parts than
@@ -1103,19 +1229,25 @@ static void parse_shipped_tunes(void) {
 
 /* A launch that names no tunables takes the tuning cache's winner for its
  * sizes and device (`tpk tune`), else the shipped defaults for them, else the
- * declared defaults. Looked up once per kernel, device and sizes. */
-static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *dev, const TuneMemo **out) {
+ * declared defaults. Looked up once per kernel, device and sizes, while
+ * those are among the kernel's MAX_TUNE_MEMOS most recent; copied to *out
+ * (another launch may drop the memo meanwhile). */
+static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *dev, TuneMemo *out) {
   int n = k->nsymbols;
   size_t sizes = sizeof *b->sizes * (size_t)n;
   TpkProgram *prog = k->prog;
   pthread_mutex_lock(&prog->lock);
-  TuneMemo *m = k->tuned;
-  while (m && (m->dev != dev || memcmp(m->sizes, b->sizes, sizes) != 0)) m = m->next;
-  pthread_mutex_unlock(&prog->lock);
-  if (m) {
-    *out = m;
-    return TPK_OK;
+  TuneMemo **at = &k->tuned;
+  while (*at && ((*at)->dev != dev || memcmp((*at)->sizes, b->sizes, sizes) != 0)) at = &(*at)->next;
+  TuneMemo *m = *at;
+  if (m) { /* the most recent first */
+    *at = m->next;
+    m->next = k->tuned;
+    k->tuned = m;
+    *out = *m;
   }
+  pthread_mutex_unlock(&prog->lock);
+  if (m) return TPK_OK;
   m = calloc(1, sizeof *m);
   if (!m) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   m->dev = dev;
@@ -1134,12 +1266,28 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
   } else {
     m->from = "declared defaults";
   }
+  *out = *m;
   pthread_mutex_lock(&prog->lock);
   m->next = k->tuned;
   k->tuned = m;
+  TuneMemo *gone = NULL;
+  if (++k->ntuned > MAX_TUNE_MEMOS) { /* the least recently used goes */
+    TuneMemo **last = &k->tuned;
+    while ((*last)->next) last = &(*last)->next;
+    gone = *last;
+    *last = NULL;
+    k->ntuned--;
+  }
   pthread_mutex_unlock(&prog->lock);
-  *out = m;
+  free(gone);
   return TPK_OK;
+}
+
+int tpk_kernel_tune_memos(const TpkKernel *k) {
+  pthread_mutex_lock(&k->prog->lock);
+  int n = k->ntuned;
+  pthread_mutex_unlock(&k->prog->lock);
+  return n;
 }
 
 /* The context's pool (started on first use) in *pool, and how many parts
@@ -1252,10 +1400,12 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
   if (f->ntunes > MAX_SYMS) return tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "kernel '%s' has more than %d tunables", f->name, MAX_SYMS);
   int64_t tunes[MAX_SYMS];
   const char *tunes_from = ngiven ? "given" : "declared defaults";
+  TuneMemo resolved;
   const TuneMemo *memo = NULL;
   if (ngiven == 0 && f->ntunes > 0) {
-    TpkStatus st = resolve_tunes(k, b, dev, &memo);
+    TpkStatus st = resolve_tunes(k, b, dev, &resolved);
     if (st != TPK_OK) return st;
+    memo = &resolved;
     tunes_from = memo->from;
   }
   for (int j = 0; j < f->ntunes; j++) {
@@ -1275,19 +1425,13 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
     if (f->params[i].zero_init) memset(args[i], 0, bytes[i]);
   TpkRun run = {.args = args, .syms = spec->syms, .parts = 1};
   if (spec->parts > 1) run.parts = launch_pool(k->prog->ctx, spec->parts, &run.pool);
-  /* the workspaces: the spec's own, or fresh ones if another thread has it */
-  bool mine = !atomic_exchange(&spec->workspace_busy, true);
-  void *ws = mine ? spec->workspace : NULL;
+  /* the parts' workspaces, one after another, from the context's scratch */
   run.workspace_stride = (size_t)(spec->workspace_bytes + 63) / 64 * 64;
-  size_t ws_bytes = run.workspace_stride * (size_t)spec->parts;
+  size_t ws_bytes = run.workspace_stride * (size_t)spec->parts, ws_cap;
+  void *ws = tpk_scratch_take(k->prog->ctx, ws_bytes, &ws_cap);
   if (!ws) {
-    ws = aligned_alloc(64, ws_bytes ? ws_bytes : 64);
-    if (!ws) {
-      if (mine) atomic_store(&spec->workspace_busy, false);
-      tpk_unit_release(unit);
-      return tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a %zu-byte workspace", ws_bytes);
-    }
-    if (mine) spec->workspace = ws;
+    tpk_unit_release(unit);
+    return tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a %zu-byte workspace", ws_bytes);
   }
   const Generic *g = spec->generic;
   TpkCode *code = g ? g->code : spec->code;
@@ -1295,8 +1439,7 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
   run.workspace = ws;
   char message[TPK_KERNEL_ERR_LEN];
   int failed = dev->ops->run(dev, &run, message);
-  if (mine) atomic_store(&spec->workspace_busy, false);
-  else free(ws);
+  tpk_scratch_give(k->prog->ctx, ws, ws_cap);
   if (failed >= 0) {
     tpk_unit_release(unit);
     return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' (%s): %s", f->name, k->prog->name, message);
@@ -1548,6 +1691,8 @@ static TpkKernel *std_callee(TpkContext *ctx, const TpkFunc *callee) {
   if (!known || tpk_std_kernel(ctx, callee->name, &k) != TPK_OK) return NULL;
   return tpk_func_hash_equal(tpk_func_hash(k->f), tpk_func_hash(callee)) ? k : NULL;
 }
+
+bool tpk_std_kernel_is(void *ctx, const TpkFunc *f) { return std_callee(ctx, f) != NULL; }
 
 typedef struct Callees {
   TpkProgram *prog;

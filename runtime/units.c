@@ -7,8 +7,16 @@
  * device, sizes and tunables, a compiled graph, an eager window's compiled
  * graph. Its key is words the caller builds (the IR's 128-bit structural
  * hash first, then what else sets the code apart: sizes or their symbolic
- * form, tunables, the device); the code itself stays keyed on disk by the
- * JIT (host/jit.c: the generated C and the compiler's identity).
+ * form, tunables, the device).
+ *
+ * On disk. A kind of unit whose payload can be written out has a codec
+ * (TpkUnitCodec): a request that misses in memory then looks in the cache
+ * folder under the same key (host/jit.h, units: authenticated, tpk's build
+ * in the key) and, when the bytes there make a payload, publishes it at
+ * once, as a hit; a unit of such a kind that is built is written there
+ * when it is published. Compiled code is not a unit's bytes (cc builds it
+ * later, in the background): the JIT keeps it under a key of its own,
+ * which the runtime derives from the unit's (runtime.c).
  *
  * Units are reference counted: the cache holds one, and so does whoever
  * uses one, so a unit the cache lets go of (least recently used first, once
@@ -20,6 +28,7 @@
  * code), never one that waits on it.
  */
 #include "runtime/internal.h"
+#include "host/jit.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,23 +44,26 @@ struct TpkUnit {
   bool listed;           /* in the table and the LRU list */
   void *payload;
   void (*destroy)(void *payload);
+  const TpkUnitCodec *codec; /* set while being built: written to disk when published */
   TpkUnit *chain;        /* the table's bucket */
   TpkUnit *newer, *older; /* the LRU list, most recent first */
 };
 
 struct TpkUnits {
+  TpkContext *ctx;      /* its disk: the JIT's cache folder */
   pthread_mutex_t lock;
   pthread_cond_t built; /* a unit was published or abandoned */
   TpkUnit **table;
   size_t cap;           /* buckets, a power of two */
   int64_t count, max;
   TpkUnit *newest, *oldest;
-  int64_t hits[3], misses[3];
+  int64_t hits[3], misses[3], loads[3];
 };
 
-TpkUnits *tpk_units_new(int64_t max) {
+TpkUnits *tpk_units_new(int64_t max, TpkContext *ctx) {
   TpkUnits *u = calloc(1, sizeof *u);
   if (!u) return NULL;
+  u->ctx = ctx;
   u->cap = 256;
   u->table = calloc(u->cap, sizeof *u->table);
   if (!u->table) {
@@ -213,10 +225,46 @@ void tpk_unit_ready(TpkUnits *u, TpkUnit *unit, void *payload, void (*destroy)(v
   unit->payload = payload;
   unit->destroy = destroy;
   unit->ready = true;
+  const TpkUnitCodec *codec = unit->codec;
+  unit->codec = NULL;
   pthread_cond_broadcast(&u->built);
   TpkUnit *gone = evict(u);
   pthread_mutex_unlock(&u->lock);
   release_all(gone);
+  /* on disk for other processes, after the waiters here have it */
+  TpkJit *jit = codec ? tpk_context_jit(u->ctx) : NULL; /* NULL too once the context ended */
+  TpkStr bytes = {0};
+  if (jit && codec->save(payload, &bytes) && !bytes.failed) tpk_jit_unit_store(jit, unit->key, unit->nwords, bytes.data, bytes.len);
+  tpk_str_free(&bytes);
+}
+
+TpkStatus tpk_units_get_kept(TpkUnits *u, int kind, const TpkUnitCodec *codec, const uint64_t *key, int nwords,
+                             TpkUnit **out, bool *claimed) {
+  TpkStatus st = tpk_units_get(u, -1, key, nwords, out, claimed);
+  if (st != TPK_OK || !*claimed) {
+    if (st == TPK_OK && kind >= 0) tpk_units_count(u, kind, true);
+    return st;
+  }
+  size_t len;
+  TpkJit *jit = tpk_context_jit(u->ctx);
+  char *bytes = jit ? tpk_jit_unit_load(jit, key, nwords, &len) : NULL;
+  void *payload = bytes ? codec->load(u->ctx, bytes, len) : NULL;
+  free(bytes);
+  if (kind >= 0) tpk_units_count(u, kind, payload != NULL);
+  if (!payload) {
+    (*out)->codec = codec; /* only its builder reads it */
+    return TPK_OK;
+  }
+  tpk_units_loaded(u, codec->kind);
+  tpk_unit_ready(u, *out, payload, codec->destroy);
+  *claimed = false;
+  return TPK_OK;
+}
+
+void tpk_units_loaded(TpkUnits *u, int kind) {
+  pthread_mutex_lock(&u->lock);
+  u->loads[kind]++;
+  pthread_mutex_unlock(&u->lock);
 }
 
 void tpk_unit_abandon(TpkUnits *u, TpkUnit *unit) {
@@ -260,11 +308,12 @@ void tpk_units_count(TpkUnits *u, int kind, bool hit) {
   pthread_mutex_unlock(&u->lock);
 }
 
-void tpk_units_stats(TpkUnits *u, int64_t *count, int64_t hits[3], int64_t misses[3]) {
+void tpk_units_stats(TpkUnits *u, int64_t *count, int64_t hits[3], int64_t misses[3], int64_t loads[3]) {
   pthread_mutex_lock(&u->lock);
   *count = u->count;
   memcpy(hits, u->hits, sizeof u->hits);
   memcpy(misses, u->misses, sizeof u->misses);
+  if (loads) memcpy(loads, u->loads, sizeof u->loads);
   pthread_mutex_unlock(&u->lock);
 }
 

@@ -73,10 +73,31 @@ static void *raise_tpk(TpkStatus st) {
   return NULL;
 }
 
+/* The context's log (tpk_context_set_log): what the library has to say
+ * (TPK_DUMP_IR=1's dumps) goes to Python's sys.stderr, so it shows where
+ * the program's other messages do and follows a redirected sys.stderr. It
+ * may be called on any thread, with or without the GIL. */
+static void log_to_stderr(void *user, const char *text) {
+  (void)user;
+  if (!Py_IsInitialized()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback); /* a call may be under way with an exception set */
+  PyObject *err = PySys_GetObject("stderr"); /* borrowed */
+  PyObject *done = err && err != Py_None ? PyObject_CallMethod(err, "write", "s", text) : NULL;
+  Py_XDECREF(done);
+  PyErr_Clear(); /* a stderr that cannot be written is not the call's failure */
+  PyErr_Restore(type, value, traceback);
+  PyGILState_Release(gil);
+}
+
 static TpkContext *context(void) {
-  if (!the_context && tpk_context_create(&the_context) != TPK_OK) {
-    the_context = NULL;
-    return raise_tpk(TPK_ERR_INVALID);
+  if (!the_context) {
+    if (tpk_context_create(&the_context) != TPK_OK) {
+      the_context = NULL;
+      return raise_tpk(TPK_ERR_INVALID);
+    }
+    tpk_context_set_log(the_context, log_to_stderr, NULL);
   }
   return the_context;
 }
@@ -1544,6 +1565,59 @@ static PyObject *graph_ops(PyObject *module, PyObject *unused) {
   return t;
 }
 
+/* wait_compiles(): tpk_context_wait_compiles, the GIL released (benchmarks:
+ * the background cc builds done, later launches run their code). */
+static PyObject *wait_compiles(PyObject *module, PyObject *unused) {
+  (void)module, (void)unused;
+  TpkContext *ctx = context();
+  if (!ctx) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  tpk_context_wait_compiles(ctx);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+/* graph_op_known(name) -> bool: tpk_graph_op_known */
+static PyObject *graph_op_known(PyObject *module, PyObject *name) {
+  (void)module;
+  const char *text = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  if (!text) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "an op's name is a str, not %.80s", Py_TYPE(name)->tp_name);
+  return PyBool_FromLong(tpk_graph_op_known(text));
+}
+
+/* cache_stats() -> dict: tpk_cache_stats of the process's context, and
+ * tpk_context_compiler_runs. */
+static PyObject *cache_stats(PyObject *module, PyObject *unused) {
+  (void)module, (void)unused;
+  TpkContext *ctx = context();
+  if (!ctx) return NULL;
+  TpkCacheStats st;
+  TpkStatus rc = tpk_cache_stats(ctx, &st);
+  if (rc != TPK_OK) return raise_tpk(rc);
+  static const char *const KINDS[] = {[TPK_UNIT_KERNEL] = "kernel", [TPK_UNIT_EAGER] = "eager", [TPK_UNIT_GRAPH] = "graph"};
+  PyObject *units = PyDict_New(), *folder = PyDict_New();
+  for (int k = 0; units && folder && k < 3; k++) {
+    PyObject *mine = Py_BuildValue("{sLsL}", "hits", (long long)st.unit_hits[k], "misses", (long long)st.unit_misses[k]);
+    PyObject *all = Py_BuildValue("{sLsL}", "hits", (long long)st.folder_unit_hits[k], "misses", (long long)st.folder_unit_misses[k]);
+    if (!mine || !all || PyDict_SetItemString(units, KINDS[k], mine) < 0 || PyDict_SetItemString(folder, KINDS[k], all) < 0) {
+      Py_CLEAR(units);
+    }
+    Py_XDECREF(mine);
+    Py_XDECREF(all);
+  }
+  PyObject *d = units && folder
+                    ? Py_BuildValue("{szsOszszsLsLsLsLsisisisOsLsOsi}", "path", st.path, "enabled", st.enabled ? Py_True : Py_False,
+                                    "note", st.note, "key_file", st.key_file, "entries", (long long)st.entries, "bytes",
+                                    (long long)st.bytes, "max_bytes", (long long)st.max_bytes, "build_folders",
+                                    (long long)st.build_folders, "hits", st.hits, "misses", st.misses, "rejected", st.rejected,
+                                    "units", units, "units_held", (long long)st.units, "folder_units", folder, "compiler_runs",
+                                    tpk_context_compiler_runs(ctx))
+                    : NULL;
+  Py_XDECREF(units);
+  Py_XDECREF(folder);
+  return d;
+}
+
 static PyMethodDef GRAPH_METHODS[] = {
     {"input", (PyCFunction)(void (*)(void))graph_input, METH_VARARGS | METH_KEYWORDS,
      "input(dtype, shape) -> Value: a new input; sizes are ints or texts of shape symbols ('B', 'B*S')"},
@@ -1823,6 +1897,12 @@ static PyMethodDef MODULE_METHODS[] = {
     {"std_kernels", std_kernels, METH_NOARGS, "((kernel, file), ...) of the standard library"},
     {"open_device", open_device, METH_O, "open_device(name): open a device (an error if there is none by that name)"},
     {"graph_ops", graph_ops, METH_NOARGS, "the ATen ops graphs know (tpk_graph_op_name), in table order"},
+    {"graph_op_known", graph_op_known, METH_O,
+     "graph_op_known(name) -> bool: whether graphs know the op, overload included ('aten::add.Tensor'; tpk_graph_op_known)"},
+    {"wait_compiles", wait_compiles, METH_NOARGS,
+     "wait_compiles(): block until the background (cc -O3) compiles of every kernel launched so far are done"},
+    {"cache_stats", cache_stats, METH_NOARGS,
+     "cache_stats() -> dict: the compilation cache (tpk_cache_stats) and the compiler runs of the process's context"},
     {"context_capsule", context_capsule, METH_NOARGS, "the process's TpkContext in a capsule named 'tpk._C.context'"},
     {NULL},
 };

@@ -21,8 +21,8 @@ from . import _C
 from ._C import Kernel, Param, Report, TpkArgumentError, TpkError, Tunable
 
 __all__ = [
-    "Kernel", "Param", "Program", "Report", "TpkArgumentError", "TpkError", "Tunable", "current_device", "device",
-    "dim_value", "load", "load_source", "param_shapes", "std",
+    "Kernel", "Param", "Program", "Report", "TpkArgumentError", "TpkError", "Tunable", "cache_stats", "current_device",
+    "device", "dim_value", "load", "load_source", "param_shapes", "std",
 ]
 __version__ = _C.version
 
@@ -144,6 +144,17 @@ def device(name):
         yield name
     finally:
         _C.device_var.reset(token)
+
+
+def cache_stats():
+    """The compilation cache as the process's context sees it (tpk.h, "The
+    compilation cache"): a dict with `units` ({"kernel"|"eager"|"graph":
+    {"hits", "misses"}}: lookups of compiled units in memory, a miss builds
+    one), `compiler_runs` (libtcc or cc runs; code loaded from the disk
+    cache is not one), the disk cache's `path`, `enabled`, `note`,
+    `entries`, `bytes`, `hits`, `misses` and `rejected`, and `folder_units`
+    (every context's lookups that used the folder)."""
+    return _C.cache_stats()
 
 
 def current_device():

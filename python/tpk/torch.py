@@ -30,15 +30,18 @@ what the latest run took there). `tpk.torch.std` is the standard library in
 namespace `tpk` (`torch.ops.tpk.softmax`).
 """
 import hashlib
+import importlib.abc
+import importlib.util
 import re
+import sys
 import threading
 
 import torch
 
 import tpk
 
-__all__ = ["load", "load_source", "last_report", "std", "Ops", "set_device", "device_name", "set_eager_mode", "eager_mode",
-           "synchronize", "set_fallback", "stats"]
+__all__ = ["load", "load_source", "last_report", "std", "Ops", "compile_report", "clear_compile_report", "set_device",
+           "device_name", "set_eager_mode", "eager_mode", "synchronize", "set_fallback", "stats"]
 
 DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -513,6 +516,61 @@ def load_source(text, namespace, name="<source>"):
 
 
 _std = None
+
+# ---- torch.compile(model, backend="tpk"): tpk/backend.py ----
+#
+# Dynamo costs over a second to import and a script that only defines ops
+# should not pay for it: "tpk" is registered when Dynamo's backend registry
+# is imported (by the first torch.compile), or now if it already is. The
+# backend module is imported on the first compile.
+
+def _compile_backend(gm, example_inputs, options=None, mode=None):
+    from tpk import backend
+    return backend.backend(gm, example_inputs, options=options, mode=mode)
+
+
+def _register_backend(registry):
+    if "tpk" not in registry._COMPILER_FNS:
+        registry.register_backend(compiler_fn=_compile_backend, name="tpk")
+
+
+class _RegisterWhenImported(importlib.abc.MetaPathFinder):
+    """Registers the backend right after Dynamo's registry module runs."""
+
+    NAME = "torch._dynamo.backends.registry"
+
+    def find_spec(self, name, path, target=None):
+        if name != self.NAME:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _register_backend(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if _RegisterWhenImported.NAME in sys.modules:
+    _register_backend(sys.modules[_RegisterWhenImported.NAME])
+else:
+    sys.meta_path.insert(0, _RegisterWhenImported())
+
+
+def compile_report():
+    """What torch.compile(backend="tpk") compiled: tpk.backend.compile_report()."""
+    from tpk import backend
+    return backend.compile_report()
+
+
+def clear_compile_report():
+    """tpk.backend.clear_compile_report()."""
+    from tpk import backend
+    return backend.clear_compile_report()
 
 
 def __getattr__(name):

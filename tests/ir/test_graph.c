@@ -1328,6 +1328,24 @@ static void test_unknown_ops(void **state) {
   g_free(g);
 }
 
+/* What a bridge asks before building: the packet and, when named, the
+ * overload; the arguments are not looked at. */
+static void test_known_ops(void **state) {
+  (void)state;
+  assert_true(tpk_gb_op_known("add"));
+  assert_true(tpk_gb_op_known("aten::add.Tensor"));
+  assert_true(tpk_gb_op_known("aten.add.Scalar"));
+  assert_true(tpk_gb_op_known("aten.neg.default"));
+  assert_true(tpk_gb_op_known("_scaled_dot_product_flash_attention_for_cpu.default"));
+  assert_false(tpk_gb_op_known("aten::add.out"));
+  assert_false(tpk_gb_op_known("add.default")); /* add has no default overload */
+  assert_false(tpk_gb_op_known("aten::cumsum.default"));
+  assert_false(tpk_gb_op_known("mylib::add.default"));
+  assert_false(tpk_gb_op_known(""));
+  assert_false(tpk_gb_op_known(NULL));
+  for (int i = 0; i < tpk_gb_op_count(); i++) assert_true(tpk_gb_op_known(tpk_gb_op_name(i)));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_linear_softmax),
@@ -1353,6 +1371,7 @@ int main(void) {
       cmocka_unit_test(test_vocabulary_covers_the_measured_ops),
       cmocka_unit_test(test_every_schema_binds),
       cmocka_unit_test(test_unknown_ops),
+      cmocka_unit_test(test_known_ops),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -316,6 +316,40 @@ static int count_ops(const TpkBlock *b) {
   return n;
 }
 
+/* A builder with `before` set inserts there, first of a block included;
+ * a removed function leaves the module's list, the others in order. */
+static void test_build_before_and_remove(void **state) {
+  TpkModule *m = *state;
+  const TpkType *t = tpk_type_scalar(m, TPK_F32);
+  TpkFunc *f = tpk_func_new(m, "f", false, 1, &t, NULL, NULL);
+  TpkFunc *g = tpk_func_new(m, "g", false, 0, NULL, NULL, NULL);
+  TpkFunc *h = tpk_func_new(m, "h", false, 0, NULL, NULL, NULL);
+  TpkBuilder b = {m, f->body, {0, 0}};
+  TpkValue *x = f->params[0].value;
+  TpkValue *last = tpk_build_unary(&b, TPK_OP_NEG, x);
+  b.before = last->def;
+  TpkValue *mid = tpk_build_unary(&b, TPK_OP_ABS, x);
+  TpkValue *mid2 = tpk_build_unary(&b, TPK_OP_EXP, mid);
+  assert_ptr_equal(f->body->first, mid->def);
+  assert_ptr_equal(mid->def->next, mid2->def);
+  assert_ptr_equal(mid2->def->next, last->def);
+  assert_ptr_equal(last->def->prev, mid2->def);
+  assert_ptr_equal(f->body->last, last->def);
+  assert_ptr_equal(mid2->def->parent, f->body);
+  assert_int_equal(count_ops(f->body), 3);
+  b.before = NULL;
+  TpkValue *end = tpk_build_unary(&b, TPK_OP_ABS, last);
+  assert_ptr_equal(f->body->last, end->def);
+  int n = m->nfuncs;
+  tpk_module_remove(m, g);
+  assert_int_equal(m->nfuncs, n - 1);
+  assert_null(tpk_module_find(m, "g"));
+  assert_ptr_equal(tpk_module_find(m, "h"), h);
+  assert_ptr_equal(m->funcs[m->nfuncs - 1], h);
+  tpk_module_remove(m, g); /* not there: nothing */
+  assert_int_equal(m->nfuncs, n - 1);
+}
+
 static void test_erase_and_replace(void **state) {
   TpkModule *m = *state;
   const TpkType *t = tpk_type_scalar(m, TPK_F32);
@@ -547,6 +581,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_block_args_grow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_func_params_grow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_use_lists, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_build_before_and_remove, setup, teardown),
       cmocka_unit_test_setup_teardown(test_func_add_param, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -42,6 +42,7 @@ typedef struct Graph {
   const char *text;
   int64_t sizes[3]; /* every shape symbol of the graph takes each in turn */
   int64_t int_range; /* integer inputs are drawn from [0, int_range) */
+  int fused_calls;   /* the calls of the driver TPK_FUSE_ALL makes, when the graph says (0: any) */
 } Graph;
 
 /* The graph being checked, named in every failure ("random graph 17"). */
@@ -298,6 +299,114 @@ static const Graph GRAPHS[] = {
      "  return %loss, %w1, %m1, %v1, %db\n"
      "}\n",
      {1, 12, 70}, 16},
+    /* a tiled matmul kernel (a K loop accumulating, one store per block),
+     * then + bias and GELU (erf): fused, one kernel, the epilogue at the
+     * store; blocks of 16 over B, H and K = 20, so every size is ragged */
+    {"matmul_gelu",
+     "kernel @mm(%a: ref<f32[M,K]>, %b: ref<f32[K,N]>, %c: out ref<f32[M,N]>) tune{BM in [16, 8], BN in [16, 8], BK in [16, 8]} {\n"
+     "  %0 = sym {name=\"M\"} : i32\n"
+     "  %1 = const {value=0} : i32\n"
+     "  %2 = sym {name=\"BM\"} : i32\n"
+     "  %3 = cdiv %0, %2 : i32\n"
+     "  %4 = sym {name=\"N\"} : i32\n"
+     "  %5 = sym {name=\"BN\"} : i32\n"
+     "  %6 = cdiv %4, %5 : i32\n"
+     "  grid %1, %3, %1, %6 {\n"
+     "  ^(%i: tile<BM>, %j: tile<BN>):\n"
+     "    %acc = const {value=0.0} : f32[BM,BN]\n"
+     "    %7 = sym {name=\"K\"} : i32\n"
+     "    %8 = sym {name=\"BK\"} : i32\n"
+     "    %9 = cdiv %7, %8 : i32\n"
+     "    %acc.1 = for %1, %9, %acc : f32[BM,BN] {\n"
+     "    ^(%k: tile<BK>, %acc.2: f32[BM,BN]):\n"
+     "      %10 = load %a, %i, %k {index=\"tt\"} : f32[BM,BK]\n"
+     "      %11 = load %b, %k, %j {index=\"tt\"} : f32[BK,BN]\n"
+     "      %12 = dot %10, %11 {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[BM,BN]\n"
+     "      %acc.3 = add %acc.2, %12 : f32[BM,BN]\n"
+     "      yield %acc.3\n"
+     "    }\n"
+     "    store %c, %i, %j, %acc.1 {index=\"tt\", mode=\"set\"}\n"
+     "  }\n"
+     "}\n"
+     "func @matmul_gelu(%x: f32[B,20], %w: f32[20,H], %bias: f32[H]) -> (f32[B,H]) {\n"
+     "  %y = call %x, %w {callee=\"mm\"} : f32[B,H]\n"
+     "  %bb = broadcast %bias : f32[B,H]\n"
+     "  %h = add %y, %bb : f32[B,H]\n"
+     "  %c = const {value=0.7071067811865476} : f32\n"
+     "  %cb = broadcast %c : f32[B,H]\n"
+     "  %hs = mul %h, %cb : f32[B,H]\n"
+     "  %e = erf %hs : f32[B,H]\n"
+     "  %one = const {value=1.0} : f32\n"
+     "  %oneb = broadcast %one : f32[B,H]\n"
+     "  %e1 = add %e, %oneb : f32[B,H]\n"
+     "  %half = const {value=0.5} : f32\n"
+     "  %halfb = broadcast %half : f32[B,H]\n"
+     "  %g0 = mul %h, %e1 : f32[B,H]\n"
+     "  %g = mul %g0, %halfb : f32[B,H]\n"
+     "  return %g\n"
+     "}\n",
+     {5, 29, 70}, 0, 1},
+    /* epilogues at stores of other patterns: a row at a time ("st") with a
+     * bias row, a row scale [B,1], a residual, a scalar input, a cast to
+     * bf16; two range stores per row ("tr") with a residual; a prologue, a
+     * cast to bf16 folded into a kernel's ragged loads */
+    {"call_patterns",
+     "kernel @rowwise(%x: ref<f32[M,N]>, %y: out ref<f32[M,N]>) {\n"
+     "  %0 = sym {name=\"M\"} : i32\n"
+     "  %1 = sym {name=\"N\"} : i32\n"
+     "  %2 = const {value=0} : i32\n"
+     "  %3 = const {value=16} : i32\n"
+     "  %4 = cdiv %1, %3 : i32\n"
+     "  grid %2, %0, %2, %4 {\n"
+     "  ^(%r: i32, %j: tile<16>):\n"
+     "    %5 = load %x, %r, %j {index=\"st\"} : f32[16]\n"
+     "    %6 = tanh %5 : f32[16]\n"
+     "    store %y, %r, %j, %6 {index=\"st\", mode=\"set\"}\n"
+     "  }\n"
+     "}\n"
+     "kernel @halves(%x: ref<f32[M,16]>, %y: out ref<f32[M,16]>) {\n"
+     "  %0 = sym {name=\"M\"} : i32\n"
+     "  %1 = const {value=0} : i32\n"
+     "  %2 = const {value=8} : i32\n"
+     "  %3 = cdiv %0, %2 : i32\n"
+     "  grid %1, %3 {\n"
+     "  ^(%i: tile<8>):\n"
+     "    %4 = load %x, %i, %1 {index=\"tr\"} : f32[8,8]\n"
+     "    %5 = load %x, %i, %2 {index=\"tr\"} : f32[8,8]\n"
+     "    store %y, %i, %1, %5 {index=\"tr\", mode=\"set\"}\n"
+     "    store %y, %i, %2, %4 {index=\"tr\", mode=\"set\"}\n"
+     "  }\n"
+     "}\n"
+     "kernel @bf16rows(%x: ref<bf16[M,N]>, %y: out ref<f32[M,N]>) {\n"
+     "  %0 = sym {name=\"M\"} : i32\n"
+     "  %1 = const {value=0} : i32\n"
+     "  %2 = const {value=8} : i32\n"
+     "  %3 = cdiv %0, %2 : i32\n"
+     "  grid %1, %3 {\n"
+     "  ^(%i: tile<8>):\n"
+     "    %4 = load %x, %i {index=\"t:\"} : bf16[8,N]\n"
+     "    %5 = convert %4 : f32[8,N]\n"
+     "    %6 = exp %5 : f32[8,N]\n"
+     "    store %y, %i, %6 {index=\"t:\", mode=\"set\"}\n"
+     "  }\n"
+     "}\n"
+     "func @call_patterns(%x: f32[B,H], %bias: f32[H], %scale: f32[B,1], %res: f32[B,H], %s: f32, %z: f32[B,16]) -> (bf16[B,H], f32[B,16], f32[B,H]) {\n"
+     "  %y = call %x {callee=\"rowwise\"} : f32[B,H]\n"
+     "  %bb = broadcast %bias : f32[B,H]\n"
+     "  %a = add %y, %bb : f32[B,H]\n"
+     "  %sb = broadcast %scale : f32[B,H]\n"
+     "  %b = mul %a, %sb : f32[B,H]\n"
+     "  %c = add %b, %res : f32[B,H]\n"
+     "  %sc = broadcast %s : f32[B,H]\n"
+     "  %d = mul %c, %sc : f32[B,H]\n"
+     "  %e = convert %d : bf16[B,H]\n"
+     "  %u = call %z {callee=\"halves\"} : f32[B,16]\n"
+     "  %v = sub %u, %z : f32[B,16]\n"
+     "  %rb = convert %res : bf16[B,H]\n"
+     "  %q = call %rb {callee=\"bf16rows\"} : f32[B,H]\n"
+     "  return %e, %v, %q\n"
+     "}\n",
+     {3, 17, 40}, 0, 3},
 };
 
 /* ---- tensors and symbols ----------------------------------------------------------- */
@@ -434,17 +543,20 @@ static int64_t workspace(const Compiled *c, const Syms *s) {
 }
 
 /* Run kernel k (of the module the driver is in) on args, one pointer per
- * parameter; the graph's symbols first, then those its arrays bind. */
+ * parameter; its symbols from its arrays (a called kernel names its own: a
+ * clone with an epilogue keeps them), then the graph's (a cluster's
+ * symbol no array carries). */
 static void run_kernel(Fixture *fx, Backend be, const TpkFunc *k, void *const *args, Tensor *const *tensors,
                        const Syms *graph) {
-  Syms s = *graph;
+  Syms s = {0};
   for (int i = 0; i < k->nparams; i++) {
     const TpkType *t = k->params[i].value->type;
     for (int d = 0; d < t->rank; d++)
-      if (t->dims[d]->kind == TPK_DIM_SYM) {
-        int64_t have;
-        if (!lookup(&s, t->dims[d]->sym, &have)) bind(&s, t->dims[d]->sym, tensors[i]->dims[d]);
-      }
+      if (t->dims[d]->kind == TPK_DIM_SYM) bind(&s, t->dims[d]->sym, tensors[i]->dims[d]);
+  }
+  for (int i = 0; i < graph->n; i++) {
+    int64_t have;
+    if (!lookup(&s, graph->name[i], &have)) bind(&s, graph->name[i], graph->value[i]);
   }
   const char *names[16];
   int n = tpk_func_symbols(k, names, 16);
@@ -452,8 +564,15 @@ static void run_kernel(Fixture *fx, Backend be, const TpkFunc *k, void *const *a
   for (int i = 0; i < n; i++)
     if (!lookup(&s, names[i], &syms[i])) FAIL("%s: symbol %s unbound", k->name, names[i]);
   TpkError err = {0};
-  if (be == REFERENCE) {
-    if (tpk_interp_run(k, args, syms, &err) != TPK_OK) FAIL("interpreter, %s: %s", k->name, err.message);
+  if (be == REFERENCE) { /* the kernel as the graph has it, its tunables at their defaults */
+    TpkModule *bound = k->ntunes ? tpk_module_new(k->name) : NULL;
+    const TpkFunc *run = k;
+    TpkFunc *b = NULL;
+    if (bound && tpk_bind(bound, k, NULL, 0, &b, &err) != TPK_OK) FAIL("bind %s: %s", k->name, err.message);
+    if (b) run = b;
+    TpkStatus st = tpk_interp_run(run, args, syms, &err);
+    if (bound) tpk_module_free(bound);
+    if (st != TPK_OK) FAIL("interpreter, %s: %s", k->name, err.message);
     return;
   }
   Compiled *c = compiled(fx, k);
@@ -586,6 +705,11 @@ static void check_graph(void **state, const Graph *gr) {
     for (const TpkOp *op = fused->body->first; op && !called; op = op->next)
       called = op->opcode == TPK_OP_CALL && strcmp(tpk_op_str(op, "callee", ""), k->name) == 0;
     kernels += called;
+  }
+  if (gr->fused_calls) {
+    int calls = 0;
+    for (const TpkOp *op = fused->body->first; op; op = op->next) calls += op->opcode == TPK_OP_CALL;
+    if (calls != gr->fused_calls) FAIL("the fused driver makes %d calls, not %d", calls, gr->fused_calls);
   }
   for (int si = 0; si < 3; si++) {
     Syms syms = {0};
@@ -782,6 +906,8 @@ GRAPH_TEST(8)
 GRAPH_TEST(9)
 GRAPH_TEST(10)
 GRAPH_TEST(11)
+GRAPH_TEST(12)
+GRAPH_TEST(13)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -791,8 +917,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_6, setup, teardown), cmocka_unit_test_setup_teardown(test_7, setup, teardown),
       cmocka_unit_test_setup_teardown(test_8, setup, teardown), cmocka_unit_test_setup_teardown(test_9, setup, teardown),
       cmocka_unit_test_setup_teardown(test_10, setup, teardown), cmocka_unit_test_setup_teardown(test_11, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_12, setup, teardown), cmocka_unit_test_setup_teardown(test_13, setup, teardown),
       cmocka_unit_test_setup_teardown(test_random_graphs, setup, teardown),
   };
-  _Static_assert(sizeof GRAPHS / sizeof *GRAPHS == 12, "one test per graph");
+  _Static_assert(sizeof GRAPHS / sizeof *GRAPHS == 14, "one test per graph");
   return test_run_tests(tests);
 }

@@ -337,6 +337,109 @@ static void test_scalar_reshaped_in_a_cluster(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* A user's tiled matmul (blocks of 16: every size below is ragged). */
+static const char *MM_TPK = "kernel mm(a: f32[M, K], b: f32[K, N]) -> (c: f32[M, N])\n"
+                            "  tune BM in [16, 8], BN in [16, 8], BK in [16, 8]\n"
+                            "{\n"
+                            "  for i in tiles(M, BM), j in tiles(N, BN) {\n"
+                            "    var acc = zeros(f32[BM, BN]);\n"
+                            "    for k in tiles(K, BK) { acc += dot(a[i, k], b[k, j]); }\n"
+                            "    c[i, j] = acc;\n"
+                            "  }\n"
+                            "}\n";
+
+/* gelu(k(x, w) + b), every batch size B, named `name`. */
+static TpkGraph *matmul_gelu_graph(TpkContext *ctx, const char *name, TpkKernel *k) {
+  TpkGraph *g;
+  int x, w, b, y, h, o, n;
+  CHECK(tpk_graph_create(ctx, name, &g));
+  CHECK(tpk_graph_input(g, TPK_F32, 2, (const char *[]){"B", "20"}, &x));
+  CHECK(tpk_graph_input(g, TPK_F32, 2, (const char *[]){"20", "24"}, &w));
+  CHECK(tpk_graph_input(g, TPK_F32, 1, (const char *[]){"24"}, &b));
+  CHECK(tpk_graph_call(g, k, (TpkArg[]){tpk_arg_value(x), tpk_arg_value(w)}, 2, &y, 1, &n));
+  CHECK(tpk_graph_op(g, "add", (TpkArg[]){tpk_arg_value(y), tpk_arg_value(b)}, 2, &h, 1, &n));
+  CHECK(tpk_graph_op(g, "gelu", (TpkArg[]){tpk_arg_value(h)}, 1, &o, 1, &n));
+  CHECK(tpk_graph_output(g, o));
+  return g;
+}
+
+/* The calls the program's driver makes. */
+static int driver_calls(const TpkProgram *p) {
+  const TpkModule *m = tpk_program_ir(p);
+  int n = 0;
+  for (int i = 0; i < m->nfuncs; i++)
+    for (const TpkOp *op = m->funcs[i]->is_kernel ? NULL : m->funcs[i]->body->first; op; op = op->next)
+      n += op->opcode == TPK_OP_CALL;
+  return n;
+}
+
+/* One launch of matmul_gelu_graph at batch B, checked against C. */
+static void run_matmul_gelu(TpkKernel *k, TpkDevice *dev, int64_t B) {
+  const int64_t K = 20, N = 24;
+  TpkBuffer *x = buffer(dev, 2, (int64_t[]){B, K}), *w = buffer(dev, 2, (int64_t[]){K, N}), *b = buffer(dev, 1, &N);
+  TpkBuffer *o = buffer(dev, 2, (int64_t[]){B, N});
+  fill(x, 11 + (uint64_t)B), fill(w, 12), fill(b, 13);
+  TpkLaunch L = {.args = (TpkBuffer *[]){x, w, b, o}};
+  if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("B=%lld: %s", (long long)B, tpk_last_error());
+  const float *xv = tpk_buffer_data(x), *wv = tpk_buffer_data(w), *bv = tpk_buffer_data(b), *ov = tpk_buffer_data(o);
+  for (int64_t i = 0; i < B; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double h = bv[j];
+      for (int64_t q = 0; q < K; q++) h += (double)xv[i * K + q] * wv[q * N + j];
+      double want = 0.5 * h * (1 + erf(h / sqrt(2.0)));
+      if (fabs(ov[i * N + j] - want) > 1e-4)
+        fail_msg("B=%lld: o[%lld,%lld] = %g, want %g", (long long)B, (long long)i, (long long)j, ov[i * N + j], want);
+    }
+  TpkBuffer *all[] = {x, w, b, o};
+  for (int i = 0; i < 4; i++) tpk_buffer_destroy(all[i]);
+}
+
+/* A user's matmul kernel called in a graph, then + bias and GELU: one
+ * kernel (the epilogue computed at the matmul's store), compiled once for
+ * every batch size, on the host and a simulated chip. The standard
+ * library's matmul in the same graph is kept as it is (its ahead-of-time
+ * code): two calls. */
+static void test_custom_kernel_takes_its_epilogue(void **state) {
+  (void)state;
+  setenv("TPK_TIER", "tcc", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_TIER");
+  TpkDevice *host, *sim;
+  CHECK(tpk_device_open(ctx, "host", &host));
+  CHECK(tpk_device_open(ctx, "sim:v5e", &sim));
+  TpkProgram *user;
+  CHECK(tpk_program_load_source(ctx, "mm.tpk", MM_TPK, strlen(MM_TPK), &user));
+  TpkKernel *mm, *k;
+  CHECK(tpk_program_kernel(user, "mm", &mm));
+  TpkGraph *g = matmul_gelu_graph(ctx, "mm_gelu", mm);
+  TpkProgram *p;
+  CHECK(tpk_graph_compile(g, &p));
+  assert_int_equal(driver_calls(p), 1);
+  assert_int_equal(clusters(p), 1);
+  CHECK(tpk_program_kernel(p, "mm_gelu", &k));
+  int compiles = -1;
+  for (int i = 0; i < 8; i++) {
+    run_matmul_gelu(k, i % 4 == 3 ? sim : host, 1 + 9 * i);
+    if (i == 0) compiles = tpk_context_compiler_runs(ctx);
+  }
+  assert_int_equal(tpk_context_compiler_runs(ctx), compiles);
+  TpkKernel *std_mm, *sk;
+  CHECK(tpk_std_kernel(ctx, "matmul", &std_mm));
+  TpkGraph *sg = matmul_gelu_graph(ctx, "std_mm_gelu", std_mm);
+  TpkProgram *sp;
+  CHECK(tpk_graph_compile(sg, &sp));
+  assert_int_equal(driver_calls(sp), 2);
+  CHECK(tpk_program_kernel(sp, "std_mm_gelu", &sk));
+  run_matmul_gelu(sk, host, 37);
+  tpk_program_destroy(sp);
+  tpk_graph_destroy(sg);
+  tpk_program_destroy(p);
+  tpk_graph_destroy(g);
+  tpk_program_destroy(user);
+  tpk_context_destroy(ctx);
+}
+
 static void log_to(void *user, const char *text) { tpk_str_puts(user, text); }
 
 /* TPK_DUMP_IR=1: the graph before fusion and its driver and clusters go to
@@ -383,6 +486,7 @@ int main(void) {
       cmocka_unit_test(test_compiled_graph_serves_every_size),
       cmocka_unit_test(test_dump_ir_goes_to_the_log),
       cmocka_unit_test(test_scalar_reshaped_in_a_cluster),
+      cmocka_unit_test(test_custom_kernel_takes_its_epilogue),
   };
   return test_run_tests(tests);
 }

@@ -40,6 +40,24 @@ static void count_release(void *user, void *data) {
   r->data = data;
 }
 
+/* The scale kernel on the host of a new context, and a queue of it. */
+static TpkKernel *scale_on_a_queue(TpkContext **ctx, TpkDevice **dev, TpkQueue **q) {
+  TpkKernel *k = test_kernel(ctx, dev, "host", "scale.tpk", SCALE, "scale");
+  assert_int_equal(tpk_queue_create(*ctx, q), TPK_OK);
+  return k;
+}
+
+/* Destroys its argument on another thread. */
+static void *destroy_queue(void *q) {
+  tpk_queue_destroy(q);
+  return NULL;
+}
+
+static void *destroy_context(void *ctx) {
+  tpk_context_destroy(ctx);
+  return NULL;
+}
+
 /* 20 queued launches, then tpk_context_destroy, then tpk_queue_wait: the
  * context runs the work first, and the queue stays valid until its own
  * destroy (before: the worker ran launches on a freed context). The outputs
@@ -48,9 +66,8 @@ static void test_context_destroyed_with_work_queued(void **state) {
   (void)state;
   TpkContext *ctx;
   TpkDevice *dev;
-  TpkKernel *k = test_kernel(&ctx, &dev, "host", "scale.tpk", SCALE, "scale");
   TpkQueue *q;
-  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  TpkKernel *k = scale_on_a_queue(&ctx, &dev, &q);
   enum { N = 4096 };
   static float out[20][N];
   Released r = {0};
@@ -85,11 +102,6 @@ static void test_context_destroyed_with_work_queued(void **state) {
   tpk_buffer_destroy(x); /* the last hold: the context goes with it */
 }
 
-static void *destroy_queue(void *q) {
-  tpk_queue_destroy(q);
-  return NULL;
-}
-
 /* tpk_queue_destroy runs its queue's work; tpk_context_destroy, called
  * meanwhile from another thread, must wait for that work too (before: the
  * queue left the context's registry before its work ran, so the context
@@ -100,9 +112,8 @@ static void test_context_destroyed_while_a_queue_is(void **state) {
   (void)state;
   TpkContext *ctx;
   TpkDevice *dev;
-  TpkKernel *k = test_kernel(&ctx, &dev, "host", "scale.tpk", SCALE, "scale");
   TpkQueue *q;
-  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  TpkKernel *k = scale_on_a_queue(&ctx, &dev, &q);
   enum { N = 1 << 18, LAUNCHES = 40 };
   float *out = calloc((size_t)LAUNCHES * N, sizeof *out);
   assert_non_null(out);
@@ -133,11 +144,6 @@ static void test_context_destroyed_while_a_queue_is(void **state) {
   free(out);
 }
 
-static void *destroy_context(void *ctx) {
-  tpk_context_destroy(ctx);
-  return NULL;
-}
-
 /* An event recorded on a queue that its context's end has stopped, while
  * the queue still runs its work: the event is done only once that work has
  * run (before: at once, and a caller reading the launches' outputs after
@@ -146,9 +152,8 @@ static void test_event_recorded_while_the_context_ends(void **state) {
   (void)state;
   TpkContext *ctx;
   TpkDevice *dev;
-  TpkKernel *k = test_kernel(&ctx, &dev, "host", "scale.tpk", SCALE, "scale");
   TpkQueue *q;
-  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  TpkKernel *k = scale_on_a_queue(&ctx, &dev, &q);
   enum { N = 1 << 18, LAUNCHES = 40 };
   TpkBuffer *x = vector(dev, N, 1), *y = vector(dev, N, 0);
   TpkLaunchResult results[LAUNCHES] = {0};
@@ -239,9 +244,8 @@ static void test_event_outlives_its_queue(void **state) {
   (void)state;
   TpkContext *ctx;
   TpkDevice *dev;
-  TpkKernel *k = test_kernel(&ctx, &dev, "host", "scale.tpk", SCALE, "scale");
   TpkQueue *q;
-  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  TpkKernel *k = scale_on_a_queue(&ctx, &dev, &q);
   TpkBuffer *x = vector(dev, 8, 0), *wrong = vector(dev, 9, 0);
   TpkLaunch bad = {.args = (TpkBuffer *[]){x, wrong}};
   assert_int_equal(tpk_queue_launch(q, k, &bad), TPK_OK); /* fails when it runs */
@@ -266,9 +270,8 @@ static void test_queued_launch_holds_what_it_uses(void **state) {
   (void)state;
   TpkContext *ctx;
   TpkDevice *dev;
-  TpkKernel *k = test_kernel(&ctx, &dev, "host", "scale.tpk", SCALE, "scale");
   TpkQueue *q;
-  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  TpkKernel *k = scale_on_a_queue(&ctx, &dev, &q);
   TpkBuffer *x = vector(dev, 1000, 5), *y = vector(dev, 1000, 0), *keep;
   assert_int_equal(tpk_buffer_view(y, 0, TPK_F32, 1, (int64_t[]){1000}, &keep), TPK_OK);
   TpkLaunchResult ran = {0};

@@ -2,19 +2,27 @@
  * test_units.c — the one compilation cache: compiled units in memory
  * (units.c: keyed by structure, bounded, least recently used first) and the
  * JIT's disk cache under them. Kernels and graphs of one structure compile
- * once; a warm process compiles nothing; a damaged entry is rebuilt; two
- * processes build the same clusters into one folder at once.
+ * once; a warm process compiles nothing, and builds nothing either: its
+ * windows and graphs come from the folder by their keys, fused, and their
+ * clusters' code by theirs, with nothing lowered or emitted; a damaged
+ * entry is rebuilt, one of another key refused; two processes build the
+ * same clusters and windows into one folder at once. What a context lets
+ * go of goes: the code of evicted units, old tunables memos.
  */
 #include "support.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
+#include "host/jit.h"
 #include "ir/ir.h"
 #include "runtime/internal.h"
 #include "tpk.h"
@@ -237,6 +245,183 @@ static void test_trace_outlives_eviction(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* The JIT's codes not freed yet. */
+static int live_codes(TpkContext *ctx) { return tpk_jit_stats(tpk_context_jit(ctx)).live_codes; }
+
+static void launch_scale(TpkKernel *k, TpkDevice *dev, int64_t n, float a) {
+  TpkBuffer *x, *y;
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &x), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &y), TPK_OK);
+  float *xv = tpk_buffer_data(x);
+  for (int i = 0; i < n; i++) xv[i] = (float)i;
+  TpkLaunch L = {.args = (TpkBuffer *[]){x, NULL, y}, .scalars = (double[]){0, a, 0}};
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+  const float *yv = tpk_buffer_data(y);
+  for (int i = 0; i < n; i++) assert_true(yv[i] == a * (float)i);
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+}
+
+/* An evicted unit's code goes with it: launches at more sizes than the
+ * cache keeps hold as many codes as it keeps units, not one per size. */
+static void test_eviction_frees_code(void **state) {
+  (void)state;
+  setenv("TPK_TIER", "tcc", 1);
+  setenv("TPK_CACHE_UNITS", "2", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_UNITS");
+  TpkDevice *host;
+  TpkProgram *p;
+  TpkKernel *k;
+  assert_int_equal(tpk_device_open(ctx, "host", &host), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "scale.tpk", SCALE, strlen(SCALE), &p), TPK_OK);
+  assert_int_equal(tpk_program_kernel(p, "scale", &k), TPK_OK);
+  for (int64_t n = 10; n < 30; n++) {
+    launch_scale(k, host, n, 3);
+    assert_true(live_codes(ctx) <= 2);
+  }
+  assert_int_equal(tpk_context_compiler_runs(ctx), 20);
+  tpk_program_destroy(p);
+  tpk_context_destroy(ctx);
+}
+
+/* Windows of ever new structures in a context that keeps few units: the
+ * code it holds stays bounded (their programs go with their units). */
+static void test_many_windows_hold_bounded_code(void **state) {
+  (void)state;
+  setenv("TPK_TIER", "tcc", 1);
+  setenv("TPK_CACHE_UNITS", "4", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_UNITS");
+  assert_int_equal(tpk_context_set_eager_mode(ctx, TPK_EAGER_FUSED), TPK_OK);
+  TpkDevice *host;
+  TpkStream *s;
+  TpkBuffer *x;
+  assert_int_equal(tpk_device_open(ctx, "host", &host), TPK_OK);
+  assert_int_equal(tpk_stream_create(host, &s), TPK_OK);
+  assert_int_equal(tpk_buffer_create(host, TPK_F32, 2, (int64_t[]){8, 5}, &x), TPK_OK);
+  int most = 0;
+  for (int len = 1; len <= 24; len++) { /* a chain of len ops: a new window each time */
+    TpkBuffer *v = x, *next;
+    int n;
+    for (int i = 0; i < len; i++) {
+      assert_int_equal(tpk_stream_op(s, i % 2 ? "neg" : "exp", (TpkArg[]){tpk_arg_buffer(v)}, 1, &next, 1, &n), TPK_OK);
+      if (v != x) tpk_buffer_destroy(v);
+      v = next;
+    }
+    assert_int_equal(tpk_stream_sync(s), TPK_OK);
+    tpk_buffer_destroy(v);
+    if (live_codes(ctx) > most) most = live_codes(ctx);
+  }
+  TpkStreamStats st;
+  tpk_stream_stats(s, &st);
+  assert_int_equal(st.compiles, 24);
+  assert_true(most <= 4);
+  tpk_buffer_destroy(x);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+}
+
+typedef struct Launcher {
+  TpkKernel *k;
+  TpkDevice *dev;
+  int64_t first, count; /* sizes first, first + 1, ... */
+} Launcher;
+
+static void *launch_sizes(void *arg) {
+  Launcher *l = arg;
+  for (int64_t n = l->first; n < l->first + l->count; n++) launch_scale(l->k, l->dev, n % 7 + 3 * (n % 2) + 9, 2);
+  return NULL;
+}
+
+/* Launches on two threads at sizes that evict each other's units while
+ * they run, and a queue of them: every launch runs on code that is still
+ * there (ASan and TSan watch this one). */
+static void test_launches_outlive_eviction(void **state) {
+  (void)state;
+  setenv("TPK_TIER", "tcc", 1);
+  setenv("TPK_CACHE_UNITS", "1", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_UNITS");
+  TpkDevice *host;
+  TpkProgram *p;
+  TpkKernel *k;
+  assert_int_equal(tpk_device_open(ctx, "host", &host), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "scale.tpk", SCALE, strlen(SCALE), &p), TPK_OK);
+  assert_int_equal(tpk_program_kernel(p, "scale", &k), TPK_OK);
+  Launcher a = {k, host, 0, 40}, b = {k, host, 3, 40};
+  pthread_t ta, tb;
+  assert_int_equal(pthread_create(&ta, NULL, launch_sizes, &a), 0);
+  assert_int_equal(pthread_create(&tb, NULL, launch_sizes, &b), 0);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  TpkQueue *q;
+  assert_int_equal(tpk_queue_create(ctx, &q), TPK_OK);
+  TpkBuffer *x[12], *y[12];
+  for (int i = 0; i < 12; i++) {
+    int64_t n = 5 + i;
+    assert_int_equal(tpk_buffer_create(host, TPK_F32, 1, &n, &x[i]), TPK_OK);
+    assert_int_equal(tpk_buffer_create(host, TPK_F32, 1, &n, &y[i]), TPK_OK);
+    float *xv = tpk_buffer_data(x[i]);
+    for (int e = 0; e < n; e++) xv[e] = (float)e;
+    TpkLaunch L = {.args = (TpkBuffer *[]){x[i], NULL, y[i]}, .scalars = (double[]){0, 4, 0}};
+    assert_int_equal(tpk_queue_launch(q, k, &L), TPK_OK);
+  }
+  assert_int_equal(tpk_queue_wait(q), TPK_OK);
+  for (int i = 0; i < 12; i++) {
+    const float *yv = tpk_buffer_data(y[i]);
+    for (int e = 0; e < 5 + i; e++) assert_true(yv[e] == 4.0f * (float)e);
+    tpk_buffer_destroy(x[i]);
+    tpk_buffer_destroy(y[i]);
+  }
+  assert_true(live_codes(ctx) <= 1);
+  tpk_queue_destroy(q);
+  tpk_program_destroy(p);
+  tpk_context_destroy(ctx);
+}
+
+/* The tunables chosen per launch size are remembered for the most recent
+ * sizes only: launches at ever new sizes hold a bounded number. */
+static void test_tune_memos_are_bounded(void **state) {
+  (void)state;
+  static const char *TUNED =
+      "kernel twice(x: f32[N]) -> (y: f32[N])\n"
+      "  tune B in [16, 32]\n"
+      "{\n"
+      "  for i in tiles(N, B) { y[i] = x[i] * 2.0; }\n"
+      "}\n";
+  setenv("TPK_TIER", "tcc", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_TIER");
+  TpkDevice *host;
+  TpkProgram *p;
+  TpkKernel *k;
+  assert_int_equal(tpk_device_open(ctx, "host", &host), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "twice.tpk", TUNED, strlen(TUNED), &p), TPK_OK);
+  assert_int_equal(tpk_program_kernel(p, "twice", &k), TPK_OK);
+  for (int64_t n = 1; n <= 100; n++) {
+    TpkBuffer *x, *y;
+    assert_int_equal(tpk_buffer_create(host, TPK_F32, 1, &n, &x), TPK_OK);
+    assert_int_equal(tpk_buffer_create(host, TPK_F32, 1, &n, &y), TPK_OK);
+    TpkLaunchResult r;
+    TpkLaunch L = {.args = (TpkBuffer *[]){x, y}, .result = &r};
+    assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+    assert_string_equal(r.tunes, "B=16");
+    tpk_buffer_destroy(x);
+    tpk_buffer_destroy(y);
+  }
+  assert_int_equal(tpk_kernel_tune_memos(k), 64);
+  tpk_program_destroy(p);
+  tpk_context_destroy(ctx);
+}
+
 /* ---- the disk under the units: processes ------------------------------------------ */
 
 /* In a child process: a context in the cache folder `dir` builds (or loads)
@@ -278,6 +463,125 @@ static void child_runs_graph(const char *dir, int compiles, int rejected) {
   _exit(ok ? 0 : 1);
 }
 
+/* What a process running the window and the graph below should see (-1:
+ * anything). */
+typedef struct Expect {
+  int compiles;      /* compiler runs */
+  int64_t emitted;   /* kernels lowered and emitted */
+  int64_t loads;     /* windows and graphs from the folder */
+  int rejected;      /* entries that did not authenticate */
+  int64_t builds;    /* windows and graphs built (stream compiles + graph misses) */
+} Expect;
+
+static bool expect_count(const char *what, int64_t got, int64_t want) {
+  if (want < 0 || got == want) return true;
+  fprintf(stderr, "child: %s %lld, want %lld\n", what, (long long)got, (long long)want);
+  return false;
+}
+
+/* The window: u = x*x + x and w = u's row sums, as a fused stream syncs it;
+ * then the same as a graph (tpk_graph_compile), launched. Checks both. */
+static bool run_window_and_graph(TpkContext *ctx, int64_t R, int64_t C, int64_t *builds) {
+  TpkDevice *host;
+  TpkStream *s;
+  TpkBuffer *x, *t, *u, *w;
+  int n;
+  if (tpk_context_set_eager_mode(ctx, TPK_EAGER_FUSED) != TPK_OK || tpk_device_open(ctx, "host", &host) != TPK_OK ||
+      tpk_stream_create(host, &s) != TPK_OK || tpk_buffer_create(host, TPK_F32, 2, (int64_t[]){R, C}, &x) != TPK_OK)
+    return false;
+  float *xv = tpk_buffer_data(x);
+  for (int64_t i = 0; i < R * C; i++) xv[i] = (float)(i % 5) - 2.0f;
+  bool ok = tpk_stream_op(s, "mul", (TpkArg[]){tpk_arg_buffer(x), tpk_arg_buffer(x)}, 2, &t, 1, &n) == TPK_OK &&
+            tpk_stream_op(s, "add", (TpkArg[]){tpk_arg_buffer(t), tpk_arg_buffer(x)}, 2, &u, 1, &n) == TPK_OK &&
+            tpk_stream_op(s, "sum", (TpkArg[]){tpk_arg_buffer(u), tpk_arg_ints(1, (int64_t[]){1})}, 2, &w, 1, &n) == TPK_OK;
+  if (ok) tpk_buffer_destroy(t);
+  ok = ok && tpk_stream_sync(s) == TPK_OK;
+  const float *uv = ok ? tpk_buffer_data(u) : NULL, *wv = ok ? tpk_buffer_data(w) : NULL;
+  float sums[64];
+  for (int64_t r = 0; ok && r < R && r < 64; r++) {
+    float sum = 0;
+    for (int64_t c = 0; c < C && ok; c++) {
+      float v = xv[r * C + c];
+      sum += v * v + v;
+      if (uv[r * C + c] != v * v + v) {
+        fprintf(stderr, "child: u[%lld] = %g, want %g\n", (long long)(r * C + c), uv[r * C + c], v * v + v);
+        ok = false;
+      }
+    }
+    if (ok && fabsf(wv[r] - sum) > 1e-4f * (1 + fabsf(sum))) {
+      fprintf(stderr, "child: w[%lld] = %g, want %g\n", (long long)r, wv[r], sum);
+      ok = false;
+    }
+    sums[r] = wv[r];
+  }
+  TpkStreamStats st;
+  tpk_stream_stats(s, &st);
+  *builds = st.compiles;
+  if (ok) {
+    tpk_buffer_destroy(u);
+    tpk_buffer_destroy(w);
+  }
+  tpk_stream_destroy(s);
+  /* the graph */
+  TpkGraph *g;
+  TpkProgram *p = NULL;
+  TpkKernel *k;
+  int gx, gt, gu, gw;
+  ok = ok && tpk_graph_create(ctx, "squares", &g) == TPK_OK;
+  ok = ok && tpk_graph_input(g, TPK_F32, 2, (const char *[]){"R", "C"}, &gx) == TPK_OK &&
+       tpk_graph_op(g, "mul", (TpkArg[]){tpk_arg_value(gx), tpk_arg_value(gx)}, 2, &gt, 1, &n) == TPK_OK &&
+       tpk_graph_op(g, "add", (TpkArg[]){tpk_arg_value(gt), tpk_arg_value(gx)}, 2, &gu, 1, &n) == TPK_OK &&
+       tpk_graph_op(g, "sum", (TpkArg[]){tpk_arg_value(gu), tpk_arg_ints(1, (int64_t[]){1})}, 2, &gw, 1, &n) == TPK_OK &&
+       tpk_graph_output(g, gw) == TPK_OK && tpk_graph_compile(g, &p) == TPK_OK &&
+       tpk_program_kernel(p, "squares", &k) == TPK_OK;
+  TpkBuffer *gy = NULL;
+  ok = ok && tpk_buffer_create(host, TPK_F32, 1, &R, &gy) == TPK_OK;
+  TpkLaunch L = {.args = (TpkBuffer *[]){x, gy}};
+  ok = ok && tpk_kernel_launch(k, &L) == TPK_OK;
+  for (int64_t r = 0; ok && r < R; r++)
+    if (((const float *)tpk_buffer_data(gy))[r] != sums[r]) {
+      fprintf(stderr, "child: the graph's y[%lld] = %g, want %g\n", (long long)r, ((const float *)tpk_buffer_data(gy))[r], sums[r]);
+      ok = false;
+    }
+  TpkCacheStats cs;
+  ok = ok && tpk_cache_stats(ctx, &cs) == TPK_OK;
+  if (ok) *builds += cs.unit_misses[TPK_UNIT_GRAPH];
+  if (!ok) fprintf(stderr, "child: %s\n", tpk_last_error());
+  tpk_buffer_destroy(gy);
+  tpk_program_destroy(p);
+  tpk_graph_destroy(g);
+  tpk_buffer_destroy(x);
+  return ok;
+}
+
+static void child_runs_window(const char *dir, const char *key_file, Expect want) {
+  setenv("TPK_CACHE_DIR", dir, 1);
+  setenv("TPK_TIER", "cc", 1);
+  if (key_file) setenv("TPK_CACHE_KEY_FILE", key_file, 1);
+  TpkContext *ctx;
+  if (tpk_context_create(&ctx) != TPK_OK) _exit(1);
+  int64_t builds = 0;
+  bool ok = run_window_and_graph(ctx, 6, 7, &builds);
+  TpkCacheStats s;
+  ok = ok && tpk_cache_stats(ctx, &s) == TPK_OK;
+  ok = ok && expect_count("compiler runs", tpk_context_compiler_runs(ctx), want.compiles) &&
+       expect_count("kernels emitted", s.emitted, want.emitted) &&
+       expect_count("units loaded", s.unit_loads[TPK_UNIT_EAGER] + s.unit_loads[TPK_UNIT_GRAPH], want.loads) &&
+       expect_count("entries rejected", s.rejected, want.rejected) && expect_count("windows and graphs built", builds, want.builds);
+  /* a warm process found every cluster's code by its key */
+  ok = ok && (want.emitted != 0 || expect_count("code loaded by key", s.unit_loads[TPK_UNIT_KERNEL], s.hits));
+  tpk_context_destroy(ctx);
+  _exit(ok ? 0 : 1);
+}
+
+static pid_t spawn_window(const char *dir, const char *key_file, Expect want) {
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) child_runs_window(dir, key_file, want);
+  return pid;
+}
+
 static pid_t spawn(const char *dir, int compiles, int rejected) {
   fflush(NULL);
   pid_t pid = fork();
@@ -292,18 +596,22 @@ static void expect_child(pid_t pid) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail_msg("the child process failed (status %d)", status);
 }
 
-/* The .so entries of the cache folder. */
-static int entries(const char *dir, char names[][512], int max) {
+/* The entries of the cache folder whose names end in `suffix` (".so":
+ * code, ".unit": windows and graphs). */
+static int entries_of(const char *dir, const char *suffix, char names[][512], int max) {
   DIR *d = opendir(dir);
   assert_non_null(d);
   int n = 0;
+  size_t ls = strlen(suffix);
   for (struct dirent *e; (e = readdir(d));) {
     size_t len = strlen(e->d_name);
-    if (len > 3 && strcmp(e->d_name + len - 3, ".so") == 0 && n < max) snprintf(names[n++], 512, "%s/%s", dir, e->d_name);
+    if (len > ls && strcmp(e->d_name + len - ls, suffix) == 0 && n < max) snprintf(names[n++], 512, "%s/%s", dir, e->d_name);
   }
   closedir(d);
   return n;
 }
+
+static int entries(const char *dir, char names[][512], int max) { return entries_of(dir, ".so", names, max); }
 
 /* A process builds the graph's two clusters with cc into the folder; a
  * second process loads them: no compiler runs, the code is the cache's. */
@@ -351,6 +659,130 @@ static void test_two_processes_build_at_once(void **state) {
   free(dir);
 }
 
+/* A process runs the window and the graph, building both and compiling
+ * their clusters into the folder; a second finds everything there: the
+ * window and the graph by their keys (nothing built or fused), their
+ * clusters' code by theirs (nothing lowered, emitted or compiled). */
+static void test_warm_process_builds_nothing(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-units");
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = -1, .emitted = -1, .loads = 0, .rejected = 0, .builds = 2}));
+  char names[16][512];
+  assert_int_equal(entries_of(dir, ".unit", names, 16), 2); /* the window, the graph */
+  assert_true(entries(dir, names, 16) >= 1);
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = 0, .emitted = 0, .loads = 2, .rejected = 0, .builds = 0}));
+  test_remove_tree(dir);
+  free(dir);
+}
+
+/* A damaged window or graph entry is not loaded: it is built again (its
+ * clusters' code still comes from the folder) and replaced. */
+static void test_damaged_unit_is_rebuilt(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-units");
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = -1, .emitted = -1, .loads = 0, .rejected = 0, .builds = 2}));
+  char names[16][512];
+  assert_int_equal(entries_of(dir, ".unit", names, 16), 2);
+  for (int i = 0; i < 2; i++) {
+    int fd = open(names[i], O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "X", 1, 0), 1);
+    close(fd);
+  }
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = 0, .emitted = 0, .loads = 0, .rejected = 2, .builds = 2}));
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = 0, .emitted = 0, .loads = 2, .rejected = 0, .builds = 0}));
+  test_remove_tree(dir);
+  free(dir);
+}
+
+/* Entries made under another key (planted by whoever can write the
+ * folder but has not our key) are refused, units and code alike:
+ * everything is built and compiled again. */
+static void test_entries_of_another_key_are_refused(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-units");
+  char *keys = test_temp_dir("tpk-test-keys");
+  char other[512];
+  snprintf(other, sizeof other, "%s/other.key", keys);
+  int fd = open(other, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "0123456789abcdef0123456789abcdef", 32), 32);
+  close(fd);
+  expect_child(spawn_window(dir, other, (Expect){.compiles = -1, .emitted = -1, .loads = 0, .rejected = 0, .builds = 2}));
+  char names[16][512];
+  int ncode = entries(dir, names, 16);
+  assert_true(ncode >= 1);
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = ncode, .emitted = ncode, .loads = 0, .rejected = 2 + ncode, .builds = 2}));
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = 0, .emitted = 0, .loads = 2, .rejected = 0, .builds = 0}));
+  test_remove_tree(dir);
+  test_remove_tree(keys);
+  free(dir);
+  free(keys);
+}
+
+/* Two processes build the window and the graph into one folder at once:
+ * one entry each remains, and a third process builds nothing. */
+static void test_two_processes_build_windows_at_once(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-units");
+  Expect any = {.compiles = -1, .emitted = -1, .loads = -1, .rejected = 0, .builds = -1};
+  pid_t a = spawn_window(dir, NULL, any), b = spawn_window(dir, NULL, any);
+  expect_child(a);
+  expect_child(b);
+  char names[16][512];
+  assert_int_equal(entries_of(dir, ".unit", names, 16), 2);
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = 0, .emitted = 0, .loads = 2, .rejected = 0, .builds = 0}));
+  test_remove_tree(dir);
+  free(dir);
+}
+
+static void log_to(void *user, const char *text) { tpk_str_puts(user, text); }
+
+/* The graph compiled in a context of the folder dir (TPK_TIER=cc), its
+ * log in *log when dumps is set; returns how many graphs it loaded. */
+static int64_t graph_loads(const char *dir, bool dumps, TpkStr *log) {
+  setenv("TPK_CACHE_DIR", dir, 1);
+  setenv("TPK_TIER", "cc", 1);
+  if (dumps) setenv("TPK_DUMP_IR", "1", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_DUMP_IR");
+  tpk_context_set_log(ctx, log_to, log);
+  TpkGraph *g;
+  TpkProgram *p;
+  int x, y, n;
+  assert_int_equal(tpk_graph_create(ctx, "logged", &g), TPK_OK);
+  assert_int_equal(tpk_graph_input(g, TPK_F32, 1, (const char *[]){"N"}, &x), TPK_OK);
+  assert_int_equal(tpk_graph_op(g, "exp", (TpkArg[]){tpk_arg_value(x)}, 1, &y, 1, &n), TPK_OK);
+  assert_int_equal(tpk_graph_output(g, y), TPK_OK);
+  assert_int_equal(tpk_graph_compile(g, &p), TPK_OK);
+  TpkCacheStats s;
+  stats(ctx, &s);
+  tpk_program_destroy(p);
+  tpk_graph_destroy(g);
+  tpk_context_destroy(ctx);
+  return s.unit_loads[TPK_UNIT_GRAPH];
+}
+
+/* TPK_DUMP_IR=1 logs every graph before and after fusion, so a context
+ * that dumps compiles a graph the folder has instead of loading it. */
+static void test_dumps_compile_what_the_folder_has(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-units");
+  TpkStr log = {0};
+  assert_int_equal(graph_loads(dir, false, &log), 0);
+  assert_int_equal(graph_loads(dir, true, &log), 0);
+  assert_non_null(log.data);
+  assert_contains(log.data, "// graph, before fusion\n");
+  assert_contains(log.data, "// graph, fused: the driver and its clusters\n");
+  assert_int_equal(graph_loads(dir, false, &log), 1);
+  tpk_str_free(&log);
+  test_remove_tree(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_loads_compile_once),
@@ -360,6 +792,15 @@ int main(void) {
       cmocka_unit_test(test_warm_process_compiles_nothing),
       cmocka_unit_test(test_damaged_entry_is_rebuilt),
       cmocka_unit_test(test_two_processes_build_at_once),
+      cmocka_unit_test(test_eviction_frees_code),
+      cmocka_unit_test(test_many_windows_hold_bounded_code),
+      cmocka_unit_test(test_launches_outlive_eviction),
+      cmocka_unit_test(test_tune_memos_are_bounded),
+      cmocka_unit_test(test_warm_process_builds_nothing),
+      cmocka_unit_test(test_damaged_unit_is_rebuilt),
+      cmocka_unit_test(test_entries_of_another_key_are_refused),
+      cmocka_unit_test(test_two_processes_build_windows_at_once),
+      cmocka_unit_test(test_dumps_compile_what_the_folder_has),
   };
   return test_run_tests(tests);
 }
