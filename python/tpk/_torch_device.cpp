@@ -635,15 +635,10 @@ c10::TypePtr unwrap_optional(c10::TypePtr t) {
   return t;
 }
 
-bool vocabulary_has(const std::string &packet) {
-  static const std::unordered_set<std::string> names = [] {
-    std::unordered_set<std::string> v;
-    for (int i = 0; i < tpk_graph_op_count(); i++) v.insert(tpk_graph_op_name(i));
-    return v;
-  }();
-  return names.count(packet) != 0;
-}
-
+/* What tpk has, by tpk_graph_op_known: the overload itself for functional
+ * and in-place ops ("add.Tensor", "add_.Tensor"), the packet for out= ops
+ * ("add.out" is submitted as "add": tpk picks the overload by the
+ * arguments). */
 Plan make_plan(const c10::FunctionSchema &schema) {
   Plan p;
   const std::string &full = schema.name();
@@ -651,7 +646,7 @@ Plan make_plan(const c10::FunctionSchema &schema) {
     p.why = "not an ATen op";
     return p;
   }
-  std::string packet = full.substr(6);
+  std::string packet = full.substr(6), qualified = packet + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
   const auto &params = schema.arguments();
   int written = 0;
   for (size_t i = 0; i < params.size(); i++)
@@ -659,19 +654,15 @@ Plan make_plan(const c10::FunctionSchema &schema) {
       written++;
       if (params[i].is_out()) p.outs.push_back((int)i);
     }
-  if (!vocabulary_has(packet)) {
+  bool in_place = written == 1 && !params.empty() && params[0].alias_info() && params[0].alias_info()->isWrite() &&
+                  params[0].type()->kind() == c10::TypeKind::TensorType && packet.back() == '_';
+  if (!p.outs.empty() && (int)p.outs.size() == written) p.kind = Plan::OUT, p.name = packet;
+  else if (in_place) p.kind = Plan::INPLACE, p.name = qualified;
+  else if (written == 0) p.kind = Plan::FUNCTIONAL, p.name = qualified;
+  else p.why = "it writes arguments the tpk device does not write yet";
+  if (p.kind != Plan::NONE && !tpk_graph_op_known(p.name.c_str())) {
+    p.kind = Plan::NONE;
     p.why = "tpk has no such op";
-    return p;
-  }
-  if (!p.outs.empty() && (int)p.outs.size() == written) {
-    p.kind = Plan::OUT, p.name = packet;
-  } else if (written == 1 && !params.empty() && params[0].alias_info() && params[0].alias_info()->isWrite() &&
-             params[0].type()->kind() == c10::TypeKind::TensorType && packet.back() == '_') {
-    p.kind = Plan::INPLACE, p.name = full.substr(6) + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
-  } else if (written == 0) {
-    p.kind = Plan::FUNCTIONAL, p.name = full.substr(6) + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
-  } else {
-    p.why = "it writes arguments the tpk device does not write yet";
   }
   return p;
 }
@@ -913,7 +904,7 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   cpu_route(op, stack);
 }
 
-/* The ATen ops tpk has, registered for PrivateUse1 by name so that the
+/* The ATen ops tpk has (tpk_graph_op_known), registered for PrivateUse1 by name so that the
  * dispatcher sends them here as they are (the fallback would see add.Tensor
  * as empty + add.out, a CompositeExplicitAutograd decomposition, and
  * native_layer_norm as batch norm): those with a kernel of their own for the
@@ -927,7 +918,7 @@ std::vector<std::string> register_vocabulary() {
   library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   c10::Dispatcher &d = c10::Dispatcher::singleton();
   for (const c10::OperatorName &name : d.getAllOpNames()) {
-    if (name.name.rfind("aten::", 0) != 0 || !vocabulary_has(name.name.substr(6))) continue;
+    if (name.name.rfind("aten::", 0) != 0 || !tpk_graph_op_known(name.name.c_str())) continue;
     std::optional<c10::OperatorHandle> op = d.findOp(name);
     if (!op || only_views(op->schema())) continue;
     Plan::Kind kind = make_plan(op->schema()).kind;
