@@ -1597,7 +1597,8 @@ static PyObject *cache_stats(PyObject *module, PyObject *unused) {
   static const char *const KINDS[] = {[TPK_UNIT_KERNEL] = "kernel", [TPK_UNIT_EAGER] = "eager", [TPK_UNIT_GRAPH] = "graph"};
   PyObject *units = PyDict_New(), *folder = PyDict_New();
   for (int k = 0; units && folder && k < 3; k++) {
-    PyObject *mine = Py_BuildValue("{sLsL}", "hits", (long long)st.unit_hits[k], "misses", (long long)st.unit_misses[k]);
+    PyObject *mine = Py_BuildValue("{sLsLsL}", "hits", (long long)st.unit_hits[k], "misses", (long long)st.unit_misses[k], "loads",
+                                   (long long)st.unit_loads[k]);
     PyObject *all = Py_BuildValue("{sLsL}", "hits", (long long)st.folder_unit_hits[k], "misses", (long long)st.folder_unit_misses[k]);
     if (!mine || !all || PyDict_SetItemString(units, KINDS[k], mine) < 0 || PyDict_SetItemString(folder, KINDS[k], all) < 0) {
       Py_CLEAR(units);
@@ -1606,12 +1607,12 @@ static PyObject *cache_stats(PyObject *module, PyObject *unused) {
     Py_XDECREF(all);
   }
   PyObject *d = units && folder
-                    ? Py_BuildValue("{szsOszszsLsLsLsLsisisisOsLsOsi}", "path", st.path, "enabled", st.enabled ? Py_True : Py_False,
+                    ? Py_BuildValue("{szsOszszsLsLsLsLsisisisOsLsOsisL}", "path", st.path, "enabled", st.enabled ? Py_True : Py_False,
                                     "note", st.note, "key_file", st.key_file, "entries", (long long)st.entries, "bytes",
                                     (long long)st.bytes, "max_bytes", (long long)st.max_bytes, "build_folders",
                                     (long long)st.build_folders, "hits", st.hits, "misses", st.misses, "rejected", st.rejected,
                                     "units", units, "units_held", (long long)st.units, "folder_units", folder, "compiler_runs",
-                                    tpk_context_compiler_runs(ctx))
+                                    tpk_context_compiler_runs(ctx), "emitted", (long long)st.emitted)
                     : NULL;
   Py_XDECREF(units);
   Py_XDECREF(folder);

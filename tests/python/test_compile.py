@@ -424,8 +424,9 @@ def test_registered_by_the_entry_point(tmp_path):
 
 
 def test_second_process_compiles_nothing(tmp_path):
-    """The compiled clusters are kept on disk (the cc tier's cache) and a
-    second process loads them: tpk runs no compiler."""
+    """The compiled graphs and their clusters are kept on disk (the fused IR
+    and the cc tier's code, by key) and a second process loads them: tpk
+    runs no compiler and emits no C."""
     code = """
         import importlib.util, torch, tpk, tpk.torch
         spec = importlib.util.spec_from_file_location("aten_ops", "{root}/tools/aten_ops.py")
@@ -434,12 +435,13 @@ def test_second_process_compiles_nothing(tmp_path):
         model = aten_ops.Mlp()
         torch.compile(model, backend="tpk")(torch.randn(8, 16), torch.randint(0, 10, (8,))).backward()
         s = tpk.cache_stats()
-        print(s["compiler_runs"], s["hits"], s["units"]["graph"]["misses"])
+        g = s["units"]["graph"]
+        print(s["compiler_runs"], s["emitted"], g["misses"], g["loads"])
     """.format(root=ROOT)
     env = {"TPK_CACHE_DIR": str(tmp_path), "TPK_TIER": "cc"}
     first = run_python(code, env).stdout.split()
     second = run_python(code, env).stdout.split()
-    runs, hits, graphs = map(int, first)
-    assert runs > 0 and hits == 0 and graphs == 2
-    runs, hits, graphs = map(int, second)
-    assert runs == 0 and hits > 0 and graphs == 2
+    runs, emitted, built, loaded = map(int, first)
+    assert runs > 0 and emitted > 0 and built == 2 and loaded == 0
+    runs, emitted, built, loaded = map(int, second)
+    assert runs == 0 and emitted == 0 and built == 0 and loaded == 2
