@@ -677,7 +677,7 @@ struct ResultTypes {
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ULL + (h >> 29); }
 
-ResultTypes result_types(State &s, const c10::OperatorHandle &op, const torch::jit::Stack &stack, size_t first) {
+ResultTypes result_types(const c10::OperatorHandle &op, const torch::jit::Stack &stack, size_t first) {
   static std::unordered_map<uint64_t, ResultTypes> known;
   const auto &params = op.schema().arguments();
   uint64_t h = mix(0xcbf29ce484222325ULL, (uint64_t)(uintptr_t)&op.schema());
@@ -697,7 +697,6 @@ ResultTypes result_types(State &s, const c10::OperatorHandle &op, const torch::j
   }
   auto found = known.find(h);
   if (found != known.end()) return found->second;
-  (void)s;
   ResultTypes r{true, {}};
   try {
     torch::jit::Stack meta(stack.begin() + (ptrdiff_t)first, stack.end());
@@ -829,7 +828,7 @@ void stream_route(State &s, const c10::OperatorHandle &op, torch::jit::Stack *st
   }
   ResultTypes types;
   if (plan.kind == Plan::FUNCTIONAL) {
-    types = result_types(s, op, *stack, first);
+    types = result_types(op, *stack, first);
     if (!types.ok) throw Refused{"its results are not tensors tpk makes"};
     for (at::ScalarType t : types.types)
       if (!tpk_dtype(t)) throw Refused{std::string("ATen's result is ") + c10::toString(t)};
