@@ -2,7 +2,8 @@
 #
 #   make deps        install what is missing (Debian packages, Python packages); safe to rerun
 #   make             build/libtpk.a, build/libtpk.so, build/tpk, and the Python
-#                    package's extension, python/tpk/_C*.so (linked to build/libtpk.so)
+#                    package's extensions, python/tpk/_C*.so (linked to build/libtpk.so)
+#                    and, with torch installed, the tpk device's python/tpk/_torch_device*.so
 #   make test        every test (C unit tests, golden diagnostics, tutorials, the
 #                    standard kernels against NumPy and PyTorch, the Python package)
 #   make test-asan   the C tests under AddressSanitizer + UBSan
@@ -77,9 +78,13 @@ TEST_SUPPORT := $(BUILD)/tests/support.o
 PY_INCLUDE := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
 PY_EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 PY_EXT := $(if $(PY_EXT_SUFFIX),python/tpk/_C$(PY_EXT_SUFFIX))
+# The tpk PyTorch device's C++ shim, when torch is installed (found without
+# importing it: the flags come from torch once, see below).
+TORCH_DIR := $(shell $(PYTHON) -c "import importlib.util as u; s = u.find_spec('torch'); print(s.submodule_search_locations[0] if s else '')" 2>/dev/null)
+DEVICE_EXT := $(if $(and $(TORCH_DIR),$(PY_EXT_SUFFIX)),python/tpk/_torch_device$(PY_EXT_SUFFIX))
 
 .PHONY: all deps test test-asan test-tsan test-c bench fuzz clean
-all: $(BUILD)/libtpk.a $(BUILD)/libtpk.so $(BUILD)/tpk $(PY_EXT)
+all: $(BUILD)/libtpk.a $(BUILD)/libtpk.so $(BUILD)/tpk $(PY_EXT) $(DEVICE_EXT)
 
 deps:
 	@sh tools/deps.sh
@@ -178,6 +183,21 @@ $(BUILD)/python/_C.o: python/tpk/_C.c
 $(PY_EXT): $(BUILD)/python/_C.o $(BUILD)/libtpk.so
 	$(CC) -shared $(LDFLAGS) -o $@ $< -L$(abspath $(BUILD)) -ltpk -Wl,-rpath,$(abspath $(BUILD))
 
+# ---- the tpk PyTorch device's shim (python/tpk/_torch_device.cpp) ----
+# C++ against torch's headers, with the flags torch.utils.cpp_extension
+# gives (python/torch_ext_flags.py: asked once, again when torch changes),
+# linked to libtorch and $(BUILD)/libtpk.so like _C: built here, never by a
+# JIT load() at import.
+$(BUILD)/python/torch_flags: python/torch_ext_flags.py $(TORCH_DIR)/version.py
+	@mkdir -p $(dir $@)
+	$(PYTHON) python/torch_ext_flags.py > $@
+$(BUILD)/python/_torch_device.o: python/tpk/_torch_device.cpp include/tpk.h $(BUILD)/python/torch_flags
+	$(CXX) -Iinclude $$(sed -n 1p $(BUILD)/python/torch_flags) -g $(OPT) -fPIC -Wall -Wextra -Werror -Wno-missing-field-initializers -fvisibility=hidden \
+		-MMD -MP -c $< -o $@
+$(DEVICE_EXT): $(BUILD)/python/_torch_device.o $(BUILD)/libtpk.so
+	$(CXX) -shared $(LDFLAGS) -o $@ $< -L$(abspath $(BUILD)) -ltpk -Wl,-rpath,$(abspath $(BUILD)) \
+		$$(sed -n 2p $(BUILD)/python/torch_flags)
+
 # ---- tests ----
 $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/libtpk.a
 	@mkdir -p $(dir $@)
@@ -194,7 +214,7 @@ test-c: $(TEST_BIN) $(BUILD)/tpk $(BUILD)/libtpk.so
 	@sh tools/check-layout.sh
 	@sh tools/run-tests.sh $(BUILD) $(TEST_BIN)
 
-test: test-c $(PY_EXT)
+test: test-c $(PY_EXT) $(DEVICE_EXT)
 	@sh tools/run-tutorials.sh $(BUILD)
 	@echo "standard kernels against NumPy and PyTorch (tests/std):"
 	@TPK_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/std
@@ -274,7 +294,7 @@ fuzz:
 		-dict=tests/fuzz/tpk.dict $(FUZZ_BUILD)/corpus tests/fuzz/corpus
 
 clean:
-	rm -rf $(BUILD) $(PY_EXT)
+	rm -rf $(BUILD) $(PY_EXT) $(DEVICE_EXT)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

@@ -178,6 +178,12 @@ TpkStatus tpk_buffer_read(const TpkBuffer *buf, void *dst, size_t bytes);
 void tpk_dtype_convert(TpkDType from, const void *src, TpkDType to, void *dst, size_t n);
 /* The memory itself, in host memory on every device so far. */
 void *tpk_buffer_data(TpkBuffer *buf);
+/* Where tpk_buffer_data's memory is, without settling the work pending on
+ * it (see Eager streams): for a caller that must hold the address of an
+ * eager op's output when the op is submitted (a PyTorch storage) and
+ * settles before it touches the bytes itself (tpk_stream_sync,
+ * tpk_buffer_read). NULL when the buffer's context was destroyed. */
+void *tpk_buffer_address(const TpkBuffer *buf);
 
 /* Load and check a .tpk file or text. A file with errors fails with all its
  * diagnostics (rendered as `tpk check` shows them) in tpk_last_error(). */

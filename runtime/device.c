@@ -610,6 +610,8 @@ void *tpk_buffer_data(TpkBuffer *b) {
   return buffer_bytes(b);
 }
 
+void *tpk_buffer_address(const TpkBuffer *b) { return b ? buffer_bytes(b) : NULL; }
+
 void tpk_buffer_mark_pending(TpkBuffer *b, TpkStream *s) {
   tpk_stream_retain(s);
   atomic_store(&b->storage->pending, s);

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install what the build and tests need and is missing; safe to run twice.
 # Debian packages: re2c (lexer), lemon (parser), libtcc (JIT), cmocka (tests),
-# clang (libFuzzer, for `make fuzz`), OpenBLAS (the baseline of bench_gemm).
+# clang (libFuzzer, for `make fuzz`), OpenBLAS (the baseline of bench_gemm),
+# g++ (the tpk PyTorch device's C++ shim, python/tpk/_torch_device.cpp).
 set -e
 missing=""
 need() { # need PACKAGE FILE-THAT-PROVES-IT
@@ -15,6 +16,7 @@ need libcmocka-dev /usr/include/cmocka.h
 need clang /usr/bin/clang
 need make /usr/bin/make
 need gcc /usr/bin/gcc
+need g++ /usr/bin/g++
 multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 need libopenblas-dev "/usr/include/$multiarch/openblas-pthread/cblas.h"
 if [ -n "$missing" ]; then

@@ -1757,6 +1757,14 @@ static PyObject *open_device(PyObject *module, PyObject *name) {
   return device_of(name) ? Py_NewRef(name) : NULL;
 }
 
+/* The process's context, for tpk's other extensions (the torch device's
+ * shim), which must share it: kernels, streams and the cache are one. */
+static PyObject *context_capsule(PyObject *module, PyObject *unused) {
+  (void)module, (void)unused;
+  TpkContext *ctx = context();
+  return ctx ? PyCapsule_New(ctx, "tpk._C.context", NULL) : NULL;
+}
+
 /* ---- types and the module --------------------------------------------------------- */
 
 static PyMemberDef KERNEL_MEMBERS[] = {
@@ -1896,6 +1904,7 @@ static PyMethodDef MODULE_METHODS[] = {
      "wait_compiles(): block until the background (cc -O3) compiles of every kernel launched so far are done"},
     {"cache_stats", cache_stats, METH_NOARGS,
      "cache_stats() -> dict: the compilation cache (tpk_cache_stats) and the compiler runs of the process's context"},
+    {"context_capsule", context_capsule, METH_NOARGS, "the process's TpkContext in a capsule named 'tpk._C.context'"},
     {NULL},
 };
 

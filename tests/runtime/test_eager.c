@@ -502,6 +502,38 @@ static void test_pending_buffers_settle(void **state) {
   }
 }
 
+/* A pending output's address is known at once and settles nothing: the
+ * work runs at the sync, and the bytes are then where the address said. */
+static void test_address_of_a_pending_buffer(void **state) {
+  (void)state;
+  for (int mode = TPK_EAGER_STRICT; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    TpkBuffer *x;
+    CHECK(tpk_buffer_create(dev, TPK_F32, 1, (int64_t[]){64}, &x));
+    float ones[64];
+    for (int i = 0; i < 64; i++) ones[i] = 1;
+    CHECK(tpk_buffer_write(x, ones, sizeof ones));
+    TpkBuffer *y = op(s, "add", 2, (TpkArg[]){A(x), A(x)});
+    const float *at = tpk_buffer_address(y);
+    assert_non_null(at);
+    TpkStreamStats stats;
+    tpk_stream_stats(s, &stats);
+    if (mode == TPK_EAGER_FUSED) assert_int_equal(stats.windows, 0); /* not run by the address */
+    CHECK(tpk_stream_sync(s));
+    assert_ptr_equal(at, tpk_buffer_data(y));
+    assert_true(at[63] == 2.0f);
+    assert_null(tpk_buffer_address(NULL));
+    tpk_buffer_destroy(x);
+    tpk_buffer_destroy(y);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
 /* ---- lifetimes ----------------------------------------------------------------------- */
 
 /* A stream destroyed with pending buffers runs their work first; buffers
@@ -669,6 +701,7 @@ int main(void) {
       cmocka_unit_test(test_debug_errors_name_the_op),
       cmocka_unit_test(test_errors_at_the_next_sync),
       cmocka_unit_test(test_pending_buffers_settle),
+      cmocka_unit_test(test_address_of_a_pending_buffer),
       cmocka_unit_test(test_lifetimes),
       cmocka_unit_test(test_two_streams_on_two_threads),
       cmocka_unit_test(test_kernel_calls),
