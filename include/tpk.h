@@ -643,6 +643,12 @@ typedef struct TpkCacheStats {
   /* Kernels this context lowered and emitted C for (0 in a process whose
    * every unit the folder had). */
   int64_t emitted;
+  /* Times it bound and lowered a kernel for a launch's sizes: a sim
+   * device's timing needs that once per sizes; on the host, code for every
+   * shape needs only what that taught (how many threads its grid takes),
+   * which the folder keeps, so a process on the host whose every unit and
+   * launch size the folder had lowers nothing. */
+  int64_t lowered;
   /* The same lookups of every context that used the folder, added as each
    * ended, since the folder was last cleared (a tally, not authenticated). */
   int64_t folder_unit_hits[3], folder_unit_misses[3];

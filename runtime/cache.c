@@ -103,6 +103,7 @@ TpkStatus tpk_cache_stats(TpkContext *ctx, TpkCacheStats *out) {
   tpk_units_stats(tpk_context_units(ctx), &count, out->unit_hits, out->unit_misses, out->unit_loads);
   out->units = count;
   out->emitted = tpk_context_emitted(ctx);
+  out->lowered = tpk_context_lowered(ctx);
   int fd = info.dir ? open_tally(info.dir, O_RDONLY) : -1;
   if (fd >= 0) {
     if (flock(fd, LOCK_SH) == 0) read_tally(fd, out->folder_unit_hits, out->folder_unit_misses);

@@ -203,14 +203,6 @@ static void host_close(TpkDevice *dev) { cache_close(dev); }
 
 static TpkTarget host_target(const TpkDevice *dev) { return tpk_target_host(dev->host_vmem); }
 
-static TpkStatus host_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared **out, TpkError *err) {
-  (void)dev, (void)f, (void)err;
-  *out = NULL;
-  return TPK_OK;
-}
-
-static void host_unprepare(TpkPrepared *p) { (void)p; }
-
 static void host_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r) {
   (void)dev, (void)p;
   r->simulated = false;
@@ -221,7 +213,7 @@ static void host_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchRes
 static const TpkDeviceOps host_ops = {
     .kind = "host", .memory = "memory", .claims = host_claims, .open = host_open, .close = host_close, .target = host_target,
     .alloc = host_alloc, .free = host_free, .write = host_copy, .read = host_copy, .wraps_host_memory = true,
-    .prepare = host_prepare, .unprepare = host_unprepare, .run = host_run, .report = host_report,
+    .prepare = NULL, .unprepare = NULL, .run = host_run, .report = host_report,
 };
 
 /* ---- sim:<chip> -------------------------------------------------------------------- */

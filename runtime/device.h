@@ -52,7 +52,9 @@ typedef struct TpkDeviceOps {
   /* Whether memory the caller allocated on the host can be a buffer here. */
   bool wraps_host_memory;
   /* A kernel bound and lowered for the device (f): what it keeps of it,
-   * once per specialisation. */
+   * once per specialisation. NULL: it keeps nothing (the host), so code
+   * for every shape launches without binding or lowering for its sizes
+   * once their facts are known (runtime.c). */
   TpkStatus (*prepare)(const TpkDevice *dev, const TpkFunc *f, TpkPrepared **out, TpkError *err);
   void (*unprepare)(TpkPrepared *p);
   /* Run a launch. Returns the first part (in grid order) that failed, with

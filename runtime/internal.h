@@ -36,6 +36,8 @@ struct TpkJit *tpk_context_jit(const TpkContext *ctx);
 /* How many kernels the context lowered and emitted as C (a unit found on
  * disk by its key spares that). */
 int64_t tpk_context_emitted(const TpkContext *ctx);
+/* How many times it bound and lowered a kernel for a launch's sizes. */
+int64_t tpk_context_lowered(const TpkContext *ctx);
 /* How many launch sizes k remembers the tunables of (bounded). */
 int tpk_kernel_tune_memos(const TpkKernel *k);
 
@@ -111,7 +113,7 @@ TpkStatus tpk_units_get(TpkUnits *u, int kind, const uint64_t *key, int nwords, 
 /* How a kind of unit is kept in the cache folder beside the memory:
  * its payload as bytes and back. */
 typedef struct TpkUnitCodec {
-  int kind; /* the TpkUnitKind its loads count as */
+  int kind; /* the TpkUnitKind its loads count as (-1: none) */
   /* The payload as bytes, appended to out; false when it is not kept. */
   bool (*save)(const void *payload, TpkStr *out);
   /* A payload from what save wrote (authenticated, this build's), or NULL
@@ -193,7 +195,7 @@ TpkProgram *tpk_program_restore(TpkContext *ctx, const char *bytes, size_t len);
 int tpk_program_kernel_runs(const TpkProgram *p);
 
 /* The first word of a unit's key says what it is. */
-enum { TPK_UNIT_KEY_GENERIC = 1, TPK_UNIT_KEY_SPEC, TPK_UNIT_KEY_GRAPH, TPK_UNIT_KEY_WINDOW };
+enum { TPK_UNIT_KEY_GENERIC = 1, TPK_UNIT_KEY_SPEC, TPK_UNIT_KEY_GRAPH, TPK_UNIT_KEY_WINDOW, TPK_UNIT_KEY_FACTS };
 
 /* Compiling outside a launch (a graph): holds off the context's end; false
  * (nothing held) when the context was destroyed. */

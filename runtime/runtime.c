@@ -24,8 +24,9 @@
  * target it is lowered for (code_key; the JIT adds the compiler and tpk's
  * build). A Generic found under its key needs nothing lowered or emitted:
  * its code knows its workspace (<entry>_workspace); a specialisation is
- * still lowered (its plan, threads and the device's preparation need the
- * lowered kernel) but not emitted. The code goes with the last unit that
+ * still bound and lowered (its threads and a simulator's preparation need
+ * the lowered kernel) but not emitted, and on the host only once: what it
+ * learnt (SpecFacts) is kept by its code key too. The code goes with the last unit that
  * holds it, so evicting a unit frees its code once no launch uses it.
  *
  * Errors: every call returns a status; the message is kept per thread
@@ -120,6 +121,7 @@ typedef struct Spec {
   const TpkDevice *dev;
   TpkPrepared *prepared; /* what the device keeps of it */
   int64_t workspace_bytes; /* one part's */
+  int64_t instances;       /* of the grid it shares (-1: not known) */
   int parts;               /* how many threads share the grid (1: one runs it all) */
 } Spec;
 
@@ -191,6 +193,7 @@ struct TpkContext {
   void *log_user;
   TpkUnits *units;   /* the compiled units (units.c) */
   atomic_llong emitted; /* kernels lowered and emitted as C (tpk_cache_stats) */
+  atomic_llong lowered; /* kernels bound and lowered for a launch's sizes */
   TpkStreams *streams; /* eager streams (eager.c) */
   _Atomic int eager_mode; /* TpkEagerMode of new streams */
   pthread_mutex_t lock; /* the lists below, and pool */
@@ -255,6 +258,7 @@ TpkStatus tpk_context_create(TpkContext **out) {
   }
   ctx->units = tpk_units_new(max_units, ctx);
   atomic_init(&ctx->emitted, 0);
+  atomic_init(&ctx->lowered, 0);
   const char *eager = getenv("TPK_EAGER");
   TpkEagerMode mode = TPK_EAGER_STRICT;
   if (eager && *eager) {
@@ -688,6 +692,7 @@ TpkContext *tpk_program_context(const TpkProgram *p) { return p->ctx; }
 const TpkFunc *tpk_kernel_ir(const TpkKernel *k) { return k->f; }
 TpkJit *tpk_context_jit(const TpkContext *ctx) { return ctx->jit; }
 int64_t tpk_context_emitted(const TpkContext *ctx) { return atomic_load(&((TpkContext *)ctx)->emitted); }
+int64_t tpk_context_lowered(const TpkContext *ctx) { return atomic_load(&((TpkContext *)ctx)->lowered); }
 TpkUnits *tpk_context_units(const TpkContext *ctx) { return ctx->units; }
 TpkStreams *tpk_context_streams(const TpkContext *ctx) { return ctx->streams; }
 int tpk_program_kernel_runs(const TpkProgram *p) { return p->driver ? tpk_driver_calls(p->driver) : 1; }
@@ -1020,7 +1025,7 @@ static void entry_name(char *out, size_t size, const char *prefix, const char *n
 }
 
 /* A unit's key: kind, the kernel's identity, then n more words. */
-enum { UNIT_GENERIC = TPK_UNIT_KEY_GENERIC, UNIT_SPEC = TPK_UNIT_KEY_SPEC };
+enum { UNIT_GENERIC = TPK_UNIT_KEY_GENERIC, UNIT_SPEC = TPK_UNIT_KEY_SPEC, UNIT_FACTS = TPK_UNIT_KEY_FACTS };
 
 /* The words k's code is kept under on disk (host/jit.h, keyed code): what
  * decides its C besides the compiler and tpk's build, which the JIT adds —
@@ -1131,7 +1136,90 @@ static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, TpkUnit
 /* Bind the kernel's IR with every size and tunable, lower it and compile it
  * (unless code serving every shape exists). The bound IR goes once the
  * device has prepared what it keeps of it. */
+/* Threads: a part per thread, never more parts than the grid has
+ * instances (a one-instance grid wakes nobody; -1: not known), and no more
+ * than keep the parts' workspaces together within MAX_PART_WORKSPACES
+ * (each part has its own, and a kernel may plan up to the whole VMEM
+ * budget). */
+static void share_grid(Spec *spec, int64_t instances, int threads) {
+  spec->parts = instances < 0 || instances > threads ? threads : instances < 1 ? 1 : (int)instances;
+  while (spec->parts > 1 && (int64_t)spec->parts * spec->workspace_bytes > MAX_PART_WORKSPACES) spec->parts--;
+}
+
+/* What a launch of code for every shape on a device that keeps nothing of
+ * the IR (the host) learns from binding and lowering its kernel for some
+ * sizes: that they bind and lower, and how many instances the shared grid
+ * has. Kept in the cache folder under the specialisation's code key, so a
+ * later process binds and lowers nothing for sizes seen before. */
+typedef struct SpecFacts {
+  int64_t instances; /* -1: no grid is shared */
+} SpecFacts;
+
+static bool facts_save(const void *payload, TpkStr *out) {
+  tpk_str_printf(out, "%lld", (long long)((const SpecFacts *)payload)->instances);
+  return !out->failed;
+}
+
+static void *facts_load(TpkContext *ctx, const char *bytes, size_t len) {
+  (void)ctx;
+  char text[32], *end;
+  if (len == 0 || len >= sizeof text) return NULL;
+  memcpy(text, bytes, len);
+  text[len] = 0;
+  long long n = strtoll(text, &end, 10);
+  SpecFacts *f = *end || n < -1 ? NULL : malloc(sizeof *f);
+  if (f) f->instances = n;
+  return f;
+}
+
+/* (not counted as a unit of a kind: the lookup of the specialisation is) */
+static const TpkUnitCodec facts_codec = {-1, facts_save, facts_load, free};
+
+/* The facts unit of k at these sizes and tunables on target t (held for
+ * the caller): found, or claimed for the caller to publish or abandon. */
+static TpkStatus find_facts(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkTarget *t, TpkUnit **out,
+                            bool *claimed) {
+  uint64_t key[MAX_CODE_KEY];
+  int nkey = code_key(k, UNIT_FACTS, tunes, b->sizes, t, key);
+  return tpk_units_get_kept(k->prog->ctx->units, -1, &facts_codec, key, nkey, out, claimed);
+}
+
+static TpkStatus specialise_bound(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev,
+                                  const TpkTarget *t, Spec *spec);
+
 static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, Spec *spec) {
+  TpkProgram *prog = k->prog;
+  TpkTarget target = dev->ops->target(dev);
+  TpkUnit *facts = NULL;
+  bool claimed = false;
+  TpkStatus st = TPK_OK;
+  if (!dev->ops->prepare) { /* code for every shape needs only the facts */
+    st = find_generic(k, tunes, &spec->generic_unit);
+    if (st == TPK_OK && spec->generic_unit) st = find_facts(k, b, tunes, &target, &facts, &claimed);
+    if (st != TPK_OK) return st;
+    if (facts && !claimed) {
+      spec->generic = tpk_unit_payload(spec->generic_unit);
+      spec->workspace_bytes = spec->generic->workspace(spec->syms);
+      share_grid(spec, ((const SpecFacts *)tpk_unit_payload(facts))->instances, prog->ctx->threads);
+      tpk_unit_release(facts);
+      return TPK_OK;
+    }
+  }
+  st = specialise_bound(k, b, tunes, dev, &target, spec);
+  if (facts) {
+    SpecFacts *learnt = st == TPK_OK ? malloc(sizeof *learnt) : NULL;
+    if (learnt) {
+      learnt->instances = spec->instances;
+      tpk_unit_ready(prog->ctx->units, facts, learnt, free);
+      tpk_unit_release(facts);
+    } else tpk_unit_abandon(prog->ctx->units, facts);
+  }
+  return st;
+}
+
+/* Binds k for the sizes, lowers it for the device, and prepares it there. */
+static TpkStatus specialise_bound(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev,
+                                  const TpkTarget *t, Spec *spec) {
   TpkProgram *prog = k->prog;
   TpkFunc *f;
   TpkModule *module;
@@ -1140,7 +1228,7 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
     if (module) tpk_module_free(module);
     return st;
   }
-  st = find_generic(k, tunes, &spec->generic_unit);
+  if (!spec->generic_unit) st = find_generic(k, tunes, &spec->generic_unit);
   if (st != TPK_OK) {
     tpk_module_free(module);
     return st;
@@ -1148,20 +1236,20 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   const Generic *g = spec->generic_unit ? tpk_unit_payload(spec->generic_unit) : NULL;
   /* Lowered, tiled and planned for the device (a chip's VMEM on a sim
    * device; the host runs that same code for the values). */
-  TpkTarget target = dev->ops->target(dev);
   TpkStr c = {0};
   TpkError err = {0};
   char entry[128];
   entry_name(entry, sizeof entry, "tpk_kernel_", f->name);
   TpkPlan plan;
-  st = tpk_lower(f, &target, &plan, &err);
+  atomic_fetch_add(&prog->ctx->lowered, 1);
+  st = tpk_lower(f, t, &plan, &err);
   if (g) { /* planned (the VMEM budget) and timed; the code exists */
     spec->generic = g;
     spec->workspace_bytes = g->workspace(spec->syms);
   } else if (st == TPK_OK) {
     spec->workspace_bytes = plan.workspace_bytes;
     uint64_t key[MAX_CODE_KEY];
-    int nkey = code_key(k, UNIT_SPEC, tunes, b->sizes, &target, key);
+    int nkey = code_key(k, UNIT_SPEC, tunes, b->sizes, t, key);
     tpk_jit_load(prog->ctx->jit, key, nkey, entry, &spec->code);
     if (spec->code) {
       tpk_units_loaded(prog->ctx->units, TPK_UNIT_KERNEL);
@@ -1173,17 +1261,13 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   }
   tpk_plan_free(&plan);
   tpk_str_free(&c);
-  /* Threads: the lowered kernel tells whether its grid may be shared and
-   * how many instances it has; a part per thread, never more parts than
-   * instances (a one-instance grid wakes nobody), and no more than keep
-   * the parts' workspaces together within MAX_PART_WORKSPACES (each part
-   * has its own, and a kernel may plan up to the whole VMEM budget). */
+  /* the lowered kernel tells whether its grid may be shared and how many
+   * instances it has */
   const TpkOp *grid = st == TPK_OK ? tpk_split_grid(f) : NULL;
-  int64_t instances = grid ? tpk_grid_instances(grid) : 1;
-  spec->parts = instances < 0 || instances > prog->ctx->threads ? prog->ctx->threads : instances < 1 ? 1 : (int)instances;
-  while (spec->parts > 1 && (int64_t)spec->parts * spec->workspace_bytes > MAX_PART_WORKSPACES) spec->parts--;
+  spec->instances = grid ? tpk_grid_instances(grid) : 1;
+  share_grid(spec, spec->instances, prog->ctx->threads);
   spec->dev = dev;
-  if (st == TPK_OK) st = dev->ops->prepare(dev, f, &spec->prepared, &err);
+  if (st == TPK_OK && dev->ops->prepare) st = dev->ops->prepare(dev, f, &spec->prepared, &err);
   tpk_module_free(module);
   return st == TPK_OK ? TPK_OK : fail_at_line(k, &err);
 }

@@ -255,7 +255,7 @@ TpkStatus tpk_units_get_kept(TpkUnits *u, int kind, const TpkUnitCodec *codec, c
     (*out)->codec = codec; /* only its builder reads it */
     return TPK_OK;
   }
-  tpk_units_loaded(u, codec->kind);
+  if (codec->kind >= 0) tpk_units_loaded(u, codec->kind);
   tpk_unit_ready(u, *out, payload, codec->destroy);
   *claimed = false;
   return TPK_OK;

@@ -1607,12 +1607,13 @@ static PyObject *cache_stats(PyObject *module, PyObject *unused) {
     Py_XDECREF(all);
   }
   PyObject *d = units && folder
-                    ? Py_BuildValue("{szsOszszsLsLsLsLsisisisOsLsOsisL}", "path", st.path, "enabled", st.enabled ? Py_True : Py_False,
+                    ? Py_BuildValue("{szsOszszsLsLsLsLsisisisOsLsOsisLsL}", "path", st.path, "enabled", st.enabled ? Py_True : Py_False,
                                     "note", st.note, "key_file", st.key_file, "entries", (long long)st.entries, "bytes",
                                     (long long)st.bytes, "max_bytes", (long long)st.max_bytes, "build_folders",
                                     (long long)st.build_folders, "hits", st.hits, "misses", st.misses, "rejected", st.rejected,
                                     "units", units, "units_held", (long long)st.units, "folder_units", folder, "compiler_runs",
-                                    tpk_context_compiler_runs(ctx), "emitted", (long long)st.emitted)
+                                    tpk_context_compiler_runs(ctx), "emitted", (long long)st.emitted, "lowered",
+                                    (long long)st.lowered)
                     : NULL;
   Py_XDECREF(units);
   Py_XDECREF(folder);
