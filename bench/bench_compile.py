@@ -43,47 +43,15 @@ STEPS, WARMUP = 30, 5
 
 
 def models():
+    """The issue's MLP and transformer block (tools/aten_ops.py) at this
+    benchmark's sizes, and their inputs."""
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    class Mlp(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1, self.norm, self.fc2 = nn.Linear(512, 1024), nn.LayerNorm(1024), nn.Linear(1024, 10)
-
-        def forward(self, x, target):
-            return F.cross_entropy(self.fc2(self.norm(F.gelu(self.fc1(x)))), target)
-
-    class RmsNorm(nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.w = nn.Parameter(torch.ones(d))
-
-        def forward(self, x):
-            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
-
-    class Block(nn.Module):
-        def __init__(self, d=256, heads=4, hidden=512):
-            super().__init__()
-            self.heads = heads
-            self.n1, self.n2 = RmsNorm(d), RmsNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
-            self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
-            self.down = nn.Linear(hidden, d)
-
-        def forward(self, x):
-            b, s, d = x.shape
-            q, k, v = self.qkv(self.n1(x)).split(d, dim=-1)
-            q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
-            x = x + self.proj(a)
-            h = self.n2(x)
-            return (x + self.down(F.silu(self.gate(h)) * self.up(h))).sum()
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+    from aten_ops import Block, Mlp
 
     return {
-        "MLP": (Mlp, lambda: (torch.randn(256, 512), torch.randint(0, 10, (256,)))),
-        "transformer block": (Block, lambda: (torch.randn(4, 128, 256),)),
+        "MLP": (lambda: Mlp(d_in=512, hidden=1024), lambda: (torch.randn(256, 512), torch.randint(0, 10, (256,)))),
+        "transformer block": (lambda: Block(d=256, heads=4, hidden=512), lambda: (torch.randn(4, 128, 256),)),
     }
 
 

@@ -39,10 +39,15 @@ def decompositions():
                                                             for k in KEEP_WHOLE)}
 
 
+# The models the issues name, at the sizes each user gives them (these
+# tests' small ones by default; bench/streams and bench/bench_compile.py
+# take larger ones).
 class Mlp(nn.Module):
-    def __init__(self):
+    """A 2-layer MLP: linear, GELU, layernorm, linear, cross-entropy."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
         super().__init__()
-        self.fc1, self.norm, self.fc2 = nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 10)
+        self.fc1, self.norm, self.fc2 = nn.Linear(d_in, hidden), nn.LayerNorm(hidden), nn.Linear(hidden, classes)
 
     def forward(self, x, target):
         return F.cross_entropy(self.fc2(self.norm(F.gelu(self.fc1(x)))), target)
@@ -58,14 +63,16 @@ class RmsNorm(nn.Module):
 
 
 class Block(nn.Module):
-    """A transformer block: RMSNorm, causal SDPA, SwiGLU, residuals."""
+    """A transformer block: RMSNorm, causal SDPA, SwiGLU, residuals; its loss
+    is the output's sum, or its mean square."""
 
-    def __init__(self, d=32, heads=4):
+    def __init__(self, d=32, heads=4, hidden=64, down_bias=True, mean_square=False):
         super().__init__()
-        self.heads = heads
+        self.heads, self.mean_square = heads, mean_square
         self.n1, self.n2 = RmsNorm(d), RmsNorm(d)
         self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
-        self.gate, self.up, self.down = nn.Linear(d, 64, bias=False), nn.Linear(d, 64, bias=False), nn.Linear(64, d)
+        self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=down_bias)
 
     def forward(self, x):
         b, s, d = x.shape
@@ -74,7 +81,8 @@ class Block(nn.Module):
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
         x = x + self.proj(a)
         h = self.n2(x)
-        return (x + self.down(F.silu(self.gate(h)) * self.up(h))).sum()
+        y = x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return y.square().mean() if self.mean_square else y.sum()
 
 
 class Mha(nn.Module):

@@ -31,52 +31,18 @@ import re
 import sys
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "bench", "streams")
 sys.path.insert(0, HERE)
-from aten_ops import RmsNorm  # noqa: E402
+from aten_ops import Block, Mlp  # noqa: E402
 
 DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int64: "i64",
           torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8", torch.bool: "bool"}
 # keyword arguments that say nothing to a device that has one layout and one memory
 DROPPED = ("pin_memory", "memory_format", "layout", "device", "non_blocking")
-
-
-class Mlp(nn.Module):
-    """The issue's 2-layer MLP: linear, GELU, layernorm, linear, cross-entropy."""
-
-    def __init__(self, d_in=256, hidden=512, classes=10):
-        super().__init__()
-        self.fc1, self.norm, self.fc2 = nn.Linear(d_in, hidden), nn.LayerNorm(hidden), nn.Linear(hidden, classes)
-
-    def forward(self, x, target):
-        return F.cross_entropy(self.fc2(self.norm(F.gelu(self.fc1(x)))), target)
-
-
-class Block(nn.Module):
-    """A transformer block: RMSNorm, causal SDPA, SwiGLU, residuals."""
-
-    def __init__(self, d=128, heads=4, hidden=256):
-        super().__init__()
-        self.heads = heads
-        self.n1, self.n2 = RmsNorm(d), RmsNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
-        self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
-        self.down = nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.n1(x)).split(d, dim=-1)
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
-        x = x + self.proj(a)
-        h = self.n2(x)
-        return (x + self.down(F.silu(self.gate(h)) * self.up(h))).square().mean()
 
 
 def adamw(params, grads, m, v, step, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, wd=1e-2):
@@ -95,7 +61,7 @@ def adamw(params, grads, m, v, step, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, wd=1e-
 
 def mlp_train(batch=64):
     torch.manual_seed(0)
-    model = Mlp()
+    model = Mlp(d_in=256, hidden=512)
     names = [n for n, _ in model.named_parameters()]
 
     def step(params, m, v, t, x, target):
@@ -111,7 +77,7 @@ def mlp_train(batch=64):
 
 def block_train(batch=4, seq=64):
     torch.manual_seed(0)
-    model = Block()
+    model = Block(d=128, heads=4, hidden=256, down_bias=False, mean_square=True)
     names = [n for n, _ in model.named_parameters()]
 
     def step(params, x):
