@@ -39,7 +39,7 @@ static int show_stats(TpkContext *ctx) {
   if (s.enabled) printf("state    in use\n");
   else printf("state    off%s%s\n", s.note ? ": " : "", s.note ? s.note : "");
   printf("key      %s\n", s.key_file ? s.key_file : "none");
-  printf("entries  %" PRId64 " compiled kernel%s, %s\n", s.entries, s.entries == 1 ? "" : "s", bytes);
+  printf("entries  %" PRId64 " (kernels' code, graphs and windows, sizes' facts), %s\n", s.entries, bytes);
   printf("limit    %s (TPK_CACHE_MAX); the least recently used go first\n", max);
   printf("builds   %" PRId64 " folder%s under way, or left by processes that were killed\n", s.build_folders,
          s.build_folders == 1 ? "" : "s");

@@ -311,8 +311,9 @@ static const char CACHE_HELP[] =
     "Usage: tpk cache stats|clear|path\n"
     "\n"
     "Show or empty the compilation cache: the shared objects the system cc built\n"
-    "for kernels (TPK_TIER=auto once a kernel is hot, or TPK_TIER=cc), kept so that\n"
-    "later processes load them instead of compiling.\n"
+    "for kernels (TPK_TIER=auto once a kernel is hot, or TPK_TIER=cc), and what\n"
+    "fusion made of compiled graphs and eager windows, and what a launch's sizes\n"
+    "taught, kept so that later processes load them instead of building them.\n"
     "\n"
     "  stats   the folder, the key that authenticates its entries, how many entries\n"
     "          there are and their size against the limit, and the build folders\n"
@@ -358,7 +359,7 @@ static const CliCommand COMMANDS[] = {
     {"run", "run a kernel on random or .npy inputs, check it and time it", RUN_HELP, cli_run},
     {"bench", "time a kernel on the host and on simulated TPUs, one row per device", BENCH_HELP, cli_bench},
     {"tune", "search a kernel's tunables on a simulated TPU or the host; remember the winner", TUNE_HELP, cli_tune},
-    {"cache", "show or empty the cache of compiled kernels: stats, clear, path", CACHE_HELP, cli_cache},
+    {"cache", "show or empty the compilation cache: stats, clear, path", CACHE_HELP, cli_cache},
     {"replay", "run a recorded PyTorch op stream in the eager modes, timed and compared", REPLAY_HELP, cli_replay},
     {"help", "show help for tpk or for one command", HELP_HELP, cli_help},
 };

@@ -59,7 +59,7 @@ static void test_help(void **state) {
   assert_contains(a.out, "HMAC-SHA256");
   test_run_free(&a);
   test_run_free(&b);
-  test_run_expect(RUN("--help"), 0, "  cache   show or empty the cache of compiled kernels", NULL);
+  test_run_expect(RUN("--help"), 0, "  cache   show or empty the compilation cache", NULL);
 }
 
 static void test_usage_errors(void **state) {
@@ -119,7 +119,7 @@ static void test_stats_and_clear(void **state) {
   assert_contains(r.out, "state    in use\n");
   snprintf(line, sizeof line, "key      %s\n", key);
   assert_contains(r.out, line);
-  assert_contains(r.out, "entries  1 compiled kernel, ");
+  assert_contains(r.out, "entries  1 (kernels' code, graphs and windows, sizes' facts), ");
   assert_contains(r.out, "limit    1.0 GiB (TPK_CACHE_MAX)");
   assert_contains(r.out, "builds   1 folder under way");
   /* the run's launches: the first built the kernel's specialisation */
@@ -134,11 +134,11 @@ static void test_stats_and_clear(void **state) {
   snprintf(line, sizeof line, "removed 1 entry and 1 stale build folder from %s\n", cache_dir);
   test_run_expect(RUN("cache", "clear"), 0, line, NULL);
   assert_int_equal(access(stale, F_OK), -1);
-  test_run_expect(RUN("cache", "stats"), 0, "entries  0 compiled kernels, 0 bytes", NULL);
+  test_run_expect(RUN("cache", "stats"), 0, "entries  0 (kernels' code, graphs and windows, sizes' facts), 0 bytes", NULL);
   test_run_expect(RUN("cache", "stats"), 0, "  kernels 0 hits, 0 misses\n", NULL);
   /* the next run compiles again and stores again */
   test_run_expect(test_run(&o, ARGS("run", kernel_path, "--shape", "N=1000", "--check")), 0, NULL, NULL);
-  test_run_expect(RUN("cache", "stats"), 0, "entries  1 compiled kernel, ", NULL);
+  test_run_expect(RUN("cache", "stats"), 0, "entries  1 (kernels' code, graphs and windows, sizes' facts), ", NULL);
 }
 
 /* A key file others can read authenticates nothing: the cache is off, the
