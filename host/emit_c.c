@@ -364,7 +364,7 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   case TPK_OP_CDIV: return tpk_arena_printf(A, "tpk_icdiv(%s, %s, &bad)", a, b);
   case TPK_OP_MAX: return fl ? tpk_arena_printf(A, "tpk_fmax(%s, %s)", a, b) : tpk_arena_printf(A, "(%s > %s ? %s : %s)", a, b, a, b);
   case TPK_OP_MIN: return fl ? tpk_arena_printf(A, "tpk_fmin(%s, %s)", a, b) : tpk_arena_printf(A, "(%s < %s ? %s : %s)", a, b, a, b);
-  case TPK_OP_POW: return tpk_arena_printf(A, "powf(%s, %s)", a, b);
+  case TPK_OP_POW: return tpk_arena_printf(A, "tpk_powf(%s, %s)", a, b);
   case TPK_OP_AND: return tpk_arena_printf(A, "(%s & %s)", a, b);
   case TPK_OP_OR: return tpk_arena_printf(A, "(%s | %s)", a, b);
   case TPK_OP_EQ: return tpk_arena_printf(A, "(%s == %s)", a, b);
@@ -1702,6 +1702,21 @@ static const char PRELUDE[] =
     "  uint16_t h = 0; uint8_t b = 0;\n"
     "  if (to == TPK_PRIM_F16) { p->convert(TPK_PRIM_F32, to, &f, &h, 1); return h; }\n"
     "  p->convert(TPK_PRIM_F32, to, &f, &b, 1); return b;\n"
+    "}\n"
+    "/* x^y, with the exponents ATen's pow kernel special-cases computed as it\n"
+    " * does, and as ir/aten.c does for a constant exponent: an eager step's\n"
+    " * exponent is a run-time scalar (RMSNorm's x ** 2), which should cost a\n"
+    " * multiply, not powf. */\n"
+    "static float tpk_powf(float x, float y) {\n"
+    "  if (y == 2.0f) return x * x;\n"
+    "  if (y == 1.0f) return x;\n"
+    "  if (y == 3.0f) return x * x * x;\n"
+    "  if (y == 0.5f) return sqrtf(x);\n"
+    "  if (y == -0.5f) return 1.0f / sqrtf(x);\n"
+    "  if (y == -1.0f) return 1.0f / x;\n"
+    "  if (y == -2.0f) return 1.0f / (x * x);\n"
+    "  if (y == 0.0f) return 1.0f;\n"
+    "  return powf(x, y);\n"
     "}\n"
     "/* The instances [*lo, *hi) of a grid of n that this part runs: n split\n"
     " * into p->parts near-equal runs, the first n % parts one longer. */\n"
