@@ -29,10 +29,8 @@
  * stores, not from sizes alone: in a square kernel, b[N] broadcast over the
  * columns of x[N, N] has the leading size but is not rows (it stays whole,
  * before the grid). L is tried along each dim of the first store's ref in
- * order (rows first, then columns: a reduction over the leading axis
- * tiles by its columns); the first that works is taken, except that a run
- * with a reduction whose grid would cut rows into a few columns each is
- * the loop below when it can be (by_columns: a bias gradient).
+ * order (rows first, then columns: a reduction over the leading axis, a
+ * bias gradient, tiles by its columns); the first that works is taken.
  * Row values then get size B along their rows' axis, loads and stores index
  * the rows with the grid's tile, and ops that do not depend on rows stay
  * before the grid. A run that reduces over its rows whichever dim is tried
@@ -297,7 +295,6 @@ static bool check_run(Tiling *T, bool *oom) {
       const TpkValue *val = op->in[op->nin - 1];
       int va = row_axis(T, val);
       if (va < 0) return false; /* every store of the run writes rows */
-      if (!val->def || !tpk_ptrmap_get(&T->in_run, val->def, NULL)) return false; /* computed whole before the run */
       const TpkIndexPattern *p = tpk_op_index(op, "index");
       int d = mem_dim(p, va);
       if (d < 0 || p->dim[d] != TPK_INDEX_ALL || op->in[0]->type->dims[d] != T->L) return false;
@@ -840,22 +837,6 @@ static bool loop_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   return true;
 }
 
-/* Does the grid T would make cut the last, contiguous axis of some value
- * of rank >= 2 into several blocks? Each block then reads a few elements of
- * every row, rows apart in memory: at a row of 16 KiB and blocks of 16
- * columns, one cache line per row and page, which the hardware prefetchers
- * do not follow, so such a grid runs at memory latency, not bandwidth.
- * A reduction over the rows in such a run is better tiled as the loop over
- * blocks of whole rows, whose loads are contiguous (and views). */
-static bool by_columns(const Tiling *T, const TpkTarget *t) {
-  int64_t B;
-  bool one_block;
-  if (!T->last_axis || !block_size(T, t, &B, &one_block) || one_block) return false;
-  for (int k = 0; k < T->n; k++)
-    if (T->ops[k]->opcode == TPK_OP_REDUCE) return true;
-  return false;
-}
-
 /* Tile one run [first, end) of top-level ops; returns false on no memory. */
 static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, bool *changed) {
   const TpkOp *store0 = NULL;
@@ -875,21 +856,6 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
     if (oom) {
       tiling_free(&T);
       return false;
-    }
-    if (ok && by_columns(&T, t)) {
-      /* A reduction over the rows that this grid would read as a few
-       * columns of every row (a bias gradient) streams the rows instead
-       * when the loop can take the run (see by_columns). */
-      tiling_free(&T);
-      bool looped = false;
-      if (!loop_run(f, first, end, t, &looped)) return false;
-      if (looped) return *changed = true, true;
-      T = (Tiling){.f = f, .first = first, .end = end, .L = L};
-      ok = mark_rows(&T, store0, d, &oom) && check_run(&T, &oom);
-      if (oom) {
-        tiling_free(&T);
-        return false;
-      }
     }
     if (ok) {
       bool done = rewrite(&T, t, changed);
