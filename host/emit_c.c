@@ -364,7 +364,7 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   case TPK_OP_CDIV: return tpk_arena_printf(A, "tpk_icdiv(%s, %s, &bad)", a, b);
   case TPK_OP_MAX: return fl ? tpk_arena_printf(A, "tpk_fmax(%s, %s)", a, b) : tpk_arena_printf(A, "(%s > %s ? %s : %s)", a, b, a, b);
   case TPK_OP_MIN: return fl ? tpk_arena_printf(A, "tpk_fmin(%s, %s)", a, b) : tpk_arena_printf(A, "(%s < %s ? %s : %s)", a, b, a, b);
-  case TPK_OP_POW: return tpk_arena_printf(A, "powf(%s, %s)", a, b);
+  case TPK_OP_POW: return tpk_arena_printf(A, "tpk_powf(%s, %s)", a, b);
   case TPK_OP_AND: return tpk_arena_printf(A, "(%s & %s)", a, b);
   case TPK_OP_OR: return tpk_arena_printf(A, "(%s | %s)", a, b);
   case TPK_OP_EQ: return tpk_arena_printf(A, "(%s == %s)", a, b);
@@ -1115,16 +1115,54 @@ static void emit_dma(Emitter *e, const TpkOp *op) {
 
 /* ---- reductions and dot ------------------------------------------------------------------ */
 
-/* Can emit_fused_sum reduce op's operand as its loop computes it? An f32
- * sum or mean over trailing axes (what lower/decide.c fuses into). */
-static bool fused_sum_ok(const TpkOp *op) {
+/* Can emit_fused_sum (trailing axes: rows) or emit_fused_column_sum
+ * (leading axes) reduce op's operand as its loop computes it? An f32 sum
+ * or mean over either (what lower/decide.c fuses into). */
+static bool fused_sum_ok(const TpkOp *op, bool *columns) {
   const TpkType *xt = op->in[0]->type;
   TpkReduceKind kind = tpk_op_reduce_kind(op);
   const TpkAttr *axes = tpk_op_attr(op, "axes");
-  if (xt->dtype != TPK_F32 || (kind != TPK_REDUCE_SUM && kind != TPK_REDUCE_MEAN)) return false;
-  for (int i = 0; i < axes->n; i++)
-    if (axes->ints[i] != xt->rank - axes->n + i) return false;
-  return true;
+  if (xt->dtype != TPK_F32 || (kind != TPK_REDUCE_SUM && kind != TPK_REDUCE_MEAN) || axes->n == 0) return false;
+  bool trailing = true, leading = true;
+  for (int i = 0; i < axes->n; i++) {
+    trailing &= axes->ints[i] == xt->rank - axes->n + i;
+    leading &= axes->ints[i] == i;
+  }
+  *columns = !trailing;
+  return trailing || leading;
+}
+
+/* A sum or mean over the leading axes of an element expression fused into
+ * it, in reduce_f32's order for a middle axis (prims.h): each kept
+ * position starts from its first element and adds the others in ascending
+ * order, the kept positions side by side in the innermost loop. */
+static void emit_fused_column_sum(Emitter *e, const TpkOp *op, const char *out, Sz len, bool is_mean) {
+  const TpkValue *x = op->in[0];
+  const TpkType *xt = x->type;
+  int nred = tpk_op_attr(op, "axes")->n; /* dims 0..nred-1 are reduced */
+  const char *at[TPK_MAX_RANK];
+  TpkStr idx = {0}, first = {0};
+  Sz kept = "1";
+  for (int d = xt->rank - 1; d >= nred; d--) {
+    tpk_str_printf(&idx, "%si%d*%s", idx.len ? " + " : "", d, kept);
+    kept = sz_mul(e, kept, dim(e, xt, d));
+  }
+  for (int d = 0; d < xt->rank; d++) at[d] = tpk_arena_printf(&e->arena, "i%d", d);
+  for (int d = 0; d < nred; d++) tpk_str_printf(&first, "%si%d == 0", first.len ? " && " : "", d);
+  int64_t n;
+  if (!(sz_value(len, &n) && n > 0)) line(e, "if (%s == 0) memset(%s, 0, %s * 4);", len, out, kept);
+  int opened = 0;
+  for (int d = 0; d < xt->rank; d++, opened++) {
+    line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", d, d, dim(e, xt, d), d);
+    e->indent++;
+  }
+  const char *v = elem_expr(e, x, at);
+  line(e, "if (%s) %s[%s] = %s; /* in reduce_f32's order: the first row, then += */", first.data, out, idx.data, v);
+  line(e, "else %s[%s] += %s;", out, idx.data, v);
+  close_loops(e, opened);
+  if (is_mean) line(e, "for (int64_t k = 0; k < %s; k++) %s[k] = %s[k] / %s;", kept, out, out, float_size(e, len));
+  tpk_str_free(&idx);
+  tpk_str_free(&first);
 }
 
 /* A sum or mean of an element expression fused into it: no tile,
@@ -1193,8 +1231,14 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
     line(e, "%s %s;", ctype(r->type->dtype), scalar);
   }
   if (tpk_op_is_fused(x->def)) {
-    if (!fused_sum_ok(op)) {
-      fail(e, op, "a value fused into this reduction: the host fuses only into f32 sums and means over trailing axes");
+    bool columns = false;
+    if (!fused_sum_ok(op, &columns)) {
+      fail(e, op, "a value fused into this reduction: the host fuses only into f32 sums and means over trailing or leading axes");
+      return;
+    }
+    if (columns) { /* over leading axes, so some axis is kept: out is a tile */
+      if (out) emit_fused_column_sum(e, op, out, len, is_mean);
+      else fail(e, op, "internal: a sum over leading axes without a tile");
       return;
     }
     if (!out) { /* a block of its own: acc and friends stay local */
@@ -1702,6 +1746,21 @@ static const char PRELUDE[] =
     "  uint16_t h = 0; uint8_t b = 0;\n"
     "  if (to == TPK_PRIM_F16) { p->convert(TPK_PRIM_F32, to, &f, &h, 1); return h; }\n"
     "  p->convert(TPK_PRIM_F32, to, &f, &b, 1); return b;\n"
+    "}\n"
+    "/* x^y, with the exponents ATen's pow kernel special-cases computed as it\n"
+    " * does, and as ir/aten.c does for a constant exponent: an eager step's\n"
+    " * exponent is a run-time scalar (RMSNorm's x ** 2), which should cost a\n"
+    " * multiply, not powf. */\n"
+    "static float tpk_powf(float x, float y) {\n"
+    "  if (y == 2.0f) return x * x;\n"
+    "  if (y == 1.0f) return x;\n"
+    "  if (y == 3.0f) return x * x * x;\n"
+    "  if (y == 0.5f) return sqrtf(x);\n"
+    "  if (y == -0.5f) return 1.0f / sqrtf(x);\n"
+    "  if (y == -1.0f) return 1.0f / x;\n"
+    "  if (y == -2.0f) return 1.0f / (x * x);\n"
+    "  if (y == 0.0f) return 1.0f;\n"
+    "  return powf(x, y);\n"
     "}\n"
     "/* The instances [*lo, *hi) of a grid of n that this part runs: n split\n"
     " * into p->parts near-equal runs, the first n % parts one longer. */\n"

@@ -295,6 +295,22 @@ static inline ALWAYS_INLINE float row_sum(const float *restrict x, int64_t len) 
   return acc[0];
 }
 
+/* Sums of w adjacent columns (w <= COLUMN_BLOCK) of a row-major [len,
+ * stride] block, each from its first element down in ascending order.
+ * The sums stay in vector registers while the rows stream past (for the
+ * full block, w is a constant once inlined), where one pass over all the
+ * columns per row would load and store every sum once per row. */
+enum { COLUMN_BLOCK = 64 };
+
+static inline ALWAYS_INLINE void column_sums(const float *restrict x, int64_t len, int64_t stride, int64_t w,
+                                             float *restrict out) {
+  float acc[COLUMN_BLOCK];
+  for (int64_t i = 0; i < w; i++) acc[i] = x[i];
+  for (int64_t l = 1; l < len; l++)
+    for (int64_t i = 0; i < w; i++) acc[i] += x[l * stride + i];
+  for (int64_t i = 0; i < w; i++) out[i] = acc[i];
+}
+
 static inline ALWAYS_INLINE void reduce_body(int kind, const float *restrict x, int64_t outer, int64_t len,
                                              int64_t inner, float *restrict out) {
   if (kind != TPK_PRIM_SUM && kind != TPK_PRIM_MAX && kind != TPK_PRIM_MIN) return;
@@ -310,11 +326,9 @@ static inline ALWAYS_INLINE void reduce_body(int kind, const float *restrict x, 
       if (inner == 1) {
         oo[0] = row_sum(xo, len);
       } else {
-        /* Independent outputs side by side: vectorised across `inner`,
-         * each still summed in ascending order. */
-        for (int64_t i = 0; i < inner; i++) oo[i] = xo[i];
-        for (int64_t l = 1; l < len; l++)
-          for (int64_t i = 0; i < inner; i++) oo[i] += xo[l * inner + i];
+        int64_t i0 = 0;
+        for (; i0 + COLUMN_BLOCK <= inner; i0 += COLUMN_BLOCK) column_sums(xo + i0, len, inner, COLUMN_BLOCK, oo + i0);
+        if (i0 < inner) column_sums(xo + i0, len, inner, inner - i0, oo + i0);
       }
       continue;
     }
@@ -359,9 +373,7 @@ static inline ALWAYS_INLINE void reduce_body(int kind, const float *restrict x, 
 #define TARGET_ATTR
 #define VLEN 1
 typedef float VF_generic;
-typedef double VD_generic;
 #define VF VF_generic
-#define VD VD_generic
 #define VFM bool
 #define VI uint32_t
 #define F_LOAD(p) (*(p))
@@ -382,6 +394,7 @@ typedef double VD_generic;
 #define F_NAN(a) ((bool)isnan(a))
 #define F_BLEND(m, t, f) ((m) ? (t) : (f))
 #define M_AND(a, b) ((a) && (b))
+#define M_ALL(m) (m) /* every lane of the mask set */
 #define F_ABS(a) fabsf(a)
 #define F_SIGN(a) (f32_bits(a) & 0x80000000u)
 #define F_OR(a, signbits) f32_from_bits(f32_bits(a) | (signbits))
@@ -396,26 +409,6 @@ typedef double VD_generic;
 #define I_OR(a, b) ((a) | (b))
 #define I_SRL(a, k) ((a) >> (k))
 #define I_SLL(a, k) ((a) << (k))
-#define D_SET(c) ((double)(c))
-#define D_ADD(a, b) ((a) + (b))
-#define D_SUB(a, b) ((a) - (b))
-#define D_MUL(a, b) ((a) * (b))
-#define D_DIV(a, b) ((a) / (b))
-#define D_FMA(a, b, c) fma(a, b, c)
-#define D_RINT(a) rint(a)
-#define D_LT(a, b) ((a) < (b))
-#define D_BLEND(m, t, f) ((m) ? (t) : (f))
-#define D_POW2I(n) pow2i_generic(n)
-#define F_LO(a) ((double)(a))
-#define F_HI(a) 0.0
-#define F_NARROW(lo, hi) ((float)(lo)) /* one lane: `hi` is never evaluated */
-
-/* 2^n for an integral f64 n in [-1022, 1023]: the same magic-number
- * exponent construction the vector versions use. */
-static inline ALWAYS_INLINE double pow2i_generic(double n) {
-  uint64_t b = f64_bits(n + 0x1.8p52);
-  return f64_from_bits((b + 1023) << 52);
-}
 
 static void reduce_generic(int kind, const float *x, int64_t outer, int64_t len, int64_t inner, float *out) {
   reduce_body(kind, x, outer, len, inner, out);
@@ -451,7 +444,6 @@ static void convert_generic(int from, int to, const void *src, void *dst, int64_
 #define ATTR TARGET_ATTR ALWAYS_INLINE
 #define VLEN 8
 #define VF __m256
-#define VD __m256d
 #define VFM __m256
 #define VI __m256i
 #define F_LOAD(p) _mm256_loadu_ps(p)
@@ -472,6 +464,7 @@ static void convert_generic(int from, int to, const void *src, void *dst, int64_
 #define F_NAN(a) _mm256_cmp_ps(a, a, _CMP_UNORD_Q)
 #define F_BLEND(m, t, f) _mm256_blendv_ps(f, t, m)
 #define M_AND(a, b) _mm256_and_ps(a, b)
+#define M_ALL(m) (_mm256_movemask_ps(m) == 0xff)
 #define F_ABS(a) _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(a), _mm256_set1_epi32(INT32_MAX)))
 #define F_SIGN(a) _mm256_and_si256(_mm256_castps_si256(a), _mm256_set1_epi32(INT32_MIN))
 #define F_OR(a, signbits) _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(a), signbits))
@@ -486,24 +479,6 @@ static void convert_generic(int from, int to, const void *src, void *dst, int64_
 #define I_OR(a, b) _mm256_or_si256(a, b)
 #define I_SRL(a, k) _mm256_srli_epi32(a, k)
 #define I_SLL(a, k) _mm256_slli_epi32(a, k)
-#define D_SET(c) _mm256_set1_pd(c)
-#define D_ADD(a, b) _mm256_add_pd(a, b)
-#define D_SUB(a, b) _mm256_sub_pd(a, b)
-#define D_MUL(a, b) _mm256_mul_pd(a, b)
-#define D_DIV(a, b) _mm256_div_pd(a, b)
-#define D_FMA(a, b, c) _mm256_fmadd_pd(a, b, c)
-#define D_RINT(a) _mm256_round_pd(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define D_LT(a, b) _mm256_cmp_pd(a, b, _CMP_LT_OQ)
-#define D_BLEND(m, t, f) _mm256_blendv_pd(f, t, m)
-#define D_POW2I(n) pow2i_avx2(n)
-#define F_LO(a) _mm256_cvtps_pd(_mm256_castps256_ps128(a))
-#define F_HI(a) _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1))
-#define F_NARROW(lo, hi) _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1)
-
-static inline ATTR __m256d pow2i_avx2(__m256d n) {
-  __m256i b = _mm256_castpd_si256(_mm256_add_pd(n, _mm256_set1_pd(0x1.8p52)));
-  return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(b, _mm256_set1_epi64x(1023)), 52));
-}
 
 static TARGET_ATTR void reduce_avx2(int kind, const float *x, int64_t outer, int64_t len, int64_t inner, float *out) {
   reduce_body(kind, x, outer, len, inner, out);
@@ -543,7 +518,6 @@ static TARGET_ATTR void convert_avx2(int from, int to, const void *src, void *ds
 #define ATTR TARGET_ATTR ALWAYS_INLINE
 #define VLEN 16
 #define VF __m512
-#define VD __m512d
 #define VFM __mmask16
 #define VI __m512i
 #define F_LOAD(p) _mm512_loadu_ps(p)
@@ -565,6 +539,7 @@ static TARGET_ATTR void convert_avx2(int from, int to, const void *src, void *ds
 #define F_NAN(a) _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q)
 #define F_BLEND(m, t, f) _mm512_mask_blend_ps(m, f, t)
 #define M_AND(a, b) ((__mmask16)((a) & (b)))
+#define M_ALL(m) ((m) == 0xffff)
 #define F_ABS(a) _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MAX)))
 #define F_SIGN(a) _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN))
 #define F_OR(a, signbits) _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), signbits))
@@ -579,29 +554,6 @@ static TARGET_ATTR void convert_avx2(int from, int to, const void *src, void *ds
 #define I_OR(a, b) _mm512_or_si512(a, b)
 #define I_SRL(a, k) _mm512_srli_epi32(a, k)
 #define I_SLL(a, k) _mm512_slli_epi32(a, k)
-#define D_SET(c) _mm512_set1_pd(c)
-#define D_ADD(a, b) _mm512_add_pd(a, b)
-#define D_SUB(a, b) _mm512_sub_pd(a, b)
-#define D_MUL(a, b) _mm512_mul_pd(a, b)
-#define D_DIV(a, b) _mm512_div_pd(a, b)
-#define D_FMA(a, b, c) _mm512_fmadd_pd(a, b, c)
-#define D_RINT(a) _mm512_roundscale_pd(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define D_LT(a, b) _mm512_cmp_pd_mask(a, b, _CMP_LT_OQ)
-#define D_BLEND(m, t, f) _mm512_mask_blend_pd(m, f, t)
-#define D_POW2I(n) pow2i_avx512(n)
-#define F_LO(a) _mm512_cvtps_pd(_mm512_castps512_ps256(a))
-#define F_HI(a) _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)))
-#define F_NARROW(lo, hi) join_avx512(_mm512_cvtpd_ps(lo), _mm512_cvtpd_ps(hi))
-
-static inline ATTR __m512d pow2i_avx512(__m512d n) {
-  __m512i b = _mm512_castpd_si512(_mm512_add_pd(n, _mm512_set1_pd(0x1.8p52)));
-  return _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(b, _mm512_set1_epi64(1023)), 52));
-}
-
-static inline ATTR __m512 join_avx512(__m256 lo, __m256 hi) {
-  __m512d v = _mm512_castps_pd(_mm512_castps256_ps512(lo));
-  return _mm512_castpd_ps(_mm512_insertf64x4(v, _mm256_castps_pd(hi), 1));
-}
 
 static TARGET_ATTR void reduce_avx512(int kind, const float *x, int64_t outer, int64_t len, int64_t inner,
                                       float *out) {

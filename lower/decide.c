@@ -29,8 +29,9 @@
  *     by zero); and
  *   - its result is used exactly once, in its own block, by an op that is
  *     itself computed element by element, or by an f32 sum or mean over
- *     trailing axes, which adds the elements as its loop computes them, in
- *     the primitive's lane order: `mean(d * d)` never stores `d * d`.
+ *     trailing axes or leading ones, which adds the elements as its loop
+ *     computes them, in the primitive's order: `mean(d * d)` never stores
+ *     `d * d`, nor does a bias gradient its masked block.
  * Accumulation is decided first: the accumulator of a dot is read by a
  * gemm, so it is never fused, and an accumulating dot is not an element
  * loop, so nothing fuses through it.
@@ -110,17 +111,20 @@ static bool element_loop(const TpkOp *op) {
   return !prim_unary_f32(op);
 }
 
-/* An f32 sum or mean over trailing axes, which adds its operand's elements
- * as its loop computes them. */
+/* An f32 sum or mean over trailing axes (rows) or leading axes (columns),
+ * which adds its operand's elements as its loop computes them. */
 static bool sum_takes_elements(const TpkOp *op) {
   if (op->opcode != TPK_OP_REDUCE || op->in[0]->type->dtype != TPK_F32) return false;
   TpkReduceKind kind = tpk_op_reduce_kind(op);
   if (kind != TPK_REDUCE_SUM && kind != TPK_REDUCE_MEAN) return false;
   const TpkAttr *axes = tpk_op_attr(op, "axes");
   if (!axes || axes->n == 0) return false;
-  for (int i = 0; i < axes->n; i++) /* the last axes->n axes, in order */
-    if (axes->ints[i] != op->in[0]->type->rank - axes->n + i) return false;
-  return true;
+  bool trailing = true, leading = true;
+  for (int i = 0; i < axes->n; i++) { /* the last axes->n axes, or the first, in order */
+    trailing &= axes->ints[i] == op->in[0]->type->rank - axes->n + i;
+    leading &= axes->ints[i] == i;
+  }
+  return trailing || leading;
 }
 
 static bool int_division(const TpkOp *op) {

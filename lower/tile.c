@@ -295,6 +295,7 @@ static bool check_run(Tiling *T, bool *oom) {
       const TpkValue *val = op->in[op->nin - 1];
       int va = row_axis(T, val);
       if (va < 0) return false; /* every store of the run writes rows */
+      if (!val->def || !tpk_ptrmap_get(&T->in_run, val->def, NULL)) return false; /* computed whole before the run */
       const TpkIndexPattern *p = tpk_op_index(op, "index");
       int d = mem_dim(p, va);
       if (d < 0 || p->dim[d] != TPK_INDEX_ALL || op->in[0]->type->dims[d] != T->L) return false;

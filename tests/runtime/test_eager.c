@@ -675,6 +675,38 @@ static void test_kernel_calls(void **state) {
 
 /* TPK_EAGER picks the mode of new contexts; a value that is no mode is an
  * error naming it. */
+/* pow with an exponent ATen's kernel special-cases is computed as it
+ * computes it (x * x * x for 3, 1 / sqrt(x) for -0.5), in every mode, though
+ * strict and fused mode pass the exponent as a run-time scalar. */
+static void test_pow_special_exponents(void **state) {
+  (void)state;
+  enum { N = 4096 };
+  float x[N], y[N];
+  for (int i = 0; i < N; i++) x[i] = 0.37f + 0.0137f * (float)i;
+  static const TpkEagerMode modes[] = {TPK_EAGER_DEBUG, TPK_EAGER_STRICT, TPK_EAGER_FUSED};
+  for (int m = 0; m < 3; m++)
+    for (int k = 0; k < 2; k++) {
+      TpkContext *ctx = context(modes[m]);
+      TpkDevice *dev;
+      CHECK(tpk_device_open(ctx, "host", &dev));
+      TpkStream *s;
+      CHECK(tpk_stream_create(dev, &s));
+      TpkBuffer *b;
+      CHECK(tpk_buffer_create(dev, TPK_F32, 1, (int64_t[]){N}, &b));
+      CHECK(tpk_buffer_write(b, x, sizeof x));
+      TpkBuffer *r = op(s, "pow.Tensor_Scalar", 2, (TpkArg[]){A(b), tpk_arg_float(k ? -0.5 : 3.0)});
+      CHECK(tpk_buffer_read(r, y, sizeof y));
+      for (int i = 0; i < N; i++) {
+        float want = k ? 1.0f / sqrtf(x[i]) : x[i] * x[i] * x[i];
+        if (y[i] != want) fail_msg("mode %d: pow(%a, %s) = %a, want %a", (int)modes[m], (double)x[i], k ? "-0.5" : "3", (double)y[i], (double)want);
+      }
+      tpk_buffer_destroy(r);
+      tpk_buffer_destroy(b);
+      tpk_stream_destroy(s);
+      tpk_context_destroy(ctx);
+    }
+}
+
 static void test_mode_from_the_environment(void **state) {
   (void)state;
   TpkContext *ctx;
@@ -695,6 +727,7 @@ static void test_mode_from_the_environment(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_modes_agree),
+      cmocka_unit_test(test_pow_special_exponents),
       cmocka_unit_test(test_modes_on_a_simulated_chip),
       cmocka_unit_test(test_sequence_lengths_compile_once),
       cmocka_unit_test(test_coincident_lengths_compile_nothing),

@@ -706,13 +706,68 @@ static void test_whole_kernels_with_threads(void **state) {
   unsetenv("TPK_HOST_THREADS");
 }
 
+/* Kernels `fused` and `stored` of src give the same bits in y and z (of
+ * m elements, or n with `columns`), in tcc, cc and code for every shape. */
+static void fused_matches_stored(const char *src, bool columns) {
+  static const struct { const char *tier; bool generic; } RUNS[] = {{"tcc", false}, {"cc", false}, {"tcc", true}};
+  static const int64_t SIZES[][2] = {{37, 1000}, {8, 63}, {9, 64}, {16, 130}};
+  char cache[] = "/tmp/tpk-test-fused-XXXXXX";
+  assert_non_null(mkdtemp(cache));
+  setenv("TPK_CACHE_DIR", cache, 1);
+  for (size_t r = 0; r < TPK_ARRAY_LEN(RUNS); r++) {
+    setenv("TPK_TIER", RUNS[r].tier, 1);
+    if (RUNS[r].generic) setenv("TPK_GENERIC", "1", 1);
+    TpkContext *ctx;
+    TpkDevice *dev;
+    TpkProgram *prog;
+    TpkKernel *kf, *ks;
+    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+    assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+    assert_int_equal(tpk_program_load_source(ctx, "sums.tpk", src, strlen(src), &prog), TPK_OK);
+    assert_int_equal(tpk_program_kernel(prog, "fused", &kf), TPK_OK);
+    assert_int_equal(tpk_program_kernel(prog, "stored", &ks), TPK_OK);
+    for (size_t s = 0; s < TPK_ARRAY_LEN(SIZES); s++) {
+      int64_t m = SIZES[s][0], n = SIZES[s][1], xs[2] = {m, n}, len = columns ? n : m;
+      TpkBuffer *x, *w, *y1, *z1, *y2, *z2, *k1, *k2;
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &x), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &w), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &k1), TPK_OK);
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &k2), TPK_OK);
+      TpkBuffer **outs[] = {&y1, &z1, &y2, &z2};
+      for (int i = 0; i < 4; i++) assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &len, outs[i]), TPK_OK);
+      uint64_t seed = 7 + s;
+      tpk_fill_random(tpk_buffer_data(x), TPK_F32, m * n, &seed);
+      tpk_fill_random(tpk_buffer_data(w), TPK_F32, n, &seed);
+      TpkBuffer *fa[] = {x, w, y1, z1}, *sa[] = {x, w, y2, z2, k1, k2};
+      TpkLaunchResult ran;
+      TpkLaunch lf = {.args = fa, .result = &ran}, ls = {.args = sa};
+      if (tpk_kernel_launch(kf, &lf) != TPK_OK || tpk_kernel_launch(ks, &ls) != TPK_OK) fail_msg("%s", tpk_last_error());
+      assert_string_equal(ran.tier, RUNS[r].tier);
+      if (memcmp(tpk_buffer_data(y1), tpk_buffer_data(y2), (size_t)len * 4) != 0 ||
+          memcmp(tpk_buffer_data(z1), tpk_buffer_data(z2), (size_t)len * 4) != 0)
+        fail_msg("%s%s, %lldx%lld: a fused sum differs from the primitive's", RUNS[r].tier,
+                 RUNS[r].generic ? " (every shape)" : "", (long long)m, (long long)n);
+      TpkBuffer *all[] = {x, w, y1, z1, y2, z2, k1, k2};
+      for (size_t i = 0; i < TPK_ARRAY_LEN(all); i++) tpk_buffer_destroy(all[i]);
+    }
+    tpk_program_destroy(prog);
+    tpk_context_destroy(ctx);
+    unsetenv("TPK_GENERIC");
+  }
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_DIR");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* A sum or mean that takes its input's elements as they are computed (the
- * expression fused into it) gives the bits of the primitive summing the
- * same expression stored in a tile, and tcc, cc and code for every shape
- * agree on them. */
+ * expression fused into it), over the rows' trailing axis or the columns'
+ * leading one, gives the bits of the primitive summing the same expression
+ * stored in a tile, and tcc, cc and code for every shape agree on them. */
 static void test_fused_sums_match_the_primitive(void **state) {
   (void)state;
-  const char *src =
+  fused_matches_stored(
       "kernel fused(x: f32[M, N], w: f32[N]) -> (y: f32[M], z: f32[M])\n"
       "{\n"
       "  for i in tiles(M, 8) {\n"
@@ -732,57 +787,30 @@ static void test_fused_sums_match_the_primitive(void **state) {
       "    y[i] = reshape(sum(a, axis=1, keepdims=true), [8]);\n"
       "    z[i] = reshape(mean(b, axis=1, keepdims=true), [8]);\n"
       "  }\n"
-      "}\n";
-  static const struct { const char *tier; bool generic; } RUNS[] = {{"tcc", false}, {"cc", false}, {"tcc", true}};
-  static const int64_t SIZES[][2] = {{37, 1000}, {8, 63}, {9, 64}, {16, 130}};
-  char cache[] = "/tmp/tpk-test-fused-XXXXXX";
-  assert_non_null(mkdtemp(cache));
-  setenv("TPK_CACHE_DIR", cache, 1);
-  for (size_t r = 0; r < TPK_ARRAY_LEN(RUNS); r++) {
-    setenv("TPK_TIER", RUNS[r].tier, 1);
-    if (RUNS[r].generic) setenv("TPK_GENERIC", "1", 1);
-    TpkContext *ctx;
-    TpkDevice *dev;
-    TpkProgram *prog;
-    TpkKernel *kf, *ks;
-    assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-    assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
-    assert_int_equal(tpk_program_load_source(ctx, "sums.tpk", src, strlen(src), &prog), TPK_OK);
-    assert_int_equal(tpk_program_kernel(prog, "fused", &kf), TPK_OK);
-    assert_int_equal(tpk_program_kernel(prog, "stored", &ks), TPK_OK);
-    for (size_t s = 0; s < TPK_ARRAY_LEN(SIZES); s++) {
-      int64_t m = SIZES[s][0], n = SIZES[s][1], xs[2] = {m, n};
-      TpkBuffer *x, *w, *y1, *z1, *y2, *z2, *k1, *k2;
-      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &x), TPK_OK);
-      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &w), TPK_OK);
-      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &k1), TPK_OK);
-      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, xs, &k2), TPK_OK);
-      TpkBuffer **outs[] = {&y1, &z1, &y2, &z2};
-      for (int i = 0; i < 4; i++) assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &m, outs[i]), TPK_OK);
-      uint64_t seed = 7 + s;
-      tpk_fill_random(tpk_buffer_data(x), TPK_F32, m * n, &seed);
-      tpk_fill_random(tpk_buffer_data(w), TPK_F32, n, &seed);
-      TpkBuffer *fa[] = {x, w, y1, z1}, *sa[] = {x, w, y2, z2, k1, k2};
-      TpkLaunchResult ran;
-      TpkLaunch lf = {.args = fa, .result = &ran}, ls = {.args = sa};
-      if (tpk_kernel_launch(kf, &lf) != TPK_OK || tpk_kernel_launch(ks, &ls) != TPK_OK) fail_msg("%s", tpk_last_error());
-      assert_string_equal(ran.tier, RUNS[r].tier);
-      if (memcmp(tpk_buffer_data(y1), tpk_buffer_data(y2), (size_t)m * 4) != 0 ||
-          memcmp(tpk_buffer_data(z1), tpk_buffer_data(z2), (size_t)m * 4) != 0)
-        fail_msg("%s%s, %lldx%lld: a fused sum differs from the primitive's", RUNS[r].tier,
-                 RUNS[r].generic ? " (every shape)" : "", (long long)m, (long long)n);
-      TpkBuffer *all[] = {x, w, y1, z1, y2, z2, k1, k2};
-      for (size_t i = 0; i < TPK_ARRAY_LEN(all); i++) tpk_buffer_destroy(all[i]);
-    }
-    tpk_program_destroy(prog);
-    tpk_context_destroy(ctx);
-    unsetenv("TPK_GENERIC");
-  }
-  unsetenv("TPK_TIER");
-  unsetenv("TPK_CACHE_DIR");
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
-  assert_int_equal(system(cmd), 0);
+      "}\n",
+      false);
+  fused_matches_stored(
+      "kernel fused(x: f32[M, N], w: f32[N]) -> (y: f32[N], z: f32[N])\n"
+      "{\n"
+      "  for j in tiles(N, 16) {\n"
+      "    let t = x[:, j];\n"
+      "    y[j] = sum(t * 3.0 + 0.25, axis=0);\n"
+      "    z[j] = mean(where(t > 0.0, t, t * t), axis=0);\n"
+      "  }\n"
+      "}\n"
+      "kernel stored(x: f32[M, N], w: f32[N]) -> (y: f32[N], z: f32[N], keep: f32[M, N], keep2: f32[M, N])\n"
+      "{\n"
+      "  for j in tiles(N, 16) {\n"
+      "    let t = x[:, j];\n"
+      "    let a = t * 3.0 + 0.25;\n"
+      "    let b = where(t > 0.0, t, t * t);\n"
+      "    keep[:, j] = a;\n"
+      "    keep2[:, j] = b;\n"
+      "    y[j] = sum(a, axis=0);\n"
+      "    z[j] = mean(b, axis=0);\n"
+      "  }\n"
+      "}\n",
+      true);
 }
 
 /* `x + dot(a, b)` is lowered to an accumulating dot, which the host runs as
