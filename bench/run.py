@@ -81,6 +81,17 @@ for _model in ("MLP", "transformer block"):
         TARGETS[f"steady state: {_model} training step, {_threads} (vs Inductor)"] = (
             ">= 1.0x Inductor", lambda r: r is not None and r >= 1.0, "ratio")
 
+# The tpk device (bench_device.py): the per-op ratio = the CPU's time / tpk's
+# (within 3x is >= 1/3); fused vs strict = strict / fused; the host device =
+# CPU eager's time / tpk's.
+TARGETS["device: x + y, 16 elements, strict mode, one thread: per-op cost"] = (
+    "<= 3x CPU tensors", lambda r: r is not None and r >= 1 / 3, "ratio")
+TARGETS["device: char-GPT training step: fused vs strict, simulated v5e time"] = (
+    ">= 1.5x strict", lambda r: r is not None and r >= 1.5, "ratio")
+for _threads in ("one thread", f"all threads ({os.cpu_count() or 1})"):
+    TARGETS[f"device: char-GPT training step on the host device (fused) vs CPU eager, {_threads}"] = (
+        ">= 1.0x CPU eager", lambda r: r is not None and r >= 1.0, "ratio")
+
 ROW_KEYS = ("name", "device", "value", "unit", "baseline", "ratio")
 
 
