@@ -50,7 +50,10 @@
  *           operands' shapes and dtypes and its position ("op #12");
  *   strict  the same program is queued on the stream's queue, one launch
  *           per op; a sync waits for the queue, and the first op whose
- *           launch did not finish is the one its error names;
+ *           launch did not finish is the one its error names. A small op
+ *           (INLINE_BYTES of tensors) runs at once on the caller's thread
+ *           when the queue is idle: handing it over costs more than running
+ *           it; its error is kept for the next sync all the same;
  *   fused   the op is recorded in the stream's window (its arguments
  *           copied, with the sizes it kept constant alone and the ints it
  *           made symbols first). At a sync, or when the
@@ -65,6 +68,10 @@
  *           the sync is not computed at all), fused (TPK_FUSE_ALL) and
  *           compiled (should fusion not take it, one cluster per op);
  *           then it runs as one launch.
+ *
+ * In debug and strict modes an op seen before at the same sizes skips all
+ * of that: the memo keeps, by the op's exact signature, its program and
+ * what its launch takes (see "the memo").
  *
  * Pending buffers. An op's outputs are new buffers, allocated at once; their
  * bytes are marked pending (device.h: the storage names the stream, which
