@@ -28,7 +28,10 @@ roofline_fraction, peak_fraction) and, for the rows the suite states goals
 for, the goal (target) and whether it was met (met). RESULTS.md gets the
 suite's own table as one more section.
 
-    python3 bench/run.py --build build [--only NAME-SUBSTRING] [--no-suite]
+    python3 bench/run.py --build build [--only NAME-SUBSTRING] [--no-suite] [--merge]
+
+--merge keeps what earlier runs measured of the benchmarks not run now
+(`--only bench_device --merge`: the device's rows replaced, the rest kept).
 """
 import argparse
 import datetime
@@ -80,6 +83,17 @@ for _model in ("MLP", "transformer block"):
     for _threads in ("one thread", f"all threads ({os.cpu_count() or 1})"):
         TARGETS[f"steady state: {_model} training step, {_threads} (vs Inductor)"] = (
             ">= 1.0x Inductor", lambda r: r is not None and r >= 1.0, "ratio")
+
+# The tpk device (bench_device.py): the per-op ratio = the CPU's time / tpk's
+# (within 3x is >= 1/3); fused vs strict = strict / fused; the host device =
+# CPU eager's time / tpk's.
+TARGETS["device: x + y, 16 elements, strict mode, one thread: per-op cost"] = (
+    "<= 3x CPU tensors", lambda r: r is not None and r >= 1 / 3, "ratio")
+TARGETS["device: char-GPT training step: fused vs strict, simulated v5e time"] = (
+    ">= 1.5x strict", lambda r: r is not None and r >= 1.5, "ratio")
+for _threads in ("one thread", f"all threads ({os.cpu_count() or 1})"):
+    TARGETS[f"device: char-GPT training step on the host device (fused) vs CPU eager, {_threads}"] = (
+        ">= 1.0x CPU eager", lambda r: r is not None and r >= 1.0, "ratio")
 
 ROW_KEYS = ("name", "device", "value", "unit", "baseline", "ratio")
 
@@ -274,7 +288,35 @@ def suite_markdown(suite):
     return lines
 
 
-def write_markdown(path, rows, mach, failed, suite=None):
+def kept_suite_section(path):
+    """RESULTS.md's standard-kernel section, as the last full run wrote it
+    (for --merge without the suite), or None."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    start = text.find("## Standard kernels")
+    if start < 0:
+        return None
+    end = text.find("\n## Benchmarks that failed", start)
+    return text[start:end if end >= 0 else len(text)].rstrip("\n").split("\n") + [""]
+
+
+def merged(old_path, rows):
+    """rows over the results.json at old_path: a row replaces the old one
+    of its name, the other old rows stay where they were, new ones go last."""
+    try:
+        with open(old_path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return rows
+    fresh = {r["name"]: r for r in rows}
+    out = [fresh.pop(r["name"], r) for r in old]
+    return out + [r for r in rows if r["name"] in fresh]
+
+
+def write_markdown(path, rows, mach, failed, suite=None, suite_lines=None):
     lines = [
         "# tpk benchmark results",
         "",
@@ -294,8 +336,8 @@ def write_markdown(path, rows, mach, failed, suite=None):
               "better.", ""]
     lines += ["## Targets", ""]
     lines += [f"- {name}: {t[0]}" for name, t in TARGETS.items()]
-    if suite:
-        lines += ["- the standard kernels' goals: see below", ""] + suite_markdown(suite)
+    if suite or suite_lines:
+        lines += ["- the standard kernels' goals: see below", ""] + (suite_markdown(suite) if suite else suite_lines)
     if failed:
         lines += ["", "## Benchmarks that failed", ""] + [f"- `{f}`" for f in failed]
     with open(path, "w") as f:
@@ -310,6 +352,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per benchmark binary")
     ap.add_argument("--suite-timeout", type=float, default=3600, help="seconds allowed for the suite")
     ap.add_argument("--no-suite", action="store_true", help=f"skip `tpk bench --suite std` ({SUITE})")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows of benchmarks not run from the results.json in --out (a row replaces the "
+                         "one of its name), and RESULTS.md's standard-kernel section when the suite does not run")
     args = ap.parse_args()
 
     benches = [b for b in find_benches(args.build) if not args.only or args.only in os.path.basename(b)]
@@ -331,10 +376,14 @@ def main():
             rows += suite_rows(suite)
 
     mach = machine()
+    suite_lines = None
+    if args.merge:
+        rows = merged(os.path.join(args.out, "results.json"), rows)
+        suite_lines = None if suite else kept_suite_section(os.path.join(args.out, "RESULTS.md"))
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(rows, f, indent=2)
         f.write("\n")
-    write_markdown(os.path.join(args.out, "RESULTS.md"), rows, mach, failed, suite)
+    write_markdown(os.path.join(args.out, "RESULTS.md"), rows, mach, failed, suite, suite_lines)
 
     width = max([len(r["name"]) for r in rows] + [9])
     for r in rows:

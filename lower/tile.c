@@ -411,14 +411,20 @@ static bool padding_fails(const Tiling *T) {
   return false;
 }
 
+enum { SYMBOLIC_BLOCK_BYTES = 4 << 10 };
+
 /* The block size: false when the run must stay whole after all (too many
  * blocks for i32 bounds, padding that would fail). */
 static bool block_size(const Tiling *T, const TpkTarget *t, int64_t *Bout, bool *one_block) {
   int64_t Lk = -1, B;
   bool constant = tpk_dim_is_const(T->L, &Lk);
-  /* With L symbolic the last block's rows past L are work thrown away:
-   * blocks an eighth of the size bound it. */
+  /* With L symbolic the last block's rows past L are work thrown away
+   * (zero-filled, computed, dropped): blocks an eighth of the size, and at
+   * most SYMBOLIC_BLOCK_BYTES, bound it. That is all of a small tensor's
+   * cost: a 16-element op of an eager stream (code for every size) on the
+   * host's 256 KB tiles filled and computed 8192 rows. */
   int64_t budget = constant ? t->tile_bytes : t->tile_bytes / 8;
+  if (!constant && budget > SYMBOLIC_BLOCK_BYTES) budget = SYMBOLIC_BLOCK_BYTES;
   if (T->width_known) {
     B = budget / (T->widest > 0 ? T->widest : 1);
     if (B >= 8) B -= B % 8;

@@ -50,7 +50,10 @@
  *           operands' shapes and dtypes and its position ("op #12");
  *   strict  the same program is queued on the stream's queue, one launch
  *           per op; a sync waits for the queue, and the first op whose
- *           launch did not finish is the one its error names;
+ *           launch did not finish is the one its error names. A small op
+ *           (INLINE_BYTES of tensors) runs at once on the caller's thread
+ *           when the queue is idle: handing it over costs more than running
+ *           it; its error is kept for the next sync all the same;
  *   fused   the op is recorded in the stream's window (its arguments
  *           copied, with the sizes it kept constant alone and the ints it
  *           made symbols first). At a sync, or when the
@@ -65,6 +68,10 @@
  *           the sync is not computed at all), fused (TPK_FUSE_ALL) and
  *           compiled (should fusion not take it, one cluster per op);
  *           then it runs as one launch.
+ *
+ * In debug and strict modes an op seen before at the same sizes skips all
+ * of that: the memo keeps, by the op's exact signature, its program and
+ * what its launch takes (see "the memo").
  *
  * Pending buffers. An op's outputs are new buffers, allocated at once; their
  * bytes are marked pending (device.h: the storage names the stream, which
@@ -1015,6 +1022,17 @@ static TpkStatus find_op_program(TpkContext *ctx, const Op *op, const OpGraph *g
 
 /* ---- streams -------------------------------------------------------------------- */
 
+/* An op's signature (see "the memo"): words that say what it is exactly. */
+enum { MEMO_SLOTS = 256, MAX_SIG = 1024 };
+typedef struct Sig {
+  uint64_t w[MAX_SIG];
+  int n;
+  bool failed;
+  uint64_t hash; /* of its words, mixed in as they come */
+} Sig;
+typedef struct Memo Memo;
+static void memo_clear(TpkStream *s);
+
 /* A buffer the stream's pending work writes (wrote) or reads. */
 typedef struct Mark {
   TpkBuffer *buf; /* held */
@@ -1082,6 +1100,8 @@ struct TpkStream {
   Queued *queued, **queued_tail;
   Window w;             /* fused */
   Hints hints;          /* of its ops' and windows' keys */
+  Memo **memo;   /* debug, strict: MEMO_SLOTS ops seen before (see "the memo"); NULL until one */
+  Sig sig;              /* the signature of the op being submitted */
 };
 
 struct TpkStreams {
@@ -1113,6 +1133,7 @@ static void stream_free(TpkStream *s) {
     }
   pthread_mutex_unlock(&ss->lock);
   hints_free(&s->hints);
+  memo_clear(s);
   tpk_queue_destroy(s->queue); /* its work has run: the launches' results are written */
   for (Queued *q = s->queued, *next; q; q = next) {
     next = q->next;
@@ -1876,6 +1897,7 @@ void tpk_streams_close(TpkStreams *ss) {
     pthread_mutex_lock(&s->lock);
     s->dropped = true;
     window_reset(s);
+    memo_clear(s); /* its units go with the context */
     unmark_all(s); /* the queued launches' results are written still: freed with the stream */
     pthread_mutex_unlock(&s->lock);
     /* not the last hold: the caller's handle keeps it (freeing it would
@@ -1931,41 +1953,100 @@ static bool finite(TpkBuffer *b, char *why, size_t n) {
   return true;
 }
 
-/* Run (debug) or queue (strict) op's program. */
-static TpkStatus launch_op(TpkStream *s, const Op *op, const OpBound *ob, TpkProgram *p, TpkBuffer *const *made, int nouts) {
-  TpkKernel *k;
+/* What launching an op's program needs, worked out once per op and sizes
+ * (the memo keeps it): its kernel, the values of its shape symbols, which
+ * of the op's arguments are its lifted scalars, its outputs. */
+typedef struct OpLaunch {
+  TpkKernel *kernel;
+  int kernels; /* its program's kernels, for the stats */
+  int nsyms;
+  TpkNamedInt syms[MAX_SYMS]; /* names: the kernel's */
+  int nscalars;
+  int scalar_arg[MAX_ARGS]; /* the argument each lifted scalar is (in the order bind_args lifts them) */
+  TpkDType scalar_dtype[MAX_ARGS];
+  int nouts;
+  bool defined[MAX_OUTS]; /* an output ATen leaves undefined is not made */
+  TpkDType out_dtype[MAX_OUTS];
+  int out_rank[MAX_OUTS];
+  int64_t out_shape[MAX_OUTS][TPK_MAX_RANK];
+} OpLaunch;
+
+/* An op's outputs as OpLaunch describes them: new buffers, pending until
+ * the op has run; debug mode zeroes them, so that its NaN check never sees
+ * old bytes in an op that leaves its values undefined (empty). */
+static TpkStatus make_outputs(TpkStream *s, const OpLaunch *ol, TpkBuffer **made) {
+  for (int i = 0; i < ol->nouts; i++) {
+    if (!ol->defined[i]) continue;
+    TpkStatus st = s->mode == TPK_EAGER_DEBUG
+                       ? tpk_buffer_create(s->dev, ol->out_dtype[i], ol->out_rank[i], ol->out_shape[i], &made[i])
+                       : tpk_buffer_create_unfilled(s->dev, ol->out_dtype[i], ol->out_rank[i], ol->out_shape[i], &made[i]);
+    if (st != TPK_OK) return st;
+  }
+  return TPK_OK;
+}
+
+/* A strict op runs at once, on the caller's thread, when its queue is idle
+ * (so the order of the stream's work stays) and its tensors are small:
+ * handing a launch to the worker (a wake-up, a context switch, the launch's
+ * copies) costs more than running a few thousand elements. Its error is
+ * kept for the next sync, as a queued op's is. */
+enum { INLINE_BYTES = 64 << 10 };
+
+static bool runs_inline(TpkStream *s, const Op *op, TpkBuffer *const *made, int nouts) {
+  if (s->mode != TPK_EAGER_STRICT) return false;
+  size_t bytes = 0;
+  for (int i = 0; i < op->noperands; i++) bytes += op->operands[i]->bytes;
+  for (int i = 0; i < nouts; i++) bytes += made[i] ? made[i]->bytes : 0;
+  return bytes <= INLINE_BYTES && tpk_queue_idle(s->queue);
+}
+
+/* Run (debug, or strict inline) or queue (strict) op's launch on its
+ * outputs `made`. */
+static TpkStatus launch_op(TpkStream *s, const Op *op, const OpLaunch *ol, TpkBuffer *const *made) {
+  TpkKernel *k = ol->kernel;
   TpkBuffer *args[MAX_OPERANDS + MAX_ARGS + MAX_OUTS];
   int na = 0, scalars_at;
   for (int i = 0; i < op->noperands; i++) args[na++] = op->operands[i];
   scalars_at = na;
   TpkStatus st = TPK_OK;
-  for (int i = 0; st == TPK_OK && i < ob->nscalars; i++)
-    if ((st = scalar_buffer(s->dev, ob->scalar_dtype[i], ob->scalar[i], &args[na])) == TPK_OK) na++;
+  for (int i = 0; st == TPK_OK && i < ol->nscalars; i++) {
+    const TpkArg *a = &op->args[ol->scalar_arg[i]];
+    double v = a->kind == TPK_ARG_FLOAT ? a->f : (double)a->i;
+    if ((st = scalar_buffer(s->dev, ol->scalar_dtype[i], v, &args[na])) == TPK_OK) na++;
+  }
   int scalars_end = na;
-  for (int i = 0; i < nouts; i++)
+  for (int i = 0; i < ol->nouts; i++)
     if (made[i]) args[na++] = made[i];
-  if (st == TPK_OK) st = tpk_program_kernel(p, tpk_program_kernel_name(p, 0), &k);
-  TpkNamedInt syms[MAX_SYMS];
-  int nsyms = st == TPK_OK ? launch_syms(k, &ob->syms, syms) : 0;
-  if (st == TPK_OK && s->mode == TPK_EAGER_DEBUG) {
+  bool now = s->mode == TPK_EAGER_DEBUG || runs_inline(s, op, made, ol->nouts);
+  if (st == TPK_OK && now) {
     TpkLaunchResult r;
-    TpkLaunch L = {.args = args, .syms = syms, .nsyms = nsyms, .result = &r};
+    TpkLaunch L = {.args = args, .syms = ol->syms, .nsyms = ol->nsyms, .result = &r};
     st = tpk_kernel_launch_unsettled(k, &L);
     if (st != TPK_OK) {
       char *why = strdup(tpk_last_error());
       op_fail(op, st, why ? why : "out of memory");
       free(why);
     } else {
-      s->stats.launches += tpk_program_kernel_runs(p);
+      s->stats.launches += ol->kernels;
       s->stats.sim_seconds += r.simulated ? r.sim.seconds : 0;
     }
-    for (int i = 0; st == TPK_OK && i < nouts; i++) {
+    for (int i = 0; s->mode == TPK_EAGER_DEBUG && st == TPK_OK && i < ol->nouts; i++) {
       char why[128];
       if (made[i] && !finite(made[i], why, sizeof why)) {
         char msg[200];
         snprintf(msg, sizeof msg, "output %d has %s", i, why);
         st = op_fail(op, TPK_ERR_INVALID, msg);
       }
+    }
+    if (st != TPK_OK && s->mode == TPK_EAGER_STRICT) { /* the next sync's, as a queued op's */
+      char label[64];
+      char *why = strdup(tpk_last_error());
+      TpkStr msg = {0};
+      tpk_str_printf(&msg, "op #%" PRId64 " '%s': %s", op->position, op_label(op, label, sizeof label), why ? why : "failed");
+      set_error(s, st, msg.data ? msg.data : "out of memory");
+      tpk_str_free(&msg);
+      free(why);
+      st = TPK_OK;
     }
   } else if (st == TPK_OK) {
     Queued *q = calloc(1, sizeof *q);
@@ -1974,14 +2055,14 @@ static TpkStatus launch_op(TpkStream *s, const Op *op, const OpBound *ob, TpkPro
     else {
       q->position = op->position;
       snprintf(q->op, sizeof q->op, "%s", op_label(op, label, sizeof label));
-      q->kernels = tpk_program_kernel_runs(p);
-      TpkLaunch L = {.args = args, .syms = syms, .nsyms = nsyms, .result = &q->result};
+      q->kernels = ol->kernels;
+      TpkLaunch L = {.args = args, .syms = ol->syms, .nsyms = ol->nsyms, .result = &q->result};
       st = tpk_queue_submit(s->queue, k, &L);
       if (st == TPK_OK) {
         *s->queued_tail = q;
         s->queued_tail = &q->next;
         for (int i = 0; i < op->noperands; i++) mark(s, op->operands[i], false);
-        for (int i = 0; i < nouts; i++)
+        for (int i = 0; i < ol->nouts; i++)
           if (made[i]) mark(s, made[i], true);
       } else {
         free(q);
@@ -1992,6 +2073,169 @@ static TpkStatus launch_op(TpkStream *s, const Op *op, const OpBound *ob, TpkPro
   return st;
 }
 
+/* ---- the memo: an op seen before at the same sizes ----------------------------------
+ *
+ * In debug and strict modes a training loop's ops are, step after step,
+ * ops the stream has seen at the same sizes. The memo keeps, per
+ * *signature* — the op's name and arguments as given, a tensor by which
+ * operand it is, its dtype and its shape, floats aside — what launching it
+ * takes (OpLaunch) and its program, held. Such an op is a hash of its
+ * signature, one probe and a compare: no key in symbols, no layout, graph
+ * or program looked up in the compilation cache. A float is compared too
+ * unless the op's graph takes it as a rank-0 input (a learning rate). A
+ * miss takes the way above and leaves its result in the slot. */
+struct Memo {
+  uint64_t hash;
+  int nwords;
+  uint64_t *words;
+  bool float_lifted[MAX_ARGS];
+  uint64_t float_bits[MAX_ARGS]; /* the other floats: constants of its graph */
+  TpkUnit *program;              /* held */
+  OpLaunch launch;
+};
+
+static void sig_word(Sig *g, uint64_t w) {
+  if (g->n < MAX_SIG) g->w[g->n++] = w;
+  else g->failed = true;
+  g->hash = (g->hash ^ w) * UINT64_C(0x100000001b3) + (g->hash >> 29);
+}
+
+static void sig_str(Sig *g, const char *s) {
+  size_t len = s ? strlen(s) : (size_t)-1;
+  sig_word(g, (uint64_t)len);
+  for (size_t i = 0; s && i < len; i += 8) {
+    uint64_t w = 0;
+    memcpy(&w, s + i, len - i < 8 ? len - i : 8);
+    sig_word(g, w);
+  }
+}
+
+static void sig_buffer(Sig *g, const Op *op, const TpkBuffer *b) {
+  sig_word(g, (uint64_t)operand_id((void *)op, (TpkBuffer *)b));
+  sig_word(g, (uint64_t)b->dtype << 8 | (uint64_t)b->rank);
+  for (int d = 0; d < b->rank; d++) sig_word(g, (uint64_t)b->shape[d]);
+}
+
+/* op's signature, its hash in *hash; false when it has none (sizes given
+ * as expressions). */
+static bool op_signature(const Op *op, Sig *g, uint64_t *hash) {
+  g->n = 0;
+  g->failed = false;
+  g->hash = UINT64_C(0xcbf29ce484222325);
+  if (op->name) sig_str(g, op->name);
+  else for (int i = 0; i < 3; i++) sig_word(g, op->kernel_id[i]);
+  sig_word(g, (uint64_t)op->nargs);
+  for (int i = 0; i < op->nargs; i++) {
+    const TpkArg *a = &op->args[i];
+    sig_str(g, a->name);
+    sig_word(g, (uint64_t)a->kind);
+    switch (a->kind) {
+    case TPK_ARG_NONE:
+    case TPK_ARG_FLOAT: break; /* compared apart */
+    case TPK_ARG_VALUE: sig_buffer(g, op, a->buffer); break;
+    case TPK_ARG_VALUES:
+      sig_word(g, (uint64_t)a->n);
+      for (int j = 0; j < a->n; j++) sig_buffer(g, op, a->buffers[j]);
+      break;
+    case TPK_ARG_INT:
+    case TPK_ARG_BOOL:
+      if (a->sym) return false;
+      sig_word(g, (uint64_t)a->i);
+      break;
+    case TPK_ARG_INTS:
+      if (a->syms) return false;
+      sig_word(g, (uint64_t)a->n);
+      for (int j = 0; j < a->n; j++) sig_word(g, (uint64_t)a->ints[j]);
+      break;
+    case TPK_ARG_DTYPE: sig_word(g, (uint64_t)a->dtype); break;
+    case TPK_ARG_STR: sig_str(g, a->str); break;
+    }
+  }
+  if (g->failed) return false;
+  *hash = tpk_hash_mix(g->hash);
+  return true;
+}
+
+static void memo_free(Memo *m) {
+  if (!m) return;
+  tpk_unit_release(m->program);
+  free(m->words);
+  free(m);
+}
+
+static void memo_clear(TpkStream *s) {
+  for (int i = 0; s->memo && i < MEMO_SLOTS; i++) memo_free(s->memo[i]);
+  free(s->memo);
+  s->memo = NULL;
+}
+
+/* The memo's entry for op (its signature g, hash h), or NULL. */
+static const Memo *memo_find(const TpkStream *s, const Op *op, const Sig *g, uint64_t h) {
+  const Memo *m = s->memo ? s->memo[h % MEMO_SLOTS] : NULL;
+  if (!m || m->hash != h || m->nwords != g->n || memcmp(m->words, g->w, sizeof *g->w * (size_t)g->n) != 0) return NULL;
+  for (int i = 0; i < op->nargs; i++) {
+    uint64_t bits;
+    memcpy(&bits, &op->args[i].f, sizeof bits);
+    if (op->args[i].kind == TPK_ARG_FLOAT && !m->float_lifted[i] && m->float_bits[i] != bits) return NULL;
+  }
+  return m;
+}
+
+/* Keep what op (bound as ob) took to launch in the memo, with its program
+ * (held). Nothing kept when memory is short: the memo is an accelerator. */
+static void memo_keep(TpkStream *s, const Op *op, const OpBound *ob, const Sig *g, uint64_t h, TpkUnit *program,
+                      const OpLaunch *ol) {
+  if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) return;
+  Memo *m = calloc(1, sizeof *m);
+  if (!m || !(m->words = malloc(sizeof *m->words * (size_t)(g->n + 1)))) {
+    free(m);
+    return;
+  }
+  m->hash = h;
+  m->nwords = g->n;
+  memcpy(m->words, g->w, sizeof *g->w * (size_t)g->n);
+  for (int i = 0; i < op->nargs; i++) {
+    m->float_lifted[i] = op->args[i].kind == TPK_ARG_FLOAT && ob->args[i].kind == TPK_ARG_VALUE;
+    memcpy(&m->float_bits[i], &op->args[i].f, sizeof m->float_bits[i]);
+  }
+  tpk_unit_retain(program);
+  m->program = program;
+  m->launch = *ol;
+  memo_free(s->memo[h % MEMO_SLOTS]);
+  s->memo[h % MEMO_SLOTS] = m;
+}
+
+/* What launching op's program p takes, from op bound as its graph g was
+ * (ob); p NULL (fused): its outputs only. */
+static TpkStatus op_launch_of(const Op *op, const OpGraph *g, const OpBound *ob, TpkProgram *p, OpLaunch *ol) {
+  ol->kernel = NULL;
+  ol->nsyms = ol->nscalars = 0;
+  if (p) {
+    TpkStatus st = tpk_program_kernel(p, tpk_program_kernel_name(p, 0), &ol->kernel);
+    if (st != TPK_OK) return st;
+    ol->kernels = tpk_program_kernel_runs(p);
+    ol->nsyms = launch_syms(ol->kernel, &ob->syms, ol->syms);
+  }
+  /* the scalars bind_args lifted, in its order: floats and ints bound as values */
+  for (int i = 0; i < op->nargs; i++)
+    if ((op->args[i].kind == TPK_ARG_FLOAT || op->args[i].kind == TPK_ARG_INT) && ob->args[i].kind == TPK_ARG_VALUE)
+      ol->scalar_arg[ol->nscalars++] = i;
+  if (ol->nscalars != ob->nscalars) return op_fail(op, TPK_ERR_INTERNAL, "its lifted scalars are not its arguments");
+  memcpy(ol->scalar_dtype, ob->scalar_dtype, sizeof *ol->scalar_dtype * (size_t)ob->nscalars);
+  ol->nouts = g->nouts;
+  for (int i = 0; i < g->nouts; i++) {
+    const TpkType *t = g->types[i];
+    ol->defined[i] = t != NULL;
+    if (!t) continue;
+    ol->out_dtype[i] = t->dtype;
+    ol->out_rank[i] = t->rank;
+    for (int d = 0; d < t->rank; d++)
+      if (!tpk_dim_eval(t->dims[d], sym_lookup, (void *)&ob->syms, &ol->out_shape[i][d]))
+        return op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
+  }
+  return TPK_OK;
+}
+
 /* Submit op: s->lock held, its operands settled. */
 static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n) {
   TpkContext *ctx = s->ctx;
@@ -2000,48 +2244,56 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
   s->stats.ops++;
   for (int i = 0; i < op->noperands; i++)
     if (op->operands[i]->dev != s->dev) return op_fail(op, TPK_ERR_INVALID, "an operand is on another device than the stream");
-  TpkUnit *layout_unit = NULL, *graph_unit = NULL, *prog_unit = NULL;
-  TpkStatus st = find_layout(ctx, op, &layout_unit);
-  if (st != TPK_OK) return st;
-  const Layout *lay = tpk_unit_payload(layout_unit);
-  Key key = {0};
-  st = find_op_graph(ctx, op, lay, &s->hints, &key, &graph_unit);
-  const OpGraph *g = graph_unit ? tpk_unit_payload(graph_unit) : NULL;
-  if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) {
-    bool built;
-    st = find_op_program(ctx, op, g, &key, &prog_unit, &built);
-    if (st == TPK_OK) s->stats.compiles += built, s->stats.cache_hits += !built;
-  }
-  key_free(&key);
-  /* the op bound as its graph was: the outputs sized from its result types
-   * in its symbols, its scalars */
   TpkBuffer *made[MAX_OUTS] = {0};
-  OpBound *ob = st == TPK_OK ? calloc(1, sizeof *ob) : NULL;
-  if (st == TPK_OK && !ob) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-  if (st == TPK_OK) st = op_bind(op, lay, g->policy, false, ob, NULL);
-  op->hint = NULL; /* the hint's words may go with the next key */
-  for (int i = 0; st == TPK_OK && i < g->nouts; i++) {
-    const TpkType *t = g->types[i];
-    if (!t) continue;
-    int64_t shape[TPK_MAX_RANK];
-    for (int d = 0; d < t->rank && st == TPK_OK; d++)
-      if (!tpk_dim_eval(t->dims[d], sym_lookup, &ob->syms, &shape[d])) st = op_fail(op, TPK_ERR_INTERNAL, "a result's size does not evaluate");
-    /* written whole by the op before anyone reads it (pending until then);
-     * debug mode zeroes them, so that its NaN check never sees old bytes
-     * in an op that leaves its values undefined (empty) */
-    if (st == TPK_OK)
-      st = s->mode == TPK_EAGER_DEBUG ? tpk_buffer_create(s->dev, t->dtype, t->rank, shape, &made[i])
-                                      : tpk_buffer_create_unfilled(s->dev, t->dtype, t->rank, shape, &made[i]);
+  TpkStatus st;
+  int nouts;
+  /* seen before at these sizes (debug, strict): launched as it was */
+  Sig *sig = s->mode != TPK_EAGER_FUSED ? &s->sig : NULL;
+  uint64_t h = 0;
+  if (sig && !op_signature(op, sig, &h)) sig = NULL;
+  const Memo *m = sig ? memo_find(s, op, sig, h) : NULL;
+  if (m) {
+    s->stats.cache_hits++;
+    tpk_units_count(tpk_context_units(ctx), TPK_UNIT_EAGER, true);
+    nouts = m->launch.nouts;
+    st = make_outputs(s, &m->launch, made);
+    if (st == TPK_OK) st = launch_op(s, op, &m->launch, made);
+  } else {
+    TpkUnit *layout_unit = NULL, *graph_unit = NULL, *prog_unit = NULL;
+    st = find_layout(ctx, op, &layout_unit);
+    if (st != TPK_OK) return st;
+    const Layout *lay = tpk_unit_payload(layout_unit);
+    Key key = {0};
+    st = find_op_graph(ctx, op, lay, &s->hints, &key, &graph_unit);
+    const OpGraph *g = graph_unit ? tpk_unit_payload(graph_unit) : NULL;
+    if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) {
+      bool built;
+      st = find_op_program(ctx, op, g, &key, &prog_unit, &built);
+      if (st == TPK_OK) s->stats.compiles += built, s->stats.cache_hits += !built;
+    }
+    key_free(&key);
+    /* the op bound as its graph was: the outputs sized from its result
+     * types in its symbols (written whole by the op before anyone reads
+     * them: pending until then), its scalars */
+    OpBound *ob = st == TPK_OK ? calloc(1, sizeof *ob) : NULL;
+    OpLaunch *ol = st == TPK_OK ? malloc(sizeof *ol) : NULL;
+    if (st == TPK_OK && (!ob || !ol)) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+    if (st == TPK_OK) st = op_bind(op, lay, g->policy, false, ob, NULL);
+    op->hint = NULL; /* the hint's words may go with the next key */
+    if (st == TPK_OK) st = op_launch_of(op, g, ob, prog_unit ? tpk_unit_payload(prog_unit) : NULL, ol);
+    if (st == TPK_OK) st = make_outputs(s, ol, made);
+    nouts = st == TPK_OK ? g->nouts : 0;
+    /* run it, queue it or record it */
+    if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) st = launch_op(s, op, ol, made);
+    else if (st == TPK_OK) st = record(s, op, lay, ob, made, nouts);
+    if (st == TPK_OK && sig && prog_unit) memo_keep(s, op, ob, sig, h, prog_unit, ol);
+    if (ob) op_unbind(ob);
+    free(ob);
+    free(ol);
+    tpk_unit_release(prog_unit);
+    tpk_unit_release(graph_unit);
+    tpk_unit_release(layout_unit);
   }
-  int nouts = st == TPK_OK ? g->nouts : 0;
-  /* run it, queue it or record it */
-  if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) st = launch_op(s, op, ob, tpk_unit_payload(prog_unit), made, nouts);
-  else if (st == TPK_OK) st = record(s, op, lay, ob, made, nouts);
-  if (ob) op_unbind(ob);
-  free(ob);
-  tpk_unit_release(prog_unit);
-  tpk_unit_release(graph_unit);
-  tpk_unit_release(layout_unit);
   if (st != TPK_OK) {
     for (int i = 0; i < MAX_OUTS; i++) tpk_buffer_destroy(made[i]);
     return st;

@@ -93,6 +93,9 @@ TpkStatus tpk_launch_settle(const TpkKernel *k, const TpkLaunch *L);
  * a stream's own launches. */
 TpkStatus tpk_kernel_launch_unsettled(TpkKernel *k, const TpkLaunch *L);
 TpkStatus tpk_queue_submit(TpkQueue *q, TpkKernel *k, const TpkLaunch *L);
+/* Whether q has run everything queued (what a caller may run itself without
+ * passing it). */
+bool tpk_queue_idle(TpkQueue *q);
 
 /* ---- the cache of compiled units (units.c) ---- */
 

@@ -283,6 +283,13 @@ TpkStatus tpk_queue_wait(TpkQueue *q) {
   return take_error(q);
 }
 
+bool tpk_queue_idle(TpkQueue *q) {
+  pthread_mutex_lock(&q->lock);
+  bool idle = !q->head && !q->busy;
+  pthread_mutex_unlock(&q->lock);
+  return idle;
+}
+
 /* Appends w, unless the queue was stopped (its context was destroyed):
  * then false, and w is still the caller's. */
 static bool enqueue(TpkQueue *q, Work *w) {

@@ -903,6 +903,72 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   cpu_route(op, stack);
 }
 
+/* ---- binary ops without boxing -------------------------------------------------------------
+ *
+ * add, sub, mul and div of two tpk tensors of one float dtype, the bulk of a
+ * training step's small ops, are registered unboxed: boxing their tensors
+ * (the fallback's stack) costs PyTorch a round trip through the GIL per
+ * tensor and per reference (their Python objects' counts), more than tpk's
+ * own work on a small op. They go to the stream as the fallback would send
+ * them (the same op and arguments, so the same keys); anything else (a CPU
+ * scalar, mixed dtypes, an op tpk refuses) takes the boxed fallback. */
+
+/* The op on the stream, or nothing when this way does not take it. */
+std::optional<at::Tensor> binary_on_stream(const char *name, const at::Tensor &a, const at::Tensor &b,
+                                           const c10::Scalar *alpha) {
+  at::ScalarType t = a.scalar_type();
+  if (!is_tpk(a) || !is_tpk(b) || b.scalar_type() != t || (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf))
+    return std::nullopt;
+  if (alpha && !alpha->isIntegral(false) && !alpha->isFloatingPoint()) return std::nullopt;
+  State &s = state();
+  std::lock_guard<std::recursive_mutex> hold(s.mu);
+  if (!s.stream) return std::nullopt;
+  try {
+    Temps temps;
+    TpkArg args[3];
+    int n = 0;
+    args[n++] = tpk_arg_named("self", tpk_arg_buffer(read_buffer(s, a, temps)));
+    args[n++] = tpk_arg_named("other", tpk_arg_buffer(read_buffer(s, b, temps)));
+    if (alpha) args[n++] = tpk_arg_named("alpha", alpha->isFloatingPoint() ? tpk_arg_float(alpha->toDouble()) : tpk_arg_int(alpha->toLong()));
+    TpkBuffer *out = nullptr;
+    if (submit(s, name, args, n, &out, 1, temps) != 1 || !out || torch_dtype(tpk_buffer_dtype(out)) != t) return std::nullopt;
+    return tensor_of(temps.give(out));
+  } catch (const Refused &) {
+    return std::nullopt;
+  }
+}
+
+/* The op through the boxed fallback, as if it had not been registered here. */
+at::Tensor boxed(const char *name, const char *overload, std::initializer_list<c10::IValue> args) {
+  static std::unordered_map<std::string, c10::OperatorHandle> handles;
+  std::string key = std::string(name) + "." + overload;
+  auto it = handles.find(key);
+  if (it == handles.end()) it = handles.emplace(key, c10::Dispatcher::singleton().findSchemaOrThrow(name, overload)).first;
+  torch::jit::Stack stack(args);
+  fallback(it->second, &stack);
+  return stack.back().toTensor();
+}
+
+at::Tensor add_tensor(const at::Tensor &a, const at::Tensor &b, const c10::Scalar &alpha) {
+  if (auto r = binary_on_stream("add.Tensor", a, b, &alpha)) return *r;
+  return boxed("aten::add", "Tensor", {a, b, alpha});
+}
+
+at::Tensor sub_tensor(const at::Tensor &a, const at::Tensor &b, const c10::Scalar &alpha) {
+  if (auto r = binary_on_stream("sub.Tensor", a, b, &alpha)) return *r;
+  return boxed("aten::sub", "Tensor", {a, b, alpha});
+}
+
+at::Tensor mul_tensor(const at::Tensor &a, const at::Tensor &b) {
+  if (auto r = binary_on_stream("mul.Tensor", a, b, nullptr)) return *r;
+  return boxed("aten::mul", "Tensor", {a, b});
+}
+
+at::Tensor div_tensor(const at::Tensor &a, const at::Tensor &b) {
+  if (auto r = binary_on_stream("div.Tensor", a, b, nullptr)) return *r;
+  return boxed("aten::div", "Tensor", {a, b});
+}
+
 /* The ATen ops tpk has (tpk_graph_op_known), registered for PrivateUse1 by name so that the
  * dispatcher sends them here as they are (the fallback would see add.Tensor
  * as empty + add.out, a CompositeExplicitAutograd decomposition, and
@@ -1076,6 +1142,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("add.Tensor", add_tensor);
+  m.impl("sub.Tensor", sub_tensor);
+  m.impl("mul.Tensor", mul_tensor);
+  m.impl("div.Tensor", div_tensor);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 
 import tpk.torch
 
+import char_gpt  # the one-block character GPT (tests/python/char_gpt.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODES = ["debug", "strict", "fused"]
 
@@ -332,44 +334,10 @@ def test_set_device():
     assert tpk.torch.device_name() == "sim:v5e"
 
 
-class Block(torch.nn.Module):
-    """A one-block character GPT: embedding, layernorm, causal attention
-    through F.scaled_dot_product_attention, an MLP, a head."""
-
-    def __init__(self, dim=32, heads=4, vocab=50):
-        super().__init__()
-        self.heads = heads
-        self.emb = torch.nn.Embedding(vocab, dim)
-        self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
-        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
-        self.head = torch.nn.Linear(dim, vocab)
-
-    def forward(self, idx):
-        x = self.emb(idx)
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (y.view(b, t, self.heads, d // self.heads).transpose(1, 2) for y in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(b, t, d)
-        x = x + self.proj(y)
-        return self.head(x + self.mlp(self.ln2(x)))
-
-
 def train_block(device, steps=4):
-    torch.manual_seed(0)
-    model = Block().to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    text = torch.randint(0, 50, (4, 17), generator=torch.Generator().manual_seed(1))
-    losses = []
-    for _ in range(steps):
-        logits = model(text[:, :-1].to(device))
-        loss = F.cross_entropy(logits.reshape(-1, 50), text[:, 1:].reshape(-1).to(device))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    model, opt = char_gpt.make(device)
+    text = char_gpt.synthetic_text()
+    return [char_gpt.step(model, opt, text, device).item() for _ in range(steps)]
 
 
 @pytest.mark.parametrize("block_mode", ["strict", "fused"])

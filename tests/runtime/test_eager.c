@@ -446,6 +446,101 @@ static void test_errors_at_the_next_sync(void **state) {
   }
 }
 
+/* Strict: a small op runs on the caller's thread when the queue is idle,
+ * and on the queue behind a large one (queued: 16 MB) still running; either
+ * way an error of running surfaces at the next sync naming its op, and the
+ * ops after it run, in order. */
+static void test_strict_errors_inline_and_queued(void **state) {
+  (void)state;
+  for (int behind = 0; behind <= 1; behind++) {
+    TpkContext *ctx = context(TPK_EAGER_STRICT);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){4, 3}, 15), *idx, *big = NULL, *big_exp = NULL;
+    CHECK(tpk_buffer_create(dev, TPK_I32, 2, (int64_t[]){4, 3}, &idx));
+    int32_t bad[12] = {0, 1, 2, 0, 1, 2, 0, -9, 2, 0, 1, 2};
+    CHECK(tpk_buffer_write(idx, bad, sizeof bad));
+    if (behind) {
+      CHECK(tpk_buffer_create(dev, TPK_F32, 2, (int64_t[]){2048, 2048}, &big));
+      big_exp = op(s, "exp", 1, (TpkArg[]){A(big)});
+    }
+    TpkBuffer *y = op(s, "exp", 1, (TpkArg[]){A(x)});
+    TpkBuffer *gat = op(s, "gather", 3, (TpkArg[]){A(y), tpk_arg_int(1), A(idx)}); /* fails when it runs */
+    TpkBuffer *after = op(s, "neg", 1, (TpkArg[]){A(y)});
+    assert_int_not_equal(tpk_stream_sync(s), TPK_OK);
+    char *msg = last_error();
+    assert_contains(msg, behind ? "op #3 'gather': " : "op #2 'gather': ");
+    assert_contains(msg, "out of range");
+    free(msg);
+    float ya[12], na[12];
+    CHECK(tpk_buffer_read(y, ya, sizeof ya));
+    CHECK(tpk_buffer_read(after, na, sizeof na));
+    for (int i = 0; i < 12; i++) assert_true(na[i] == -ya[i]); /* the op after the failed one ran */
+    CHECK(tpk_stream_sync(s));
+    TpkBuffer *drop[] = {x, idx, y, gat, after, big, big_exp};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
+/* Debug and strict: an op seen before at the same sizes is launched as it
+ * was (the memo) — with its own operands (x + x is not x + y), its own
+ * lifted scalars (alpha changes) and its constant floats compared — and
+ * counts as a cache hit, compiling nothing. */
+static void test_ops_seen_before(void **state) {
+  (void)state;
+  for (int mode = TPK_EAGER_DEBUG; mode <= TPK_EAGER_STRICT; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    TpkBuffer *x = input(dev, TPK_F32, 1, (int64_t[]){16}, 1), *y = input(dev, TPK_F32, 1, (int64_t[]){16}, 2);
+    float xv[16], yv[16], got[16];
+    CHECK(tpk_buffer_read(x, xv, sizeof xv));
+    CHECK(tpk_buffer_read(y, yv, sizeof yv));
+    TpkStreamStats before, after;
+    for (int round = 0; round < 3; round++) {
+      if (round == 1) tpk_stream_stats(s, &before);
+      for (int k = 0; k < 4; k++) {
+        double alpha = 0.5 * k;
+        TpkBuffer *a = op(s, "add", 3, (TpkArg[]){A(x), A(y), tpk_arg_named("alpha", tpk_arg_float(alpha))});
+        TpkBuffer *b = op(s, "add", 3, (TpkArg[]){A(x), A(x), tpk_arg_named("alpha", tpk_arg_float(alpha))});
+        double eps = k % 2 ? 1.0 : 1e-5; /* a float parameter: a constant of the op's graph */
+        TpkBuffer *ln[3], *c;
+        int n;
+        CHECK(tpk_stream_op(s, "native_layer_norm",
+                            (TpkArg[]){A(x), INTS(16), tpk_arg_none(), tpk_arg_none(), tpk_arg_float(eps)}, 5, ln, 3, &n));
+        c = ln[0];
+        tpk_buffer_destroy(ln[1]);
+        tpk_buffer_destroy(ln[2]);
+        CHECK(tpk_buffer_read(a, got, sizeof got));
+        for (int i = 0; i < 16; i++) assert_float_equal(got[i], xv[i] + (float)alpha * yv[i], 1e-6);
+        CHECK(tpk_buffer_read(b, got, sizeof got));
+        for (int i = 0; i < 16; i++) assert_float_equal(got[i], xv[i] + (float)alpha * xv[i], 1e-6);
+        CHECK(tpk_buffer_read(c, got, sizeof got));
+        double mean = 0, var = 0;
+        for (int i = 0; i < 16; i++) mean += xv[i] / 16.0;
+        for (int i = 0; i < 16; i++) var += (xv[i] - mean) * (xv[i] - mean) / 16.0;
+        for (int i = 0; i < 16; i++) assert_float_equal(got[i], (xv[i] - mean) / sqrt(var + eps), 1e-4);
+        tpk_buffer_destroy(a);
+        tpk_buffer_destroy(b);
+        tpk_buffer_destroy(c);
+      }
+    }
+    tpk_stream_stats(s, &after);
+    assert_int_equal(after.compiles, before.compiles);
+    assert_int_equal(after.cache_hits - before.cache_hits, 3 * 4 * 2);
+    tpk_buffer_destroy(x);
+    tpk_buffer_destroy(y);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
 /* ---- pending buffers ------------------------------------------------------------------- */
 
 /* A pending buffer is computed before anyone reads it: a read, its data, a
@@ -733,6 +828,8 @@ int main(void) {
       cmocka_unit_test(test_coincident_lengths_compile_nothing),
       cmocka_unit_test(test_debug_errors_name_the_op),
       cmocka_unit_test(test_errors_at_the_next_sync),
+      cmocka_unit_test(test_strict_errors_inline_and_queued),
+      cmocka_unit_test(test_ops_seen_before),
       cmocka_unit_test(test_pending_buffers_settle),
       cmocka_unit_test(test_address_of_a_pending_buffer),
       cmocka_unit_test(test_lifetimes),
