@@ -432,6 +432,8 @@ static bool int_fits(int64_t v, TpkDType dt) {
   case TPK_I16: return v >= INT16_MIN && v <= INT16_MAX;
   case TPK_I8: return v >= INT8_MIN && v <= INT8_MAX;
   case TPK_U8: return v >= 0 && v <= UINT8_MAX;
+  case TPK_U16: return v >= 0 && v <= UINT16_MAX;
+  case TPK_U32: return v >= 0 && v <= UINT32_MAX;
   case TPK_BOOL: return v == 0 || v == 1;
   default: return true;
   }
@@ -563,7 +565,9 @@ static TpkValue *broadcast_to(Checker *c, TpkValue *v, int rank, const TpkDim *c
 
 /* ---- Arithmetic -------------------------------------------------------------------- */
 
-typedef enum OpClass { ARITH, COMPARE, LOGICAL } OpClass;
+/* LOGICAL: && || on bool; BITWISE: & | ^ on integers (and bool); SHIFT:
+ * << >> on integers, the count converted to the shifted value's dtype. */
+typedef enum OpClass { ARITH, COMPARE, LOGICAL, BITWISE, SHIFT } OpClass;
 
 typedef struct BinOp {
   int ast_op;
@@ -578,6 +582,8 @@ static const BinOp BINOPS[] = {
     {'>', TPK_OP_GT, COMPARE, "'>'"},       {TPK_BIN_LE, TPK_OP_LE, COMPARE, "'<='"}, {TPK_BIN_GE, TPK_OP_GE, COMPARE, "'>='"},
     {TPK_BIN_EQ, TPK_OP_EQ, COMPARE, "'=='"}, {TPK_BIN_NE, TPK_OP_NE, COMPARE, "'!='"}, {TPK_BIN_AND, TPK_OP_AND, LOGICAL, "'&&'"},
     {TPK_BIN_OR, TPK_OP_OR, LOGICAL, "'||'"},
+    {'&', TPK_OP_AND, BITWISE, "'&'"},      {'|', TPK_OP_OR, BITWISE, "'|'"},      {'^', TPK_OP_XOR, BITWISE, "'^'"},
+    {TPK_BIN_SHL, TPK_OP_SHL, SHIFT, "'<<'"}, {TPK_BIN_SHR, TPK_OP_SHR, SHIFT, "'>>'"},
 };
 
 static const BinOp *binop_of(int ast_op) {
@@ -596,6 +602,21 @@ static bool fold(Checker *c, const TpkAst *n, TpkOpcode op, Val a, Val b, Val *o
     case TPK_OP_ADD: overflow = __builtin_add_overflow(a.i, b.i, &r); break;
     case TPK_OP_SUB: overflow = __builtin_sub_overflow(a.i, b.i, &r); break;
     case TPK_OP_MUL: overflow = __builtin_mul_overflow(a.i, b.i, &r); break;
+    case TPK_OP_AND: r = a.i & b.i; break;
+    case TPK_OP_OR: r = a.i | b.i; break;
+    case TPK_OP_XOR: r = a.i ^ b.i; break;
+    case TPK_OP_SHL:
+    case TPK_OP_SHR: /* constants are 64-bit integers until they meet a dtype */
+      if (b.i < 0 || b.i > 62) {
+        tpk_diag_error(c->diags, n->span, "shift count %lld is out of range in a constant expression (0 to 62)",
+                       (long long)b.i);
+        *out = ERR;
+        return true;
+      }
+      if (op == TPK_OP_SHR) r = a.i < 0 ? ~(~a.i >> b.i) : a.i >> b.i;
+      else if (a.i > (INT64_MAX >> b.i) || a.i < -(INT64_MAX >> b.i) - 1) overflow = true;
+      else r = (int64_t)((uint64_t)a.i << b.i);
+      break;
     case TPK_OP_DIV:
     case TPK_OP_REM:
       if (b.i == 0) {
@@ -616,6 +637,7 @@ static bool fold(Checker *c, const TpkAst *n, TpkOpcode op, Val a, Val b, Val *o
     }
     return true;
   }
+  if (tpk_op_info(op)->flags & TPK_OPF_INT_ONLY) return false; /* a float operand: reported by binary() */
   double x = a.k == V_INT ? (double)a.i : a.f, y = b.k == V_INT ? (double)b.i : b.f;
   switch (op) {
   case TPK_OP_ADD: *out = flt_val(x + y); return true;
@@ -667,6 +689,12 @@ static bool unify_dtypes(Checker *c, const TpkAst *na, Val *a, const TpkAst *nb,
   }
   if (a->k == V_ERR || b->k == V_ERR) return false;
   TpkDType dt = tpk_dtype_promote(a->v->type->dtype, b->v->type->dtype);
+  if (dt == TPK_DTYPE_COUNT) {
+    tpk_diag_error_hint(c->diags, nb->span, "convert one side with `as`, e.g. (x as u32)",
+                        "no dtype holds both %s and %s", tpk_dtype_name(a->v->type->dtype),
+                        tpk_dtype_name(b->v->type->dtype));
+    return false;
+  }
   a->v = convert(c, a->v, dt);
   b->v = convert(c, b->v, dt);
   return a->v && b->v;
@@ -687,6 +715,46 @@ static bool unify_shapes(Checker *c, const TpkAst *n, const char *what, TpkValue
   return *a && *b;
 }
 
+static bool unify_shapes(Checker *c, const TpkAst *n, const char *what, TpkValue **a, TpkValue **b);
+
+/* a & b, a | b, a ^ b (integers or bools, promoted as arithmetic is) and
+ * a << b, a >> b (integers; the result has a's dtype and b is converted to
+ * it, so `x << 13` and `x >> (k as u32)` read as written). Floats are
+ * refused: their bits are reached with bitcast(). */
+static Val bitwise(Checker *c, const TpkAst *n, const BinOp *bop, const TpkAst *na, Val a, const TpkAst *nb, Val b) {
+  if (bop->cls == SHIFT) {
+    if (is_weak(a) && !is_weak(b)) {
+      b = need_data(c, nb, b, TPK_DTYPE_COUNT);
+      if (b.k == V_ERR) return ERR;
+      a = need_data(c, na, a, b.v->type->dtype);
+    } else {
+      a = need_data(c, na, a, TPK_DTYPE_COUNT);
+      if (a.k == V_ERR) return ERR;
+      b = need_data(c, nb, b, a.v->type->dtype);
+    }
+    if (a.k == V_ERR || b.k == V_ERR) return ERR;
+  } else if (!unify_dtypes(c, na, &a, nb, &b)) {
+    return ERR;
+  }
+  TpkDType dt = a.v->type->dtype, dtb = b.v->type->dtype;
+  const TpkAst *bad = !tpk_dtype_is_int(dt) && (bop->cls == SHIFT || dt != TPK_BOOL) ? na
+                      : !tpk_dtype_is_int(dtb) && (bop->cls == SHIFT || dtb != TPK_BOOL) ? nb : NULL;
+  if (bad) {
+    TpkDType got = bad == na ? dt : dtb;
+    const char *hint = tpk_dtype_is_float(got) ? "work on a float's bits with bitcast(x, u32) (same width)"
+                       : got == TPK_BOOL      ? "shift integers: (c as i32) << k"
+                                              : NULL;
+    tpk_diag_error_hint(c->diags, bad->span, hint, "%s needs integer operands; got %s", bop->text,
+                        tpk_dtype_name(got));
+    return ERR;
+  }
+  at(c, n);
+  if (bop->cls == SHIFT) b.v = convert(c, b.v, dt);
+  if (!unify_shapes(c, n, bop->text, &a.v, &b.v)) return ERR;
+  at(c, n);
+  return val_of(tpk_build_binary(&c->b, bop->opcode, a.v, b.v));
+}
+
 /* The elementwise binary op `opcode` over a and b, with the language's
  * promotion and broadcasting; n is the whole expression, na/nb the operands. */
 static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *what, const TpkAst *na, Val a,
@@ -701,6 +769,10 @@ static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *wha
   if (fold_dim(c, opcode, a, b, &folded)) return folded;
   if (!can_build(c, n)) return ERR;
   at(c, n);
+  const BinOp *bop = NULL;
+  for (size_t i = 0; i < TPK_ARRAY_LEN(BINOPS); i++)
+    if (BINOPS[i].opcode == opcode && strcmp(BINOPS[i].text, what) == 0) bop = &BINOPS[i];
+  if (bop && (bop->cls == BITWISE || bop->cls == SHIFT)) return bitwise(c, n, bop, na, a, nb, b);
   if (!unify_dtypes(c, na, &a, nb, &b)) return ERR;
   TpkDType dt = a.v->type->dtype;
   bool logical = opcode == TPK_OP_AND || opcode == TPK_OP_OR;
@@ -712,6 +784,10 @@ static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *wha
   if (!logical && !(info->flags & TPK_OPF_COMPARE) && dt == TPK_BOOL) {
     tpk_diag_error_hint(c->diags, n->span, "convert first, e.g. (c as i32)", "%s is not defined on bool values",
                         what);
+    return ERR;
+  }
+  if ((info->flags & TPK_OPF_INT_ONLY) && !logical && !tpk_dtype_is_int(dt)) {
+    tpk_diag_error(c->diags, n->span, "%s needs integer operands; got %s", what, tpk_dtype_name(dt));
     return ERR;
   }
   if ((info->flags & TPK_OPF_FLOAT_ONLY) && !tpk_dtype_is_float(dt)) {
@@ -757,8 +833,27 @@ static Val logical_not(Checker *c, const TpkAst *n, Val a) {
   a = need_data(c, n->lhs, a, TPK_BOOL);
   if (a.k == V_ERR) return ERR;
   if (a.v->type->dtype != TPK_BOOL) {
-    tpk_diag_error_hint(c->diags, n->span, "compare first, e.g. x == 0", "'!' needs a bool operand; got %s",
-                        type_str(c, a.v->type));
+    tpk_diag_error_hint(c->diags, n->span,
+                        tpk_dtype_is_int(a.v->type->dtype) ? "compare first (x == 0), or flip the bits with ~x"
+                                                           : "compare first, e.g. x == 0",
+                        "'!' needs a bool operand; got %s", type_str(c, a.v->type));
+    return ERR;
+  }
+  at(c, n);
+  return val_of(tpk_build_unary(&c->b, TPK_OP_NOT, a.v));
+}
+
+/* ~x: every bit of an integer flipped (a constant stays a 64-bit constant). */
+static Val bit_not(Checker *c, const TpkAst *n, Val a) {
+  if (a.k == V_INT) return int_val(~a.i);
+  a = need_data(c, n->lhs, a, TPK_DTYPE_COUNT);
+  if (a.k == V_ERR) return ERR;
+  TpkDType dt = a.v->type->dtype;
+  if (!tpk_dtype_is_int(dt)) {
+    tpk_diag_error_hint(c->diags, n->span,
+                        dt == TPK_BOOL ? "use !c for a bool"
+                                       : "work on a float's bits with bitcast(x, u32) (same width)",
+                        "'~' needs an integer operand; got %s", type_str(c, a.v->type));
     return ERR;
   }
   at(c, n);
@@ -1022,6 +1117,41 @@ static Val bi_unary(Checker *c, const TpkAst *n, const Builtin *bi, const Args *
 static Val bi_binary(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   Val x = eval(c, a->pos[0]), y = eval(c, a->pos[1]);
   return binary(c, n, bi->op, bi->what, a->pos[0], x, a->pos[1], y);
+}
+
+/* bitcast(x, T): x's bits read as dtype T of the same width (f32 <-> u32,
+ * bf16 <-> u16, ...). A literal takes the unsigned integer type of T's width. */
+static Val bi_bitcast(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  const TpkAst *tn = a->pos[1];
+  if (tn->kind != TPK_AST_TYPE || tn->args) {
+    tpk_diag_error_hint(c->diags, tn->span, "e.g. bitcast(x, u32)", "bitcast() takes a dtype as its second argument");
+    return ERR;
+  }
+  TpkDType to = tn->dtype;
+  unsigned bits = tpk_dtype_info(to)->bits;
+  TpkDType lit = bits == 32 ? TPK_U32 : bits == 16 ? TPK_U16 : TPK_U8;
+  Val x = need_data(c, a->pos[0], eval(c, a->pos[0]), lit);
+  if (x.k == V_ERR) return ERR;
+  TpkDType from = x.v->type->dtype;
+  if (from == TPK_BOOL || to == TPK_BOOL) {
+    tpk_diag_error_hint(c->diags, from == TPK_BOOL ? a->pos[0]->span : tn->span, "convert with `as` instead",
+                        "bitcast() does not take bool values");
+    return ERR;
+  }
+  if (tpk_dtype_info(from)->bits != bits) {
+    tpk_diag_error_hint(c->diags, tn->span,
+                        tpk_arena_printf(&c->m->arena, "convert the value with `x as %s`; bitcast keeps the bits",
+                                         tpk_dtype_name(to)),
+                        "bitcast() needs a dtype of the same width: %s has %u bits, %s has %u",
+                        tpk_dtype_name(from), tpk_dtype_info(from)->bits, tpk_dtype_name(to), bits);
+    return ERR;
+  }
+  if (from == to) return x;
+  at(c, n);
+  const TpkType *rt = tpk_type_with_dtype(c->m, x.v->type, to);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_BITCAST, 1, &x.v, 1, &rt);
+  return op ? val_of(&op->out[0]) : ERR;
 }
 
 static Val bi_where(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
@@ -1526,9 +1656,12 @@ static Val bi_wait(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a
 static const Builtin BUILTINS[] = {
     EW1("exp", EXP), EW1("log", LOG), EW1("sqrt", SQRT), EW1("rsqrt", RSQRT), EW1("tanh", TANH),
     EW1("sigmoid", SIGMOID), EW1("erf", ERF), EW1("abs", ABS), EW1("floor", FLOOR), EW1("ceil", CEIL),
+    EW1("round", ROUND),
+    {"bitcast", 2, 2, {0}, bi_bitcast, TPK_OP_BITCAST, "bitcast(x, u32)", "bitcast()"},
     {"maximum", 2, 2, {0}, bi_binary, TPK_OP_MAX, "maximum(a, b)", "maximum()"},
     {"minimum", 2, 2, {0}, bi_binary, TPK_OP_MIN, "minimum(a, b)", "minimum()"},
     {"pow", 2, 2, {0}, bi_binary, TPK_OP_POW, "pow(a, b)", "pow()"},
+    {"mulhi", 2, 2, {0}, bi_binary, TPK_OP_MULHI, "mulhi(a, b)", "mulhi()"},
     {"where", 3, 3, {0}, bi_where, TPK_OP_SELECT, "where(cond, a, b)"},
     {"sum", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "sum(x, axis=K, keepdims=false)"},
     {"max", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "max(x, axis=K, keepdims=false)"},
@@ -1664,7 +1797,7 @@ static Val eval(Checker *c, const TpkAst *n) {
   case TPK_AST_UNARY: {
     Val a = eval(c, n->lhs);
     if (a.k == V_ERR) return ERR;
-    return n->op == '-' ? negate(c, n, n->lhs, a) : logical_not(c, n, a);
+    return n->op == '-' ? negate(c, n, n->lhs, a) : n->op == '~' ? bit_not(c, n, a) : logical_not(c, n, a);
   }
   case TPK_AST_BINARY: {
     const BinOp *bop = binop_of(n->op);

@@ -139,21 +139,25 @@ static const char *ctype(TpkDType t) {
   case TPK_I32: return "int32_t";
   case TPK_I16: return "int16_t";
   case TPK_I8: return "int8_t";
+  case TPK_U32: return "uint32_t";
+  case TPK_U16: return "uint16_t";
   default: return "?";
   }
 }
 
-/* The type arithmetic happens in: floats in float, integers in int32_t,
- * bool in int. */
+/* The type arithmetic happens in: floats in float, u32 in uint32_t, other
+ * integers in int32_t (wrapped to their width when stored), bool in int. */
 static const char *compute_type(TpkDType t) {
   if (tpk_dtype_is_float(t)) return "float";
+  if (t == TPK_U32) return "uint32_t";
   return t == TPK_BOOL ? "int" : "int32_t";
 }
 
 /* The TPK_PRIM_* suffix of a dtype. */
 static const char *prim_dtype(TpkDType t) {
   static const char *const NAMES[TPK_DTYPE_COUNT] = {"F32", "F16", "BF16", "F8E4M3", "F8E5M2",
-                                                     "I32", "I16", "I8",   "U8",     "BOOL"};
+                                                     "I32", "I16", "I8",   "U8",     "BOOL",
+                                                     "U32", "U16"};
   return (unsigned)t < TPK_DTYPE_COUNT ? NAMES[t] : "F32";
 }
 
@@ -355,6 +359,24 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   bool fl = tpk_dtype_is_float(dt);
   bool i32 = !fl && dt != TPK_BOOL;
   TpkArena *A = &e->arena;
+  if (dt == TPK_U32) { /* unsigned arithmetic wraps by itself; division, shifts and order are unsigned */
+    switch (op->opcode) {
+    case TPK_OP_ADD: return tpk_arena_printf(A, "(uint32_t)(%s + %s)", a, b);
+    case TPK_OP_SUB: return tpk_arena_printf(A, "(uint32_t)(%s - %s)", a, b);
+    case TPK_OP_MUL: return tpk_arena_printf(A, "(uint32_t)(%s * %s)", a, b);
+    case TPK_OP_DIV: return tpk_arena_printf(A, "tpk_udiv(%s, %s, &bad)", a, b);
+    case TPK_OP_REM: return tpk_arena_printf(A, "tpk_urem(%s, %s, &bad)", a, b);
+    case TPK_OP_CDIV: return tpk_arena_printf(A, "tpk_ucdiv(%s, %s, &bad)", a, b);
+    case TPK_OP_NEG: return tpk_arena_printf(A, "(uint32_t)(0u - %s)", a);
+    case TPK_OP_ABS: return a;
+    case TPK_OP_NOT: return tpk_arena_printf(A, "(uint32_t)~%s", a);
+    case TPK_OP_SHL: return tpk_arena_printf(A, "tpk_shl_u(%s, %s)", a, b);
+    case TPK_OP_SHR: return tpk_arena_printf(A, "tpk_shr_u(%s, %s)", a, b);
+    case TPK_OP_MULHI: return tpk_arena_printf(A, "(uint32_t)(((uint64_t)%s * (uint64_t)%s) >> 32)", a, b);
+    case TPK_OP_SELECT: return tpk_arena_printf(A, "tpk_select_u(%s, %s, %s)", a, b, c);
+    default: break; /* max, min, and, or, xor, comparisons: as below */
+    }
+  }
   switch (op->opcode) {
   case TPK_OP_ADD: return fl ? tpk_arena_printf(A, "(%s + %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s + (uint32_t)%s)", a, b);
   case TPK_OP_SUB: return fl ? tpk_arena_printf(A, "(%s - %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s - (uint32_t)%s)", a, b);
@@ -367,6 +389,11 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   case TPK_OP_POW: return tpk_arena_printf(A, "powf(%s, %s)", a, b);
   case TPK_OP_AND: return tpk_arena_printf(A, "(%s & %s)", a, b);
   case TPK_OP_OR: return tpk_arena_printf(A, "(%s | %s)", a, b);
+  case TPK_OP_XOR: return tpk_arena_printf(A, "(%s ^ %s)", a, b);
+  case TPK_OP_SHL: return tpk_arena_printf(A, "tpk_shl_i(%s, %s)", a, b);
+  case TPK_OP_SHR: return tpk_arena_printf(A, "tpk_shr_i(%s, %s)", a, b);
+  case TPK_OP_MULHI: /* narrower integers live extended in 32 bits: their product fits in 64 */
+    return tpk_arena_printf(A, "tpk_mulhi_i(%s, %s, %u)", a, b, tpk_dtype_info(dt)->bits);
   case TPK_OP_EQ: return tpk_arena_printf(A, "(%s == %s)", a, b);
   case TPK_OP_NE: return tpk_arena_printf(A, "(%s != %s)", a, b);
   case TPK_OP_LT: return tpk_arena_printf(A, "(%s < %s)", a, b);
@@ -385,6 +412,7 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   case TPK_OP_ERF: return tpk_arena_printf(A, "erff(%s)", a);
   case TPK_OP_FLOOR: return tpk_arena_printf(A, "floorf(%s)", a);
   case TPK_OP_CEIL: return tpk_arena_printf(A, "ceilf(%s)", a);
+  case TPK_OP_ROUND: return tpk_arena_printf(A, "rintf(%s)", a); /* the default rounding mode: half to even */
   case TPK_OP_SELECT: return tpk_arena_printf(A, "tpk_select_%s(%s, %s, %s)", fl ? "f" : "i", a, b, c);
   default: (void)i32; return NULL;
   }
@@ -1227,9 +1255,10 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
    * accumulator per output, ascending order. */
   TpkDType dt = xt->dtype;
   bool fl = tpk_dtype_is_float(dt);
-  const char *acc_t = fl ? "float" : "int32_t";
-  const char *init = kind == TPK_REDUCE_MAX ? (fl ? "(-1.0f / 0.0f)" : "INT32_MIN")
-                     : kind == TPK_REDUCE_MIN ? (fl ? "(1.0f / 0.0f)" : "INT32_MAX")
+  bool u32 = xt->dtype == TPK_U32;
+  const char *acc_t = fl ? "float" : u32 ? "uint32_t" : "int32_t";
+  const char *init = kind == TPK_REDUCE_MAX ? (fl ? "(-1.0f / 0.0f)" : u32 ? "0u" : "INT32_MIN")
+                     : kind == TPK_REDUCE_MIN ? (fl ? "(1.0f / 0.0f)" : u32 ? "UINT32_MAX" : "INT32_MAX")
                      : kind == TPK_REDUCE_PROD ? "1" : "0";
   Sz xs[TPK_MAX_RANK];
   strides(e, xt, xs);
@@ -1250,8 +1279,8 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   const char *xv = rd(e, x, linear(e, xt->rank, xs, NULL));
   if (kind == TPK_REDUCE_MAX) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmax(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s > acc ? %s : acc)", xv, xv));
   else if (kind == TPK_REDUCE_MIN) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmin(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s < acc ? %s : acc)", xv, xv));
-  else if (kind == TPK_REDUCE_PROD) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc * %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc * (uint32_t)%s)", xv));
-  else line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc + %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc + (uint32_t)%s)", xv));
+  else if (kind == TPK_REDUCE_PROD) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc * %s", xv) : tpk_arena_printf(&e->arena, "(%s)((uint32_t)acc * (uint32_t)%s)", acc_t, xv));
+  else line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc + %s", xv) : tpk_arena_printf(&e->arena, "(%s)((uint32_t)acc + (uint32_t)%s)", acc_t, xv));
   int inner = 0;
   for (int i = 0; i < xt->rank; i++) inner += reduced[i];
   close_loops(e, inner);
@@ -1393,6 +1422,18 @@ static void emit_scatter(Emitter *e, const TpkOp *op) {
   tpk_str_free(&idx);
   tpk_str_free(&dst);
   close_loops(e, k);
+}
+
+/* The operand's bytes, read as another dtype of their width. */
+static void emit_bitcast(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0], *x = op->in[0];
+  if (!is_tile(r)) {
+    const char *n = new_name(e, r);
+    line(e, "%s %s;", ctype(r->type->dtype), n);
+    line(e, "memcpy(&%s, &%s, sizeof %s);", n, name_of(e, x), n);
+    return;
+  }
+  line(e, "memcpy(%s, %s, %s);", def_tile(e, r), name_of(e, x), byte_size(e, r->type));
 }
 
 static void emit_concat(Emitter *e, const TpkOp *op) {
@@ -1607,6 +1648,7 @@ static void emit_op(Emitter *e, const TpkOp *op) {
   case TPK_OP_IOTA: emit_iota(e, op); return;
   case TPK_OP_SLICE: emit_slice(e, op); return;
   case TPK_OP_CONCAT: emit_concat(e, op); return;
+  case TPK_OP_BITCAST: emit_bitcast(e, op); return;
   case TPK_OP_REDUCE: emit_reduce(e, op); return;
   case TPK_OP_DOT: emit_dot(e, op); return;
   case TPK_OP_GATHER: emit_gather(e, op); return;
@@ -1656,12 +1698,16 @@ static const char PRELUDE[] =
     "/* libm and libc, declared here so no system header is needed */\n"
     "float expf(float); float logf(float); float sqrtf(float); float tanhf(float); float erff(float);\n"
     "float powf(float, float); float fmodf(float, float); float fabsf(float); float floorf(float); float ceilf(float);\n"
+    "float rintf(float);\n"
     "void *memcpy(void *, const void *, unsigned long); void *memset(void *, int, unsigned long);\n"
     "void *malloc(unsigned long); void free(void *);\n"
     "int snprintf(char *, unsigned long, const char *, ...);\n"
     "#ifndef INT32_MIN\n"
     "#define INT32_MIN (-2147483647 - 1)\n"
     "#define INT32_MAX 2147483647\n"
+    "#endif\n"
+    "#ifndef UINT32_MAX\n"
+    "#define UINT32_MAX 4294967295u\n"
     "#endif\n"
     "\n"
     "/* Code built for any x86-64 (the ahead-of-time library) also gets an AVX2\n"
@@ -1721,6 +1767,26 @@ static const char PRELUDE[] =
     "static inline float tpk_select_f(int c, float a, float b) { return c ? a : b; }\n"
     "static inline int32_t tpk_select_i(int c, int32_t a, int32_t b) { return c ? a : b; }\n"
     "#endif\n"
+    "static inline uint32_t tpk_select_u(int c, uint32_t a, uint32_t b) { return c ? a : b; }\n"
+    "/* shifts by a count outside [0, 32) give 0, or -1 for a negative value shifted right; narrower\n"
+    " * integers live sign- or zero-extended in 32 bits, so their store wraps the rest */\n"
+    "static inline int32_t tpk_shl_i(int32_t a, int32_t b) { return b < 0 || b >= 32 ? 0 : (int32_t)((uint32_t)a << b); }\n"
+    "static inline int32_t tpk_shr_i(int32_t a, int32_t b) {\n"
+    "  if (b < 0 || b >= 32) return a < 0 ? -1 : 0;\n"
+    "  return a < 0 ? ~(~a >> b) : a >> b;\n"
+    "}\n"
+    "static inline int32_t tpk_mulhi_i(int32_t a, int32_t b, int bits) {\n"
+    "  int64_t p = (int64_t)a * b;\n"
+    "  return (int32_t)(p < 0 ? ~(~p >> bits) : p >> bits);\n"
+    "}\n"
+    "static inline uint32_t tpk_shl_u(uint32_t a, uint32_t b) { return b >= 32 ? 0 : a << b; }\n"
+    "static inline uint32_t tpk_shr_u(uint32_t a, uint32_t b) { return b >= 32 ? 0 : a >> b; }\n"
+    "static uint32_t tpk_udiv(uint32_t a, uint32_t b, int *bad) { if (b == 0) { *bad = 1; return 0; } return a / b; }\n"
+    "static uint32_t tpk_urem(uint32_t a, uint32_t b, int *bad) { if (b == 0) { *bad = 1; return 0; } return a % b; }\n"
+    "static uint32_t tpk_ucdiv(uint32_t a, uint32_t b, int *bad) {\n"
+    "  if (b == 0) { *bad = 1; return 0; }\n"
+    "  return a / b + (a % b != 0);\n"
+    "}\n"
     "static float tpk_fmax(float a, float b) { return a != a || b != b ? a + b : a > b ? a : b; }\n"
     "static float tpk_fmin(float a, float b) { return a != a || b != b ? a + b : a < b ? a : b; }\n"
     "static int32_t tpk_idiv(int32_t a, int32_t b, int *bad) {\n"

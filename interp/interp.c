@@ -572,6 +572,7 @@ static TpkStatus exec_unary(Interp *I, const TpkOp *op) {
       case TPK_OP_ERF: y = erff(a); break;
       case TPK_OP_FLOOR: y = floorf(a); break;
       case TPK_OP_CEIL: y = ceilf(a); break;
+      case TPK_OP_ROUND: y = rintf(a); break; /* the default rounding mode: half to even */
       default: val_release(&r); return fail(I, op, TPK_ERR_INTERNAL, "not defined on %s", tpk_dtype_name(x->dt));
       }
       tpk_ref_set(r.dt, r.data, i, y);
@@ -603,6 +604,7 @@ static TpkStatus exec_binary(Interp *I, const TpkOp *op) {
   }
   bool cmp = (tpk_op_info(op->opcode)->flags & TPK_OPF_COMPARE) != 0;
   bool isf = tpk_dtype_is_float(a->dt);
+  int64_t bits = (int64_t)tpk_dtype_info(a->dt)->bits;
   for (int64_t i = 0; i < a->n; i++) {
     if (isf) {
       float x = (float)tpk_ref_get(a->dt, a->data, i), y = (float)tpk_ref_get(b->dt, b->data, i), z = 0;
@@ -656,6 +658,20 @@ static TpkStatus exec_binary(Interp *I, const TpkOp *op) {
       case TPK_OP_MIN: z = (uint64_t)(x < y ? x : y); break;
       case TPK_OP_AND: z = (uint64_t)x & (uint64_t)y; break;
       case TPK_OP_OR: z = (uint64_t)x | (uint64_t)y; break;
+      case TPK_OP_XOR: z = (uint64_t)x ^ (uint64_t)y; break;
+      case TPK_OP_SHL: z = y < 0 || y >= bits ? 0 : (uint64_t)x << y; break;
+      case TPK_OP_SHR: /* x is sign- or zero-extended to 64 bits, so shifting it shifts the dtype */
+        if (y < 0 || y >= bits) z = x < 0 ? UINT64_MAX : 0;
+        else z = x < 0 ? ~(~(uint64_t)x >> y) : (uint64_t)x >> y;
+        break;
+      case TPK_OP_MULHI: /* the exact product: unsigned in 64 bits, signed in int64 (|x|, |y| <= 2^31) */
+        if (tpk_dtype_info(a->dt)->is_signed) {
+          int64_t p = x * y;
+          z = (uint64_t)(p < 0 ? ~(~p >> bits) : p >> bits);
+        } else {
+          z = ((uint64_t)x * (uint64_t)y) >> bits;
+        }
+        break;
       case TPK_OP_EQ: z = x == y; break;
       case TPK_OP_NE: z = x != y; break;
       case TPK_OP_LT: z = x < y; break;
@@ -692,6 +708,20 @@ static TpkStatus exec_convert(Interp *I, const TpkOp *op) {
     return fail(I, op, TPK_ERR_INTERNAL, "result does not match the operand");
   }
   for (int64_t i = 0; i < x->n; i++) convert_elem(x, i, &r, i);
+  return set_result(I, op, 0, &r);
+}
+
+/* The same bytes, another dtype of their width. */
+static TpkStatus exec_bitcast(Interp *I, const TpkOp *op) {
+  Val *x = operand(I, op, 0, V_TENSOR);
+  if (!x) return status(I);
+  Val r;
+  if (!new_result(I, op, 0, &r)) return status(I);
+  if (r.n != x->n || ESIZE(&r) != ESIZE(x)) {
+    val_release(&r);
+    return fail(I, op, TPK_ERR_INTERNAL, "result does not match the operand");
+  }
+  if (r.n) memcpy(r.data, x->data, (size_t)r.n * ESIZE(&r));
   return set_result(I, op, 0, &r);
 }
 
@@ -1533,8 +1563,10 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_SIGMOID:
   case TPK_OP_ERF:
   case TPK_OP_FLOOR:
-  case TPK_OP_CEIL: return exec_unary(I, op);
+  case TPK_OP_CEIL:
+  case TPK_OP_ROUND: return exec_unary(I, op);
   case TPK_OP_CONVERT: return exec_convert(I, op);
+  case TPK_OP_BITCAST: return exec_bitcast(I, op);
   case TPK_OP_ADD:
   case TPK_OP_SUB:
   case TPK_OP_MUL:
@@ -1546,6 +1578,10 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_POW:
   case TPK_OP_AND:
   case TPK_OP_OR:
+  case TPK_OP_XOR:
+  case TPK_OP_SHL:
+  case TPK_OP_SHR:
+  case TPK_OP_MULHI:
   case TPK_OP_EQ:
   case TPK_OP_NE:
   case TPK_OP_LT:

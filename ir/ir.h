@@ -198,8 +198,11 @@ enum {
   X(ERF, "erf", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")         \
   X(FLOOR, "floor", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")     \
   X(CEIL, "ceil", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")       \
+  X(ROUND, "round", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")     \
   /* convert: same shape, dtype from the result type; floats round to nearest even */           \
   X(CONVERT, "convert", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
+  /* bitcast: same shape, the bits reread as the result's dtype of the same width */            \
+  X(BITCAST, "bitcast", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
   /* elementwise binary: both operands of one type */                                            \
   X(ADD, "add", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE, "")        \
   X(SUB, "sub", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE, "")                             \
@@ -212,6 +215,12 @@ enum {
   X(POW, "pow", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")         \
   X(AND, "and", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE | TPK_OPF_INT_ONLY, "") \
   X(OR, "or", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE | TPK_OPF_INT_ONLY, "")   \
+  X(XOR, "xor", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE | TPK_OPF_INT_ONLY, "") \
+  /* shifts by b bits; b outside [0, bits) gives 0 (shr of a negative signed value: -1) */      \
+  X(SHL, "shl", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_INT_ONLY, "")          \
+  X(SHR, "shr", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_INT_ONLY, "")          \
+  /* the high half of the double-width product (Philox's mulhilo with mul) */                   \
+  X(MULHI, "mulhi", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE | TPK_OPF_INT_ONLY, "") \
   X(EQ, "eq", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMPARE | TPK_OPF_COMMUTATIVE, "")    \
   X(NE, "ne", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMPARE | TPK_OPF_COMMUTATIVE, "")    \
   X(LT, "lt", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMPARE, "")             \

@@ -213,7 +213,8 @@ static bool check_const(Verifier *v) {
   if (a->kind != TPK_ATTR_INT) return fail(v, "value of a %s constant must be an integer", tpk_dtype_name(t->dtype));
   static const int64_t lo[TPK_DTYPE_COUNT] = {[TPK_I32] = INT32_MIN, [TPK_I16] = INT16_MIN, [TPK_I8] = INT8_MIN};
   static const int64_t hi[TPK_DTYPE_COUNT] = {
-      [TPK_I32] = INT32_MAX, [TPK_I16] = INT16_MAX, [TPK_I8] = INT8_MAX, [TPK_U8] = UINT8_MAX, [TPK_BOOL] = 1};
+      [TPK_I32] = INT32_MAX, [TPK_I16] = INT16_MAX, [TPK_I8] = INT8_MAX, [TPK_U8] = UINT8_MAX, [TPK_BOOL] = 1,
+      [TPK_U32] = UINT32_MAX, [TPK_U16] = UINT16_MAX};
   if (a->i < lo[t->dtype] || a->i > hi[t->dtype])
     return fail(v, "value %" PRId64 " does not fit %s", a->i, tpk_dtype_name(t->dtype));
   return true;
@@ -255,6 +256,19 @@ static bool check_convert(Verifier *v) {
   const TpkType *r = out_type(v, 0);
   if (!is_tensor(r) || !same_shape(in_type(v, 0), r))
     return fail(v, "result %s must have the shape of the operand %s", ty(v, r), ty(v, in_type(v, 0)));
+  return true;
+}
+
+/* Same shape, another dtype of the same width; bool has one bit of meaning
+ * in its byte, so it is neither side. */
+static bool check_bitcast(Verifier *v) {
+  if (!need_tensor(v, 0, "operand")) return false;
+  const TpkType *x = in_type(v, 0), *r = out_type(v, 0);
+  if (!is_tensor(r) || !same_shape(x, r))
+    return fail(v, "result %s must have the shape of the operand %s", ty(v, r), ty(v, x));
+  if (x->dtype == TPK_BOOL || r->dtype == TPK_BOOL || tpk_dtype_size(x->dtype) != tpk_dtype_size(r->dtype))
+    return fail(v, "bitcast needs two non-bool dtypes of one width, got %s and %s", tpk_dtype_name(x->dtype),
+                tpk_dtype_name(r->dtype));
   return true;
 }
 
@@ -677,6 +691,7 @@ static const OpCheck CHECKS[TPK_OP_COUNT] = {
     [TPK_OP_PROGRAM_ID] = check_program,  [TPK_OP_NUM_PROGRAMS] = check_program,
     [TPK_OP_TILE_ID] = check_tile_query,  [TPK_OP_TILE_START] = check_tile_query,
     [TPK_OP_CONVERT] = check_convert,     [TPK_OP_SELECT] = check_select,
+    [TPK_OP_BITCAST] = check_bitcast,
     [TPK_OP_BROADCAST] = check_broadcast, [TPK_OP_RESHAPE] = check_reshape,
     [TPK_OP_TRANSPOSE] = check_transpose, [TPK_OP_SLICE] = check_slice,
     [TPK_OP_CONCAT] = check_concat,       [TPK_OP_IOTA] = check_iota,

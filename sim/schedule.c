@@ -182,6 +182,7 @@ static void eval_scalar(Walker *w, const TpkOp *op) {
   case TPK_OP_GE: r = a >= b; break;
   case TPK_OP_AND: r = a & b; break;
   case TPK_OP_OR: r = a | b; break;
+  case TPK_OP_XOR: r = a ^ b; break;
   case TPK_OP_NOT: r = !a; break;
   case TPK_OP_NEG: r = -a; break;
   case TPK_OP_CONVERT: r = a; break;
@@ -489,7 +490,10 @@ static void walk_op(Walker *w, const TpkOp *op) {
     set_task(w, &op->out[0], dma(w, bytes, TPK_TASK_NONE, "copy_async"));
     return;
   }
-  case TPK_OP_RESHAPE: set_task(w, &op->out[0], task_of(w, op->in[0])); return;
+  case TPK_OP_RESHAPE:
+  case TPK_OP_BITCAST: /* the same bytes in the same registers: no work */
+    set_task(w, &op->out[0], task_of(w, op->in[0]));
+    return;
   case TPK_OP_REDUCE: {
     int64_t n = numel(op->in[0]->type), outs = numel(op->out[0].type);
     w->rep->flops += (double)n;
