@@ -267,7 +267,7 @@ static bool check_bitcast(Verifier *v) {
   if (!is_tensor(r) || !same_shape(x, r))
     return fail(v, "result %s must have the shape of the operand %s", ty(v, r), ty(v, x));
   if (x->dtype == TPK_BOOL || r->dtype == TPK_BOOL || tpk_dtype_size(x->dtype) != tpk_dtype_size(r->dtype))
-    return fail(v, "bitcast needs two non-bool dtypes of one width, got %s and %s", tpk_dtype_name(x->dtype),
+    return fail(v, "needs two non-bool dtypes of one width, got %s and %s", tpk_dtype_name(x->dtype),
                 tpk_dtype_name(r->dtype));
   return true;
 }

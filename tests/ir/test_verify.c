@@ -418,6 +418,11 @@ static const Bad BAD[] = {
     {FUNC1("%a: f32[8]", "  %0 = neg %a : f32[4]"), "'neg' result type is f32[4], expected f32[8]"},
     {FUNC1("%a: f32[8]", "  %0 = select %a, %a, %a : f32[8]"), "'select' condition must be bool, got f32[8]"},
     {FUNC1("%a: i32[8]", "  %0 = convert %a : f32[4]"), "'convert' result f32[4] must have the shape of the operand i32[8]"},
+    {FUNC1("%a: f32[8]", "  %0 = bitcast %a : u16[8]"), "'bitcast' needs two non-bool dtypes of one width, got f32 and u16"},
+    {FUNC1("%a: u8[8]", "  %0 = bitcast %a : bool[8]"), "'bitcast' needs two non-bool dtypes of one width, got u8 and bool"},
+    {FUNC1("%a: f32[8]", "  %0 = bitcast %a : u32[4]"), "'bitcast' result u32[4] must have the shape of the operand f32[8]"},
+    {FUNC1("%a: f32[8]", "  %0 = shl %a, %a : f32[8]"), "'shl' needs integer or bool operands, got f32[8]"},
+    {FUNC1("%a: i32[8]", "  %0 = round %a : i32[8]"), "'round' needs float operands, got i32[8]"},
     /* shapes */
     {FUNC1("%a: f32[3]", "  %0 = broadcast %a : f32[4,5]"), "'broadcast' cannot broadcast f32[3] to f32[4,5]: dim 0 is 3, not 1 or 5"},
     {FUNC1("%a: f32[4,6]", "  %0 = reshape %a : f32[5,5]"), "'reshape' element counts differ: f32[4,6] has 24, f32[5,5] has 25"},
