@@ -1234,9 +1234,9 @@ static Val bi_reduce(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   TpkDType dt = t->dtype;
   int kind = TPK_REDUCE_SUM;
   tpk_enum_from_name(TPK_ENUM_REDUCE_KIND, bi->name, &kind); /* the builtins are named as the IR's kinds */
-  /* Integer sums accumulate in i32; a mean of integers is a float. */
+  /* Integer sums accumulate in i32 (u32 in u32); a mean of integers is a float. */
   if (kind == TPK_REDUCE_MEAN && !tpk_dtype_is_float(dt)) dt = TPK_F32;
-  else if (kind == TPK_REDUCE_SUM && !tpk_dtype_is_float(dt)) dt = TPK_I32;
+  else if (kind == TPK_REDUCE_SUM && !tpk_dtype_is_float(dt) && dt != TPK_U32) dt = TPK_I32;
   else if (dt == TPK_BOOL) {
     tpk_diag_error(c->diags, n->span, "%s() is not defined on bool values", bi->name);
     return ERR;
@@ -1256,6 +1256,51 @@ static Val bi_reduce(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   tpk_op_set_reduce_kind(c->m, op, (TpkReduceKind)kind);
   tpk_op_set_ints(c->m, op, "axes", naxes, axes);
   tpk_op_set_bool(c->m, op, "keepdims", keepdims);
+  return val_of(&op->out[0]);
+}
+
+/* cumsum(x, axis=K) and friends: inclusive scans, x's shape. The axis may
+ * be left out for a 1-D value. Sums accumulate as sum() does (integers and
+ * bool in i32, u32 in u32), so a count of flags is cumsum(flags). */
+static Val bi_scan(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  Val x = need_data(c, a->pos[0], eval(c, a->pos[0]), TPK_DTYPE_COUNT);
+  if (x.k == V_ERR) return ERR;
+  const TpkType *t = x.v->type;
+  if (t->rank == 0) {
+    tpk_diag_error(c->diags, a->pos[0]->span, "%s() scans along an axis; '%s' is a scalar", bi->name,
+                   src_text(c, a->pos[0]));
+    return ERR;
+  }
+  int64_t axis = 0;
+  if (a->kw[0]) {
+    if (!eval_int(c, a->kw[0]->rhs, &axis)) return ERR;
+    if (axis < -t->rank || axis >= t->rank) {
+      tpk_diag_error(c->diags, a->kw[0]->rhs->span, "axis %lld is out of range for a value of rank %d",
+                     (long long)axis, t->rank);
+      return ERR;
+    }
+    if (axis < 0) axis += t->rank;
+  } else if (t->rank > 1) {
+    tpk_diag_error_hint(c->diags, n->span,
+                        tpk_arena_printf(&c->m->arena, "e.g. %s(%s, axis=%d)", bi->name, src_text(c, a->pos[0]),
+                                         t->rank - 1),
+                        "%s() of a value of rank %d needs axis=", bi->name, t->rank);
+    return ERR;
+  }
+  at(c, n);
+  TpkDType dt = t->dtype;
+  TpkReduceKind kind = (TpkReduceKind)bi->op;
+  if (kind == TPK_REDUCE_SUM && !tpk_dtype_is_float(dt) && dt != TPK_U32) dt = TPK_I32;
+  else if (dt == TPK_BOOL) {
+    tpk_diag_error_hint(c->diags, n->span, "convert first: (c as i32)", "%s() is not defined on bool values", bi->name);
+    return ERR;
+  }
+  TpkValue *v = convert(c, x.v, dt);
+  const TpkType *rt = v->type;
+  TpkOp *op = tpk_build(&c->b, TPK_OP_SCAN, 1, &v, 1, &rt);
+  if (!op) return ERR;
+  tpk_op_set_reduce_kind(c->m, op, kind);
+  tpk_op_set_int(c->m, op, "axis", axis);
   return val_of(&op->out[0]);
 }
 
@@ -1667,6 +1712,11 @@ static const Builtin BUILTINS[] = {
     {"max", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "max(x, axis=K, keepdims=false)"},
     {"min", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "min(x, axis=K, keepdims=false)"},
     {"mean", 1, 1, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "mean(x, axis=K, keepdims=false)"},
+    /* scans: `op` holds the TpkReduceKind */
+    {"cumsum", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_SUM, "cumsum(x, axis=K)", "cumsum()"},
+    {"cumprod", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_PROD, "cumprod(x, axis=K)", "cumprod()"},
+    {"cummax", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_MAX, "cummax(x, axis=K)", "cummax()"},
+    {"cummin", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_MIN, "cummin(x, axis=K)", "cummin()"},
     {"dot", 2, 2, {0}, bi_dot, TPK_OP_DOT, "dot(a, b)"},
     {"transpose", 1, 1, {"perm"}, bi_transpose, TPK_OP_TRANSPOSE, "transpose(x, perm=[...])"},
     {"reshape", 2, 2, {0}, bi_reshape, TPK_OP_RESHAPE, "reshape(x, [a, b])"},

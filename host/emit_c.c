@@ -1298,6 +1298,47 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   close_loops(e, opened - inner);
 }
 
+/* An inclusive scan: the other dims' loops outside, the scanned axis inside
+ * with one accumulator per line, ascending, as the interpreter runs it
+ * (floats accumulate in f32 and each output is rounded to the dtype). */
+static void emit_scan(Emitter *e, const TpkOp *op) {
+  const TpkValue *x = op->in[0], *r = &op->out[0];
+  const TpkType *xt = x->type;
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  TpkReduceKind kind = tpk_op_reduce_kind(op);
+  TpkDType dt = xt->dtype;
+  bool fl = tpk_dtype_is_float(dt);
+  const char *acc_t = compute_type(dt), *out = def_tile(e, r);
+  Sz xs[TPK_MAX_RANK], rs[TPK_MAX_RANK];
+  strides(e, xt, xs);
+  strides(e, r->type, rs);
+  line(e, "{"); /* acc is this scan's */
+  e->indent++;
+  int opened = 1;
+  for (int i = 0; i < xt->rank; i++)
+    if (i != axis) {
+      line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
+      e->indent++;
+      opened++;
+    }
+  line(e, "%s acc = 0;", acc_t);
+  line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", axis, axis, dim(e, xt, axis), axis);
+  e->indent++;
+  line(e, "%s v = %s;", acc_t, rd(e, x, linear(e, xt->rank, xs, NULL)));
+  const char *next;
+  switch (kind) {
+  case TPK_REDUCE_MAX: next = fl ? "tpk_fmax(acc, v)" : "(v > acc ? v : acc)"; break;
+  case TPK_REDUCE_MIN: next = fl ? "tpk_fmin(acc, v)" : "(v < acc ? v : acc)"; break;
+  case TPK_REDUCE_PROD: next = fl ? "acc * v" : tpk_arena_printf(&e->arena, "(%s)((uint32_t)acc * (uint32_t)v)", acc_t); break;
+  default: next = fl ? "acc + v" : tpk_arena_printf(&e->arena, "(%s)((uint32_t)acc + (uint32_t)v)", acc_t); break;
+  }
+  line(e, "acc = i%d == 0 ? v : %s;", axis, next);
+  line(e, "%s[%s] = %s;", out, linear(e, r->type->rank, rs, NULL), narrow(e, dt, "acc"));
+  e->indent--;
+  line(e, "}");
+  close_loops(e, opened);
+}
+
 static const char *gemm_fn(TpkDType dt) {
   switch (dt) {
   case TPK_F32: return "gemm_f32";
@@ -1650,6 +1691,7 @@ static void emit_op(Emitter *e, const TpkOp *op) {
   case TPK_OP_CONCAT: emit_concat(e, op); return;
   case TPK_OP_BITCAST: emit_bitcast(e, op); return;
   case TPK_OP_REDUCE: emit_reduce(e, op); return;
+  case TPK_OP_SCAN: emit_scan(e, op); return;
   case TPK_OP_DOT: emit_dot(e, op); return;
   case TPK_OP_GATHER: emit_gather(e, op); return;
   case TPK_OP_SCATTER: emit_scatter(e, op); return;

@@ -954,6 +954,55 @@ static TpkStatus exec_reduce(Interp *I, const TpkOp *op) {
   return set_result(I, op, 0, &r);
 }
 
+/* Inclusive scan along one axis: one accumulator per line, in ascending
+ * order (floats in f32, each output rounded to the dtype; integers wrap). */
+static TpkStatus exec_scan(Interp *I, const TpkOp *op) {
+  Val *x = operand(I, op, 0, V_TENSOR);
+  if (!x) return status(I);
+  int64_t axis = tpk_op_int(op, "axis", -1);
+  if (axis < 0 || axis >= x->rank) return fail(I, op, TPK_ERR_INTERNAL, "axis out of range");
+  TpkReduceKind k = tpk_op_reduce_kind(op);
+  Val r;
+  if (!new_result(I, op, 0, &r)) return status(I);
+  if (r.n != x->n || r.dt != x->dt) {
+    val_release(&r);
+    return fail(I, op, TPK_ERR_INTERNAL, "result does not match the operand");
+  }
+  int64_t len = x->dims[axis], inner = 1, outer = 1;
+  for (int d = 0; d < x->rank; d++) {
+    if (d < axis) outer *= x->dims[d];
+    if (d > axis) inner *= x->dims[d];
+  }
+  bool isf = tpk_dtype_is_float(x->dt);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      float facc = 0;
+      int64_t iacc = 0;
+      for (int64_t l = 0; l < len; l++) {
+        int64_t i = (o * len + l) * inner + in;
+        if (isf) {
+          float v = (float)tpk_ref_get(x->dt, x->data, i);
+          if (l == 0) facc = v;
+          else if (k == TPK_REDUCE_SUM) facc = facc + v;
+          else if (k == TPK_REDUCE_PROD) facc = facc * v;
+          else if (k == TPK_REDUCE_MAX) facc = max_f(facc, v);
+          else facc = min_f(facc, v);
+          tpk_ref_set(r.dt, r.data, i, facc);
+        } else {
+          int64_t v = tpk_ref_get_int(x->dt, x->data, i);
+          if (l == 0) iacc = v;
+          else if (k == TPK_REDUCE_SUM) iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
+          else if (k == TPK_REDUCE_PROD) iacc = (int64_t)((uint64_t)iacc * (uint64_t)v);
+          else if (k == TPK_REDUCE_MAX) iacc = v > iacc ? v : iacc;
+          else iacc = v < iacc ? v : iacc;
+          tpk_ref_set_int(r.dt, r.data, i, (uint64_t)iacc);
+          iacc = tpk_ref_get_int(r.dt, r.data, i); /* wrapped to the dtype, as the next step sees it */
+        }
+      }
+    }
+  return set_result(I, op, 0, &r);
+}
+
 /* Per contracted multi-index (row-major over the contract list), the element
  * offset it adds in x: one table per operand, so the inner loop is flat. */
 static int64_t *contract_offsets(const Val *x, const TpkAttr *axes, const int64_t *cdims, int64_t count) {
@@ -1596,6 +1645,7 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_CONCAT: return exec_concat(I, op);
   case TPK_OP_IOTA: return exec_iota(I, op);
   case TPK_OP_REDUCE: return exec_reduce(I, op);
+  case TPK_OP_SCAN: return exec_scan(I, op);
   case TPK_OP_DOT: return exec_dot(I, op);
   case TPK_OP_GATHER: return exec_gather(I, op);
   case TPK_OP_SCATTER: return exec_scatter(I, op);

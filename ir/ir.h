@@ -237,6 +237,8 @@ enum {
   X(CONCAT, "concat", 1, -1, 1, 0, TPK_OPF_PURE, "axis:int")                                    \
   X(IOTA, "iota", 0, 0, 1, 0, TPK_OPF_PURE, "axis:int")                                         \
   X(REDUCE, "reduce", 1, 1, 1, 0, TPK_OPF_PURE, "kind:reduce_kind,axes:ints,keepdims:bool")     \
+  /* inclusive scan along one axis: element i combines elements 0..i, in order */               \
+  X(SCAN, "scan", 1, 1, 1, 0, TPK_OPF_PURE, "kind:reduce_kind,axis:int")                         \
   /* dot lhs, rhs [, acc]: with acc (lowering's decision), the products continue acc's sums */  \
   X(DOT, "dot", 2, 3, 1, 0, TPK_OPF_PURE,                                                        \
     "lhs_contract:ints,rhs_contract:ints,lhs_batch:ints,rhs_batch:ints")                         \

@@ -388,6 +388,19 @@ static bool check_reduce(Verifier *v) {
   return expect_result(v, 0, tensor_like(v, x->dtype, rank, dims));
 }
 
+/* An inclusive scan keeps its operand's type; mean is not a scan. */
+static bool check_scan(Verifier *v) {
+  const TpkType *x = in_type(v, 0);
+  if (!need_tensor(v, 0, "operand")) return false;
+  if (x->rank == 0) return fail(v, "operand must have rank >= 1, got %s", ty(v, x));
+  if (x->dtype == TPK_BOOL) return fail(v, "operand must be numeric, got %s", ty(v, x));
+  TpkReduceKind k = tpk_op_reduce_kind(v->op);
+  if (k == TPK_REDUCE_MEAN) return fail(v, "kind must be sum, max, min or prod, got mean");
+  int64_t axis = tpk_op_int(v->op, "axis", -1);
+  if (axis < 0 || axis >= x->rank) return fail(v, "axis %" PRId64 " is out of range for %s", axis, ty(v, x));
+  return expect_result(v, 0, x);
+}
+
 static bool check_dot(Verifier *v) {
   const TpkType *a = in_type(v, 0), *b = in_type(v, 1);
   if (v->op->nin == 3 && in_type(v, 2) != out_type(v, 0)) /* an accumulator (lowering's decision) */
@@ -696,6 +709,7 @@ static const OpCheck CHECKS[TPK_OP_COUNT] = {
     [TPK_OP_TRANSPOSE] = check_transpose, [TPK_OP_SLICE] = check_slice,
     [TPK_OP_CONCAT] = check_concat,       [TPK_OP_IOTA] = check_iota,
     [TPK_OP_REDUCE] = check_reduce,       [TPK_OP_DOT] = check_dot,
+    [TPK_OP_SCAN] = check_scan,
     [TPK_OP_GATHER] = check_gather,       [TPK_OP_SCATTER] = check_scatter,
     [TPK_OP_LOAD] = check_load,           [TPK_OP_STORE] = check_store,
     [TPK_OP_ALLOC] = check_alloc,         [TPK_OP_DMA_START] = check_dma_start,

@@ -500,6 +500,13 @@ static void walk_op(Walker *w, const TpkOp *op) {
     compute(w, op, c->vpu, tpk_sim_reduce_cycles(w->chip, n, outs), "reduce");
     return;
   }
+  case TPK_OP_SCAN: {
+    int64_t n = numel(op->in[0]->type), len, axis = tpk_op_int(op, "axis", 0);
+    if (!tpk_dim_is_const(op->in[0]->type->dims[axis], &len)) len = 1;
+    w->rep->flops += (double)n;
+    compute(w, op, c->vpu, tpk_sim_scan_cycles(w->chip, n, len), "scan");
+    return;
+  }
   case TPK_OP_CALL: case TPK_OP_RETURN:
     fail(w, op, "not supported by the simulator yet: ", info->name);
     return;
