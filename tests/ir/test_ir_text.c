@@ -75,6 +75,7 @@ static const char ALL_OPS[] =
     "    %x2 = shl %x1, %bc : u32[8,N]\n"
     "    %x3 = shr %x2, %bc : u32[8,N]\n"
     "    %x4 = mulhi %cd, %ii : i32[8,N]\n"
+    "    %scn = scan %x4 {kind=\"max\", axis=1} : i32[8,N]\n"
     "    %sel = select %lt, %a, %b : f32[8,N]\n"
     "    %row = slice %t, %c1 {index=\"s:\"} : f32[N]\n"
     "    %rb = broadcast %row : f32[8,N]\n"

@@ -423,6 +423,11 @@ static const Bad BAD[] = {
     {FUNC1("%a: f32[8]", "  %0 = bitcast %a : u32[4]"), "'bitcast' result u32[4] must have the shape of the operand f32[8]"},
     {FUNC1("%a: f32[8]", "  %0 = shl %a, %a : f32[8]"), "'shl' needs integer or bool operands, got f32[8]"},
     {FUNC1("%a: i32[8]", "  %0 = round %a : i32[8]"), "'round' needs float operands, got i32[8]"},
+    {FUNC1("%a: f32[8]", "  %0 = scan %a {kind=\"sum\", axis=1} : f32[8]"), "'scan' axis 1 is out of range for f32[8]"},
+    {FUNC1("%a: f32[8]", "  %0 = scan %a {kind=\"mean\", axis=0} : f32[8]"), "'scan' kind must be sum, max, min or prod, got mean"},
+    {FUNC1("%a: bool[8]", "  %0 = scan %a {kind=\"max\", axis=0} : bool[8]"), "'scan' operand must be numeric, got bool[8]"},
+    {FUNC1("%a: f32", "  %0 = scan %a {kind=\"sum\", axis=0} : f32"), "'scan' operand must have rank >= 1, got f32"},
+    {FUNC1("%a: i32[8]", "  %0 = scan %a {kind=\"sum\", axis=0} : f32[8]"), "'scan' result type is f32[8], expected i32[8]"},
     /* shapes */
     {FUNC1("%a: f32[3]", "  %0 = broadcast %a : f32[4,5]"), "'broadcast' cannot broadcast f32[3] to f32[4,5]: dim 0 is 3, not 1 or 5"},
     {FUNC1("%a: f32[4,6]", "  %0 = reshape %a : f32[5,5]"), "'reshape' element counts differ: f32[4,6] has 24, f32[5,5] has 25"},
