@@ -6,7 +6,10 @@
  *
  *   - bit-level integers: Philox-4x32-10 against Random123's known answers,
  *     uniforms from its bits, int4 packing, float fields, round half to
- *     even, shifts past the width (tests/corpus/bits.tpk).
+ *     even, shifts past the width (tests/corpus/bits.tpk);
+ *   - scans: row prefix sums carried across ragged blocks, running
+ *     max/min/product, MoE routing slots, a segmented scan
+ *     (tests/corpus/scans.tpk).
  */
 #include "support.h"
 
@@ -284,11 +287,77 @@ static void test_shifts_past_the_width(void **state) {
   }
 }
 
+/* ---- scans ------------------------------------------------------------------------ */
+
+/* Small exact values, so any summation order gives the same floats. */
+static float small_value(int i) { return (float)((i * 37 + 11) % 17 - 8) * 0.25f; }
+
+static void test_cumsum_rows_across_blocks(void **state) {
+  (void)state;
+  enum { M = 19, N = 300 }; /* 300 = two full 128-blocks and a ragged one */
+  static float x[M][N], y[M][N];
+  for (int i = 0; i < M * N; i++) x[i / N][i % N] = small_value(i);
+  Arg args[] = {{TPK_F32, 2, {M, N}, x}, {TPK_F32, 2, {M, N}, y}};
+  run_everywhere("scans.tpk", "cumsum_rows", 2, args, "M=19,N=300");
+  for (int i = 0; i < M; i++) {
+    float acc = 0;
+    for (int j = 0; j < N; j++) {
+      acc += x[i][j];
+      if (y[i][j] != acc) fail_msg("y[%d][%d] = %g, want %g", i, j, y[i][j], acc);
+    }
+  }
+}
+
+static void test_running_stats(void **state) {
+  (void)state;
+  enum { M = 23, N = 5 };
+  static float x[M][N], hi[M][N], lo[M][N], prod[M][N];
+  for (int i = 0; i < M * N; i++) x[i / N][i % N] = small_value(i);
+  Arg args[] = {{TPK_F32, 2, {M, N}, x}, {TPK_F32, 2, {M, N}, hi}, {TPK_F32, 2, {M, N}, lo}, {TPK_F32, 2, {M, N}, prod}};
+  run_everywhere("scans.tpk", "running_stats", 4, args, "M=23,N=5");
+  for (int j = 0; j < N; j++) {
+    float h = -INFINITY, l = INFINITY, p = 1;
+    for (int i = 0; i < M; i++) {
+      h = fmaxf(h, x[i][j]), l = fminf(l, x[i][j]), p = i ? p * (x[i][j] * 0.5f + 1.0f) : x[i][j] * 0.5f + 1.0f;
+      assert_true(hi[i][j] == h && lo[i][j] == l && prod[i][j] == p);
+    }
+  }
+}
+
+static void test_route_positions(void **state) {
+  (void)state;
+  enum { T = 45, E = 6 };
+  static int32_t expert[T], slot[T], counts[E];
+  for (int t = 0; t < T; t++) expert[t] = (t * 7 + t / 5) % E;
+  Arg args[] = {{TPK_I32, 1, {T}, expert}, {TPK_I32, 1, {T}, slot}, {TPK_I32, 1, {E}, counts}};
+  run_everywhere("scans.tpk", "route_positions", 3, args, "T=45,E=6");
+  int seen[E] = {0};
+  for (int t = 0; t < T; t++) assert_int_equal(slot[t], seen[expert[t]]++);
+  for (int e = 0; e < E; e++) assert_int_equal(counts[e], seen[e]);
+}
+
+static void test_segmented_cumsum(void **state) {
+  (void)state;
+  enum { T = 140 };
+  static float x[T], y[T];
+  static int32_t seg[T];
+  for (int t = 0; t < T; t++) x[t] = small_value(t), seg[t] = (t * t) / 97 % 4; /* runs of many lengths */
+  Arg args[] = {{TPK_F32, 1, {T}, x}, {TPK_I32, 1, {T}, seg}, {TPK_F32, 1, {T}, y}};
+  run_everywhere("scans.tpk", "segmented_cumsum", 3, args, "T=140");
+  float acc = 0;
+  for (int t = 0; t < T; t++) {
+    acc = t && seg[t] == seg[t - 1] ? acc + x[t] : x[t];
+    if (y[t] != acc) fail_msg("y[%d] = %g, want %g", t, y[t], acc);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_philox_uniform),
       cmocka_unit_test(test_int4_pack_unpack),     cmocka_unit_test(test_float_fields),
       cmocka_unit_test(test_round_half_even),      cmocka_unit_test(test_shifts_past_the_width),
+      cmocka_unit_test(test_cumsum_rows_across_blocks), cmocka_unit_test(test_running_stats),
+      cmocka_unit_test(test_route_positions),      cmocka_unit_test(test_segmented_cumsum),
   };
   return test_run_tests(tests);
 }
