@@ -1304,6 +1304,147 @@ static Val bi_scan(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a
   return val_of(&op->out[0]);
 }
 
+static TpkValue *i32_from(Checker *c, const TpkAst *n, Val v, const char *what);
+
+/* tile(id, B): the tile index with id `id` (an i32 scalar computed any way:
+ * a swizzled grid order) over blocks of B, a compile-time integer as in
+ * tiles(N, B). It indexes like a loop's tile; elements past the end of a
+ * dimension are masked. */
+static Val bi_tile(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  Val idv = eval(c, a->pos[0]);
+  if (idv.k == V_TILE) {
+    tpk_diag_error_hint(c->diags, a->pos[0]->span, "use its id: tile(i.id, B)", "'%s' is a tile index already",
+                        src_text(c, a->pos[0]));
+    return ERR;
+  }
+  TpkValue *id = i32_from(c, a->pos[0], idv, "a tile id");
+  Val bval = eval(c, a->pos[1]);
+  if (!id || bval.k == V_ERR) return ERR;
+  if (bval.k != V_INT && bval.k != V_DIM) {
+    tpk_diag_error(c->diags, a->pos[1]->span,
+                   "the block size of tile() must be a compile-time integer (a literal, const or tunable)");
+    return ERR;
+  }
+  if (bval.k == V_INT && bval.i <= 0) {
+    tpk_diag_error(c->diags, a->pos[1]->span, "the block size of tile() must be positive; got %lld", (long long)bval.i);
+    return ERR;
+  }
+  at(c, n);
+  const TpkType *t = tpk_type_tile_dim(c->m, bval.k == V_DIM ? bval.dim : tpk_dim_const(c->m, bval.i));
+  TpkOp *op = tpk_build(&c->b, TPK_OP_TILE_OF, 1, &id, 1, &t);
+  return op ? (Val){.k = V_TILE, .v = &op->out[0]} : ERR;
+}
+
+/* concat([a, b, ...], axis=K): values of one rank joined along K (the
+ * other dims equal); stack([a, b, ...], axis=K): values of one shape joined
+ * along a new axis K. Dtypes promote as for arithmetic; a weak literal is
+ * not a value to join. */
+static Val bi_concat(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  bool stack = strcmp(bi->name, "stack") == 0;
+  const TpkAst *list = a->pos[0];
+  if (list->kind != TPK_AST_LIST || !list->args) {
+    tpk_diag_error_hint(c->diags, list->span, tpk_arena_printf(&c->m->arena, "usage: %s", bi->usage),
+                        "%s() takes a list of values: [a, b]", bi->name);
+    return ERR;
+  }
+  enum { MAX_PARTS = 64 };
+  TpkValue *parts[MAX_PARTS];
+  const TpkAst *nodes[MAX_PARTS];
+  int np = 0;
+  bool ok = true;
+  TpkDType dt = TPK_DTYPE_COUNT;
+  for (const TpkAst *it = list->args; it; it = it->next) {
+    if (np == MAX_PARTS) {
+      tpk_diag_error(c->diags, it->span, "%s() joins at most %d values", bi->name, MAX_PARTS);
+      return ERR;
+    }
+    Val v = eval(c, it);
+    if (v.k == V_INT || v.k == V_FLT || v.k == V_DIM) {
+      tpk_diag_error_hint(c->diags, it->span, "make it a value of the others' shape: full(f32[BM, 1], 0.0)",
+                          "%s() joins tensors; '%s' is a number", bi->name, src_text(c, it));
+      ok = false;
+      continue;
+    }
+    v = need_data(c, it, v, TPK_DTYPE_COUNT);
+    if (v.k == V_ERR) {
+      ok = false;
+      continue;
+    }
+    if (v.v->type->rank == 0 && !stack) {
+      tpk_diag_error_hint(c->diags, it->span, "use stack() to join scalars into a vector",
+                          "concat() joins along an axis; '%s' is a scalar", src_text(c, it));
+      ok = false;
+      continue;
+    }
+    TpkDType d = v.v->type->dtype;
+    TpkDType p = dt == TPK_DTYPE_COUNT ? d : tpk_dtype_promote(dt, d);
+    if (p == TPK_DTYPE_COUNT) {
+      tpk_diag_error_hint(c->diags, it->span, "convert one with `as`", "no dtype holds both %s and %s",
+                          tpk_dtype_name(dt), tpk_dtype_name(d));
+      ok = false;
+      continue;
+    }
+    dt = p;
+    nodes[np] = it;
+    parts[np++] = v.v;
+  }
+  if (!ok) return ERR;
+  const TpkType *t0 = parts[0]->type;
+  int rank = stack ? t0->rank + 1 : t0->rank;
+  int64_t axis = stack ? 0 : -1;
+  if (a->kw[0]) {
+    if (!eval_int(c, a->kw[0]->rhs, &axis)) return ERR;
+    if (axis < -rank || axis >= rank) {
+      tpk_diag_error(c->diags, a->kw[0]->rhs->span, "axis %lld is out of range for %s() of rank-%d values",
+                     (long long)axis, bi->name, t0->rank);
+      return ERR;
+    }
+  } else if (!stack && rank > 1) {
+    tpk_diag_error_hint(c->diags, n->span, tpk_arena_printf(&c->m->arena, "e.g. concat([...], axis=%d)", rank - 1),
+                        "concat() of rank-%d values needs axis=", rank);
+    return ERR;
+  }
+  if (axis < 0) axis += rank;
+  for (int i = 1; i < np; i++) {
+    const TpkType *t = parts[i]->type;
+    bool same = t->rank == t0->rank;
+    for (int d = 0; same && d < t0->rank; d++) same = (!stack && d == axis) || t->dims[d] == t0->dims[d];
+    if (!same) {
+      tpk_diag_error(c->diags, nodes[i]->span, "%s() needs %s; '%s' is %s and '%s' is %s", bi->name,
+                     stack ? "values of one shape" : tpk_arena_printf(&c->m->arena, "equal dims outside axis %lld", (long long)axis),
+                     src_text(c, nodes[0]), shape_str(c, t0->rank, t0->dims), src_text(c, nodes[i]),
+                     shape_str(c, t->rank, t->dims));
+      return ERR;
+    }
+  }
+  at(c, n);
+  for (int i = 0; i < np; i++) {
+    parts[i] = convert(c, parts[i], dt);
+    if (stack) { /* a size-1 axis where the new one goes */
+      const TpkType *t = parts[i]->type;
+      const TpkDim *dims[TPK_MAX_RANK];
+      for (int d = 0, k = 0; d < rank; d++) dims[d] = d == axis ? tpk_dim_const(c->m, 1) : t->dims[k++];
+      const TpkType *rt = tpk_type_tensor(c->m, dt, rank, dims);
+      TpkOp *r = tpk_build(&c->b, TPK_OP_RESHAPE, 1, &parts[i], 1, &rt);
+      parts[i] = r ? &r->out[0] : NULL;
+    }
+    if (!parts[i]) return ERR;
+  }
+  const TpkDim *dims[TPK_MAX_RANK];
+  memcpy(dims, parts[0]->type->dims, sizeof dims);
+  for (int i = 1; i < np; i++) dims[axis] = tpk_dim_binary(c->m, TPK_DIM_ADD, dims[axis], parts[i]->type->dims[axis]);
+  if (!dims[axis]) {
+    tpk_diag_error(c->diags, n->span, "the joined size overflows");
+    return ERR;
+  }
+  const TpkType *rt = tpk_type_tensor(c->m, dt, rank, dims);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_CONCAT, np, parts, 1, &rt);
+  if (!op) return ERR;
+  tpk_op_set_int(c->m, op, "axis", axis);
+  return val_of(&op->out[0]);
+}
+
 static bool call_is(const TpkAst *n, const char *name) {
   return n->kind == TPK_AST_CALL && strcmp(n->name, name) == 0;
 }
@@ -1718,6 +1859,9 @@ static const Builtin BUILTINS[] = {
     {"cummax", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_MAX, "cummax(x, axis=K)", "cummax()"},
     {"cummin", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_MIN, "cummin(x, axis=K)", "cummin()"},
     {"dot", 2, 2, {0}, bi_dot, TPK_OP_DOT, "dot(a, b)"},
+    {"tile", 2, 2, {0}, bi_tile, TPK_OP_TILE_OF, "tile(id, B)", "tile()"},
+    {"concat", 1, 1, {"axis"}, bi_concat, TPK_OP_CONCAT, "concat([a, b], axis=K)", "concat()"},
+    {"stack", 1, 1, {"axis"}, bi_concat, TPK_OP_CONCAT, "stack([a, b], axis=K)", "stack()"},
     {"transpose", 1, 1, {"perm"}, bi_transpose, TPK_OP_TRANSPOSE, "transpose(x, perm=[...])"},
     {"reshape", 2, 2, {0}, bi_reshape, TPK_OP_RESHAPE, "reshape(x, [a, b])"},
     {"broadcast", 2, 2, {0}, bi_broadcast, TPK_OP_BROADCAST, "broadcast(x, [a, b])"},

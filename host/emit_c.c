@@ -1683,6 +1683,12 @@ static void emit_op(Emitter *e, const TpkOp *op) {
   case TPK_OP_TILE_START:
     line(e, "int32_t %s = (int32_t)(%s * %" PRId64 ");", new_name(e, &op->out[0]), name_of(e, op->in[0]), tpk_tile_block(op->in[0]->type));
     return;
+  case TPK_OP_TILE_OF: { /* a tile is its id; elements past the end are masked where it is used */
+    const char *n = new_name(e, &op->out[0]);
+    line(e, "int64_t %s = (int64_t)%s;", n, name_of(e, op->in[0]));
+    line(e, "if (%s < 0) return tpk_fail(err, \"line %d: tile id %%lld is negative\", %s);", n, op->loc.line, n);
+    return;
+  }
   case TPK_OP_BROADCAST: emit_broadcast(e, op); return;
   case TPK_OP_RESHAPE: emit_reshape(e, op); return;
   case TPK_OP_TRANSPOSE: emit_transpose(e, op); return;

@@ -44,6 +44,8 @@
  *   - float `rem` is fmodf (sign of the dividend, like integer rem);
  *   - `const`, `iota` and load `other` values are converted from the exact
  *     attribute value by the conversion rules (one rounding);
+ *   - `tile.of` with a negative id is an error (ids past the end give a
+ *     tile whose elements are all masked);
  *   - `call`, and running a `func` rather than a kernel, are not supported
  *     yet (TPK_ERR_UNSUPPORTED).
  * No value may exceed 1 GiB; a bigger one is an error naming it.
@@ -1594,6 +1596,14 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
     if (axis < 0 || axis >= I->grid_axes)
       return fail(I, op, TPK_ERR_INVALID, "axis %" PRId64 " is not an axis of the enclosing grid", axis);
     return scalar_result(I, op, op->opcode == TPK_OP_PROGRAM_ID ? I->grid_pos[axis] : I->grid_count[axis]);
+  }
+  case TPK_OP_TILE_OF: {
+    Val *x = operand(I, op, 0, V_TENSOR);
+    if (!x) return status(I);
+    int64_t id = tpk_ref_get_int(x->dt, x->data, 0);
+    if (id < 0) return fail(I, op, TPK_ERR_INVALID, "tile id %" PRId64 " is negative", id);
+    Val t = {.kind = V_TILE, .id = id, .block = tpk_tile_block(op->out[0].type)};
+    return set_result(I, op, 0, &t);
   }
   case TPK_OP_TILE_ID:
   case TPK_OP_TILE_START: {

@@ -185,6 +185,8 @@ enum {
   X(NUM_PROGRAMS, "num_programs", 0, 0, 1, 0, TPK_OPF_PURE, "axis:int")                         \
   X(TILE_ID, "tile.id", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
   X(TILE_START, "tile.start", 1, 1, 1, 0, TPK_OPF_PURE, "")                                     \
+  /* the tile index with id %0 (i32 >= 0) of the result's block: a swizzled grid's tiles */     \
+  X(TILE_OF, "tile.of", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
   /* elementwise unary */                                                                        \
   X(NEG, "neg", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE, "")                             \
   X(NOT, "not", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_INT_ONLY, "")           \

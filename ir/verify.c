@@ -231,6 +231,13 @@ static bool check_program(Verifier *v) {
   return expect_result(v, 0, tpk_type_scalar(v->m, TPK_I32));
 }
 
+static bool check_tile_of(Verifier *v) {
+  const TpkType *id = in_type(v, 0), *r = out_type(v, 0);
+  if (id != tpk_type_scalar(v->m, TPK_I32)) return fail(v, "operand must be an i32 scalar, got %s", ty(v, id));
+  if (r->kind != TPK_TYPE_TILE) return fail(v, "result must be a tile, got %s", ty(v, r));
+  return true;
+}
+
 static bool check_tile_query(Verifier *v) {
   if (in_type(v, 0)->kind != TPK_TYPE_TILE) return fail(v, "operand must be a tile, got %s", ty(v, in_type(v, 0)));
   return expect_result(v, 0, tpk_type_scalar(v->m, TPK_I32));
@@ -703,6 +710,7 @@ static const OpCheck CHECKS[TPK_OP_COUNT] = {
     [TPK_OP_CONST] = check_const,         [TPK_OP_SYM] = check_sym,
     [TPK_OP_PROGRAM_ID] = check_program,  [TPK_OP_NUM_PROGRAMS] = check_program,
     [TPK_OP_TILE_ID] = check_tile_query,  [TPK_OP_TILE_START] = check_tile_query,
+    [TPK_OP_TILE_OF] = check_tile_of,
     [TPK_OP_CONVERT] = check_convert,     [TPK_OP_SELECT] = check_select,
     [TPK_OP_BITCAST] = check_bitcast,
     [TPK_OP_BROADCAST] = check_broadcast, [TPK_OP_RESHAPE] = check_reshape,

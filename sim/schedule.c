@@ -149,7 +149,8 @@ static void eval_scalar(Walker *w, const TpkOp *op) {
     if (v && v->kind == TPK_ATTR_INT) set_known(w, &op->out[0], v->i);
     return;
   }
-  case TPK_OP_TILE_ID: if (ka) set_known(w, &op->out[0], a); return;
+  case TPK_OP_TILE_ID:
+  case TPK_OP_TILE_OF: if (ka) set_known(w, &op->out[0], a); return;
   case TPK_OP_TILE_START: if (ka) set_known(w, &op->out[0], a * tpk_tile_block(op->in[0]->type)); return;
   case TPK_OP_PROGRAM_ID:
   case TPK_OP_NUM_PROGRAMS: {
@@ -477,6 +478,10 @@ static void walk_op(Walker *w, const TpkOp *op) {
     return;
   }
   switch (op->opcode) {
+  case TPK_OP_TILE_OF: /* a scalar computation whose result is a tile */
+    eval_scalar(w, op);
+    compute(w, op, c->scalar, 1, info->name);
+    return;
   case TPK_OP_GRID: walk_grid(w, op); return;
   case TPK_OP_FOR: walk_for(w, op); return;
   case TPK_OP_IF: walk_if(w, op); return;
