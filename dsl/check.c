@@ -1412,7 +1412,9 @@ static Val bi_concat(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
     for (int d = 0; same && d < t0->rank; d++) same = (!stack && d == axis) || t->dims[d] == t0->dims[d];
     if (!same) {
       tpk_diag_error(c->diags, nodes[i]->span, "%s() needs %s; '%s' is %s and '%s' is %s", bi->name,
-                     stack ? "values of one shape" : tpk_arena_printf(&c->m->arena, "equal dims outside axis %lld", (long long)axis),
+                     stack                    ? "values of one shape"
+                     : t->rank != t0->rank    ? "values of one rank"
+                                              : tpk_arena_printf(&c->m->arena, "equal dims outside axis %lld", (long long)axis),
                      src_text(c, nodes[0]), shape_str(c, t0->rank, t0->dims), src_text(c, nodes[i]),
                      shape_str(c, t->rank, t->dims));
       return ERR;

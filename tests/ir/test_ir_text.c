@@ -34,6 +34,7 @@ static const char ALL_OPS[] =
     "    %np = num_programs {axis=1} : i32\n"
     "    %id = tile.id %i : i32\n"
     "    %st = tile.start %i : i32\n"
+    "    %ti = tile.of %id : tile<16>\n"
     "    %t = load %x, %i {index=\"t:\", other=-inf} : f32[8,N] loc(5:13)\n"
     "    %buf = alloc : ref<f32[8,N], vmem>\n"
     "    %h = dma_start %x, %i, %buf {src_index=\"t:\", dst_index=\"::\"} : dma\n"

@@ -423,6 +423,8 @@ static const Bad BAD[] = {
     {FUNC1("%a: f32[8]", "  %0 = bitcast %a : u32[4]"), "'bitcast' result u32[4] must have the shape of the operand f32[8]"},
     {FUNC1("%a: f32[8]", "  %0 = shl %a, %a : f32[8]"), "'shl' needs integer or bool operands, got f32[8]"},
     {FUNC1("%a: i32[8]", "  %0 = round %a : i32[8]"), "'round' needs float operands, got i32[8]"},
+    {FUNC1("%a: i16", "  %0 = tile.of %a : tile<8>"), "'tile.of' operand must be an i32 scalar, got i16"},
+    {FUNC1("%a: i32", "  %0 = tile.of %a : i32"), "'tile.of' result must be a tile, got i32"},
     {FUNC1("%a: f32[8]", "  %0 = scan %a {kind=\"sum\", axis=1} : f32[8]"), "'scan' axis 1 is out of range for f32[8]"},
     {FUNC1("%a: f32[8]", "  %0 = scan %a {kind=\"mean\", axis=0} : f32[8]"), "'scan' kind must be sum, max, min or prod, got mean"},
     {FUNC1("%a: bool[8]", "  %0 = scan %a {kind=\"max\", axis=0} : bool[8]"), "'scan' operand must be numeric, got bool[8]"},

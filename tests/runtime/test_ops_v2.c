@@ -9,7 +9,10 @@
  *     even, shifts past the width (tests/corpus/bits.tpk);
  *   - scans: row prefix sums carried across ragged blocks, running
  *     max/min/product, MoE routing slots, a segmented scan
- *     (tests/corpus/scans.tpk).
+ *     (tests/corpus/scans.tpk);
+ *   - tiles joined and chosen: a grouped (swizzled) matmul grid order with
+ *     tile(id, B), checked mode's view of a bad order, concat and stack
+ *     (tests/corpus/tiles_joined.tpk).
  */
 #include "support.h"
 
@@ -351,6 +354,133 @@ static void test_segmented_cumsum(void **state) {
   }
 }
 
+/* ---- tiles joined and chosen ------------------------------------------------------- */
+
+static void test_grouped_order_matmul(void **state) {
+  (void)state;
+  enum { M = 100, K = 70, N = 75 }; /* ragged against every block */
+  static float a[M][K], b[K][N], c[M][N];
+  for (int i = 0; i < M * K; i++) a[i / K][i % K] = small_value(i);
+  for (int i = 0; i < K * N; i++) b[i / N][i % N] = small_value(i * 3 + 1);
+  Arg args[] = {{TPK_F32, 2, {M, K}, a}, {TPK_F32, 2, {K, N}, b}, {TPK_F32, 2, {M, N}, c}};
+  run_everywhere("tiles_joined.tpk", "matmul_grouped_order", 3, args, "M=100,K=70,N=75");
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float want = 0; /* small exact values: any order gives these bits */
+      for (int k = 0; k < K; k++) want += a[i][k] * b[k][j];
+      if (c[i][j] != want) fail_msg("c[%d][%d] = %g, want %g", i, j, c[i][j], want);
+    }
+}
+
+/* A grid order that sends two instances to one tile is a race checked mode
+ * names; a negative tile id is an error on every backend. */
+static void test_computed_tiles_checked(void **state) {
+  (void)state;
+  static const char *const BAD =
+      "kernel half(x: f32[M]) -> (y: f32[M])\n"
+      "  tune BM in [4]\n"
+      "{\n"
+      "  for p in 0..(M + 3) / 4 {\n"
+      "    let i = tile(p / 2, BM);\n"
+      "    y[i] = x[i];\n"
+      "  }\n"
+      "}\n"
+      "kernel negative(x: f32[M]) -> (y: f32[M])\n"
+      "  tune BM in [4]\n"
+      "{\n"
+      "  for p in 0..1 {\n"
+      "    let i = tile(p - 1, BM);\n"
+      "    y[i] = x[i];\n"
+      "  }\n"
+      "}\n";
+  TestCompile c;
+  TpkFunc *f = test_compile_kernel(&c, BAD, "half", NULL);
+  float x[10] = {0}, y[10];
+  void *args[] = {x, y};
+  int64_t syms[] = {10};
+  TpkStr rep = {0};
+  int nviol = 0;
+  TpkError err = {0};
+  TpkInterpOptions o = {.checked = true};
+  assert_int_equal(tpk_interp_run_checked(f, args, syms, &o, &rep, &nviol, &err), TPK_OK);
+  assert_true(nviol >= 1);
+  if (!strstr(rep.data, "line 6:5: grid instances (p=0) and (p=1) both write y[0]"))
+    fail_msg("report:\n%s", rep.data);
+  tpk_str_free(&rep);
+  test_compile_free(&c);
+  f = test_compile_kernel(&c, BAD, "negative", NULL);
+  assert_int_equal(tpk_interp_run(f, args, syms, &err), TPK_ERR_INVALID);
+  assert_non_null(strstr(err.message, "tile id -1 is negative"));
+  test_compile_free(&c);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkKernel *k = test_kernel(&ctx, &dev, "host", "neg.tpk", BAD, "negative");
+  TpkBuffer *bx, *by;
+  int64_t shape[] = {10};
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, shape, &bx), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, shape, &by), TPK_OK);
+  TpkLaunch L = {.args = (TpkBuffer *[]){bx, by}};
+  assert_int_not_equal(tpk_kernel_launch(k, &L), TPK_OK);
+  assert_non_null(strstr(tpk_last_error(), "line 13: tile id -1 is negative"));
+  tpk_buffer_destroy(bx);
+  tpk_buffer_destroy(by);
+  tpk_context_destroy(ctx);
+}
+
+static void test_concat_rope(void **state) {
+  (void)state;
+  enum { S = 37, D2 = 6 };
+  static float x[S][D2][2], cs[S][D2], sn[S][D2], y[S][D2][2];
+  for (int i = 0; i < S * D2 * 2; i++) ((float *)x)[i] = small_value(i);
+  for (int i = 0; i < S * D2; i++) ((float *)cs)[i] = small_value(i + 5), ((float *)sn)[i] = small_value(i + 9);
+  Arg args[] = {{TPK_F32, 3, {S, D2, 2}, x}, {TPK_F32, 2, {S, D2}, cs}, {TPK_F32, 2, {S, D2}, sn}, {TPK_F32, 3, {S, D2, 2}, y}};
+  run_everywhere("tiles_joined.tpk", "rope_concat", 4, args, "S=37,D2=6");
+  for (int s = 0; s < S; s++)
+    for (int d = 0; d < D2; d++) {
+      float x1 = x[s][d][0], x2 = x[s][d][1];
+      assert_true(y[s][d][0] == x1 * cs[s][d] + -x2 * sn[s][d]);
+      assert_true(y[s][d][1] == x2 * cs[s][d] + x1 * sn[s][d]);
+    }
+}
+
+static void test_stack_rows_and_scalars(void **state) {
+  (void)state;
+  enum { M = 13, N = 11 };
+  static float x[M][N], stats[M][4], total[2];
+  for (int i = 0; i < M * N; i++) x[i / N][i % N] = small_value(i);
+  Arg args[] = {{TPK_F32, 2, {M, N}, x}, {TPK_F32, 2, {M, 4}, stats}, {TPK_F32, 1, {2}, total}};
+  run_everywhere("tiles_joined.tpk", "row_stats", 3, args, "M=13,N=11");
+  float all = 0, top = -INFINITY;
+  for (int i = 0; i < M; i++) {
+    float s = 0, hi = -INFINITY, lo = INFINITY;
+    for (int j = 0; j < N; j++) s += x[i][j], hi = fmaxf(hi, x[i][j]), lo = fminf(lo, x[i][j]);
+    assert_true(stats[i][0] == s && stats[i][1] == hi && stats[i][2] == lo && stats[i][3] == s / N);
+    all += s, top = fmaxf(top, hi);
+  }
+  assert_true(total[0] == all && total[1] == top);
+}
+
+static void test_int4_pairs_matmul(void **state) {
+  (void)state;
+  enum { M = 40, K = 9, N = 7 };
+  static float a[M][K][2], c[M][N];
+  static uint8_t w[K][N];
+  for (int i = 0; i < M * K * 2; i++) ((float *)a)[i] = small_value(i);
+  for (int i = 0; i < K * N; i++) ((uint8_t *)w)[i] = (uint8_t)(i * 77 + 3);
+  Arg args[] = {{TPK_F32, 3, {M, K, 2}, a}, {TPK_U8, 2, {K, N}, w}, {TPK_F32, 2, {M, N}, c}};
+  run_everywhere("tiles_joined.tpk", "matmul_int4_pairs", 3, args, "M=40,K=9,N=7");
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float want = 0;
+      for (int k = 0; k < K; k++) {
+        int lo = (int8_t)(w[k][j] << 4) >> 4, hi = (int8_t)w[k][j] >> 4; /* the nibbles, sign-extended */
+        want += a[i][k][0] * (float)lo;
+        want += a[i][k][1] * (float)hi;
+      }
+      if (c[i][j] != want) fail_msg("c[%d][%d] = %g, want %g", i, j, c[i][j], want);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_philox_uniform),
@@ -358,6 +488,9 @@ int main(void) {
       cmocka_unit_test(test_round_half_even),      cmocka_unit_test(test_shifts_past_the_width),
       cmocka_unit_test(test_cumsum_rows_across_blocks), cmocka_unit_test(test_running_stats),
       cmocka_unit_test(test_route_positions),      cmocka_unit_test(test_segmented_cumsum),
+      cmocka_unit_test(test_grouped_order_matmul), cmocka_unit_test(test_computed_tiles_checked),
+      cmocka_unit_test(test_concat_rope),          cmocka_unit_test(test_stack_rows_and_scalars),
+      cmocka_unit_test(test_int4_pairs_matmul),
   };
   return test_run_tests(tests);
 }
