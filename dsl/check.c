@@ -1785,6 +1785,46 @@ static bool writable(Checker *c, const TpkAst *n, const Access *acc) {
   return false;
 }
 
+static TpkValue *coerce(Checker *c, const TpkAst *n, Val v, TpkDType dt, int rank, const TpkDim *const *dims,
+                        const TpkAst *target_node, bool is_var);
+
+/* atomic_add(y[...], v), atomic_max, atomic_min: each element of the block
+ * becomes old + v (max, min) at once, and the call's value is the old
+ * block: a counter's ticket, the running max before this instance's. The
+ * target is an output, inout or scratch block (any index, a gather
+ * included); v is converted (widening) and broadcast as a store's value. */
+static Val bi_atomic(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  Access acc;
+  bool is_ref;
+  if (!resolve_access(c, a->pos[0], &acc, &is_ref)) {
+    if (!is_ref)
+      tpk_diag_error_hint(c->diags, a->pos[0]->span, "e.g. atomic_add(counts[e], 1)",
+                          "%s() updates a block of an output, inout or scratch buffer; '%s' is not one", bi->name,
+                          src_text(c, a->pos[0]));
+    return ERR;
+  }
+  if (!writable(c, a->pos[0], &acc)) return ERR;
+  const TpkType *rt = acc.base->type;
+  if (rt->dtype == TPK_BOOL) {
+    tpk_diag_error(c->diags, a->pos[0]->span, "%s() is not defined on bool values", bi->name);
+    return ERR;
+  }
+  Val v = eval(c, a->pos[1]);
+  if (v.k == V_ERR || !can_build(c, n)) return ERR;
+  TpkValue *val = coerce(c, a->pos[1], v, rt->dtype, acc.rank, acc.dims, a->pos[0], false);
+  if (!val) return ERR;
+  at(c, n);
+  TpkValue *ins[TPK_MAX_RANK + 2];
+  ins[0] = acc.base;
+  for (int i = 0; i < acc.nops; i++) ins[i + 1] = acc.ops[i];
+  ins[acc.nops + 1] = val;
+  TpkOp *op = tpk_build(&c->b, TPK_OP_ATOMIC, acc.nops + 2, ins, 1, &val->type);
+  if (!op) return ERR;
+  tpk_op_set_index(c->m, op, "index", &acc.pattern);
+  tpk_op_set_reduce_kind(c->m, op, (TpkReduceKind)bi->op);
+  return val_of(&op->out[0]);
+}
+
 static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   (void)bi;
   Access src, dst;
@@ -1875,6 +1915,10 @@ static const Builtin BUILTINS[] = {
     {"program_id", 1, 1, {0}, bi_program, TPK_OP_PROGRAM_ID, "program_id(axis)"},
     {"num_programs", 1, 1, {0}, bi_program, TPK_OP_NUM_PROGRAMS, "num_programs(axis)"},
     {"copy_async", 2, 2, {0}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst)"},
+    /* atomics: `op` holds the TpkReduceKind */
+    {"atomic_add", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_SUM, "atomic_add(y[i], v)", "atomic_add()"},
+    {"atomic_max", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MAX, "atomic_max(y[i], v)", "atomic_max()"},
+    {"atomic_min", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MIN, "atomic_min(y[i], v)", "atomic_min()"},
     {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle)"},
 };
 #undef EW1
@@ -2520,6 +2564,7 @@ static void check_expr_stmt(Checker *c, const TpkAst *st) {
                         "the handle of copy_async() is dropped, so the copy can never be waited for");
     return;
   }
+  if (v.k == V_VAL && v.v->def && v.v->def->opcode == TPK_OP_ATOMIC) return; /* its effect is the point */
   tpk_diag_error(c->diags, st->lhs->span, "the value of this expression is unused");
 }
 

@@ -1089,6 +1089,49 @@ static void emit_store(Emitter *e, const TpkOp *op) {
   block_copy(e, &acc, name_of(e, val), val->type, false, NULL, add);
 }
 
+/* Fetch-and-combine, element by element in the value's row-major order (the
+ * interpreter's): each in-range element's old value goes to the result
+ * (masked lanes: 0) and kind(old, value) to memory. A grid holding one
+ * runs in instance order on one thread (tpk_split_grid: it adds). */
+static void emit_atomic(Emitter *e, const TpkOp *op) {
+  Access acc;
+  const TpkValue *val = op->in[op->nin - 1], *r = &op->out[0];
+  TpkDType dt = val->type->dtype;
+  if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, val->type);
+  check_indices(e, &acc);
+  mask_padding_lanes(e, &acc);
+  const char *out = is_tile(r) ? def_tile(e, r) : new_name(e, r);
+  if (!is_tile(r)) line(e, "%s %s = 0;", ctype(dt), out);
+  line(e, "{ /* atomic */");
+  e->indent++;
+  int k = is_tile(val) ? open_loops(e, val->type) : 0;
+  Sz vs[TPK_MAX_RANK];
+  strides(e, val->type, vs);
+  const char *lin = linear(e, val->type->rank, vs, NULL), *valid;
+  const char *off = access_offset(e, &acc, &valid);
+  const char *dst = is_tile(r) ? tpk_arena_printf(&e->arena, "%s[%s]", out, lin) : out;
+  line(e, "if (%s) {", valid ? valid : "1");
+  e->indent++;
+  line(e, "%s old = %s[%s];", ctype(dt), acc.base, off);
+  line(e, "%s = old;", dst);
+  const char *a = widen(e, dt, "old"), *b = rd(e, val, lin);
+  bool fl = tpk_dtype_is_float(dt);
+  const char *c;
+  switch (tpk_op_reduce_kind(op)) {
+  case TPK_REDUCE_MAX: c = fl ? tpk_arena_printf(&e->arena, "tpk_fmax(%s, %s)", a, b) : tpk_arena_printf(&e->arena, "(%s > %s ? %s : %s)", a, b, a, b); break;
+  case TPK_REDUCE_MIN: c = fl ? tpk_arena_printf(&e->arena, "tpk_fmin(%s, %s)", a, b) : tpk_arena_printf(&e->arena, "(%s < %s ? %s : %s)", a, b, a, b); break;
+  default: c = fl ? tpk_arena_printf(&e->arena, "%s + %s", a, b) : tpk_arena_printf(&e->arena, "(uint32_t)%s + (uint32_t)%s", a, b); break;
+  }
+  line(e, "%s[%s] = %s;", acc.base, off, narrow(e, dt, c));
+  e->indent--;
+  if (is_tile(r)) line(e, "} else %s = 0;", dst);
+  else line(e, "}");
+  close_loops(e, k);
+  e->indent--;
+  line(e, "}");
+}
+
 static void emit_slice(Emitter *e, const TpkOp *op) {
   Access acc;
   if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
@@ -1262,7 +1305,9 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
                      : kind == TPK_REDUCE_PROD ? "1" : "0";
   Sz xs[TPK_MAX_RANK];
   strides(e, xt, xs);
-  int opened = 0;
+  line(e, "{"); /* acc is this reduction's: a full one declares it in the enclosing block */
+  e->indent++;
+  int opened = 1;
   for (int i = 0; i < xt->rank; i++)
     if (!reduced[i]) {
       line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
@@ -1706,6 +1751,7 @@ static void emit_op(Emitter *e, const TpkOp *op) {
     else emit_load_scalar(e, op);
     return;
   case TPK_OP_STORE: emit_store(e, op); return;
+  case TPK_OP_ATOMIC: emit_atomic(e, op); return;
   case TPK_OP_ALLOC: {
     const char *n = new_name(e, &op->out[0]);
     const TpkPlanSlot *s = tpk_plan_slot(e->plan, &op->out[0]);
@@ -1869,7 +1915,7 @@ static const TpkParam *param_of(const TpkFunc *f, const TpkValue *v) {
 
 /* The memory op writes (a store's or a copy's destination), or NULL. */
 static const TpkValue *written_memory(const TpkOp *op) {
-  if (op->opcode == TPK_OP_STORE) return op->in[0];
+  if (op->opcode == TPK_OP_STORE || op->opcode == TPK_OP_ATOMIC) return op->in[0];
   if (op->opcode == TPK_OP_DMA_START) {
     int nsrc = tpk_index_operands(tpk_op_index(op, "src_index"));
     return 1 + nsrc < op->nin ? op->in[1 + nsrc] : NULL;
@@ -1907,9 +1953,11 @@ static void effects_of(const TpkFunc *f, const TpkOp *op, Effects *fx) {
   const TpkValue *w = written_memory(op);
   if (w && is_param_memory(w)) {
     fx->writes = true;
-    if (op->opcode == TPK_OP_STORE && tpk_op_store_mode(op) == TPK_STORE_ADD) fx->adds = true;
+    if ((op->opcode == TPK_OP_STORE && tpk_op_store_mode(op) == TPK_STORE_ADD) || op->opcode == TPK_OP_ATOMIC)
+      fx->adds = true;
     /* the operands after the destination are its indices (and a store's value, last) */
-    int first = op->opcode == TPK_OP_STORE ? 1 : 0, end = op->opcode == TPK_OP_STORE ? op->nin - 1 : op->nin;
+    bool valued = op->opcode == TPK_OP_STORE || op->opcode == TPK_OP_ATOMIC;
+    int first = valued ? 1 : 0, end = valued ? op->nin - 1 : op->nin;
     for (int i = first; i < end; i++)
       if (op->in[i] != w && op->in[i]->type->kind != TPK_TYPE_REF && from_data(op->in[i], 32)) fx->data_placed = true;
   }

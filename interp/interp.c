@@ -1376,6 +1376,50 @@ static TpkStatus exec_store(Interp *I, const TpkOp *op) {
   return TPK_OK;
 }
 
+/* Each selected element becomes kind(old, value), one element at a time in
+ * row-major order of the value (duplicate gather indices see each other's
+ * updates); the result holds the old values (masked lanes: 0). Several
+ * instances combining one element are not a race: like `+=`, they
+ * accumulate. */
+static TpkStatus exec_atomic(Interp *I, const TpkOp *op) {
+  Val *ref = operand(I, op, 0, V_REF), *v = operand(I, op, op->nin - 1, V_TENSOR);
+  if (!ref || !v) return status(I);
+  if (v->dt != ref->dt) return fail(I, op, TPK_ERR_INTERNAL, "value dtype differs from the ref's");
+  Sel s;
+  int n = select_block(I, op, "index", ref, 1, v->dims, v->rank, &s);
+  if (n < 0 || !sel_matches(I, op, &s, v->rank, v->dims, "atomic value")) return status(I);
+  Val r;
+  if (!new_result(I, op, 0, &r)) return status(I);
+  if (r.n != v->n || r.dt != v->dt) {
+    val_release(&r);
+    return fail(I, op, TPK_ERR_INTERNAL, "result does not match the value");
+  }
+  TpkReduceKind k = tpk_op_reduce_kind(op);
+  bool isf = tpk_dtype_is_float(v->dt);
+  size_t es = ESIZE(v);
+  check_pending(I, op, ref, "writes");
+  int64_t idx[TPK_MAX_RANK] = {0};
+  for (int64_t i = 0; i < v->n; i++, next_index(v->rank, v->dims, idx)) {
+    int64_t off = sel_offset(&s, idx);
+    if (off < 0) {
+      memset(ELEM(&r, i), 0, es);
+      continue;
+    }
+    check_read(I, op, ref, off);
+    note_write(I, op, ref, off, true);
+    memcpy(ELEM(&r, i), ELEM(ref, off), es);
+    if (isf) {
+      float a = (float)tpk_ref_get(ref->dt, ref->data, off), b = (float)tpk_ref_get(v->dt, v->data, i);
+      tpk_ref_set(ref->dt, ref->data, off, k == TPK_REDUCE_SUM ? a + b : k == TPK_REDUCE_MAX ? max_f(a, b) : min_f(a, b));
+    } else {
+      int64_t a = tpk_ref_get_int(ref->dt, ref->data, off), b = tpk_ref_get_int(v->dt, v->data, i);
+      uint64_t c = k == TPK_REDUCE_SUM ? (uint64_t)a + (uint64_t)b : (uint64_t)(k == TPK_REDUCE_MAX ? (a > b ? a : b) : (a < b ? a : b));
+      tpk_ref_set_int(ref->dt, ref->data, off, c);
+    }
+  }
+  return set_result(I, op, 0, &r);
+}
+
 static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
   Val *src = operand(I, op, 0, V_REF);
   if (!src) return status(I);
@@ -1661,6 +1705,7 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_SCATTER: return exec_scatter(I, op);
   case TPK_OP_LOAD: return exec_load(I, op);
   case TPK_OP_STORE: return exec_store(I, op);
+  case TPK_OP_ATOMIC: return exec_atomic(I, op);
   case TPK_OP_ALLOC: return exec_alloc(I, op);
   case TPK_OP_DMA_START: return exec_dma_start(I, op);
   case TPK_OP_DMA_WAIT: return exec_dma_wait(I, op);

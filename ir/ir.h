@@ -249,6 +249,9 @@ enum {
   /* memory */                                                                                   \
   X(LOAD, "load", 1, -1, 1, 0, 0, "index:index,?other:num")                                     \
   X(STORE, "store", 2, -1, 0, 0, 0, "index:index,mode:store_mode")                              \
+  /* ref, indices, value: each selected element becomes kind(old, value) at once; the result is \
+   * the old block (an atomic fetch-and-add/max/min: grid instances combining, a counter) */     \
+  X(ATOMIC, "atomic", 2, -1, 1, 0, 0, "index:index,kind:reduce_kind")                            \
   X(ALLOC, "alloc", 0, 0, 1, 0, 0, "")                                                          \
   X(DMA_START, "dma_start", 2, -1, 1, 0, 0, "src_index:index,dst_index:index")                  \
   X(DMA_WAIT, "dma_wait", 1, 1, 0, 0, 0, "")                                                    \

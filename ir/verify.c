@@ -512,6 +512,16 @@ static bool check_store(Verifier *v) {
   return writable(v, op->in[0], "stored-to");
 }
 
+/* A store's operands; the result is the old block (the value's type). */
+static bool check_atomic(Verifier *v) {
+  TpkReduceKind k = tpk_op_reduce_kind(v->op);
+  if (k != TPK_REDUCE_SUM && k != TPK_REDUCE_MAX && k != TPK_REDUCE_MIN)
+    return fail(v, "kind must be sum, max or min, got %s", tpk_enum_name(TPK_ENUM_REDUCE_KIND, (int)k));
+  if (in_type(v, v->op->nin - 1)->dtype == TPK_BOOL) return fail(v, "operands must be numeric, got bool");
+  if (!check_store(v)) return false;
+  return expect_result(v, 0, in_type(v, v->op->nin - 1));
+}
+
 static bool check_alloc(Verifier *v) {
   const TpkType *r = out_type(v, 0);
   if (!r || r->kind != TPK_TYPE_REF || r->space == TPK_MEM_HBM)
@@ -717,7 +727,7 @@ static const OpCheck CHECKS[TPK_OP_COUNT] = {
     [TPK_OP_TRANSPOSE] = check_transpose, [TPK_OP_SLICE] = check_slice,
     [TPK_OP_CONCAT] = check_concat,       [TPK_OP_IOTA] = check_iota,
     [TPK_OP_REDUCE] = check_reduce,       [TPK_OP_DOT] = check_dot,
-    [TPK_OP_SCAN] = check_scan,
+    [TPK_OP_SCAN] = check_scan,           [TPK_OP_ATOMIC] = check_atomic,
     [TPK_OP_GATHER] = check_gather,       [TPK_OP_SCATTER] = check_scatter,
     [TPK_OP_LOAD] = check_load,           [TPK_OP_STORE] = check_store,
     [TPK_OP_ALLOC] = check_alloc,         [TPK_OP_DMA_START] = check_dma_start,

@@ -324,6 +324,25 @@ static void store(Walker *w, const TpkOp *op) {
   w->pending[1][w->npending[1]++] = (PendingStore){v, bytes, w->core};
 }
 
+/* Fetch-and-combine: a read of the block (its old values are the result),
+ * the combine, and the write back, which waits for the read. */
+static void atomic(Walker *w, const TpkOp *op) {
+  const TpkValue *ref = op->in[0], *val = op->in[op->nin - 1];
+  TpkTaskId v = task_of(w, val);
+  if (ref->type->space != TPK_MEM_HBM) { /* VMEM scratch: a load, a combine and a store on the VPU */
+    TpkTaskId t = tpk_timeline_add(w->tl, w->cores[w->core].vpu, tpk_sim_vpu_cycles(w->chip, numel(val->type), 3),
+                                   v == TPK_TASK_NONE ? NULL : &v, v == TPK_TASK_NONE ? 0 : 1, "vmem atomic", "atomic");
+    set_task(w, &op->out[0], t);
+    set_task(w, ref, t);
+    return;
+  }
+  int64_t bytes = val->type->rank ? bytes_of(val->type) : (int64_t)tpk_dtype_size(val->type->dtype);
+  TpkTaskId t = dma(w, bytes, v, "atomic");
+  set_task(w, &op->out[0], t);
+  if (w->npending[1] == MAX_PENDING) flush_stores(w, 1);
+  w->pending[1][w->npending[1]++] = (PendingStore){t, bytes, w->core};
+}
+
 static void dot(Walker *w, const TpkOp *op) {
   const TpkValue *a = op->in[0], *b = op->in[1];
   const TpkAttr *lc = tpk_op_attr(op, "lhs_contract"), *lb = tpk_op_attr(op, "lhs_batch");
@@ -472,7 +491,7 @@ static void walk_op(Walker *w, const TpkOp *op) {
   }
   Core *c = &w->cores[w->core];
   if (op->nout == 1 && op->out[0].type->kind == TPK_TYPE_TENSOR && op->out[0].type->rank == 0 &&
-      op->opcode != TPK_OP_LOAD && op->opcode != TPK_OP_REDUCE) {
+      op->opcode != TPK_OP_LOAD && op->opcode != TPK_OP_REDUCE && op->opcode != TPK_OP_ATOMIC) {
     eval_scalar(w, op);
     compute(w, op, c->scalar, 1, info->name);
     return;
@@ -488,6 +507,7 @@ static void walk_op(Walker *w, const TpkOp *op) {
   case TPK_OP_YIELD: case TPK_OP_DMA_WAIT: case TPK_OP_ALLOC: return;
   case TPK_OP_LOAD: load(w, op); return;
   case TPK_OP_STORE: store(w, op); return;
+  case TPK_OP_ATOMIC: atomic(w, op); return;
   case TPK_OP_DOT: dot(w, op); return;
   case TPK_OP_DMA_START: {
     /* the source block's bytes; the copy lands in the destination */
