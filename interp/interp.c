@@ -29,6 +29,8 @@
  *   - an 's' index outside its dim, and a 'g' / gather / scatter index
  *     outside its dim (negative included), are errors; every 'g' index is
  *     checked, even in a lane another dim masks;
+ *   - `atomic` is a store mode "add" (or max, min) that also returns the old
+ *     elements, masked ones as 0; checked mode counts it as an add;
  *   - store mode "add" and scatter "add" add in the dtype's arithmetic (f32
  *     add then rounding, integer wrap), one element at a time in row-major
  *     order of the stored value, so duplicate indices add in index order;

@@ -96,6 +96,7 @@ static const char ALL_OPS[] =
     "    %sc = scatter %t, %idv, %gt {axis=1, mode=\"add\"} : f32[8,N]\n"
     "    store %y, %i, %sc {index=\"t:\", mode=\"set\"}\n"
     "    store %z, %i, %t {index=\"t:\", mode=\"add\"}\n"
+    "    %old = atomic %z, %i, %t {index=\"t:\", kind=\"max\"} : f32[8,N]\n"
     "    %rows = load %x, %idv {index=\"g:\"} : f32[16,N]\n"
     "    store %g, %idv, %rows {index=\"g:\", mode=\"add\"}\n"
     "    %acc, %cnt = for %c0, %c8, %red, %c0 : f32[8], i32 {\n"

@@ -12,7 +12,10 @@
  *     (tests/corpus/scans.tpk);
  *   - tiles joined and chosen: a grouped (swizzled) matmul grid order with
  *     tile(id, B), checked mode's view of a bad order, concat and stack
- *     (tests/corpus/tiles_joined.tpk).
+ *     (tests/corpus/tiles_joined.tpk);
+ *   - atomics: a partition by tickets from a counter, a max and column
+ *     sums combined across instances, and what checked mode reports
+ *     (tests/corpus/atomics.tpk).
  */
 #include "support.h"
 
@@ -481,6 +484,98 @@ static void test_int4_pairs_matmul(void **state) {
     }
 }
 
+/* ---- atomics ------------------------------------------------------------------------ */
+
+static void test_partition_by_tickets(void **state) {
+  (void)state;
+  enum { N = 100 };
+  static float x[N];
+  static int32_t slot[N], count[2];
+  for (int i = 0; i < N; i++) x[i] = small_value(i * 5);
+  Arg args[] = {{TPK_F32, 1, {N}, x}, {TPK_I32, 1, {N}, slot}, {TPK_I32, 1, {2}, count}};
+  run_everywhere("atomics.tpk", "partition_positive", 3, args, "N=100");
+  int positive = 0, seen[N] = {0};
+  for (int i = 0; i < N; i++) positive += x[i] > 0;
+  assert_int_equal(count[0], positive);
+  assert_int_equal(count[1], N - positive);
+  int last_front = -1, last_back = N;
+  for (int i = 0; i < N; i++) { /* a permutation; in order at the front, reversed at the back */
+    assert_true(slot[i] >= 0 && slot[i] < N && !seen[slot[i]]);
+    seen[slot[i]] = 1;
+    if (x[i] > 0) assert_true(slot[i] < positive && slot[i] > last_front), last_front = slot[i];
+    else assert_true(slot[i] >= positive && slot[i] < last_back), last_back = slot[i];
+  }
+}
+
+static void test_max_and_sums_across_instances(void **state) {
+  (void)state;
+  enum { M = 45, N = 9, B = 11 };
+  static float x[M][N], m[1], colsum[N], colmax[N];
+  static int32_t bins[M], hist[B];
+  for (int i = 0; i < M * N; i++) x[i / N][i % N] = small_value(i * 7);
+  for (int i = 0; i < M; i++) bins[i] = (i * i) % 11;
+  Arg a1[] = {{TPK_F32, 2, {M, N}, x}, {TPK_F32, 1, {1}, m}};
+  run_everywhere("atomics.tpk", "amax", 2, a1, "M=45,N=9");
+  Arg a2[] = {{TPK_F32, 2, {M, N}, x}, {TPK_I32, 1, {M}, bins}, {TPK_F32, 1, {N}, colsum}, {TPK_F32, 1, {N}, colmax},
+              {TPK_I32, 1, {B}, hist}};
+  run_everywhere("atomics.tpk", "column_stats", 5, a2, "M=45,N=9,B=11");
+  float want_m = 0;
+  for (int j = 0; j < N; j++) {
+    float s = 0, hi = -INFINITY;
+    for (int i = 0; i < M; i++) s += x[i][j], hi = fmaxf(hi, x[i][j]), want_m = fmaxf(want_m, fabsf(x[i][j]));
+    assert_true(colsum[j] == s && colmax[j] == hi);
+  }
+  assert_true(m[0] == want_m);
+  int want_h[B] = {0};
+  for (int i = 0; i < M; i++) want_h[bins[i]]++;
+  assert_memory_equal(hist, want_h, sizeof want_h);
+}
+
+/* Atomics from many instances into one element are not a race; an atomic
+ * and a store from two instances are. */
+static void test_atomics_checked(void **state) {
+  (void)state;
+  static const char *const TEXT =
+      "kernel counter(x: f32[N]) -> (c: i32[1] = 0, hi: f32[1] = 0)\n"
+      "  tune BN in [4]\n"
+      "{\n"
+      "  for i in tiles(N, BN) {\n"
+      "    atomic_add(c[0], 1);\n"
+      "    atomic_max(hi[0], max(x[i]));\n"
+      "  }\n"
+      "}\n"
+      "kernel mixed(x: f32[N]) -> (c: i32[1] = 0)\n"
+      "  tune BN in [4]\n"
+      "{\n"
+      "  for i in tiles(N, BN) {\n"
+      "    if i.id == 1 { c[0] = 7; } else { atomic_add(c[0], 1); }\n"
+      "  }\n"
+      "}\n";
+  static const char *const KERNELS[] = {"counter", "mixed"};
+  for (int k = 0; k < 2; k++) {
+    TestCompile c;
+    TpkFunc *f = test_compile_kernel(&c, TEXT, KERNELS[k], NULL);
+    float x[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, hi[1] = {0};
+    int32_t cnt[1] = {0};
+    void *args[] = {x, cnt, hi};
+    int64_t syms[] = {10};
+    TpkStr rep = {0};
+    int nviol = 0;
+    TpkError err = {0};
+    TpkInterpOptions o = {.checked = true};
+    assert_int_equal(tpk_interp_run_checked(f, args, syms, &o, &rep, &nviol, &err), TPK_OK);
+    if (k == 0) {
+      if (nviol) fail_msg("counter: %s", rep.data);
+      assert_int_equal(cnt[0], 3);
+      assert_true(hi[0] == 10);
+    } else if (!rep.data || !strstr(rep.data, "line 13:20: grid instance (i=0) adds to c[0] and (i=1) stores it")) {
+      fail_msg("mixed: %s", rep.data ? rep.data : "(no report)");
+    }
+    tpk_str_free(&rep);
+    test_compile_free(&c);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_philox_uniform),
@@ -490,7 +585,8 @@ int main(void) {
       cmocka_unit_test(test_route_positions),      cmocka_unit_test(test_segmented_cumsum),
       cmocka_unit_test(test_grouped_order_matmul), cmocka_unit_test(test_computed_tiles_checked),
       cmocka_unit_test(test_concat_rope),          cmocka_unit_test(test_stack_rows_and_scalars),
-      cmocka_unit_test(test_int4_pairs_matmul),
+      cmocka_unit_test(test_int4_pairs_matmul),    cmocka_unit_test(test_partition_by_tickets),
+      cmocka_unit_test(test_max_and_sums_across_instances), cmocka_unit_test(test_atomics_checked),
   };
   return test_run_tests(tests);
 }
