@@ -289,7 +289,7 @@ static void test_shifts_past_the_width(void **state) {
     assert_int_equal(ul[i], us >= 32 ? 0 : uv << us);
     assert_int_equal(ur[i], us >= 32 ? 0 : uv >> us);
     int16_t v16 = (int16_t)v;
-    assert_int_equal(b[i], (int16_t)((~v16 ^ ((int16_t)(v16 << 2) & 0x5555)) | 0x0100));
+    assert_int_equal(b[i], (int16_t)((~v16 ^ ((int16_t)(uint16_t)((uint16_t)v16 << 2) & 0x5555)) | 0x0100));
   }
 }
 
@@ -427,6 +427,7 @@ static void test_computed_tiles_checked(void **state) {
   assert_non_null(strstr(tpk_last_error(), "line 13: tile id -1 is negative"));
   tpk_buffer_destroy(bx);
   tpk_buffer_destroy(by);
+  tpk_program_destroy(tpk_kernel_program(k));
   tpk_context_destroy(ctx);
 }
 
