@@ -324,6 +324,8 @@ static const TpkDTypeInfo DTYPES[TPK_DTYPE_COUNT] = {
     [TPK_I8] = {"i8", 8, false, true, 0, 0},
     [TPK_U8] = {"u8", 8, false, false, 0, 0},
     [TPK_BOOL] = {"bool", 8, false, false, 0, 0},
+    [TPK_U32] = {"u32", 32, false, false, 0, 0},
+    [TPK_U16] = {"u16", 16, false, false, 0, 0},
 };
 
 const TpkDTypeInfo *tpk_dtype_info(TpkDType t) { return (unsigned)t < TPK_DTYPE_COUNT ? &DTYPES[t] : NULL; }
@@ -367,6 +369,7 @@ TpkDType tpk_dtype_promote(TpkDType a, TpkDType b) {
   if (sa == sb) return ba >= bb ? a : b;
   TpkDType s = sa ? a : b, u = sa ? b : a;
   if (DTYPES[s].bits > DTYPES[u].bits) return s;
+  if (DTYPES[u].bits >= 32) return TPK_DTYPE_COUNT; /* u32 and a signed type: no i64 holds both */
   return DTYPES[u].bits >= 16 ? TPK_I32 : TPK_I16;
 }
 

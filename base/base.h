@@ -178,7 +178,8 @@ const TpkDTypeInfo *tpk_dtype_info(TpkDType t);
 bool tpk_dtype_is_float(TpkDType t);
 bool tpk_dtype_is_int(TpkDType t); /* integers, not bool */
 /* The type both a and b convert to without loss where one exists
- * (bf16 + f32 -> f32, i8 + u8 -> i16, i32 + bf16 -> bf16, f16 + bf16 -> f32). */
+ * (bf16 + f32 -> f32, i8 + u8 -> i16, i32 + bf16 -> bf16, f16 + bf16 -> f32);
+ * TPK_DTYPE_COUNT when none does (u32 and a signed integer: tpk has no i64). */
 TpkDType tpk_dtype_promote(TpkDType a, TpkDType b);
 /* True when every value of `from` is representable in `to`, so an implicit
  * conversion is allowed (widening); narrowing needs an explicit cast. */

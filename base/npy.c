@@ -110,6 +110,7 @@ static const Descr DESCRS[] = {
     {"f4", TPK_F32, 4, "float32"}, {"f2", TPK_F16, 2, "float16"}, {"i4", TPK_I32, 4, "int32"},
     {"i2", TPK_I16, 2, "int16"},   {"i1", TPK_I8, 1, "int8"},     {"u1", TPK_U8, 1, "uint8"},
     {"b1", TPK_BOOL, 1, "bool"},   {"f8", TPK_F32, 8, "float64"}, {"i8", TPK_I32, 8, "int64"},
+    {"u4", TPK_U32, 4, "uint32"},  {"u2", TPK_U16, 2, "uint16"},
 };
 
 static TpkStatus parse_descr(const char *path, const char *d, const Descr **out, TpkError *err) {
@@ -266,7 +267,9 @@ static TpkStatus read_body(FILE *fp, const char *path, TpkNpy *out, TpkError *er
       }
       break;
     case TPK_F16:
+    case TPK_U16:
     case TPK_I16: ((uint16_t *)data)[i] = (uint16_t)bits; break;
+    case TPK_U32: ((uint32_t *)data)[i] = (uint32_t)bits; break;
     case TPK_I32:
       if (d->size == 8) {
         int64_t v = (int64_t)bits; /* two's complement on every host C11 targets */
@@ -348,7 +351,9 @@ static TpkStatus npy_fill(FILE *fp, void *arg, TpkError *err) {
       break;
     }
     case TPK_F16:
+    case TPK_U16:
     case TPK_I16: bits = ((const uint16_t *)data)[i]; break;
+    case TPK_U32:
     case TPK_I32: memcpy(&bits, (const int32_t *)data + i, 4); break;
     case TPK_BOOL: bits = ((const uint8_t *)data)[i] != 0; break;
     default: bits = ((const uint8_t *)data)[i]; break;
@@ -384,6 +389,8 @@ TpkStatus tpk_npy_write(const char *path, TpkDType dtype, int rank, const int64_
   case TPK_I16: descr = "<i2", o.fsize = 2; break;
   case TPK_I8: descr = "|i1", o.fsize = 1; break;
   case TPK_U8: descr = "|u1", o.fsize = 1; break;
+  case TPK_U16: descr = "<u2", o.fsize = 2; break;
+  case TPK_U32: descr = "<u4", o.fsize = 4; break;
   case TPK_BOOL: descr = "|b1", o.fsize = 1; break;
   default: descr = "<f4", o.fsize = 4; break; /* f32, and bf16/f8 widened exactly */
   }

@@ -104,6 +104,8 @@ int64_t tpk_ref_get_int(TpkDType dt, const void *data, int64_t i) {
   case TPK_I16: return ((const int16_t *)data)[i];
   case TPK_I8: return ((const int8_t *)data)[i];
   case TPK_U8: return ((const uint8_t *)data)[i];
+  case TPK_U16: return ((const uint16_t *)data)[i];
+  case TPK_U32: return ((const uint32_t *)data)[i];
   case TPK_BOOL: return ((const uint8_t *)data)[i] != 0;
   default: {
     /* A float read as an integer: the conversion rule (truncate, saturate
@@ -132,6 +134,8 @@ void tpk_ref_set_int(TpkDType dt, void *data, int64_t i, uint64_t v) {
   case TPK_I16: ((int16_t *)data)[i] = (int16_t)wrap_signed(v, 16); break;
   case TPK_I8: ((int8_t *)data)[i] = (int8_t)wrap_signed(v, 8); break;
   case TPK_U8: ((uint8_t *)data)[i] = (uint8_t)(v & 0xff); break;
+  case TPK_U16: ((uint16_t *)data)[i] = (uint16_t)(v & 0xffff); break;
+  case TPK_U32: ((uint32_t *)data)[i] = (uint32_t)(v & 0xffffffffu); break;
   case TPK_BOOL: ((uint8_t *)data)[i] = v != 0; break;
   default: tpk_ref_set(dt, data, i, (double)wrap_signed(v, 64)); break;
   }
@@ -157,6 +161,8 @@ void tpk_ref_set(TpkDType dt, void *data, int64_t i, double x) {
   case TPK_I16: ((int16_t *)data)[i] = (int16_t)saturate(x, INT16_MIN, INT16_MAX); break;
   case TPK_I8: ((int8_t *)data)[i] = (int8_t)saturate(x, INT8_MIN, INT8_MAX); break;
   case TPK_U8: ((uint8_t *)data)[i] = (uint8_t)saturate(x, 0, UINT8_MAX); break;
+  case TPK_U16: ((uint16_t *)data)[i] = (uint16_t)saturate(x, 0, UINT16_MAX); break;
+  case TPK_U32: ((uint32_t *)data)[i] = (uint32_t)saturate(x, 0, UINT32_MAX); break;
   case TPK_BOOL: ((uint8_t *)data)[i] = x != 0; break; /* NaN != 0: true */
   default: break;
   }

@@ -158,6 +158,8 @@ static const char *numpy_name(TpkDType dt) {
   case TPK_I16: return "int16";
   case TPK_I8: return "int8";
   case TPK_U8: return "uint8";
+  case TPK_U16: return "uint16";
+  case TPK_U32: return "uint32";
   case TPK_BOOL: return "bool";
   default: return NULL;
   }

@@ -432,6 +432,8 @@ static bool int_fits(int64_t v, TpkDType dt) {
   case TPK_I16: return v >= INT16_MIN && v <= INT16_MAX;
   case TPK_I8: return v >= INT8_MIN && v <= INT8_MAX;
   case TPK_U8: return v >= 0 && v <= UINT8_MAX;
+  case TPK_U16: return v >= 0 && v <= UINT16_MAX;
+  case TPK_U32: return v >= 0 && v <= UINT32_MAX;
   case TPK_BOOL: return v == 0 || v == 1;
   default: return true;
   }
@@ -563,7 +565,9 @@ static TpkValue *broadcast_to(Checker *c, TpkValue *v, int rank, const TpkDim *c
 
 /* ---- Arithmetic -------------------------------------------------------------------- */
 
-typedef enum OpClass { ARITH, COMPARE, LOGICAL } OpClass;
+/* LOGICAL: && || on bool; BITWISE: & | ^ on integers (and bool); SHIFT:
+ * << >> on integers, the count converted to the shifted value's dtype. */
+typedef enum OpClass { ARITH, COMPARE, LOGICAL, BITWISE, SHIFT } OpClass;
 
 typedef struct BinOp {
   int ast_op;
@@ -578,6 +582,8 @@ static const BinOp BINOPS[] = {
     {'>', TPK_OP_GT, COMPARE, "'>'"},       {TPK_BIN_LE, TPK_OP_LE, COMPARE, "'<='"}, {TPK_BIN_GE, TPK_OP_GE, COMPARE, "'>='"},
     {TPK_BIN_EQ, TPK_OP_EQ, COMPARE, "'=='"}, {TPK_BIN_NE, TPK_OP_NE, COMPARE, "'!='"}, {TPK_BIN_AND, TPK_OP_AND, LOGICAL, "'&&'"},
     {TPK_BIN_OR, TPK_OP_OR, LOGICAL, "'||'"},
+    {'&', TPK_OP_AND, BITWISE, "'&'"},      {'|', TPK_OP_OR, BITWISE, "'|'"},      {'^', TPK_OP_XOR, BITWISE, "'^'"},
+    {TPK_BIN_SHL, TPK_OP_SHL, SHIFT, "'<<'"}, {TPK_BIN_SHR, TPK_OP_SHR, SHIFT, "'>>'"},
 };
 
 static const BinOp *binop_of(int ast_op) {
@@ -596,6 +602,21 @@ static bool fold(Checker *c, const TpkAst *n, TpkOpcode op, Val a, Val b, Val *o
     case TPK_OP_ADD: overflow = __builtin_add_overflow(a.i, b.i, &r); break;
     case TPK_OP_SUB: overflow = __builtin_sub_overflow(a.i, b.i, &r); break;
     case TPK_OP_MUL: overflow = __builtin_mul_overflow(a.i, b.i, &r); break;
+    case TPK_OP_AND: r = a.i & b.i; break;
+    case TPK_OP_OR: r = a.i | b.i; break;
+    case TPK_OP_XOR: r = a.i ^ b.i; break;
+    case TPK_OP_SHL:
+    case TPK_OP_SHR: /* constants are 64-bit integers until they meet a dtype */
+      if (b.i < 0 || b.i > 62) {
+        tpk_diag_error(c->diags, n->span, "shift count %lld is out of range in a constant expression (0 to 62)",
+                       (long long)b.i);
+        *out = ERR;
+        return true;
+      }
+      if (op == TPK_OP_SHR) r = a.i < 0 ? ~(~a.i >> b.i) : a.i >> b.i;
+      else if (a.i > (INT64_MAX >> b.i) || a.i < -(INT64_MAX >> b.i) - 1) overflow = true;
+      else r = (int64_t)((uint64_t)a.i << b.i);
+      break;
     case TPK_OP_DIV:
     case TPK_OP_REM:
       if (b.i == 0) {
@@ -616,6 +637,7 @@ static bool fold(Checker *c, const TpkAst *n, TpkOpcode op, Val a, Val b, Val *o
     }
     return true;
   }
+  if (tpk_op_info(op)->flags & TPK_OPF_INT_ONLY) return false; /* a float operand: reported by binary() */
   double x = a.k == V_INT ? (double)a.i : a.f, y = b.k == V_INT ? (double)b.i : b.f;
   switch (op) {
   case TPK_OP_ADD: *out = flt_val(x + y); return true;
@@ -667,6 +689,12 @@ static bool unify_dtypes(Checker *c, const TpkAst *na, Val *a, const TpkAst *nb,
   }
   if (a->k == V_ERR || b->k == V_ERR) return false;
   TpkDType dt = tpk_dtype_promote(a->v->type->dtype, b->v->type->dtype);
+  if (dt == TPK_DTYPE_COUNT) {
+    tpk_diag_error_hint(c->diags, nb->span, "convert one side with `as`, e.g. (x as u32)",
+                        "no dtype holds both %s and %s", tpk_dtype_name(a->v->type->dtype),
+                        tpk_dtype_name(b->v->type->dtype));
+    return false;
+  }
   a->v = convert(c, a->v, dt);
   b->v = convert(c, b->v, dt);
   return a->v && b->v;
@@ -687,6 +715,46 @@ static bool unify_shapes(Checker *c, const TpkAst *n, const char *what, TpkValue
   return *a && *b;
 }
 
+static bool unify_shapes(Checker *c, const TpkAst *n, const char *what, TpkValue **a, TpkValue **b);
+
+/* a & b, a | b, a ^ b (integers or bools, promoted as arithmetic is) and
+ * a << b, a >> b (integers; the result has a's dtype and b is converted to
+ * it, so `x << 13` and `x >> (k as u32)` read as written). Floats are
+ * refused: their bits are reached with bitcast(). */
+static Val bitwise(Checker *c, const TpkAst *n, const BinOp *bop, const TpkAst *na, Val a, const TpkAst *nb, Val b) {
+  if (bop->cls == SHIFT) {
+    if (is_weak(a) && !is_weak(b)) {
+      b = need_data(c, nb, b, TPK_DTYPE_COUNT);
+      if (b.k == V_ERR) return ERR;
+      a = need_data(c, na, a, b.v->type->dtype);
+    } else {
+      a = need_data(c, na, a, TPK_DTYPE_COUNT);
+      if (a.k == V_ERR) return ERR;
+      b = need_data(c, nb, b, a.v->type->dtype);
+    }
+    if (a.k == V_ERR || b.k == V_ERR) return ERR;
+  } else if (!unify_dtypes(c, na, &a, nb, &b)) {
+    return ERR;
+  }
+  TpkDType dt = a.v->type->dtype, dtb = b.v->type->dtype;
+  const TpkAst *bad = !tpk_dtype_is_int(dt) && (bop->cls == SHIFT || dt != TPK_BOOL) ? na
+                      : !tpk_dtype_is_int(dtb) && (bop->cls == SHIFT || dtb != TPK_BOOL) ? nb : NULL;
+  if (bad) {
+    TpkDType got = bad == na ? dt : dtb;
+    const char *hint = tpk_dtype_is_float(got) ? "work on a float's bits with bitcast(x, u32) (same width)"
+                       : got == TPK_BOOL      ? "shift integers: (c as i32) << k"
+                                              : NULL;
+    tpk_diag_error_hint(c->diags, bad->span, hint, "%s needs integer operands; got %s", bop->text,
+                        tpk_dtype_name(got));
+    return ERR;
+  }
+  at(c, n);
+  if (bop->cls == SHIFT) b.v = convert(c, b.v, dt);
+  if (!unify_shapes(c, n, bop->text, &a.v, &b.v)) return ERR;
+  at(c, n);
+  return val_of(tpk_build_binary(&c->b, bop->opcode, a.v, b.v));
+}
+
 /* The elementwise binary op `opcode` over a and b, with the language's
  * promotion and broadcasting; n is the whole expression, na/nb the operands. */
 static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *what, const TpkAst *na, Val a,
@@ -701,6 +769,10 @@ static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *wha
   if (fold_dim(c, opcode, a, b, &folded)) return folded;
   if (!can_build(c, n)) return ERR;
   at(c, n);
+  const BinOp *bop = NULL;
+  for (size_t i = 0; i < TPK_ARRAY_LEN(BINOPS); i++)
+    if (BINOPS[i].opcode == opcode && strcmp(BINOPS[i].text, what) == 0) bop = &BINOPS[i];
+  if (bop && (bop->cls == BITWISE || bop->cls == SHIFT)) return bitwise(c, n, bop, na, a, nb, b);
   if (!unify_dtypes(c, na, &a, nb, &b)) return ERR;
   TpkDType dt = a.v->type->dtype;
   bool logical = opcode == TPK_OP_AND || opcode == TPK_OP_OR;
@@ -712,6 +784,10 @@ static Val binary(Checker *c, const TpkAst *n, TpkOpcode opcode, const char *wha
   if (!logical && !(info->flags & TPK_OPF_COMPARE) && dt == TPK_BOOL) {
     tpk_diag_error_hint(c->diags, n->span, "convert first, e.g. (c as i32)", "%s is not defined on bool values",
                         what);
+    return ERR;
+  }
+  if ((info->flags & TPK_OPF_INT_ONLY) && !logical && !tpk_dtype_is_int(dt)) {
+    tpk_diag_error(c->diags, n->span, "%s needs integer operands; got %s", what, tpk_dtype_name(dt));
     return ERR;
   }
   if ((info->flags & TPK_OPF_FLOAT_ONLY) && !tpk_dtype_is_float(dt)) {
@@ -757,8 +833,27 @@ static Val logical_not(Checker *c, const TpkAst *n, Val a) {
   a = need_data(c, n->lhs, a, TPK_BOOL);
   if (a.k == V_ERR) return ERR;
   if (a.v->type->dtype != TPK_BOOL) {
-    tpk_diag_error_hint(c->diags, n->span, "compare first, e.g. x == 0", "'!' needs a bool operand; got %s",
-                        type_str(c, a.v->type));
+    tpk_diag_error_hint(c->diags, n->span,
+                        tpk_dtype_is_int(a.v->type->dtype) ? "compare first (x == 0), or flip the bits with ~x"
+                                                           : "compare first, e.g. x == 0",
+                        "'!' needs a bool operand; got %s", type_str(c, a.v->type));
+    return ERR;
+  }
+  at(c, n);
+  return val_of(tpk_build_unary(&c->b, TPK_OP_NOT, a.v));
+}
+
+/* ~x: every bit of an integer flipped (a constant stays a 64-bit constant). */
+static Val bit_not(Checker *c, const TpkAst *n, Val a) {
+  if (a.k == V_INT) return int_val(~a.i);
+  a = need_data(c, n->lhs, a, TPK_DTYPE_COUNT);
+  if (a.k == V_ERR) return ERR;
+  TpkDType dt = a.v->type->dtype;
+  if (!tpk_dtype_is_int(dt)) {
+    tpk_diag_error_hint(c->diags, n->span,
+                        dt == TPK_BOOL ? "use !c for a bool"
+                                       : "work on a float's bits with bitcast(x, u32) (same width)",
+                        "'~' needs an integer operand; got %s", type_str(c, a.v->type));
     return ERR;
   }
   at(c, n);
@@ -1024,6 +1119,41 @@ static Val bi_binary(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   return binary(c, n, bi->op, bi->what, a->pos[0], x, a->pos[1], y);
 }
 
+/* bitcast(x, T): x's bits read as dtype T of the same width (f32 <-> u32,
+ * bf16 <-> u16, ...). A literal takes the unsigned integer type of T's width. */
+static Val bi_bitcast(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  const TpkAst *tn = a->pos[1];
+  if (tn->kind != TPK_AST_TYPE || tn->args) {
+    tpk_diag_error_hint(c->diags, tn->span, "e.g. bitcast(x, u32)", "bitcast() takes a dtype as its second argument");
+    return ERR;
+  }
+  TpkDType to = tn->dtype;
+  unsigned bits = tpk_dtype_info(to)->bits;
+  TpkDType lit = bits == 32 ? TPK_U32 : bits == 16 ? TPK_U16 : TPK_U8;
+  Val x = need_data(c, a->pos[0], eval(c, a->pos[0]), lit);
+  if (x.k == V_ERR) return ERR;
+  TpkDType from = x.v->type->dtype;
+  if (from == TPK_BOOL || to == TPK_BOOL) {
+    tpk_diag_error_hint(c->diags, from == TPK_BOOL ? a->pos[0]->span : tn->span, "convert with `as` instead",
+                        "bitcast() does not take bool values");
+    return ERR;
+  }
+  if (tpk_dtype_info(from)->bits != bits) {
+    tpk_diag_error_hint(c->diags, tn->span,
+                        tpk_arena_printf(&c->m->arena, "convert the value with `x as %s`; bitcast keeps the bits",
+                                         tpk_dtype_name(to)),
+                        "bitcast() needs a dtype of the same width: %s has %u bits, %s has %u",
+                        tpk_dtype_name(from), tpk_dtype_info(from)->bits, tpk_dtype_name(to), bits);
+    return ERR;
+  }
+  if (from == to) return x;
+  at(c, n);
+  const TpkType *rt = tpk_type_with_dtype(c->m, x.v->type, to);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_BITCAST, 1, &x.v, 1, &rt);
+  return op ? val_of(&op->out[0]) : ERR;
+}
+
 static Val bi_where(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   (void)bi;
   Val cond = need_data(c, a->pos[0], eval(c, a->pos[0]), TPK_BOOL);
@@ -1104,9 +1234,9 @@ static Val bi_reduce(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   TpkDType dt = t->dtype;
   int kind = TPK_REDUCE_SUM;
   tpk_enum_from_name(TPK_ENUM_REDUCE_KIND, bi->name, &kind); /* the builtins are named as the IR's kinds */
-  /* Integer sums accumulate in i32; a mean of integers is a float. */
+  /* Integer sums accumulate in i32 (u32 in u32); a mean of integers is a float. */
   if (kind == TPK_REDUCE_MEAN && !tpk_dtype_is_float(dt)) dt = TPK_F32;
-  else if (kind == TPK_REDUCE_SUM && !tpk_dtype_is_float(dt)) dt = TPK_I32;
+  else if (kind == TPK_REDUCE_SUM && !tpk_dtype_is_float(dt) && dt != TPK_U32) dt = TPK_I32;
   else if (dt == TPK_BOOL) {
     tpk_diag_error(c->diags, n->span, "%s() is not defined on bool values", bi->name);
     return ERR;
@@ -1126,6 +1256,194 @@ static Val bi_reduce(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   tpk_op_set_reduce_kind(c->m, op, (TpkReduceKind)kind);
   tpk_op_set_ints(c->m, op, "axes", naxes, axes);
   tpk_op_set_bool(c->m, op, "keepdims", keepdims);
+  return val_of(&op->out[0]);
+}
+
+/* cumsum(x, axis=K) and friends: inclusive scans, x's shape. The axis may
+ * be left out for a 1-D value. Sums accumulate as sum() does (integers and
+ * bool in i32, u32 in u32), so a count of flags is cumsum(flags). */
+static Val bi_scan(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  Val x = need_data(c, a->pos[0], eval(c, a->pos[0]), TPK_DTYPE_COUNT);
+  if (x.k == V_ERR) return ERR;
+  const TpkType *t = x.v->type;
+  if (t->rank == 0) {
+    tpk_diag_error(c->diags, a->pos[0]->span, "%s() scans along an axis; '%s' is a scalar", bi->name,
+                   src_text(c, a->pos[0]));
+    return ERR;
+  }
+  int64_t axis = 0;
+  if (a->kw[0]) {
+    if (!eval_int(c, a->kw[0]->rhs, &axis)) return ERR;
+    if (axis < -t->rank || axis >= t->rank) {
+      tpk_diag_error(c->diags, a->kw[0]->rhs->span, "axis %lld is out of range for a value of rank %d",
+                     (long long)axis, t->rank);
+      return ERR;
+    }
+    if (axis < 0) axis += t->rank;
+  } else if (t->rank > 1) {
+    tpk_diag_error_hint(c->diags, n->span,
+                        tpk_arena_printf(&c->m->arena, "e.g. %s(%s, axis=%d)", bi->name, src_text(c, a->pos[0]),
+                                         t->rank - 1),
+                        "%s() of a value of rank %d needs axis=", bi->name, t->rank);
+    return ERR;
+  }
+  at(c, n);
+  TpkDType dt = t->dtype;
+  TpkReduceKind kind = (TpkReduceKind)bi->op;
+  if (kind == TPK_REDUCE_SUM && !tpk_dtype_is_float(dt) && dt != TPK_U32) dt = TPK_I32;
+  else if (dt == TPK_BOOL) {
+    tpk_diag_error_hint(c->diags, n->span, "convert first: (c as i32)", "%s() is not defined on bool values", bi->name);
+    return ERR;
+  }
+  TpkValue *v = convert(c, x.v, dt);
+  const TpkType *rt = v->type;
+  TpkOp *op = tpk_build(&c->b, TPK_OP_SCAN, 1, &v, 1, &rt);
+  if (!op) return ERR;
+  tpk_op_set_reduce_kind(c->m, op, kind);
+  tpk_op_set_int(c->m, op, "axis", axis);
+  return val_of(&op->out[0]);
+}
+
+static TpkValue *i32_from(Checker *c, const TpkAst *n, Val v, const char *what);
+
+/* tile(id, B): the tile index with id `id` (an i32 scalar computed any way:
+ * a swizzled grid order) over blocks of B, a compile-time integer as in
+ * tiles(N, B). It indexes like a loop's tile; elements past the end of a
+ * dimension are masked. */
+static Val bi_tile(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  (void)bi;
+  Val idv = eval(c, a->pos[0]);
+  if (idv.k == V_TILE) {
+    tpk_diag_error_hint(c->diags, a->pos[0]->span, "use its id: tile(i.id, B)", "'%s' is a tile index already",
+                        src_text(c, a->pos[0]));
+    return ERR;
+  }
+  TpkValue *id = i32_from(c, a->pos[0], idv, "a tile id");
+  Val bval = eval(c, a->pos[1]);
+  if (!id || bval.k == V_ERR) return ERR;
+  if (bval.k != V_INT && bval.k != V_DIM) {
+    tpk_diag_error(c->diags, a->pos[1]->span,
+                   "the block size of tile() must be a compile-time integer (a literal, const or tunable)");
+    return ERR;
+  }
+  if (bval.k == V_INT && bval.i <= 0) {
+    tpk_diag_error(c->diags, a->pos[1]->span, "the block size of tile() must be positive; got %lld", (long long)bval.i);
+    return ERR;
+  }
+  at(c, n);
+  const TpkType *t = tpk_type_tile_dim(c->m, bval.k == V_DIM ? bval.dim : tpk_dim_const(c->m, bval.i));
+  TpkOp *op = tpk_build(&c->b, TPK_OP_TILE_OF, 1, &id, 1, &t);
+  return op ? (Val){.k = V_TILE, .v = &op->out[0]} : ERR;
+}
+
+/* concat([a, b, ...], axis=K): values of one rank joined along K (the
+ * other dims equal); stack([a, b, ...], axis=K): values of one shape joined
+ * along a new axis K. Dtypes promote as for arithmetic; a weak literal is
+ * not a value to join. */
+static Val bi_concat(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  bool stack = strcmp(bi->name, "stack") == 0;
+  const TpkAst *list = a->pos[0];
+  if (list->kind != TPK_AST_LIST || !list->args) {
+    tpk_diag_error_hint(c->diags, list->span, tpk_arena_printf(&c->m->arena, "usage: %s", bi->usage),
+                        "%s() takes a list of values: [a, b]", bi->name);
+    return ERR;
+  }
+  enum { MAX_PARTS = 64 };
+  TpkValue *parts[MAX_PARTS];
+  const TpkAst *nodes[MAX_PARTS];
+  int np = 0;
+  bool ok = true;
+  TpkDType dt = TPK_DTYPE_COUNT;
+  for (const TpkAst *it = list->args; it; it = it->next) {
+    if (np == MAX_PARTS) {
+      tpk_diag_error(c->diags, it->span, "%s() joins at most %d values", bi->name, MAX_PARTS);
+      return ERR;
+    }
+    Val v = eval(c, it);
+    if (v.k == V_INT || v.k == V_FLT || v.k == V_DIM) {
+      tpk_diag_error_hint(c->diags, it->span, "make it a value of the others' shape: full(f32[BM, 1], 0.0)",
+                          "%s() joins tensors; '%s' is a number", bi->name, src_text(c, it));
+      ok = false;
+      continue;
+    }
+    v = need_data(c, it, v, TPK_DTYPE_COUNT);
+    if (v.k == V_ERR) {
+      ok = false;
+      continue;
+    }
+    if (v.v->type->rank == 0 && !stack) {
+      tpk_diag_error_hint(c->diags, it->span, "use stack() to join scalars into a vector",
+                          "concat() joins along an axis; '%s' is a scalar", src_text(c, it));
+      ok = false;
+      continue;
+    }
+    TpkDType d = v.v->type->dtype;
+    TpkDType p = dt == TPK_DTYPE_COUNT ? d : tpk_dtype_promote(dt, d);
+    if (p == TPK_DTYPE_COUNT) {
+      tpk_diag_error_hint(c->diags, it->span, "convert one with `as`", "no dtype holds both %s and %s",
+                          tpk_dtype_name(dt), tpk_dtype_name(d));
+      ok = false;
+      continue;
+    }
+    dt = p;
+    nodes[np] = it;
+    parts[np++] = v.v;
+  }
+  if (!ok) return ERR;
+  const TpkType *t0 = parts[0]->type;
+  int rank = stack ? t0->rank + 1 : t0->rank;
+  int64_t axis = stack ? 0 : -1;
+  if (a->kw[0]) {
+    if (!eval_int(c, a->kw[0]->rhs, &axis)) return ERR;
+    if (axis < -rank || axis >= rank) {
+      tpk_diag_error(c->diags, a->kw[0]->rhs->span, "axis %lld is out of range for %s() of rank-%d values",
+                     (long long)axis, bi->name, t0->rank);
+      return ERR;
+    }
+  } else if (!stack && rank > 1) {
+    tpk_diag_error_hint(c->diags, n->span, tpk_arena_printf(&c->m->arena, "e.g. concat([...], axis=%d)", rank - 1),
+                        "concat() of rank-%d values needs axis=", rank);
+    return ERR;
+  }
+  if (axis < 0) axis += rank;
+  for (int i = 1; i < np; i++) {
+    const TpkType *t = parts[i]->type;
+    bool same = t->rank == t0->rank;
+    for (int d = 0; same && d < t0->rank; d++) same = (!stack && d == axis) || t->dims[d] == t0->dims[d];
+    if (!same) {
+      tpk_diag_error(c->diags, nodes[i]->span, "%s() needs %s; '%s' is %s and '%s' is %s", bi->name,
+                     stack                    ? "values of one shape"
+                     : t->rank != t0->rank    ? "values of one rank"
+                                              : tpk_arena_printf(&c->m->arena, "equal dims outside axis %lld", (long long)axis),
+                     src_text(c, nodes[0]), shape_str(c, t0->rank, t0->dims), src_text(c, nodes[i]),
+                     shape_str(c, t->rank, t->dims));
+      return ERR;
+    }
+  }
+  at(c, n);
+  for (int i = 0; i < np; i++) {
+    parts[i] = convert(c, parts[i], dt);
+    if (stack) { /* a size-1 axis where the new one goes */
+      const TpkType *t = parts[i]->type;
+      const TpkDim *dims[TPK_MAX_RANK];
+      for (int d = 0, k = 0; d < rank; d++) dims[d] = d == axis ? tpk_dim_const(c->m, 1) : t->dims[k++];
+      const TpkType *rt = tpk_type_tensor(c->m, dt, rank, dims);
+      TpkOp *r = tpk_build(&c->b, TPK_OP_RESHAPE, 1, &parts[i], 1, &rt);
+      parts[i] = r ? &r->out[0] : NULL;
+    }
+    if (!parts[i]) return ERR;
+  }
+  const TpkDim *dims[TPK_MAX_RANK];
+  memcpy(dims, parts[0]->type->dims, sizeof dims);
+  for (int i = 1; i < np; i++) dims[axis] = tpk_dim_binary(c->m, TPK_DIM_ADD, dims[axis], parts[i]->type->dims[axis]);
+  if (!dims[axis]) {
+    tpk_diag_error(c->diags, n->span, "the joined size overflows");
+    return ERR;
+  }
+  const TpkType *rt = tpk_type_tensor(c->m, dt, rank, dims);
+  TpkOp *op = tpk_build(&c->b, TPK_OP_CONCAT, np, parts, 1, &rt);
+  if (!op) return ERR;
+  tpk_op_set_int(c->m, op, "axis", axis);
   return val_of(&op->out[0]);
 }
 
@@ -1467,6 +1785,46 @@ static bool writable(Checker *c, const TpkAst *n, const Access *acc) {
   return false;
 }
 
+static TpkValue *coerce(Checker *c, const TpkAst *n, Val v, TpkDType dt, int rank, const TpkDim *const *dims,
+                        const TpkAst *target_node, bool is_var);
+
+/* atomic_add(y[...], v), atomic_max, atomic_min: each element of the block
+ * becomes old + v (max, min) at once, and the call's value is the old
+ * block: a counter's ticket, the running max before this instance's. The
+ * target is an output, inout or scratch block (any index, a gather
+ * included); v is converted (widening) and broadcast as a store's value. */
+static Val bi_atomic(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
+  Access acc;
+  bool is_ref;
+  if (!resolve_access(c, a->pos[0], &acc, &is_ref)) {
+    if (!is_ref)
+      tpk_diag_error_hint(c->diags, a->pos[0]->span, "e.g. atomic_add(counts[e], 1)",
+                          "%s() updates a block of an output, inout or scratch buffer; '%s' is not one", bi->name,
+                          src_text(c, a->pos[0]));
+    return ERR;
+  }
+  if (!writable(c, a->pos[0], &acc)) return ERR;
+  const TpkType *rt = acc.base->type;
+  if (rt->dtype == TPK_BOOL) {
+    tpk_diag_error(c->diags, a->pos[0]->span, "%s() is not defined on bool values", bi->name);
+    return ERR;
+  }
+  Val v = eval(c, a->pos[1]);
+  if (v.k == V_ERR || !can_build(c, n)) return ERR;
+  TpkValue *val = coerce(c, a->pos[1], v, rt->dtype, acc.rank, acc.dims, a->pos[0], false);
+  if (!val) return ERR;
+  at(c, n);
+  TpkValue *ins[TPK_MAX_RANK + 2];
+  ins[0] = acc.base;
+  for (int i = 0; i < acc.nops; i++) ins[i + 1] = acc.ops[i];
+  ins[acc.nops + 1] = val;
+  TpkOp *op = tpk_build(&c->b, TPK_OP_ATOMIC, acc.nops + 2, ins, 1, &val->type);
+  if (!op) return ERR;
+  tpk_op_set_index(c->m, op, "index", &acc.pattern);
+  tpk_op_set_reduce_kind(c->m, op, (TpkReduceKind)bi->op);
+  return val_of(&op->out[0]);
+}
+
 static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   (void)bi;
   Access src, dst;
@@ -1526,15 +1884,26 @@ static Val bi_wait(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a
 static const Builtin BUILTINS[] = {
     EW1("exp", EXP), EW1("log", LOG), EW1("sqrt", SQRT), EW1("rsqrt", RSQRT), EW1("tanh", TANH),
     EW1("sigmoid", SIGMOID), EW1("erf", ERF), EW1("abs", ABS), EW1("floor", FLOOR), EW1("ceil", CEIL),
+    EW1("round", ROUND),
+    {"bitcast", 2, 2, {0}, bi_bitcast, TPK_OP_BITCAST, "bitcast(x, u32)", "bitcast()"},
     {"maximum", 2, 2, {0}, bi_binary, TPK_OP_MAX, "maximum(a, b)", "maximum()"},
     {"minimum", 2, 2, {0}, bi_binary, TPK_OP_MIN, "minimum(a, b)", "minimum()"},
     {"pow", 2, 2, {0}, bi_binary, TPK_OP_POW, "pow(a, b)", "pow()"},
+    {"mulhi", 2, 2, {0}, bi_binary, TPK_OP_MULHI, "mulhi(a, b)", "mulhi()"},
     {"where", 3, 3, {0}, bi_where, TPK_OP_SELECT, "where(cond, a, b)"},
     {"sum", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "sum(x, axis=K, keepdims=false)"},
     {"max", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "max(x, axis=K, keepdims=false)"},
     {"min", 1, 2, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "min(x, axis=K, keepdims=false)"},
     {"mean", 1, 1, {"axis", "keepdims"}, bi_reduce, TPK_OP_REDUCE, "mean(x, axis=K, keepdims=false)"},
+    /* scans: `op` holds the TpkReduceKind */
+    {"cumsum", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_SUM, "cumsum(x, axis=K)", "cumsum()"},
+    {"cumprod", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_PROD, "cumprod(x, axis=K)", "cumprod()"},
+    {"cummax", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_MAX, "cummax(x, axis=K)", "cummax()"},
+    {"cummin", 1, 1, {"axis"}, bi_scan, (TpkOpcode)TPK_REDUCE_MIN, "cummin(x, axis=K)", "cummin()"},
     {"dot", 2, 2, {0}, bi_dot, TPK_OP_DOT, "dot(a, b)"},
+    {"tile", 2, 2, {0}, bi_tile, TPK_OP_TILE_OF, "tile(id, B)", "tile()"},
+    {"concat", 1, 1, {"axis"}, bi_concat, TPK_OP_CONCAT, "concat([a, b], axis=K)", "concat()"},
+    {"stack", 1, 1, {"axis"}, bi_concat, TPK_OP_CONCAT, "stack([a, b], axis=K)", "stack()"},
     {"transpose", 1, 1, {"perm"}, bi_transpose, TPK_OP_TRANSPOSE, "transpose(x, perm=[...])"},
     {"reshape", 2, 2, {0}, bi_reshape, TPK_OP_RESHAPE, "reshape(x, [a, b])"},
     {"broadcast", 2, 2, {0}, bi_broadcast, TPK_OP_BROADCAST, "broadcast(x, [a, b])"},
@@ -1546,6 +1915,10 @@ static const Builtin BUILTINS[] = {
     {"program_id", 1, 1, {0}, bi_program, TPK_OP_PROGRAM_ID, "program_id(axis)"},
     {"num_programs", 1, 1, {0}, bi_program, TPK_OP_NUM_PROGRAMS, "num_programs(axis)"},
     {"copy_async", 2, 2, {0}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst)"},
+    /* atomics: `op` holds the TpkReduceKind */
+    {"atomic_add", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_SUM, "atomic_add(y[i], v)", "atomic_add()"},
+    {"atomic_max", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MAX, "atomic_max(y[i], v)", "atomic_max()"},
+    {"atomic_min", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MIN, "atomic_min(y[i], v)", "atomic_min()"},
     {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle)"},
 };
 #undef EW1
@@ -1664,7 +2037,7 @@ static Val eval(Checker *c, const TpkAst *n) {
   case TPK_AST_UNARY: {
     Val a = eval(c, n->lhs);
     if (a.k == V_ERR) return ERR;
-    return n->op == '-' ? negate(c, n, n->lhs, a) : logical_not(c, n, a);
+    return n->op == '-' ? negate(c, n, n->lhs, a) : n->op == '~' ? bit_not(c, n, a) : logical_not(c, n, a);
   }
   case TPK_AST_BINARY: {
     const BinOp *bop = binop_of(n->op);
@@ -2191,6 +2564,7 @@ static void check_expr_stmt(Checker *c, const TpkAst *st) {
                         "the handle of copy_async() is dropped, so the copy can never be waited for");
     return;
   }
+  if (v.k == V_VAL && v.v->def && v.v->def->opcode == TPK_OP_ATOMIC) return; /* its effect is the point */
   tpk_diag_error(c->diags, st->lhs->span, "the value of this expression is unused");
 }
 

@@ -76,7 +76,7 @@ typedef enum TpkAstKind {
   TPK_AST_FLOAT,  /* fval (inf and nan spelled as literals too) */
   TPK_AST_BOOL,   /* ival 0/1 */
   TPK_AST_NAME,   /* name */
-  TPK_AST_UNARY,  /* op ('-' or '!'), lhs */
+  TPK_AST_UNARY,  /* op ('-', '!' or '~'), lhs */
   TPK_AST_BINARY, /* op, lhs, rhs */
   TPK_AST_CAST,   /* lhs as dtype */
   TPK_AST_CALL,   /* name(args): positional args, then KWARG nodes, in order */
@@ -110,9 +110,9 @@ typedef enum TpkAstKind {
 
 /* Assignment operators in TPK_AST_ASSIGN.op */
 enum { TPK_ASSIGN_SET = '=', TPK_ASSIGN_ADD = 256, TPK_ASSIGN_SUB, TPK_ASSIGN_MUL, TPK_ASSIGN_DIV };
-/* Binary operators in TPK_AST_BINARY.op: single characters for + - * / % < >,
+/* Binary operators in TPK_AST_BINARY.op: single characters for + - * / % < > & | ^,
  * and these for the two-character ones. */
-enum { TPK_BIN_EQ = 300, TPK_BIN_NE, TPK_BIN_LE, TPK_BIN_GE, TPK_BIN_AND, TPK_BIN_OR };
+enum { TPK_BIN_EQ = 300, TPK_BIN_NE, TPK_BIN_LE, TPK_BIN_GE, TPK_BIN_AND, TPK_BIN_OR, TPK_BIN_SHL, TPK_BIN_SHR };
 
 typedef struct TpkAst TpkAst;
 /* One node type for the whole tree (chibicc's style): which fields a kind

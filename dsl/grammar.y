@@ -10,8 +10,8 @@
  * then skips tokens to the end of the statement and feeds SYNC there, so the
  * error rules below never eat a '}' or the next kernel.
  *
- * Precedence, loosest first: || && (== != < <= > >=, non-associative) (+ -)
- * (* / %) `as` (unary - !) then postfix ([], ., calls) which the grammar
+ * Precedence, loosest first: || && (== != < <= > >=, non-associative) | ^ &
+ * (<< >>) (+ -) (* / %) `as` (unary - ! ~) then postfix ([], ., calls) which the grammar
  * layers (postfix/primary) rather than declares.
  */
 
@@ -135,10 +135,14 @@ bool tpk_grammar_in_error(void *parser) {
 %left OROR.
 %left ANDAND.
 %nonassoc EQ NE LT LE GT GE.
+%left PIPE.
+%left CARET.
+%left AMP.
+%left SHL SHR.
 %left PLUS MINUS.
 %left STAR SLASH PERCENT.
 %left AS.
-%right NOT.
+%right NOT TILDE.
 
 %type expr {TpkAst *}
 %type postfix {TpkAst *}
@@ -354,6 +358,11 @@ expr(A) ::= expr(L) LT expr(R). { A = binary(ps, '<', L, R); }
 expr(A) ::= expr(L) LE expr(R). { A = binary(ps, TPK_BIN_LE, L, R); }
 expr(A) ::= expr(L) GT expr(R). { A = binary(ps, '>', L, R); }
 expr(A) ::= expr(L) GE expr(R). { A = binary(ps, TPK_BIN_GE, L, R); }
+expr(A) ::= expr(L) PIPE expr(R). { A = binary(ps, '|', L, R); }
+expr(A) ::= expr(L) CARET expr(R). { A = binary(ps, '^', L, R); }
+expr(A) ::= expr(L) AMP expr(R). { A = binary(ps, '&', L, R); }
+expr(A) ::= expr(L) SHL expr(R). { A = binary(ps, TPK_BIN_SHL, L, R); }
+expr(A) ::= expr(L) SHR expr(R). { A = binary(ps, TPK_BIN_SHR, L, R); }
 expr(A) ::= expr(L) PLUS expr(R). { A = binary(ps, '+', L, R); }
 expr(A) ::= expr(L) MINUS expr(R). { A = binary(ps, '-', L, R); }
 expr(A) ::= expr(L) STAR expr(R). { A = binary(ps, '*', L, R); }
@@ -374,6 +383,12 @@ expr(A) ::= MINUS(O) expr(E). [NOT] {
 expr(A) ::= NOT(O) expr(E). {
   A = NODE(TPK_AST_UNARY, tpk_span_join(O.span, E->span));
   A->op = '!';
+  A->lhs = E;
+  A = SEAL(A);
+}
+expr(A) ::= TILDE(O) expr(E). {
+  A = NODE(TPK_AST_UNARY, tpk_span_join(O.span, E->span));
+  A->op = '~';
   A->lhs = E;
   A = SEAL(A);
 }

@@ -91,7 +91,7 @@ static double lex_float(TpkLexer *lx, const unsigned char *p, size_t n, bool *ra
 /* Bytes that can be part of some token, or separate tokens. */
 static bool valid_byte(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         (c != 0 && strchr("_ \t\n\r\f\v()[]{},;:.=+-*/%<>!&|", c) != NULL);
+         (c != 0 && strchr("_ \t\n\r\f\v()[]{},;:.=+-*/%<>!&|^~", c) != NULL);
 }
 
 int tpk_lex(TpkLexer *lx, TpkToken *tok) {
@@ -153,7 +153,7 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
       "false" { TOKEN(FALSE); }
       "inf" { tok->v.fval = INFINITY; TOKEN(FLOAT); }
       "nan" { tok->v.fval = NAN; TOKEN(FLOAT); }
-      "f32" | "f16" | "bf16" | "f8e4m3" | "f8e5m2" | "i32" | "i16" | "i8" | "u8" | "bool" {
+      "f32" | "f16" | "bf16" | "f8e4m3" | "f8e5m2" | "i32" | "i16" | "i8" | "u8" | "u16" | "u32" | "bool" {
         tok->v.dtype = tpk_dtype_from_name((const char *)start, (size_t)(YYCURSOR - start));
         TOKEN(DTYPE);
       }
@@ -218,6 +218,12 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
       "&&" { TOKEN(ANDAND); }
       "||" { TOKEN(OROR); }
       "!" { TOKEN(NOT); }
+      "~" { TOKEN(TILDE); }
+      "&" { TOKEN(AMP); }
+      "|" { TOKEN(PIPE); }
+      "^" { TOKEN(CARET); }
+      "<<" { TOKEN(SHL); }
+      ">>" { TOKEN(SHR); }
 
       * {
         /* A run of bad bytes (a UTF-8 character, a pasted ```) is one error,

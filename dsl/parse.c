@@ -180,6 +180,12 @@ static const char *const TOKEN_NAME[] = {
     [TK_SLASH] = "'/'",
     [TK_PERCENT] = "'%'",
     [TK_NOT] = "'!'",
+    [TK_TILDE] = "'~'",
+    [TK_AMP] = "'&'",
+    [TK_PIPE] = "'|'",
+    [TK_CARET] = "'^'",
+    [TK_SHL] = "'<<'",
+    [TK_SHR] = "'>>'",
 };
 enum { TOKEN_COUNT = (int)TPK_ARRAY_LEN(TOKEN_NAME) };
 
@@ -588,6 +594,12 @@ static const char *op_name(int op) {
   case '<': return "<";
   case '>': return ">";
   case '!': return "!";
+  case '~': return "~";
+  case '&': return "&";
+  case '|': return "|";
+  case '^': return "^";
+  case TPK_BIN_SHL: return "<<";
+  case TPK_BIN_SHR: return ">>";
   }
   return "?";
 }

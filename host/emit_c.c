@@ -139,21 +139,25 @@ static const char *ctype(TpkDType t) {
   case TPK_I32: return "int32_t";
   case TPK_I16: return "int16_t";
   case TPK_I8: return "int8_t";
+  case TPK_U32: return "uint32_t";
+  case TPK_U16: return "uint16_t";
   default: return "?";
   }
 }
 
-/* The type arithmetic happens in: floats in float, integers in int32_t,
- * bool in int. */
+/* The type arithmetic happens in: floats in float, u32 in uint32_t, other
+ * integers in int32_t (wrapped to their width when stored), bool in int. */
 static const char *compute_type(TpkDType t) {
   if (tpk_dtype_is_float(t)) return "float";
+  if (t == TPK_U32) return "uint32_t";
   return t == TPK_BOOL ? "int" : "int32_t";
 }
 
 /* The TPK_PRIM_* suffix of a dtype. */
 static const char *prim_dtype(TpkDType t) {
   static const char *const NAMES[TPK_DTYPE_COUNT] = {"F32", "F16", "BF16", "F8E4M3", "F8E5M2",
-                                                     "I32", "I16", "I8",   "U8",     "BOOL"};
+                                                     "I32", "I16", "I8",   "U8",     "BOOL",
+                                                     "U32", "U16"};
   return (unsigned)t < TPK_DTYPE_COUNT ? NAMES[t] : "F32";
 }
 
@@ -355,6 +359,24 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   bool fl = tpk_dtype_is_float(dt);
   bool i32 = !fl && dt != TPK_BOOL;
   TpkArena *A = &e->arena;
+  if (dt == TPK_U32) { /* unsigned arithmetic wraps by itself; division, shifts and order are unsigned */
+    switch (op->opcode) {
+    case TPK_OP_ADD: return tpk_arena_printf(A, "(uint32_t)(%s + %s)", a, b);
+    case TPK_OP_SUB: return tpk_arena_printf(A, "(uint32_t)(%s - %s)", a, b);
+    case TPK_OP_MUL: return tpk_arena_printf(A, "(uint32_t)(%s * %s)", a, b);
+    case TPK_OP_DIV: return tpk_arena_printf(A, "tpk_udiv(%s, %s, &bad)", a, b);
+    case TPK_OP_REM: return tpk_arena_printf(A, "tpk_urem(%s, %s, &bad)", a, b);
+    case TPK_OP_CDIV: return tpk_arena_printf(A, "tpk_ucdiv(%s, %s, &bad)", a, b);
+    case TPK_OP_NEG: return tpk_arena_printf(A, "(uint32_t)(0u - %s)", a);
+    case TPK_OP_ABS: return a;
+    case TPK_OP_NOT: return tpk_arena_printf(A, "(uint32_t)~%s", a);
+    case TPK_OP_SHL: return tpk_arena_printf(A, "tpk_shl_u(%s, %s)", a, b);
+    case TPK_OP_SHR: return tpk_arena_printf(A, "tpk_shr_u(%s, %s)", a, b);
+    case TPK_OP_MULHI: return tpk_arena_printf(A, "(uint32_t)(((uint64_t)%s * (uint64_t)%s) >> 32)", a, b);
+    case TPK_OP_SELECT: return tpk_arena_printf(A, "tpk_select_u(%s, %s, %s)", a, b, c);
+    default: break; /* max, min, and, or, xor, comparisons: as below */
+    }
+  }
   switch (op->opcode) {
   case TPK_OP_ADD: return fl ? tpk_arena_printf(A, "(%s + %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s + (uint32_t)%s)", a, b);
   case TPK_OP_SUB: return fl ? tpk_arena_printf(A, "(%s - %s)", a, b) : tpk_arena_printf(A, "(int32_t)((uint32_t)%s - (uint32_t)%s)", a, b);
@@ -367,6 +389,11 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   case TPK_OP_POW: return tpk_arena_printf(A, "tpk_powf(%s, %s)", a, b);
   case TPK_OP_AND: return tpk_arena_printf(A, "(%s & %s)", a, b);
   case TPK_OP_OR: return tpk_arena_printf(A, "(%s | %s)", a, b);
+  case TPK_OP_XOR: return tpk_arena_printf(A, "(%s ^ %s)", a, b);
+  case TPK_OP_SHL: return tpk_arena_printf(A, "tpk_shl_i(%s, %s)", a, b);
+  case TPK_OP_SHR: return tpk_arena_printf(A, "tpk_shr_i(%s, %s)", a, b);
+  case TPK_OP_MULHI: /* narrower integers live extended in 32 bits: their product fits in 64 */
+    return tpk_arena_printf(A, "tpk_mulhi_i(%s, %s, %u)", a, b, tpk_dtype_info(dt)->bits);
   case TPK_OP_EQ: return tpk_arena_printf(A, "(%s == %s)", a, b);
   case TPK_OP_NE: return tpk_arena_printf(A, "(%s != %s)", a, b);
   case TPK_OP_LT: return tpk_arena_printf(A, "(%s < %s)", a, b);
@@ -385,6 +412,7 @@ static const char *scalar_expr(Emitter *e, const TpkOp *op, TpkDType dt, const c
   case TPK_OP_ERF: return tpk_arena_printf(A, "erff(%s)", a);
   case TPK_OP_FLOOR: return tpk_arena_printf(A, "floorf(%s)", a);
   case TPK_OP_CEIL: return tpk_arena_printf(A, "ceilf(%s)", a);
+  case TPK_OP_ROUND: return tpk_arena_printf(A, "rintf(%s)", a); /* the default rounding mode: half to even */
   case TPK_OP_SELECT: return tpk_arena_printf(A, "tpk_select_%s(%s, %s, %s)", fl ? "f" : "i", a, b, c);
   default: (void)i32; return NULL;
   }
@@ -1061,6 +1089,49 @@ static void emit_store(Emitter *e, const TpkOp *op) {
   block_copy(e, &acc, name_of(e, val), val->type, false, NULL, add);
 }
 
+/* Fetch-and-combine, element by element in the value's row-major order (the
+ * interpreter's): each in-range element's old value goes to the result
+ * (masked lanes: 0) and kind(old, value) to memory. A grid holding one
+ * runs in instance order on one thread (tpk_split_grid: it adds). */
+static void emit_atomic(Emitter *e, const TpkOp *op) {
+  Access acc;
+  const TpkValue *val = op->in[op->nin - 1], *r = &op->out[0];
+  TpkDType dt = val->type->dtype;
+  if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, val->type);
+  check_indices(e, &acc);
+  mask_padding_lanes(e, &acc);
+  const char *out = is_tile(r) ? def_tile(e, r) : new_name(e, r);
+  if (!is_tile(r)) line(e, "%s %s = 0;", ctype(dt), out);
+  line(e, "{ /* atomic */");
+  e->indent++;
+  int k = is_tile(val) ? open_loops(e, val->type) : 0;
+  Sz vs[TPK_MAX_RANK];
+  strides(e, val->type, vs);
+  const char *lin = linear(e, val->type->rank, vs, NULL), *valid;
+  const char *off = access_offset(e, &acc, &valid);
+  const char *dst = is_tile(r) ? tpk_arena_printf(&e->arena, "%s[%s]", out, lin) : out;
+  line(e, "if (%s) {", valid ? valid : "1");
+  e->indent++;
+  line(e, "%s old = %s[%s];", ctype(dt), acc.base, off);
+  line(e, "%s = old;", dst);
+  const char *a = widen(e, dt, "old"), *b = rd(e, val, lin);
+  bool fl = tpk_dtype_is_float(dt);
+  const char *c;
+  switch (tpk_op_reduce_kind(op)) {
+  case TPK_REDUCE_MAX: c = fl ? tpk_arena_printf(&e->arena, "tpk_fmax(%s, %s)", a, b) : tpk_arena_printf(&e->arena, "(%s > %s ? %s : %s)", a, b, a, b); break;
+  case TPK_REDUCE_MIN: c = fl ? tpk_arena_printf(&e->arena, "tpk_fmin(%s, %s)", a, b) : tpk_arena_printf(&e->arena, "(%s < %s ? %s : %s)", a, b, a, b); break;
+  default: c = fl ? tpk_arena_printf(&e->arena, "%s + %s", a, b) : tpk_arena_printf(&e->arena, "(uint32_t)%s + (uint32_t)%s", a, b); break;
+  }
+  line(e, "%s[%s] = %s;", acc.base, off, narrow(e, dt, c));
+  e->indent--;
+  if (is_tile(r)) line(e, "} else %s = 0;", dst);
+  else line(e, "}");
+  close_loops(e, k);
+  e->indent--;
+  line(e, "}");
+}
+
 static void emit_slice(Emitter *e, const TpkOp *op) {
   Access acc;
   if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
@@ -1271,13 +1342,16 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
    * accumulator per output, ascending order. */
   TpkDType dt = xt->dtype;
   bool fl = tpk_dtype_is_float(dt);
-  const char *acc_t = fl ? "float" : "int32_t";
-  const char *init = kind == TPK_REDUCE_MAX ? (fl ? "(-1.0f / 0.0f)" : "INT32_MIN")
-                     : kind == TPK_REDUCE_MIN ? (fl ? "(1.0f / 0.0f)" : "INT32_MAX")
+  bool u32 = xt->dtype == TPK_U32;
+  const char *acc_t = fl ? "float" : u32 ? "uint32_t" : "int32_t";
+  const char *init = kind == TPK_REDUCE_MAX ? (fl ? "(-1.0f / 0.0f)" : u32 ? "0u" : "INT32_MIN")
+                     : kind == TPK_REDUCE_MIN ? (fl ? "(1.0f / 0.0f)" : u32 ? "UINT32_MAX" : "INT32_MAX")
                      : kind == TPK_REDUCE_PROD ? "1" : "0";
   Sz xs[TPK_MAX_RANK];
   strides(e, xt, xs);
-  int opened = 0;
+  line(e, "{"); /* acc is this reduction's: a full one declares it in the enclosing block */
+  e->indent++;
+  int opened = 1;
   for (int i = 0; i < xt->rank; i++)
     if (!reduced[i]) {
       line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
@@ -1294,8 +1368,8 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
   const char *xv = rd(e, x, linear(e, xt->rank, xs, NULL));
   if (kind == TPK_REDUCE_MAX) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmax(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s > acc ? %s : acc)", xv, xv));
   else if (kind == TPK_REDUCE_MIN) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "tpk_fmin(acc, %s)", xv) : tpk_arena_printf(&e->arena, "(%s < acc ? %s : acc)", xv, xv));
-  else if (kind == TPK_REDUCE_PROD) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc * %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc * (uint32_t)%s)", xv));
-  else line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc + %s", xv) : tpk_arena_printf(&e->arena, "(int32_t)((uint32_t)acc + (uint32_t)%s)", xv));
+  else if (kind == TPK_REDUCE_PROD) line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc * %s", xv) : tpk_arena_printf(&e->arena, "(%s)((uint32_t)acc * (uint32_t)%s)", acc_t, xv));
+  else line(e, "acc = %s;", fl ? tpk_arena_printf(&e->arena, "acc + %s", xv) : tpk_arena_printf(&e->arena, "(%s)((uint32_t)acc + (uint32_t)%s)", acc_t, xv));
   int inner = 0;
   for (int i = 0; i < xt->rank; i++) inner += reduced[i];
   close_loops(e, inner);
@@ -1311,6 +1385,47 @@ static void emit_reduce(Emitter *e, const TpkOp *op) {
     line(e, "%s = %s;", scalar, narrow(e, r->type->dtype, res));
   }
   close_loops(e, opened - inner);
+}
+
+/* An inclusive scan: the other dims' loops outside, the scanned axis inside
+ * with one accumulator per line, ascending, as the interpreter runs it
+ * (floats accumulate in f32 and each output is rounded to the dtype). */
+static void emit_scan(Emitter *e, const TpkOp *op) {
+  const TpkValue *x = op->in[0], *r = &op->out[0];
+  const TpkType *xt = x->type;
+  int axis = (int)tpk_op_int(op, "axis", 0);
+  TpkReduceKind kind = tpk_op_reduce_kind(op);
+  TpkDType dt = xt->dtype;
+  bool fl = tpk_dtype_is_float(dt);
+  const char *acc_t = compute_type(dt), *out = def_tile(e, r);
+  Sz xs[TPK_MAX_RANK], rs[TPK_MAX_RANK];
+  strides(e, xt, xs);
+  strides(e, r->type, rs);
+  line(e, "{"); /* acc is this scan's */
+  e->indent++;
+  int opened = 1;
+  for (int i = 0; i < xt->rank; i++)
+    if (i != axis) {
+      line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", i, i, dim(e, xt, i), i);
+      e->indent++;
+      opened++;
+    }
+  line(e, "%s acc = 0;", acc_t);
+  line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", axis, axis, dim(e, xt, axis), axis);
+  e->indent++;
+  line(e, "%s v = %s;", acc_t, rd(e, x, linear(e, xt->rank, xs, NULL)));
+  const char *next;
+  switch (kind) {
+  case TPK_REDUCE_MAX: next = fl ? "tpk_fmax(acc, v)" : "(v > acc ? v : acc)"; break;
+  case TPK_REDUCE_MIN: next = fl ? "tpk_fmin(acc, v)" : "(v < acc ? v : acc)"; break;
+  case TPK_REDUCE_PROD: next = fl ? "acc * v" : tpk_arena_printf(&e->arena, "(%s)((uint32_t)acc * (uint32_t)v)", acc_t); break;
+  default: next = fl ? "acc + v" : tpk_arena_printf(&e->arena, "(%s)((uint32_t)acc + (uint32_t)v)", acc_t); break;
+  }
+  line(e, "acc = i%d == 0 ? v : %s;", axis, next);
+  line(e, "%s[%s] = %s;", out, linear(e, r->type->rank, rs, NULL), narrow(e, dt, "acc"));
+  e->indent--;
+  line(e, "}");
+  close_loops(e, opened);
 }
 
 static const char *gemm_fn(TpkDType dt) {
@@ -1437,6 +1552,18 @@ static void emit_scatter(Emitter *e, const TpkOp *op) {
   tpk_str_free(&idx);
   tpk_str_free(&dst);
   close_loops(e, k);
+}
+
+/* The operand's bytes, read as another dtype of their width. */
+static void emit_bitcast(Emitter *e, const TpkOp *op) {
+  const TpkValue *r = &op->out[0], *x = op->in[0];
+  if (!is_tile(r)) {
+    const char *n = new_name(e, r);
+    line(e, "%s %s;", ctype(r->type->dtype), n);
+    line(e, "memcpy(&%s, &%s, sizeof %s);", n, name_of(e, x), n);
+    return;
+  }
+  line(e, "memcpy(%s, %s, %s);", def_tile(e, r), name_of(e, x), byte_size(e, r->type));
 }
 
 static void emit_concat(Emitter *e, const TpkOp *op) {
@@ -1645,13 +1772,21 @@ static void emit_op(Emitter *e, const TpkOp *op) {
   case TPK_OP_TILE_START:
     line(e, "int32_t %s = (int32_t)(%s * %" PRId64 ");", new_name(e, &op->out[0]), name_of(e, op->in[0]), tpk_tile_block(op->in[0]->type));
     return;
+  case TPK_OP_TILE_OF: { /* a tile is its id; elements past the end are masked where it is used */
+    const char *n = new_name(e, &op->out[0]);
+    line(e, "int64_t %s = (int64_t)%s;", n, name_of(e, op->in[0]));
+    line(e, "if (%s < 0) return tpk_fail(err, \"line %d: tile id %%lld is negative\", %s);", n, op->loc.line, n);
+    return;
+  }
   case TPK_OP_BROADCAST: emit_broadcast(e, op); return;
   case TPK_OP_RESHAPE: emit_reshape(e, op); return;
   case TPK_OP_TRANSPOSE: emit_transpose(e, op); return;
   case TPK_OP_IOTA: emit_iota(e, op); return;
   case TPK_OP_SLICE: emit_slice(e, op); return;
   case TPK_OP_CONCAT: emit_concat(e, op); return;
+  case TPK_OP_BITCAST: emit_bitcast(e, op); return;
   case TPK_OP_REDUCE: emit_reduce(e, op); return;
+  case TPK_OP_SCAN: emit_scan(e, op); return;
   case TPK_OP_DOT: emit_dot(e, op); return;
   case TPK_OP_GATHER: emit_gather(e, op); return;
   case TPK_OP_SCATTER: emit_scatter(e, op); return;
@@ -1660,6 +1795,7 @@ static void emit_op(Emitter *e, const TpkOp *op) {
     else emit_load_scalar(e, op);
     return;
   case TPK_OP_STORE: emit_store(e, op); return;
+  case TPK_OP_ATOMIC: emit_atomic(e, op); return;
   case TPK_OP_ALLOC: {
     const char *n = new_name(e, &op->out[0]);
     const TpkPlanSlot *s = tpk_plan_slot(e->plan, &op->out[0]);
@@ -1700,12 +1836,16 @@ static const char PRELUDE[] =
     "/* libm and libc, declared here so no system header is needed */\n"
     "float expf(float); float logf(float); float sqrtf(float); float tanhf(float); float erff(float);\n"
     "float powf(float, float); float fmodf(float, float); float fabsf(float); float floorf(float); float ceilf(float);\n"
+    "float rintf(float);\n"
     "void *memcpy(void *, const void *, unsigned long); void *memset(void *, int, unsigned long);\n"
     "void *malloc(unsigned long); void free(void *);\n"
     "int snprintf(char *, unsigned long, const char *, ...);\n"
     "#ifndef INT32_MIN\n"
     "#define INT32_MIN (-2147483647 - 1)\n"
     "#define INT32_MAX 2147483647\n"
+    "#endif\n"
+    "#ifndef UINT32_MAX\n"
+    "#define UINT32_MAX 4294967295u\n"
     "#endif\n"
     "\n"
     "/* Code built for any x86-64 (the ahead-of-time library) also gets an AVX2\n"
@@ -1780,6 +1920,26 @@ static const char PRELUDE[] =
     "static inline float tpk_select_f(int c, float a, float b) { return c ? a : b; }\n"
     "static inline int32_t tpk_select_i(int c, int32_t a, int32_t b) { return c ? a : b; }\n"
     "#endif\n"
+    "static inline uint32_t tpk_select_u(int c, uint32_t a, uint32_t b) { return c ? a : b; }\n"
+    "/* shifts by a count outside [0, 32) give 0, or -1 for a negative value shifted right; narrower\n"
+    " * integers live sign- or zero-extended in 32 bits, so their store wraps the rest */\n"
+    "static inline int32_t tpk_shl_i(int32_t a, int32_t b) { return b < 0 || b >= 32 ? 0 : (int32_t)((uint32_t)a << b); }\n"
+    "static inline int32_t tpk_shr_i(int32_t a, int32_t b) {\n"
+    "  if (b < 0 || b >= 32) return a < 0 ? -1 : 0;\n"
+    "  return a < 0 ? ~(~a >> b) : a >> b;\n"
+    "}\n"
+    "static inline int32_t tpk_mulhi_i(int32_t a, int32_t b, int bits) {\n"
+    "  int64_t p = (int64_t)a * b;\n"
+    "  return (int32_t)(p < 0 ? ~(~p >> bits) : p >> bits);\n"
+    "}\n"
+    "static inline uint32_t tpk_shl_u(uint32_t a, uint32_t b) { return b >= 32 ? 0 : a << b; }\n"
+    "static inline uint32_t tpk_shr_u(uint32_t a, uint32_t b) { return b >= 32 ? 0 : a >> b; }\n"
+    "static uint32_t tpk_udiv(uint32_t a, uint32_t b, int *bad) { if (b == 0) { *bad = 1; return 0; } return a / b; }\n"
+    "static uint32_t tpk_urem(uint32_t a, uint32_t b, int *bad) { if (b == 0) { *bad = 1; return 0; } return a % b; }\n"
+    "static uint32_t tpk_ucdiv(uint32_t a, uint32_t b, int *bad) {\n"
+    "  if (b == 0) { *bad = 1; return 0; }\n"
+    "  return a / b + (a % b != 0);\n"
+    "}\n"
     "static float tpk_fmax(float a, float b) { return a != a || b != b ? a + b : a > b ? a : b; }\n"
     "static float tpk_fmin(float a, float b) { return a != a || b != b ? a + b : a < b ? a : b; }\n"
     "static int32_t tpk_idiv(int32_t a, int32_t b, int *bad) {\n"
@@ -1814,7 +1974,7 @@ static const TpkParam *param_of(const TpkFunc *f, const TpkValue *v) {
 
 /* The memory op writes (a store's or a copy's destination), or NULL. */
 static const TpkValue *written_memory(const TpkOp *op) {
-  if (op->opcode == TPK_OP_STORE) return op->in[0];
+  if (op->opcode == TPK_OP_STORE || op->opcode == TPK_OP_ATOMIC) return op->in[0];
   if (op->opcode == TPK_OP_DMA_START) {
     int nsrc = tpk_index_operands(tpk_op_index(op, "src_index"));
     return 1 + nsrc < op->nin ? op->in[1 + nsrc] : NULL;
@@ -1852,9 +2012,11 @@ static void effects_of(const TpkFunc *f, const TpkOp *op, Effects *fx) {
   const TpkValue *w = written_memory(op);
   if (w && is_param_memory(w)) {
     fx->writes = true;
-    if (op->opcode == TPK_OP_STORE && tpk_op_store_mode(op) == TPK_STORE_ADD) fx->adds = true;
+    if ((op->opcode == TPK_OP_STORE && tpk_op_store_mode(op) == TPK_STORE_ADD) || op->opcode == TPK_OP_ATOMIC)
+      fx->adds = true;
     /* the operands after the destination are its indices (and a store's value, last) */
-    int first = op->opcode == TPK_OP_STORE ? 1 : 0, end = op->opcode == TPK_OP_STORE ? op->nin - 1 : op->nin;
+    bool valued = op->opcode == TPK_OP_STORE || op->opcode == TPK_OP_ATOMIC;
+    int first = valued ? 1 : 0, end = valued ? op->nin - 1 : op->nin;
     for (int i = first; i < end; i++)
       if (op->in[i] != w && op->in[i]->type->kind != TPK_TYPE_REF && from_data(op->in[i], 32)) fx->data_placed = true;
   }

@@ -160,6 +160,7 @@ uint8_t tpk_f32_to_f8e5m2(float f) { return (uint8_t)f64_to_narrow(f, FMT_E5M2);
 static const int elem_size[] = {
     [TPK_PRIM_F32] = 4, [TPK_PRIM_F16] = 2, [TPK_PRIM_BF16] = 2, [TPK_PRIM_F8E4M3] = 1, [TPK_PRIM_F8E5M2] = 1,
     [TPK_PRIM_I32] = 4, [TPK_PRIM_I16] = 2, [TPK_PRIM_I8] = 1,   [TPK_PRIM_U8] = 1,     [TPK_PRIM_BOOL] = 1,
+    [TPK_PRIM_U32] = 4, [TPK_PRIM_U16] = 2,
 };
 
 static bool is_int_type(int t) { return t >= TPK_PRIM_I32; }
@@ -195,6 +196,8 @@ static void decode_f64(int from, const void *src, double *v, int64_t n) {
   case TPK_PRIM_I8: for (int64_t i = 0; i < n; i++) v[i] = ((const int8_t *)src)[i]; break;
   case TPK_PRIM_U8: for (int64_t i = 0; i < n; i++) v[i] = ((const uint8_t *)src)[i]; break;
   case TPK_PRIM_BOOL: for (int64_t i = 0; i < n; i++) v[i] = ((const uint8_t *)src)[i] != 0; break;
+  case TPK_PRIM_U32: for (int64_t i = 0; i < n; i++) v[i] = ((const uint32_t *)src)[i]; break;
+  case TPK_PRIM_U16: for (int64_t i = 0; i < n; i++) v[i] = ((const uint16_t *)src)[i]; break;
   default: break;
   }
 }
@@ -223,11 +226,19 @@ static void encode_f64(int to, bool from_int, const double *v, void *dst, int64_
       ((uint8_t *)dst)[i] = (uint8_t)(from_int ? (uint64_t)(int64_t)v[i] & 0xff : (uint64_t)f64_to_int_sat(v[i], 0, 255));
     break;
   case TPK_PRIM_BOOL: for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = v[i] != 0; break;
+  case TPK_PRIM_U32:
+    for (int64_t i = 0; i < n; i++)
+      ((uint32_t *)dst)[i] = (uint32_t)(from_int ? (uint64_t)(int64_t)v[i] & 0xffffffffu : (uint64_t)f64_to_int_sat(v[i], 0, UINT32_MAX));
+    break;
+  case TPK_PRIM_U16:
+    for (int64_t i = 0; i < n; i++)
+      ((uint16_t *)dst)[i] = (uint16_t)(from_int ? (uint64_t)(int64_t)v[i] & 0xffffu : (uint64_t)f64_to_int_sat(v[i], 0, UINT16_MAX));
+    break;
   default: break;
   }
 }
 
-static bool valid_type(int t) { return t >= TPK_PRIM_F32 && t <= TPK_PRIM_BOOL; }
+static bool valid_type(int t) { return t >= TPK_PRIM_F32 && t <= TPK_PRIM_U16; }
 
 /* Any pair, in chunks through an f64 buffer. */
 static void convert_general(int from, int to, const void *src, void *dst, int64_t n) {

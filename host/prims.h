@@ -52,7 +52,9 @@ enum {
   TPK_PRIM_I16,
   TPK_PRIM_I8,
   TPK_PRIM_U8,
-  TPK_PRIM_BOOL
+  TPK_PRIM_BOOL,
+  TPK_PRIM_U32,
+  TPK_PRIM_U16
 };
 
 /* Unary functions on f32 arrays. */

@@ -27,6 +27,8 @@ typedef enum TpkDType {
   TPK_I8,
   TPK_U8,
   TPK_BOOL,
+  TPK_U32, /* bit-level integers: Philox, packing (dsl/README.md) */
+  TPK_U16,
   TPK_DTYPE_COUNT
 } TpkDType;
 

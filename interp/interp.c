@@ -29,6 +29,8 @@
  *   - an 's' index outside its dim, and a 'g' / gather / scatter index
  *     outside its dim (negative included), are errors; every 'g' index is
  *     checked, even in a lane another dim masks;
+ *   - `atomic` is a store mode "add" (or max, min) that also returns the old
+ *     elements, masked ones as 0; checked mode counts it as an add;
  *   - store mode "add" and scatter "add" add in the dtype's arithmetic (f32
  *     add then rounding, integer wrap), one element at a time in row-major
  *     order of the stored value, so duplicate indices add in index order;
@@ -44,6 +46,8 @@
  *   - float `rem` is fmodf (sign of the dividend, like integer rem);
  *   - `const`, `iota` and load `other` values are converted from the exact
  *     attribute value by the conversion rules (one rounding);
+ *   - `tile.of` with a negative id is an error (ids past the end give a
+ *     tile whose elements are all masked);
  *   - `call`, and running a `func` rather than a kernel, are not supported
  *     yet (TPK_ERR_UNSUPPORTED).
  * No value may exceed 1 GiB; a bigger one is an error naming it.
@@ -572,6 +576,7 @@ static TpkStatus exec_unary(Interp *I, const TpkOp *op) {
       case TPK_OP_ERF: y = erff(a); break;
       case TPK_OP_FLOOR: y = floorf(a); break;
       case TPK_OP_CEIL: y = ceilf(a); break;
+      case TPK_OP_ROUND: y = rintf(a); break; /* the default rounding mode: half to even */
       default: val_release(&r); return fail(I, op, TPK_ERR_INTERNAL, "not defined on %s", tpk_dtype_name(x->dt));
       }
       tpk_ref_set(r.dt, r.data, i, y);
@@ -603,6 +608,7 @@ static TpkStatus exec_binary(Interp *I, const TpkOp *op) {
   }
   bool cmp = (tpk_op_info(op->opcode)->flags & TPK_OPF_COMPARE) != 0;
   bool isf = tpk_dtype_is_float(a->dt);
+  int64_t bits = (int64_t)tpk_dtype_info(a->dt)->bits;
   for (int64_t i = 0; i < a->n; i++) {
     if (isf) {
       float x = (float)tpk_ref_get(a->dt, a->data, i), y = (float)tpk_ref_get(b->dt, b->data, i), z = 0;
@@ -656,6 +662,20 @@ static TpkStatus exec_binary(Interp *I, const TpkOp *op) {
       case TPK_OP_MIN: z = (uint64_t)(x < y ? x : y); break;
       case TPK_OP_AND: z = (uint64_t)x & (uint64_t)y; break;
       case TPK_OP_OR: z = (uint64_t)x | (uint64_t)y; break;
+      case TPK_OP_XOR: z = (uint64_t)x ^ (uint64_t)y; break;
+      case TPK_OP_SHL: z = y < 0 || y >= bits ? 0 : (uint64_t)x << y; break;
+      case TPK_OP_SHR: /* x is sign- or zero-extended to 64 bits, so shifting it shifts the dtype */
+        if (y < 0 || y >= bits) z = x < 0 ? UINT64_MAX : 0;
+        else z = x < 0 ? ~(~(uint64_t)x >> y) : (uint64_t)x >> y;
+        break;
+      case TPK_OP_MULHI: /* the exact product: unsigned in 64 bits, signed in int64 (|x|, |y| <= 2^31) */
+        if (tpk_dtype_info(a->dt)->is_signed) {
+          int64_t p = x * y;
+          z = (uint64_t)(p < 0 ? ~(~p >> bits) : p >> bits);
+        } else {
+          z = ((uint64_t)x * (uint64_t)y) >> bits;
+        }
+        break;
       case TPK_OP_EQ: z = x == y; break;
       case TPK_OP_NE: z = x != y; break;
       case TPK_OP_LT: z = x < y; break;
@@ -692,6 +712,20 @@ static TpkStatus exec_convert(Interp *I, const TpkOp *op) {
     return fail(I, op, TPK_ERR_INTERNAL, "result does not match the operand");
   }
   for (int64_t i = 0; i < x->n; i++) convert_elem(x, i, &r, i);
+  return set_result(I, op, 0, &r);
+}
+
+/* The same bytes, another dtype of their width. */
+static TpkStatus exec_bitcast(Interp *I, const TpkOp *op) {
+  Val *x = operand(I, op, 0, V_TENSOR);
+  if (!x) return status(I);
+  Val r;
+  if (!new_result(I, op, 0, &r)) return status(I);
+  if (r.n != x->n || ESIZE(&r) != ESIZE(x)) {
+    val_release(&r);
+    return fail(I, op, TPK_ERR_INTERNAL, "result does not match the operand");
+  }
+  if (r.n) memcpy(r.data, x->data, (size_t)r.n * ESIZE(&r));
   return set_result(I, op, 0, &r);
 }
 
@@ -921,6 +955,55 @@ static TpkStatus exec_reduce(Interp *I, const TpkOp *op) {
       tpk_ref_set_int(r.dt, r.data, o, iacc); /* mean is float-only (verified) */
     }
   }
+  return set_result(I, op, 0, &r);
+}
+
+/* Inclusive scan along one axis: one accumulator per line, in ascending
+ * order (floats in f32, each output rounded to the dtype; integers wrap). */
+static TpkStatus exec_scan(Interp *I, const TpkOp *op) {
+  Val *x = operand(I, op, 0, V_TENSOR);
+  if (!x) return status(I);
+  int64_t axis = tpk_op_int(op, "axis", -1);
+  if (axis < 0 || axis >= x->rank) return fail(I, op, TPK_ERR_INTERNAL, "axis out of range");
+  TpkReduceKind k = tpk_op_reduce_kind(op);
+  Val r;
+  if (!new_result(I, op, 0, &r)) return status(I);
+  if (r.n != x->n || r.dt != x->dt) {
+    val_release(&r);
+    return fail(I, op, TPK_ERR_INTERNAL, "result does not match the operand");
+  }
+  int64_t len = x->dims[axis], inner = 1, outer = 1;
+  for (int d = 0; d < x->rank; d++) {
+    if (d < axis) outer *= x->dims[d];
+    if (d > axis) inner *= x->dims[d];
+  }
+  bool isf = tpk_dtype_is_float(x->dt);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      float facc = 0;
+      int64_t iacc = 0;
+      for (int64_t l = 0; l < len; l++) {
+        int64_t i = (o * len + l) * inner + in;
+        if (isf) {
+          float v = (float)tpk_ref_get(x->dt, x->data, i);
+          if (l == 0) facc = v;
+          else if (k == TPK_REDUCE_SUM) facc = facc + v;
+          else if (k == TPK_REDUCE_PROD) facc = facc * v;
+          else if (k == TPK_REDUCE_MAX) facc = max_f(facc, v);
+          else facc = min_f(facc, v);
+          tpk_ref_set(r.dt, r.data, i, facc);
+        } else {
+          int64_t v = tpk_ref_get_int(x->dt, x->data, i);
+          if (l == 0) iacc = v;
+          else if (k == TPK_REDUCE_SUM) iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
+          else if (k == TPK_REDUCE_PROD) iacc = (int64_t)((uint64_t)iacc * (uint64_t)v);
+          else if (k == TPK_REDUCE_MAX) iacc = v > iacc ? v : iacc;
+          else iacc = v < iacc ? v : iacc;
+          tpk_ref_set_int(r.dt, r.data, i, (uint64_t)iacc);
+          iacc = tpk_ref_get_int(r.dt, r.data, i); /* wrapped to the dtype, as the next step sees it */
+        }
+      }
+    }
   return set_result(I, op, 0, &r);
 }
 
@@ -1295,6 +1378,50 @@ static TpkStatus exec_store(Interp *I, const TpkOp *op) {
   return TPK_OK;
 }
 
+/* Each selected element becomes kind(old, value), one element at a time in
+ * row-major order of the value (duplicate gather indices see each other's
+ * updates); the result holds the old values (masked lanes: 0). Several
+ * instances combining one element are not a race: like `+=`, they
+ * accumulate. */
+static TpkStatus exec_atomic(Interp *I, const TpkOp *op) {
+  Val *ref = operand(I, op, 0, V_REF), *v = operand(I, op, op->nin - 1, V_TENSOR);
+  if (!ref || !v) return status(I);
+  if (v->dt != ref->dt) return fail(I, op, TPK_ERR_INTERNAL, "value dtype differs from the ref's");
+  Sel s;
+  int n = select_block(I, op, "index", ref, 1, v->dims, v->rank, &s);
+  if (n < 0 || !sel_matches(I, op, &s, v->rank, v->dims, "atomic value")) return status(I);
+  Val r;
+  if (!new_result(I, op, 0, &r)) return status(I);
+  if (r.n != v->n || r.dt != v->dt) {
+    val_release(&r);
+    return fail(I, op, TPK_ERR_INTERNAL, "result does not match the value");
+  }
+  TpkReduceKind k = tpk_op_reduce_kind(op);
+  bool isf = tpk_dtype_is_float(v->dt);
+  size_t es = ESIZE(v);
+  check_pending(I, op, ref, "writes");
+  int64_t idx[TPK_MAX_RANK] = {0};
+  for (int64_t i = 0; i < v->n; i++, next_index(v->rank, v->dims, idx)) {
+    int64_t off = sel_offset(&s, idx);
+    if (off < 0) {
+      memset(ELEM(&r, i), 0, es);
+      continue;
+    }
+    check_read(I, op, ref, off);
+    note_write(I, op, ref, off, true);
+    memcpy(ELEM(&r, i), ELEM(ref, off), es);
+    if (isf) {
+      float a = (float)tpk_ref_get(ref->dt, ref->data, off), b = (float)tpk_ref_get(v->dt, v->data, i);
+      tpk_ref_set(ref->dt, ref->data, off, k == TPK_REDUCE_SUM ? a + b : k == TPK_REDUCE_MAX ? max_f(a, b) : min_f(a, b));
+    } else {
+      int64_t a = tpk_ref_get_int(ref->dt, ref->data, off), b = tpk_ref_get_int(v->dt, v->data, i);
+      uint64_t c = k == TPK_REDUCE_SUM ? (uint64_t)a + (uint64_t)b : (uint64_t)(k == TPK_REDUCE_MAX ? (a > b ? a : b) : (a < b ? a : b));
+      tpk_ref_set_int(ref->dt, ref->data, off, c);
+    }
+  }
+  return set_result(I, op, 0, &r);
+}
+
 static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
   Val *src = operand(I, op, 0, V_REF);
   if (!src) return status(I);
@@ -1516,6 +1643,14 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
       return fail(I, op, TPK_ERR_INVALID, "axis %" PRId64 " is not an axis of the enclosing grid", axis);
     return scalar_result(I, op, op->opcode == TPK_OP_PROGRAM_ID ? I->grid_pos[axis] : I->grid_count[axis]);
   }
+  case TPK_OP_TILE_OF: {
+    Val *x = operand(I, op, 0, V_TENSOR);
+    if (!x) return status(I);
+    int64_t id = tpk_ref_get_int(x->dt, x->data, 0);
+    if (id < 0) return fail(I, op, TPK_ERR_INVALID, "tile id %" PRId64 " is negative", id);
+    Val t = {.kind = V_TILE, .id = id, .block = tpk_tile_block(op->out[0].type)};
+    return set_result(I, op, 0, &t);
+  }
   case TPK_OP_TILE_ID:
   case TPK_OP_TILE_START: {
     Val *t = operand(I, op, 0, V_TILE);
@@ -1533,8 +1668,10 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_SIGMOID:
   case TPK_OP_ERF:
   case TPK_OP_FLOOR:
-  case TPK_OP_CEIL: return exec_unary(I, op);
+  case TPK_OP_CEIL:
+  case TPK_OP_ROUND: return exec_unary(I, op);
   case TPK_OP_CONVERT: return exec_convert(I, op);
+  case TPK_OP_BITCAST: return exec_bitcast(I, op);
   case TPK_OP_ADD:
   case TPK_OP_SUB:
   case TPK_OP_MUL:
@@ -1546,6 +1683,10 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_POW:
   case TPK_OP_AND:
   case TPK_OP_OR:
+  case TPK_OP_XOR:
+  case TPK_OP_SHL:
+  case TPK_OP_SHR:
+  case TPK_OP_MULHI:
   case TPK_OP_EQ:
   case TPK_OP_NE:
   case TPK_OP_LT:
@@ -1560,11 +1701,13 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_CONCAT: return exec_concat(I, op);
   case TPK_OP_IOTA: return exec_iota(I, op);
   case TPK_OP_REDUCE: return exec_reduce(I, op);
+  case TPK_OP_SCAN: return exec_scan(I, op);
   case TPK_OP_DOT: return exec_dot(I, op);
   case TPK_OP_GATHER: return exec_gather(I, op);
   case TPK_OP_SCATTER: return exec_scatter(I, op);
   case TPK_OP_LOAD: return exec_load(I, op);
   case TPK_OP_STORE: return exec_store(I, op);
+  case TPK_OP_ATOMIC: return exec_atomic(I, op);
   case TPK_OP_ALLOC: return exec_alloc(I, op);
   case TPK_OP_DMA_START: return exec_dma_start(I, op);
   case TPK_OP_DMA_WAIT: return exec_dma_wait(I, op);

@@ -541,7 +541,8 @@ static TpkDType promote(Call *c, TpkDType a, TpkDType b) {
   if (a == TPK_DTYPE_COUNT) return b;
   if (b == TPK_DTYPE_COUNT || a == b) return a;
   if (is_f8(a) || is_f8(b)) return INVALID(c, "promotion of %s with %s is not supported (as in PyTorch)", dt_name(a), dt_name(b)), a;
-  return tpk_dtype_promote(a, b);
+  TpkDType d = tpk_dtype_promote(a, b);
+  return d == TPK_DTYPE_COUNT ? TPK_I32 : d; /* u32 with a signed type: ATen's int64, tpk's i32 */
 }
 
 /* ATen's combine_categories: the lower-priority group counts only when its
@@ -613,6 +614,8 @@ static int64_t wrap_int(TpkDType dt, int64_t v) {
   case TPK_I16: return (int16_t)(uint16_t)v;
   case TPK_I8: return (int8_t)(uint8_t)v;
   case TPK_U8: return (uint8_t)v;
+  case TPK_U16: return (uint16_t)v;
+  case TPK_U32: return (uint32_t)v;
   case TPK_BOOL: return v != 0;
   default: return v;
   }

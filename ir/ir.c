@@ -297,16 +297,23 @@ const TpkDim *tpk_dim_binary(TpkModule *m, TpkDimKind op, const TpkDim *a, const
     if (a == b) return tpk_dim_const(m, 0);
     if (ca && cb) return __builtin_sub_overflow(x, y, &r) ? NULL : tpk_dim_const(m, r);
     if (cb && y != INT64_MIN) return assoc(m, TPK_DIM_ADD, a, tpk_dim_const(m, -y)); /* x-c is x+(-c) */
-    if (a->kind == TPK_DIM_ADD) { /* (x+y)-y is x */
-      const TpkDim *terms[MAX_TERMS];
-      int n = 0;
-      int64_t k = 0;
-      if (flatten(a, TPK_DIM_ADD, terms, &n, &k) == FLAT_OK)
-        for (int i = 0; i < n; i++)
-          if (terms[i] == b) {
-            terms[i] = terms[--n];
-            return rebuild(m, TPK_DIM_ADD, terms, n, k);
-          }
+    { /* the terms of b cancel against a's: (x+y)-y is x, x-(x-1) is 1 */
+      const TpkDim *terms[MAX_TERMS], *sub[MAX_TERMS];
+      int n = 0, ns = 0;
+      int64_t k = 0, ks = 0;
+      if (flatten(a, TPK_DIM_ADD, terms, &n, &k) == FLAT_OK && flatten(b, TPK_DIM_ADD, sub, &ns, &ks) == FLAT_OK &&
+          !__builtin_sub_overflow(k, ks, &r)) {
+        bool all = true;
+        for (int j = 0; j < ns && all; j++) {
+          all = false;
+          for (int i = 0; i < n && !all; i++)
+            if (terms[i] == sub[j]) {
+              terms[i] = terms[--n];
+              all = true;
+            }
+        }
+        if (all) return rebuild(m, TPK_DIM_ADD, terms, n, r);
+      }
     }
     return dim_node(m, op, 0, NULL, a, b);
   case TPK_DIM_DIV:

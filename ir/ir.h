@@ -185,6 +185,8 @@ enum {
   X(NUM_PROGRAMS, "num_programs", 0, 0, 1, 0, TPK_OPF_PURE, "axis:int")                         \
   X(TILE_ID, "tile.id", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
   X(TILE_START, "tile.start", 1, 1, 1, 0, TPK_OPF_PURE, "")                                     \
+  /* the tile index with id %0 (i32 >= 0) of the result's block: a swizzled grid's tiles */     \
+  X(TILE_OF, "tile.of", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
   /* elementwise unary */                                                                        \
   X(NEG, "neg", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE, "")                             \
   X(NOT, "not", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_INT_ONLY, "")           \
@@ -198,8 +200,11 @@ enum {
   X(ERF, "erf", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")         \
   X(FLOOR, "floor", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")     \
   X(CEIL, "ceil", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")       \
+  X(ROUND, "round", 1, 1, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")     \
   /* convert: same shape, dtype from the result type; floats round to nearest even */           \
   X(CONVERT, "convert", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
+  /* bitcast: same shape, the bits reread as the result's dtype of the same width */            \
+  X(BITCAST, "bitcast", 1, 1, 1, 0, TPK_OPF_PURE, "")                                           \
   /* elementwise binary: both operands of one type */                                            \
   X(ADD, "add", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE, "")        \
   X(SUB, "sub", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE, "")                             \
@@ -212,6 +217,12 @@ enum {
   X(POW, "pow", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_FLOAT_ONLY, "")         \
   X(AND, "and", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE | TPK_OPF_INT_ONLY, "") \
   X(OR, "or", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE | TPK_OPF_INT_ONLY, "")   \
+  X(XOR, "xor", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE | TPK_OPF_INT_ONLY, "") \
+  /* shifts by b bits; b outside [0, bits) gives 0 (shr of a negative signed value: -1) */      \
+  X(SHL, "shl", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_INT_ONLY, "")          \
+  X(SHR, "shr", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_INT_ONLY, "")          \
+  /* the high half of the double-width product (Philox's mulhilo with mul) */                   \
+  X(MULHI, "mulhi", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMMUTATIVE | TPK_OPF_INT_ONLY, "") \
   X(EQ, "eq", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMPARE | TPK_OPF_COMMUTATIVE, "")    \
   X(NE, "ne", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMPARE | TPK_OPF_COMMUTATIVE, "")    \
   X(LT, "lt", 2, 2, 1, 0, TPK_OPF_PURE | TPK_OPF_ELEMENTWISE | TPK_OPF_COMPARE, "")             \
@@ -228,6 +239,8 @@ enum {
   X(CONCAT, "concat", 1, -1, 1, 0, TPK_OPF_PURE, "axis:int")                                    \
   X(IOTA, "iota", 0, 0, 1, 0, TPK_OPF_PURE, "axis:int")                                         \
   X(REDUCE, "reduce", 1, 1, 1, 0, TPK_OPF_PURE, "kind:reduce_kind,axes:ints,keepdims:bool")     \
+  /* inclusive scan along one axis: element i combines elements 0..i, in order */               \
+  X(SCAN, "scan", 1, 1, 1, 0, TPK_OPF_PURE, "kind:reduce_kind,axis:int")                         \
   /* dot lhs, rhs [, acc]: with acc (lowering's decision), the products continue acc's sums */  \
   X(DOT, "dot", 2, 3, 1, 0, TPK_OPF_PURE,                                                        \
     "lhs_contract:ints,rhs_contract:ints,lhs_batch:ints,rhs_batch:ints")                         \
@@ -236,6 +249,9 @@ enum {
   /* memory */                                                                                   \
   X(LOAD, "load", 1, -1, 1, 0, 0, "index:index,?other:num")                                     \
   X(STORE, "store", 2, -1, 0, 0, 0, "index:index,mode:store_mode")                              \
+  /* ref, indices, value: each selected element becomes kind(old, value) at once; the result is \
+   * the old block (an atomic fetch-and-add/max/min: grid instances combining, a counter) */     \
+  X(ATOMIC, "atomic", 2, -1, 1, 0, 0, "index:index,kind:reduce_kind")                            \
   X(ALLOC, "alloc", 0, 0, 1, 0, 0, "")                                                          \
   X(DMA_START, "dma_start", 2, -1, 1, 0, 0, "src_index:index,dst_index:index")                  \
   X(DMA_WAIT, "dma_wait", 1, 1, 0, 0, 0, "")                                                    \

@@ -213,7 +213,8 @@ static bool check_const(Verifier *v) {
   if (a->kind != TPK_ATTR_INT) return fail(v, "value of a %s constant must be an integer", tpk_dtype_name(t->dtype));
   static const int64_t lo[TPK_DTYPE_COUNT] = {[TPK_I32] = INT32_MIN, [TPK_I16] = INT16_MIN, [TPK_I8] = INT8_MIN};
   static const int64_t hi[TPK_DTYPE_COUNT] = {
-      [TPK_I32] = INT32_MAX, [TPK_I16] = INT16_MAX, [TPK_I8] = INT8_MAX, [TPK_U8] = UINT8_MAX, [TPK_BOOL] = 1};
+      [TPK_I32] = INT32_MAX, [TPK_I16] = INT16_MAX, [TPK_I8] = INT8_MAX, [TPK_U8] = UINT8_MAX, [TPK_BOOL] = 1,
+      [TPK_U32] = UINT32_MAX, [TPK_U16] = UINT16_MAX};
   if (a->i < lo[t->dtype] || a->i > hi[t->dtype])
     return fail(v, "value %" PRId64 " does not fit %s", a->i, tpk_dtype_name(t->dtype));
   return true;
@@ -228,6 +229,13 @@ static bool check_program(Verifier *v) {
   int64_t axis = tpk_op_int(v->op, "axis", -1);
   if (axis < 0 || axis >= TPK_MAX_RANK) return fail(v, "axis %" PRId64 " is out of range", axis);
   return expect_result(v, 0, tpk_type_scalar(v->m, TPK_I32));
+}
+
+static bool check_tile_of(Verifier *v) {
+  const TpkType *id = in_type(v, 0), *r = out_type(v, 0);
+  if (id != tpk_type_scalar(v->m, TPK_I32)) return fail(v, "operand must be an i32 scalar, got %s", ty(v, id));
+  if (r->kind != TPK_TYPE_TILE) return fail(v, "result must be a tile, got %s", ty(v, r));
+  return true;
 }
 
 static bool check_tile_query(Verifier *v) {
@@ -255,6 +263,19 @@ static bool check_convert(Verifier *v) {
   const TpkType *r = out_type(v, 0);
   if (!is_tensor(r) || !same_shape(in_type(v, 0), r))
     return fail(v, "result %s must have the shape of the operand %s", ty(v, r), ty(v, in_type(v, 0)));
+  return true;
+}
+
+/* Same shape, another dtype of the same width; bool has one bit of meaning
+ * in its byte, so it is neither side. */
+static bool check_bitcast(Verifier *v) {
+  if (!need_tensor(v, 0, "operand")) return false;
+  const TpkType *x = in_type(v, 0), *r = out_type(v, 0);
+  if (!is_tensor(r) || !same_shape(x, r))
+    return fail(v, "result %s must have the shape of the operand %s", ty(v, r), ty(v, x));
+  if (x->dtype == TPK_BOOL || r->dtype == TPK_BOOL || tpk_dtype_size(x->dtype) != tpk_dtype_size(r->dtype))
+    return fail(v, "needs two non-bool dtypes of one width, got %s and %s", tpk_dtype_name(x->dtype),
+                tpk_dtype_name(r->dtype));
   return true;
 }
 
@@ -374,6 +395,19 @@ static bool check_reduce(Verifier *v) {
   return expect_result(v, 0, tensor_like(v, x->dtype, rank, dims));
 }
 
+/* An inclusive scan keeps its operand's type; mean is not a scan. */
+static bool check_scan(Verifier *v) {
+  const TpkType *x = in_type(v, 0);
+  if (!need_tensor(v, 0, "operand")) return false;
+  if (x->rank == 0) return fail(v, "operand must have rank >= 1, got %s", ty(v, x));
+  if (x->dtype == TPK_BOOL) return fail(v, "operand must be numeric, got %s", ty(v, x));
+  TpkReduceKind k = tpk_op_reduce_kind(v->op);
+  if (k == TPK_REDUCE_MEAN) return fail(v, "kind must be sum, max, min or prod, got mean");
+  int64_t axis = tpk_op_int(v->op, "axis", -1);
+  if (axis < 0 || axis >= x->rank) return fail(v, "axis %" PRId64 " is out of range for %s", axis, ty(v, x));
+  return expect_result(v, 0, x);
+}
+
 static bool check_dot(Verifier *v) {
   const TpkType *a = in_type(v, 0), *b = in_type(v, 1);
   if (v->op->nin == 3 && in_type(v, 2) != out_type(v, 0)) /* an accumulator (lowering's decision) */
@@ -476,6 +510,16 @@ static bool check_store(Verifier *v) {
     return fail(v, "value %s does not match the selected %s%s", ty(v, val), tpk_dtype_name(ref->dtype),
                 shape_str(v, rank, sel));
   return writable(v, op->in[0], "stored-to");
+}
+
+/* A store's operands; the result is the old block (the value's type). */
+static bool check_atomic(Verifier *v) {
+  TpkReduceKind k = tpk_op_reduce_kind(v->op);
+  if (k != TPK_REDUCE_SUM && k != TPK_REDUCE_MAX && k != TPK_REDUCE_MIN)
+    return fail(v, "kind must be sum, max or min, got %s", tpk_enum_name(TPK_ENUM_REDUCE_KIND, (int)k));
+  if (in_type(v, v->op->nin - 1)->dtype == TPK_BOOL) return fail(v, "operands must be numeric, got bool");
+  if (!check_store(v)) return false;
+  return expect_result(v, 0, in_type(v, v->op->nin - 1));
 }
 
 static bool check_alloc(Verifier *v) {
@@ -676,11 +720,14 @@ static const OpCheck CHECKS[TPK_OP_COUNT] = {
     [TPK_OP_CONST] = check_const,         [TPK_OP_SYM] = check_sym,
     [TPK_OP_PROGRAM_ID] = check_program,  [TPK_OP_NUM_PROGRAMS] = check_program,
     [TPK_OP_TILE_ID] = check_tile_query,  [TPK_OP_TILE_START] = check_tile_query,
+    [TPK_OP_TILE_OF] = check_tile_of,
     [TPK_OP_CONVERT] = check_convert,     [TPK_OP_SELECT] = check_select,
+    [TPK_OP_BITCAST] = check_bitcast,
     [TPK_OP_BROADCAST] = check_broadcast, [TPK_OP_RESHAPE] = check_reshape,
     [TPK_OP_TRANSPOSE] = check_transpose, [TPK_OP_SLICE] = check_slice,
     [TPK_OP_CONCAT] = check_concat,       [TPK_OP_IOTA] = check_iota,
     [TPK_OP_REDUCE] = check_reduce,       [TPK_OP_DOT] = check_dot,
+    [TPK_OP_SCAN] = check_scan,           [TPK_OP_ATOMIC] = check_atomic,
     [TPK_OP_GATHER] = check_gather,       [TPK_OP_SCATTER] = check_scatter,
     [TPK_OP_LOAD] = check_load,           [TPK_OP_STORE] = check_store,
     [TPK_OP_ALLOC] = check_alloc,         [TPK_OP_DMA_START] = check_dma_start,

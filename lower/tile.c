@@ -13,7 +13,7 @@
  *     operand has the rows at the result's axis;
  *   - broadcast: rows in, rows out, or a value without L stretched over
  *     the rows (trailing alignment, or a size-1 dim);
- *   - reduce: over axes other than the rows';
+ *   - reduce, scan: over axes other than the rows';
  *   - transpose: the rows move with their axis; reshape: when it keeps the
  *     dims up to and including the rows' axis;
  *   - dot: rows of the batch dim (both operands), or of a free dim of one
@@ -181,6 +181,10 @@ static bool operand_axes(const Tiling *T, const TpkOp *op, int ra, int *axes) {
   }
   case TPK_OP_TRANSPOSE:
     axes[0] = (int)tpk_op_attr(op, "perm")->ints[ra];
+    return true;
+  case TPK_OP_SCAN: /* lines along other axes are independent */
+    if (tpk_op_int(op, "axis", 0) == ra) return false;
+    axes[0] = ra;
     return true;
   case TPK_OP_RESHAPE: {
     const TpkType *x = op->in[0]->type;

@@ -954,12 +954,14 @@ static TpkStatus scalar_value(const TpkKernel *k, int i, double v, void *out) {
     if (v != (double)(int64_t)v) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': scalar '%s' is %s; %g is not a whole number", kernel_name(k), p->name, tpk_dtype_name(dt), v);
     int64_t x = (int64_t)v;
     static const int64_t LO[TPK_DTYPE_COUNT] = {[TPK_I32] = INT32_MIN, [TPK_I16] = INT16_MIN, [TPK_I8] = INT8_MIN};
-    static const int64_t HI[TPK_DTYPE_COUNT] = {[TPK_I32] = INT32_MAX, [TPK_I16] = INT16_MAX, [TPK_I8] = INT8_MAX, [TPK_U8] = 255, [TPK_BOOL] = 1};
+    static const int64_t HI[TPK_DTYPE_COUNT] = {[TPK_I32] = INT32_MAX, [TPK_I16] = INT16_MAX, [TPK_I8] = INT8_MAX, [TPK_U8] = 255, [TPK_BOOL] = 1, [TPK_U32] = UINT32_MAX, [TPK_U16] = UINT16_MAX};
     if (x < LO[dt] || x > HI[dt]) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s': scalar '%s' = %lld does not fit in %s", kernel_name(k), p->name, (long long)x, tpk_dtype_name(dt));
     switch (dt) {
     case TPK_I32: *(int32_t *)out = (int32_t)x; break;
     case TPK_I16: *(int16_t *)out = (int16_t)x; break;
     case TPK_I8: *(int8_t *)out = (int8_t)x; break;
+    case TPK_U32: *(uint32_t *)out = (uint32_t)x; break;
+    case TPK_U16: *(uint16_t *)out = (uint16_t)x; break;
     default: *(uint8_t *)out = (uint8_t)x; break;
     }
     return TPK_OK;

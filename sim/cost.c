@@ -105,6 +105,12 @@ double tpk_sim_reduce_cycles(const TpkChip *c, int64_t elements, int64_t outputs
   return tpk_sim_vpu_cycles(c, elements, 1) + (double)(out_vregs ? out_vregs : 1) * tree * 2 / c->vpu_alus_per_lane;
 }
 
+double tpk_sim_scan_cycles(const TpkChip *c, int64_t elements, int64_t len) {
+  if (elements <= 0) return 0;
+  double steps = len > 1 ? ceil(log2((double)len)) : 0;
+  return tpk_sim_vpu_cycles(c, elements, 1 + 2 * steps);
+}
+
 double tpk_sim_dma_latency_cycles(const TpkChip *c) { return c->dma_latency_s * c->clock_hz; }
 
 double tpk_sim_hbm_cycles(const TpkChip *c, int64_t bytes) {

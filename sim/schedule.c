@@ -149,7 +149,8 @@ static void eval_scalar(Walker *w, const TpkOp *op) {
     if (v && v->kind == TPK_ATTR_INT) set_known(w, &op->out[0], v->i);
     return;
   }
-  case TPK_OP_TILE_ID: if (ka) set_known(w, &op->out[0], a); return;
+  case TPK_OP_TILE_ID:
+  case TPK_OP_TILE_OF: if (ka) set_known(w, &op->out[0], a); return;
   case TPK_OP_TILE_START: if (ka) set_known(w, &op->out[0], a * tpk_tile_block(op->in[0]->type)); return;
   case TPK_OP_PROGRAM_ID:
   case TPK_OP_NUM_PROGRAMS: {
@@ -182,6 +183,7 @@ static void eval_scalar(Walker *w, const TpkOp *op) {
   case TPK_OP_GE: r = a >= b; break;
   case TPK_OP_AND: r = a & b; break;
   case TPK_OP_OR: r = a | b; break;
+  case TPK_OP_XOR: r = a ^ b; break;
   case TPK_OP_NOT: r = !a; break;
   case TPK_OP_NEG: r = -a; break;
   case TPK_OP_CONVERT: r = a; break;
@@ -320,6 +322,25 @@ static void store(Walker *w, const TpkOp *op) {
   int64_t bytes = val->type->rank ? bytes_of(val->type) : (int64_t)tpk_dtype_size(val->type->dtype);
   if (w->npending[1] == MAX_PENDING) flush_stores(w, 1);
   w->pending[1][w->npending[1]++] = (PendingStore){v, bytes, w->core};
+}
+
+/* Fetch-and-combine: a read of the block (its old values are the result),
+ * the combine, and the write back, which waits for the read. */
+static void atomic(Walker *w, const TpkOp *op) {
+  const TpkValue *ref = op->in[0], *val = op->in[op->nin - 1];
+  TpkTaskId v = task_of(w, val);
+  if (ref->type->space != TPK_MEM_HBM) { /* VMEM scratch: a load, a combine and a store on the VPU */
+    TpkTaskId t = tpk_timeline_add(w->tl, w->cores[w->core].vpu, tpk_sim_vpu_cycles(w->chip, numel(val->type), 3),
+                                   v == TPK_TASK_NONE ? NULL : &v, v == TPK_TASK_NONE ? 0 : 1, "vmem atomic", "atomic");
+    set_task(w, &op->out[0], t);
+    set_task(w, ref, t);
+    return;
+  }
+  int64_t bytes = val->type->rank ? bytes_of(val->type) : (int64_t)tpk_dtype_size(val->type->dtype);
+  TpkTaskId t = dma(w, bytes, v, "atomic");
+  set_task(w, &op->out[0], t);
+  if (w->npending[1] == MAX_PENDING) flush_stores(w, 1);
+  w->pending[1][w->npending[1]++] = (PendingStore){t, bytes, w->core};
 }
 
 static void dot(Walker *w, const TpkOp *op) {
@@ -470,18 +491,23 @@ static void walk_op(Walker *w, const TpkOp *op) {
   }
   Core *c = &w->cores[w->core];
   if (op->nout == 1 && op->out[0].type->kind == TPK_TYPE_TENSOR && op->out[0].type->rank == 0 &&
-      op->opcode != TPK_OP_LOAD && op->opcode != TPK_OP_REDUCE) {
+      op->opcode != TPK_OP_LOAD && op->opcode != TPK_OP_REDUCE && op->opcode != TPK_OP_ATOMIC) {
     eval_scalar(w, op);
     compute(w, op, c->scalar, 1, info->name);
     return;
   }
   switch (op->opcode) {
+  case TPK_OP_TILE_OF: /* a scalar computation whose result is a tile */
+    eval_scalar(w, op);
+    compute(w, op, c->scalar, 1, info->name);
+    return;
   case TPK_OP_GRID: walk_grid(w, op); return;
   case TPK_OP_FOR: walk_for(w, op); return;
   case TPK_OP_IF: walk_if(w, op); return;
   case TPK_OP_YIELD: case TPK_OP_DMA_WAIT: case TPK_OP_ALLOC: return;
   case TPK_OP_LOAD: load(w, op); return;
   case TPK_OP_STORE: store(w, op); return;
+  case TPK_OP_ATOMIC: atomic(w, op); return;
   case TPK_OP_DOT: dot(w, op); return;
   case TPK_OP_DMA_START: {
     /* the source block's bytes; the copy lands in the destination */
@@ -489,11 +515,21 @@ static void walk_op(Walker *w, const TpkOp *op) {
     set_task(w, &op->out[0], dma(w, bytes, TPK_TASK_NONE, "copy_async"));
     return;
   }
-  case TPK_OP_RESHAPE: set_task(w, &op->out[0], task_of(w, op->in[0])); return;
+  case TPK_OP_RESHAPE:
+  case TPK_OP_BITCAST: /* the same bytes in the same registers: no work */
+    set_task(w, &op->out[0], task_of(w, op->in[0]));
+    return;
   case TPK_OP_REDUCE: {
     int64_t n = numel(op->in[0]->type), outs = numel(op->out[0].type);
     w->rep->flops += (double)n;
     compute(w, op, c->vpu, tpk_sim_reduce_cycles(w->chip, n, outs), "reduce");
+    return;
+  }
+  case TPK_OP_SCAN: {
+    int64_t n = numel(op->in[0]->type), len, axis = tpk_op_int(op, "axis", 0);
+    if (!tpk_dim_is_const(op->in[0]->type->dims[axis], &len)) len = 1;
+    w->rep->flops += (double)n;
+    compute(w, op, c->vpu, tpk_sim_scan_cycles(w->chip, n, len), "scan");
     return;
   }
   case TPK_OP_CALL: case TPK_OP_RETURN:

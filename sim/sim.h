@@ -187,6 +187,10 @@ double tpk_sim_vpu_ops(int opcode);
 /* A reduction of `elements` elements to `outputs` results: one elementwise
  * combine per input vreg, then a cross-lane tree per output vreg. */
 double tpk_sim_reduce_cycles(const TpkChip *c, int64_t elements, int64_t outputs);
+/* An inclusive scan of `elements` along lines of `len`: a log-step
+ * (Hillis-Steele) scan, ceil(log2(len)) shift-and-combine passes over the
+ * vregs, each a lane/sublane rotate and an op. */
+double tpk_sim_scan_cycles(const TpkChip *c, int64_t elements, int64_t len);
 /* DMA: cycles from issue to the first byte, and cycles `bytes` take at the
  * chip's HBM bandwidth (shared by its TensorCores and DMA engines). */
 double tpk_sim_dma_latency_cycles(const TpkChip *c);

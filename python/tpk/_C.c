@@ -135,7 +135,8 @@ static bool numpy_ready(void) {
   if (np_empty) return true;
   static const char *const NAMES[TPK_DTYPE_COUNT] = {
       [TPK_F32] = "float32", [TPK_F16] = "float16", [TPK_I32] = "int32", [TPK_I16] = "int16",
-      [TPK_I8] = "int8",     [TPK_U8] = "uint8",    [TPK_BOOL] = "bool",
+      [TPK_I8] = "int8",     [TPK_U8] = "uint8",    [TPK_BOOL] = "bool",   [TPK_U32] = "uint32",
+      [TPK_U16] = "uint16",
   };
   PyObject *np = PyImport_ImportModule("numpy");
   if (!np) return false;
@@ -162,7 +163,7 @@ static PyObject *torch_tensor(void) {
   static const char *const NAMES[TPK_DTYPE_COUNT] = {
       [TPK_F32] = "float32",      [TPK_F16] = "float16", [TPK_BF16] = "bfloat16", [TPK_F8E4M3] = "float8_e4m3fn",
       [TPK_F8E5M2] = "float8_e5m2", [TPK_I32] = "int32",   [TPK_I16] = "int16",     [TPK_I8] = "int8",
-      [TPK_U8] = "uint8",         [TPK_BOOL] = "bool",
+      [TPK_U8] = "uint8",         [TPK_BOOL] = "bool",   [TPK_U32] = "uint32",   [TPK_U16] = "uint16",
   };
   PyObject *name = PyUnicode_FromString("torch");
   PyObject *torch = name ? PyImport_GetModule(name) : NULL;
@@ -615,6 +616,8 @@ static TpkDType format_dtype(const char *format, Py_ssize_t itemsize) {
   case 'h': t = TPK_I16; break;
   case 'b': t = TPK_I8; break;
   case 'B': t = TPK_U8; break;
+  case 'I': case 'L': t = TPK_U32; break; /* by size below */
+  case 'H': t = TPK_U16; break;
   case '?': t = TPK_BOOL; break;
   default: return TPK_DTYPE_COUNT;
   }

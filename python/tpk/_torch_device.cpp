@@ -117,6 +117,8 @@ std::optional<TpkDType> tpk_dtype(at::ScalarType t) {
   case at::kChar: return TPK_I8;
   case at::kByte: return TPK_U8;
   case at::kBool: return TPK_BOOL;
+  case at::kUInt32: return TPK_U32;
+  case at::kUInt16: return TPK_U16;
   default: return std::nullopt;
   }
 }
@@ -125,6 +127,7 @@ at::ScalarType torch_dtype(TpkDType t) {
   static const at::ScalarType TYPES[TPK_DTYPE_COUNT] = {
       at::kFloat, at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2,
       at::kInt,   at::kShort, at::kChar,    at::kByte,          at::kBool,
+      at::kUInt32, at::kUInt16,
   };
   return TYPES[t];
 }

@@ -189,21 +189,21 @@ static void test_unterminated_comment(void **state) {
 static void test_invalid_characters(void **state) {
   (void)state;
   Lexed l;
-  lex(&l, "a @ b\xc3\xa9 c & d ```");
+  lex(&l, "a @ b\xc3\xa9 c $ d ```");
   const int want[] = {TK_NAME, TK_ILLEGAL, TK_NAME, TK_ILLEGAL, TK_NAME, TK_ILLEGAL, TK_NAME, TK_ILLEGAL};
   assert_codes(&l, want, (int)TPK_ARRAY_LEN(want));
   assert_span(&l.toks[3], 5, 2, 1, 6); /* one error for the whole UTF-8 character */
   assert_string_equal(l.rendered, "t.tpk:1:3: error: invalid character '@'\n"
-                                  "   a @ b\xc3\xa9 c & d ```\n"
+                                  "   a @ b\xc3\xa9 c $ d ```\n"
                                   "     ^\n"
                                   "t.tpk:1:6: error: invalid character\n"
-                                  "   a @ b\xc3\xa9 c & d ```\n"
+                                  "   a @ b\xc3\xa9 c $ d ```\n"
                                   "        ^~\n"
-                                  "t.tpk:1:11: error: invalid character '&'\n"
-                                  "   a @ b\xc3\xa9 c & d ```\n"
+                                  "t.tpk:1:11: error: invalid character '$'\n"
+                                  "   a @ b\xc3\xa9 c $ d ```\n"
                                   "             ^\n"
                                   "t.tpk:1:15: error: invalid character\n"
-                                  "   a @ b\xc3\xa9 c & d ```\n"
+                                  "   a @ b\xc3\xa9 c $ d ```\n"
                                   "                 ^~~\n");
   lexed_free(&l);
 }

@@ -174,6 +174,32 @@ static void test_ast_empty(void **state) {
   assert_ast("kernel e() -> () {}", "(file\n  (kernel e\n    (body)))\n");
 }
 
+/* Bitwise operators bind as in Python and Rust: | ^ & then shifts, all
+ * looser than + - and tighter than comparisons, so `x & m == 0` is
+ * `(x & m) == 0`. */
+static void test_ast_bitwise_precedence(void **state) {
+  (void)state;
+  assert_ast("const F = a | b ^ c & d << 1 + 2 == ~e >> f;\n",
+             "(file\n"
+             "  (const F\n"
+             "    (binary ==\n"
+             "      (binary |\n"
+             "        (name a)\n"
+             "        (binary ^\n"
+             "          (name b)\n"
+             "          (binary &\n"
+             "            (name c)\n"
+             "            (binary <<\n"
+             "              (name d)\n"
+             "              (binary +\n"
+             "                (int 1)\n"
+             "                (int 2))))))\n"
+             "      (binary >>\n"
+             "        (unary ~\n"
+             "          (name e))\n"
+             "        (name f)))))\n");
+}
+
 static void test_ast_precedence(void **state) {
   (void)state;
   assert_ast("const A = 1 + 2 * 3 - 4 % 5 / 6;\n"
@@ -766,6 +792,7 @@ int main(void) {
       cmocka_unit_test(test_ast_add),
       cmocka_unit_test(test_ast_empty),
       cmocka_unit_test(test_ast_precedence),
+      cmocka_unit_test(test_ast_bitwise_precedence),
       cmocka_unit_test(test_ast_constructs),
       cmocka_unit_test(test_trailing_commas),
       cmocka_unit_test(test_spans),

@@ -97,6 +97,10 @@ static void test_vpu_and_roofline(void **state) {
   assert_true(tpk_sim_roofline_seconds(c, flops, 3.0 * 8192 * 8192 * 2, TPK_BF16) == flops / tpk_sim_peak_flops(c, TPK_BF16));
   assert_true(tpk_sim_dma_latency_cycles(c) > 0);
   assert_true(tpk_sim_reduce_cycles(c, 8 * 4096, 8) > tpk_sim_vpu_cycles(c, 8 * 4096, 1));
+  /* a scan is log-step: 1 op plus two (rotate, combine) per doubling */
+  assert_true(tpk_sim_scan_cycles(c, per_vreg, 1) == tpk_sim_vpu_cycles(c, per_vreg, 1));
+  assert_true(tpk_sim_scan_cycles(c, per_vreg, 128) == tpk_sim_vpu_cycles(c, per_vreg, 1 + 2 * 7));
+  assert_true(tpk_sim_scan_cycles(c, 2 * per_vreg, 129) == 2 * tpk_sim_vpu_cycles(c, per_vreg, 1 + 2 * 8));
 }
 
 int main(void) {
