@@ -1337,14 +1337,17 @@ static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumula
 }
 
 /* ---- right operands packed once ----------------------------------------------------------
- * A dot inside a grid or loop whose right operand is computed at the kernel's
- * top level, before it (x @ W by blocks of rows, W loaded whole; x^T @ dy by
- * blocks of x's columns), would have gemm pack all of that operand again for
- * every block: at 64 rows a block that costs about as much as a third of the
- * products. Instead each part packs it once, before the top-level op holding
- * the dot, into its workspace past the plan's storage, and every block's
- * gemm reads it packed (prims.h, gemm_pack_b and gemm_packed): the same
- * bits. This is how the host's gemm primitive is called, like reading a
+ * A dot inside a grid or loop whose right operand is computed before it,
+ * outside that grid or loop (x @ W by blocks of rows, W loaded whole at the
+ * top level; x^T @ dy by blocks of x's columns; in attention's backward, a
+ * key block loaded by a grid instance and multiplied in its loop over query
+ * blocks), would have gemm pack all of that operand again for every
+ * iteration: at 64 rows a block that costs about as much as a third of the
+ * products. Instead it is packed once, before the op holding the dot in the
+ * block computing the operand, into the part's workspace past the plan's
+ * storage (each grid instance of a part reuses the place), and every
+ * iteration's gemm reads it packed (prims.h, gemm_pack_b and gemm_packed):
+ * the same bits. This is how the host's gemm primitive is called, like reading a
  * block in place; the IR, the plan and the simulator see the dot as
  * before. */
 
@@ -1354,22 +1357,36 @@ static int packed_index(const Emitter *e, const TpkOp *dot) {
   return -1;
 }
 
-static bool dot_packs_rhs(const TpkFunc *f, const TpkOp *dot) {
-  if (dot->opcode != TPK_OP_DOT || dot->parent == f->body) return false;
-  const TpkValue *a = dot->in[0], *b = dot->in[1];
-  const TpkAttr *lc = tpk_op_attr(dot, "lhs_contract"), *lb = tpk_op_attr(dot, "lhs_batch");
-  if (!lc || lc->n != 1 || (lb && lb->n) || a->type->rank != 2 || b->type->rank != 2 || !gemm_fn(a->type->dtype))
-    return false;
-  return b->def && b->def->parent == f->body && !tpk_op_is_fused(b->def) && a != b;
+/* The op of block `outer` that holds dot in one of its regions (at any
+ * depth), or NULL when dot is not inside an op of `outer`. */
+static const TpkOp *holder_in(const TpkOp *dot, const TpkBlock *outer) {
+  for (const TpkOp *op = dot; op && op->parent; op = op->parent->parent)
+    if (op->parent->parent && op->parent->parent->parent == outer) return op->parent->parent;
+  return NULL;
 }
 
-static void find_packed_in(Emitter *e, const TpkOp *top, const TpkBlock *b) {
+/* The op before which dot's right operand is packed: the op holding the dot
+ * in the block that computes the operand (a grid or loop of the kernel's
+ * top level, or a loop inside a grid whose body loads the operand), or
+ * NULL. */
+static const TpkOp *packs_rhs_before(const TpkOp *dot) {
+  if (dot->opcode != TPK_OP_DOT) return NULL;
+  const TpkValue *a = dot->in[0], *b = dot->in[1];
+  const TpkAttr *lc = tpk_op_attr(dot, "lhs_contract"), *lb = tpk_op_attr(dot, "lhs_batch");
+  if (!lc || lc->n != 1 || (lb && lb->n) || a->type->rank != 2 || b->type->rank != 2 || !gemm_fn(a->type->dtype) ||
+      !b->def || tpk_op_is_fused(b->def) || a == b)
+    return NULL;
+  return holder_in(dot, b->def->parent);
+}
+
+static void find_packed_in(Emitter *e, const TpkBlock *b) {
   for (const TpkOp *op = b->first; op; op = op->next) {
-    if (dot_packs_rhs(e->f, op) && e->npacked < (int)(sizeof e->packed / sizeof e->packed[0])) {
+    const TpkOp *top = packs_rhs_before(op);
+    if (top && e->npacked < (int)(sizeof e->packed / sizeof e->packed[0])) {
       e->packed[e->npacked].dot = op;
       e->packed[e->npacked++].top = top;
     }
-    for (int r = 0; r < op->nregion; r++) find_packed_in(e, top, op->regions[r]);
+    for (int r = 0; r < op->nregion; r++) find_packed_in(e, op->regions[r]);
   }
 }
 
@@ -1377,8 +1394,7 @@ static void find_packed_in(Emitter *e, const TpkOp *top, const TpkBlock *b) {
  * storage (`base`: where that ends, 64-byte aligned) and the bytes they
  * take. */
 static void find_packed_operands(Emitter *e, Sz base) {
-  for (const TpkOp *op = e->f->body->first; op; op = op->next)
-    for (int r = 0; r < op->nregion; r++) find_packed_in(e, op, op->regions[r]);
+  find_packed_in(e, e->f->body);
   Sz total = "0";
   for (int i = 0; i < e->npacked; i++) {
     const TpkValue *b = e->packed[i].dot->in[1];
@@ -1735,7 +1751,7 @@ static void emit_op(Emitter *e, const TpkOp *op) {
 
 static void emit_block(Emitter *e, const TpkBlock *b) {
   for (const TpkOp *op = b->first; op && !e->failed; op = op->next) {
-    if (b == e->f->body) emit_packing(e, op);
+    if (op->nregion && !tpk_op_is_fused(op)) emit_packing(e, op);
     emit_op(e, op);
   }
 }
