@@ -21,6 +21,7 @@
  * even after each op, as the reference interpreter does.
  */
 #include "host/host.h"
+#include "host/prims.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -47,6 +48,15 @@ typedef struct Emitter {
   const TpkOp *split;
   /* a store already done by the op computing its value (direct_store) */
   const TpkOp *stored;
+  /* dots whose right operand is packed once (find_packed_operands): the
+   * dot, the top-level op holding it, and where the packed operand lives in
+   * the workspace (past the plan's storage) */
+  int npacked;
+  struct {
+    const TpkOp *dot, *top;
+    const char *at;
+  } packed[16];
+  const char *packed_bytes; /* the workspace past the plan's: a C expression */
 } Emitter;
 
 /* ---- output helpers ---------------------------------------------------------- */
@@ -1439,6 +1449,8 @@ static const char *gemm_fn(TpkDType dt) {
   }
 }
 
+static int packed_index(const Emitter *e, const TpkOp *dot);
+
 /* C (+)= A x B for a dot op into tile `c` (already holding the addend when
  * accumulate). */
 static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumulate) {
@@ -1471,10 +1483,103 @@ static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumula
                         ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, a)) : a1;
   const char *ldb = b->def && b->def->opcode == TPK_OP_LOAD && load_feeds_dot(b->def)
                         ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, b)) : b1;
+  int pk = packed_index(e, dot);
+  if (pk >= 0) {
+    line(e, "p->gemm_packed(TPK_PRIM_%s, %s, %s, %s, %s, %s, %d, tpk_align64_ptr(W + %s), %s, %s, %d);", prim_dtype(a->type->dtype), M, N, K,
+         name_of(e, a), lda, a_trans, e->packed[pk].at, c, N, accumulate);
+    return;
+  }
   line(e, "p->%s(%s, %s, %s, %s + %s%s, %s, %d, %s + %s%s, %s, %d, %s + %s%s, %s, %d);", fn, M, N, K, name_of(e, a), bo,
        batch ? sz_mul(e, a0, a1) : "0", lda, a_trans, name_of(e, b), bo, batch ? sz_mul(e, b0, b1) : "0", ldb, b_trans, c,
        bo, batch ? sz_mul(e, M, N) : "0", N, accumulate);
   if (batch) e->indent--;
+}
+
+/* ---- right operands packed once ----------------------------------------------------------
+ * A dot inside a grid or loop whose right operand is computed before it,
+ * outside that grid or loop (x @ W by blocks of rows, W loaded whole at the
+ * top level; x^T @ dy by blocks of x's columns; in attention's backward, a
+ * key block loaded by a grid instance and multiplied in its loop over query
+ * blocks), would have gemm pack all of that operand again for every
+ * iteration: at 64 rows a block that costs about as much as a third of the
+ * products. Instead it is packed once, before the op holding the dot in the
+ * block computing the operand, into the part's workspace past the plan's
+ * storage (each grid instance of a part reuses the place), and every
+ * iteration's gemm reads it packed (prims.h, gemm_pack_b and gemm_packed):
+ * the same bits. This is how the host's gemm primitive is called, like reading a
+ * block in place; the IR, the plan and the simulator see the dot as
+ * before. */
+
+static int packed_index(const Emitter *e, const TpkOp *dot) {
+  for (int i = 0; i < e->npacked; i++)
+    if (e->packed[i].dot == dot) return i;
+  return -1;
+}
+
+/* The op of block `outer` that holds dot in one of its regions (at any
+ * depth), or NULL when dot is not inside an op of `outer`. */
+static const TpkOp *holder_in(const TpkOp *dot, const TpkBlock *outer) {
+  for (const TpkOp *op = dot; op && op->parent; op = op->parent->parent)
+    if (op->parent->parent && op->parent->parent->parent == outer) return op->parent->parent;
+  return NULL;
+}
+
+/* The op before which dot's right operand is packed: the op holding the dot
+ * in the block that computes the operand (a grid or loop of the kernel's
+ * top level, or a loop inside a grid whose body loads the operand), or
+ * NULL. */
+static const TpkOp *packs_rhs_before(const TpkOp *dot) {
+  if (dot->opcode != TPK_OP_DOT) return NULL;
+  const TpkValue *a = dot->in[0], *b = dot->in[1];
+  const TpkAttr *lc = tpk_op_attr(dot, "lhs_contract"), *lb = tpk_op_attr(dot, "lhs_batch");
+  if (!lc || lc->n != 1 || (lb && lb->n) || a->type->rank != 2 || b->type->rank != 2 || !gemm_fn(a->type->dtype) ||
+      !b->def || tpk_op_is_fused(b->def) || a == b)
+    return NULL;
+  return holder_in(dot, b->def->parent);
+}
+
+static void find_packed_in(Emitter *e, const TpkBlock *b) {
+  for (const TpkOp *op = b->first; op; op = op->next) {
+    const TpkOp *top = packs_rhs_before(op);
+    if (top && e->npacked < (int)(sizeof e->packed / sizeof e->packed[0])) {
+      e->packed[e->npacked].dot = op;
+      e->packed[e->npacked++].top = top;
+    }
+    for (int r = 0; r < op->nregion; r++) find_packed_in(e, op->regions[r]);
+  }
+}
+
+/* The dots whose right operand is packed once, their places past the plan's
+ * storage (`base`: where that ends, 64-byte aligned) and the bytes they
+ * take. */
+static void find_packed_operands(Emitter *e, Sz base) {
+  find_packed_in(e, e->f->body);
+  Sz total = "0";
+  for (int i = 0; i < e->npacked; i++) {
+    const TpkValue *b = e->packed[i].dot->in[1];
+    int bk = (int)tpk_op_attr(e->packed[i].dot, "rhs_contract")->ints[0];
+    Sz K = dim(e, b->type, bk), N = dim(e, b->type, 1 - bk), bytes;
+    int64_t k, n;
+    /* 64 more: the place is aligned within it */
+    if (sz_value(K, &k) && sz_value(N, &n)) bytes = sz_int(e, (TPK_GEMM_PACKED_BYTES(k, n) + 63) / 64 * 64 + 64);
+    else bytes = tpk_arena_printf(&e->arena, "tpk_align64(TPK_GEMM_PACKED_BYTES(%s, %s)) + 64", K, N);
+    e->packed[i].at = sz_add(e, base, total);
+    total = sz_add(e, total, bytes);
+  }
+  e->packed_bytes = total;
+}
+
+/* Before top-level op `top`: pack the right operands of its dots. */
+static void emit_packing(Emitter *e, const TpkOp *top) {
+  for (int i = 0; i < e->npacked; i++) {
+    if (e->packed[i].top != top) continue;
+    const TpkOp *dot = e->packed[i].dot;
+    const TpkValue *b = dot->in[1];
+    int bk = (int)tpk_op_attr(dot, "rhs_contract")->ints[0];
+    line(e, "p->gemm_pack_b(TPK_PRIM_%s, %s, %s, %s, %s, %d, tpk_align64_ptr(W + %s)); /* packed once for every block's product */",
+         prim_dtype(b->type->dtype), dim(e, b->type, bk), dim(e, b->type, 1 - bk), name_of(e, b), dim(e, b->type, 1),
+         bk == 1, e->packed[i].at);
+  }
 }
 
 /* dot(a, b), or with an accumulator x: x into the result (in place when
@@ -1825,7 +1930,10 @@ static void emit_op(Emitter *e, const TpkOp *op) {
 }
 
 static void emit_block(Emitter *e, const TpkBlock *b) {
-  for (const TpkOp *op = b->first; op && !e->failed; op = op->next) emit_op(e, op);
+  for (const TpkOp *op = b->first; op && !e->failed; op = op->next) {
+    if (op->nregion && !tpk_op_is_fused(op)) emit_packing(e, op);
+    emit_op(e, op);
+  }
 }
 
 /* Helpers every generated kernel may use; static, so kernels linked into one
@@ -1871,6 +1979,8 @@ static const char PRELUDE[] =
     "static int64_t tpk_floordiv(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }\n"
     "static int64_t tpk_ceildiv(int64_t a, int64_t b) { return -tpk_floordiv(-a, b); }\n"
     "static int64_t tpk_align64(int64_t n) { return (n + 63) & ~(int64_t)63; }\n"
+    "/* a packed gemm operand's place: 64-byte aligned (the workspace may not be) */\n"
+    "static void *tpk_align64_ptr(char *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }\n"
     "static float tpk_bf16_f32(uint16_t h) { union { uint32_t u; float f; } c; c.u = (uint32_t)h << 16; return c.f; }\n"
     "static uint16_t tpk_f32_bf16(float f) {\n"
     "  union { uint32_t u; float f; } c; c.f = f;\n"
@@ -2065,15 +2175,18 @@ int64_t tpk_grid_instances(const TpkOp *grid) {
 static void emit_layout(Emitter *e, const char *entry) {
   const TpkPlan *plan = e->plan;
   if (!plan->symbolic) {
-    tpk_str_printf(e->out, "\nint64_t %s_workspace(const int64_t *syms) {\n  (void)syms;\n  return %" PRId64 ";\n}\n", entry,
-                   plan->workspace_bytes);
+    find_packed_operands(e, sz_int(e, (plan->workspace_bytes + 63) / 64 * 64));
+    tpk_str_printf(e->out, "\nint64_t %s_workspace(const int64_t *syms) {\n  (void)syms;\n  return %s;\n}\n", entry,
+                   e->npacked ? sz_add(e, sz_int(e, (plan->workspace_bytes + 63) / 64 * 64), e->packed_bytes)
+                              : sz_int(e, plan->workspace_bytes));
     return;
   }
+  find_packed_operands(e, tpk_arena_printf(&e->arena, "wo[%d]", plan->ngroups));
   tpk_str_printf(e->out, "\nstatic int64_t %s_layout(const int64_t *syms, int64_t *wo) {\n  (void)syms;\n  wo[0] = 0;\n",
                  entry);
   for (int g = 0; g < plan->ngroups; g++)
     tpk_str_printf(e->out, "  wo[%d] = wo[%d] + tpk_align64(%s);\n", g + 1, g, sz_dim(e, plan->group_bytes[g]));
-  tpk_str_printf(e->out, "  return wo[%d];\n}\n", plan->ngroups);
+  tpk_str_printf(e->out, "  return %s;\n}\n", sz_add(e, tpk_arena_printf(&e->arena, "wo[%d]", plan->ngroups), e->packed_bytes));
   tpk_str_printf(e->out, "\nint64_t %s_workspace(const int64_t *syms) {\n  int64_t wo[%d];\n  return %s_layout(syms, wo);\n}\n",
                  entry, plan->ngroups + 1, entry);
 }

@@ -53,6 +53,7 @@
 #include <math.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,8 +184,10 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* C (4-byte elements) = (accumulate ? C : 0) + A x B, with A M x K and B K x N. */
+/* b_packed, when not NULL, is B packed by pack_whole_b (b is then unused):
+ * only A is packed here. */
 static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_t N, int64_t K, const Operand *a,
-                  const Operand *b, char *C, int64_t ldc, int accumulate) {
+                  const Operand *b, const unsigned char *b_packed, char *C, int64_t ldc, int accumulate) {
   if (M <= 0 || N <= 0)
     return;
   if (K <= 0) {
@@ -194,13 +197,16 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
   }
   const int64_t mr = sh->mr, nr = sh->nr;
   int64_t kc_max = min64(K, sh->kc), mc_max = min64(round_up(M, mr), sh->mc), nc_max = min64(round_up(N, nr), sh->nc);
-  int64_t a_bytes = round_up(mc_max * kc_max * 4, 64);
+  int64_t a_bytes = round_up(mc_max * kc_max * 4, 64), b_bytes = b_packed ? 0 : kc_max * nc_max * 4;
   alignas(64) unsigned char stack[STACK_BYTES];
   unsigned char *buf = stack, *heap = NULL;
-  if (a_bytes + kc_max * nc_max * 4 > STACK_BYTES) {
-    heap = aligned_alloc(64, (size_t)round_up(a_bytes + kc_max * nc_max * 4, 64));
+  if (a_bytes + b_bytes > STACK_BYTES) {
+    heap = aligned_alloc(64, (size_t)round_up(a_bytes + b_bytes, 64));
     if (heap) {
       buf = heap;
+    } else if (b_packed) { /* packed B fixes KC and NC: one A sliver (at most 14 x 256) fits */
+      mc_max = mr;
+      a_bytes = round_up(mr * kc_max * 4, 64);
     } else { /* no memory: smaller blocks that fit the stack buffer; same results */
       kc_max = (STACK_BYTES - 64) / (4 * (mr + nr));
       mc_max = mr;
@@ -209,24 +215,40 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
     }
   }
   unsigned char *a_buf = buf, *b_buf = buf + a_bytes;
+  const unsigned char *b_next = b_packed; /* the packed blocks, in the loops' order */
 
   for (int64_t jc = 0; jc < N; jc += nc_max) {
     int64_t nc = min64(nc_max, N - jc);
     for (int64_t pc = 0; pc < K; pc += kc_max) {
       int64_t kc = min64(kc_max, K - pc);
-      b->pack(b_buf, nr, at(b, pc, jc), b->cs, b->rs, nc, kc);
+      const unsigned char *b_block = b_buf;
+      if (b_packed) {
+        b_block = b_next;
+        b_next += kc * round_up(nc, nr) * 4;
+      } else {
+        b->pack(b_buf, nr, at(b, pc, jc), b->cs, b->rs, nc, kc);
+      }
       /* after the first K block, the tile carries the accumulator over */
       int load = accumulate || pc > 0;
       for (int64_t ic = 0; ic < M; ic += mc_max) {
         int64_t mc = min64(mc_max, M - ic);
         a->pack(a_buf, mr, at(a, ic, pc), a->rs, a->cs, mc, kc);
-        for (int64_t ir = 0; ir < mc; ir += mr) {
+        /* Slivers of A outer, panels of B inner (B's block stays in L2);
+         * or, when B was packed beforehand and M is one block, panels
+         * outer: a packed block comes from memory, each panel once, and
+         * every sliver of A (in L2) runs on it from L1. Each C tile sees
+         * the same products either way. */
+        int64_t slivers = (mc + mr - 1) / mr, panels = (nc + nr - 1) / nr;
+        bool panels_outer = b_packed && M <= mc_max;
+        for (int64_t t = 0; t < slivers * panels; t++) {
+          int64_t ir = (panels_outer ? t % slivers : t / panels) * mr;
+          int64_t jr = (panels_outer ? t / slivers : t % panels) * nr;
           int64_t mv = min64(mr, mc - ir);
           const unsigned char *ap = a_buf + ir * kc * 4;
-          for (int64_t jr = 0; jr < nc; jr += nr) {
+          {
             int64_t nv = min64(nr, nc - jr);
             char *c = C + ((ic + ir) * ldc + jc + jr) * 4;
-            const unsigned char *bp = b_buf + jr * kc * 4;
+            const unsigned char *bp = b_block + jr * kc * 4;
             if (mv == mr && nv == nr) {
               kern(kc, ap, bp, c, ldc, load);
               continue;
@@ -250,6 +272,23 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
   free(heap);
 }
 
+/* All of B packed as drive packs it, block after block in drive's loop
+ * order (jc, then pc): K x round_up(N, nr) elements of 4 bytes, at most
+ * TPK_GEMM_PACKED_BYTES(K, N) since nr divides 32. */
+static void pack_whole_b(const Shape *sh, int64_t N, int64_t K, const Operand *b, unsigned char *dst) {
+  if (N <= 0 || K <= 0) return;
+  const int64_t nr = sh->nr;
+  int64_t kc_max = min64(K, sh->kc), nc_max = min64(round_up(N, nr), sh->nc);
+  for (int64_t jc = 0; jc < N; jc += nc_max) {
+    int64_t nc = min64(nc_max, N - jc);
+    for (int64_t pc = 0; pc < K; pc += kc_max) {
+      int64_t kc = min64(kc_max, K - pc);
+      b->pack(dst, nr, at(b, pc, jc), b->cs, b->rs, nc, kc);
+      dst += kc * round_up(nc, nr) * 4;
+    }
+  }
+}
+
 /* The operand descriptions for prims.h's layouts. A is M x K: (i, k) at
  * A[i*lda + k], or A[k*lda + i] when transposed; B is K x N likewise. */
 static Operand operand(const void *p, int64_t ld, int trans, int64_t esize, PackFn pack) {
@@ -263,30 +302,50 @@ static Operand operand(const void *p, int64_t ld, int trans, int64_t esize, Pack
   static void gemm_f32_##ISA(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int a_trans,        \
                              const float *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int acc) {       \
     Operand a = operand(A, lda, a_trans, 4, PACK32), b = operand(B, ldb, b_trans, 4, PACK32);                 \
-    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
+    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, NULL, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_bf16_##ISA(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, int a_trans,    \
                               const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int acc) {   \
     Operand a = operand(A, lda, a_trans, 2, PACK_BF16), b = operand(B, ldb, b_trans, 2, PACK_BF16);           \
-    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
+    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, NULL, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_f16_##ISA(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, int a_trans,     \
                              const uint16_t *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int acc) {    \
     Operand a = operand(A, lda, a_trans, 2, PACK_F16), b = operand(B, ldb, b_trans, 2, PACK_F16);             \
-    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
+    drive(&SH, SH.f32, SH.f32_edge, M, N, K, &a, &b, NULL, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_i8_##ISA(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, int a_trans,        \
                             const int8_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int acc) {     \
     Operand a = operand(A, lda, a_trans, 1, PACK_I8), b = operand(B, ldb, b_trans, 1, PACK_I8);               \
-    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
+    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, NULL, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
   static void gemm_i32_##ISA(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t lda, int a_trans,      \
                              const int32_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int acc) {   \
     Operand a = operand(A, lda, a_trans, 4, PACK32), b = operand(B, ldb, b_trans, 4, PACK32);                 \
-    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, (char *)C, ldc, acc);                                    \
+    drive(&SH, SH.i32, SH.i32_edge, M, N, K, &a, &b, NULL, (char *)C, ldc, acc);                                    \
   }                                                                                                            \
-  static const TpkGemmImpl IMPL_##ISA = {#ISA, gemm_f32_##ISA, gemm_bf16_##ISA, gemm_f16_##ISA, gemm_i8_##ISA,  \
-                                         gemm_i32_##ISA};
+  /* an operand of element type dt (TPK_PRIM_*) with its packing function */                               \
+  static Operand operand_##ISA(int dt, const void *p, int64_t ld, int trans) {                               \
+    switch (dt) {                                                                                            \
+    case TPK_PRIM_BF16: return operand(p, ld, trans, 2, PACK_BF16);                                          \
+    case TPK_PRIM_F16: return operand(p, ld, trans, 2, PACK_F16);                                            \
+    case TPK_PRIM_I8: return operand(p, ld, trans, 1, PACK_I8);                                              \
+    default: return operand(p, ld, trans, 4, PACK32); /* f32, i32 */                                         \
+    }                                                                                                        \
+  }                                                                                                          \
+  static void pack_b_##ISA(int dt, int64_t K, int64_t N, const void *B, int64_t ldb, int b_trans, void *dst) { \
+    Operand b = operand_##ISA(dt, B, ldb, b_trans);                                                          \
+    pack_whole_b(&SH, N, K, &b, dst);                                                                        \
+  }                                                                                                          \
+  static void gemm_packed_##ISA(int dt, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,          \
+                                int a_trans, const void *Bp, void *C, int64_t ldc, int acc) {                \
+    Operand a = operand_##ISA(dt, A, lda, a_trans);                                                          \
+    bool ints = dt == TPK_PRIM_I8 || dt == TPK_PRIM_I32;                                                     \
+    drive(&SH, ints ? SH.i32 : SH.f32, ints ? SH.i32_edge : SH.f32_edge, M, N, K, &a, NULL, Bp, (char *)C,   \
+          ldc, acc);                                                                                         \
+  }                                                                                                          \
+  static const TpkGemmImpl IMPL_##ISA = {#ISA,          gemm_f32_##ISA,  gemm_bf16_##ISA,   gemm_f16_##ISA,     \
+                                         gemm_i8_##ISA, gemm_i32_##ISA, pack_b_##ISA, gemm_packed_##ISA};
 
 /* ---- portable C ----------------------------------------------------------- */
 
@@ -723,6 +782,24 @@ void tpk_gemm_i8(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, 
 void tpk_gemm_i32(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t lda, int a_trans, const int32_t *B,
                   int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int accumulate) {
   best()->i32(M, N, K, A, lda, a_trans, B, ldb, b_trans, C, ldc, accumulate);
+}
+
+void tpk_gemm_pack_b(int dtype, int64_t K, int64_t N, const void *B, int64_t ldb, int b_trans, void *dst) {
+  best()->pack_b(dtype, K, N, B, ldb, b_trans, dst);
+}
+
+void tpk_gemm_packed(int dtype, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, int a_trans,
+                     const void *Bp, void *C, int64_t ldc, int accumulate) {
+  best()->packed(dtype, M, N, K, A, lda, a_trans, Bp, C, ldc, accumulate);
+}
+
+void tpk_gemm_pack_b_generic(int dtype, int64_t K, int64_t N, const void *B, int64_t ldb, int b_trans, void *dst) {
+  pack_b_generic(dtype, K, N, B, ldb, b_trans, dst);
+}
+
+void tpk_gemm_packed_generic(int dtype, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, int a_trans,
+                             const void *Bp, void *C, int64_t ldc, int accumulate) {
+  gemm_packed_generic(dtype, M, N, K, A, lda, a_trans, Bp, C, ldc, accumulate);
 }
 
 void tpk_gemm_f32_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int a_trans,

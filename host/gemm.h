@@ -19,6 +19,8 @@ typedef struct TpkGemmImpl {
   TpkGemmU16 f16;
   TpkGemmI8 i8;
   TpkGemmI32 i32;
+  TpkGemmPackB pack_b;  /* B packed once for gemm_packed (prims.h) */
+  TpkGemmPacked packed; /* gemm with B packed by this implementation's pack_b */
 } TpkGemmImpl;
 
 /* The implementation for `isa`, or NULL when this CPU (or this build's

@@ -40,7 +40,9 @@ const TpkOp *tpk_split_grid(const TpkFunc *f);
 int64_t tpk_grid_instances(const TpkOp *grid);
 
 /* Everything for the host in one call: tpk_lower, then emit (flags as for
- * tpk_emit_c). *workspace_bytes is -1 for symbolic shapes. */
+ * tpk_emit_c). *workspace_bytes is the plan's, -1 for symbolic shapes; a
+ * launch needs what the code's <entry>_workspace says, which may be more
+ * (right operands of dots packed once: emit_c.c). */
 TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, const char *source, unsigned flags,
                          TpkStr *out, int64_t *workspace_bytes, TpkError *err);
 

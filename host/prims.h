@@ -87,6 +87,22 @@ typedef void (*TpkGemmI8)(int64_t M, int64_t N, int64_t K, const int8_t *A, int6
 typedef void (*TpkGemmI32)(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t lda, int a_trans,
                            const int32_t *B, int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int accumulate);
 
+/*
+ * A right operand packed once for many products (x @ W computed by blocks
+ * of rows: each block's gemm would pack all of W again). pack_b writes B
+ * (K x N, laid out as gemm's B: element (k,j) at B[k*ldb + j], or
+ * B[j*ldb + k] when b_trans; elements of dtype, a TPK_PRIM_* code among
+ * F32, BF16, F16, I8, I32) into dst, which holds TPK_GEMM_PACKED_BYTES(K, N)
+ * bytes, 64-byte aligned. packed is then gemm of that dtype with A as gemm
+ * takes it and the packed B (C float for the float dtypes, int32_t for the
+ * integer ones): the same bits as the gemm, with no packing of B. A table's
+ * pack_b and packed go together (the layout is its instruction set's).
+ */
+#define TPK_GEMM_PACKED_BYTES(K, N) ((K) * (((N) + 31) / 32 * 32) * 4)
+typedef void (*TpkGemmPackB)(int dtype, int64_t K, int64_t N, const void *B, int64_t ldb, int b_trans, void *dst);
+typedef void (*TpkGemmPacked)(int dtype, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, int a_trans,
+                              const void *Bp, void *C, int64_t ldc, int accumulate);
+
 typedef struct TpkPrims {
   int version; /* TPK_PRIMS_VERSION */
   const char *isa; /* "avx512", "avx2", "generic": what this CPU got */
@@ -125,6 +141,9 @@ typedef struct TpkPrims {
    * tpk_split_grid) runs whole in part 0 and returns at once in the
    * others. parts <= 1 (the tables tpk_prims() returns) runs everything. */
   int part, parts;
+
+  TpkGemmPackB gemm_pack_b; /* see TPK_GEMM_PACKED_BYTES above */
+  TpkGemmPacked gemm_packed;
 } TpkPrims;
 
 enum { TPK_PRIMS_VERSION = 1 };
@@ -149,6 +168,12 @@ void tpk_gemm_i32(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t lda
                   int64_t ldb, int b_trans, int32_t *C, int64_t ldc, int accumulate);
 void tpk_gemm_f32_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int a_trans,
                           const float *B, int64_t ldb, int b_trans, float *C, int64_t ldc, int accumulate);
+void tpk_gemm_pack_b(int dtype, int64_t K, int64_t N, const void *B, int64_t ldb, int b_trans, void *dst);
+void tpk_gemm_packed(int dtype, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, int a_trans,
+                     const void *Bp, void *C, int64_t ldc, int accumulate);
+void tpk_gemm_pack_b_generic(int dtype, int64_t K, int64_t N, const void *B, int64_t ldb, int b_trans, void *dst);
+void tpk_gemm_packed_generic(int dtype, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, int a_trans,
+                             const void *Bp, void *C, int64_t ldc, int accumulate);
 /* Which gemm ISA this CPU uses: "avx512", "avx2" or "generic". */
 const char *tpk_gemm_isa(void);
 

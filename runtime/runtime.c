@@ -1263,6 +1263,10 @@ static TpkStatus specialise_bound(TpkKernel *k, const Bound *b, const int64_t *t
   }
   tpk_plan_free(&plan);
   tpk_str_free(&c);
+  /* the code's own count: the emitter may add to the plan (host/emit_c.c,
+   * right operands packed once) */
+  TpkWorkspaceFn code_workspace = st == TPK_OK && spec->code ? tpk_code_workspace(spec->code) : NULL;
+  if (code_workspace) spec->workspace_bytes = code_workspace(spec->syms);
   /* the lowered kernel tells whether its grid may be shared and how many
    * instances it has */
   const TpkOp *grid = st == TPK_OK ? tpk_split_grid(f) : NULL;

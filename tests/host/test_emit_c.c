@@ -153,6 +153,51 @@ static char *c_of(const char *text, const char *name, int64_t size) {
   return tpk_str_take(&out);
 }
 
+/* A dot by blocks of rows whose right operand is loaded whole before the
+ * grid packs it once, before the grid, and every block's gemm reads it
+ * packed, past the plan's workspace; a right operand loaded inside the grid
+ * is packed by each gemm as before. Symbolic sizes too. */
+static void test_packed_rhs(void **state) {
+  (void)state;
+  const char *src =
+      "kernel whole(x: f32[M, K], w: f32[K, N]) -> (o: f32[M, N])\n"
+      "{\n"
+      "  o = dot(x, w) * 2.0;\n"
+      "}\n"
+      "kernel blocked(x: f32[M, K], w: f32[K, N]) -> (o: f32[M, N])\n"
+      "{\n"
+      "  for i in tiles(M, 64), j in tiles(N, 64) { o[i, j] = dot(x[i, :], w[:, j]); }\n"
+      "}\n";
+  for (int symbolic = 0; symbolic < 2; symbolic++) {
+    TestCompile c;
+    TpkFunc *f = symbolic ? test_compile_kernel(&c, src, "whole", NULL) : bound(&c, src, "whole", 300);
+    TpkTarget host = tpk_target_host(0);
+    TpkStr out = {0};
+    TpkError err = {0};
+    if (tpk_lower_to_c(f, &host, "k", src, 0, &out, NULL, &err) != TPK_OK) fail_msg("%s", err.message);
+    const char *body = strstr(out.data, "\nTPK_KERNEL int k(");
+    assert_non_null(body);
+    const char *pack = strstr(body, "p->gemm_pack_b(TPK_PRIM_F32, "), *grid = strstr(body, "for (int64_t grid_q");
+    const char *use = strstr(body, "p->gemm_packed(TPK_PRIM_F32, ");
+    if (!pack || !grid || !use || pack > grid || use < grid || strstr(pack + 1, "p->gemm_pack_b(") || strstr(body, "p->gemm_f32("))
+      fail_msg("whole (%s sizes): not packed once before the grid\n%s", symbolic ? "symbolic" : "constant", body);
+    const char *ws = strstr(out.data, symbolic ? "int64_t k_layout(" : "int64_t k_workspace(");
+    assert_non_null(ws);
+    if (symbolic ? !strstr(ws, "TPK_GEMM_PACKED_BYTES(") : !!strstr(ws, "TPK_GEMM_PACKED_BYTES("))
+      fail_msg("whole: the workspace does not count the packed operand\n%s", ws);
+    if (!symbolic) { /* 300 rows by 64: the plan's blocks, then w packed: 300 x 320 floats, aligned within 64 more bytes */
+      long long total = atoll(strstr(ws, "return ") + 7), plan = atoll(strstr(out.data, "workspace ") + 10);
+      if (total != (plan + 63) / 64 * 64 + 300 * 320 * 4 + 64) fail_msg("whole: workspace %lld, plan %lld", total, plan);
+    }
+    tpk_str_free(&out);
+    test_compile_free(&c);
+  }
+  char *blocked = c_of(src, "blocked", 300);
+  if (strstr(blocked, "gemm_pack") || !strstr(blocked, "p->gemm_f32("))
+    fail_msg("blocked: the right operand is a block of the grid and must not be packed once\n%s", blocked);
+  free(blocked);
+}
+
 /* The last elementwise op before a store writes the tensor directly when
  * the block is in range (no tile, no copy); not when the store adds, is
  * not right after it, or goes into memory the expression reads in place. */
@@ -316,6 +361,7 @@ int main(void) {
       cmocka_unit_test(test_iota_fuses),
       cmocka_unit_test(test_sum_fuses),
       cmocka_unit_test(test_fusion_read_from_ir),
+      cmocka_unit_test(test_packed_rhs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

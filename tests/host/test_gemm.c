@@ -67,7 +67,8 @@ static int same_float(float x, float y) { return (isnan(x) && isnan(y)) || bits_
 
 /* The implementations to check: each instruction set this CPU has, and the
  * public entry points (the best one, through prims.h). */
-static const TpkGemmImpl PUBLIC = {"public", tpk_gemm_f32, tpk_gemm_bf16, tpk_gemm_f16, tpk_gemm_i8, tpk_gemm_i32};
+static const TpkGemmImpl PUBLIC = {"public",     tpk_gemm_f32,    tpk_gemm_bf16,  tpk_gemm_f16,
+                                   tpk_gemm_i8, tpk_gemm_i32, tpk_gemm_pack_b, tpk_gemm_packed};
 
 static int impls(const TpkGemmImpl **out) {
   static const char *const names[] = {"generic", "avx2", "avx512"};
@@ -456,6 +457,71 @@ static void test_i32_wraps(void **state) {
   }
 }
 
+/* gemm_packed with B packed once by pack_b gives gemm's bits, for every
+ * element type, layout and accumulation, and pack_b writes within
+ * TPK_GEMM_PACKED_BYTES (a guard past it stays). */
+static void test_packed_b_matches_gemm(void **state) {
+  (void)state;
+  static const Shape3 more[] = {{64, 1030, 600}, {70, 513, 257}, {200, 40, 33}};
+  const TpkGemmImpl *im[4];
+  int n = impls(im);
+  uint32_t s = 7;
+  static const int dts[] = {TPK_PRIM_F32, TPK_PRIM_BF16, TPK_PRIM_F16, TPK_PRIM_I8, TPK_PRIM_I32};
+  for (size_t si = 0; si < sizeof SHAPES / sizeof *SHAPES + sizeof more / sizeof *more; si++) {
+    Shape3 sh = si < sizeof SHAPES / sizeof *SHAPES ? SHAPES[si] : more[si - sizeof SHAPES / sizeof *SHAPES];
+    int64_t M = sh.M, N = sh.N, K = sh.K, pad = (int64_t)(si % 3) * 2;
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {
+      int dt = dts[di];
+      size_t esize = dt == TPK_PRIM_I8 ? 1 : (dt == TPK_PRIM_BF16 || dt == TPK_PRIM_F16) ? 2 : 4;
+      for (int t = 0; t < 4; t++) {
+        int at = t & 1, bt = t >> 1;
+        int64_t lda = (at ? M : K) + pad, ldb = (bt ? K : N) + pad, ldc = N + pad;
+        int64_t na = stored_len(M, K, lda, at), nb = stored_len(K, N, ldb, bt), nc = stored_len(M, N, ldc, 0);
+        unsigned char *a = malloc(esize * (size_t)(na + 1)), *b = malloc(esize * (size_t)(nb + 1));
+        uint32_t *c0 = malloc(4 * (size_t)(nc + 1)), *c1 = malloc(4 * (size_t)(nc + 1)), *c2 = malloc(4 * (size_t)(nc + 1));
+        for (int64_t i = 0; i < na * (int64_t)esize; i++) a[i] = (unsigned char)(rng_next(&s) % 251);
+        for (int64_t i = 0; i < nb * (int64_t)esize; i++) b[i] = (unsigned char)(rng_next(&s) % 251);
+        if (dt == TPK_PRIM_F32) /* finite floats: bytes of small values */
+          for (int64_t i = 0; i < na; i++) ((float *)a)[i] = (float)(rng_next(&s) % 2001) / 1000.0f - 1.0f;
+        if (dt == TPK_PRIM_F32)
+          for (int64_t i = 0; i < nb; i++) ((float *)b)[i] = (float)(rng_next(&s) % 2001) / 1000.0f - 1.0f;
+        for (int64_t i = 0; i < nc; i++) c0[i] = dt == TPK_PRIM_I8 || dt == TPK_PRIM_I32 ? rng_next(&s) % 100 : bits_of_f32(0.25f);
+        size_t bytes = (size_t)TPK_GEMM_PACKED_BYTES(K, N);
+        unsigned char *packed = aligned_alloc(64, (bytes + 64 + 63) / 64 * 64);
+        for (int ii = 0; ii < n; ii++) {
+          const TpkGemmImpl *impl = im[ii];
+          memset(packed, 0xa5, bytes + 64);
+          impl->pack_b(dt, K, N, b, ldb, bt, packed);
+          for (size_t g = bytes; g < bytes + 64; g++)
+            if (packed[g] != 0xa5) fail_msg("%s: pack_b wrote past TPK_GEMM_PACKED_BYTES(%lld, %lld)", impl->isa, (long long)K, (long long)N);
+          for (int acc = 0; acc < 2; acc++) {
+            memcpy(c1, c0, 4 * (size_t)nc);
+            memcpy(c2, c0, 4 * (size_t)nc);
+            switch (dt) {
+            case TPK_PRIM_F32: impl->f32(M, N, K, (float *)a, lda, at, (float *)b, ldb, bt, (float *)c1, ldc, acc); break;
+            case TPK_PRIM_BF16: impl->bf16(M, N, K, (uint16_t *)a, lda, at, (uint16_t *)b, ldb, bt, (float *)c1, ldc, acc); break;
+            case TPK_PRIM_F16: impl->f16(M, N, K, (uint16_t *)a, lda, at, (uint16_t *)b, ldb, bt, (float *)c1, ldc, acc); break;
+            case TPK_PRIM_I8: impl->i8(M, N, K, (int8_t *)a, lda, at, (int8_t *)b, ldb, bt, (int32_t *)c1, ldc, acc); break;
+            default: impl->i32(M, N, K, (int32_t *)a, lda, at, (int32_t *)b, ldb, bt, (int32_t *)c1, ldc, acc); break;
+            }
+            impl->packed(dt, M, N, K, a, lda, at, packed, c2, ldc, acc);
+            for (int64_t i = 0; i < nc; i++)
+              if (c1[i] != c2[i] && !(dt != TPK_PRIM_I8 && dt != TPK_PRIM_I32 && isnan(f32_of_bits(c1[i])) && isnan(f32_of_bits(c2[i]))))
+                fail_msg("%s dtype %d %lldx%lldx%lld at=%d bt=%d acc=%d: element %lld: %08x packed, %08x gemm", impl->isa, dt,
+                         (long long)M, (long long)N, (long long)K, at, bt, acc, (long long)i, c2[i], c1[i]);
+          }
+        }
+        free(packed);
+        free(a);
+        free(b);
+        free(c0);
+        free(c1);
+        free(c2);
+      }
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_f32_shapes),
@@ -469,6 +535,7 @@ int main(void) {
       cmocka_unit_test(test_i32_shapes),
       cmocka_unit_test(test_i8_wraps),
       cmocka_unit_test(test_i32_wraps),
+      cmocka_unit_test(test_packed_b_matches_gemm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -531,15 +531,12 @@ static Compiled *compiled(Fixture *fx, const TpkFunc *f) {
   return c;
 }
 
-static int64_t workspace(const Compiled *c, const Syms *s) {
-  if (!c->plan.symbolic) return c->plan.workspace_bytes;
-  int64_t total = 0;
-  for (int g = 0; g < c->plan.ngroups; g++) {
-    int64_t b = 0;
-    if (!tpk_dim_eval(c->plan.group_bytes[g], lookup, (void *)s, &b)) FAIL("%s: a workspace size", c->name);
-    total += (b + 63) / 64 * 64;
-  }
-  return total;
+/* The code's own count (<entry>_workspace), as the runtime sizes a launch:
+ * the emitter may add to the plan's storage (right operands packed once). */
+static int64_t workspace(const Compiled *c, const int64_t *syms) {
+  TpkWorkspaceFn ws = tpk_code_workspace(c->code);
+  if (!ws) FAIL("%s: the code has no workspace function", c->name);
+  return ws(syms);
 }
 
 /* Run kernel k (of the module the driver is in) on args, one pointer per
@@ -583,7 +580,7 @@ static void run_kernel(Fixture *fx, Backend be, const TpkFunc *k, void *const *a
   /* as the runtime shares a grid among threads: each part its own
    * workspace and table, here one after another */
   int parts = be == HOST_PARTS ? 3 : 1;
-  int64_t ws = workspace(c, &s);
+  int64_t ws = workspace(c, syms);
   for (int part = 0; part < parts; part++) {
     TpkPrims p = *tpk_prims();
     p.part = part;
