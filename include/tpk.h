@@ -518,7 +518,8 @@ TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out);
  * What is compiled is cached (The compilation cache) by each op's or
  * window's structure with sizes by their symbolic form — each distinct
  * size above 1 is a symbol, and an int argument of a SymInt parameter
- * equal to one (or to a product of two) is that symbol — so a loop whose
+ * equal to one (or to a product of two) is that symbol, but for an index
+ * (select's, a slice's start, end, step), kept constant — so a loop whose
  * sequence length changes every step compiles nothing after its first
  * step. An op whose sizes cannot all be symbols (a view that splits a size
  * into constants) keeps those constant. A float argument of an ATen

@@ -370,6 +370,26 @@ static bool bind(Call *c, const Overload *ov, const TpkArg *args, int nargs, boo
   return true;
 }
 
+/* SymInt parameters that are positions in a tensor, not sizes. */
+static bool is_index_param(const Param *p) {
+  static const char *const INDEX[] = {"index", "start", "end", "step", "padding_idx", "ignore_index"};
+  if (p->kind != K_SYMINT) return false;
+  for (size_t i = 0; i < TPK_ARRAY_LEN(INDEX); i++)
+    if (strcmp(p->name, INDEX[i]) == 0) return true;
+  return false;
+}
+
+/* Which of args bind to index parameters (tpk_gb_index_args). */
+static uint64_t index_args(const Call *c, const TpkArg *args, int nargs) {
+  uint64_t mask = 0;
+  for (int j = 0; j < c->nparams; j++)
+    for (int i = 0; i < nargs && i < 64 && is_index_param(&c->params[j]); i++)
+      if (c->arg[j] == &args[i]) mask |= (uint64_t)1 << i;
+  return mask;
+}
+
+uint64_t tpk_gb_index_args(const TpkGraphBuilder *gb) { return gb->index_args; }
+
 static const TpkArg *arg(Call *c, const char *name) {
   for (int i = 0; i < c->nparams; i++)
     if (strcmp(c->params[i].name, name) == 0) return c->arg[i];
@@ -3054,6 +3074,7 @@ TpkStatus tpk_aten_build(TpkGraphBuilder *gb, const char *op, const TpkArg *args
     st = tpk_error(err, strstr(why.data ? why.data : "", "a bug in tpk") ? TPK_ERR_INTERNAL : TPK_ERR_INVALID, "%s: %s%s",
                    packet, first == last ? "" : "the arguments fit no overload: ", why.data ? why.data : "");
   } else {
+    gb->index_args = index_args(c, args, nargs);
     TpkOp *mark = gb->f->body->last;
     chosen->expand(c);
     if (!c->failed && (chosen->flags & INPLACE)) inplace_result(c);

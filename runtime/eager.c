@@ -6,7 +6,9 @@
  * operands' dtypes, with sizes by their symbolic form — each distinct size
  * (above 1) of its operands is a symbol s0, s1, ... in order of appearance,
  * and an int argument of a SymInt parameter that equals a symbol (or a
- * product of two) is that symbol. The unit under that key (units.c) holds
+ * product of two) is that symbol; an index (select's, a slice's start,
+ * end and step: tpk_gb_index_args) is no size and stays a constant. The
+ * unit under that key (units.c) holds
  * the op's one-op graph (ir/graph.h), built on the first sight of the key,
  * whose result types give the new output buffers' shapes at once. So an op
  * seen before builds nothing, and the same op at another sequence length
@@ -874,10 +876,12 @@ static TpkStatus find_layout(TpkContext *ctx, const Op *op, TpkUnit **out) {
   int n;
   TpkGraphBuilder *gb = NULL;
   st = lay ? build_alone(op, lay, npolicies(op) - 1, false, &gb, types, &n, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+  uint64_t indices = st == TPK_OK ? tpk_gb_index_args(gb) : 0; /* positions stay constants: never symbols */
   tpk_gb_free(gb);
   for (int i = 0; st == TPK_OK && i < op->nargs; i++) {
     TpkArgKind kind = op->args[i].kind;
     if (kind != TPK_ARG_FLOAT && kind != TPK_ARG_INT && kind != TPK_ARG_INTS) continue;
+    if (i < 64 && indices >> i & 1) continue;
     /* an int: a Scalar's (a rank-0 value fits), else a SymInt's (a size fits) */
     for (int as_value = kind == TPK_ARG_INT; as_value >= 0 && !lay->lift[i] && !lay->value[i]; as_value--) {
       Layout probe = {0};

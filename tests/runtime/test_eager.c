@@ -673,6 +673,59 @@ static void test_kernel_calls(void **state) {
   }
 }
 
+/* ---- indices and slices ------------------------------------------------------------------ */
+
+/* x[r][c] of a [rows, cols] buffer holding 0, 1, 2, ... */
+static TpkBuffer *iota(TpkDevice *dev, int64_t rows, int64_t cols) {
+  TpkBuffer *b;
+  CHECK(tpk_buffer_create(dev, TPK_F32, 2, (int64_t[]){rows, cols}, &b));
+  float v[64];
+  for (int i = 0; i < rows * cols; i++) v[i] = (float)i;
+  CHECK(tpk_buffer_write(b, v, tpk_buffer_bytes(b)));
+  return b;
+}
+
+static void expect_values(TpkBuffer *b, const float *want, int n) {
+  float v[64];
+  assert_int_equal(tpk_buffer_bytes(b), sizeof *v * (size_t)n);
+  CHECK(tpk_buffer_read(b, v, tpk_buffer_bytes(b)));
+  for (int i = 0; i < n; i++)
+    if (v[i] != want[i]) fail_msg("element %d: %g, expected %g", i, v[i], want[i]);
+}
+
+/* An index (select's, a slice's start, end and step) is never a shape
+ * symbol of its own: select(x, 1, 3) of a [4, 8] x, which once grew a
+ * symbol no input binds, and a slice's ints in a fused window, which once
+ * became window symbols a later view could not match, in every mode. */
+static void test_indices_are_not_sizes(void **state) {
+  (void)state;
+  for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    TpkBuffer *x = iota(dev, 4, 8), *y = iota(dev, 6, 8);
+    TpkBuffer *col = op(s, "select", 3, (TpkArg[]){A(x), tpk_arg_int(1), tpk_arg_int(3)});
+    TpkBuffer *row = op(s, "select", 3, (TpkArg[]){A(x), tpk_arg_int(0), tpk_arg_int(2)});
+    TpkBuffer *cols = op(s, "slice", 5, (TpkArg[]){A(x), tpk_arg_int(1), tpk_arg_int(2), tpk_arg_int(7), tpk_arg_int(3)});
+    TpkBuffer *flat = op(s, "view", 2, (TpkArg[]){A(y), INTS(48)});
+    TpkBuffer *part = op(s, "slice", 4, (TpkArg[]){A(flat), tpk_arg_int(0), tpk_arg_int(8), tpk_arg_int(32)});
+    TpkBuffer *cube = op(s, "view", 2, (TpkArg[]){A(part), INTS(3, 4, 2)});
+    TpkBuffer *twice = op(s, "mul", 2, (TpkArg[]){A(cube), tpk_arg_float(2.0)});
+    expect_values(col, (float[]){3, 11, 19, 27}, 4);
+    expect_values(row, (float[]){16, 17, 18, 19, 20, 21, 22, 23}, 8);
+    expect_values(cols, (float[]){2, 5, 10, 13, 18, 21, 26, 29}, 8);
+    float want[24];
+    for (int i = 0; i < 24; i++) want[i] = (float)(2 * (8 + i));
+    expect_values(twice, want, 24);
+    TpkBuffer *drop[] = {x, y, col, row, cols, flat, part, cube, twice};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
 /* TPK_EAGER picks the mode of new contexts; a value that is no mode is an
  * error naming it. */
 static void test_mode_from_the_environment(void **state) {
@@ -705,6 +758,7 @@ int main(void) {
       cmocka_unit_test(test_lifetimes),
       cmocka_unit_test(test_two_streams_on_two_threads),
       cmocka_unit_test(test_kernel_calls),
+      cmocka_unit_test(test_indices_are_not_sizes),
       cmocka_unit_test(test_mode_from_the_environment),
   };
   return test_run_tests(tests);
