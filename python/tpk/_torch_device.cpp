@@ -1080,6 +1080,70 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
+/* ---- .tpk kernels on tpk tensors (tpk.torch.load's ops) ------------------------------------ */
+
+/* Kernel `kernel` (a TpkKernel's address: tpk.Kernel._handle) on the
+ * stream (tpk_stream_call), so it runs in the stream's mode, fused with its
+ * neighbours in a fused window. `tensors` are its `in` and `inout`
+ * parameters and `scalars` its scalars, each in declaration order; `inout`
+ * tensors are written in place (as an in-place op's self); the results are
+ * its `out` tensors, in order. */
+std::vector<at::Tensor> call_kernel(int64_t kernel, c10::string_view op, at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars) {
+  auto *k = reinterpret_cast<TpkKernel *>(kernel);
+  std::string name(op);
+  State &s = state();
+  std::lock_guard<std::recursive_mutex> hold(s.mu);
+  TORCH_CHECK(s.stream, "the tpk device is not set up: import tpk.torch first");
+  Temps temps;
+  std::vector<TpkArg> args;
+  std::vector<int> results; /* per result: the tensor it writes (inout), or -1 (out) */
+  size_t t = 0, x = 0;
+  try {
+    for (int i = 0; i < tpk_kernel_param_count(k); i++) {
+      TpkParamKind kind = tpk_kernel_param_kind(k, i);
+      if (kind == TPK_PARAM_KIND_OUTPUT) {
+        results.push_back(-1);
+      } else if (kind == TPK_PARAM_KIND_SCALAR) {
+        TORCH_CHECK(x < scalars.size(), "tpk: kernel '", name, "': too few scalars");
+        const c10::Scalar &v = scalars[x++];
+        TpkDType dt = tpk_kernel_param_dtype(k, i);
+        if (dt == TPK_BOOL) args.push_back(tpk_arg_bool(v.toBool()));
+        else if (dt == TPK_I32 || dt == TPK_I16 || dt == TPK_I8 || dt == TPK_U8) args.push_back(tpk_arg_int(v.toLong()));
+        else args.push_back(tpk_arg_float(v.toDouble()));
+      } else {
+        TORCH_CHECK(t < tensors.size(), "tpk: kernel '", name, "': too few tensors");
+        const at::Tensor &v = tensors[t];
+        TORCH_CHECK(is_tpk(v), "tpk: kernel '", name, "': '", tpk_kernel_param_name(k, i), "' is on ", v.device(), ", not tpk");
+        if (kind == TPK_PARAM_KIND_INOUT) results.push_back((int)t);
+        args.push_back(tpk_arg_buffer(read_buffer(s, v, temps)));
+        t++;
+      }
+    }
+  } catch (const Refused &r) {
+    TORCH_CHECK(false, "tpk: kernel '", name, "' cannot read its arguments on the device: ", r.why);
+  }
+  TpkBuffer *outs[16] = {};
+  int n = 0;
+  if (tpk_stream_call(s.stream, k, args.data(), (int)args.size(), outs, 16, &n) != TPK_OK) fail_tpk(name.c_str());
+  for (int j = 0; j < n && j < 16; j++)
+    if (outs[j]) temps.keep(outs[j]);
+  TORCH_CHECK((size_t)n == results.size(), "tpk: kernel '", name, "' gave ", n, " results, not ", results.size());
+  std::vector<at::Tensor> made;
+  try {
+    for (size_t j = 0; j < results.size(); j++) {
+      if (results[j] < 0) made.push_back(tensor_of(temps.give(outs[j])));
+      else write_into(s, tensors[(size_t)results[j]], outs[j], temps);
+    }
+  } catch (const Refused &r) {
+    TORCH_CHECK(false, "tpk: kernel '", name, "': ", r.why);
+  }
+  return made;
+}
+
+TORCH_LIBRARY(tpk_device, m) { m.def("call(int kernel, str op, Tensor[] tensors, Scalar[] scalars) -> Tensor[]"); }
+
+TORCH_LIBRARY_IMPL(tpk_device, PrivateUse1, m) { m.impl("call", call_kernel); }
+
 /* ---- the Python module ------------------------------------------------------------------- */
 
 PyObject *raise_error(const char *what) {
