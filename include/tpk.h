@@ -572,6 +572,27 @@ typedef struct TpkStreamStats {
 } TpkStreamStats;
 void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
 
+/* What one launch of a stream ran, told to its observer: the op (debug,
+ * strict) or the fused window (its ops' names in order of first use,
+ * "mm, add, gelu (12 ops)"), the positions of the ops it ran, the kernels
+ * (clusters) it ran, and its launch result: the tier, and on a sim device
+ * the simulated time, FLOPs, HBM bytes and utilisations (the launch's
+ * trace is NULL here: a window's clusters are timed alone). A profiler
+ * (the tpk device's tpk.torch.report) adds these up and lays them end to
+ * end as the chip's timeline. */
+typedef struct TpkStreamLaunch {
+  const char *label;
+  int64_t first, last;
+  int64_t kernels;
+  const TpkLaunchResult *result;
+} TpkStreamLaunch;
+typedef void (*TpkStreamObserver)(void *user, const TpkStreamLaunch *launch);
+/* fn(user, launch) for each launch of s, in order, once it has run: debug
+ * when the op runs, strict at the sync that waits for it, fused when the
+ * window runs; on the thread that runs or waits, with s's lock held (fn
+ * must not call s). Strings are valid during the call. NULL: none. */
+void tpk_stream_observe(TpkStream *s, TpkStreamObserver fn, void *user);
+
 /* ---- The compilation cache ----------------------------------------------------
  *
  * One cache serves .tpk kernels, compiled graphs and the eager streams. In

@@ -1086,6 +1086,8 @@ struct TpkStream {
   Queued *queued, **queued_tail;
   Window w;             /* fused */
   Hints hints;          /* of its ops' and windows' keys */
+  TpkStreamObserver observer; /* tpk_stream_observe */
+  void *observer_user;
 };
 
 struct TpkStreams {
@@ -1673,6 +1675,34 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   return st;
 }
 
+/* Tell s's observer about a launch that ran (s->lock held). */
+static void observed(TpkStream *s, const char *label, int64_t first, int64_t last, int64_t kernels, const TpkLaunchResult *r) {
+  if (!s->observer) return;
+  TpkLaunchResult told = *r;
+  told.trace = NULL;
+  TpkStreamLaunch l = {label, first, last, kernels, &told};
+  s->observer(s->observer_user, &l);
+}
+
+/* "mm, add, gelu (12 ops)": a window's ops by name, in order of first use. */
+static void window_label(const Window *w, char *buf, size_t n) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (int i = 0; i < w->nrecords && at + 1 < n; i++) {
+    char label[80];
+    const Record *r = &w->records[i];
+    const char *name = r->op ? r->op : label;
+    if (!r->op) snprintf(label, sizeof label, "kernel '%s'", tpk_kernel_ir(r->kernel)->name);
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++) {
+      const Record *q = &w->records[j];
+      seen = r->op ? q->op && strcmp(q->op, r->op) == 0 : q->kernel == r->kernel;
+    }
+    if (!seen) at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? ", " : "", name);
+  }
+  if (at + 1 < n) snprintf(buf + at, n - at, " (%d ops)", w->nrecords);
+}
+
 /* Run the window as one launch of its compiled graph, and empty it.
  * s->lock held. */
 static TpkStatus run_window(TpkStream *s) {
@@ -1718,6 +1748,11 @@ static TpkStatus run_window(TpkStream *s) {
     if (st == TPK_OK) {
       s->stats.launches += tpk_program_kernel_runs(p);
       s->stats.sim_seconds += r.simulated ? r.sim.seconds : 0;
+      if (s->observer) {
+        char label[256];
+        window_label(w, label, sizeof label);
+        observed(s, label, first, last, tpk_program_kernel_runs(p), &r);
+      }
     }
   }
   s->stats.windows++;
@@ -1751,6 +1786,7 @@ static TpkStatus wait_queue(TpkStream *s) {
     if (q->result.tier) {
       s->stats.launches += q->kernels;
       s->stats.sim_seconds += q->result.simulated ? q->result.sim.seconds : 0;
+      observed(s, q->op, q->position, q->position, q->kernels, &q->result);
     }
     if (q != failed) free(q);
   }
@@ -1891,6 +1927,14 @@ void tpk_streams_close(TpkStreams *ss) {
 
 TpkEagerMode tpk_stream_mode(const TpkStream *s) { return s ? s->mode : TPK_EAGER_STRICT; }
 
+void tpk_stream_observe(TpkStream *s, TpkStreamObserver fn, void *user) {
+  if (!s) return;
+  pthread_mutex_lock(&s->lock);
+  s->observer = fn;
+  s->observer_user = user;
+  pthread_mutex_unlock(&s->lock);
+}
+
 void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out) {
   if (!s || !out) return;
   pthread_mutex_lock((pthread_mutex_t *)&s->lock);
@@ -1962,6 +2006,8 @@ static TpkStatus launch_op(TpkStream *s, const Op *op, const OpBound *ob, TpkPro
     } else {
       s->stats.launches += tpk_program_kernel_runs(p);
       s->stats.sim_seconds += r.simulated ? r.sim.seconds : 0;
+      char label[64];
+      observed(s, op_label(op, label, sizeof label), op->position, op->position, tpk_program_kernel_runs(p), &r);
     }
     for (int i = 0; st == TPK_OK && i < nouts; i++) {
       char why[128];

@@ -726,6 +726,61 @@ static void test_indices_are_not_sizes(void **state) {
   }
 }
 
+/* ---- observing launches ------------------------------------------------------------------ */
+
+typedef struct Seen {
+  int launches;
+  double seconds;
+  int64_t kernels, last;
+  char labels[512];
+} Seen;
+
+static void see(void *user, const TpkStreamLaunch *l) {
+  Seen *s = user;
+  s->launches++;
+  s->seconds += l->result->simulated ? l->result->sim.seconds : 0;
+  s->kernels += l->kernels;
+  assert_true(l->first > s->last && l->last >= l->first); /* in order */
+  s->last = l->last;
+  size_t at = strlen(s->labels);
+  snprintf(s->labels + at, sizeof s->labels - at, "%s|", l->label);
+}
+
+/* The observer hears of every launch once it has run, in order: one per op
+ * (debug, strict), one per window (fused, named by its ops); their
+ * simulated times add up to the stream's. */
+static void test_the_observer_hears_every_launch(void **state) {
+  (void)state;
+  for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "sim:v5e", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    Seen seen = {0};
+    tpk_stream_observe(s, see, &seen);
+    TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){64, 128}, 21), *w = input(dev, TPK_F32, 2, (int64_t[]){128, 32}, 22);
+    TpkBuffer *h = op(s, "mm", 2, (TpkArg[]){A(x), A(w)});
+    TpkBuffer *g = op(s, "gelu", 1, (TpkArg[]){A(h)});
+    TpkBuffer *y = op(s, "add", 2, (TpkArg[]){A(g), A(h)});
+    CHECK(tpk_stream_sync(s));
+    TpkStreamStats stats;
+    tpk_stream_stats(s, &stats);
+    assert_int_equal(seen.launches, mode == TPK_EAGER_FUSED ? 1 : 3);
+    assert_int_equal(seen.kernels, stats.launches);
+    assert_true(seen.seconds > 0 && fabs(seen.seconds - stats.sim_seconds) <= 1e-12);
+    assert_string_equal(seen.labels, mode == TPK_EAGER_FUSED ? "mm, gelu, add (3 ops)|" : "mm|gelu|add|");
+    tpk_stream_observe(s, NULL, NULL);
+    TpkBuffer *z = op(s, "neg", 1, (TpkArg[]){A(y)});
+    CHECK(tpk_stream_sync(s));
+    assert_int_equal(seen.launches, mode == TPK_EAGER_FUSED ? 1 : 3);
+    TpkBuffer *drop[] = {x, w, h, g, y, z};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
 /* TPK_EAGER picks the mode of new contexts; a value that is no mode is an
  * error naming it. */
 static void test_mode_from_the_environment(void **state) {
@@ -759,6 +814,7 @@ int main(void) {
       cmocka_unit_test(test_two_streams_on_two_threads),
       cmocka_unit_test(test_kernel_calls),
       cmocka_unit_test(test_indices_are_not_sizes),
+      cmocka_unit_test(test_the_observer_hears_every_launch),
       cmocka_unit_test(test_mode_from_the_environment),
   };
   return test_run_tests(tests);
