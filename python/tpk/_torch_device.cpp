@@ -76,7 +76,28 @@ struct State {
   TpkStreamStats past{};      /* of the streams set_device and set_eager_mode replaced */
   int64_t cpu_ops = 0;        /* calls that ran on the CPU */
   std::unordered_set<std::string> warned; /* ops that ran on the CPU, each warned once */
+  bool profiling = false; /* the stream's launches are recorded (tpk.torch.profile) */
 };
+
+/* One launch of the stream, as its observer heard of it (profiling). */
+struct Launch {
+  std::string label, tier;
+  int64_t first, last, kernels;
+  bool simulated;
+  double seconds, flops, matmul_flops, hbm_bytes, mxu, vpu, hbm;
+};
+
+/* What the observer records: its own lock, since it runs wherever the
+ * stream runs its work (with the stream's lock held), on any thread. */
+struct Record {
+  std::mutex mu;
+  std::vector<Launch> launches;
+};
+
+Record &record() {
+  static Record r;
+  return r;
+}
 
 State &state() {
   static State s;
@@ -1151,6 +1172,16 @@ PyObject *raise_error(const char *what) {
   return nullptr;
 }
 
+/* The stream's observer while profiling (tpk_stream_observe). */
+void observe(void *, const TpkStreamLaunch *l) {
+  const TpkLaunchResult *r = l->result;
+  const TpkSimStats &m = r->sim;
+  Record &rec = record();
+  std::lock_guard<std::mutex> hold(rec.mu);
+  rec.launches.push_back({l->label, r->tier ? r->tier : "", l->first, l->last, l->kernels, r->simulated, m.seconds, m.flops,
+                          m.matmul_flops, m.hbm_bytes, m.mxu_utilisation, m.vpu_utilisation, m.hbm_utilisation});
+}
+
 /* A new stream on the current device in the context's mode, the old one
  * synced and destroyed (its counts kept). */
 bool replace_stream(State &s, TpkDevice *dev) {
@@ -1164,7 +1195,9 @@ bool replace_stream(State &s, TpkDevice *dev) {
     s.stream = nullptr;
   }
   s.dev = dev;
-  return tpk_stream_create(dev, &s.stream) == TPK_OK;
+  if (tpk_stream_create(dev, &s.stream) != TPK_OK) return false;
+  if (s.profiling) tpk_stream_observe(s.stream, observe, nullptr);
+  return true;
 }
 
 PyObject *set_device(PyObject *, PyObject *name) {
@@ -1283,6 +1316,45 @@ PyObject *stats(PyObject *, PyObject *) {
                        "sim_seconds", st.sim_seconds + now.sim_seconds, "cpu_ops", (long long)s.cpu_ops, "cpu_op_names", ops);
 }
 
+/* profile(on) -> the launches recorded since profiling began, each a tuple
+ * (label, first, last, kernels, tier, simulated, seconds, flops,
+ * matmul_flops, hbm_bytes, mxu, vpu, hbm utilisation), after a sync;
+ * profile(True) starts a new record, profile(False) stops. */
+PyObject *profile(PyObject *, PyObject *on) {
+  int v = PyObject_IsTrue(on);
+  if (v < 0) return nullptr;
+  std::string error;
+  std::vector<Launch> taken;
+  Py_BEGIN_ALLOW_THREADS try {
+    State &s = state();
+    std::lock_guard<std::recursive_mutex> hold(s.mu);
+    try {
+      sync_locked(s); /* what was submitted before is the ending profile's */
+    } catch (const c10::Error &e) {
+      error = e.what_without_backtrace();
+    }
+    {
+      std::lock_guard<std::mutex> r(record().mu);
+      taken.swap(record().launches);
+    }
+    s.profiling = v;
+    if (s.stream) tpk_stream_observe(s.stream, v ? observe : nullptr, nullptr);
+  } catch (const c10::Error &e) {
+    error = e.what_without_backtrace();
+  }
+  Py_END_ALLOW_THREADS if (!error.empty()) return raise_error(error.c_str());
+  PyObject *list = PyList_New((Py_ssize_t)taken.size());
+  for (size_t i = 0; list && i < taken.size(); i++) {
+    const Launch &l = taken[i];
+    PyObject *t = Py_BuildValue("(sLLLsNddddddd)", l.label.c_str(), (long long)l.first, (long long)l.last,
+                                (long long)l.kernels, l.tier.c_str(), PyBool_FromLong(l.simulated), l.seconds, l.flops,
+                                l.matmul_flops, l.hbm_bytes, l.mxu, l.vpu, l.hbm);
+    if (!t) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+  }
+  return list;
+}
+
 PyMethodDef METHODS[] = {
     {"init", init, METH_VARARGS,
      "init(context_capsule, device, fallback) -> [ATen ops registered]: set the device up on tpk._C's context"},
@@ -1293,6 +1365,7 @@ PyMethodDef METHODS[] = {
     {"synchronize", synchronize, METH_NOARGS, "run everything submitted; raise the first error"},
     {"set_fallback", set_fallback, METH_O, "set_fallback(bool): ops tpk does not have run on the CPU (else they raise)"},
     {"stats", stats, METH_NOARGS, "what the device did: the stream's counts, the ops that ran on the CPU"},
+    {"profile", profile, METH_O, "profile(on) -> [launch tuples] recorded until now: record the stream's launches (on) or stop"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -41,7 +41,8 @@ import torch
 import tpk
 
 __all__ = ["load", "load_source", "last_report", "std", "Ops", "compile_report", "clear_compile_report", "set_device",
-           "device_name", "set_eager_mode", "eager_mode", "synchronize", "set_fallback", "stats"]
+           "device_name", "set_eager_mode", "eager_mode", "synchronize", "set_fallback", "stats", "profile", "report",
+           "Report"]
 
 DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -607,4 +608,4 @@ def __getattr__(name):
 
 # The tpk device: PrivateUse1 as "tpk" (tpk/torch_device.py), registered here.
 from .torch_device import (  # noqa: E402
-    device_name, eager_mode, set_device, set_eager_mode, set_fallback, stats, synchronize)
+    Report, device_name, eager_mode, profile, report, set_device, set_eager_mode, set_fallback, stats, synchronize)
