@@ -231,13 +231,25 @@ private:
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, Guard);
 
+/* The device's random generator: random ops (normal_, uniform_,
+ * bernoulli_, randperm...) run on the CPU route with it when they are given
+ * none, so tpk tensors draw from a generator of their own, seeded by
+ * torch.tpk.manual_seed (and torch.manual_seed, which seeds every device).
+ * It is a CPU generator (the CPU kernels draw from it), started from the
+ * CPU's default seed, so a seed gives tpk tensors the numbers CPU tensors
+ * get from the same seed. */
+at::Generator &generator() {
+  static at::Generator g = at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val);
+  return g;
+}
+
 /* What PyTorch asks a PrivateUse1 backend beyond the guard (the autograd
- * engine whether the device is up, storages resized by Python). Random
- * ops run on the CPU, so the device's generator is the CPU's. */
+ * engine whether the device is up, storages resized by Python, the
+ * default generator). */
 struct Hooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
-  const at::Generator &getDefaultGenerator(c10::DeviceIndex) const override { return at::detail::getDefaultCPUGenerator(); }
+  const at::Generator &getDefaultGenerator(c10::DeviceIndex) const override { return generator(); }
   at::Device getDeviceFromPtr(void *) const override { return kDevice; }
   bool isPinnedPtr(const void *) const override { return false; }
   c10::Allocator *getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
@@ -365,6 +377,8 @@ void mirror_resize(const at::Tensor &t, const at::Tensor &alias) {
     t.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
 }
 
+c10::TypePtr unwrap_optional(c10::TypePtr t);
+
 void cpu_route(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const c10::FunctionSchema &schema = op.schema();
   const auto &params = schema.arguments();
@@ -396,6 +410,8 @@ void cpu_route(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
       v = std::move(cpu);
     } else if (v.isDevice() && v.toDevice().type() == kTpk) {
       v = c10::Device(c10::kCPU); /* a factory's device= */
+    } else if (v.isNone() && unwrap_optional(params[i].real_type())->kind() == c10::TypeKind::GeneratorType) {
+      v = generator(); /* a random op given no generator: the device's */
     }
   }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
@@ -1355,6 +1371,52 @@ PyObject *profile(PyObject *, PyObject *on) {
   return list;
 }
 
+/* generator_seed(seed) seeds the device's generator; generator_seed(None)
+ * seeds it from the OS; either way the seed is returned. */
+PyObject *generator_seed(PyObject *, PyObject *seed) {
+  uint64_t v;
+  if (seed == Py_None) {
+    v = c10::detail::getNonDeterministicRandom();
+  } else {
+    v = PyLong_AsUnsignedLongLongMask(seed);
+    if (PyErr_Occurred()) return nullptr;
+  }
+  at::Generator &g = generator();
+  std::lock_guard<std::mutex> hold(g.mutex());
+  g.set_current_seed(v);
+  return PyLong_FromUnsignedLongLong(v);
+}
+
+PyObject *generator_initial_seed(PyObject *, PyObject *) {
+  at::Generator &g = generator();
+  std::lock_guard<std::mutex> hold(g.mutex());
+  return PyLong_FromUnsignedLongLong(g.current_seed());
+}
+
+/* The generator's state as bytes (torch.tpk.get_rng_state), or, given
+ * bytes, set from them. */
+PyObject *generator_state(PyObject *, PyObject *args) {
+  PyObject *state = nullptr;
+  if (!PyArg_ParseTuple(args, "|O!:generator_state", &PyBytes_Type, &state)) return nullptr;
+  at::Generator &g = generator();
+  std::string error;
+  PyObject *r = nullptr;
+  try {
+    std::lock_guard<std::mutex> hold(g.mutex());
+    if (state) {
+      at::Tensor t = at::detail::empty_cpu({(int64_t)PyBytes_GET_SIZE(state)}, at::kByte, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+      std::memcpy(t.data_ptr(), PyBytes_AS_STRING(state), (size_t)PyBytes_GET_SIZE(state));
+      g.set_state(t);
+      Py_RETURN_NONE;
+    }
+    at::Tensor t = g.get_state();
+    r = PyBytes_FromStringAndSize(static_cast<const char *>(t.data_ptr()), (Py_ssize_t)t.nbytes());
+  } catch (const c10::Error &e) {
+    return raise_error(e.what_without_backtrace());
+  }
+  return r;
+}
+
 PyMethodDef METHODS[] = {
     {"init", init, METH_VARARGS,
      "init(context_capsule, device, fallback) -> [ATen ops registered]: set the device up on tpk._C's context"},
@@ -1365,6 +1427,9 @@ PyMethodDef METHODS[] = {
     {"synchronize", synchronize, METH_NOARGS, "run everything submitted; raise the first error"},
     {"set_fallback", set_fallback, METH_O, "set_fallback(bool): ops tpk does not have run on the CPU (else they raise)"},
     {"stats", stats, METH_NOARGS, "what the device did: the stream's counts, the ops that ran on the CPU"},
+    {"generator_seed", generator_seed, METH_O, "generator_seed(seed | None) -> seed: seed the device's generator"},
+    {"generator_initial_seed", generator_initial_seed, METH_NOARGS, "the seed of the device's generator"},
+    {"generator_state", generator_state, METH_VARARGS, "generator_state([bytes]) -> bytes: the device generator's state (or set it)"},
     {"profile", profile, METH_O, "profile(on) -> [launch tuples] recorded until now: record the stream's launches (on) or stop"},
     {nullptr, nullptr, 0, nullptr},
 };

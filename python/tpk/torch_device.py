@@ -280,10 +280,16 @@ def _module():
     def synchronize_device(device=None):
         synchronize()
 
-    # Random ops run on the CPU, with the CPU's generator: seeding one seeds
-    # both, and tpk tensors get the numbers CPU tensors would.
+    # Random ops run on the CPU route, drawing from the device's own
+    # generator (the shim's): seeded here and by torch.manual_seed.
     def manual_seed(seed):
-        torch.random.default_generator.manual_seed(int(seed))
+        _shim.generator_seed(int(seed))
+
+    def get_rng_state(device="tpk"):
+        return torch.frombuffer(bytearray(_shim.generator_state()), dtype=torch.uint8)
+
+    def set_rng_state(state, device="tpk"):
+        _shim.generator_state(bytes(state.to(torch.uint8).contiguous().numpy().tobytes()))
 
     def _is_in_bad_fork():
         return False
@@ -297,10 +303,12 @@ def _module():
     m.synchronize = synchronize_device
     m.manual_seed = manual_seed
     m.manual_seed_all = manual_seed
-    m.seed = lambda: torch.random.default_generator.seed()
-    m.initial_seed = lambda: torch.random.default_generator.initial_seed()
-    m.get_rng_state = lambda device="tpk": torch.random.default_generator.get_state()
-    m.set_rng_state = lambda state, device="tpk": torch.random.default_generator.set_state(state)
+    m.seed = lambda: _shim.generator_seed(None)
+    m.initial_seed = _shim.generator_initial_seed
+    m.get_rng_state = get_rng_state
+    m.set_rng_state = set_rng_state
+    m.get_rng_state_all = lambda: [get_rng_state()]
+    m.set_rng_state_all = lambda states: set_rng_state(states[0])
     m._is_in_bad_fork = _is_in_bad_fork
     return m
 
