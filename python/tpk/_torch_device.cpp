@@ -1177,9 +1177,69 @@ std::vector<at::Tensor> call_kernel(int64_t kernel, c10::string_view op, at::Ten
   return made;
 }
 
-TORCH_LIBRARY(tpk_device, m) { m.def("call(int kernel, str op, Tensor[] tensors, Scalar[] scalars) -> Tensor[]"); }
+/* Kernel `kernel` launched on tpk tensors' own buffers, after a sync (a
+ * torch.compile(backend="tpk") graph on tpk tensors: tpk/backend.py):
+ * `tensors` are its tensor parameters in declaration order, outputs
+ * included (written in place), each contiguous; it has no scalars. On a
+ * sim device the launch is timed (and recorded when profiling, as `op`);
+ * returns its simulated seconds (0 on the host). */
+void observe(void *, const TpkStreamLaunch *l);
 
-TORCH_LIBRARY_IMPL(tpk_device, PrivateUse1, m) { m.impl("call", call_kernel); }
+double launch_kernel(int64_t kernel, c10::string_view op, at::TensorList tensors) {
+  auto *k = reinterpret_cast<TpkKernel *>(kernel);
+  std::string name(op);
+  State &s = state();
+  std::lock_guard<std::recursive_mutex> hold(s.mu);
+  sync_locked(s);
+  int np = tpk_kernel_param_count(k);
+  TORCH_CHECK((size_t)np == tensors.size(), "tpk: ", name, " takes ", np, " tensors, got ", tensors.size());
+  std::vector<TpkBuffer *> args((size_t)np), views;
+  auto release = [&] {
+    for (TpkBuffer *v : views) tpk_buffer_destroy(v);
+  };
+  for (int i = 0; i < np; i++) {
+    const at::Tensor &t = tensors[(size_t)i];
+    TpkDType want = tpk_kernel_param_dtype(k, i);
+    TpkBuffer *b = is_tpk(t) ? buffer_of(t.storage()) : nullptr;
+    if (!b || !t.is_contiguous() || tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR || tpk_dtype(t.scalar_type()) != want) {
+      release();
+      TORCH_CHECK(false, "tpk: ", name, ": '", tpk_kernel_param_name(k, i), "' must be a contiguous tpk tensor of ",
+                  tpk_dtype_name(want), ", got ", t.toString(), " on ", t.device());
+    }
+    if (tpk_buffer_dtype(b) == want && t.storage_offset() == 0 && same_shape(b, t.sizes())) {
+      args[(size_t)i] = b;
+      continue;
+    }
+    TpkBuffer *v;
+    if (tpk_buffer_view(b, (size_t)t.storage_offset() * tpk_dtype_size(want), want, t.dim(), t.sizes().data(), &v) != TPK_OK) {
+      release();
+      fail_tpk(name.c_str());
+    }
+    views.push_back(args[(size_t)i] = v);
+  }
+  TpkLaunchResult r{};
+  TpkLaunch L = {};
+  L.args = args.data();
+  L.result = &r;
+  TpkStatus st = tpk_kernel_launch(k, &L);
+  release();
+  if (st != TPK_OK) fail_tpk(name.c_str());
+  if (s.profiling) {
+    TpkStreamLaunch l = {name.c_str(), 0, -1, 1, &r};
+    observe(nullptr, &l);
+  }
+  return r.simulated ? r.sim.seconds : 0.0;
+}
+
+TORCH_LIBRARY(tpk_device, m) {
+  m.def("call(int kernel, str op, Tensor[] tensors, Scalar[] scalars) -> Tensor[]");
+  m.def("launch(int kernel, str op, Tensor[] tensors) -> float");
+}
+
+TORCH_LIBRARY_IMPL(tpk_device, PrivateUse1, m) {
+  m.impl("call", call_kernel);
+  m.impl("launch", launch_kernel);
+}
 
 /* ---- the Python module ------------------------------------------------------------------- */
 
