@@ -100,6 +100,7 @@
 
 enum {
   WINDOW_OPS = 256, /* a fused window runs when it holds this many ops */
+  WINDOW_PARAMS = 256, /* ... or before its graph's kernel would take more parameters (as tpk_kernel_launch) */
   MAX_ARGS = 24,    /* arguments of one op */
   MAX_OUTS = 16,    /* results of one op */
   MAX_OPERANDS = 64, /* tensors of one op */
@@ -1066,6 +1067,7 @@ typedef struct Window {
   int nrecords;
   WValue *values;
   int nvalues, capvalues;
+  int nscalars; /* the records' lifted scalars: inputs of the window's graph too */
 } Window;
 
 struct TpkStream {
@@ -1186,7 +1188,7 @@ static void window_reset(TpkStream *s) {
   for (int i = 0; i < w->nvalues; i++) tpk_buffer_release(w->values[i].buf);
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
-  w->nvalues = w->nrecords = 0;
+  w->nvalues = w->nrecords = w->nscalars = 0;
   tpk_arena_free(&w->arena);
   tpk_arena_init(&w->arena, 0);
 }
@@ -1256,6 +1258,14 @@ static TpkStatus run_window(TpkStream *s);
  * s->lock held. */
 static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpBound *ob, TpkBuffer *const *made, int nouts) {
   Window *w = &s->w;
+  /* the window's graph is one kernel, whose parameters (its buffers and
+   * lifted scalars: an optimizer's step over many tensors has hundreds)
+   * a launch bounds: it runs before the op would take it past that */
+  if (w->nrecords && w->nvalues + w->nscalars + op->noperands + nouts + ob->nscalars > WINDOW_PARAMS) {
+    TpkStatus st = run_window(s);
+    if (st != TPK_OK) set_error(s, st, tpk_last_error());
+    unmark_all(s);
+  }
   if (!w->records && !(w->records = calloc(WINDOW_OPS, sizeof *w->records))) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   Record *rec = &w->records[w->nrecords];
   *rec = (Record){.kernel = op->kernel, .nargs = op->nargs, .lay = *lay, .nouts = nouts, .position = op->position};
@@ -1281,6 +1291,7 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpB
   }
   if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
   w->nrecords++;
+  w->nscalars += ob->nscalars;
   if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());

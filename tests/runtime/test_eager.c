@@ -726,6 +726,36 @@ static void test_indices_are_not_sizes(void **state) {
   }
 }
 
+/* A fused window whose graph would take more buffers than a kernel takes
+ * parameters (an optimizer's step over many tensors) runs in parts. */
+static void test_a_window_of_many_buffers(void **state) {
+  (void)state;
+  enum { N = 100 };
+  TpkContext *ctx = context(TPK_EAGER_FUSED);
+  TpkDevice *dev;
+  CHECK(tpk_device_open(ctx, "host", &dev));
+  TpkStream *s;
+  CHECK(tpk_stream_create(dev, &s));
+  TpkBuffer *x[N], *y[N], *z[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = iota(dev, 2, 3);
+    y[i] = op(s, "add", 3, (TpkArg[]){A(x[i]), A(x[i]), tpk_arg_named("alpha", tpk_arg_float((double)i))});
+  }
+  for (int i = 0; i < N; i++) z[i] = op(s, "mul", 2, (TpkArg[]){A(y[i]), A(x[(i + 1) % N])});
+  CHECK(tpk_stream_sync(s));
+  for (int i = 0; i < N; i++) {
+    float want[6];
+    for (int e = 0; e < 6; e++) want[e] = (float)e * (1 + (float)i) * (float)e;
+    expect_values(z[i], want, 6);
+  }
+  TpkStreamStats stats;
+  tpk_stream_stats(s, &stats);
+  assert_true(stats.windows >= 2);
+  for (int i = 0; i < N; i++) tpk_buffer_destroy(x[i]), tpk_buffer_destroy(y[i]), tpk_buffer_destroy(z[i]);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+}
+
 /* ---- observing launches ------------------------------------------------------------------ */
 
 typedef struct Seen {
@@ -814,6 +844,7 @@ int main(void) {
       cmocka_unit_test(test_two_streams_on_two_threads),
       cmocka_unit_test(test_kernel_calls),
       cmocka_unit_test(test_indices_are_not_sizes),
+      cmocka_unit_test(test_a_window_of_many_buffers),
       cmocka_unit_test(test_the_observer_hears_every_launch),
       cmocka_unit_test(test_mode_from_the_environment),
   };
