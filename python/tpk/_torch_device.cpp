@@ -330,9 +330,18 @@ bool reads_no_bytes(const c10::FunctionSchema &schema) { return schema.name() ==
  * has, not the math decomposition (tril, masks). */
 int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &mask,
                    double dropout, bool causal, std::optional<double> scale, bool gqa) {
-  Aliases aliases;
-  std::optional<at::Tensor> m = mask && is_tpk(*mask) ? std::optional<at::Tensor>(aliases.of(*mask)) : mask;
-  return at::_fused_sdp_choice(aliases.of(q), aliases.of(k), aliases.of(v), m, dropout, causal, scale, gqa);
+  /* CPU tensors of the same sizes, strides and dtypes over no bytes of
+   * theirs (the choice reads none): tpk tensors' under torch.compile's
+   * fake tensors have none to alias */
+  static char nothing[16];
+  auto like = [](const at::Tensor &t) {
+    return at::from_blob(nothing, t.sizes(), t.strides(), t.options().device(c10::kCPU));
+  };
+  std::optional<at::Tensor> m = mask && is_tpk(*mask) ? std::optional<at::Tensor>(like(*mask)) : mask;
+  /* the CPU's choice itself, not a Python mode's (a fake mode's, which
+   * would refuse these tensors) */
+  c10::impl::ExcludeDispatchKeyGuard no_modes(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+  return at::_fused_sdp_choice(like(q), like(k), like(v), m, dropout, causal, scale, gqa);
 }
 
 /* Whether an op only makes views: no argument written, every result an
@@ -710,6 +719,11 @@ Plan make_plan(const c10::FunctionSchema &schema) {
 struct ResultTypes {
   bool ok;
   std::vector<at::ScalarType> types;
+  /* per result, when ATen lays it out dense but not contiguous (SDPA's
+   * output: [B, H, T, D] over [B, T, H, D] memory), its dims from the
+   * outermost in memory; else empty. The stream's result is made so, as
+   * code after the op (views in compiled graphs) relies on the strides. */
+  std::vector<std::vector<int64_t>> orders;
 };
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ULL + (h >> 29); }
@@ -752,6 +766,13 @@ ResultTypes result_types(const c10::OperatorHandle &op, const torch::jit::Stack 
     for (const c10::IValue &v : meta) {
       if (!v.isTensor()) r.ok = false;
       else r.types.push_back(v.toTensor().defined() ? v.toTensor().scalar_type() : at::kFloat);
+      std::vector<int64_t> order;
+      if (v.isTensor() && v.toTensor().defined() && !v.toTensor().is_contiguous() && v.toTensor().is_non_overlapping_and_dense()) {
+        const at::Tensor &t = v.toTensor();
+        for (int64_t d = 0; d < t.dim(); d++) order.push_back(d);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+      }
+      r.orders.push_back(order);
     }
   } catch (const c10::Error &) {
     r.ok = false;
@@ -907,8 +928,21 @@ void stream_route(State &s, const c10::OperatorHandle &op, torch::jit::Stack *st
     if (outs[j] && torch_dtype(tpk_buffer_dtype(outs[j])) != types.types[j])
       throw Refused{std::string("its result is ") + tpk_dtype_name(tpk_buffer_dtype(outs[j])) + " where ATen's is " +
                     c10::toString(types.types[j])};
+  std::vector<at::Tensor> made;
+  for (size_t j = 0; j < nret; j++) {
+    const std::vector<int64_t> &order = j < types.orders.size() ? types.orders[j] : std::vector<int64_t>{};
+    if (!outs[j] || order.empty() || order.size() != (size_t)tpk_buffer_rank(outs[j])) {
+      made.push_back(outs[j] ? tensor_of(temps.give(outs[j])) : at::Tensor());
+      continue;
+    }
+    /* ATen's layout: the result permuted into memory order, seen back through a view */
+    TpkBuffer *memory = submit1(s, "permute", {tpk_arg_buffer(outs[j]), ints_arg(order)}, temps);
+    std::vector<int64_t> back(order.size());
+    for (size_t d = 0; d < order.size(); d++) back[(size_t)order[d]] = (int64_t)d;
+    made.push_back(tensor_of(temps.give(memory)).permute(back));
+  }
   torch::jit::drop(*stack, nargs);
-  for (size_t j = 0; j < nret; j++) stack->push_back(outs[j] ? tensor_of(temps.give(outs[j])) : at::Tensor());
+  for (at::Tensor &t : made) stack->push_back(std::move(t));
 }
 
 /* ---- the fallback: every ATen op the shim does not register ----------------------------- */
