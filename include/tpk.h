@@ -520,7 +520,8 @@ TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out);
  * What is compiled is cached (The compilation cache) by each op's or
  * window's structure with sizes by their symbolic form — each distinct
  * size above 1 is a symbol, and an int argument of a SymInt parameter
- * equal to one (or to a product of two) is that symbol — so a loop whose
+ * equal to one (or to a product of two) is that symbol, but for an index
+ * (select's, a slice's start, end, step), kept constant — so a loop whose
  * sequence length changes every step compiles nothing after its first
  * step. An op whose sizes cannot all be symbols (a view that splits a size
  * into constants) keeps those constant. A float argument of an ATen
@@ -572,6 +573,27 @@ typedef struct TpkStreamStats {
   double sim_seconds;   /* on a sim device: simulated time of everything run (strict: up to the last sync) */
 } TpkStreamStats;
 void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);
+
+/* What one launch of a stream ran, told to its observer: the op (debug,
+ * strict) or the fused window (its ops' names in order of first use,
+ * "mm, add, gelu (12 ops)"), the positions of the ops it ran, the kernels
+ * (clusters) it ran, and its launch result: the tier, and on a sim device
+ * the simulated time, FLOPs, HBM bytes and utilisations (the launch's
+ * trace is NULL here: a window's clusters are timed alone). A profiler
+ * (the tpk device's tpk.torch.report) adds these up and lays them end to
+ * end as the chip's timeline. */
+typedef struct TpkStreamLaunch {
+  const char *label;
+  int64_t first, last;
+  int64_t kernels;
+  const TpkLaunchResult *result;
+} TpkStreamLaunch;
+typedef void (*TpkStreamObserver)(void *user, const TpkStreamLaunch *launch);
+/* fn(user, launch) for each launch of s, in order, once it has run: debug
+ * when the op runs, strict at the sync that waits for it, fused when the
+ * window runs; on the thread that runs or waits, with s's lock held (fn
+ * must not call s). Strings are valid during the call. NULL: none. */
+void tpk_stream_observe(TpkStream *s, TpkStreamObserver fn, void *user);
 
 /* ---- The compilation cache ----------------------------------------------------
  *

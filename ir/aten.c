@@ -370,6 +370,26 @@ static bool bind(Call *c, const Overload *ov, const TpkArg *args, int nargs, boo
   return true;
 }
 
+/* SymInt parameters that are positions in a tensor, not sizes. */
+static bool is_index_param(const Param *p) {
+  static const char *const INDEX[] = {"index", "start", "end", "step", "padding_idx", "ignore_index"};
+  if (p->kind != K_SYMINT) return false;
+  for (size_t i = 0; i < TPK_ARRAY_LEN(INDEX); i++)
+    if (strcmp(p->name, INDEX[i]) == 0) return true;
+  return false;
+}
+
+/* Which of args bind to index parameters (tpk_gb_index_args). */
+static uint64_t index_args(const Call *c, const TpkArg *args, int nargs) {
+  uint64_t mask = 0;
+  for (int j = 0; j < c->nparams; j++)
+    for (int i = 0; i < nargs && i < 64 && is_index_param(&c->params[j]); i++)
+      if (c->arg[j] == &args[i]) mask |= (uint64_t)1 << i;
+  return mask;
+}
+
+uint64_t tpk_gb_index_args(const TpkGraphBuilder *gb) { return gb->index_args; }
+
 static const TpkArg *arg(Call *c, const char *name) {
   for (int i = 0; i < c->nparams; i++)
     if (strcmp(c->params[i].name, name) == 0) return c->arg[i];
@@ -1072,6 +1092,33 @@ static void sum_mean(Call *c, TpkReduceKind kind) {
   for (int i = 0; all && i < n; i++) axes[i] = i;
   bool keep = !all && b_arg(c, "keepdim");
   put(c, reduce(c, cvt(c, x, dt), kind, axes, n, keep));
+}
+
+/* linalg_vector_norm: (sum |x|^ord)^(1/ord) over `dim` (every dim when
+ * None or []), in `dtype` (else x's float dtype, f32 for integers); ord
+ * inf / -inf the largest / smallest |x|, 0 the count of nonzeros. ord is
+ * built in (the expansion depends on it): a tensor for it is refused. */
+static void ex_linalg_vector_norm(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  const TpkArg *o = arg(c, "ord");
+  if (!x || !o) return;
+  if (o->kind == TPK_ARG_VALUE) return (void)INVALID(c, "ord must be a number, not a tensor");
+  double ord = f_arg(c, "ord");
+  TpkDType dt = dtype_arg(c, "dtype", is_float(dt_of(x)) ? dt_of(x) : TPK_F32);
+  if (!is_float(dt)) return (void)INVALID(c, "dtype must be a float dtype, got %s", dt_name(dt));
+  int64_t axes[TPK_MAX_RANK];
+  int n = axes_arg(c, "dim", x, axes);
+  bool keep = b_arg(c, "keepdim");
+  TpkValue *a = op1(c, TPK_OP_ABS, cvt(c, x, dt)), *r;
+  if (isinf(ord)) r = reduce(c, a, ord > 0 ? TPK_REDUCE_MAX : TPK_REDUCE_MIN, axes, n, keep);
+  else if (ord == 0) r = reduce(c, cvt(c, op2(c, TPK_OP_NE, a, splat(c, a, 0)), dt), TPK_REDUCE_SUM, axes, n, keep);
+  else if (ord == 1) r = reduce(c, a, TPK_REDUCE_SUM, axes, n, keep);
+  else if (ord == 2) r = op1(c, TPK_OP_SQRT, reduce(c, op2(c, TPK_OP_MUL, a, a), TPK_REDUCE_SUM, axes, n, keep));
+  else {
+    r = reduce(c, binop_k(c, TPK_OP_POW, a, ord), TPK_REDUCE_SUM, axes, n, keep);
+    r = binop_k(c, TPK_OP_POW, r, 1 / ord);
+  }
+  put(c, r);
 }
 
 static void ex_sum(Call *c) { sum_mean(c, TPK_REDUCE_SUM); }
@@ -2750,6 +2797,7 @@ static const Overload OVERLOADS[] = {
     {"sum", "dim_IntList", "Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None", ex_sum, 0},
     {"mean", "default", "Tensor self, *, ScalarType? dtype=None", ex_mean, 0},
     {"mean", "dim", "Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None", ex_mean, 0},
+    {"linalg_vector_norm", "default", "Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None", ex_linalg_vector_norm, 0},
     {"view", "default", "Tensor self, SymInt[] size", ex_view, 0},
     {"_unsafe_view", "default", "Tensor self, SymInt[] size", ex_view, 0},
     {"reshape", "default", "Tensor self, SymInt[] shape", ex_view, 0},
@@ -3057,6 +3105,7 @@ TpkStatus tpk_aten_build(TpkGraphBuilder *gb, const char *op, const TpkArg *args
     st = tpk_error(err, strstr(why.data ? why.data : "", "a bug in tpk") ? TPK_ERR_INTERNAL : TPK_ERR_INVALID, "%s: %s%s",
                    packet, first == last ? "" : "the arguments fit no overload: ", why.data ? why.data : "");
   } else {
+    gb->index_args = index_args(c, args, nargs);
     TpkOp *mark = gb->f->body->last;
     chosen->expand(c);
     if (!c->failed && (chosen->flags & INPLACE)) inplace_result(c);

@@ -16,6 +16,7 @@ struct TpkGraphBuilder {
   TpkOp *ret;           /* the `return` of the outputs while sealed, else NULL */
   TpkGbKernelLookup lookup; /* standard kernels for the ops that call one */
   void *lookup_ctx;
+  uint64_t index_args; /* tpk_gb_index_args */
 };
 
 /* The body's ops are appended after the last one, so a sealed builder (its

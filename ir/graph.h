@@ -81,6 +81,13 @@ TpkStatus tpk_gb_call(TpkGraphBuilder *gb, const TpkFunc *k, const TpkArg *args,
 typedef const TpkFunc *(*TpkGbKernelLookup)(void *ctx, const char *name, TpkError *err);
 void tpk_gb_set_kernel_lookup(TpkGraphBuilder *gb, TpkGbKernelLookup lookup, void *ctx);
 
+/* The arguments of the op tpk_gb_op built last that are positions, not
+ * sizes (a bit per argument, args[i] as 1 << i): SymInt parameters that
+ * index into a tensor (select's index, a slice's start, end and step,
+ * padding_idx, ignore_index). A caller that makes sizes symbolic (the
+ * eager streams) keeps these constant: an index is no size of anything. */
+uint64_t tpk_gb_index_args(const TpkGraphBuilder *gb);
+
 /* v becomes the func's next result. */
 TpkStatus tpk_gb_output(TpkGraphBuilder *gb, TpkValue *v, TpkError *err);
 

@@ -6,7 +6,9 @@
  * operands' dtypes, with sizes by their symbolic form — each distinct size
  * (above 1) of its operands is a symbol s0, s1, ... in order of appearance,
  * and an int argument of a SymInt parameter that equals a symbol (or a
- * product of two) is that symbol. The unit under that key (units.c) holds
+ * product of two) is that symbol; an index (select's, a slice's start,
+ * end and step: tpk_gb_index_args) is no size and stays a constant. The
+ * unit under that key (units.c) holds
  * the op's one-op graph (ir/graph.h), built on the first sight of the key,
  * whose result types give the new output buffers' shapes at once. So an op
  * seen before builds nothing, and the same op at another sequence length
@@ -105,6 +107,7 @@
 
 enum {
   WINDOW_OPS = 256, /* a fused window runs when it holds this many ops */
+  WINDOW_PARAMS = 256, /* ... or before its graph's kernel would take more parameters (as tpk_kernel_launch) */
   MAX_ARGS = 24,    /* arguments of one op */
   MAX_OUTS = 16,    /* results of one op */
   MAX_OPERANDS = 64, /* tensors of one op */
@@ -881,10 +884,12 @@ static TpkStatus find_layout(TpkContext *ctx, const Op *op, TpkUnit **out) {
   int n;
   TpkGraphBuilder *gb = NULL;
   st = lay ? build_alone(op, lay, npolicies(op) - 1, false, &gb, types, &n, &err) : tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+  uint64_t indices = st == TPK_OK ? tpk_gb_index_args(gb) : 0; /* positions stay constants: never symbols */
   tpk_gb_free(gb);
   for (int i = 0; st == TPK_OK && i < op->nargs; i++) {
     TpkArgKind kind = op->args[i].kind;
     if (kind != TPK_ARG_FLOAT && kind != TPK_ARG_INT && kind != TPK_ARG_INTS) continue;
+    if (i < 64 && indices >> i & 1) continue;
     /* an int: a Scalar's (a rank-0 value fits), else a SymInt's (a size fits) */
     for (int as_value = kind == TPK_ARG_INT; as_value >= 0 && !lay->lift[i] && !lay->value[i]; as_value--) {
       Layout probe = {0};
@@ -1080,6 +1085,7 @@ typedef struct Window {
   int nrecords;
   WValue *values;
   int nvalues, capvalues;
+  int nscalars; /* the records' lifted scalars: inputs of the window's graph too */
 } Window;
 
 struct TpkStream {
@@ -1102,6 +1108,8 @@ struct TpkStream {
   Hints hints;          /* of its ops' and windows' keys */
   Memo **memo;   /* debug, strict: MEMO_SLOTS ops seen before (see "the memo"); NULL until one */
   Sig sig;              /* the signature of the op being submitted */
+  TpkStreamObserver observer; /* tpk_stream_observe */
+  void *observer_user;
 };
 
 struct TpkStreams {
@@ -1201,7 +1209,7 @@ static void window_reset(TpkStream *s) {
   for (int i = 0; i < w->nvalues; i++) tpk_buffer_release(w->values[i].buf);
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
-  w->nvalues = w->nrecords = 0;
+  w->nvalues = w->nrecords = w->nscalars = 0;
   tpk_arena_free(&w->arena);
   tpk_arena_init(&w->arena, 0);
 }
@@ -1271,6 +1279,14 @@ static TpkStatus run_window(TpkStream *s);
  * s->lock held. */
 static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpBound *ob, TpkBuffer *const *made, int nouts) {
   Window *w = &s->w;
+  /* the window's graph is one kernel, whose parameters (its buffers and
+   * lifted scalars: an optimizer's step over many tensors has hundreds)
+   * a launch bounds: it runs before the op would take it past that */
+  if (w->nrecords && w->nvalues + w->nscalars + op->noperands + nouts + ob->nscalars > WINDOW_PARAMS) {
+    TpkStatus st = run_window(s);
+    if (st != TPK_OK) set_error(s, st, tpk_last_error());
+    unmark_all(s);
+  }
   if (!w->records && !(w->records = calloc(WINDOW_OPS, sizeof *w->records))) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   Record *rec = &w->records[w->nrecords];
   *rec = (Record){.kernel = op->kernel, .nargs = op->nargs, .lay = *lay, .nouts = nouts, .position = op->position};
@@ -1296,6 +1312,7 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpB
   }
   if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
   w->nrecords++;
+  w->nscalars += ob->nscalars;
   if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());
@@ -1690,6 +1707,34 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   return st;
 }
 
+/* Tell s's observer about a launch that ran (s->lock held). */
+static void observed(TpkStream *s, const char *label, int64_t first, int64_t last, int64_t kernels, const TpkLaunchResult *r) {
+  if (!s->observer) return;
+  TpkLaunchResult told = *r;
+  told.trace = NULL;
+  TpkStreamLaunch l = {label, first, last, kernels, &told};
+  s->observer(s->observer_user, &l);
+}
+
+/* "mm, add, gelu (12 ops)": a window's ops by name, in order of first use. */
+static void window_label(const Window *w, char *buf, size_t n) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (int i = 0; i < w->nrecords && at + 1 < n; i++) {
+    char label[80];
+    const Record *r = &w->records[i];
+    const char *name = r->op ? r->op : label;
+    if (!r->op) snprintf(label, sizeof label, "kernel '%s'", tpk_kernel_ir(r->kernel)->name);
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++) {
+      const Record *q = &w->records[j];
+      seen = r->op ? q->op && strcmp(q->op, r->op) == 0 : q->kernel == r->kernel;
+    }
+    if (!seen) at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? ", " : "", name);
+  }
+  if (at + 1 < n) snprintf(buf + at, n - at, " (%d ops)", w->nrecords);
+}
+
 /* Run the window as one launch of its compiled graph, and empty it.
  * s->lock held. */
 static TpkStatus run_window(TpkStream *s) {
@@ -1735,6 +1780,11 @@ static TpkStatus run_window(TpkStream *s) {
     if (st == TPK_OK) {
       s->stats.launches += tpk_program_kernel_runs(p);
       s->stats.sim_seconds += r.simulated ? r.sim.seconds : 0;
+      if (s->observer) {
+        char label[256];
+        window_label(w, label, sizeof label);
+        observed(s, label, first, last, tpk_program_kernel_runs(p), &r);
+      }
     }
   }
   s->stats.windows++;
@@ -1768,6 +1818,7 @@ static TpkStatus wait_queue(TpkStream *s) {
     if (q->result.tier) {
       s->stats.launches += q->kernels;
       s->stats.sim_seconds += q->result.simulated ? q->result.sim.seconds : 0;
+      observed(s, q->op, q->position, q->position, q->kernels, &q->result);
     }
     if (q != failed) free(q);
   }
@@ -1909,6 +1960,14 @@ void tpk_streams_close(TpkStreams *ss) {
 
 TpkEagerMode tpk_stream_mode(const TpkStream *s) { return s ? s->mode : TPK_EAGER_STRICT; }
 
+void tpk_stream_observe(TpkStream *s, TpkStreamObserver fn, void *user) {
+  if (!s) return;
+  pthread_mutex_lock(&s->lock);
+  s->observer = fn;
+  s->observer_user = user;
+  pthread_mutex_unlock(&s->lock);
+}
+
 void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out) {
   if (!s || !out) return;
   pthread_mutex_lock((pthread_mutex_t *)&s->lock);
@@ -2029,6 +2088,8 @@ static TpkStatus launch_op(TpkStream *s, const Op *op, const OpLaunch *ol, TpkBu
     } else {
       s->stats.launches += ol->kernels;
       s->stats.sim_seconds += r.simulated ? r.sim.seconds : 0;
+      char label[64];
+      observed(s, op_label(op, label, sizeof label), op->position, op->position, ol->kernels, &r);
     }
     for (int i = 0; s->mode == TPK_EAGER_DEBUG && st == TPK_OK && i < ol->nouts; i++) {
       char why[128];

@@ -1791,8 +1791,16 @@ static PyObject *kernel_backward(KernelObject *K, void *unused) {
   return name ? PyUnicode_FromString(name) : Py_NewRef(Py_None);
 }
 
+/* The TpkKernel's address, for the tpk device's shim (tpk/_torch_device.cpp),
+ * which calls the kernel on the device's stream: valid while K lives. */
+static PyObject *kernel_handle(KernelObject *K, void *unused) {
+  (void)unused;
+  return PyLong_FromVoidPtr(K->k);
+}
+
 static PyGetSetDef KERNEL_GETSET[] = {
     {"backward", (getter)kernel_backward, NULL, "the name of the kernel's backward kernel in its program, or None", NULL},
+    {"_handle", (getter)kernel_handle, NULL, "the TpkKernel's address (for the tpk device's shim), valid while the kernel lives", NULL},
     {NULL},
 };
 

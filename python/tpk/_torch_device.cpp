@@ -76,7 +76,28 @@ struct State {
   TpkStreamStats past{};      /* of the streams set_device and set_eager_mode replaced */
   int64_t cpu_ops = 0;        /* calls that ran on the CPU */
   std::unordered_set<std::string> warned; /* ops that ran on the CPU, each warned once */
+  bool profiling = false; /* the stream's launches are recorded (tpk.torch.profile) */
 };
+
+/* One launch of the stream, as its observer heard of it (profiling). */
+struct Launch {
+  std::string label, tier;
+  int64_t first, last, kernels;
+  bool simulated;
+  double seconds, flops, matmul_flops, hbm_bytes, mxu, vpu, hbm;
+};
+
+/* What the observer records: its own lock, since it runs wherever the
+ * stream runs its work (with the stream's lock held), on any thread. */
+struct Record {
+  std::mutex mu;
+  std::vector<Launch> launches;
+};
+
+Record &record() {
+  static Record r;
+  return r;
+}
 
 State &state() {
   static State s;
@@ -213,13 +234,25 @@ private:
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, Guard);
 
+/* The device's random generator: random ops (normal_, uniform_,
+ * bernoulli_, randperm...) run on the CPU route with it when they are given
+ * none, so tpk tensors draw from a generator of their own, seeded by
+ * torch.tpk.manual_seed (and torch.manual_seed, which seeds every device).
+ * It is a CPU generator (the CPU kernels draw from it), started from the
+ * CPU's default seed, so a seed gives tpk tensors the numbers CPU tensors
+ * get from the same seed. */
+at::Generator &generator() {
+  static at::Generator g = at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val);
+  return g;
+}
+
 /* What PyTorch asks a PrivateUse1 backend beyond the guard (the autograd
- * engine whether the device is up, storages resized by Python). Random
- * ops run on the CPU, so the device's generator is the CPU's. */
+ * engine whether the device is up, storages resized by Python, the
+ * default generator). */
 struct Hooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
-  const at::Generator &getDefaultGenerator(c10::DeviceIndex) const override { return at::detail::getDefaultCPUGenerator(); }
+  const at::Generator &getDefaultGenerator(c10::DeviceIndex) const override { return generator(); }
   at::Device getDeviceFromPtr(void *) const override { return kDevice; }
   bool isPinnedPtr(const void *) const override { return false; }
   c10::Allocator *getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
@@ -300,9 +333,18 @@ bool reads_no_bytes(const c10::FunctionSchema &schema) { return schema.name() ==
  * has, not the math decomposition (tril, masks). */
 int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &mask,
                    double dropout, bool causal, std::optional<double> scale, bool gqa) {
-  Aliases aliases;
-  std::optional<at::Tensor> m = mask && is_tpk(*mask) ? std::optional<at::Tensor>(aliases.of(*mask)) : mask;
-  return at::_fused_sdp_choice(aliases.of(q), aliases.of(k), aliases.of(v), m, dropout, causal, scale, gqa);
+  /* CPU tensors of the same sizes, strides and dtypes over no bytes of
+   * theirs (the choice reads none): tpk tensors' under torch.compile's
+   * fake tensors have none to alias */
+  static char nothing[16];
+  auto like = [](const at::Tensor &t) {
+    return at::from_blob(nothing, t.sizes(), t.strides(), t.options().device(c10::kCPU));
+  };
+  std::optional<at::Tensor> m = mask && is_tpk(*mask) ? std::optional<at::Tensor>(like(*mask)) : mask;
+  /* the CPU's choice itself, not a Python mode's (a fake mode's, which
+   * would refuse these tensors) */
+  c10::impl::ExcludeDispatchKeyGuard no_modes(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+  return at::_fused_sdp_choice(like(q), like(k), like(v), m, dropout, causal, scale, gqa);
 }
 
 /* Whether an op only makes views: no argument written, every result an
@@ -347,6 +389,8 @@ void mirror_resize(const at::Tensor &t, const at::Tensor &alias) {
     t.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
 }
 
+c10::TypePtr unwrap_optional(c10::TypePtr t);
+
 void cpu_route(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const c10::FunctionSchema &schema = op.schema();
   const auto &params = schema.arguments();
@@ -378,6 +422,8 @@ void cpu_route(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
       v = std::move(cpu);
     } else if (v.isDevice() && v.toDevice().type() == kTpk) {
       v = c10::Device(c10::kCPU); /* a factory's device= */
+    } else if (v.isNone() && unwrap_optional(params[i].real_type())->kind() == c10::TypeKind::GeneratorType) {
+      v = generator(); /* a random op given no generator: the device's */
     }
   }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
@@ -676,6 +722,11 @@ Plan make_plan(const c10::FunctionSchema &schema) {
 struct ResultTypes {
   bool ok;
   std::vector<at::ScalarType> types;
+  /* per result, when ATen lays it out dense but not contiguous (SDPA's
+   * output: [B, H, T, D] over [B, T, H, D] memory), its dims from the
+   * outermost in memory; else empty. The stream's result is made so, as
+   * code after the op (views in compiled graphs) relies on the strides. */
+  std::vector<std::vector<int64_t>> orders;
 };
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ULL + (h >> 29); }
@@ -718,6 +769,13 @@ ResultTypes result_types(const c10::OperatorHandle &op, const torch::jit::Stack 
     for (const c10::IValue &v : meta) {
       if (!v.isTensor()) r.ok = false;
       else r.types.push_back(v.toTensor().defined() ? v.toTensor().scalar_type() : at::kFloat);
+      std::vector<int64_t> order;
+      if (v.isTensor() && v.toTensor().defined() && !v.toTensor().is_contiguous() && v.toTensor().is_non_overlapping_and_dense()) {
+        const at::Tensor &t = v.toTensor();
+        for (int64_t d = 0; d < t.dim(); d++) order.push_back(d);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+      }
+      r.orders.push_back(order);
     }
   } catch (const c10::Error &) {
     r.ok = false;
@@ -873,8 +931,21 @@ void stream_route(State &s, const c10::OperatorHandle &op, torch::jit::Stack *st
     if (outs[j] && torch_dtype(tpk_buffer_dtype(outs[j])) != types.types[j])
       throw Refused{std::string("its result is ") + tpk_dtype_name(tpk_buffer_dtype(outs[j])) + " where ATen's is " +
                     c10::toString(types.types[j])};
+  std::vector<at::Tensor> made;
+  for (size_t j = 0; j < nret; j++) {
+    const std::vector<int64_t> &order = j < types.orders.size() ? types.orders[j] : std::vector<int64_t>{};
+    if (!outs[j] || order.empty() || order.size() != (size_t)tpk_buffer_rank(outs[j])) {
+      made.push_back(outs[j] ? tensor_of(temps.give(outs[j])) : at::Tensor());
+      continue;
+    }
+    /* ATen's layout: the result permuted into memory order, seen back through a view */
+    TpkBuffer *memory = submit1(s, "permute", {tpk_arg_buffer(outs[j]), ints_arg(order)}, temps);
+    std::vector<int64_t> back(order.size());
+    for (size_t d = 0; d < order.size(); d++) back[(size_t)order[d]] = (int64_t)d;
+    made.push_back(tensor_of(temps.give(memory)).permute(back));
+  }
   torch::jit::drop(*stack, nargs);
-  for (size_t j = 0; j < nret; j++) stack->push_back(outs[j] ? tensor_of(temps.give(outs[j])) : at::Tensor());
+  for (at::Tensor &t : made) stack->push_back(std::move(t));
 }
 
 /* ---- the fallback: every ATen op the shim does not register ----------------------------- */
@@ -1153,11 +1224,145 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
+/* ---- .tpk kernels on tpk tensors (tpk.torch.load's ops) ------------------------------------ */
+
+/* Kernel `kernel` (a TpkKernel's address: tpk.Kernel._handle) on the
+ * stream (tpk_stream_call), so it runs in the stream's mode, fused with its
+ * neighbours in a fused window. `tensors` are its `in` and `inout`
+ * parameters and `scalars` its scalars, each in declaration order; `inout`
+ * tensors are written in place (as an in-place op's self); the results are
+ * its `out` tensors, in order. */
+std::vector<at::Tensor> call_kernel(int64_t kernel, c10::string_view op, at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars) {
+  auto *k = reinterpret_cast<TpkKernel *>(kernel);
+  std::string name(op);
+  State &s = state();
+  std::lock_guard<std::recursive_mutex> hold(s.mu);
+  TORCH_CHECK(s.stream, "the tpk device is not set up: import tpk.torch first");
+  Temps temps;
+  std::vector<TpkArg> args;
+  std::vector<int> results; /* per result: the tensor it writes (inout), or -1 (out) */
+  size_t t = 0, x = 0;
+  try {
+    for (int i = 0; i < tpk_kernel_param_count(k); i++) {
+      TpkParamKind kind = tpk_kernel_param_kind(k, i);
+      if (kind == TPK_PARAM_KIND_OUTPUT) {
+        results.push_back(-1);
+      } else if (kind == TPK_PARAM_KIND_SCALAR) {
+        TORCH_CHECK(x < scalars.size(), "tpk: kernel '", name, "': too few scalars");
+        const c10::Scalar &v = scalars[x++];
+        TpkDType dt = tpk_kernel_param_dtype(k, i);
+        if (dt == TPK_BOOL) args.push_back(tpk_arg_bool(v.toBool()));
+        else if (dt == TPK_I32 || dt == TPK_I16 || dt == TPK_I8 || dt == TPK_U8) args.push_back(tpk_arg_int(v.toLong()));
+        else args.push_back(tpk_arg_float(v.toDouble()));
+      } else {
+        TORCH_CHECK(t < tensors.size(), "tpk: kernel '", name, "': too few tensors");
+        const at::Tensor &v = tensors[t];
+        TORCH_CHECK(is_tpk(v), "tpk: kernel '", name, "': '", tpk_kernel_param_name(k, i), "' is on ", v.device(), ", not tpk");
+        if (kind == TPK_PARAM_KIND_INOUT) results.push_back((int)t);
+        args.push_back(tpk_arg_buffer(read_buffer(s, v, temps)));
+        t++;
+      }
+    }
+  } catch (const Refused &r) {
+    TORCH_CHECK(false, "tpk: kernel '", name, "' cannot read its arguments on the device: ", r.why);
+  }
+  TpkBuffer *outs[16] = {};
+  int n = 0;
+  if (tpk_stream_call(s.stream, k, args.data(), (int)args.size(), outs, 16, &n) != TPK_OK) fail_tpk(name.c_str());
+  for (int j = 0; j < n && j < 16; j++)
+    if (outs[j]) temps.keep(outs[j]);
+  TORCH_CHECK((size_t)n == results.size(), "tpk: kernel '", name, "' gave ", n, " results, not ", results.size());
+  std::vector<at::Tensor> made;
+  try {
+    for (size_t j = 0; j < results.size(); j++) {
+      if (results[j] < 0) made.push_back(tensor_of(temps.give(outs[j])));
+      else write_into(s, tensors[(size_t)results[j]], outs[j], temps);
+    }
+  } catch (const Refused &r) {
+    TORCH_CHECK(false, "tpk: kernel '", name, "': ", r.why);
+  }
+  return made;
+}
+
+/* Kernel `kernel` launched on tpk tensors' own buffers, after a sync (a
+ * torch.compile(backend="tpk") graph on tpk tensors: tpk/backend.py):
+ * `tensors` are its tensor parameters in declaration order, outputs
+ * included (written in place), each contiguous; it has no scalars. On a
+ * sim device the launch is timed (and recorded when profiling, as `op`);
+ * returns its simulated seconds (0 on the host). */
+void observe(void *, const TpkStreamLaunch *l);
+
+double launch_kernel(int64_t kernel, c10::string_view op, at::TensorList tensors) {
+  auto *k = reinterpret_cast<TpkKernel *>(kernel);
+  std::string name(op);
+  State &s = state();
+  std::lock_guard<std::recursive_mutex> hold(s.mu);
+  sync_locked(s);
+  int np = tpk_kernel_param_count(k);
+  TORCH_CHECK((size_t)np == tensors.size(), "tpk: ", name, " takes ", np, " tensors, got ", tensors.size());
+  std::vector<TpkBuffer *> args((size_t)np), views;
+  auto release = [&] {
+    for (TpkBuffer *v : views) tpk_buffer_destroy(v);
+  };
+  for (int i = 0; i < np; i++) {
+    const at::Tensor &t = tensors[(size_t)i];
+    TpkDType want = tpk_kernel_param_dtype(k, i);
+    TpkBuffer *b = is_tpk(t) ? buffer_of(t.storage()) : nullptr;
+    if (!b || !t.is_contiguous() || tpk_kernel_param_kind(k, i) == TPK_PARAM_KIND_SCALAR || tpk_dtype(t.scalar_type()) != want) {
+      release();
+      TORCH_CHECK(false, "tpk: ", name, ": '", tpk_kernel_param_name(k, i), "' must be a contiguous tpk tensor of ",
+                  tpk_dtype_name(want), ", got ", t.toString(), " on ", t.device());
+    }
+    if (tpk_buffer_dtype(b) == want && t.storage_offset() == 0 && same_shape(b, t.sizes())) {
+      args[(size_t)i] = b;
+      continue;
+    }
+    TpkBuffer *v;
+    if (tpk_buffer_view(b, (size_t)t.storage_offset() * tpk_dtype_size(want), want, t.dim(), t.sizes().data(), &v) != TPK_OK) {
+      release();
+      fail_tpk(name.c_str());
+    }
+    views.push_back(args[(size_t)i] = v);
+  }
+  TpkLaunchResult r{};
+  TpkLaunch L = {};
+  L.args = args.data();
+  L.result = &r;
+  TpkStatus st = tpk_kernel_launch(k, &L);
+  release();
+  if (st != TPK_OK) fail_tpk(name.c_str());
+  if (s.profiling) {
+    TpkStreamLaunch l = {name.c_str(), 0, -1, 1, &r};
+    observe(nullptr, &l);
+  }
+  return r.simulated ? r.sim.seconds : 0.0;
+}
+
+TORCH_LIBRARY(tpk_device, m) {
+  m.def("call(int kernel, str op, Tensor[] tensors, Scalar[] scalars) -> Tensor[]");
+  m.def("launch(int kernel, str op, Tensor[] tensors) -> float");
+}
+
+TORCH_LIBRARY_IMPL(tpk_device, PrivateUse1, m) {
+  m.impl("call", call_kernel);
+  m.impl("launch", launch_kernel);
+}
+
 /* ---- the Python module ------------------------------------------------------------------- */
 
 PyObject *raise_error(const char *what) {
   PyErr_SetString(PyExc_RuntimeError, what);
   return nullptr;
+}
+
+/* The stream's observer while profiling (tpk_stream_observe). */
+void observe(void *, const TpkStreamLaunch *l) {
+  const TpkLaunchResult *r = l->result;
+  const TpkSimStats &m = r->sim;
+  Record &rec = record();
+  std::lock_guard<std::mutex> hold(rec.mu);
+  rec.launches.push_back({l->label, r->tier ? r->tier : "", l->first, l->last, l->kernels, r->simulated, m.seconds, m.flops,
+                          m.matmul_flops, m.hbm_bytes, m.mxu_utilisation, m.vpu_utilisation, m.hbm_utilisation});
 }
 
 /* A new stream on the current device in the context's mode, the old one
@@ -1173,7 +1378,9 @@ bool replace_stream(State &s, TpkDevice *dev) {
     s.stream = nullptr;
   }
   s.dev = dev;
-  return tpk_stream_create(dev, &s.stream) == TPK_OK;
+  if (tpk_stream_create(dev, &s.stream) != TPK_OK) return false;
+  if (s.profiling) tpk_stream_observe(s.stream, observe, nullptr);
+  return true;
 }
 
 PyObject *set_device(PyObject *, PyObject *name) {
@@ -1292,6 +1499,91 @@ PyObject *stats(PyObject *, PyObject *) {
                        "sim_seconds", st.sim_seconds + now.sim_seconds, "cpu_ops", (long long)s.cpu_ops, "cpu_op_names", ops);
 }
 
+/* profile(on) -> the launches recorded since profiling began, each a tuple
+ * (label, first, last, kernels, tier, simulated, seconds, flops,
+ * matmul_flops, hbm_bytes, mxu, vpu, hbm utilisation), after a sync;
+ * profile(True) starts a new record, profile(False) stops. */
+PyObject *profile(PyObject *, PyObject *on) {
+  int v = PyObject_IsTrue(on);
+  if (v < 0) return nullptr;
+  std::string error;
+  std::vector<Launch> taken;
+  Py_BEGIN_ALLOW_THREADS try {
+    State &s = state();
+    std::lock_guard<std::recursive_mutex> hold(s.mu);
+    try {
+      sync_locked(s); /* what was submitted before is the ending profile's */
+    } catch (const c10::Error &e) {
+      error = e.what_without_backtrace();
+    }
+    {
+      std::lock_guard<std::mutex> r(record().mu);
+      taken.swap(record().launches);
+    }
+    s.profiling = v;
+    if (s.stream) tpk_stream_observe(s.stream, v ? observe : nullptr, nullptr);
+  } catch (const c10::Error &e) {
+    error = e.what_without_backtrace();
+  }
+  Py_END_ALLOW_THREADS if (!error.empty()) return raise_error(error.c_str());
+  PyObject *list = PyList_New((Py_ssize_t)taken.size());
+  for (size_t i = 0; list && i < taken.size(); i++) {
+    const Launch &l = taken[i];
+    PyObject *t = Py_BuildValue("(sLLLsNddddddd)", l.label.c_str(), (long long)l.first, (long long)l.last,
+                                (long long)l.kernels, l.tier.c_str(), PyBool_FromLong(l.simulated), l.seconds, l.flops,
+                                l.matmul_flops, l.hbm_bytes, l.mxu, l.vpu, l.hbm);
+    if (!t) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+  }
+  return list;
+}
+
+/* generator_seed(seed) seeds the device's generator; generator_seed(None)
+ * seeds it from the OS; either way the seed is returned. */
+PyObject *generator_seed(PyObject *, PyObject *seed) {
+  uint64_t v;
+  if (seed == Py_None) {
+    v = c10::detail::getNonDeterministicRandom();
+  } else {
+    v = PyLong_AsUnsignedLongLongMask(seed);
+    if (PyErr_Occurred()) return nullptr;
+  }
+  at::Generator &g = generator();
+  std::lock_guard<std::mutex> hold(g.mutex());
+  g.set_current_seed(v);
+  return PyLong_FromUnsignedLongLong(v);
+}
+
+PyObject *generator_initial_seed(PyObject *, PyObject *) {
+  at::Generator &g = generator();
+  std::lock_guard<std::mutex> hold(g.mutex());
+  return PyLong_FromUnsignedLongLong(g.current_seed());
+}
+
+/* The generator's state as bytes (torch.tpk.get_rng_state), or, given
+ * bytes, set from them. */
+PyObject *generator_state(PyObject *, PyObject *args) {
+  PyObject *state = nullptr;
+  if (!PyArg_ParseTuple(args, "|O!:generator_state", &PyBytes_Type, &state)) return nullptr;
+  at::Generator &g = generator();
+  std::string error;
+  PyObject *r = nullptr;
+  try {
+    std::lock_guard<std::mutex> hold(g.mutex());
+    if (state) {
+      at::Tensor t = at::detail::empty_cpu({(int64_t)PyBytes_GET_SIZE(state)}, at::kByte, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+      std::memcpy(t.data_ptr(), PyBytes_AS_STRING(state), (size_t)PyBytes_GET_SIZE(state));
+      g.set_state(t);
+      Py_RETURN_NONE;
+    }
+    at::Tensor t = g.get_state();
+    r = PyBytes_FromStringAndSize(static_cast<const char *>(t.data_ptr()), (Py_ssize_t)t.nbytes());
+  } catch (const c10::Error &e) {
+    return raise_error(e.what_without_backtrace());
+  }
+  return r;
+}
+
 PyMethodDef METHODS[] = {
     {"init", init, METH_VARARGS,
      "init(context_capsule, device, fallback) -> [ATen ops registered]: set the device up on tpk._C's context"},
@@ -1302,6 +1594,10 @@ PyMethodDef METHODS[] = {
     {"synchronize", synchronize, METH_NOARGS, "run everything submitted; raise the first error"},
     {"set_fallback", set_fallback, METH_O, "set_fallback(bool): ops tpk does not have run on the CPU (else they raise)"},
     {"stats", stats, METH_NOARGS, "what the device did: the stream's counts, the ops that ran on the CPU"},
+    {"generator_seed", generator_seed, METH_O, "generator_seed(seed | None) -> seed: seed the device's generator"},
+    {"generator_initial_seed", generator_initial_seed, METH_NOARGS, "the seed of the device's generator"},
+    {"generator_state", generator_state, METH_VARARGS, "generator_state([bytes]) -> bytes: the device generator's state (or set it)"},
+    {"profile", profile, METH_O, "profile(on) -> [launch tuples] recorded until now: record the stream's launches (on) or stop"},
     {nullptr, nullptr, 0, nullptr},
 };
 

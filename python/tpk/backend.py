@@ -483,6 +483,8 @@ class CompiledGraph:
             if not t.is_contiguous():
                 t = t.contiguous()
             launch.append(t)
+        if launch and launch[0].device.type == "tpk":
+            return self._on_device(args, launch)
         launch += self._constants
         syms = self._syms(args) if self._needs_syms else None
         if syms is None:  # sizes known at compile time
@@ -497,6 +499,29 @@ class CompiledGraph:
             report = self.kernel.launch(launch + outs, device=device)
         self.last_report = report
         self.calls += 1
+        return self._results(args, outs, syms)
+
+    def _on_device(self, args, launch):
+        """A call on tpk tensors (the tpk device): the compiled graph launched
+        on the tensors' own buffers, after the device's stream has run what
+        was submitted before (a sync point); its outputs are new tpk tensors.
+        On a simulated chip its time is `last_sim_seconds` (and a row of
+        tpk.torch.profile's report)."""
+        with self._lock:
+            if getattr(self, "_device_constants", None) is None:
+                self._device_constants = [c.to("tpk") for c in self._constants]
+        launch += self._device_constants
+        syms = self._syms(args) if self._needs_syms else None
+        outs = [torch.empty([s if type(s) is int else s(syms) for s in shape], dtype=dtype, device="tpk")
+                for shape, dtype, _ in self._out_specs]
+        if self._launch_syms:  # a size no tensor gives: the launch on the tensors' buffers cannot bind it
+            raise NotImplementedError(f"tpk graph {self.name}: sizes no input tensor gives ({', '.join(self._launch_syms)}) "
+                                      f"are not bound on the tpk device")
+        self.last_sim_seconds = torch.ops.tpk_device.launch(self.kernel._handle, self.name, launch + outs)
+        self.calls += 1
+        return self._results(args, outs, syms)
+
+    def _results(self, args, outs, syms):
         results = []
         for o in self._outputs:
             kind = o[0]

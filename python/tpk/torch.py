@@ -41,7 +41,8 @@ import torch
 import tpk
 
 __all__ = ["load", "load_source", "last_report", "std", "Ops", "compile_report", "clear_compile_report", "set_device",
-           "device_name", "set_eager_mode", "eager_mode", "synchronize", "set_fallback", "stats"]
+           "device_name", "set_eager_mode", "eager_mode", "synchronize", "set_fallback", "stats", "profile", "report",
+           "Report"]
 
 DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -258,6 +259,28 @@ class OpKernel:
             return None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def device(self, *args):
+        """The kernel on tpk tensors: on the device's eager stream
+        (tpk_stream_call through the shim), in its mode: fused with its
+        neighbours in a fused window. A kernel with a symbol only outputs
+        use (the stream has no way to bind it) runs on the CPU, on copies."""
+        self.check(args)
+        if self.extra:
+            cpu = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+            outs = self.cpu(*cpu)
+            for a, v, c in zip(self.args, args, cpu):
+                if a.kind == "inout":
+                    v.copy_(c)
+            if outs is None:
+                return None
+            return outs.to(args[0].device) if isinstance(outs, torch.Tensor) else tuple(o.to(args[0].device) for o in outs)
+        if self._slots is None:
+            self._plan()
+        tensors = [args[j] for j, _, _, _ in self._tensor_args]
+        scalars = [args[j] for j, _ in self._scalar_args]
+        outs = torch.ops.tpk_device.call(self.kernel._handle, self.qualname, tensors, scalars)
+        return self._result(tuple(outs))
+
     def _result(self, outs):
         if not outs:
             return None
@@ -317,7 +340,7 @@ class Autograd(Formula):
         ctx.tpk_scalars = {i: inputs[i] for src, i, a in self.takes if src == "arg" and not a.tensor}
         syms = self.fwd.symbols(inputs)
         ctx.tpk_extra = [syms[s] for s in self.extra]
-        ctx.tpk_outs = [(o.shape, o.dtype) for o in outs]
+        ctx.tpk_outs = [(o.shape, o.dtype, o.device) for o in outs]
         nondiff = [o for i, o in enumerate(outs) if i not in self.differentiable]
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
@@ -330,8 +353,8 @@ class Autograd(Formula):
             if src == "grad":
                 g = grads[i]
                 if g is None:
-                    shape, dtype = ctx.tpk_outs[i]
-                    g = torch.zeros(shape, dtype=dtype)
+                    shape, dtype, device = ctx.tpk_outs[i]
+                    g = torch.zeros(shape, dtype=dtype, device=device)
                 args.append(g.to(DTYPES[a.dtype]).contiguous())
             elif w is not None:
                 args.append(saved[w])
@@ -482,6 +505,7 @@ def _register(namespace, program, digest):
         for k in new:
             lib.define(k.schema)
             lib.impl(k.name, k.cpu, "CPU")
+            lib.impl(k.name, k.device, "PrivateUse1")  # tpk tensors: the device's stream
             torch.library.register_fake(k.qualname, k.fake, lib=lib)
             _defined[k.qualname] = digest
             _ops[k.qualname] = k
@@ -584,4 +608,4 @@ def __getattr__(name):
 
 # The tpk device: PrivateUse1 as "tpk" (tpk/torch_device.py), registered here.
 from .torch_device import (  # noqa: E402
-    device_name, eager_mode, set_device, set_eager_mode, set_fallback, stats, synchronize)
+    Report, device_name, eager_mode, profile, report, set_device, set_eager_mode, set_fallback, stats, synchronize)

@@ -73,11 +73,29 @@ def test_factories():
     torch.manual_seed(3)
     want = torch.randn(4, 5)
     torch.manual_seed(3)
-    same(torch.randn(4, 5, device="tpk"), want)  # random numbers are the CPU generator's
+    same(torch.randn(4, 5, device="tpk"), want)  # a seed gives the numbers the CPU gives from it
+
+
+def test_the_device_has_a_generator_of_its_own():
     torch.tpk.manual_seed(5)
-    want = torch.rand(6)
+    assert torch.tpk.initial_seed() == 5
+    state = torch.tpk.get_rng_state()
+    cpu_state = torch.get_rng_state()
+    a = torch.rand(6, device="tpk")
+    assert torch.equal(torch.get_rng_state(), cpu_state)  # the CPU generator did not move
+    torch.tpk.set_rng_state(state)
+    same(torch.rand(6, device="tpk"), a.cpu())
     torch.tpk.manual_seed(5)
-    same(torch.rand(6, device="tpk"), want)
+    got = torch.randn(3, 3, device="tpk") * torch.rand(3, device="tpk")
+    torch.manual_seed(5)
+    same(got, torch.randn(3, 3) * torch.rand(3))
+    g = torch.Generator().manual_seed(7)  # a CPU generator given to a tpk op is used
+    want = torch.randn(4, generator=torch.Generator().manual_seed(7))
+    same(torch.randn(4, generator=g).to("tpk"), want)
+    torch.manual_seed(9)  # seeds every device
+    a = torch.rand(4, device="tpk").cpu()
+    torch.tpk.manual_seed(9)
+    assert torch.equal(torch.rand(4, device="tpk").cpu(), a)
 
 
 def test_storage_is_a_tpk_buffer():

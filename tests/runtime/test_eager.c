@@ -768,6 +768,144 @@ static void test_kernel_calls(void **state) {
   }
 }
 
+/* ---- indices and slices ------------------------------------------------------------------ */
+
+/* x[r][c] of a [rows, cols] buffer holding 0, 1, 2, ... */
+static TpkBuffer *iota(TpkDevice *dev, int64_t rows, int64_t cols) {
+  TpkBuffer *b;
+  CHECK(tpk_buffer_create(dev, TPK_F32, 2, (int64_t[]){rows, cols}, &b));
+  float v[64];
+  for (int i = 0; i < rows * cols; i++) v[i] = (float)i;
+  CHECK(tpk_buffer_write(b, v, tpk_buffer_bytes(b)));
+  return b;
+}
+
+static void expect_values(TpkBuffer *b, const float *want, int n) {
+  float v[64];
+  assert_int_equal(tpk_buffer_bytes(b), sizeof *v * (size_t)n);
+  CHECK(tpk_buffer_read(b, v, tpk_buffer_bytes(b)));
+  for (int i = 0; i < n; i++)
+    if (v[i] != want[i]) fail_msg("element %d: %g, expected %g", i, v[i], want[i]);
+}
+
+/* An index (select's, a slice's start, end and step) is never a shape
+ * symbol of its own: select(x, 1, 3) of a [4, 8] x, which once grew a
+ * symbol no input binds, and a slice's ints in a fused window, which once
+ * became window symbols a later view could not match, in every mode. */
+static void test_indices_are_not_sizes(void **state) {
+  (void)state;
+  for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "host", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    TpkBuffer *x = iota(dev, 4, 8), *y = iota(dev, 6, 8);
+    TpkBuffer *col = op(s, "select", 3, (TpkArg[]){A(x), tpk_arg_int(1), tpk_arg_int(3)});
+    TpkBuffer *row = op(s, "select", 3, (TpkArg[]){A(x), tpk_arg_int(0), tpk_arg_int(2)});
+    TpkBuffer *cols = op(s, "slice", 5, (TpkArg[]){A(x), tpk_arg_int(1), tpk_arg_int(2), tpk_arg_int(7), tpk_arg_int(3)});
+    TpkBuffer *flat = op(s, "view", 2, (TpkArg[]){A(y), INTS(48)});
+    TpkBuffer *part = op(s, "slice", 4, (TpkArg[]){A(flat), tpk_arg_int(0), tpk_arg_int(8), tpk_arg_int(32)});
+    TpkBuffer *cube = op(s, "view", 2, (TpkArg[]){A(part), INTS(3, 4, 2)});
+    TpkBuffer *twice = op(s, "mul", 2, (TpkArg[]){A(cube), tpk_arg_float(2.0)});
+    expect_values(col, (float[]){3, 11, 19, 27}, 4);
+    expect_values(row, (float[]){16, 17, 18, 19, 20, 21, 22, 23}, 8);
+    expect_values(cols, (float[]){2, 5, 10, 13, 18, 21, 26, 29}, 8);
+    float want[24];
+    for (int i = 0; i < 24; i++) want[i] = (float)(2 * (8 + i));
+    expect_values(twice, want, 24);
+    TpkBuffer *drop[] = {x, y, col, row, cols, flat, part, cube, twice};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
+/* A fused window whose graph would take more buffers than a kernel takes
+ * parameters (an optimizer's step over many tensors) runs in parts. */
+static void test_a_window_of_many_buffers(void **state) {
+  (void)state;
+  enum { N = 100 };
+  TpkContext *ctx = context(TPK_EAGER_FUSED);
+  TpkDevice *dev;
+  CHECK(tpk_device_open(ctx, "host", &dev));
+  TpkStream *s;
+  CHECK(tpk_stream_create(dev, &s));
+  TpkBuffer *x[N], *y[N], *z[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = iota(dev, 2, 3);
+    y[i] = op(s, "add", 3, (TpkArg[]){A(x[i]), A(x[i]), tpk_arg_named("alpha", tpk_arg_float((double)i))});
+  }
+  for (int i = 0; i < N; i++) z[i] = op(s, "mul", 2, (TpkArg[]){A(y[i]), A(x[(i + 1) % N])});
+  CHECK(tpk_stream_sync(s));
+  for (int i = 0; i < N; i++) {
+    float want[6];
+    for (int e = 0; e < 6; e++) want[e] = (float)e * (1 + (float)i) * (float)e;
+    expect_values(z[i], want, 6);
+  }
+  TpkStreamStats stats;
+  tpk_stream_stats(s, &stats);
+  assert_true(stats.windows >= 2);
+  for (int i = 0; i < N; i++) tpk_buffer_destroy(x[i]), tpk_buffer_destroy(y[i]), tpk_buffer_destroy(z[i]);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+}
+
+/* ---- observing launches ------------------------------------------------------------------ */
+
+typedef struct Seen {
+  int launches;
+  double seconds;
+  int64_t kernels, last;
+  char labels[512];
+} Seen;
+
+static void see(void *user, const TpkStreamLaunch *l) {
+  Seen *s = user;
+  s->launches++;
+  s->seconds += l->result->simulated ? l->result->sim.seconds : 0;
+  s->kernels += l->kernels;
+  assert_true(l->first > s->last && l->last >= l->first); /* in order */
+  s->last = l->last;
+  size_t at = strlen(s->labels);
+  snprintf(s->labels + at, sizeof s->labels - at, "%s|", l->label);
+}
+
+/* The observer hears of every launch once it has run, in order: one per op
+ * (debug, strict), one per window (fused, named by its ops); their
+ * simulated times add up to the stream's. */
+static void test_the_observer_hears_every_launch(void **state) {
+  (void)state;
+  for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
+    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkDevice *dev;
+    CHECK(tpk_device_open(ctx, "sim:v5e", &dev));
+    TpkStream *s;
+    CHECK(tpk_stream_create(dev, &s));
+    Seen seen = {0};
+    tpk_stream_observe(s, see, &seen);
+    TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){64, 128}, 21), *w = input(dev, TPK_F32, 2, (int64_t[]){128, 32}, 22);
+    TpkBuffer *h = op(s, "mm", 2, (TpkArg[]){A(x), A(w)});
+    TpkBuffer *g = op(s, "gelu", 1, (TpkArg[]){A(h)});
+    TpkBuffer *y = op(s, "add", 2, (TpkArg[]){A(g), A(h)});
+    CHECK(tpk_stream_sync(s));
+    TpkStreamStats stats;
+    tpk_stream_stats(s, &stats);
+    assert_int_equal(seen.launches, mode == TPK_EAGER_FUSED ? 1 : 3);
+    assert_int_equal(seen.kernels, stats.launches);
+    assert_true(seen.seconds > 0 && fabs(seen.seconds - stats.sim_seconds) <= 1e-12);
+    assert_string_equal(seen.labels, mode == TPK_EAGER_FUSED ? "mm, gelu, add (3 ops)|" : "mm|gelu|add|");
+    tpk_stream_observe(s, NULL, NULL);
+    TpkBuffer *z = op(s, "neg", 1, (TpkArg[]){A(y)});
+    CHECK(tpk_stream_sync(s));
+    assert_int_equal(seen.launches, mode == TPK_EAGER_FUSED ? 1 : 3);
+    TpkBuffer *drop[] = {x, w, h, g, y, z};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+    tpk_stream_destroy(s);
+    tpk_context_destroy(ctx);
+  }
+}
+
 /* TPK_EAGER picks the mode of new contexts; a value that is no mode is an
  * error naming it. */
 /* pow with an exponent ATen's kernel special-cases is computed as it
@@ -835,6 +973,9 @@ int main(void) {
       cmocka_unit_test(test_lifetimes),
       cmocka_unit_test(test_two_streams_on_two_threads),
       cmocka_unit_test(test_kernel_calls),
+      cmocka_unit_test(test_indices_are_not_sizes),
+      cmocka_unit_test(test_a_window_of_many_buffers),
+      cmocka_unit_test(test_the_observer_hears_every_launch),
       cmocka_unit_test(test_mode_from_the_environment),
   };
   return test_run_tests(tests);
