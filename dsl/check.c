@@ -816,6 +816,55 @@ typedef struct Access {
 
 static const char *ordinal_dim(Checker *c, int i) { return tpk_arena_printf(&c->m->arena, "dimension %d", i); }
 
+/* `ds(start, size)` (Pallas's pl.ds): `size` elements from `start`, an i32
+ * scalar computed when the kernel runs (from data or arithmetic); `size` is
+ * a compile-time size. Elements before 0 or past the end are masked as a
+ * ragged tile's are: loads read `other`, stores drop them. */
+static bool dynamic_slice(Checker *c, const TpkAst *item, int axis, Access *acc) {
+  const TpkAst *args[3] = {0};
+  int n = 0;
+  for (const TpkAst *a = item->args; a; a = a->next) {
+    if (a->kind == TPK_AST_KWARG || n == 2) {
+      tpk_diag_error_hint(c->diags, a->span, "usage: ds(start, size), e.g. x[ds(offsets[g], BM), :]",
+                          "ds() takes two arguments: a start and a compile-time size");
+      return false;
+    }
+    args[n++] = a;
+  }
+  if (n != 2) {
+    tpk_diag_error_hint(c->diags, item->span, "usage: ds(start, size), e.g. x[ds(offsets[g], BM), :]",
+                        "ds() takes two arguments: a start and a compile-time size");
+    return false;
+  }
+  Val start = eval(c, args[0]);
+  if (start.k == V_ERR) return false;
+  if (start.k == V_FLT || start.k == V_TILE) {
+    tpk_diag_error_hint(c->diags, args[0]->span, start.k == V_TILE ? "use the tile's start: i.start" : NULL,
+                        "the start of ds() must be an integer scalar; got %s", start.k == V_TILE ? "a tile index" : "a float");
+    return false;
+  }
+  start = need_data(c, args[0], start, TPK_I32);
+  if (start.k == V_ERR) return false;
+  const TpkType *t = start.v->type;
+  if (!tpk_dtype_is_int(t->dtype) || t->rank != 0) {
+    tpk_diag_error_hint(c->diags, args[0]->span, t->rank ? "a vector of rows is a gather: index with it directly" : NULL,
+                        "the start of ds() must be an integer scalar; got %s", type_str(c, t));
+    return false;
+  }
+  const TpkDim *size = eval_dim(c, args[1]);
+  if (!size) return false; /* eval_dim said why: sizes are compile-time */
+  int64_t k;
+  if (tpk_dim_is_const(size, &k) && k <= 0) {
+    tpk_diag_error(c->diags, args[1]->span, "the size of ds() must be positive; got %lld", (long long)k);
+    return false;
+  }
+  at(c, item);
+  acc->pattern.dim[axis] = TPK_INDEX_RANGE;
+  acc->ops[acc->nops++] = convert(c, start.v, TPK_I32);
+  acc->dims[acc->rank++] = size;
+  return true;
+}
+
 /* One index item of `base[...]` against dimension `dim`; appends to acc. */
 static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *dim, Access *acc) {
   int64_t size_k;
@@ -848,6 +897,7 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
     acc->dims[acc->rank++] = size;
     return true;
   }
+  if (item->kind == TPK_AST_CALL && strcmp(item->name, "ds") == 0) return dynamic_slice(c, item, axis, acc);
   Val v = eval(c, item);
   if (v.k == V_ERR) return false;
   if (v.k == V_TILE) {

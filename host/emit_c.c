@@ -967,8 +967,11 @@ static bool load_is_view(const TpkOp *load) {
 static const char *in_range(Emitter *e, const Access *acc) {
   TpkStr cond = {0};
   for (int d = 0; d < acc->pattern->rank; d++)
-    if (acc->pattern->dim[d] == TPK_INDEX_TILE || acc->pattern->dim[d] == TPK_INDEX_RANGE)
+    if (acc->pattern->dim[d] == TPK_INDEX_TILE)
       tpk_str_printf(&cond, "%s%s + %s <= %s", cond.len ? " && " : "", acc->start[d], acc->size[d], dim(e, acc->mem, d));
+    else if (acc->pattern->dim[d] == TPK_INDEX_RANGE) /* a dynamic start may be negative */
+      tpk_str_printf(&cond, "%s%s >= 0 && %s + %s <= %s", cond.len ? " && " : "", acc->start[d], acc->start[d],
+                     acc->size[d], dim(e, acc->mem, d));
   const char *r = tpk_arena_strdup(&e->arena, cond.len ? cond.data : "1");
   tpk_str_free(&cond);
   return r;

@@ -17,10 +17,17 @@
  * instances alternate between the two TensorCores, each with its own units
  * (HBM is shared).
  *
- * Loop bounds and block indices are evaluated from the IR (they are constants
- * once shapes are bound, or computed from grid and loop indices); a bound
- * that depends on data is an error. An `if` whose condition depends on data
- * is costed as both branches (an upper bound).
+ * Loop bounds, `if` conditions and block indices are evaluated from the IR:
+ * constants once shapes are bound, values computed from grid and loop
+ * indices, and integers read from the launch's data — a scalar parameter,
+ * or one element of an input (`lengths[b]`, `block_table[b, p]`). With the
+ * launch's arguments (tpk_sim_schedule_args) the walk follows the control
+ * flow those values take: a loop runs as many iterations, an `if` takes the
+ * branch, a block index chooses the block the data says. Without them
+ * (timing only, the tuner) such an integer is sampled as `tpk run` fills an
+ * integer input: uniform in [0, 8), from a fixed seed, so a timing is
+ * repeatable. A condition computed from vector data (a reduction, a float)
+ * stays unknown and is costed as both branches (an upper bound).
  */
 #include "sim/sim.h"
 
@@ -91,6 +98,8 @@ typedef struct Walker {
   int64_t grid_ids[TPK_MAX_RANK], grid_lo[TPK_MAX_RANK], grid_hi[TPK_MAX_RANK];
   int64_t walked; /* ops visited so far */
   const char *func_name;
+  const TpkFunc *func;
+  void *const *args; /* the launch's arguments, or NULL (values are sampled) */
 } Walker;
 
 static bool fail(Walker *w, const TpkOp *op, const char *fmt, const char *what) {
@@ -190,6 +199,74 @@ static void eval_scalar(Walker *w, const TpkOp *op) {
   set_known(w, &op->out[0], r);
 }
 
+/* ---- values read from data ---------------------------------------------------- */
+
+/* Element `flat` of a tensor of dtype dt as an integer; false for floats. */
+static bool read_int(const void *data, TpkDType dt, int64_t flat, int64_t *out) {
+  switch (dt) {
+  case TPK_I32: *out = ((const int32_t *)data)[flat]; return true;
+  case TPK_I16: *out = ((const int16_t *)data)[flat]; return true;
+  case TPK_I8: *out = ((const int8_t *)data)[flat]; return true;
+  case TPK_U8: *out = ((const uint8_t *)data)[flat]; return true;
+  case TPK_BOOL: *out = ((const uint8_t *)data)[flat] != 0; return true;
+  default: return false;
+  }
+}
+
+/* The value timing without data assumes for element `flat` of parameter
+ * `param`: what `tpk run` would fill an integer input with (uniform in
+ * [0, 8)), from a hash of the two so the same element always reads the same. */
+static int64_t sampled(int param, int64_t flat) {
+  uint64_t h = 0x9e3779b97f4a7c15ull * (uint64_t)(param + 1) ^ (uint64_t)flat;
+  h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb3fe1a85ec53ull, h ^= h >> 33;
+  return (int64_t)(h % 8);
+}
+
+static int param_index(const Walker *w, const TpkValue *v) {
+  for (int i = 0; i < w->func->nparams; i++)
+    if (w->func->params[i].value == v) return i;
+  return -1;
+}
+
+/* An integer scalar parameter's value (from the launch, or sampled). */
+static void know_scalar_param(Walker *w, int i) {
+  const TpkValue *v = w->func->params[i].value;
+  if (v->type->kind != TPK_TYPE_TENSOR || v->type->rank != 0) return;
+  int64_t x;
+  if (w->args && w->args[i]) {
+    if (read_int(w->args[i], v->type->dtype, 0, &x)) set_known(w, v, x);
+  } else if (tpk_dtype_is_int(v->type->dtype) || v->type->dtype == TPK_BOOL) {
+    set_known(w, v, sampled(i, 0));
+  }
+  if (tpk_ptrmap_get(&w->known, v, NULL)) w->rep->follows_data = true;
+}
+
+/* A scalar load from a parameter in HBM at known indices: the element's
+ * value when it is an integer. Out of range it reads 0, as a ragged tile
+ * does. */
+static void know_loaded(Walker *w, const TpkOp *op) {
+  const TpkValue *ref = op->in[0];
+  const TpkType *t = ref->type;
+  int i = param_index(w, ref);
+  if (i < 0 || op->nin - 1 != t->rank) return;
+  if (!tpk_dtype_is_int(t->dtype) && t->dtype != TPK_BOOL) return;
+  int64_t flat = 0;
+  bool inside = true;
+  for (int a = 0; a < t->rank; a++) {
+    int64_t x, d;
+    if (!known(w, op->in[1 + a], &x) || !tpk_dim_is_const(t->dims[a], &d)) return;
+    inside = inside && x >= 0 && x < d;
+    flat = flat * d + x;
+  }
+  int64_t x = 0;
+  if (!inside) x = 0;
+  else if (w->args && w->args[i]) {
+    if (!read_int(w->args[i], t->dtype, flat, &x)) return;
+  } else x = sampled(i, flat);
+  set_known(w, &op->out[0], x);
+  w->rep->follows_data = true;
+}
+
 /* ---- tasks --------------------------------------------------------------------------- */
 
 static int64_t numel(const TpkType *t) {
@@ -274,9 +351,13 @@ static void load(Walker *w, const TpkOp *op) {
   void *prev;
   if (key && tpk_ptrmap_get(&w->prev, op, &prev) && prev && strcmp(prev, key) == 0) {
     TpkTaskId t = task_of(w, &op->out[0]);
-    if (t != TPK_TASK_NONE) return;
+    if (t != TPK_TASK_NONE) {
+      if (op->out[0].type->rank == 0) know_loaded(w, op);
+      return;
+    }
   }
   if (key) tpk_ptrmap_put(&w->prev, op, (void *)key);
+  if (op->out[0].type->rank == 0) know_loaded(w, op);
   TpkTaskId after = TPK_TASK_NONE;
   for (int i = 1; i < op->nin; i++) /* a gather waits for its indices */
     if (op->in[i]->type->rank > 0) after = task_of(w, op->in[i]);
@@ -392,7 +473,7 @@ static void next_stage(Walker *w) {
 static void walk_for(Walker *w, const TpkOp *op) {
   int64_t lo, hi;
   if (!known(w, op->in[0], &lo) || !known(w, op->in[1], &hi)) {
-    fail(w, op, "a loop bound depends on data; the simulator needs bounds it can compute", NULL);
+    fail(w, op, "a loop bound depends on vector or float data; the simulator follows bounds computed from integers", NULL);
     return;
   }
   const TpkBlock *body = op->regions[0];
@@ -428,7 +509,7 @@ static void walk_grid(Walker *w, const TpkOp *op) {
   int rank = body->nargs;
   for (int a = 0; a < rank; a++)
     if (!known(w, op->in[2 * a], &w->grid_lo[a]) || !known(w, op->in[2 * a + 1], &w->grid_hi[a])) {
-      fail(w, op, "a grid bound depends on data", NULL);
+      fail(w, op, "a grid bound depends on vector or float data", NULL);
       return;
     }
   int64_t total = 1;
@@ -514,10 +595,15 @@ static void walk_block(Walker *w, const TpkBlock *b) {
 
 TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *rep, TpkTimeline **timeline,
                            TpkError *err) {
+  return tpk_sim_schedule_args(f, chip, NULL, rep, timeline, err);
+}
+
+TpkStatus tpk_sim_schedule_args(const TpkFunc *f, const TpkChip *chip, void *const *args, TpkSimReport *rep,
+                                TpkTimeline **timeline, TpkError *err) {
   memset(rep, 0, sizeof *rep);
   rep->chip = chip;
   if (timeline) *timeline = NULL;
-  Walker w = {.chip = chip, .rep = rep, .err = err, .func_name = f->name};
+  Walker w = {.chip = chip, .rep = rep, .err = err, .func_name = f->name, .func = f, .args = args};
   tpk_arena_init(&w.arena, 0);
   if (tpk_timeline_create(&w.tl) != TPK_OK) return tpk_error(err, TPK_ERR_NOMEM, "simulator: out of memory");
   w.ncores = chip->megacore && chip->tensorcores > 1 ? (chip->tensorcores < MAX_CORES ? chip->tensorcores : MAX_CORES) : 1;
@@ -543,7 +629,10 @@ TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *
     w.cores[c].mxu_out = tpk_timeline_add_unit(w.tl, name, 2 * chip->mxus_per_core);
     w.cores[c].last = w.cores[c].step = TPK_TASK_NONE;
   }
-  for (int i = 0; i < f->nparams; i++) set_task(&w, f->params[i].value, TPK_TASK_NONE);
+  for (int i = 0; i < f->nparams; i++) {
+    set_task(&w, f->params[i].value, TPK_TASK_NONE);
+    know_scalar_param(&w, i);
+  }
   walk_block(&w, f->body);
   flush_stores(&w, 1);
   TpkError terr = {0};
