@@ -851,6 +851,17 @@ static bool dynamic_slice(Checker *c, const TpkAst *item, int axis, Access *acc)
                         "the start of ds() must be an integer scalar; got %s", type_str(c, t));
     return false;
   }
+  Sym *named = args[1]->kind == TPK_AST_NAME ? lookup(c, args[1]->name) : NULL;
+  if (named && (named->kind == SYM_LET || named->kind == SYM_VAR) && named->val.k != V_INT && named->val.k != V_DIM) {
+    tpk_diag_error_hint(c->diags, args[1]->span,
+                        tpk_arena_printf(&c->m->arena,
+                                         "a block's size is a literal, const, tunable or shape symbol: take the largest "
+                                         "block and mask what is past '%s' with where()",
+                                         args[1]->name),
+                        "the size of ds() must be known at compile time; '%s' is computed when the kernel runs",
+                        args[1]->name);
+    return false;
+  }
   const TpkDim *size = eval_dim(c, args[1]);
   if (!size) return false; /* eval_dim said why: sizes are compile-time */
   int64_t k;
