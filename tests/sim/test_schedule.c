@@ -192,7 +192,7 @@ static const char *SEGMENTS = "kernel segsum(x: f32[N, D], starts: i32[G], count
  * same every time, and the report says the time follows data. */
 static void test_loop_bounds_from_data(void **state) {
   (void)state;
-  TpkBinding b[] = {{"N", 4096}, {"D", 256}, {"G", 4}};
+  TpkBinding b[] = {{"N", 65536}, {"D", 256}, {"G", 4}};
   TestCompile c;
   TpkCheckOptions o = {.binds = b, .nbinds = 3};
   test_compile(&c, "k.tpk", SEGMENTS, &o);
@@ -204,12 +204,12 @@ static void test_loop_bounds_from_data(void **state) {
   TpkPlan plan;
   if (tpk_lower(f, &t, &plan, &err) != TPK_OK) fail_msg("%s", err.message);
   tpk_plan_free(&plan);
-  int32_t starts[4] = {0, 1000, 2000, 3000}, counts[4] = {640, 128, 0, 64}, half[4] = {320, 64, 0, 32};
+  int32_t starts[4] = {0, 20000, 30000, 40000}, counts[4] = {16384, 4096, 0, 2048}, half[4] = {8192, 2048, 0, 1024};
   void *args[4] = {NULL, starts, counts, NULL};
   TpkSimReport full, halved, sampled, again;
   assert_int_equal(tpk_sim_schedule_args(f, chip, args, &full, NULL, &err), TPK_OK);
   assert_true(full.follows_data);
-  int64_t blocks = (640 + 128 + 0 + 64) / 64;
+  int64_t blocks = (16384 + 4096 + 0 + 2048) / 64;
   /* every count, and the start of each segment that has rows */
   double row_block = 64.0 * 256 * 4, counts_and_starts = (4 + 3) * 4, outputs = 4 * 256 * 4;
   if (fabs(full.hbm_bytes - (blocks * row_block + counts_and_starts + outputs)) >= 1) fail_msg("%.0f bytes, expected %.0f", full.hbm_bytes, blocks * row_block + counts_and_starts + outputs);
