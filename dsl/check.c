@@ -1942,6 +1942,9 @@ static void collect_assigned(Checker *c, const TpkAst *stmts, NameNode *declared
       collect_assigned(c, s->body, declared, out);
       collect_assigned(c, s->els, declared, out);
       break;
+    case TPK_AST_WHILE:
+      collect_assigned(c, s->body, declared, out);
+      break;
     case TPK_AST_FOR: {
       NameNode *inner = declared;
       for (const TpkAst *r = s->ranges; r; r = r->next) inner = name_push(c, inner, r->name);
@@ -2158,6 +2161,66 @@ static void check_for(Checker *c, const TpkAst *st) {
   check_for_ranges(c, st, st->ranges, vars, n);
 }
 
+/* The condition of a while loop: a bool scalar, or NULL (reported). */
+static TpkValue *while_condition(Checker *c, const TpkAst *st) {
+  Val cond = need_data(c, st->lhs, eval(c, st->lhs), TPK_BOOL);
+  if (cond.k != V_VAL) return NULL;
+  if (cond.v->type->dtype != TPK_BOOL || cond.v->type->rank != 0) {
+    const char *hint = cond.v->type->rank ? "reduce it first, e.g. while max(x) > 0.0"
+                                          : tpk_arena_printf(&c->m->arena, "compare it, e.g. while %s != 0", src_text(c, st->lhs));
+    tpk_diag_error_hint(c->diags, st->lhs->span, hint, "a while condition must be a bool scalar; got %s",
+                        type_str(c, cond.v->type));
+    return NULL;
+  }
+  return cond.v;
+}
+
+/* `while COND { body }`: one while op whose first carried value is the
+ * condition. COND is evaluated before the loop and again at the end of
+ * every iteration, from the vars the body assigned (they are carried). */
+static void check_while(Checker *c, const TpkAst *st) {
+  Sym *vars[MAX_CARRIED];
+  int n = carried_vars(c, st->body, NULL, vars);
+  TpkValue *cond = while_condition(c, st);
+  TpkOp *op = NULL;
+  if (cond) {
+    TpkValue *ins[MAX_CARRIED + 1];
+    const TpkType *types[MAX_CARRIED + 1];
+    ins[0] = cond;
+    types[0] = cond->type;
+    for (int i = 0; i < n; i++) {
+      ins[i + 1] = vars[i]->val.v;
+      types[i + 1] = vars[i]->type;
+    }
+    at(c, st);
+    op = tpk_build(&c->b, TPK_OP_WHILE, n + 1, ins, n + 1, types);
+  }
+  TpkBlock *blk = op ? op->regions[0] : detached_block(c);
+  if (!blk) return;
+  TpkBlock *saved_block = c->b.block;
+  Sym *saved_scope = c->scope;
+  c->b.block = blk;
+  if (op) {
+    tpk_block_add_arg(c->m, blk, cond->type, "cond");
+    for (int i = 0; i < n; i++) vars[i]->val = val_of(tpk_block_add_arg(c->m, blk, vars[i]->type, vars[i]->name));
+  }
+  check_stmts(c, st->body, false);
+  c->scope = saved_scope;
+  if (op) { /* the condition again, from this iteration's values; it checked clean once */
+    TpkValue *again = while_condition(c, st);
+    TpkValue *vals[MAX_CARRIED + 1];
+    vals[0] = again;
+    for (int i = 0; i < n; i++) vals[i + 1] = vars[i]->val.v;
+    at(c, st);
+    if (again) tpk_build_yield(&c->b, n + 1, vals);
+  }
+  c->b.block = saved_block;
+  for (int i = 0; i < n; i++) {
+    vars[i]->val = op ? val_of(&op->out[i + 1]) : ERR;
+    if (op) op->out[i + 1].name = vars[i]->name;
+  }
+}
+
 /* The outermost loop nest: each iteration is an independent program. */
 static void check_grid(Checker *c, const TpkAst *st) {
   TpkValue *ins[2 * TPK_MAX_RANK];
@@ -2264,6 +2327,14 @@ static void check_stmt(Checker *c, const TpkAst *st, bool top) {
   case TPK_AST_FOR:
     if (top) check_grid(c, st);
     else check_for(c, st);
+    break;
+  case TPK_AST_WHILE:
+    if (top) {
+      tpk_diag_error_hint(c->diags, st->span, "put it inside the grid: for b in 0..B { while ... { } }",
+                          "a while loop cannot be a kernel's grid; the grid's extent must be known before it runs");
+      break;
+    }
+    check_while(c, st);
     break;
   case TPK_AST_EXPR: check_expr_stmt(c, st); break;
   case TPK_AST_SCRATCH: check_scratch(c, st); break;

@@ -127,6 +127,7 @@ bool tpk_grammar_in_error(void *parser) {
 /* Token order fixes the codes; it is also the order "expected ..." lists
  * name them in. SYNC and ILLEGAL never appear in a correct program. */
 %token KERNEL CONST LET VAR IF ELSE FOR SCRATCH BACKWARD TUNE REQUIRE IN INOUT TILES AS TRUE FALSE.
+%token WHILE.
 %token NAME INT FLOAT DTYPE.
 %token SEMI RBRACE LBRACE RPAREN LPAREN RBRACKET LBRACKET COMMA COLON DOT DOTDOT ARROW.
 %token ASSIGN PLUSEQ MINUSEQ STAREQ SLASHEQ.
@@ -291,6 +292,12 @@ stmt(A) ::= if_stmt(I). { A = I; }
 stmt(A) ::= FOR(K) ranges(R) block(B). {
   A = NODE(TPK_AST_FOR, tpk_span_join(K.span, B.span));
   A->ranges = R.head;
+  A->body = B.head;
+  A = SEAL(A);
+}
+stmt(A) ::= WHILE(K) expr(C) block(B). {
+  A = NODE(TPK_AST_WHILE, tpk_span_join(K.span, B.span));
+  A->lhs = C;
   A->body = B.head;
   A = SEAL(A);
 }

@@ -141,6 +141,7 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
       "if" { TOKEN(IF); }
       "else" { TOKEN(ELSE); }
       "for" { TOKEN(FOR); }
+      "while" { TOKEN(WHILE); }
       "scratch" { TOKEN(SCRATCH); }
       "backward" { TOKEN(BACKWARD); }
       "tune" { TOKEN(TUNE); }

@@ -1429,7 +1429,9 @@ static void emit_block(Emitter *e, const TpkBlock *b);
 /* The value a for (its carried block argument) or an if (its result)
  * receives from position i of its yield. */
 static const TpkValue *carrier(const TpkOp *owner, int i) {
-  return owner->opcode == TPK_OP_FOR ? owner->regions[0]->args[1 + i] : &owner->out[i];
+  return owner->opcode == TPK_OP_FOR     ? owner->regions[0]->args[1 + i]
+         : owner->opcode == TPK_OP_WHILE ? owner->regions[0]->args[i]
+                                         : &owner->out[i];
 }
 
 /* Loop-carried and if-merged values: assign the yielded values to the
@@ -1498,6 +1500,31 @@ static void emit_for(Emitter *e, const TpkOp *op) {
   e->indent++;
   emit_block(e, body);
   if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, op, n);
+  e->indent--;
+  line(e, "}");
+}
+
+/* `while (cond) { body }`: the condition is the first carried value, and
+ * the body's yield computes the next one. */
+static void emit_while(Emitter *e, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  int n = op->nout;
+  for (int i = 0; i < n; i++) {
+    const TpkValue *arg = body->args[i], *init = op->in[i];
+    if (is_tile(arg)) {
+      const char *c = def_tile(e, arg);
+      copy_tile(e, c, arg, init);
+      set_name(e, &op->out[i], c);
+    } else {
+      const char *c = new_name(e, arg);
+      line(e, "%s %s = %s;", ctype(arg->type->dtype), c, name_of(e, init));
+      set_name(e, &op->out[i], c);
+    }
+  }
+  line(e, "while (%s) {", name_of(e, body->args[0]));
+  e->indent++;
+  emit_block(e, body);
+  if (body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, op, n);
   e->indent--;
   line(e, "}");
 }
@@ -1631,6 +1658,7 @@ static void emit_op(Emitter *e, const TpkOp *op) {
   case TPK_OP_DMA_WAIT: line(e, "/* wait: the copy finished when it started */"); return;
   case TPK_OP_GRID: emit_grid(e, op); return;
   case TPK_OP_FOR: emit_for(e, op); return;
+  case TPK_OP_WHILE: emit_while(e, op); return;
   case TPK_OP_IF: emit_if(e, op); return;
   case TPK_OP_YIELD: return; /* handled by the op owning the region */
   case TPK_OP_RETURN:

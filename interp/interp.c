@@ -1484,6 +1484,41 @@ static TpkStatus exec_for(Interp *I, const TpkOp *op) {
   return st;
 }
 
+/* The first carried value is the condition; the body's yield gives the
+ * next values, the condition first. */
+static TpkStatus exec_while(Interp *I, const TpkOp *op) {
+  int n = op->nin;
+  const TpkBlock *body = op->nregion == 1 ? op->regions[0] : NULL;
+  if (n < 1 || op->nout != n || !body || body->nargs != n) return fail(I, op, TPK_ERR_INTERNAL, "malformed while");
+  Val *carry = calloc((size_t)n, sizeof(Val)), *next = calloc((size_t)n, sizeof(Val));
+  TpkStatus st = carry && next ? TPK_OK : fail(I, op, TPK_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < n && st == TPK_OK; i++) {
+    Val *v = slot(I, op->in[i]);
+    if (!v || v->kind == V_NONE)
+      st = fail(I, op, TPK_ERR_INTERNAL, "initial value %d was not computed", i);
+    else
+      val_assign(&carry[i], v);
+  }
+  while (st == TPK_OK && tpk_ref_get_int(carry[0].dt, carry[0].data, 0)) {
+    for (int i = 0; i < n && st == TPK_OK; i++) {
+      Val *a = slot(I, body->args[i]);
+      if (!a)
+        st = fail(I, op, TPK_ERR_INTERNAL, "region argument has no slot");
+      else
+        val_assign(a, &carry[i]);
+    }
+    const TpkOp *term = NULL;
+    if (st == TPK_OK) st = exec_block(I, body, &term);
+    if (st == TPK_OK) st = take_yield(I, op, term, n, next);
+    for (int i = 0; i < n && st == TPK_OK; i++) val_move(&carry[i], &next[i]);
+  }
+  for (int i = 0; i < n && st == TPK_OK; i++) st = set_result(I, op, i, &carry[i]);
+  for (int i = 0; carry && next && i < n; i++) val_release(&carry[i]), val_release(&next[i]);
+  free(carry);
+  free(next);
+  return st;
+}
+
 static TpkStatus exec_if(Interp *I, const TpkOp *op) {
   int64_t c;
   if (op->nregion != 2) return fail(I, op, TPK_ERR_INTERNAL, "malformed if");
@@ -1570,6 +1605,7 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_DMA_WAIT: return exec_dma_wait(I, op);
   case TPK_OP_GRID: return exec_grid(I, op);
   case TPK_OP_FOR: return exec_for(I, op);
+  case TPK_OP_WHILE: return exec_while(I, op);
   case TPK_OP_IF: return exec_if(I, op);
   case TPK_OP_CALL:
     return fail(I, op, TPK_ERR_UNSUPPORTED, "calling @%s is not supported by the interpreter yet",

@@ -242,6 +242,8 @@ enum {
   /* control */                                                                                  \
   X(GRID, "grid", 2, -1, 0, 1, 0, "")                                                           \
   X(FOR, "for", 2, -1, -1, 1, 0, "")                                                            \
+  /* while cond, inits...: the region runs while its first carried value (a bool) is true */  \
+  X(WHILE, "while", 1, -1, -1, 1, 0, "")                                                        \
   X(IF, "if", 1, -1, -1, 2, 0, "")                                                              \
   X(YIELD, "yield", 0, -1, 0, 0, TPK_OPF_TERMINATOR, "")                                        \
   X(RETURN, "return", 0, -1, 0, 0, TPK_OPF_TERMINATOR, "")                                      \

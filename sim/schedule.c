@@ -470,6 +470,30 @@ static void next_stage(Walker *w) {
   age_stores(w);
 }
 
+/* dst takes src's task, and its value when the walk knows it (a scalar
+ * carried by a loop or merged by an if). */
+static void carry(Walker *w, const TpkValue *dst, const TpkValue *src) {
+  int64_t x;
+  set_task(w, dst, task_of(w, src));
+  if (known(w, src, &x)) set_known(w, dst, x);
+  else forget(w, dst);
+}
+
+/* The same for n values at once: the sources may be the destinations of
+ * the previous iteration (a yield of swapped carried values). */
+static void carry_all(Walker *w, TpkValue *const *dst, TpkValue *const *src, int n) {
+  enum { MAX = 64 };
+  int64_t x[MAX];
+  bool k[MAX];
+  TpkTaskId t[MAX];
+  for (int i = 0; i < n && i < MAX; i++) k[i] = known(w, src[i], &x[i]), t[i] = task_of(w, src[i]);
+  for (int i = 0; i < n && i < MAX; i++) {
+    set_task(w, dst[i], t[i]);
+    if (k[i]) set_known(w, dst[i], x[i]);
+    else forget(w, dst[i]);
+  }
+}
+
 static void walk_for(Walker *w, const TpkOp *op) {
   int64_t lo, hi;
   if (!known(w, op->in[0], &lo) || !known(w, op->in[1], &hi)) {
@@ -478,18 +502,41 @@ static void walk_for(Walker *w, const TpkOp *op) {
   }
   const TpkBlock *body = op->regions[0];
   int n = op->nout;
-  for (int i = 0; i < n; i++) set_task(w, body->args[i + 1], task_of(w, op->in[2 + i]));
+  for (int i = 0; i < n; i++) carry(w, body->args[i + 1], op->in[2 + i]);
   if (!push_stage(w, op)) return;
   for (int64_t it = lo; it < hi && !w->failed; it++) {
     set_known(w, body->args[0], it);
     walk_block(w, body);
     const TpkOp *y = body->last;
-    if (y && y->opcode == TPK_OP_YIELD)
-      for (int i = 0; i < n; i++) set_task(w, body->args[i + 1], task_of(w, y->in[i]));
+    if (y && y->opcode == TPK_OP_YIELD) carry_all(w, body->args + 1, y->in, n);
     next_stage(w);
   }
   w->depth--;
-  for (int i = 0; i < n; i++) set_task(w, &op->out[i], task_of(w, body->args[i + 1]));
+  for (int i = 0; i < n; i++) carry(w, &op->out[i], body->args[i + 1]);
+}
+
+/* A while loop runs while its condition, the first carried value, is known
+ * true; one the walk cannot compute (vector or float data) is refused. */
+static void walk_while(Walker *w, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  int n = op->nout;
+  int64_t c;
+  for (int i = 0; i < n; i++) carry(w, body->args[i], op->in[i]);
+  if (!push_stage(w, op)) return;
+  while (!w->failed) {
+    if (!known(w, body->args[0], &c)) {
+      fail(w, op, "a while condition depends on vector or float data; the simulator follows conditions computed from integers", NULL);
+      break;
+    }
+    if (!c) break;
+    walk_block(w, body);
+    const TpkOp *y = body->last;
+    if (!y || y->opcode != TPK_OP_YIELD) break;
+    carry_all(w, body->args, y->in, n);
+    next_stage(w);
+  }
+  w->depth--;
+  for (int i = 0; i < n; i++) carry(w, &op->out[i], body->args[i]);
 }
 
 static void walk_if(Walker *w, const TpkOp *op) {
@@ -500,7 +547,10 @@ static void walk_if(Walker *w, const TpkOp *op) {
     walk_block(w, op->regions[r]);
     const TpkOp *y = op->regions[r]->last;
     if (y && y->opcode == TPK_OP_YIELD)
-      for (int i = 0; i < op->nout; i++) set_task(w, &op->out[i], task_of(w, y->in[i]));
+      for (int i = 0; i < op->nout; i++) {
+        if (k) carry(w, &op->out[i], y->in[i]);
+        else set_task(w, &op->out[i], task_of(w, y->in[i])), forget(w, &op->out[i]);
+      }
   }
 }
 
@@ -550,7 +600,7 @@ static void walk_op(Walker *w, const TpkOp *op) {
     return;
   }
   Core *c = &w->cores[w->core];
-  if (op->nout == 1 && op->out[0].type->kind == TPK_TYPE_TENSOR && op->out[0].type->rank == 0 &&
+  if (op->nout == 1 && op->out[0].type->kind == TPK_TYPE_TENSOR && op->out[0].type->rank == 0 && !op->nregion &&
       op->opcode != TPK_OP_LOAD && op->opcode != TPK_OP_REDUCE) {
     eval_scalar(w, op);
     compute(w, op, c->scalar, 1, info->name);
@@ -559,6 +609,7 @@ static void walk_op(Walker *w, const TpkOp *op) {
   switch (op->opcode) {
   case TPK_OP_GRID: walk_grid(w, op); return;
   case TPK_OP_FOR: walk_for(w, op); return;
+  case TPK_OP_WHILE: walk_while(w, op); return;
   case TPK_OP_IF: walk_if(w, op); return;
   case TPK_OP_YIELD: case TPK_OP_DMA_WAIT: case TPK_OP_ALLOC: return;
   case TPK_OP_LOAD: load(w, op); return;

@@ -135,3 +135,26 @@ def test_dynamic_slices_are_ragged_at_both_ends(device):
                 ref[pos[g] + k] = src[g, k] + 1
     prog.place(dst, pos, src, device=device)
     assert np.array_equal(dst, ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_while_loop_walks_ragged_segments(device):
+    prog = corpus("while_loops.tpk")
+    x = rng.standard_normal((40, 10)).astype(np.float32)
+    starts = np.array([0, 5, 30, 12], dtype=np.int32)
+    counts = np.array([7, 0, 3, 16], dtype=np.int32)
+    y, steps = prog.segsum(x, starts, counts, device=device)
+    ref = np.stack([x[s:s + n].sum(axis=0) for s, n in zip(starts, counts)])
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+    assert steps.tolist() == [2, 0, 1, 4]  # blocks of BR = 4 rows
+
+
+def test_while_loop_time_follows_the_counts():
+    prog = corpus("while_loops.tpk")
+    x = rng.standard_normal((65536, 512)).astype(np.float32)
+    starts = np.array([0, 30000], dtype=np.int32)
+    secs = []
+    for counts in ([20000, 20000], [10000, 10000]):
+        prog.segsum(x, starts, np.array(counts, dtype=np.int32), tune={"BR": 4}, device="sim:v5e")
+        secs.append(prog.segsum.last_report.seconds)
+    assert 0.45 <= secs[1] / secs[0] <= 0.55, secs
