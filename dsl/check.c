@@ -100,6 +100,10 @@ typedef struct Checker {
   bool in_kernel;
   int grid_depth; /* 1 inside a grid body */
   int grid_rank;
+  /* `seq` grid axes (trailing): their loop indices, for program_id(axis) */
+  int grid_parallel;
+  TpkValue *seq_index[TPK_MAX_RANK];
+  const TpkAst *hoisted; /* a grid body whose scratch is declared before its seq loops */
   const TpkTune *tunes; /* the kernel's tunables */
   int ntunes;
   const bool *bind_used; /* parallel to opts->binds */
@@ -1512,6 +1516,16 @@ static Val bi_program(Checker *c, const TpkAst *n, const Builtin *bi, const Args
     return ERR;
   }
   at(c, n);
+  if (axis >= c->grid_parallel) { /* a seq axis: its loop's index and extent */
+    TpkValue *iv = c->seq_index[axis];
+    if (!iv) return ERR;
+    const TpkOp *loop = iv->block->parent;
+    if (bi->op == TPK_OP_NUM_PROGRAMS) return val_of(loop->in[1]);
+    if (iv->type->kind != TPK_TYPE_TILE) return val_of(iv);
+    const TpkType *i32 = tpk_type_scalar(c->m, TPK_I32);
+    TpkOp *id = tpk_build(&c->b, TPK_OP_TILE_ID, 1, &iv, 1, &i32);
+    return id ? val_of(&id->out[0]) : ERR;
+  }
   const TpkType *t = tpk_type_scalar(c->m, TPK_I32);
   TpkOp *op = tpk_build(&c->b, bi->op, 0, NULL, 1, &t);
   if (!op) return ERR;
@@ -1904,6 +1918,7 @@ static void check_assign(Checker *c, const TpkAst *st) {
 /* ---- Statements ------------------------------------------------------------------------- */
 
 static void check_stmts(Checker *c, const TpkAst *stmts, bool top);
+static void check_stmt(Checker *c, const TpkAst *st, bool top);
 
 /* Names assigned in stmts that are not declared inside them: the outer vars
  * a loop carries or an if merges. */
@@ -2221,6 +2236,34 @@ static void check_while(Checker *c, const TpkAst *st) {
   }
 }
 
+/* The seq axes of a grid (Pallas's "arbitrary" dimensions): sequential
+ * loops inside each instance, one per axis, in order; axis is the first's
+ * number for program_id. */
+static void check_seq_axes(Checker *c, const TpkAst *st, const TpkAst *r, int axis) {
+  if (!r) {
+    check_stmts(c, st->body, false);
+    return;
+  }
+  Range rg;
+  TpkOp *op = NULL;
+  if (eval_range(c, r, &rg)) {
+    TpkValue *ins[2] = {rg.lo, rg.hi};
+    at(c, r);
+    op = tpk_build(&c->b, TPK_OP_FOR, 2, ins, 0, NULL);
+  }
+  TpkBlock *blk = op ? op->regions[0] : detached_block(c);
+  if (!blk) return;
+  TpkBlock *saved_block = c->b.block;
+  Sym *saved_scope = c->scope;
+  c->b.block = blk;
+  TpkValue *iv = op ? tpk_block_add_arg(c->m, blk, rg.iv_type, r->name) : NULL;
+  bind_index_or_poison(c, r, iv);
+  c->seq_index[axis] = iv;
+  check_seq_axes(c, st, r->next, axis + 1);
+  c->scope = saved_scope;
+  c->b.block = saved_block;
+}
+
 /* The outermost loop nest: each iteration is an independent program. */
 static void check_grid(Checker *c, const TpkAst *st) {
   TpkValue *ins[2 * TPK_MAX_RANK];
@@ -2231,16 +2274,28 @@ static void check_grid(Checker *c, const TpkAst *st) {
   }
   Range rg[TPK_MAX_RANK] = {{0}};
   bool ok = true;
-  int k = 0;
-  for (const TpkAst *r = st->ranges; r; r = r->next, k++) {
+  int k = 0, nparallel = 0;
+  const TpkAst *first_seq = NULL;
+  for (const TpkAst *r = st->ranges; r; r = r->next) {
+    if (r->sequential) {
+      if (!first_seq) first_seq = r;
+      continue;
+    }
+    if (first_seq) {
+      tpk_diag_error_hint(c->diags, r->span, "put the seq axes last: for b in 0..B, seq p in 0..P",
+                          "a parallel grid axis cannot follow a seq axis");
+      return;
+    }
     ok = eval_range(c, r, &rg[k]) && ok;
     ins[2 * k] = rg[k].lo;
     ins[2 * k + 1] = rg[k].hi;
+    k++;
   }
+  nparallel = k;
   TpkOp *op = NULL;
   if (ok) {
     at(c, st);
-    op = tpk_build(&c->b, TPK_OP_GRID, 2 * nranges, ins, 0, NULL);
+    op = tpk_build(&c->b, TPK_OP_GRID, 2 * nparallel, ins, 0, NULL);
   }
   TpkBlock *blk = op ? op->regions[0] : detached_block(c);
   if (!blk) return;
@@ -2249,12 +2304,23 @@ static void check_grid(Checker *c, const TpkAst *st) {
   c->b.block = blk;
   c->grid_depth = 1;
   c->grid_rank = nranges;
+  c->grid_parallel = nparallel;
   k = 0;
-  for (const TpkAst *r = st->ranges; r; r = r->next, k++)
+  for (const TpkAst *r = st->ranges; r != first_seq; r = r->next, k++)
     bind_index_or_poison(c, r, op ? tpk_block_add_arg(c->m, blk, rg[k].iv_type, r->name) : NULL);
-  check_stmts(c, st->body, false);
+  if (first_seq) { /* the scratch of an instance keeps its value along the seq axes */
+    for (const TpkAst *s = st->body; s; s = s->next)
+      if (s->kind == TPK_AST_SCRATCH) check_stmt(c, s, false);
+    c->hoisted = st->body;
+    check_seq_axes(c, st, first_seq, nparallel);
+    c->hoisted = NULL;
+  } else {
+    check_stmts(c, st->body, false);
+  }
   c->grid_depth = 0;
   c->grid_rank = 0;
+  c->grid_parallel = 0;
+  memset(c->seq_index, 0, sizeof c->seq_index);
   c->scope = saved_scope;
   c->b.block = saved_block;
 }
@@ -2343,7 +2409,9 @@ static void check_stmt(Checker *c, const TpkAst *st, bool top) {
 }
 
 static void check_stmts(Checker *c, const TpkAst *stmts, bool top) {
+  bool hoisted = stmts && stmts == c->hoisted;
   for (const TpkAst *st = stmts; st; st = st->next) {
+    if (hoisted && st->kind == TPK_AST_SCRATCH) continue; /* declared before the seq loops */
     check_stmt(c, st, top);
     if (c->m->arena.exhausted) return;
   }

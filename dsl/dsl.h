@@ -132,6 +132,7 @@ struct TpkAst {
   double fval;       /* FLOAT */
   TpkDType dtype;    /* CAST, TYPE, PARAM, OUTPUT, SCRATCH */
   bool inout;        /* PARAM */
+  bool sequential;   /* RANGE, TILES: a `seq` grid axis */
 
   TpkAst *lhs, *rhs; /* operands, see the kinds */
   TpkAst *args;      /* CALL, INDEX, TYPE, LIST, TUNE: the list */

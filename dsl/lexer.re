@@ -142,6 +142,7 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
       "else" { TOKEN(ELSE); }
       "for" { TOKEN(FOR); }
       "while" { TOKEN(WHILE); }
+      "seq" { TOKEN(SEQ); }
       "scratch" { TOKEN(SCRATCH); }
       "backward" { TOKEN(BACKWARD); }
       "tune" { TOKEN(TUNE); }

@@ -134,6 +134,7 @@ static const char *const TOKEN_NAME[] = {
     [TK_ELSE] = "'else'",
     [TK_FOR] = "'for'",
     [TK_WHILE] = "'while'",
+    [TK_SEQ] = "'seq'",
     [TK_SCRATCH] = "'scratch'",
     [TK_BACKWARD] = "'backward'",
     [TK_TUNE] = "'tune'",
@@ -677,7 +678,7 @@ static void print_node(TpkStr *out, const TpkAst *n, int level) {
   case TPK_AST_LET:
   case TPK_AST_VAR:
   case TPK_AST_RANGE:
-  case TPK_AST_TILES:
+  case TPK_AST_TILES: tpk_str_printf(out, "%s %s", n->sequential ? " seq" : "", name); break;
   case TPK_AST_TUNE:
   case TPK_AST_CONST:
   case TPK_AST_KERNEL: tpk_str_printf(out, " %s", name); break;

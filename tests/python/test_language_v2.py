@@ -158,3 +158,12 @@ def test_while_loop_time_follows_the_counts():
         prog.segsum(x, starts, np.array(counts, dtype=np.int32), tune={"BR": 4}, device="sim:v5e")
         secs.append(prog.segsum.last_report.seconds)
     assert 0.45 <= secs[1] / secs[0] <= 0.55, secs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scratch_keeps_its_value_along_a_seq_axis(device):
+    prog = corpus("seq_axis.tpk")
+    x = rng.standard_normal((3, 10, 5)).astype(np.float32)  # T = 10: a ragged last step
+    y, total = prog.running_sum(x, device=device)
+    np.testing.assert_allclose(y, np.cumsum(x, axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(total, x.sum(axis=1), rtol=1e-5, atol=1e-5)
