@@ -77,6 +77,7 @@ struct Sym {
   const TpkDim *dim;     /* SYM_SHAPE, SYM_TUNE */
   TpkParamRole role;     /* SYM_REF: parameter role */
   bool scratch;          /* SYM_REF: VMEM scratch */
+  bool semaphore;        /* SYM_REF: DMA semaphores (SMEM counters), only copy_async and wait take them */
   const TpkType *type;   /* SYM_VAR: the declared type, fixed for life */
   int grid_depth;        /* SYM_VAR: grid nesting where declared */
   const TpkAst *decl;    /* SYM_CONST: the definition, evaluated lazily */
@@ -983,7 +984,20 @@ static bool index_items(Checker *c, const TpkAst *n, const char *base_name, int 
 
 /* Resolve `x` or `x[...]` where x names a ref (parameter, output, scratch).
  * Returns false (silently) when n does not name a ref; *is_ref tells. */
+static bool resolve_access_x(Checker *c, const TpkAst *n, Access *acc, bool *is_ref);
+
+/* A semaphore is not data: only copy_async(..., sem=) and wait() take one. */
 static bool resolve_access(Checker *c, const TpkAst *n, Access *acc, bool *is_ref) {
+  if (!resolve_access_x(c, n, acc, is_ref)) return false;
+  if (acc->sym && acc->sym->semaphore) {
+    tpk_diag_error_hint(c->diags, n->span, "start copies with copy_async(src, dst, sem=s[i]) and wait(s[i]) for them",
+                        "'%s' is a semaphore, not data", acc->sym->name);
+    return false;
+  }
+  return true;
+}
+
+static bool resolve_access_x(Checker *c, const TpkAst *n, Access *acc, bool *is_ref) {
   memset(acc, 0, sizeof *acc);
   *is_ref = false;
   const TpkAst *base = n->kind == TPK_AST_INDEX ? n->lhs : n;
@@ -1542,8 +1556,35 @@ static bool writable(Checker *c, const TpkAst *n, const Access *acc) {
   return false;
 }
 
+static TpkValue *i32_scalar(Checker *c, const TpkAst *n, const char *what);
+
+/* `s[i]` naming one semaphore of a `scratch s: semaphore[N];` into *sem,
+ * *slot; false (reported) otherwise. */
+static bool semaphore_slot(Checker *c, const TpkAst *n, TpkValue **sem, TpkValue **slot) {
+  const char *hint = "declare `scratch sems: semaphore[2];` and name one: sems[slot]";
+  const TpkAst *base = n->kind == TPK_AST_INDEX ? n->lhs : n;
+  Sym *s = base->kind == TPK_AST_NAME ? lookup(c, base->name) : NULL;
+  if (!s || s->kind != SYM_REF || !s->semaphore) {
+    tpk_diag_error_hint(c->diags, n->span, hint, "expected a semaphore, s[i]; got '%s'", src_text(c, n));
+    return false;
+  }
+  if (s->val.k != V_REF) return false;
+  if (n->kind != TPK_AST_INDEX || count_list(n->args) != 1 || n->args->kind == TPK_AST_SLICE) {
+    tpk_diag_error_hint(c->diags, n->span, tpk_arena_printf(&c->m->arena, "e.g. %s[p %% 2] for the slot of step p", s->name),
+                        "name one semaphore of '%s' with one index: %s[i]", s->name, s->name);
+    return false;
+  }
+  TpkValue *i = i32_scalar(c, n->args, "a semaphore index");
+  if (!i) return false;
+  *sem = s->val.v;
+  *slot = i;
+  return true;
+}
+
 static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   (void)bi;
+  TpkValue *sem = NULL, *slot = NULL;
+  if (a->kw[0] && !semaphore_slot(c, a->kw[0]->rhs, &sem, &slot)) return ERR;
   Access src, dst;
   bool ref0, ref1;
   bool ok0 = resolve_access(c, a->pos[0], &src, &ref0), ok1 = resolve_access(c, a->pos[1], &dst, &ref1);
@@ -1581,15 +1622,32 @@ static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const A
   if (!op) return ERR;
   tpk_op_set_index(c->m, op, "src_index", &src.pattern);
   tpk_op_set_index(c->m, op, "dst_index", &dst.pattern);
+  if (sem) { /* the copy signals the semaphore; wait(s[i]) waits for it */
+    TpkValue *sig[3] = {&op->out[0], sem, slot};
+    tpk_build(&c->b, TPK_OP_DMA_SIGNAL, 3, sig, 0, NULL);
+    return (Val){.k = V_NONE};
+  }
   return val_of(&op->out[0]);
 }
 
 static Val bi_wait(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   (void)bi;
+  const TpkAst *arg = a->pos[0];
+  const TpkAst *base = arg->kind == TPK_AST_INDEX ? arg->lhs : arg;
+  Sym *s = base->kind == TPK_AST_NAME ? lookup(c, base->name) : NULL;
+  if (s && s->kind == SYM_REF && s->semaphore) { /* wait(s[i]): the oldest copy in flight on it */
+    TpkValue *sem, *slot;
+    if (!semaphore_slot(c, arg, &sem, &slot)) return ERR;
+    at(c, n);
+    TpkValue *ins[2] = {sem, slot};
+    tpk_build(&c->b, TPK_OP_DMA_WAIT_SEM, 2, ins, 0, NULL);
+    return (Val){.k = V_NONE};
+  }
   Val h = eval(c, a->pos[0]);
   if (h.k == V_ERR) return ERR;
   if (h.k != V_VAL || h.v->type->kind != TPK_TYPE_DMA) {
-    tpk_diag_error(c->diags, a->pos[0]->span, "wait() takes the handle returned by copy_async()");
+    tpk_diag_error_hint(c->diags, a->pos[0]->span, "or a semaphore the copies signal: wait(sems[i])",
+                        "wait() takes the handle returned by copy_async()");
     return ERR;
   }
   at(c, n);
@@ -1620,8 +1678,8 @@ static const Builtin BUILTINS[] = {
     {"load", 1, 1, {"other"}, bi_load, TPK_OP_LOAD, "load(x[i, :], other=0)"},
     {"program_id", 1, 1, {0}, bi_program, TPK_OP_PROGRAM_ID, "program_id(axis)"},
     {"num_programs", 1, 1, {0}, bi_program, TPK_OP_NUM_PROGRAMS, "num_programs(axis)"},
-    {"copy_async", 2, 2, {0}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst)"},
-    {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle)"},
+    {"copy_async", 2, 2, {"sem"}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst) or copy_async(src, dst, sem=s[i])"},
+    {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle) or wait(s[i])"},
 };
 #undef EW1
 
@@ -2362,11 +2420,17 @@ static void check_scratch(Checker *c, const TpkAst *st) {
   Sym *s = declare_local(c, SYM_REF, st->name, st->name_span);
   if (!s) return;
   s->scratch = true;
+  s->semaphore = st->semaphore;
   s->role = TPK_PARAM_INOUT;
   s->val = ERR;
+  if (ok && st->semaphore && rank != 1) {
+    tpk_diag_error_hint(c->diags, st->span, "e.g. `scratch sems: semaphore[2];`, one per buffer slot",
+                        "semaphores are declared as a 1-D array");
+    ok = false;
+  }
   if (!ok || !can_build(c, st)) return;
   at(c, st);
-  const TpkType *t = tpk_type_ref(c->m, st->dtype, rank, dims, TPK_MEM_VMEM);
+  const TpkType *t = tpk_type_ref(c->m, st->dtype, rank, dims, st->semaphore ? TPK_MEM_SMEM : TPK_MEM_VMEM);
   TpkOp *op = tpk_build(&c->b, TPK_OP_ALLOC, 0, NULL, 1, &t);
   if (!op) return;
   op->out[0].name = s->name;

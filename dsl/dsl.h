@@ -133,6 +133,7 @@ struct TpkAst {
   TpkDType dtype;    /* CAST, TYPE, PARAM, OUTPUT, SCRATCH */
   bool inout;        /* PARAM */
   bool sequential;   /* RANGE, TILES: a `seq` grid axis */
+  bool semaphore;    /* SCRATCH: DMA semaphores (`scratch s: semaphore[2];`) */
 
   TpkAst *lhs, *rhs; /* operands, see the kinds */
   TpkAst *args;      /* CALL, INDEX, TYPE, LIST, TUNE: the list */

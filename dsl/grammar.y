@@ -127,7 +127,7 @@ bool tpk_grammar_in_error(void *parser) {
 /* Token order fixes the codes; it is also the order "expected ..." lists
  * name them in. SYNC and ILLEGAL never appear in a correct program. */
 %token KERNEL CONST LET VAR IF ELSE FOR SCRATCH BACKWARD TUNE REQUIRE IN INOUT TILES AS TRUE FALSE.
-%token WHILE SEQ.
+%token WHILE SEQ SEMAPHORE.
 %token NAME INT FLOAT DTYPE.
 %token SEMI RBRACE LBRACE RPAREN LPAREN RBRACKET LBRACKET COMMA COLON DOT DOTDOT ARROW.
 %token ASSIGN PLUSEQ MINUSEQ STAREQ SLASHEQ.
@@ -304,6 +304,13 @@ stmt(A) ::= WHILE(K) expr(C) block(B). {
 stmt(A) ::= SCRATCH(K) NAME(N) COLON DTYPE(T) LBRACKET exprs(D) RBRACKET SEMI(S). {
   A = named(ps, TPK_AST_SCRATCH, tpk_span_join(K.span, S.span), &N);
   A->dtype = T.v.dtype;
+  A->dims = D.head;
+  A = SEAL(A);
+}
+stmt(A) ::= SCRATCH(K) NAME(N) COLON SEMAPHORE LBRACKET exprs(D) RBRACKET SEMI(S). {
+  A = named(ps, TPK_AST_SCRATCH, tpk_span_join(K.span, S.span), &N);
+  A->dtype = TPK_I32;
+  A->semaphore = true;
   A->dims = D.head;
   A = SEAL(A);
 }

@@ -143,6 +143,7 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
       "for" { TOKEN(FOR); }
       "while" { TOKEN(WHILE); }
       "seq" { TOKEN(SEQ); }
+      "semaphore" { TOKEN(SEMAPHORE); }
       "scratch" { TOKEN(SCRATCH); }
       "backward" { TOKEN(BACKWARD); }
       "tune" { TOKEN(TUNE); }

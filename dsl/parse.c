@@ -135,6 +135,7 @@ static const char *const TOKEN_NAME[] = {
     [TK_FOR] = "'for'",
     [TK_WHILE] = "'while'",
     [TK_SEQ] = "'seq'",
+    [TK_SEMAPHORE] = "'semaphore'",
     [TK_SCRATCH] = "'scratch'",
     [TK_BACKWARD] = "'backward'",
     [TK_TUNE] = "'tune'",

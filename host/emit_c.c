@@ -1656,6 +1656,8 @@ static void emit_op(Emitter *e, const TpkOp *op) {
   }
   case TPK_OP_DMA_START: emit_dma(e, op); return;
   case TPK_OP_DMA_WAIT: line(e, "/* wait: the copy finished when it started */"); return;
+  case TPK_OP_DMA_SIGNAL: line(e, "/* the copy signals its semaphore: it finished when it started */"); return;
+  case TPK_OP_DMA_WAIT_SEM: line(e, "/* wait on a semaphore: its copies finished when they started */"); return;
   case TPK_OP_GRID: emit_grid(e, op); return;
   case TPK_OP_FOR: emit_for(e, op); return;
   case TPK_OP_WHILE: emit_while(e, op); return;

@@ -100,6 +100,14 @@ typedef struct Walker {
   const char *func_name;
   const TpkFunc *func;
   void *const *args; /* the launch's arguments, or NULL (values are sampled) */
+  /* copies in flight on semaphores, oldest first: which semaphore, which
+   * slot (-1: not known), the copy's last task */
+  struct SemTask {
+    const TpkValue *sem;
+    int64_t slot;
+    TpkTaskId t;
+  } semtasks[MAX_PENDING];
+  int nsemtasks;
 } Walker;
 
 static bool fail(Walker *w, const TpkOp *op, const char *fmt, const char *what) {
@@ -588,6 +596,38 @@ static void walk_grid(Walker *w, const TpkOp *op) {
   w->core = 0;
 }
 
+/* A wait blocks the core's scalar unit until the copy has landed: what the
+ * core computes next starts after it. */
+static void wait_for(Walker *w, TpkTaskId copy) {
+  if (copy == TPK_TASK_NONE) return;
+  Core *c = &w->cores[w->core];
+  TpkTaskId deps[2] = {copy, c->step};
+  c->step = tpk_timeline_add(w->tl, c->scalar, 0, deps, c->step == TPK_TASK_NONE ? 1 : 2, "wait", "dma");
+}
+
+static void dma_signal(Walker *w, const TpkOp *op) {
+  int64_t slot;
+  if (!known(w, op->in[2], &slot)) slot = -1;
+  if (w->nsemtasks == MAX_PENDING) { /* so many in flight: the oldest has surely landed */
+    memmove(w->semtasks, w->semtasks + 1, sizeof *w->semtasks * (MAX_PENDING - 1));
+    w->nsemtasks--;
+  }
+  w->semtasks[w->nsemtasks++] = (struct SemTask){op->in[1], slot, task_of(w, op->in[0])};
+}
+
+static void dma_wait_sem(Walker *w, const TpkOp *op) {
+  int64_t slot;
+  if (!known(w, op->in[1], &slot)) slot = -1;
+  for (int i = 0; i < w->nsemtasks; i++) {
+    struct SemTask *s = &w->semtasks[i];
+    if (s->sem != op->in[0] || (slot >= 0 && s->slot >= 0 && s->slot != slot)) continue;
+    wait_for(w, s->t);
+    memmove(s, s + 1, sizeof *s * (size_t)(w->nsemtasks - i - 1));
+    w->nsemtasks--;
+    return;
+  }
+}
+
 static void walk_op(Walker *w, const TpkOp *op) {
   const TpkOpInfo *info = tpk_op_info(op->opcode);
   if (++w->walked > MAX_WALKED_OPS) {
@@ -611,7 +651,10 @@ static void walk_op(Walker *w, const TpkOp *op) {
   case TPK_OP_FOR: walk_for(w, op); return;
   case TPK_OP_WHILE: walk_while(w, op); return;
   case TPK_OP_IF: walk_if(w, op); return;
-  case TPK_OP_YIELD: case TPK_OP_DMA_WAIT: case TPK_OP_ALLOC: return;
+  case TPK_OP_YIELD: case TPK_OP_ALLOC: return;
+  case TPK_OP_DMA_WAIT: wait_for(w, task_of(w, op->in[0])); return;
+  case TPK_OP_DMA_SIGNAL: dma_signal(w, op); return;
+  case TPK_OP_DMA_WAIT_SEM: dma_wait_sem(w, op); return;
   case TPK_OP_LOAD: load(w, op); return;
   case TPK_OP_STORE: store(w, op); return;
   case TPK_OP_DOT: dot(w, op); return;
