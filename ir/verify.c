@@ -518,6 +518,21 @@ static bool check_dma_wait(Verifier *v) {
   return true;
 }
 
+/* Operand k is a semaphore array: ref<i32[N], smem>. */
+static bool need_semaphores(Verifier *v, int k) {
+  const TpkType *t = in_type(v, k);
+  if (t->kind != TPK_TYPE_REF || t->space != TPK_MEM_SMEM || t->dtype != TPK_I32 || t->rank != 1)
+    return fail(v, "operand %d must be semaphores, ref<i32[N], smem>; got %s", k, ty(v, t));
+  return true;
+}
+
+static bool check_dma_signal(Verifier *v) {
+  if (in_type(v, 0)->kind != TPK_TYPE_DMA) return fail(v, "operand 0 must be a dma handle, got %s", ty(v, in_type(v, 0)));
+  return need_semaphores(v, 1) && need_i32(v, 2, "semaphore index");
+}
+
+static bool check_dma_wait_sem(Verifier *v) { return need_semaphores(v, 0) && need_i32(v, 1, "semaphore index"); }
+
 static bool is_loop_index(const TpkType *t) { return is_i32_scalar(t) || (t && t->kind == TPK_TYPE_TILE); }
 
 /* A region that must hand `n` values to its owner ends with a yield; the
@@ -703,6 +718,7 @@ static const OpCheck CHECKS[TPK_OP_COUNT] = {
     [TPK_OP_LOAD] = check_load,           [TPK_OP_STORE] = check_store,
     [TPK_OP_ALLOC] = check_alloc,         [TPK_OP_DMA_START] = check_dma_start,
     [TPK_OP_DMA_WAIT] = check_dma_wait,   [TPK_OP_GRID] = check_grid,
+    [TPK_OP_DMA_SIGNAL] = check_dma_signal, [TPK_OP_DMA_WAIT_SEM] = check_dma_wait_sem,
     [TPK_OP_FOR] = check_for,             [TPK_OP_IF] = check_if,
     [TPK_OP_WHILE] = check_while,
     [TPK_OP_YIELD] = check_yield,         [TPK_OP_RETURN] = check_return,

@@ -513,6 +513,8 @@ static const Bad BAD[] = {
     {FUNC1("%a: f32[8]", "  %c = const {value=0} : i32\n  %0 = for %c, %c, %a : f32[8] {\n  ^(%i: f32, %x: f32[8]):\n    yield %x\n  }"),
      "'for' index must be i32 or a tile, got f32"},
     {FUNC1("", "  %c = const {value=0} : i32\n  if %c {\n  } {\n  }"), "'if' condition must be a bool scalar, got i32"},
+    {FUNC1("", "  %c = const {value=0} : i32\n  %s = alloc : ref<f32[2], smem>\n  dma_wait_sem %s, %c"),
+     "'dma_wait_sem' operand 0 must be semaphores, ref<i32[N], smem>; got ref<f32[2], smem>"},
     {FUNC1("%a: f32[8]", "  %c = const {value=0} : i32\n  %0, %1 = while %c, %a : i32, f32[8] {\n  ^(%k: i32, %x: f32[8]):\n    yield %k, %x\n  }"),
      "'while' condition must be a bool scalar, got i32"},
     {FUNC1("%a: f32[8]", "  %c = const {value=0} : i32\n  %t = eq %c, %c : bool\n  %0, %1 = while %t, %a : bool, f32[8] {\n  ^(%x: f32[8]):\n    yield %t, %x\n  }"),
