@@ -77,6 +77,7 @@ struct Sym {
   const TpkDim *dim;     /* SYM_SHAPE, SYM_TUNE */
   TpkParamRole role;     /* SYM_REF: parameter role */
   bool scratch;          /* SYM_REF: VMEM scratch */
+  bool semaphore;        /* SYM_REF: DMA semaphores (SMEM counters), only copy_async and wait take them */
   const TpkType *type;   /* SYM_VAR: the declared type, fixed for life */
   int grid_depth;        /* SYM_VAR: grid nesting where declared */
   const TpkAst *decl;    /* SYM_CONST: the definition, evaluated lazily */
@@ -100,6 +101,10 @@ typedef struct Checker {
   bool in_kernel;
   int grid_depth; /* 1 inside a grid body */
   int grid_rank;
+  /* `seq` grid axes (trailing): their loop indices, for program_id(axis) */
+  int grid_parallel;
+  TpkValue *seq_index[TPK_MAX_RANK];
+  const TpkAst *hoisted; /* a grid body whose scratch is declared before its seq loops */
   const TpkTune *tunes; /* the kernel's tunables */
   int ntunes;
   const bool *bind_used; /* parallel to opts->binds */
@@ -911,6 +916,66 @@ typedef struct Access {
 
 static const char *ordinal_dim(Checker *c, int i) { return tpk_arena_printf(&c->m->arena, "dimension %d", i); }
 
+/* `ds(start, size)` (Pallas's pl.ds): `size` elements from `start`, an i32
+ * scalar computed when the kernel runs (from data or arithmetic); `size` is
+ * a compile-time size. Elements before 0 or past the end are masked as a
+ * ragged tile's are: loads read `other`, stores drop them. */
+static bool dynamic_slice(Checker *c, const TpkAst *item, int axis, Access *acc) {
+  const TpkAst *args[3] = {0};
+  int n = 0;
+  for (const TpkAst *a = item->args; a; a = a->next) {
+    if (a->kind == TPK_AST_KWARG || n == 2) {
+      tpk_diag_error_hint(c->diags, a->span, "usage: ds(start, size), e.g. x[ds(offsets[g], BM), :]",
+                          "ds() takes two arguments: a start and a compile-time size");
+      return false;
+    }
+    args[n++] = a;
+  }
+  if (n != 2) {
+    tpk_diag_error_hint(c->diags, item->span, "usage: ds(start, size), e.g. x[ds(offsets[g], BM), :]",
+                        "ds() takes two arguments: a start and a compile-time size");
+    return false;
+  }
+  Val start = eval(c, args[0]);
+  if (start.k == V_ERR) return false;
+  if (start.k == V_FLT || start.k == V_TILE) {
+    tpk_diag_error_hint(c->diags, args[0]->span, start.k == V_TILE ? "use the tile's start: i.start" : NULL,
+                        "the start of ds() must be an integer scalar; got %s", start.k == V_TILE ? "a tile index" : "a float");
+    return false;
+  }
+  start = need_data(c, args[0], start, TPK_I32);
+  if (start.k == V_ERR) return false;
+  const TpkType *t = start.v->type;
+  if (!tpk_dtype_is_int(t->dtype) || t->rank != 0) {
+    tpk_diag_error_hint(c->diags, args[0]->span, t->rank ? "a vector of rows is a gather: index with it directly" : NULL,
+                        "the start of ds() must be an integer scalar; got %s", type_str(c, t));
+    return false;
+  }
+  Sym *named = args[1]->kind == TPK_AST_NAME ? lookup(c, args[1]->name) : NULL;
+  if (named && (named->kind == SYM_LET || named->kind == SYM_VAR) && named->val.k != V_INT && named->val.k != V_DIM) {
+    tpk_diag_error_hint(c->diags, args[1]->span,
+                        tpk_arena_printf(&c->m->arena,
+                                         "a block's size is a literal, const, tunable or shape symbol: take the largest "
+                                         "block and mask what is past '%s' with where()",
+                                         args[1]->name),
+                        "the size of ds() must be known at compile time; '%s' is computed when the kernel runs",
+                        args[1]->name);
+    return false;
+  }
+  const TpkDim *size = eval_dim(c, args[1]);
+  if (!size) return false; /* eval_dim said why: sizes are compile-time */
+  int64_t k;
+  if (tpk_dim_is_const(size, &k) && k <= 0) {
+    tpk_diag_error(c->diags, args[1]->span, "the size of ds() must be positive; got %lld", (long long)k);
+    return false;
+  }
+  at(c, item);
+  acc->pattern.dim[axis] = TPK_INDEX_RANGE;
+  acc->ops[acc->nops++] = convert(c, start.v, TPK_I32);
+  acc->dims[acc->rank++] = size;
+  return true;
+}
+
 /* One index item of `base[...]` against dimension `dim`; appends to acc. */
 static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *dim, Access *acc) {
   int64_t size_k;
@@ -943,6 +1008,7 @@ static bool index_item(Checker *c, const TpkAst *item, int axis, const TpkDim *d
     acc->dims[acc->rank++] = size;
     return true;
   }
+  if (item->kind == TPK_AST_CALL && strcmp(item->name, "ds") == 0) return dynamic_slice(c, item, axis, acc);
   Val v = eval(c, item);
   if (v.k == V_ERR) return false;
   if (v.k == V_TILE) {
@@ -1013,7 +1079,20 @@ static bool index_items(Checker *c, const TpkAst *n, const char *base_name, int 
 
 /* Resolve `x` or `x[...]` where x names a ref (parameter, output, scratch).
  * Returns false (silently) when n does not name a ref; *is_ref tells. */
+static bool resolve_access_x(Checker *c, const TpkAst *n, Access *acc, bool *is_ref);
+
+/* A semaphore is not data: only copy_async(..., sem=) and wait() take one. */
 static bool resolve_access(Checker *c, const TpkAst *n, Access *acc, bool *is_ref) {
+  if (!resolve_access_x(c, n, acc, is_ref)) return false;
+  if (acc->sym && acc->sym->semaphore) {
+    tpk_diag_error_hint(c->diags, n->span, "start copies with copy_async(src, dst, sem=s[i]) and wait(s[i]) for them",
+                        "'%s' is a semaphore, not data", acc->sym->name);
+    return false;
+  }
+  return true;
+}
+
+static bool resolve_access_x(Checker *c, const TpkAst *n, Access *acc, bool *is_ref) {
   memset(acc, 0, sizeof *acc);
   *is_ref = false;
   const TpkAst *base = n->kind == TPK_AST_INDEX ? n->lhs : n;
@@ -1769,6 +1848,16 @@ static Val bi_program(Checker *c, const TpkAst *n, const Builtin *bi, const Args
     return ERR;
   }
   at(c, n);
+  if (axis >= c->grid_parallel) { /* a seq axis: its loop's index and extent */
+    TpkValue *iv = c->seq_index[axis];
+    if (!iv) return ERR;
+    const TpkOp *loop = iv->block->parent;
+    if (bi->op == TPK_OP_NUM_PROGRAMS) return val_of(loop->in[1]);
+    if (iv->type->kind != TPK_TYPE_TILE) return val_of(iv);
+    const TpkType *i32 = tpk_type_scalar(c->m, TPK_I32);
+    TpkOp *id = tpk_build(&c->b, TPK_OP_TILE_ID, 1, &iv, 1, &i32);
+    return id ? val_of(&id->out[0]) : ERR;
+  }
   const TpkType *t = tpk_type_scalar(c->m, TPK_I32);
   TpkOp *op = tpk_build(&c->b, bi->op, 0, NULL, 1, &t);
   if (!op) return ERR;
@@ -1825,8 +1914,35 @@ static Val bi_atomic(Checker *c, const TpkAst *n, const Builtin *bi, const Args 
   return val_of(&op->out[0]);
 }
 
+static TpkValue *i32_scalar(Checker *c, const TpkAst *n, const char *what);
+
+/* `s[i]` naming one semaphore of a `scratch s: semaphore[N];` into *sem,
+ * *slot; false (reported) otherwise. */
+static bool semaphore_slot(Checker *c, const TpkAst *n, TpkValue **sem, TpkValue **slot) {
+  const char *hint = "declare `scratch sems: semaphore[2];` and name one: sems[slot]";
+  const TpkAst *base = n->kind == TPK_AST_INDEX ? n->lhs : n;
+  Sym *s = base->kind == TPK_AST_NAME ? lookup(c, base->name) : NULL;
+  if (!s || s->kind != SYM_REF || !s->semaphore) {
+    tpk_diag_error_hint(c->diags, n->span, hint, "expected a semaphore, s[i]; got '%s'", src_text(c, n));
+    return false;
+  }
+  if (s->val.k != V_REF) return false;
+  if (n->kind != TPK_AST_INDEX || count_list(n->args) != 1 || n->args->kind == TPK_AST_SLICE) {
+    tpk_diag_error_hint(c->diags, n->span, tpk_arena_printf(&c->m->arena, "e.g. %s[p %% 2] for the slot of step p", s->name),
+                        "name one semaphore of '%s' with one index: %s[i]", s->name, s->name);
+    return false;
+  }
+  TpkValue *i = i32_scalar(c, n->args, "a semaphore index");
+  if (!i) return false;
+  *sem = s->val.v;
+  *slot = i;
+  return true;
+}
+
 static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   (void)bi;
+  TpkValue *sem = NULL, *slot = NULL;
+  if (a->kw[0] && !semaphore_slot(c, a->kw[0]->rhs, &sem, &slot)) return ERR;
   Access src, dst;
   bool ref0, ref1;
   bool ok0 = resolve_access(c, a->pos[0], &src, &ref0), ok1 = resolve_access(c, a->pos[1], &dst, &ref1);
@@ -1864,15 +1980,32 @@ static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const A
   if (!op) return ERR;
   tpk_op_set_index(c->m, op, "src_index", &src.pattern);
   tpk_op_set_index(c->m, op, "dst_index", &dst.pattern);
+  if (sem) { /* the copy signals the semaphore; wait(s[i]) waits for it */
+    TpkValue *sig[3] = {&op->out[0], sem, slot};
+    tpk_build(&c->b, TPK_OP_DMA_SIGNAL, 3, sig, 0, NULL);
+    return (Val){.k = V_NONE};
+  }
   return val_of(&op->out[0]);
 }
 
 static Val bi_wait(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a) {
   (void)bi;
+  const TpkAst *arg = a->pos[0];
+  const TpkAst *base = arg->kind == TPK_AST_INDEX ? arg->lhs : arg;
+  Sym *s = base->kind == TPK_AST_NAME ? lookup(c, base->name) : NULL;
+  if (s && s->kind == SYM_REF && s->semaphore) { /* wait(s[i]): the oldest copy in flight on it */
+    TpkValue *sem, *slot;
+    if (!semaphore_slot(c, arg, &sem, &slot)) return ERR;
+    at(c, n);
+    TpkValue *ins[2] = {sem, slot};
+    tpk_build(&c->b, TPK_OP_DMA_WAIT_SEM, 2, ins, 0, NULL);
+    return (Val){.k = V_NONE};
+  }
   Val h = eval(c, a->pos[0]);
   if (h.k == V_ERR) return ERR;
   if (h.k != V_VAL || h.v->type->kind != TPK_TYPE_DMA) {
-    tpk_diag_error(c->diags, a->pos[0]->span, "wait() takes the handle returned by copy_async()");
+    tpk_diag_error_hint(c->diags, a->pos[0]->span, "or a semaphore the copies signal: wait(sems[i])",
+                        "wait() takes the handle returned by copy_async()");
     return ERR;
   }
   at(c, n);
@@ -1914,12 +2047,12 @@ static const Builtin BUILTINS[] = {
     {"load", 1, 1, {"other"}, bi_load, TPK_OP_LOAD, "load(x[i, :], other=0)"},
     {"program_id", 1, 1, {0}, bi_program, TPK_OP_PROGRAM_ID, "program_id(axis)"},
     {"num_programs", 1, 1, {0}, bi_program, TPK_OP_NUM_PROGRAMS, "num_programs(axis)"},
-    {"copy_async", 2, 2, {0}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst)"},
+    {"copy_async", 2, 2, {"sem"}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst) or copy_async(src, dst, sem=s[i])"},
     /* atomics: `op` holds the TpkReduceKind */
     {"atomic_add", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_SUM, "atomic_add(y[i], v)", "atomic_add()"},
     {"atomic_max", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MAX, "atomic_max(y[i], v)", "atomic_max()"},
     {"atomic_min", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MIN, "atomic_min(y[i], v)", "atomic_min()"},
-    {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle)"},
+    {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle) or wait(s[i])"},
 };
 #undef EW1
 
@@ -2216,6 +2349,7 @@ static void check_assign(Checker *c, const TpkAst *st) {
 /* ---- Statements ------------------------------------------------------------------------- */
 
 static void check_stmts(Checker *c, const TpkAst *stmts, bool top);
+static void check_stmt(Checker *c, const TpkAst *st, bool top);
 
 /* Names assigned in stmts that are not declared inside them: the outer vars
  * a loop carries or an if merges. */
@@ -2253,6 +2387,9 @@ static void collect_assigned(Checker *c, const TpkAst *stmts, NameNode *declared
     case TPK_AST_IF:
       collect_assigned(c, s->body, declared, out);
       collect_assigned(c, s->els, declared, out);
+      break;
+    case TPK_AST_WHILE:
+      collect_assigned(c, s->body, declared, out);
       break;
     case TPK_AST_FOR: {
       NameNode *inner = declared;
@@ -2470,6 +2607,94 @@ static void check_for(Checker *c, const TpkAst *st) {
   check_for_ranges(c, st, st->ranges, vars, n);
 }
 
+/* The condition of a while loop: a bool scalar, or NULL (reported). */
+static TpkValue *while_condition(Checker *c, const TpkAst *st) {
+  Val cond = need_data(c, st->lhs, eval(c, st->lhs), TPK_BOOL);
+  if (cond.k != V_VAL) return NULL;
+  if (cond.v->type->dtype != TPK_BOOL || cond.v->type->rank != 0) {
+    const char *hint = cond.v->type->rank ? "reduce it first, e.g. while max(x) > 0.0"
+                                          : tpk_arena_printf(&c->m->arena, "compare it, e.g. while %s != 0", src_text(c, st->lhs));
+    tpk_diag_error_hint(c->diags, st->lhs->span, hint, "a while condition must be a bool scalar; got %s",
+                        type_str(c, cond.v->type));
+    return NULL;
+  }
+  return cond.v;
+}
+
+/* `while COND { body }`: one while op whose first carried value is the
+ * condition. COND is evaluated before the loop and again at the end of
+ * every iteration, from the vars the body assigned (they are carried). */
+static void check_while(Checker *c, const TpkAst *st) {
+  Sym *vars[MAX_CARRIED];
+  int n = carried_vars(c, st->body, NULL, vars);
+  TpkValue *cond = while_condition(c, st);
+  TpkOp *op = NULL;
+  if (cond) {
+    TpkValue *ins[MAX_CARRIED + 1];
+    const TpkType *types[MAX_CARRIED + 1];
+    ins[0] = cond;
+    types[0] = cond->type;
+    for (int i = 0; i < n; i++) {
+      ins[i + 1] = vars[i]->val.v;
+      types[i + 1] = vars[i]->type;
+    }
+    at(c, st);
+    op = tpk_build(&c->b, TPK_OP_WHILE, n + 1, ins, n + 1, types);
+  }
+  TpkBlock *blk = op ? op->regions[0] : detached_block(c);
+  if (!blk) return;
+  TpkBlock *saved_block = c->b.block;
+  Sym *saved_scope = c->scope;
+  c->b.block = blk;
+  if (op) {
+    tpk_block_add_arg(c->m, blk, cond->type, "cond");
+    for (int i = 0; i < n; i++) vars[i]->val = val_of(tpk_block_add_arg(c->m, blk, vars[i]->type, vars[i]->name));
+  }
+  check_stmts(c, st->body, false);
+  c->scope = saved_scope;
+  if (op) { /* the condition again, from this iteration's values; it checked clean once */
+    TpkValue *again = while_condition(c, st);
+    TpkValue *vals[MAX_CARRIED + 1];
+    vals[0] = again;
+    for (int i = 0; i < n; i++) vals[i + 1] = vars[i]->val.v;
+    at(c, st);
+    if (again) tpk_build_yield(&c->b, n + 1, vals);
+  }
+  c->b.block = saved_block;
+  for (int i = 0; i < n; i++) {
+    vars[i]->val = op ? val_of(&op->out[i + 1]) : ERR;
+    if (op) op->out[i + 1].name = vars[i]->name;
+  }
+}
+
+/* The seq axes of a grid (Pallas's "arbitrary" dimensions): sequential
+ * loops inside each instance, one per axis, in order; axis is the first's
+ * number for program_id. */
+static void check_seq_axes(Checker *c, const TpkAst *st, const TpkAst *r, int axis) {
+  if (!r) {
+    check_stmts(c, st->body, false);
+    return;
+  }
+  Range rg;
+  TpkOp *op = NULL;
+  if (eval_range(c, r, &rg)) {
+    TpkValue *ins[2] = {rg.lo, rg.hi};
+    at(c, r);
+    op = tpk_build(&c->b, TPK_OP_FOR, 2, ins, 0, NULL);
+  }
+  TpkBlock *blk = op ? op->regions[0] : detached_block(c);
+  if (!blk) return;
+  TpkBlock *saved_block = c->b.block;
+  Sym *saved_scope = c->scope;
+  c->b.block = blk;
+  TpkValue *iv = op ? tpk_block_add_arg(c->m, blk, rg.iv_type, r->name) : NULL;
+  bind_index_or_poison(c, r, iv);
+  c->seq_index[axis] = iv;
+  check_seq_axes(c, st, r->next, axis + 1);
+  c->scope = saved_scope;
+  c->b.block = saved_block;
+}
+
 /* The outermost loop nest: each iteration is an independent program. */
 static void check_grid(Checker *c, const TpkAst *st) {
   TpkValue *ins[2 * TPK_MAX_RANK];
@@ -2480,16 +2705,28 @@ static void check_grid(Checker *c, const TpkAst *st) {
   }
   Range rg[TPK_MAX_RANK] = {{0}};
   bool ok = true;
-  int k = 0;
-  for (const TpkAst *r = st->ranges; r; r = r->next, k++) {
+  int k = 0, nparallel = 0;
+  const TpkAst *first_seq = NULL;
+  for (const TpkAst *r = st->ranges; r; r = r->next) {
+    if (r->sequential) {
+      if (!first_seq) first_seq = r;
+      continue;
+    }
+    if (first_seq) {
+      tpk_diag_error_hint(c->diags, r->span, "put the seq axes last: for b in 0..B, seq p in 0..P",
+                          "a parallel grid axis cannot follow a seq axis");
+      return;
+    }
     ok = eval_range(c, r, &rg[k]) && ok;
     ins[2 * k] = rg[k].lo;
     ins[2 * k + 1] = rg[k].hi;
+    k++;
   }
+  nparallel = k;
   TpkOp *op = NULL;
   if (ok) {
     at(c, st);
-    op = tpk_build(&c->b, TPK_OP_GRID, 2 * nranges, ins, 0, NULL);
+    op = tpk_build(&c->b, TPK_OP_GRID, 2 * nparallel, ins, 0, NULL);
   }
   TpkBlock *blk = op ? op->regions[0] : detached_block(c);
   if (!blk) return;
@@ -2498,12 +2735,23 @@ static void check_grid(Checker *c, const TpkAst *st) {
   c->b.block = blk;
   c->grid_depth = 1;
   c->grid_rank = nranges;
+  c->grid_parallel = nparallel;
   k = 0;
-  for (const TpkAst *r = st->ranges; r; r = r->next, k++)
+  for (const TpkAst *r = st->ranges; r != first_seq; r = r->next, k++)
     bind_index_or_poison(c, r, op ? tpk_block_add_arg(c->m, blk, rg[k].iv_type, r->name) : NULL);
-  check_stmts(c, st->body, false);
+  if (first_seq) { /* the scratch of an instance keeps its value along the seq axes */
+    for (const TpkAst *s = st->body; s; s = s->next)
+      if (s->kind == TPK_AST_SCRATCH) check_stmt(c, s, false);
+    c->hoisted = st->body;
+    check_seq_axes(c, st, first_seq, nparallel);
+    c->hoisted = NULL;
+  } else {
+    check_stmts(c, st->body, false);
+  }
   c->grid_depth = 0;
   c->grid_rank = 0;
+  c->grid_parallel = 0;
+  memset(c->seq_index, 0, sizeof c->seq_index);
   c->scope = saved_scope;
   c->b.block = saved_block;
 }
@@ -2545,11 +2793,17 @@ static void check_scratch(Checker *c, const TpkAst *st) {
   Sym *s = declare_local(c, SYM_REF, st->name, st->name_span);
   if (!s) return;
   s->scratch = true;
+  s->semaphore = st->semaphore;
   s->role = TPK_PARAM_INOUT;
   s->val = ERR;
+  if (ok && st->semaphore && rank != 1) {
+    tpk_diag_error_hint(c->diags, st->span, "e.g. `scratch sems: semaphore[2];`, one per buffer slot",
+                        "semaphores are declared as a 1-D array");
+    ok = false;
+  }
   if (!ok || !can_build(c, st)) return;
   at(c, st);
-  const TpkType *t = tpk_type_ref(c->m, st->dtype, rank, dims, TPK_MEM_VMEM);
+  const TpkType *t = tpk_type_ref(c->m, st->dtype, rank, dims, st->semaphore ? TPK_MEM_SMEM : TPK_MEM_VMEM);
   TpkOp *op = tpk_build(&c->b, TPK_OP_ALLOC, 0, NULL, 1, &t);
   if (!op) return;
   op->out[0].name = s->name;
@@ -2578,6 +2832,14 @@ static void check_stmt(Checker *c, const TpkAst *st, bool top) {
     if (top) check_grid(c, st);
     else check_for(c, st);
     break;
+  case TPK_AST_WHILE:
+    if (top) {
+      tpk_diag_error_hint(c->diags, st->span, "put it inside the grid: for b in 0..B { while ... { } }",
+                          "a while loop cannot be a kernel's grid; the grid's extent must be known before it runs");
+      break;
+    }
+    check_while(c, st);
+    break;
   case TPK_AST_EXPR: check_expr_stmt(c, st); break;
   case TPK_AST_SCRATCH: check_scratch(c, st); break;
   default: tpk_diag_error(c->diags, st->span, "expected a statement"); break;
@@ -2585,7 +2847,9 @@ static void check_stmt(Checker *c, const TpkAst *st, bool top) {
 }
 
 static void check_stmts(Checker *c, const TpkAst *stmts, bool top) {
+  bool hoisted = stmts && stmts == c->hoisted;
   for (const TpkAst *st = stmts; st; st = st->next) {
+    if (hoisted && st->kind == TPK_AST_SCRATCH) continue; /* declared before the seq loops */
     check_stmt(c, st, top);
     if (c->m->arena.exhausted) return;
   }

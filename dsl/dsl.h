@@ -94,6 +94,7 @@ typedef enum TpkAstKind {
   TPK_AST_ASSIGN,  /* lhs op rhs; op is '=' or TPK_ASSIGN_ADD... */
   TPK_AST_IF,      /* if lhs { body } else { els }; els may be an IF (else if) */
   TPK_AST_FOR,     /* for ranges { body } */
+  TPK_AST_WHILE,   /* while lhs { body } */
   TPK_AST_EXPR,    /* lhs; (a call such as wait(c)) */
   TPK_AST_SCRATCH, /* scratch name: dtype[dims]; */
   /* parts */
@@ -131,11 +132,13 @@ struct TpkAst {
   double fval;       /* FLOAT */
   TpkDType dtype;    /* CAST, TYPE, PARAM, OUTPUT, SCRATCH */
   bool inout;        /* PARAM */
+  bool sequential;   /* RANGE, TILES: a `seq` grid axis */
+  bool semaphore;    /* SCRATCH: DMA semaphores (`scratch s: semaphore[2];`) */
 
   TpkAst *lhs, *rhs; /* operands, see the kinds */
   TpkAst *args;      /* CALL, INDEX, TYPE, LIST, TUNE: the list */
   TpkAst *dims;      /* PARAM, OUTPUT, SCRATCH: dimension expressions */
-  TpkAst *body;      /* IF then, FOR, KERNEL, FILE: statement list */
+  TpkAst *body;      /* IF then, FOR, WHILE, KERNEL, FILE: statement list */
   TpkAst *els;       /* IF else: statement list (or a single IF) */
   TpkAst *ranges;    /* FOR: RANGE and TILES nodes */
   TpkAst *params, *outputs, *tunes; /* KERNEL */

@@ -127,6 +127,7 @@ bool tpk_grammar_in_error(void *parser) {
 /* Token order fixes the codes; it is also the order "expected ..." lists
  * name them in. SYNC and ILLEGAL never appear in a correct program. */
 %token KERNEL CONST LET VAR IF ELSE FOR SCRATCH BACKWARD TUNE REQUIRE IN INOUT TILES AS TRUE FALSE.
+%token WHILE SEQ SEMAPHORE.
 %token NAME INT FLOAT DTYPE.
 %token SEMI RBRACE LBRACE RPAREN LPAREN RBRACKET LBRACKET COMMA COLON DOT DOTDOT ARROW.
 %token ASSIGN PLUSEQ MINUSEQ STAREQ SLASHEQ.
@@ -298,9 +299,22 @@ stmt(A) ::= FOR(K) ranges(R) block(B). {
   A->body = B.head;
   A = SEAL(A);
 }
+stmt(A) ::= WHILE(K) expr(C) block(B). {
+  A = NODE(TPK_AST_WHILE, tpk_span_join(K.span, B.span));
+  A->lhs = C;
+  A->body = B.head;
+  A = SEAL(A);
+}
 stmt(A) ::= SCRATCH(K) NAME(N) COLON DTYPE(T) LBRACKET exprs(D) RBRACKET SEMI(S). {
   A = named(ps, TPK_AST_SCRATCH, tpk_span_join(K.span, S.span), &N);
   A->dtype = T.v.dtype;
+  A->dims = D.head;
+  A = SEAL(A);
+}
+stmt(A) ::= SCRATCH(K) NAME(N) COLON SEMAPHORE LBRACKET exprs(D) RBRACKET SEMI(S). {
+  A = named(ps, TPK_AST_SCRATCH, tpk_span_join(K.span, S.span), &N);
+  A->dtype = TPK_I32;
+  A->semaphore = true;
   A->dims = D.head;
   A = SEAL(A);
 }
@@ -335,6 +349,12 @@ if_stmt(A) ::= IF(K) expr(C) block(B) ELSE if_stmt(E). {
 
 ranges(A) ::= range(R). { A = list1(ps, R, R->span); }
 ranges(A) ::= ranges(L) COMMA range(R). { A = L; tpk_parse_append(ps, &A, R); }
+ranges(A) ::= ranges(L) COMMA SEQ(K) range(R). {
+  A = L;
+  R->sequential = true;
+  R->span = tpk_span_join(K.span, R->span);
+  tpk_parse_append(ps, &A, R);
+}
 range(A) ::= NAME(N) IN expr(L) DOTDOT expr(H). {
   A = named(ps, TPK_AST_RANGE, tpk_span_join(N.span, H->span), &N);
   A->lhs = L;

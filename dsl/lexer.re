@@ -141,6 +141,9 @@ int tpk_lex(TpkLexer *lx, TpkToken *tok) {
       "if" { TOKEN(IF); }
       "else" { TOKEN(ELSE); }
       "for" { TOKEN(FOR); }
+      "while" { TOKEN(WHILE); }
+      "seq" { TOKEN(SEQ); }
+      "semaphore" { TOKEN(SEMAPHORE); }
       "scratch" { TOKEN(SCRATCH); }
       "backward" { TOKEN(BACKWARD); }
       "tune" { TOKEN(TUNE); }

@@ -133,6 +133,9 @@ static const char *const TOKEN_NAME[] = {
     [TK_IF] = "'if'",
     [TK_ELSE] = "'else'",
     [TK_FOR] = "'for'",
+    [TK_WHILE] = "'while'",
+    [TK_SEQ] = "'seq'",
+    [TK_SEMAPHORE] = "'semaphore'",
     [TK_SCRATCH] = "'scratch'",
     [TK_BACKWARD] = "'backward'",
     [TK_TUNE] = "'tune'",
@@ -376,7 +379,7 @@ static void track(TpkParseState *ps, int code, TpkSpan span) {
 }
 
 static bool starts_statement(int code) {
-  return code == TK_LET || code == TK_VAR || code == TK_FOR || code == TK_IF || code == TK_SCRATCH;
+  return code == TK_LET || code == TK_VAR || code == TK_FOR || code == TK_WHILE || code == TK_IF || code == TK_SCRATCH;
 }
 
 /* Feed SYNC to end the erroneous statement. False if the parser refused it,
@@ -611,7 +614,7 @@ static const char *const KIND_NAME[] = {
     [TPK_AST_INDEX] = "index",   [TPK_AST_FIELD] = "field",   [TPK_AST_SLICE] = "slice",
     [TPK_AST_TYPE] = "type",     [TPK_AST_LIST] = "list",     [TPK_AST_LET] = "let",
     [TPK_AST_VAR] = "var",       [TPK_AST_ASSIGN] = "assign", [TPK_AST_IF] = "if",
-    [TPK_AST_FOR] = "for",       [TPK_AST_EXPR] = "expr",     [TPK_AST_SCRATCH] = "scratch",
+    [TPK_AST_FOR] = "for",       [TPK_AST_WHILE] = "while",   [TPK_AST_EXPR] = "expr",     [TPK_AST_SCRATCH] = "scratch",
     [TPK_AST_RANGE] = "range",   [TPK_AST_TILES] = "tiles",   [TPK_AST_PARAM] = "param",
     [TPK_AST_OUTPUT] = "output", [TPK_AST_TUNE] = "tune",     [TPK_AST_CONST] = "const",
     [TPK_AST_KERNEL] = "kernel", [TPK_AST_FILE] = "file",
@@ -688,7 +691,7 @@ static void print_node(TpkStr *out, const TpkAst *n, int level) {
   case TPK_AST_LET:
   case TPK_AST_VAR:
   case TPK_AST_RANGE:
-  case TPK_AST_TILES:
+  case TPK_AST_TILES: tpk_str_printf(out, "%s %s", n->sequential ? " seq" : "", name); break;
   case TPK_AST_TUNE:
   case TPK_AST_CONST:
   case TPK_AST_KERNEL: tpk_str_printf(out, " %s", name); break;
@@ -711,6 +714,10 @@ static void print_node(TpkStr *out, const TpkAst *n, int level) {
     break;
   case TPK_AST_FOR:
     print_list(out, n->ranges, in);
+    print_group(out, "body", n->body, in);
+    break;
+  case TPK_AST_WHILE:
+    print_child(out, n->lhs, in);
     print_group(out, "body", n->body, in);
     break;
   case TPK_AST_KERNEL:

@@ -1005,8 +1005,11 @@ static bool load_is_view(const TpkOp *load) {
 static const char *in_range(Emitter *e, const Access *acc) {
   TpkStr cond = {0};
   for (int d = 0; d < acc->pattern->rank; d++)
-    if (acc->pattern->dim[d] == TPK_INDEX_TILE || acc->pattern->dim[d] == TPK_INDEX_RANGE)
+    if (acc->pattern->dim[d] == TPK_INDEX_TILE)
       tpk_str_printf(&cond, "%s%s + %s <= %s", cond.len ? " && " : "", acc->start[d], acc->size[d], dim(e, acc->mem, d));
+    else if (acc->pattern->dim[d] == TPK_INDEX_RANGE) /* a dynamic start may be negative */
+      tpk_str_printf(&cond, "%s%s >= 0 && %s + %s <= %s", cond.len ? " && " : "", acc->start[d], acc->start[d],
+                     acc->size[d], dim(e, acc->mem, d));
   const char *r = tpk_arena_strdup(&e->arena, cond.len ? cond.data : "1");
   tpk_str_free(&cond);
   return r;
@@ -1702,7 +1705,9 @@ static void emit_block(Emitter *e, const TpkBlock *b);
 /* The value a for (its carried block argument) or an if (its result)
  * receives from position i of its yield. */
 static const TpkValue *carrier(const TpkOp *owner, int i) {
-  return owner->opcode == TPK_OP_FOR ? owner->regions[0]->args[1 + i] : &owner->out[i];
+  return owner->opcode == TPK_OP_FOR     ? owner->regions[0]->args[1 + i]
+         : owner->opcode == TPK_OP_WHILE ? owner->regions[0]->args[i]
+                                         : &owner->out[i];
 }
 
 /* Loop-carried and if-merged values: assign the yielded values to the
@@ -1771,6 +1776,31 @@ static void emit_for(Emitter *e, const TpkOp *op) {
   e->indent++;
   emit_block(e, body);
   if (n && body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, op, n);
+  e->indent--;
+  line(e, "}");
+}
+
+/* `while (cond) { body }`: the condition is the first carried value, and
+ * the body's yield computes the next one. */
+static void emit_while(Emitter *e, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  int n = op->nout;
+  for (int i = 0; i < n; i++) {
+    const TpkValue *arg = body->args[i], *init = op->in[i];
+    if (is_tile(arg)) {
+      const char *c = def_tile(e, arg);
+      copy_tile(e, c, arg, init);
+      set_name(e, &op->out[i], c);
+    } else {
+      const char *c = new_name(e, arg);
+      line(e, "%s %s = %s;", ctype(arg->type->dtype), c, name_of(e, init));
+      set_name(e, &op->out[i], c);
+    }
+  }
+  line(e, "while (%s) {", name_of(e, body->args[0]));
+  e->indent++;
+  emit_block(e, body);
+  if (body->last && body->last->opcode == TPK_OP_YIELD) emit_yield_into(e, body->last, op, n);
   e->indent--;
   line(e, "}");
 }
@@ -1911,8 +1941,11 @@ static void emit_op(Emitter *e, const TpkOp *op) {
   }
   case TPK_OP_DMA_START: emit_dma(e, op); return;
   case TPK_OP_DMA_WAIT: line(e, "/* wait: the copy finished when it started */"); return;
+  case TPK_OP_DMA_SIGNAL: line(e, "/* the copy signals its semaphore: it finished when it started */"); return;
+  case TPK_OP_DMA_WAIT_SEM: line(e, "/* wait on a semaphore: its copies finished when they started */"); return;
   case TPK_OP_GRID: emit_grid(e, op); return;
   case TPK_OP_FOR: emit_for(e, op); return;
+  case TPK_OP_WHILE: emit_while(e, op); return;
   case TPK_OP_IF: emit_if(e, op); return;
   case TPK_OP_YIELD: return; /* handled by the op owning the region */
   case TPK_OP_RETURN:

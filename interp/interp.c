@@ -133,6 +133,7 @@ typedef struct Shadow {
   ElemWriters *writer; /* outputs: who wrote each element */
   int64_t *pending;    /* serials of started, not waited copies into it */
   const TpkOp **pending_op;
+  int64_t (*pending_span)[2]; /* the elements [lo, hi] each copy writes */
   int npending, cappending;
 } Shadow;
 
@@ -168,6 +169,15 @@ typedef struct Interp {
   Reported *reported;
   int nreported, capreported;
   int64_t dma_serial;
+  /* copies in flight on a semaphore, oldest first */
+  struct SemCopy {
+    const void *sem; /* the semaphore array's data */
+    const char *name;
+    int64_t slot, serial;
+    Shadow *sh; /* the copy's destination (checked mode) */
+    const TpkOp *op;
+  } *semcopies;
+  int nsemcopies, capsemcopies;
   int64_t grid_lo[MAX_GRID_AXES];
   int64_t instance; /* linear id + 1 of the running grid instance; 0 outside a grid */
   const TpkBlock *grid_body;
@@ -491,11 +501,17 @@ static void note_write(Interp *I, const TpkOp *op, const Val *ref, int64_t off, 
   tpk_str_free(&e);
 }
 
-/* An access (`reads` or `writes`) of ref while a copy into it is in flight. */
-static void check_pending(Interp *I, const TpkOp *op, const Val *ref, const char *how) {
+/* An access (`reads` or `writes`) of elements [lo, hi] of ref while a copy
+ * into some of them is in flight (another slot of a double buffer may be
+ * in flight meanwhile). */
+static void check_pending(Interp *I, const TpkOp *op, const Val *ref, const char *how, int64_t lo, int64_t hi) {
   Shadow *sh = ref->sh;
-  if (!I->checked || !sh || !sh->npending || !first_report(I, op, sh, REP_RACE)) return;
-  const TpkOp *d = sh->pending_op[0];
+  if (!I->checked || !sh || !sh->npending) return;
+  int k = -1;
+  for (int i = 0; i < sh->npending && k < 0; i++)
+    if (sh->pending_span[i][0] <= hi && lo <= sh->pending_span[i][1]) k = i;
+  if (k < 0 || !first_report(I, op, sh, REP_RACE)) return;
+  const TpkOp *d = sh->pending_op[k];
   violation(I, op, "%s %s %s before the wait of its copy_async (line %d:%d)", op_name(op), how, sh->name,
             d ? d->loc.line : 0, d ? d->loc.col : 0);
 }
@@ -505,6 +521,7 @@ static void shadow_free(Shadow *sh) {
   free(sh->init);
   free(sh->writer);
   free(sh->pending);
+  free(sh->pending_span);
   free(sh->pending_op);
   free(sh);
 }
@@ -1312,6 +1329,20 @@ static int64_t sel_offset(const Sel *s, const int64_t *idx) {
   return off;
 }
 
+/* The first and last element offsets a selection can touch (a bound: a
+ * gathered dimension counts whole). */
+static void sel_span(const Sel *s, int64_t *lo, int64_t *hi) {
+  *lo = *hi = s->fixed;
+  for (int j = 0; j < s->rank; j++) {
+    int64_t D = s->base->dims[s->bdim[j]], st = s->bstride[s->bdim[j]];
+    int64_t a = s->g[j] ? 0 : s->start[j], b = s->g[j] ? D - 1 : s->start[j] + (s->dims[j] < 0 ? 0 : s->dims[j]) - 1;
+    if (a < 0) a = 0;
+    if (b > D - 1) b = D - 1;
+    *lo += a * st;
+    *hi += b * st;
+  }
+}
+
 static bool sel_matches(Interp *I, const TpkOp *op, const Sel *s, int rank, const int64_t *dims, const char *what) {
   if (s->rank != rank || !same_dims(rank, s->dims, dims)) {
     fail(I, op, TPK_ERR_INTERNAL, "the selected block does not match the %s", what);
@@ -1338,7 +1369,9 @@ static TpkStatus exec_load(Interp *I, const TpkOp *op) {
   Val ov = {.dt = r.dt, .n = 1, .data = other};
   fill_attr(&ov, op->opcode == TPK_OP_LOAD ? tpk_op_attr(op, "other") : NULL);
   size_t es = ESIZE(&r);
-  if (op->opcode == TPK_OP_LOAD) check_pending(I, op, base, "reads");
+  int64_t lo, hi;
+  sel_span(&s, &lo, &hi);
+  if (op->opcode == TPK_OP_LOAD) check_pending(I, op, base, "reads", lo, hi);
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t i = 0; i < r.n; i++, next_index(r.rank, r.dims, idx)) {
     int64_t off = sel_offset(&s, idx);
@@ -1358,7 +1391,9 @@ static TpkStatus exec_store(Interp *I, const TpkOp *op) {
   bool add = tpk_op_store_mode(op) == TPK_STORE_ADD;
   bool isf = tpk_dtype_is_float(v->dt);
   size_t es = ESIZE(v);
-  check_pending(I, op, ref, "writes");
+  int64_t lo, hi;
+  sel_span(&s, &lo, &hi);
+  check_pending(I, op, ref, "writes", lo, hi);
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t i = 0; i < v->n; i++, next_index(v->rank, v->dims, idx)) {
     int64_t off = sel_offset(&s, idx);
@@ -1399,7 +1434,9 @@ static TpkStatus exec_atomic(Interp *I, const TpkOp *op) {
   TpkReduceKind k = tpk_op_reduce_kind(op);
   bool isf = tpk_dtype_is_float(v->dt);
   size_t es = ESIZE(v);
-  check_pending(I, op, ref, "writes");
+  int64_t lo, hi;
+  sel_span(&s, &lo, &hi);
+  check_pending(I, op, ref, "writes", lo, hi);
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t i = 0; i < v->n; i++, next_index(v->rank, v->dims, idx)) {
     int64_t off = sel_offset(&s, idx);
@@ -1443,7 +1480,10 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
   if (n < 0) return fail(I, op, TPK_ERR_INVALID, "the copied block is too large");
   size_t es = tpk_dtype_size(src->dt);
   static const unsigned char zero[8];
-  check_pending(I, op, src, "reads");
+  int64_t slo, shi, dlo, dhi;
+  sel_span(&s, &slo, &shi);
+  sel_span(&d, &dlo, &dhi);
+  check_pending(I, op, src, "reads", slo, shi);
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t i = 0; i < n; i++, next_index(s.rank, s.dims, idx)) {
     int64_t so = sel_offset(&s, idx), dof = sel_offset(&d, idx);
@@ -1460,14 +1500,95 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
       if (p) sh->pending = p;
       const TpkOp **po = p ? realloc(sh->pending_op, sizeof *po * (size_t)cap) : NULL;
       if (po) sh->pending_op = po;
-      if (!p || !po) return fail(I, op, TPK_ERR_NOMEM, "out of memory");
+      int64_t(*ps)[2] = po ? realloc(sh->pending_span, sizeof *ps * (size_t)cap) : NULL;
+      if (ps) sh->pending_span = ps;
+      if (!p || !po || !ps) return fail(I, op, TPK_ERR_NOMEM, "out of memory");
       sh->cappending = cap;
     }
     sh->pending[sh->npending] = h.id;
+    sh->pending_span[sh->npending][0] = dlo;
+    sh->pending_span[sh->npending][1] = dhi;
     sh->pending_op[sh->npending++] = op;
     h.sh = sh;
   }
   return set_result(I, op, 0, &h);
+}
+
+/* The copy (serial) is waited for: off its destination's in-flight list. */
+static void copy_landed(Shadow *sh, int64_t serial) {
+  for (int i = 0; sh && i < sh->npending; i++)
+    if (sh->pending[i] == serial) {
+      memmove(&sh->pending[i], &sh->pending[i + 1], sizeof *sh->pending * (size_t)(sh->npending - i - 1));
+      memmove(&sh->pending_op[i], &sh->pending_op[i + 1], sizeof *sh->pending_op * (size_t)(sh->npending - i - 1));
+      memmove(&sh->pending_span[i], &sh->pending_span[i + 1], sizeof *sh->pending_span * (size_t)(sh->npending - i - 1));
+      sh->npending--;
+      return;
+    }
+}
+
+/* The semaphore operands sem[slot] of op (from operand k), checked. */
+static bool sem_slot(Interp *I, const TpkOp *op, int k, Val **sem, int64_t *slot) {
+  *sem = operand(I, op, k, V_REF);
+  if (!*sem || !scalar_int(I, op, k + 1, slot)) return false;
+  if (*slot < 0 || *slot >= (*sem)->dims[0]) {
+    fail(I, op, TPK_ERR_INVALID, "semaphore index %" PRId64 " is out of range [0, %" PRId64 ")", *slot, (*sem)->dims[0]);
+    return false;
+  }
+  return true;
+}
+
+static TpkStatus exec_dma_signal(Interp *I, const TpkOp *op) {
+  Val *h = operand(I, op, 0, V_DMA), *sem;
+  int64_t slot;
+  if (!h || !sem_slot(I, op, 1, &sem, &slot)) return status(I);
+  if (I->nsemcopies == I->capsemcopies) {
+    int cap = I->capsemcopies ? 2 * I->capsemcopies : 8;
+    struct SemCopy *p = realloc(I->semcopies, sizeof *p * (size_t)cap);
+    if (!p) return fail(I, op, TPK_ERR_NOMEM, "out of memory");
+    I->semcopies = p, I->capsemcopies = cap;
+  }
+  const char *name = op->in[1]->name ? op->in[1]->name : "a semaphore";
+  I->semcopies[I->nsemcopies++] = (struct SemCopy){sem->data, name, slot, h->id, h->sh, op};
+  return TPK_OK;
+}
+
+/* The oldest copy in flight on sem[slot] lands; none is a wait that would
+ * never end. */
+static TpkStatus exec_dma_wait_sem(Interp *I, const TpkOp *op) {
+  Val *sem;
+  int64_t slot;
+  if (!sem_slot(I, op, 0, &sem, &slot)) return status(I);
+  for (int i = 0; i < I->nsemcopies; i++) {
+    struct SemCopy *s = &I->semcopies[i];
+    if (s->sem != sem->data || s->slot != slot) continue;
+    copy_landed(s->sh, s->serial);
+    memmove(s, s + 1, sizeof *s * (size_t)(I->nsemcopies - i - 1));
+    I->nsemcopies--;
+    return TPK_OK;
+  }
+  const char *name = op->in[0]->name ? op->in[0]->name : "a semaphore";
+  if (!I->checked)
+    return fail(I, op, TPK_ERR_INVALID, "wait on %s[%" PRId64 "] with no copy in flight on it: it would never end", name, slot);
+  violation(I, op, "wait on %s[%" PRId64 "] with no copy in flight on it (it would never end)", name, slot);
+  return TPK_OK;
+}
+
+/* The end of a grid instance (or of the kernel): every copy must have been
+ * waited for. */
+static void check_copies_waited(Interp *I) {
+  for (int i = 0; i < I->nsemcopies; i++) {
+    if (I->checked)
+      violation(I, I->semcopies[i].op, "a copy signalling %s[%" PRId64 "] is never waited for", I->semcopies[i].name,
+                I->semcopies[i].slot);
+    copy_landed(I->semcopies[i].sh, I->semcopies[i].serial); /* reported once */
+  }
+  I->nsemcopies = 0;
+  for (int i = 0; i < I->nshadows; i++) {
+    Shadow *sh = I->shadows[i];
+    for (int j = 0; j < sh->npending && I->checked; j++)
+      violation(I, sh->pending_op[j], "copy_async into %s is never waited for", sh->name ? sh->name : "a buffer");
+    sh->npending = 0;
+  }
 }
 
 /* The copy is already done; checked mode takes it off its destination's
@@ -1475,14 +1596,7 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
 static TpkStatus exec_dma_wait(Interp *I, const TpkOp *op) {
   Val *h = operand(I, op, 0, V_DMA);
   if (!h) return status(I);
-  Shadow *sh = h->sh;
-  for (int i = 0; sh && i < sh->npending; i++)
-    if (sh->pending[i] == h->id) {
-      memmove(&sh->pending[i], &sh->pending[i + 1], sizeof *sh->pending * (size_t)(sh->npending - i - 1));
-      memmove(&sh->pending_op[i], &sh->pending_op[i + 1], sizeof *sh->pending_op * (size_t)(sh->npending - i - 1));
-      sh->npending--;
-      break;
-    }
+  copy_landed(h->sh, h->id);
   return TPK_OK;
 }
 
@@ -1553,6 +1667,7 @@ static TpkStatus exec_grid(Interp *I, const TpkOp *op) {
     }
     const TpkOp *term = NULL;
     if (st == TPK_OK) st = exec_block(I, op->regions[0], &term);
+    if (st == TPK_OK) check_copies_waited(I);
   } while (st == TPK_OK && next_index(axes, count, pos));
   I->grid_axes = 0;
   I->instance = 0;
@@ -1594,6 +1709,41 @@ static TpkStatus exec_for(Interp *I, const TpkOp *op) {
     st = bind_index(I, op, body->args[0], it);
     for (int i = 0; i < n && st == TPK_OK; i++) {
       Val *a = slot(I, body->args[1 + i]);
+      if (!a)
+        st = fail(I, op, TPK_ERR_INTERNAL, "region argument has no slot");
+      else
+        val_assign(a, &carry[i]);
+    }
+    const TpkOp *term = NULL;
+    if (st == TPK_OK) st = exec_block(I, body, &term);
+    if (st == TPK_OK) st = take_yield(I, op, term, n, next);
+    for (int i = 0; i < n && st == TPK_OK; i++) val_move(&carry[i], &next[i]);
+  }
+  for (int i = 0; i < n && st == TPK_OK; i++) st = set_result(I, op, i, &carry[i]);
+  for (int i = 0; carry && next && i < n; i++) val_release(&carry[i]), val_release(&next[i]);
+  free(carry);
+  free(next);
+  return st;
+}
+
+/* The first carried value is the condition; the body's yield gives the
+ * next values, the condition first. */
+static TpkStatus exec_while(Interp *I, const TpkOp *op) {
+  int n = op->nin;
+  const TpkBlock *body = op->nregion == 1 ? op->regions[0] : NULL;
+  if (n < 1 || op->nout != n || !body || body->nargs != n) return fail(I, op, TPK_ERR_INTERNAL, "malformed while");
+  Val *carry = calloc((size_t)n, sizeof(Val)), *next = calloc((size_t)n, sizeof(Val));
+  TpkStatus st = carry && next ? TPK_OK : fail(I, op, TPK_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < n && st == TPK_OK; i++) {
+    Val *v = slot(I, op->in[i]);
+    if (!v || v->kind == V_NONE)
+      st = fail(I, op, TPK_ERR_INTERNAL, "initial value %d was not computed", i);
+    else
+      val_assign(&carry[i], v);
+  }
+  while (st == TPK_OK && tpk_ref_get_int(carry[0].dt, carry[0].data, 0)) {
+    for (int i = 0; i < n && st == TPK_OK; i++) {
+      Val *a = slot(I, body->args[i]);
       if (!a)
         st = fail(I, op, TPK_ERR_INTERNAL, "region argument has no slot");
       else
@@ -1711,8 +1861,11 @@ static TpkStatus exec_op(Interp *I, const TpkOp *op) {
   case TPK_OP_ALLOC: return exec_alloc(I, op);
   case TPK_OP_DMA_START: return exec_dma_start(I, op);
   case TPK_OP_DMA_WAIT: return exec_dma_wait(I, op);
+  case TPK_OP_DMA_SIGNAL: return exec_dma_signal(I, op);
+  case TPK_OP_DMA_WAIT_SEM: return exec_dma_wait_sem(I, op);
   case TPK_OP_GRID: return exec_grid(I, op);
   case TPK_OP_FOR: return exec_for(I, op);
+  case TPK_OP_WHILE: return exec_while(I, op);
   case TPK_OP_IF: return exec_if(I, op);
   case TPK_OP_CALL:
     return fail(I, op, TPK_ERR_UNSUPPORTED, "calling @%s is not supported by the interpreter yet",
@@ -1794,6 +1947,8 @@ TpkStatus tpk_interp_run_checked(const TpkFunc *f, void *const *args, const int6
   I->max_reports = o && o->max_reports > 0 ? o->max_reports : 20;
   if (violations) *violations = 0;
   TpkStatus st = run(I);
+  if (st == TPK_OK) check_copies_waited(I);
+  free(I->semcopies);
   if (I->checked && report && I->nviol > I->max_reports)
     tpk_str_printf(report, "(%d more violations not listed)\n", I->nviol - I->max_reports);
   if (violations) *violations = I->nviol;

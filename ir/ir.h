@@ -254,10 +254,16 @@ enum {
   X(ATOMIC, "atomic", 2, -1, 1, 0, 0, "index:index,kind:reduce_kind")                            \
   X(ALLOC, "alloc", 0, 0, 1, 0, 0, "")                                                          \
   X(DMA_START, "dma_start", 2, -1, 1, 0, 0, "src_index:index,dst_index:index")                  \
+  /* dma_signal copy, sem, slot: the copy signals semaphore sem[slot] (a ref<i32[N], smem>) */    \
+  X(DMA_SIGNAL, "dma_signal", 3, 3, 0, 0, 0, "")                                                \
+  /* dma_wait_sem sem, slot: wait for the oldest copy in flight on sem[slot] */                  \
+  X(DMA_WAIT_SEM, "dma_wait_sem", 2, 2, 0, 0, 0, "")                                            \
   X(DMA_WAIT, "dma_wait", 1, 1, 0, 0, 0, "")                                                    \
   /* control */                                                                                  \
   X(GRID, "grid", 2, -1, 0, 1, 0, "")                                                           \
   X(FOR, "for", 2, -1, -1, 1, 0, "")                                                            \
+  /* while cond, inits...: the region runs while its first carried value (a bool) is true */  \
+  X(WHILE, "while", 1, -1, -1, 1, 0, "")                                                        \
   X(IF, "if", 1, -1, -1, 2, 0, "")                                                              \
   X(YIELD, "yield", 0, -1, 0, 0, TPK_OPF_TERMINATOR, "")                                        \
   X(RETURN, "return", 0, -1, 0, 0, TPK_OPF_TERMINATOR, "")                                      \

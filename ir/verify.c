@@ -562,6 +562,21 @@ static bool check_dma_wait(Verifier *v) {
   return true;
 }
 
+/* Operand k is a semaphore array: ref<i32[N], smem>. */
+static bool need_semaphores(Verifier *v, int k) {
+  const TpkType *t = in_type(v, k);
+  if (t->kind != TPK_TYPE_REF || t->space != TPK_MEM_SMEM || t->dtype != TPK_I32 || t->rank != 1)
+    return fail(v, "operand %d must be semaphores, ref<i32[N], smem>; got %s", k, ty(v, t));
+  return true;
+}
+
+static bool check_dma_signal(Verifier *v) {
+  if (in_type(v, 0)->kind != TPK_TYPE_DMA) return fail(v, "operand 0 must be a dma handle, got %s", ty(v, in_type(v, 0)));
+  return need_semaphores(v, 1) && need_i32(v, 2, "semaphore index");
+}
+
+static bool check_dma_wait_sem(Verifier *v) { return need_semaphores(v, 0) && need_i32(v, 1, "semaphore index"); }
+
 static bool is_loop_index(const TpkType *t) { return is_i32_scalar(t) || (t && t->kind == TPK_TYPE_TILE); }
 
 /* A region that must hand `n` values to its owner ends with a yield; the
@@ -605,6 +620,23 @@ static bool check_for(Verifier *v) {
   return check_ends_with_yield(v, b, n, "body");
 }
 
+static bool check_while(Verifier *v) {
+  const TpkOp *op = v->op;
+  int n = op->nin;
+  const TpkType *c = in_type(v, 0);
+  if (!tpk_type_is_scalar(c) || c->dtype != TPK_BOOL) return fail(v, "condition must be a bool scalar, got %s", ty(v, c));
+  if (op->nout != n) return fail(v, "has %d results for %d carried values (the condition first)", op->nout, n);
+  const TpkBlock *b = op->regions[0];
+  if (b->nargs != n) return fail(v, "region has %d arguments, expected the condition and %d carried values", b->nargs, n - 1);
+  for (int i = 0; i < n; i++) {
+    const TpkType *t = in_type(v, i);
+    if (b->args[i]->type != t)
+      return fail(v, "carried value %d is %s but its region argument is %s", i, ty(v, t), ty(v, b->args[i]->type));
+    if (out_type(v, i) != t) return fail(v, "carried value %d is %s but result %d is %s", i, ty(v, t), i, ty(v, out_type(v, i)));
+  }
+  return check_ends_with_yield(v, b, n, "body");
+}
+
 static bool check_if(Verifier *v) {
   const TpkOp *op = v->op;
   if (op->nin != 1) return fail(v, "takes exactly one operand (the condition), got %d", op->nin);
@@ -619,9 +651,10 @@ static bool check_if(Verifier *v) {
 
 static bool check_yield(Verifier *v) {
   const TpkOp *owner = v->op->parent->parent;
-  if (!owner || (owner->opcode != TPK_OP_FOR && owner->opcode != TPK_OP_IF && owner->opcode != TPK_OP_GRID))
-    return fail(v, "must end a for, if or grid region");
-  int n = owner->opcode == TPK_OP_FOR ? owner->nin - 2 : owner->opcode == TPK_OP_IF ? owner->nout : 0;
+  if (!owner || (owner->opcode != TPK_OP_FOR && owner->opcode != TPK_OP_WHILE && owner->opcode != TPK_OP_IF &&
+                 owner->opcode != TPK_OP_GRID))
+    return fail(v, "must end a for, while, if or grid region");
+  int n = owner->opcode == TPK_OP_FOR ? owner->nin - 2 : owner->opcode == TPK_OP_IF || owner->opcode == TPK_OP_WHILE ? owner->nout : 0;
   if (v->op->nin != n) return fail(v, "yields %d values, its %s expects %d", v->op->nin, tpk_op_info(owner->opcode)->name, n);
   for (int i = 0; i < n; i++) {
     const TpkType *want = owner->opcode == TPK_OP_FOR ? owner->in[2 + i]->type : owner->out[i].type;
@@ -732,7 +765,9 @@ static const OpCheck CHECKS[TPK_OP_COUNT] = {
     [TPK_OP_LOAD] = check_load,           [TPK_OP_STORE] = check_store,
     [TPK_OP_ALLOC] = check_alloc,         [TPK_OP_DMA_START] = check_dma_start,
     [TPK_OP_DMA_WAIT] = check_dma_wait,   [TPK_OP_GRID] = check_grid,
+    [TPK_OP_DMA_SIGNAL] = check_dma_signal, [TPK_OP_DMA_WAIT_SEM] = check_dma_wait_sem,
     [TPK_OP_FOR] = check_for,             [TPK_OP_IF] = check_if,
+    [TPK_OP_WHILE] = check_while,
     [TPK_OP_YIELD] = check_yield,         [TPK_OP_RETURN] = check_return,
     [TPK_OP_CALL] = check_call,
 };

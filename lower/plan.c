@@ -134,7 +134,7 @@ static int extending_loop(Planner *p, const TpkOp *use, const TpkBlock *def) {
   for (const TpkOp *a = use; a && a->parent && a->parent != def; a = a->parent->parent) {
     const TpkOp *up = a->parent->parent;
     if (!up) break;
-    if (up->opcode == TPK_OP_FOR || up->opcode == TPK_OP_GRID) best = end_of(p, up);
+    if (up->opcode == TPK_OP_FOR || up->opcode == TPK_OP_WHILE || up->opcode == TPK_OP_GRID) best = end_of(p, up);
   }
   return best;
 }
@@ -300,12 +300,16 @@ static void merge_region_results(Planner *p, const TpkOp *op) {
   for (int i = 0; i < op->nout; i++) {
     int res = index_get(p->ix, &op->out[i]);
     if (res < 0) continue;
-    if (op->opcode == TPK_OP_FOR) {
+    if (op->opcode == TPK_OP_FOR || op->opcode == TPK_OP_WHILE) {
+      /* a while's carried values are its operands and region arguments
+       * from the first (the condition); a for's follow its bounds and index */
+      int skip = op->opcode == TPK_OP_FOR;
       const TpkBlock *body = op->regions[0];
-      int arg = index_get(p->ix, body->args[i + 1]);
+      const TpkValue *carried = body->args[i + skip];
+      int arg = index_get(p->ix, carried);
       if (arg < 0) continue;
       unite(p, arg, res);
-      const TpkValue *init = op->in[2 + i];
+      const TpkValue *init = op->in[2 * skip + i];
       int ini = index_get(p->ix, init);
       if (ini >= 0 && !is_param(init) && p->info[ini].end == pos && p->info[find(p, ini)].end == pos)
         unite(p, ini, res);
@@ -318,7 +322,7 @@ static void merge_region_results(Planner *p, const TpkOp *op) {
         int yi = index_get(p->ix, yv);
         if (yi >= 0 && yv->def && yv->def->parent == body && find(p, yi) != find(p, arg) &&
             p->info[find(p, yi)].end == pos_of(p, y) && same_size(p, yi, arg) &&
-            can_take_loop_buffer(p, find(p, yi), body->args[i + 1], p->info[arg].last_user_pos))
+            can_take_loop_buffer(p, find(p, yi), carried, p->info[arg].last_user_pos))
           unite(p, yi, arg);
       }
     } else if (op->opcode == TPK_OP_IF) {
@@ -339,7 +343,7 @@ static void merge_block(Planner *p, const TpkBlock *b) {
   for (const TpkOp *op = b->first; op; op = op->next) {
     for (int r = 0; r < op->nregion; r++) merge_block(p, op->regions[r]);
     merge_in_place(p, op);
-    if (op->opcode == TPK_OP_FOR || op->opcode == TPK_OP_IF) merge_region_results(p, op);
+    if (op->opcode == TPK_OP_FOR || op->opcode == TPK_OP_WHILE || op->opcode == TPK_OP_IF) merge_region_results(p, op);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 
 #include "host/host.h"
+#include "ir/ir.h"
 #include "sim/sim.h"
 #include "sim/timeline.h"
 
@@ -203,11 +204,12 @@ static void host_close(TpkDevice *dev) { cache_close(dev); }
 
 static TpkTarget host_target(const TpkDevice *dev) { return tpk_target_host(dev->host_vmem); }
 
-static void host_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r) {
-  (void)dev, (void)p;
+static TpkStatus host_report(const TpkDevice *dev, TpkPrepared *p, void *const *args, TpkLaunchResult *r, TpkError *err) {
+  (void)dev, (void)p, (void)args, (void)err;
   r->simulated = false;
   memset(&r->sim, 0, sizeof r->sim);
   r->trace = NULL;
+  return TPK_OK;
 }
 
 static const TpkDeviceOps host_ops = {
@@ -225,9 +227,20 @@ struct TpkTrace {
   const char *kernel;
 };
 
+/* A kernel whose time depends on its data (sim/schedule.c: integers read
+ * from the data steer its walk) is timed again at every launch, from the
+ * IR it keeps. The timelines those launches hand out live as long as the
+ * kernel's specialisation; past MAX_LAUNCH_TRACES of them a launch is
+ * still timed but gets no trace. */
+enum { MAX_LAUNCH_TRACES = 64 };
+
 struct TpkPrepared {
-  TpkSimReport report; /* shapes are bound, so every launch times the same */
+  TpkSimReport report; /* timed with sampled data; a kernel that does not read data times the same every launch */
   TpkTrace trace;
+  TpkModule *kept;     /* data-dependent: the bound IR (kept->funcs[0]), else NULL */
+  pthread_mutex_t lock; /* launch_traces */
+  TpkTrace *launch_traces[MAX_LAUNCH_TRACES];
+  int nlaunch_traces;
 };
 
 static bool sim_claims(const char *name) { return strncmp(name, "sim:", 4) == 0; }
@@ -253,10 +266,21 @@ static const TpkChip *sim_chip(const TpkDevice *dev) { return dev->state; }
 
 static TpkTarget sim_target(const TpkDevice *dev) { return tpk_sim_target(sim_chip(dev), dev->name); }
 
+static void trace_free(TpkTrace *t) {
+  if (!t) return;
+  tpk_timeline_destroy(t->timeline);
+  free((char *)t->kernel);
+}
+
 static void sim_unprepare(TpkPrepared *p) {
   if (!p) return;
-  tpk_timeline_destroy(p->trace.timeline);
-  free((char *)p->trace.kernel);
+  trace_free(&p->trace);
+  for (int i = 0; i < p->nlaunch_traces; i++) {
+    trace_free(p->launch_traces[i]);
+    free(p->launch_traces[i]);
+  }
+  if (p->kept) tpk_module_free(p->kept);
+  pthread_mutex_destroy(&p->lock);
   free(p);
 }
 
@@ -264,16 +288,21 @@ static TpkStatus sim_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared
   *out = NULL;
   TpkPrepared *p = calloc(1, sizeof *p);
   if (!p) return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
+  pthread_mutex_init(&p->lock, NULL);
   TpkStatus st = tpk_sim_schedule(f, sim_chip(dev), &p->report, &p->trace.timeline, err);
   if (st != TPK_OK) {
-    tpk_timeline_destroy(p->trace.timeline);
-    free(p);
+    sim_unprepare(p);
     return st;
   }
   p->trace.chip = sim_chip(dev);
   /* its own copy: the bound IR goes once the kernel is prepared */
   p->trace.kernel = strdup(f->name);
-  if (!p->trace.kernel) {
+  if (p->report.follows_data && (p->kept = tpk_module_new(f->name)) != NULL &&
+      !tpk_func_clone(p->kept, f, NULL, NULL, err)) {
+    sim_unprepare(p);
+    return err->code ? err->code : TPK_ERR_NOMEM;
+  }
+  if (!p->trace.kernel || (p->report.follows_data && !p->kept)) {
     sim_unprepare(p);
     return tpk_error(err, TPK_ERR_NOMEM, "out of memory");
   }
@@ -281,10 +310,42 @@ static TpkStatus sim_prepare(const TpkDevice *dev, const TpkFunc *f, TpkPrepared
   return TPK_OK;
 }
 
+/* This launch's time, when it depends on the data: its own walk, and its
+ * own trace while there is room for one. */
+static TpkStatus sim_time_launch(const TpkDevice *dev, TpkPrepared *p, void *const *args, TpkSimReport *s,
+                                 const TpkTrace **trace, TpkError *err) {
+  TpkTimeline *tl = NULL;
+  pthread_mutex_lock(&p->lock);
+  bool room = p->nlaunch_traces < MAX_LAUNCH_TRACES;
+  pthread_mutex_unlock(&p->lock);
+  TpkStatus st = tpk_sim_schedule_args(p->kept->funcs[0], sim_chip(dev), args, s, room ? &tl : NULL, err);
+  *trace = NULL;
+  if (st != TPK_OK || !tl) return st;
+  TpkTrace *t = calloc(1, sizeof *t);
+  if (t) *t = (TpkTrace){.timeline = tl, .chip = sim_chip(dev), .kernel = strdup(p->trace.kernel)};
+  pthread_mutex_lock(&p->lock);
+  if (t && t->kernel && p->nlaunch_traces < MAX_LAUNCH_TRACES) {
+    p->launch_traces[p->nlaunch_traces++] = t;
+    *trace = t;
+    t = NULL;
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (t) {
+    trace_free(t);
+    free(t);
+  } else if (!*trace) tpk_timeline_destroy(tl);
+  return TPK_OK;
+}
 
-static void sim_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r) {
-  (void)dev;
+static TpkStatus sim_report(const TpkDevice *dev, TpkPrepared *p, void *const *args, TpkLaunchResult *r, TpkError *err) {
+  TpkSimReport launch;
   const TpkSimReport *s = &p->report;
+  r->trace = p->trace.timeline ? &p->trace : NULL;
+  if (p->kept) {
+    TpkStatus st = sim_time_launch(dev, p, args, &launch, &r->trace, err);
+    if (st != TPK_OK) return st;
+    s = &launch;
+  }
   TpkDType dt = s->matmul_flops ? s->matmul_dtype : TPK_BF16;
   r->simulated = true;
   r->sim = (TpkSimStats){.chip = s->chip->name, .cycles = s->cycles, .seconds = s->seconds, .clock_hz = s->chip->clock_hz,
@@ -293,7 +354,7 @@ static void sim_report(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResu
                          .roofline_seconds = s->roofline_seconds, .memory_bound = s->memory_bound,
                          .mxu_utilisation = s->mxu_utilisation, .vpu_utilisation = s->vpu_utilisation,
                          .hbm_utilisation = s->hbm_utilisation};
-  r->trace = p->trace.timeline ? &p->trace : NULL;
+  return TPK_OK;
 }
 
 static const TpkDeviceOps sim_ops = {

@@ -60,8 +60,11 @@ typedef struct TpkDeviceOps {
   /* Run a launch. Returns the first part (in grid order) that failed, with
    * its message in err (TPK_KERNEL_ERR_LEN bytes), or -1. */
   int (*run)(const TpkDevice *dev, const TpkRun *run, char *err);
-  /* What the device says of a launch of a prepared kernel. */
-  void (*report)(const TpkDevice *dev, const TpkPrepared *p, TpkLaunchResult *r);
+  /* What the device says of a launch of a prepared kernel with these
+   * arguments (one pointer per parameter, as run takes them), asked before
+   * the launch runs: a simulated time may follow the values the kernel
+   * reads (an inout's, too, before the kernel writes it). */
+  TpkStatus (*report)(const TpkDevice *dev, TpkPrepared *p, void *const *args, TpkLaunchResult *r, TpkError *err);
 } TpkDeviceOps;
 
 struct TpkDevice {

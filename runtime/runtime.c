@@ -1527,6 +1527,15 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
   TpkCode *code = g ? g->code : spec->code;
   run.fn = g && g->aot ? g->aot->fn : tpk_code_entry(code);
   run.workspace = ws;
+  if (result) { /* before the run: the kernel's data as it reads it */
+    TpkError err = {0};
+    if (dev->ops->report(dev, spec->prepared, args, result, &err) != TPK_OK) {
+      tpk_scratch_give(k->prog->ctx, ws, ws_cap);
+      tpk_unit_release(unit);
+      return tpk_runtime_fail(err.code ? err.code : TPK_ERR_INTERNAL, "kernel '%s' (%s): %s", f->name, k->prog->name,
+                              err.message);
+    }
+  }
   char message[TPK_KERNEL_ERR_LEN];
   int failed = dev->ops->run(dev, &run, message);
   tpk_scratch_give(k->prog->ctx, ws, ws_cap);
@@ -1541,7 +1550,6 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
     r->tunes_from = tunes_from;
     const char *note = code ? tpk_code_note(code) : NULL;
     copy_text(r->note, sizeof r->note, note ? note : "");
-    dev->ops->report(dev, spec->prepared, r);
     if (r->trace) program_hold(k->prog, unit);
   }
   tpk_unit_release(unit);

@@ -17,10 +17,17 @@
  * instances alternate between the two TensorCores, each with its own units
  * (HBM is shared).
  *
- * Loop bounds and block indices are evaluated from the IR (they are constants
- * once shapes are bound, or computed from grid and loop indices); a bound
- * that depends on data is an error. An `if` whose condition depends on data
- * is costed as both branches (an upper bound).
+ * Loop bounds, `if` conditions and block indices are evaluated from the IR:
+ * constants once shapes are bound, values computed from grid and loop
+ * indices, and integers read from the launch's data — a scalar parameter,
+ * or one element of an input (`lengths[b]`, `block_table[b, p]`). With the
+ * launch's arguments (tpk_sim_schedule_args) the walk follows the control
+ * flow those values take: a loop runs as many iterations, an `if` takes the
+ * branch, a block index chooses the block the data says. Without them
+ * (timing only, the tuner) such an integer is sampled as `tpk run` fills an
+ * integer input: uniform in [0, 8), from a fixed seed, so a timing is
+ * repeatable. A condition computed from vector data (a reduction, a float)
+ * stays unknown and is costed as both branches (an upper bound).
  */
 #include "sim/sim.h"
 
@@ -91,6 +98,16 @@ typedef struct Walker {
   int64_t grid_ids[TPK_MAX_RANK], grid_lo[TPK_MAX_RANK], grid_hi[TPK_MAX_RANK];
   int64_t walked; /* ops visited so far */
   const char *func_name;
+  const TpkFunc *func;
+  void *const *args; /* the launch's arguments, or NULL (values are sampled) */
+  /* copies in flight on semaphores, oldest first: which semaphore, which
+   * slot (-1: not known), the copy's last task */
+  struct SemTask {
+    const TpkValue *sem;
+    int64_t slot;
+    TpkTaskId t;
+  } semtasks[MAX_PENDING];
+  int nsemtasks;
 } Walker;
 
 static bool fail(Walker *w, const TpkOp *op, const char *fmt, const char *what) {
@@ -192,6 +209,74 @@ static void eval_scalar(Walker *w, const TpkOp *op) {
   set_known(w, &op->out[0], r);
 }
 
+/* ---- values read from data ---------------------------------------------------- */
+
+/* Element `flat` of a tensor of dtype dt as an integer; false for floats. */
+static bool read_int(const void *data, TpkDType dt, int64_t flat, int64_t *out) {
+  switch (dt) {
+  case TPK_I32: *out = ((const int32_t *)data)[flat]; return true;
+  case TPK_I16: *out = ((const int16_t *)data)[flat]; return true;
+  case TPK_I8: *out = ((const int8_t *)data)[flat]; return true;
+  case TPK_U8: *out = ((const uint8_t *)data)[flat]; return true;
+  case TPK_BOOL: *out = ((const uint8_t *)data)[flat] != 0; return true;
+  default: return false;
+  }
+}
+
+/* The value timing without data assumes for element `flat` of parameter
+ * `param`: what `tpk run` would fill an integer input with (uniform in
+ * [0, 8)), from a hash of the two so the same element always reads the same. */
+static int64_t sampled(int param, int64_t flat) {
+  uint64_t h = 0x9e3779b97f4a7c15ull * (uint64_t)(param + 1) ^ (uint64_t)flat;
+  h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb3fe1a85ec53ull, h ^= h >> 33;
+  return (int64_t)(h % 8);
+}
+
+static int param_index(const Walker *w, const TpkValue *v) {
+  for (int i = 0; i < w->func->nparams; i++)
+    if (w->func->params[i].value == v) return i;
+  return -1;
+}
+
+/* An integer scalar parameter's value (from the launch, or sampled). */
+static void know_scalar_param(Walker *w, int i) {
+  const TpkValue *v = w->func->params[i].value;
+  if (v->type->kind != TPK_TYPE_TENSOR || v->type->rank != 0) return;
+  int64_t x;
+  if (w->args && w->args[i]) {
+    if (read_int(w->args[i], v->type->dtype, 0, &x)) set_known(w, v, x);
+  } else if (tpk_dtype_is_int(v->type->dtype) || v->type->dtype == TPK_BOOL) {
+    set_known(w, v, sampled(i, 0));
+  }
+  if (tpk_ptrmap_get(&w->known, v, NULL)) w->rep->follows_data = true;
+}
+
+/* A scalar load from a parameter in HBM at known indices: the element's
+ * value when it is an integer. Out of range it reads 0, as a ragged tile
+ * does. */
+static void know_loaded(Walker *w, const TpkOp *op) {
+  const TpkValue *ref = op->in[0];
+  const TpkType *t = ref->type;
+  int i = param_index(w, ref);
+  if (i < 0 || op->nin - 1 != t->rank) return;
+  if (!tpk_dtype_is_int(t->dtype) && t->dtype != TPK_BOOL) return;
+  int64_t flat = 0;
+  bool inside = true;
+  for (int a = 0; a < t->rank; a++) {
+    int64_t x, d;
+    if (!known(w, op->in[1 + a], &x) || !tpk_dim_is_const(t->dims[a], &d)) return;
+    inside = inside && x >= 0 && x < d;
+    flat = flat * d + x;
+  }
+  int64_t x = 0;
+  if (!inside) x = 0;
+  else if (w->args && w->args[i]) {
+    if (!read_int(w->args[i], t->dtype, flat, &x)) return;
+  } else x = sampled(i, flat);
+  set_known(w, &op->out[0], x);
+  w->rep->follows_data = true;
+}
+
 /* ---- tasks --------------------------------------------------------------------------- */
 
 static int64_t numel(const TpkType *t) {
@@ -276,9 +361,13 @@ static void load(Walker *w, const TpkOp *op) {
   void *prev;
   if (key && tpk_ptrmap_get(&w->prev, op, &prev) && prev && strcmp(prev, key) == 0) {
     TpkTaskId t = task_of(w, &op->out[0]);
-    if (t != TPK_TASK_NONE) return;
+    if (t != TPK_TASK_NONE) {
+      if (op->out[0].type->rank == 0) know_loaded(w, op);
+      return;
+    }
   }
   if (key) tpk_ptrmap_put(&w->prev, op, (void *)key);
+  if (op->out[0].type->rank == 0) know_loaded(w, op);
   TpkTaskId after = TPK_TASK_NONE;
   for (int i = 1; i < op->nin; i++) /* a gather waits for its indices */
     if (op->in[i]->type->rank > 0) after = task_of(w, op->in[i]);
@@ -410,26 +499,73 @@ static void next_stage(Walker *w) {
   age_stores(w);
 }
 
+/* dst takes src's task, and its value when the walk knows it (a scalar
+ * carried by a loop or merged by an if). */
+static void carry(Walker *w, const TpkValue *dst, const TpkValue *src) {
+  int64_t x;
+  set_task(w, dst, task_of(w, src));
+  if (known(w, src, &x)) set_known(w, dst, x);
+  else forget(w, dst);
+}
+
+/* The same for n values at once: the sources may be the destinations of
+ * the previous iteration (a yield of swapped carried values). */
+static void carry_all(Walker *w, TpkValue *const *dst, TpkValue *const *src, int n) {
+  enum { MAX = 64 };
+  int64_t x[MAX];
+  bool k[MAX];
+  TpkTaskId t[MAX];
+  for (int i = 0; i < n && i < MAX; i++) k[i] = known(w, src[i], &x[i]), t[i] = task_of(w, src[i]);
+  for (int i = 0; i < n && i < MAX; i++) {
+    set_task(w, dst[i], t[i]);
+    if (k[i]) set_known(w, dst[i], x[i]);
+    else forget(w, dst[i]);
+  }
+}
+
 static void walk_for(Walker *w, const TpkOp *op) {
   int64_t lo, hi;
   if (!known(w, op->in[0], &lo) || !known(w, op->in[1], &hi)) {
-    fail(w, op, "a loop bound depends on data; the simulator needs bounds it can compute", NULL);
+    fail(w, op, "a loop bound depends on vector or float data; the simulator follows bounds computed from integers", NULL);
     return;
   }
   const TpkBlock *body = op->regions[0];
   int n = op->nout;
-  for (int i = 0; i < n; i++) set_task(w, body->args[i + 1], task_of(w, op->in[2 + i]));
+  for (int i = 0; i < n; i++) carry(w, body->args[i + 1], op->in[2 + i]);
   if (!push_stage(w, op)) return;
   for (int64_t it = lo; it < hi && !w->failed; it++) {
     set_known(w, body->args[0], it);
     walk_block(w, body);
     const TpkOp *y = body->last;
-    if (y && y->opcode == TPK_OP_YIELD)
-      for (int i = 0; i < n; i++) set_task(w, body->args[i + 1], task_of(w, y->in[i]));
+    if (y && y->opcode == TPK_OP_YIELD) carry_all(w, body->args + 1, y->in, n);
     next_stage(w);
   }
   w->depth--;
-  for (int i = 0; i < n; i++) set_task(w, &op->out[i], task_of(w, body->args[i + 1]));
+  for (int i = 0; i < n; i++) carry(w, &op->out[i], body->args[i + 1]);
+}
+
+/* A while loop runs while its condition, the first carried value, is known
+ * true; one the walk cannot compute (vector or float data) is refused. */
+static void walk_while(Walker *w, const TpkOp *op) {
+  const TpkBlock *body = op->regions[0];
+  int n = op->nout;
+  int64_t c;
+  for (int i = 0; i < n; i++) carry(w, body->args[i], op->in[i]);
+  if (!push_stage(w, op)) return;
+  while (!w->failed) {
+    if (!known(w, body->args[0], &c)) {
+      fail(w, op, "a while condition depends on vector or float data; the simulator follows conditions computed from integers", NULL);
+      break;
+    }
+    if (!c) break;
+    walk_block(w, body);
+    const TpkOp *y = body->last;
+    if (!y || y->opcode != TPK_OP_YIELD) break;
+    carry_all(w, body->args, y->in, n);
+    next_stage(w);
+  }
+  w->depth--;
+  for (int i = 0; i < n; i++) carry(w, &op->out[i], body->args[i]);
 }
 
 static void walk_if(Walker *w, const TpkOp *op) {
@@ -440,7 +576,10 @@ static void walk_if(Walker *w, const TpkOp *op) {
     walk_block(w, op->regions[r]);
     const TpkOp *y = op->regions[r]->last;
     if (y && y->opcode == TPK_OP_YIELD)
-      for (int i = 0; i < op->nout; i++) set_task(w, &op->out[i], task_of(w, y->in[i]));
+      for (int i = 0; i < op->nout; i++) {
+        if (k) carry(w, &op->out[i], y->in[i]);
+        else set_task(w, &op->out[i], task_of(w, y->in[i])), forget(w, &op->out[i]);
+      }
   }
 }
 
@@ -449,7 +588,7 @@ static void walk_grid(Walker *w, const TpkOp *op) {
   int rank = body->nargs;
   for (int a = 0; a < rank; a++)
     if (!known(w, op->in[2 * a], &w->grid_lo[a]) || !known(w, op->in[2 * a + 1], &w->grid_hi[a])) {
-      fail(w, op, "a grid bound depends on data", NULL);
+      fail(w, op, "a grid bound depends on vector or float data", NULL);
       return;
     }
   int64_t total = 1;
@@ -478,6 +617,38 @@ static void walk_grid(Walker *w, const TpkOp *op) {
   w->core = 0;
 }
 
+/* A wait blocks the core's scalar unit until the copy has landed: what the
+ * core computes next starts after it. */
+static void wait_for(Walker *w, TpkTaskId copy) {
+  if (copy == TPK_TASK_NONE) return;
+  Core *c = &w->cores[w->core];
+  TpkTaskId deps[2] = {copy, c->step};
+  c->step = tpk_timeline_add(w->tl, c->scalar, 0, deps, c->step == TPK_TASK_NONE ? 1 : 2, "wait", "dma");
+}
+
+static void dma_signal(Walker *w, const TpkOp *op) {
+  int64_t slot;
+  if (!known(w, op->in[2], &slot)) slot = -1;
+  if (w->nsemtasks == MAX_PENDING) { /* so many in flight: the oldest has surely landed */
+    memmove(w->semtasks, w->semtasks + 1, sizeof *w->semtasks * (MAX_PENDING - 1));
+    w->nsemtasks--;
+  }
+  w->semtasks[w->nsemtasks++] = (struct SemTask){op->in[1], slot, task_of(w, op->in[0])};
+}
+
+static void dma_wait_sem(Walker *w, const TpkOp *op) {
+  int64_t slot;
+  if (!known(w, op->in[1], &slot)) slot = -1;
+  for (int i = 0; i < w->nsemtasks; i++) {
+    struct SemTask *s = &w->semtasks[i];
+    if (s->sem != op->in[0] || (slot >= 0 && s->slot >= 0 && s->slot != slot)) continue;
+    wait_for(w, s->t);
+    memmove(s, s + 1, sizeof *s * (size_t)(w->nsemtasks - i - 1));
+    w->nsemtasks--;
+    return;
+  }
+}
+
 static void walk_op(Walker *w, const TpkOp *op) {
   const TpkOpInfo *info = tpk_op_info(op->opcode);
   if (++w->walked > MAX_WALKED_OPS) {
@@ -490,7 +661,7 @@ static void walk_op(Walker *w, const TpkOp *op) {
     return;
   }
   Core *c = &w->cores[w->core];
-  if (op->nout == 1 && op->out[0].type->kind == TPK_TYPE_TENSOR && op->out[0].type->rank == 0 &&
+  if (op->nout == 1 && op->out[0].type->kind == TPK_TYPE_TENSOR && op->out[0].type->rank == 0 && !op->nregion &&
       op->opcode != TPK_OP_LOAD && op->opcode != TPK_OP_REDUCE && op->opcode != TPK_OP_ATOMIC) {
     eval_scalar(w, op);
     compute(w, op, c->scalar, 1, info->name);
@@ -503,8 +674,12 @@ static void walk_op(Walker *w, const TpkOp *op) {
     return;
   case TPK_OP_GRID: walk_grid(w, op); return;
   case TPK_OP_FOR: walk_for(w, op); return;
+  case TPK_OP_WHILE: walk_while(w, op); return;
   case TPK_OP_IF: walk_if(w, op); return;
-  case TPK_OP_YIELD: case TPK_OP_DMA_WAIT: case TPK_OP_ALLOC: return;
+  case TPK_OP_YIELD: case TPK_OP_ALLOC: return;
+  case TPK_OP_DMA_WAIT: wait_for(w, task_of(w, op->in[0])); return;
+  case TPK_OP_DMA_SIGNAL: dma_signal(w, op); return;
+  case TPK_OP_DMA_WAIT_SEM: dma_wait_sem(w, op); return;
   case TPK_OP_LOAD: load(w, op); return;
   case TPK_OP_STORE: store(w, op); return;
   case TPK_OP_ATOMIC: atomic(w, op); return;
@@ -550,10 +725,15 @@ static void walk_block(Walker *w, const TpkBlock *b) {
 
 TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *rep, TpkTimeline **timeline,
                            TpkError *err) {
+  return tpk_sim_schedule_args(f, chip, NULL, rep, timeline, err);
+}
+
+TpkStatus tpk_sim_schedule_args(const TpkFunc *f, const TpkChip *chip, void *const *args, TpkSimReport *rep,
+                                TpkTimeline **timeline, TpkError *err) {
   memset(rep, 0, sizeof *rep);
   rep->chip = chip;
   if (timeline) *timeline = NULL;
-  Walker w = {.chip = chip, .rep = rep, .err = err, .func_name = f->name};
+  Walker w = {.chip = chip, .rep = rep, .err = err, .func_name = f->name, .func = f, .args = args};
   tpk_arena_init(&w.arena, 0);
   if (tpk_timeline_create(&w.tl) != TPK_OK) return tpk_error(err, TPK_ERR_NOMEM, "simulator: out of memory");
   w.ncores = chip->megacore && chip->tensorcores > 1 ? (chip->tensorcores < MAX_CORES ? chip->tensorcores : MAX_CORES) : 1;
@@ -579,7 +759,10 @@ TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *
     w.cores[c].mxu_out = tpk_timeline_add_unit(w.tl, name, 2 * chip->mxus_per_core);
     w.cores[c].last = w.cores[c].step = TPK_TASK_NONE;
   }
-  for (int i = 0; i < f->nparams; i++) set_task(&w, f->params[i].value, TPK_TASK_NONE);
+  for (int i = 0; i < f->nparams; i++) {
+    set_task(&w, f->params[i].value, TPK_TASK_NONE);
+    know_scalar_param(&w, i);
+  }
   walk_block(&w, f->body);
   flush_stores(&w, 1);
   TpkError terr = {0};

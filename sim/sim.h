@@ -220,14 +220,23 @@ typedef struct TpkSimReport {
   double roofline_seconds; /* max(matmul FLOPs / peak, bytes / HBM bandwidth) */
   bool memory_bound;      /* the bytes term of the roofline is the larger */
   double mxu_utilisation, vpu_utilisation, hbm_utilisation; /* busy fraction (core 0's units, HBM) */
+  bool follows_data;      /* integers read from the data steered the walk (the time depends on them) */
 } TpkSimReport;
 
 /* Time kernel f (lowered, every shape constant) on one chip. *timeline, when
- * given, receives the timeline (for a trace; the caller destroys it). Errors:
- * a loop or grid bound that depends on data, an op the simulator does not
- * model yet. */
+ * given, receives the timeline (for a trace; the caller destroys it). Integers
+ * the kernel reads from its data to choose loop bounds, branches and block
+ * indices are sampled (uniform in [0, 8), repeatable; rep->follows_data says
+ * whether there were any). Errors: a loop or grid bound the walk cannot
+ * compute (from vector or float data), an op the simulator does not model
+ * yet. */
 TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *rep, TpkTimeline **timeline,
                            TpkError *err);
+/* The same for one launch: args[i] is parameter i's data as the host runs
+ * it (a tensor's bytes, row-major; a scalar's value in its dtype), and the
+ * walk follows the control flow those values take. */
+TpkStatus tpk_sim_schedule_args(const TpkFunc *f, const TpkChip *chip, void *const *args, TpkSimReport *rep,
+                                TpkTimeline **timeline, TpkError *err);
 
 /* The lowering target of a launch on a chip: its VMEM, 1 MiB auto-tiles.
  * `device` ("sim:v5e") names it in messages and must outlive the target. */

@@ -223,6 +223,35 @@ static void test_read_before_wait(void **state) {
   test_compile_free(&k.c);
 }
 
+/* Semaphores: a read of a slot whose copy is still in flight (the first
+ * wait lands the older copy only), a wait on a semaphore no copy signals,
+ * and a copy never waited for by the end of its grid instance. */
+static void test_semaphore_violations(void **state) {
+  (void)state;
+  Kernel k;
+  compile(&k,
+          "kernel sems(x: f32[M, N]) -> (y: f32[M, N])\n"
+          "{\n"
+          "  for i in 0..M {\n"
+          "    scratch buf: f32[2, N];\n"
+          "    scratch sems: semaphore[2];\n"
+          "    copy_async(x[i, :], buf[0, :], sem=sems[0]);\n"
+          "    copy_async(x[i, :], buf[1, :], sem=sems[0]);\n"
+          "    wait(sems[0]);\n"
+          "    y[i, :] = buf[0, :] + buf[1, :];\n"
+          "    wait(sems[1]);\n"
+          "  }\n"
+          "}\n",
+          "sems", NULL);
+  float x[2] = {1, 2}, y[2];
+  expect_report(&k, (void *[]){x, y}, "M=1,N=2",
+                "line 9:27: load reads buf before the wait of its copy_async (line 7:5)\n"
+                "line 10:5: wait on sems[1] with no copy in flight on it (it would never end)\n"
+                "line 7:5: a copy signalling sems[0] is never waited for\n",
+                3);
+  test_compile_free(&k.c);
+}
+
 /* ---- 4. reads of uninitialised memory ------------------------------------------ */
 
 static void test_uninitialized_reads(void **state) {
@@ -286,6 +315,17 @@ static void test_clean_corpus(void **state) {
   float s[13] = {1};
   y = malloc(sizeof(float) * 13 * 7);
   expect_clean_file("tests/corpus/manual_dma.tpk", "scale_rows_dma", "BM=8", (void *[]){x, s, y}, "M=13,N=7");
+  /* semaphores: two copies in flight on one, the next page prefetched into the other slot */
+  {
+    enum { B = 3, H = 2, G = 4, D = 8, PS = 4, MP = 3 };
+    uint16_t *q = calloc(B * H * G * D, 2), *kp = calloc(H * B * MP * PS * D, 2), *vp = calloc(H * B * MP * PS * D, 2);
+    uint16_t *o = calloc(B * H * G * D, 2);
+    int32_t lengths[B] = {1, 12, 7}, table[B * MP] = {8, 0, 1, 2, 3, 4, 5, 6, 7};
+    float scale = 0.5f;
+    expect_clean_file("tests/corpus/dma_semaphores.tpk", "paged_attention_dma", NULL,
+                      (void *[]){q, kp, vp, lengths, table, &scale, o}, "B=3,H=2,G=4,D=8,P=9,PS=4,MP=3");
+    free(q), free(kp), free(vp), free(o);
+  }
   free(x), free(y);
   /* embedding backward, distinct ids (ragged T) */
   int32_t ids[70];
@@ -369,6 +409,7 @@ int main(void) {
       cmocka_unit_test(test_store_and_add_across_instances),
       cmocka_unit_test(test_scatter_store_across_instances),
       cmocka_unit_test(test_read_before_wait),
+      cmocka_unit_test(test_semaphore_violations),
       cmocka_unit_test(test_uninitialized_reads),
       cmocka_unit_test(test_clean_corpus),
       cmocka_unit_test(test_clean_corpus_ragged),

@@ -195,6 +195,77 @@ static void test_trace(void **state) {
   test_compile_free(&c);
 }
 
+/* Rows of each segment summed: the inner loop's bound and the block it
+ * reads come from the data. */
+static const char *SEGMENTS = "kernel segsum(x: f32[N, D], starts: i32[G], counts: i32[G]) -> (y: f32[G, D])\n"
+                              "  tune BR in [64]\n"
+                              "{\n"
+                              "  for g in 0..G {\n"
+                              "    var acc = zeros(f32[D]);\n"
+                              "    for r in 0..(counts[g] + BR - 1) / BR {\n"
+                              "      acc += sum(x[ds(starts[g] + r * BR, BR), :], axis=0);\n"
+                              "    }\n"
+                              "    y[g, :] = acc;\n"
+                              "  }\n"
+                              "}\n";
+
+/* With the launch's values the walk runs as many iterations as the data
+ * says (bytes follow them exactly); without, the values are sampled, the
+ * same every time, and the report says the time follows data. */
+static void test_loop_bounds_from_data(void **state) {
+  (void)state;
+  TpkBinding b[] = {{"N", 65536}, {"D", 256}, {"G", 4}};
+  TestCompile c;
+  TpkCheckOptions o = {.binds = b, .nbinds = 3};
+  test_compile(&c, "k.tpk", SEGMENTS, &o);
+  assert_int_equal(c.status, TPK_OK);
+  TpkFunc *f = c.bound->funcs[0];
+  const TpkChip *chip = tpk_sim_chip_find("v5e");
+  TpkTarget t = tpk_sim_target(chip, "sim:v5e");
+  TpkError err = {0};
+  TpkPlan plan;
+  if (tpk_lower(f, &t, &plan, &err) != TPK_OK) fail_msg("%s", err.message);
+  tpk_plan_free(&plan);
+  int32_t starts[4] = {0, 20000, 30000, 40000}, counts[4] = {16384, 4096, 0, 2048}, half[4] = {8192, 2048, 0, 1024};
+  void *args[4] = {NULL, starts, counts, NULL};
+  TpkSimReport full, halved, sampled, again;
+  assert_int_equal(tpk_sim_schedule_args(f, chip, args, &full, NULL, &err), TPK_OK);
+  assert_true(full.follows_data);
+  int64_t blocks = (16384 + 4096 + 0 + 2048) / 64;
+  /* every count, and the start of each segment that has rows */
+  double row_block = 64.0 * 256 * 4, counts_and_starts = (4 + 3) * 4, outputs = 4 * 256 * 4;
+  if (fabs(full.hbm_bytes - (blocks * row_block + counts_and_starts + outputs)) >= 1) fail_msg("%.0f bytes, expected %.0f", full.hbm_bytes, blocks * row_block + counts_and_starts + outputs);
+  args[2] = half;
+  assert_int_equal(tpk_sim_schedule_args(f, chip, args, &halved, NULL, &err), TPK_OK);
+  double ratio = halved.seconds / full.seconds;
+  if (ratio < 0.4 || ratio > 0.6) fail_msg("half the rows took %.2f of the time", ratio);
+  assert_true(full.seconds >= full.roofline_seconds && halved.seconds >= halved.roofline_seconds);
+  assert_int_equal(tpk_sim_schedule(f, chip, &sampled, NULL, &err), TPK_OK);
+  assert_int_equal(tpk_sim_schedule(f, chip, &again, NULL, &err), TPK_OK);
+  assert_true(sampled.follows_data && sampled.seconds == again.seconds && sampled.hbm_bytes == again.hbm_bytes);
+  test_compile_free(&c);
+}
+
+/* A bound computed from float data cannot be followed: an error naming it. */
+static void test_float_bound_is_refused(void **state) {
+  (void)state;
+  const char *text = "kernel k(x: f32[N], w: f32[4]) -> (y: f32[N]) {\n"
+                     "  for one in 0..1 {\n"
+                     "    for r in 0..(max(w) as i32) { y[0..4] = w; }\n"
+                     "  }\n"
+                     "}\n";
+  TpkBinding b[] = {{"N", 16}};
+  TestCompile c;
+  TpkCheckOptions o = {.binds = b, .nbinds = 1};
+  test_compile(&c, "k.tpk", text, &o);
+  assert_int_equal(c.status, TPK_OK);
+  TpkSimReport r;
+  TpkError err = {0};
+  assert_int_equal(tpk_sim_schedule(c.bound->funcs[0], tpk_sim_chip_find("v5e"), &r, NULL, &err), TPK_ERR_UNSUPPORTED);
+  assert_non_null(strstr(err.message, "line 3: a loop bound depends on vector or float data"));
+  test_compile_free(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_large_matmul_near_roofline), cmocka_unit_test(test_memory_bound_near_roofline),
@@ -202,6 +273,7 @@ int main(void) {
       cmocka_unit_test(test_atomics_and_scans), cmocka_unit_test(test_v6e_over_v5e),
       cmocka_unit_test(test_unchanged_blocks_not_copied), cmocka_unit_test(test_trace),
       cmocka_unit_test(test_megacore_uses_both_cores),   cmocka_unit_test(test_walk_budget),
+      cmocka_unit_test(test_loop_bounds_from_data),      cmocka_unit_test(test_float_bound_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
