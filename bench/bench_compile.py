@@ -31,13 +31,13 @@ again as a worker (--worker JSON). ratio = the other's time / tpk's: > 1
 means tpk was faster.
 """
 import copy
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+import rows  # bench/rows.py: beside this file
 
 STEPS, WARMUP = 30, 5
 
@@ -121,22 +121,11 @@ def worker(job):
 
 
 def run_worker(job, env):
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(job)], env=env,
-                       stdout=subprocess.PIPE, text=True, timeout=900)
-    if p.returncode != 0:
-        raise SystemExit(f"bench_compile: worker {job} failed (exit status {p.returncode})")
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-def row(name, value, unit, baseline=None, base_value=None, device="host"):
-    ratio = None if base_value is None else base_value / value
-    print(json.dumps({"name": name, "device": device, "value": round(value, 4), "unit": unit,
-                      "baseline": baseline, "ratio": None if ratio is None else round(ratio, 3)}), flush=True)
+    return rows.run_worker(__file__, job, env, timeout=900)
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        print(json.dumps(worker(json.loads(sys.argv[2]))))
+    if rows.as_worker(worker):
         return 0
     cores = os.cpu_count() or 1
     for model in models():
@@ -148,17 +137,17 @@ def main():
             one = run_worker({"model": model, "kind": "warm", "threads": 1}, dict(env, TPK_HOST_THREADS="1"))
             every = run_worker({"model": model, "kind": "warm", "threads": cores}, dict(env, TPK_HOST_THREADS=str(cores)))
         what = f"{model} training step"
-        row(f"compile: {what}, cold cache", cold["tpk_first_s"], "s", "inductor (CPU), cold cache",
+        rows.row(f"compile: {what}, cold cache", cold["tpk_first_s"], "s", "inductor (CPU), cold cache",
             cold["inductor_first_s"])
-        row(f"compile: {what}, warm cache", one["tpk_first_s"], "s", "inductor (CPU), warm cache",
+        rows.row(f"compile: {what}, warm cache", one["tpk_first_s"], "s", "inductor (CPU), warm cache",
             one["inductor_first_s"])
-        row(f"compile: {what}, cold cache, tpk's graphs alone", cold["tpk_compile_s"], "s")
-        row(f"compile: {what}, warm cache: compiler runs", one["compiler_runs"], "runs")
+        rows.row(f"compile: {what}, cold cache, tpk's graphs alone", cold["tpk_compile_s"], "s")
+        rows.row(f"compile: {what}, warm cache: compiler runs", one["compiler_runs"], "runs")
         for label, run in (("one thread", one), (f"all threads ({cores})", every)):
-            row(f"steady state: {what}, {label}", run["tpk"], "ms", "torch eager", run["eager"])
-            row(f"steady state: {what}, {label} (vs Inductor)", run["tpk"], "ms", "inductor (CPU)", run["inductor"])
-        row(f"simulated: {what}", cold["sim_us"], "us", device="sim:v5e")
-        row(f"simulated: {what}, MXU utilisation", 100 * cold["sim_mxu"], "%", device="sim:v5e")
+            rows.row(f"steady state: {what}, {label}", run["tpk"], "ms", "torch eager", run["eager"])
+            rows.row(f"steady state: {what}, {label} (vs Inductor)", run["tpk"], "ms", "inductor (CPU)", run["inductor"])
+        rows.row(f"simulated: {what}", cold["sim_us"], "us", device="sim:v5e")
+        rows.row(f"simulated: {what}, MXU utilisation", 100 * cold["sim_mxu"], "%", device="sim:v5e")
     return 0
 
 

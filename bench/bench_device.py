@@ -22,12 +22,12 @@ A step ends with loss.item() (a sync point). Each thread count runs in a
 process of its own (TPK_HOST_THREADS is read when tpk's context is made):
 this file again, as a worker (--worker JSON).
 """
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+import rows  # bench/rows.py: beside this file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(os.path.dirname(HERE), "python"),  # this tree's package, as run.py gives it
@@ -107,22 +107,15 @@ def worker(job):
 
 
 def run_worker(job, **env):
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(job)],
-                       env=dict(os.environ, **env), stdout=subprocess.PIPE, text=True, timeout=1200)
-    if p.returncode != 0:
-        raise SystemExit(f"bench_device: worker {job} failed (exit status {p.returncode})")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return rows.run_worker(__file__, job, dict(os.environ, **env), timeout=1200)
 
 
 def row(name, value, unit, baseline=None, base_value=None, device="sim:v5e"):
-    ratio = None if base_value is None else base_value / value
-    print(json.dumps({"name": name, "device": device, "value": round(value, 4), "unit": unit,
-                      "baseline": baseline, "ratio": None if ratio is None else round(ratio, 3)}), flush=True)
+    rows.row(name, value, unit, baseline, base_value, device)
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        print(json.dumps(worker(json.loads(sys.argv[2]))))
+    if rows.as_worker(worker):
         return 0
     cores = os.cpu_count() or 1
     op = run_worker({"kind": "per op", "threads": 1}, TPK_HOST_THREADS="1")

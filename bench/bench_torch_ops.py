@@ -18,7 +18,6 @@ PyTorch's own CPU kernels, in one run; prints bench/run.py's JSON rows.
 
 ratio = PyTorch's time / tpk's time: > 1 means tpk was faster.
 """
-import json
 import os
 import statistics
 import subprocess
@@ -26,13 +25,11 @@ import sys
 import time
 import timeit
 
+import rows  # bench/rows.py: beside this file
+
 KERNEL_REPEATS = 7
 
 
-def row(name, value, unit, baseline, base_value):
-    ratio = None if base_value is None else base_value / value
-    print(json.dumps({"name": name, "device": "host", "value": round(value, 4), "unit": unit,
-                      "baseline": baseline, "ratio": None if ratio is None else round(ratio, 3)}), flush=True)
 
 
 def per_call_us(fn, number=20000, repeat=7):
@@ -58,8 +55,8 @@ def overhead(torch):
     ref_us = per_call_us(lambda: torch.softmax(x, -1))
     out_us = per_call_us(lambda: torch.softmax(x, -1, out=y))
     name = "op call overhead: torch.ops.tpk.softmax 8x8 f32, one thread"
-    row(name, tpk_us, "us", "torch.softmax", ref_us)
-    row(name + " (vs out=)", tpk_us, "us", "torch.softmax(out=)", out_us)
+    rows.row(name, tpk_us, "us", "torch.softmax", ref_us)
+    rows.row(name + " (vs out=)", tpk_us, "us", "torch.softmax(out=)", out_us)
 
 
 def kernels(torch, tpk_module, threads_label):
@@ -92,8 +89,8 @@ def kernels(torch, tpk_module, threads_label):
                   lambda: F.scaled_dot_product_attention(q, k, v, scale=0.125)))
     for what, run_op, run_kernel, baseline, run_ref in cases:
         t_ref = median_ms(run_ref)
-        row(f"torch.ops.tpk: {what}, {threads_label}", median_ms(run_op), "ms", baseline, t_ref)
-        row(f"tpk kernel into preallocated outputs: {what}, {threads_label}", median_ms(run_kernel), "ms",
+        rows.row(f"torch.ops.tpk: {what}, {threads_label}", median_ms(run_op), "ms", baseline, t_ref)
+        rows.row(f"tpk kernel into preallocated outputs: {what}, {threads_label}", median_ms(run_kernel), "ms",
             baseline, t_ref)
 
 

@@ -7,41 +7,12 @@ import pytest
 import torch
 
 import tpk.torch
+from user_kernels import AXPY, SCALED_SOFTMAX
 
 MODES = ["debug", "strict", "fused"]
 
-KERNELS = """
-kernel scaled_softmax(x: f32[M, N], t: f32) -> (y: f32[M, N])
-  backward scaled_softmax_bwd
-  tune BM in [8, 16]
-{
-  for i in tiles(M, BM) {
-    let s = x[i, :] * t;
-    let e = exp(s - max(s, axis=1, keepdims=true));
-    y[i, :] = e / sum(e, axis=1, keepdims=true);
-  }
-}
 
-kernel scaled_softmax_bwd(y: f32[M, N], dy: f32[M, N], t: f32) -> (dx: f32[M, N])
-  tune BM in [8, 16]
-{
-  for i in tiles(M, BM) {
-    let p = y[i, :];
-    let g = dy[i, :];
-    dx[i, :] = p * (g - sum(g * p, axis=1, keepdims=true)) * t;
-  }
-}
-
-kernel axpy(inout y: f32[N], x: f32[N], a: f32) -> ()
-  tune B in [64]
-{
-  for i in tiles(N, B) {
-    y[i] = y[i] + x[i] * a;
-  }
-}
-"""
-
-ops = tpk.torch.load_source(KERNELS, namespace="tpkdevice")
+ops = tpk.torch.load_source(SCALED_SOFTMAX + AXPY, namespace="tpkdevice")
 
 
 @pytest.fixture(params=MODES)

@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tpk.torch
+from user_kernels import SCALED_SOFTMAX
 
 MODES = ["debug", "strict", "fused"]
 
@@ -123,29 +124,7 @@ def train_gpt(device, steps, compile=None):
     return losses
 
 
-KERNELS = """
-kernel scaled_softmax(x: f32[M, N], t: f32) -> (y: f32[M, N])
-  backward scaled_softmax_bwd
-  tune BM in [8, 16]
-{
-  for i in tiles(M, BM) {
-    let s = x[i, :] * t;
-    let e = exp(s - max(s, axis=1, keepdims=true));
-    y[i, :] = e / sum(e, axis=1, keepdims=true);
-  }
-}
-
-kernel scaled_softmax_bwd(y: f32[M, N], dy: f32[M, N], t: f32) -> (dx: f32[M, N])
-  tune BM in [8, 16]
-{
-  for i in tiles(M, BM) {
-    let p = y[i, :];
-    let g = dy[i, :];
-    dx[i, :] = p * (g - sum(g * p, axis=1, keepdims=true)) * t;
-  }
-}
-"""
-ops = tpk.torch.load_source(KERNELS, namespace="tpkscripts")
+ops = tpk.torch.load_source(SCALED_SOFTMAX, namespace="tpkscripts")
 
 
 class Gated(nn.Module):

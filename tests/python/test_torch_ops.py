@@ -19,41 +19,14 @@ import torch.nn.functional as F
 
 import tpk
 import tpk.torch
+from user_kernels import AXPY, SCALED_SOFTMAX
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# A user's kernels: a softmax with a temperature and its backward, a fused
-# bias + GELU with its backward, an in-place update, and one with a
-# requirement on its sizes (a launch that fails after the checks).
-USER = """
-kernel scaled_softmax(x: f32[M, N], t: f32) -> (y: f32[M, N])
-  backward scaled_softmax_bwd
-  tune BM in [8, 16]
-{
-  for i in tiles(M, BM) {
-    let s = x[i, :] * t;
-    let e = exp(s - max(s, axis=1, keepdims=true));
-    y[i, :] = e / sum(e, axis=1, keepdims=true);
-  }
-}
-
-kernel scaled_softmax_bwd(y: f32[M, N], dy: f32[M, N], t: f32) -> (dx: f32[M, N])
-  tune BM in [8, 16]
-{
-  for i in tiles(M, BM) {
-    let p = y[i, :];
-    let g = dy[i, :];
-    dx[i, :] = p * (g - sum(g * p, axis=1, keepdims=true)) * t;
-  }
-}
-
-kernel axpy(inout y: f32[N], x: f32[N], a: f32) -> ()
-  tune B in [64]
-{
-  for i in tiles(N, B) {
-    y[i] = y[i] + x[i] * a;
-  }
-}
+# A user's kernels: a softmax with a temperature and its backward, an
+# in-place update (user_kernels.py), and one with a requirement on its
+# sizes (a launch that fails after the checks).
+USER = SCALED_SOFTMAX + AXPY + """
 
 kernel pairs(x: f32[N]) -> (y: f32[N])
   tune B in [64]
