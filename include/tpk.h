@@ -454,7 +454,8 @@ TpkStatus tpk_graph_op(TpkGraph *g, const char *op, const TpkArg *args, int narg
 /* A call of kernel k (of any program of g's context, or the standard
  * library): args are its `in` and `inout` tensors as values and its scalars
  * as numbers or rank-0 values, in declaration order; the results are its
- * `out` and `inout` parameters, in order. */
+ * `out` and `inout` parameters, in order. A compiled graph's kernel is not
+ * one (TPK_ERR_UNSUPPORTED): it is launched, not called. */
 TpkStatus tpk_graph_call(TpkGraph *g, TpkKernel *k, const TpkArg *args, int nargs, int *values, int max, int *n);
 /* Value v becomes the graph's next output. */
 TpkStatus tpk_graph_output(TpkGraph *g, int value);

@@ -2404,6 +2404,7 @@ TpkStatus tpk_stream_op(TpkStream *s, const char *op, const TpkArg *args, int na
 
 TpkStatus tpk_stream_call(TpkStream *s, TpkKernel *k, const TpkArg *args, int nargs, TpkBuffer **outs, int max, int *n) {
   if (!k) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_call: no kernel");
+  if (tpk_kernel_is_graph(k)) return tpk_graph_kernel_refused(k, "tpk_stream_call");
   if (s && tpk_program_context(tpk_kernel_program(k)) != s->ctx)
     return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_stream_call: kernel '%s' belongs to another context than the stream", tpk_kernel_ir(k)->name);
   const TpkFunc *f = tpk_kernel_ir(k);

@@ -41,6 +41,13 @@ const TpkFunc *tpk_std_kernel_lookup(void *ctx, const char *name, TpkError *err)
   return tpk_kernel_ir(k);
 }
 
+TpkStatus tpk_graph_kernel_refused(const TpkKernel *k, const char *who) {
+  return tpk_runtime_fail(TPK_ERR_UNSUPPORTED,
+                          "%s: kernel '%s' is a compiled graph: it is launched (tpk_kernel_launch), not called; "
+                          "call the kernels or ops it was built from instead",
+                          who, tpk_kernel_ir(k)->name);
+}
+
 static bool is_identifier(const char *s) {
   if (!s || !(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z'))) return false;
   for (; *s; s++)
@@ -150,6 +157,7 @@ TpkStatus tpk_graph_call(TpkGraph *g, TpkKernel *k, const TpkArg *args, int narg
   TpkStatus st = usable(g, "tpk_graph_call");
   if (st != TPK_OK) return st;
   if (!k) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_graph_call: no kernel");
+  if (tpk_kernel_is_graph(k)) return tpk_graph_kernel_refused(k, "tpk_graph_call");
   if (nargs < 0 || (nargs && !args)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_graph_call: %d arguments but no array", nargs);
   TpkValue *res[MAX_RESULTS];
   int nres = 0;

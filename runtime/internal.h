@@ -196,6 +196,11 @@ bool tpk_program_save(const TpkProgram *p, TpkStr *out);
 TpkProgram *tpk_program_restore(TpkContext *ctx, const char *bytes, size_t len);
 /* How many kernels a launch of p's kernel runs: a compiled graph's calls, else 1. */
 int tpk_program_kernel_runs(const TpkProgram *p);
+/* Whether k is a compiled graph (its program's driver), whose IR is only
+ * its signature: launched, never called from IR. */
+bool tpk_kernel_is_graph(const TpkKernel *k);
+/* The error for a compiled graph's kernel k handed to `who` to call. */
+TpkStatus tpk_graph_kernel_refused(const TpkKernel *k, const char *who);
 
 /* The first word of a unit's key says what it is. */
 enum { TPK_UNIT_KEY_GENERIC = 1, TPK_UNIT_KEY_SPEC, TPK_UNIT_KEY_GRAPH, TPK_UNIT_KEY_WINDOW, TPK_UNIT_KEY_FACTS };

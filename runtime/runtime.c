@@ -696,6 +696,7 @@ int64_t tpk_context_lowered(const TpkContext *ctx) { return atomic_load(&((TpkCo
 TpkUnits *tpk_context_units(const TpkContext *ctx) { return ctx->units; }
 TpkStreams *tpk_context_streams(const TpkContext *ctx) { return ctx->streams; }
 int tpk_program_kernel_runs(const TpkProgram *p) { return p->driver ? tpk_driver_calls(p->driver) : 1; }
+bool tpk_kernel_is_graph(const TpkKernel *k) { return k->prog->driver && k == &k->prog->kernels[0]; }
 
 const char *tpk_eager_mode_name(TpkEagerMode mode) {
   static const char *const names[] = {"debug", "strict", "fused"};

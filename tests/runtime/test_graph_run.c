@@ -302,6 +302,51 @@ static void test_compiled_graph_serves_every_size(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* A compiled graph's kernel is its driver's launch, not IR a stream or
+ * another graph can call: both refuse it by name (they called its bare
+ * signature, and their outputs were never written). */
+static void test_graph_kernel_is_not_called_in_a_stream_or_graph(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  TpkDevice *host;
+  CHECK(tpk_device_open(ctx, "host", &host));
+  TpkGraph *g = linear_graph(ctx, "linear_relu");
+  TpkProgram *p;
+  CHECK(tpk_graph_compile(g, &p));
+  TpkKernel *k;
+  CHECK(tpk_program_kernel(p, "linear_relu", &k));
+  TpkBuffer *x, *w, *b;
+  CHECK(tpk_buffer_create(host, TPK_F32, 2, (int64_t[]){4, 3}, &x));
+  CHECK(tpk_buffer_create(host, TPK_F32, 2, (int64_t[]){3, 5}, &w));
+  CHECK(tpk_buffer_create(host, TPK_F32, 1, (int64_t[]){5}, &b));
+  TpkStream *s;
+  CHECK(tpk_stream_create(host, &s));
+  TpkBuffer *outs[3] = {0};
+  int n = 0;
+  assert_int_equal(tpk_stream_call(s, k, (TpkArg[]){tpk_arg_buffer(x), tpk_arg_buffer(w), tpk_arg_buffer(b)}, 3, outs, 3, &n),
+                   TPK_ERR_UNSUPPORTED);
+  assert_int_equal(n, 0);
+  assert_non_null(strstr(tpk_last_error(), "'linear_relu' is a compiled graph"));
+  TpkGraph *outer;
+  CHECK(tpk_graph_create(ctx, "outer", &outer));
+  int gx, gw, gb, vals[3];
+  CHECK(tpk_graph_input(outer, TPK_F32, 2, (const char *[]){"B", "K"}, &gx));
+  CHECK(tpk_graph_input(outer, TPK_F32, 2, (const char *[]){"K", "N"}, &gw));
+  CHECK(tpk_graph_input(outer, TPK_F32, 1, (const char *[]){"N"}, &gb));
+  assert_int_equal(tpk_graph_call(outer, k, (TpkArg[]){tpk_arg_value(gx), tpk_arg_value(gw), tpk_arg_value(gb)}, 3, vals, 3, &n),
+                   TPK_ERR_UNSUPPORTED);
+  assert_non_null(strstr(tpk_last_error(), "'linear_relu' is a compiled graph"));
+  tpk_graph_destroy(outer);
+  tpk_stream_destroy(s);
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(w);
+  tpk_buffer_destroy(b);
+  tpk_program_destroy(p);
+  tpk_graph_destroy(g);
+  tpk_context_destroy(ctx);
+}
+
 /* select_backward scatters its gradient at an index that is a rank-0
  * constant reshaped to [1] inside a cluster: the C emitter copied the
  * scalar as if it were memory (a crash). */
@@ -484,6 +529,7 @@ int main(void) {
       cmocka_unit_test(test_sizes_compile_once),
       cmocka_unit_test(test_sim_sums_the_calls),
       cmocka_unit_test(test_compiled_graph_serves_every_size),
+      cmocka_unit_test(test_graph_kernel_is_not_called_in_a_stream_or_graph),
       cmocka_unit_test(test_dump_ir_goes_to_the_log),
       cmocka_unit_test(test_scalar_reshaped_in_a_cluster),
       cmocka_unit_test(test_custom_kernel_takes_its_epilogue),
