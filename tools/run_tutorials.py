@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK_TIMEOUT = 120  # seconds
@@ -118,44 +119,67 @@ def run_tutorial(path, build, fill, verbose):
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env["LC_ALL"] = "C"
     env.pop("CDPATH", None)
+    tmp = tempfile.mkdtemp(prefix="tpk-tutorial-")
+    try:
+        return run_blocks(name, blocks, tmp, path, env, fill, verbose)
+    finally:
+        remove_settled(tmp)
+
+
+def remove_settled(folder):
+    """Remove folder, waiting a little for what still writes into it: a
+    block's process that ended with a background cc build under way leaves
+    the compiler to finish its files in the cache's build folder."""
+    for _ in range(40):
+        try:
+            shutil.rmtree(folder)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.25)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_blocks(name, blocks, tmp, path, env, fill, verbose):
+    """Run a tutorial's blocks in folder tmp; (ok, blocks run, fills)."""
     ok, ran, fills = True, 0, []
-    with tempfile.TemporaryDirectory(prefix="tpk-tutorial-") as tmp:
-        work = os.path.join(tmp, "work")
-        # A fresh cache per tutorial: what the reader's earlier `tpk tune`
-        # runs remember must not change the output shown.
-        env["TPK_CACHE_DIR"] = os.path.join(tmp, "cache")
-        shipped = os.path.splitext(path)[0]
-        if os.path.isdir(shipped):
-            shutil.copytree(shipped, work)
-        else:
-            os.mkdir(work)
-        for b in blocks:
-            if attr(b, "skip"):
-                continue
-            ran += 1
-            want_status = int(attr(b, "exit", "0"))
-            status, out = run_block(b, work, env)
-            problems = []
-            if status != want_status:
-                problems.append(f"exit status {status}, expected {want_status}")
-            if b.expected is not None:
-                want, got = normalise(b.expected.body), normalise(out)
-                if want != got:
-                    diff = difflib.unified_diff(want.split("\n"), got.split("\n"), "expected", "actual", lineterm="")
-                    problems.append("output differs:\n" + "\n".join(diff))
-            elif fill and status == want_status and normalise(out):
-                fills.append((b.end, normalise(out)))
-            if verbose:
-                print(f"--- {name}:{b.start} (exit {status})\n{b.body.rstrip()}\n>>>\n{out.rstrip()}")
-            if problems:
-                ok = False
-                print(f"{name}:{b.start}: block failed: " + "; ".join(p.split("\n")[0] for p in problems))
-                print("  " + b.body.rstrip().replace("\n", "\n  "))
-                for p in problems:
-                    if "\n" in p:
-                        print("  " + p.split("\n", 1)[1].replace("\n", "\n  "))
-                if status != want_status and b.expected is None:
-                    print("  output:\n    " + (out.rstrip() or "(none)").replace("\n", "\n    "))
+    work = os.path.join(tmp, "work")
+    # A fresh cache per tutorial: what the reader's earlier `tpk tune`
+    # runs remember must not change the output shown.
+    env["TPK_CACHE_DIR"] = os.path.join(tmp, "cache")
+    shipped = os.path.splitext(path)[0]
+    if os.path.isdir(shipped):
+        shutil.copytree(shipped, work)
+    else:
+        os.mkdir(work)
+    for b in blocks:
+        if attr(b, "skip"):
+            continue
+        ran += 1
+        want_status = int(attr(b, "exit", "0"))
+        status, out = run_block(b, work, env)
+        problems = []
+        if status != want_status:
+            problems.append(f"exit status {status}, expected {want_status}")
+        if b.expected is not None:
+            want, got = normalise(b.expected.body), normalise(out)
+            if want != got:
+                diff = difflib.unified_diff(want.split("\n"), got.split("\n"), "expected", "actual", lineterm="")
+                problems.append("output differs:\n" + "\n".join(diff))
+        elif fill and status == want_status and normalise(out):
+            fills.append((b.end, normalise(out)))
+        if verbose:
+            print(f"--- {name}:{b.start} (exit {status})\n{b.body.rstrip()}\n>>>\n{out.rstrip()}")
+        if problems:
+            ok = False
+            print(f"{name}:{b.start}: block failed: " + "; ".join(p.split("\n")[0] for p in problems))
+            print("  " + b.body.rstrip().replace("\n", "\n  "))
+            for p in problems:
+                if "\n" in p:
+                    print("  " + p.split("\n", 1)[1].replace("\n", "\n  "))
+            if status != want_status and b.expected is None:
+                print("  output:\n    " + (out.rstrip() or "(none)").replace("\n", "\n    "))
     return ok, ran, fills
 
 
