@@ -2226,6 +2226,8 @@ static TpkValue *index_input(Call *c, const char *name) {
   return cvt(c, ix, TPK_I32);
 }
 
+static TpkValue *flat(Call *c, TpkValue *x);
+
 /* For ATen's gather and scatter along `axis` of self with index: the
  * position in self, flattened, of each element of index (whose value is
  * the coordinate along axis; the others are its own). */
@@ -2239,10 +2241,16 @@ static TpkValue *flat_positions(Call *c, const TpkValue *self, TpkValue *index, 
       return INVALID(c, "index %s is larger than self %s in dim %d", ty(c, index), ty(c, self), d);
   }
   if (rank <= 1) return index;
+  /* index checked against self's size along axis: a gather from 0..size-1
+   * fails on one outside it, naming it, where its flattened position could
+   * land in another row of self */
+  const TpkDim *size = self->type->dims[axis];
+  TpkValue *checked = reshape(c, gather_axis(c, iota(c, TPK_I32, 1, &size, 0), flat(c, index), 0), rank_of(index),
+                              index->type->dims);
   TpkValue *pos = NULL;
   const TpkDim *stride = tpk_dim_const(c->m, 1);
   for (int d = rank - 1; d >= 0 && !c->failed; d--) {
-    TpkValue *coord = d == axis ? index : iota(c, TPK_I32, rank, index->type->dims, d);
+    TpkValue *coord = d == axis ? checked : iota(c, TPK_I32, rank, index->type->dims, d);
     if (!dim_is(stride, 1)) coord = op2(c, TPK_OP_MUL, coord, bcast_like(c, dim_value(c, stride), coord));
     pos = pos ? op2(c, TPK_OP_ADD, pos, coord) : coord;
     stride = tpk_dim_binary(c->m, TPK_DIM_MUL, stride, self->type->dims[d]);

@@ -299,15 +299,19 @@ static const char VIEWS[] =
 
 static const char GATHER[] =
     "func @g(%in0: f32[N,10], %in1: i32[N,1]) -> (f32[N,1]) {\n"
-    "  %0 = iota {axis=0} : i32[N,1]\n"
-    "  %1 = const {value=10} : i32\n"
-    "  %2 = broadcast %1 : i32[N,1]\n"
-    "  %3 = mul %0, %2 : i32[N,1]\n"
-    "  %4 = add %in1, %3 : i32[N,1]\n"
-    "  %5 = reshape %4 : i32[N]\n"
-    "  %6 = reshape %in0 : f32[N*10]\n"
-    "  %7 = gather %6, %5 {axis=0} : f32[N]\n"
-    "  %gather = reshape %7 : f32[N,1]\n"
+    "  %0 = reshape %in1 : i32[N]\n"
+    "  %1 = iota {axis=0} : i32[10]\n"
+    "  %2 = gather %1, %0 {axis=0} : i32[N]\n"
+    "  %3 = reshape %2 : i32[N,1]\n"
+    "  %4 = iota {axis=0} : i32[N,1]\n"
+    "  %5 = const {value=10} : i32\n"
+    "  %6 = broadcast %5 : i32[N,1]\n"
+    "  %7 = mul %4, %6 : i32[N,1]\n"
+    "  %8 = add %3, %7 : i32[N,1]\n"
+    "  %9 = reshape %8 : i32[N]\n"
+    "  %10 = reshape %in0 : f32[N*10]\n"
+    "  %11 = gather %10, %9 {axis=0} : f32[N]\n"
+    "  %gather = reshape %11 : f32[N,1]\n"
     "  return %gather\n"
     "}\n";
 

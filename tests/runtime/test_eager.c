@@ -396,6 +396,15 @@ static void test_debug_errors_name_the_op(void **state) {
   assert_contains(msg, "op #4 'gather' (f32[4,3], i32[4,3]): ");
   assert_contains(msg, "out of range");
   free(msg);
+  /* past its dim, though its flattened position (row 0, 3: element [1, 0])
+   * is inside x: it read the next row's element */
+  int32_t next_row[12] = {3, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2};
+  CHECK(tpk_buffer_write(idx, next_row, sizeof next_row));
+  assert_int_not_equal(tpk_stream_op(s, "gather", (TpkArg[]){A(x), tpk_arg_int(1), A(idx)}, 3, &out, 1, &n), TPK_OK);
+  msg = last_error();
+  assert_contains(msg, "op #5 'gather' (f32[4,3], i32[4,3]): ");
+  assert_contains(msg, "index 3 is out of range [0, 3)");
+  free(msg);
   /* the stream goes on */
   TpkBuffer *z = op(s, "add", 2, (TpkArg[]){A(y), A(x)});
   float v[12], xv[12];
