@@ -305,15 +305,16 @@ def kept_suite_section(path):
 
 def merged(old_path, rows):
     """rows over the results.json at old_path: a row replaces the old one
-    of its name, the other old rows stay where they were, new ones go last."""
+    of its name and device (one name may be measured on several), the other
+    old rows stay where they were, new ones go last."""
     try:
         with open(old_path) as f:
             old = json.load(f)
     except (OSError, ValueError):
         return rows
-    fresh = {r["name"]: r for r in rows}
-    out = [fresh.pop(r["name"], r) for r in old]
-    return out + [r for r in rows if r["name"] in fresh]
+    fresh = {(r["name"], r["device"]): r for r in rows}
+    out = [fresh.pop((r["name"], r["device"]), r) for r in old]
+    return out + [r for r in rows if (r["name"], r["device"]) in fresh]
 
 
 def write_markdown(path, rows, mach, failed, suite=None, suite_lines=None):
