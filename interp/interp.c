@@ -1688,42 +1688,69 @@ static TpkStatus take_yield(Interp *I, const TpkOp *op, const TpkOp *term, int n
   return TPK_OK;
 }
 
+/* A loop's carried values between iterations (shared buffers: tensors are
+ * immutable): carry[] holds them, next[] takes the body's yield. */
+typedef struct Carried {
+  int n;
+  Val *carry, *next;
+} Carried;
+
+/* The carried values, starting as op's inputs from `first` on. */
+static TpkStatus carried_begin(Interp *I, const TpkOp *op, int first, int n, Carried *c) {
+  c->n = n;
+  c->carry = calloc((size_t)n + 1, sizeof(Val));
+  c->next = calloc((size_t)n + 1, sizeof(Val));
+  TpkStatus st = c->carry && c->next ? TPK_OK : fail(I, op, TPK_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < n && st == TPK_OK; i++) {
+    Val *v = slot(I, op->in[first + i]);
+    if (!v || v->kind == V_NONE)
+      st = fail(I, op, TPK_ERR_INTERNAL, "initial value %d was not computed", i);
+    else
+      val_assign(&c->carry[i], v);
+  }
+  return st;
+}
+
+/* One iteration: the carried values into the body's arguments from `first`
+ * on, the body run, its yield carried on. */
+static TpkStatus carried_step(Interp *I, const TpkOp *op, const TpkBlock *body, int first, Carried *c) {
+  TpkStatus st = TPK_OK;
+  for (int i = 0; i < c->n && st == TPK_OK; i++) {
+    Val *a = slot(I, body->args[first + i]);
+    if (!a)
+      st = fail(I, op, TPK_ERR_INTERNAL, "region argument has no slot");
+    else
+      val_assign(a, &c->carry[i]);
+  }
+  const TpkOp *term = NULL;
+  if (st == TPK_OK) st = exec_block(I, body, &term);
+  if (st == TPK_OK) st = take_yield(I, op, term, c->n, c->next);
+  for (int i = 0; i < c->n && st == TPK_OK; i++) val_move(&c->carry[i], &c->next[i]);
+  return st;
+}
+
+/* The loop's results (when st is OK), and the carried values released. */
+static TpkStatus carried_end(Interp *I, const TpkOp *op, Carried *c, TpkStatus st) {
+  for (int i = 0; i < c->n && st == TPK_OK; i++) st = set_result(I, op, i, &c->carry[i]);
+  for (int i = 0; c->carry && c->next && i < c->n; i++) val_release(&c->carry[i]), val_release(&c->next[i]);
+  free(c->carry);
+  free(c->next);
+  return st;
+}
+
 static TpkStatus exec_for(Interp *I, const TpkOp *op) {
   int n = op->nin - 2;
   const TpkBlock *body = op->nregion == 1 ? op->regions[0] : NULL;
   if (n < 0 || op->nout != n || !body || body->nargs != n + 1) return fail(I, op, TPK_ERR_INTERNAL, "malformed for");
   int64_t lo, hi;
   if (!scalar_int(I, op, 0, &lo) || !scalar_int(I, op, 1, &hi)) return status(I);
-  /* carry[] holds the loop-carried values between iterations (shared
-   * buffers: tensors are immutable). */
-  Val *carry = calloc((size_t)n + 1, sizeof(Val)), *next = calloc((size_t)n + 1, sizeof(Val));
-  TpkStatus st = carry && next ? TPK_OK : fail(I, op, TPK_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < n && st == TPK_OK; i++) {
-    Val *v = slot(I, op->in[2 + i]);
-    if (!v || v->kind == V_NONE)
-      st = fail(I, op, TPK_ERR_INTERNAL, "initial value %d was not computed", i);
-    else
-      val_assign(&carry[i], v);
-  }
+  Carried c;
+  TpkStatus st = carried_begin(I, op, 2, n, &c);
   for (int64_t it = lo; it < hi && st == TPK_OK; it++) {
     st = bind_index(I, op, body->args[0], it);
-    for (int i = 0; i < n && st == TPK_OK; i++) {
-      Val *a = slot(I, body->args[1 + i]);
-      if (!a)
-        st = fail(I, op, TPK_ERR_INTERNAL, "region argument has no slot");
-      else
-        val_assign(a, &carry[i]);
-    }
-    const TpkOp *term = NULL;
-    if (st == TPK_OK) st = exec_block(I, body, &term);
-    if (st == TPK_OK) st = take_yield(I, op, term, n, next);
-    for (int i = 0; i < n && st == TPK_OK; i++) val_move(&carry[i], &next[i]);
+    if (st == TPK_OK) st = carried_step(I, op, body, 1, &c);
   }
-  for (int i = 0; i < n && st == TPK_OK; i++) st = set_result(I, op, i, &carry[i]);
-  for (int i = 0; carry && next && i < n; i++) val_release(&carry[i]), val_release(&next[i]);
-  free(carry);
-  free(next);
-  return st;
+  return carried_end(I, op, &c, st);
 }
 
 /* The first carried value is the condition; the body's yield gives the
@@ -1732,33 +1759,10 @@ static TpkStatus exec_while(Interp *I, const TpkOp *op) {
   int n = op->nin;
   const TpkBlock *body = op->nregion == 1 ? op->regions[0] : NULL;
   if (n < 1 || op->nout != n || !body || body->nargs != n) return fail(I, op, TPK_ERR_INTERNAL, "malformed while");
-  Val *carry = calloc((size_t)n, sizeof(Val)), *next = calloc((size_t)n, sizeof(Val));
-  TpkStatus st = carry && next ? TPK_OK : fail(I, op, TPK_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < n && st == TPK_OK; i++) {
-    Val *v = slot(I, op->in[i]);
-    if (!v || v->kind == V_NONE)
-      st = fail(I, op, TPK_ERR_INTERNAL, "initial value %d was not computed", i);
-    else
-      val_assign(&carry[i], v);
-  }
-  while (st == TPK_OK && tpk_ref_get_int(carry[0].dt, carry[0].data, 0)) {
-    for (int i = 0; i < n && st == TPK_OK; i++) {
-      Val *a = slot(I, body->args[i]);
-      if (!a)
-        st = fail(I, op, TPK_ERR_INTERNAL, "region argument has no slot");
-      else
-        val_assign(a, &carry[i]);
-    }
-    const TpkOp *term = NULL;
-    if (st == TPK_OK) st = exec_block(I, body, &term);
-    if (st == TPK_OK) st = take_yield(I, op, term, n, next);
-    for (int i = 0; i < n && st == TPK_OK; i++) val_move(&carry[i], &next[i]);
-  }
-  for (int i = 0; i < n && st == TPK_OK; i++) st = set_result(I, op, i, &carry[i]);
-  for (int i = 0; carry && next && i < n; i++) val_release(&carry[i]), val_release(&next[i]);
-  free(carry);
-  free(next);
-  return st;
+  Carried c;
+  TpkStatus st = carried_begin(I, op, 0, n, &c);
+  while (st == TPK_OK && tpk_ref_get_int(c.carry[0].dt, c.carry[0].data, 0)) st = carried_step(I, op, body, 0, &c);
+  return carried_end(I, op, &c, st);
 }
 
 static TpkStatus exec_if(Interp *I, const TpkOp *op) {
