@@ -334,3 +334,10 @@ torch.utils.rename_privateuse1_backend("tpk")
 torch._register_device_module("tpk", _module())
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 _print_through_the_cpu()
+# The backward of tpk tensors runs on the thread that calls backward(), not on
+# an autograd device thread: the device has its own queue, so such a thread
+# buys no overlap, and it releases each backward's graph task (with the Python
+# context torch stashes in it) after backward() returned, which at the end of
+# a script races the interpreter's shutdown and aborts the process
+# (pytorch/pytorch#190489). The setting is the importing thread's.
+torch.autograd.set_multithreading_enabled(False)

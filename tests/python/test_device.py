@@ -197,6 +197,21 @@ def test_autograd_through_views(mode):
     same(x.grad, cx.grad)
 
 
+def test_backward_runs_on_the_calling_thread():
+    """An autograd device thread would drop the backward's graph task after
+    backward() returned, and its stashed Python context with it: at the
+    end of a script that races the interpreter's shutdown and aborts
+    ("terminate called without an active exception", seen in CI)."""
+    import threading
+    threads = []
+    x = torch.randn(5, device="tpk").requires_grad_()
+    y = x * 2
+    y.register_hook(lambda g: threads.append(threading.get_ident()))
+    y.sum().backward()
+    assert threads == [threading.get_ident()]
+    same(x.grad, torch.full((5,), 2.0))
+
+
 # ---- ops against the CPU, in each mode ----
 
 OPS = {
