@@ -28,6 +28,28 @@ static TpkContext *context(TpkEagerMode mode) {
   return ctx;
 }
 
+/* A context in one eager mode, a device of it and a stream on the device:
+ * where most tests start. */
+static void open_stream(TpkEagerMode mode, const char *device, TpkContext **ctx, TpkDevice **dev, TpkStream **s) {
+  *ctx = context(mode);
+  CHECK(tpk_device_open(*ctx, device, dev));
+  CHECK(tpk_stream_create(*dev, s));
+}
+
+/* A list of buffers and its length, for destroy_buffers and close_stream. */
+#define BUFFERS(...) (TpkBuffer *[]){__VA_ARGS__}, sizeof((TpkBuffer *[]){__VA_ARGS__}) / sizeof(TpkBuffer *)
+
+static void destroy_buffers(TpkBuffer *const *buffers, size_t n) {
+  for (size_t i = 0; i < n; i++) tpk_buffer_destroy(buffers[i]);
+}
+
+/* Ends a test's buffers, then its stream and its context. */
+static void close_stream(TpkContext *ctx, TpkStream *s, TpkBuffer *const *buffers, size_t n) {
+  destroy_buffers(buffers, n);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+}
+
 static TpkBuffer *input(TpkDevice *dev, TpkDType dt, int rank, const int64_t *shape, uint64_t seed) {
   TpkBuffer *b;
   CHECK(tpk_buffer_create(dev, dt, rank, shape, &b));
@@ -78,8 +100,7 @@ static int views_and_broadcasts(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuff
   out[1] = w;
   out[2] = m;
   out[3] = sub;
-  TpkBuffer *drop[] = {x, b, c, t, u, e, f, tt, c3};
-  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  destroy_buffers(BUFFERS(x, b, c, t, u, e, f, tt, c3));
   return 4;
 }
 
@@ -99,8 +120,7 @@ static int integer_ops(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out)
   out[1] = rows;
   out[2] = neg;
   out[3] = both;
-  TpkBuffer *drop[] = {a, b, sum, prod, diff, eq, gt};
-  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  destroy_buffers(BUFFERS(a, b, sum, prod, diff, eq, gt));
   return 4;
 }
 
@@ -139,8 +159,7 @@ static int mlp_layer(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out) {
   out[2] = ln[1];
   out[3] = ln[2];
   out[4] = step;
-  TpkBuffer *drop[] = {x, w, b, g, h, a};
-  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  destroy_buffers(BUFFERS(x, w, b, g, h, a));
   return 5;
 }
 
@@ -155,8 +174,7 @@ static int bf16_chain(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer **out) 
   TpkBuffer *d = op(s, "sum", 2, (TpkArg[]){A(c), INTS(1)});
   out[0] = c;
   out[1] = d;
-  TpkBuffer *drop[] = {x, y, a, b};
-  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  destroy_buffers(BUFFERS(x, y, a, b));
   return 2;
 }
 
@@ -180,11 +198,10 @@ typedef struct Outputs {
 } Outputs;
 
 static void run_corpus(TpkEagerMode mode, const char *device, int which, int64_t S, Outputs *o, TpkStreamStats *stats) {
-  TpkContext *ctx = context(mode);
+  TpkContext *ctx;
   TpkDevice *dev;
-  CHECK(tpk_device_open(ctx, device, &dev));
   TpkStream *s;
-  CHECK(tpk_stream_create(dev, &s));
+  open_stream(mode, device, &ctx, &dev, &s);
   assert_int_equal(tpk_stream_mode(s), mode);
   TpkBuffer *out[MAX_OUT];
   o->n = CORPUS[which].run(s, dev, S, out);
@@ -266,8 +283,7 @@ static int seq_step(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer *w, TpkBu
   TpkBuffer *q = op(s, "mul", 2, (TpkArg[]){A(p), A(g)});
   TpkBuffer *t = op(s, "add", 3, (TpkArg[]){A(q), A(x), tpk_arg_named("alpha", tpk_arg_float(lr))});
   *loss = op(s, "mean", 1, (TpkArg[]){A(t)});
-  TpkBuffer *drop[] = {x, h, r, v, m, p, q, t};
-  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+  destroy_buffers(BUFFERS(x, h, r, v, m, p, q, t));
   return 1;
 }
 
@@ -275,20 +291,16 @@ static int seq_step(TpkStream *s, TpkDevice *dev, int64_t S, TpkBuffer *w, TpkBu
  * hints from earlier steps). */
 static float fresh_loss(TpkEagerMode mode, int64_t S, double lr) {
   setenv("TPK_TIER", "tcc", 1);
-  TpkContext *ctx = context(mode);
-  unsetenv("TPK_TIER");
+  TpkContext *ctx;
   TpkDevice *dev;
-  CHECK(tpk_device_open(ctx, "host", &dev));
   TpkStream *s;
-  CHECK(tpk_stream_create(dev, &s));
+  open_stream(mode, "host", &ctx, &dev, &s);
+  unsetenv("TPK_TIER");
   TpkBuffer *w = input(dev, TPK_F32, 2, (int64_t[]){16, 48}, 11), *g = input(dev, TPK_F32, 1, (int64_t[]){16}, 12), *loss;
   seq_step(s, dev, S, w, g, lr, &loss);
   float l;
   CHECK(tpk_buffer_read(loss, &l, sizeof l));
-  TpkBuffer *drop[] = {w, g, loss};
-  for (int i = 0; i < 3; i++) tpk_buffer_destroy(drop[i]);
-  tpk_stream_destroy(s);
-  tpk_context_destroy(ctx);
+  close_stream(ctx, s, BUFFERS(w, g, loss));
   return l;
 }
 
@@ -299,12 +311,11 @@ static float fresh_loss(TpkEagerMode mode, int64_t S, double lr) {
 static void lengths_compile_once(const int64_t *lengths, int n, bool check) {
   for (int mode = TPK_EAGER_STRICT; mode <= TPK_EAGER_FUSED; mode++) {
     setenv("TPK_TIER", "tcc", 1);
-    TpkContext *ctx = context((TpkEagerMode)mode);
-    unsetenv("TPK_TIER");
+    TpkContext *ctx;
     TpkDevice *dev;
-    CHECK(tpk_device_open(ctx, "host", &dev));
     TpkStream *s;
-    CHECK(tpk_stream_create(dev, &s));
+    open_stream((TpkEagerMode)mode, "host", &ctx, &dev, &s);
+    unsetenv("TPK_TIER");
     TpkBuffer *w = input(dev, TPK_F32, 2, (int64_t[]){16, 48}, 11), *g = input(dev, TPK_F32, 1, (int64_t[]){16}, 12);
     int compiles = 0;
     for (int i = 0; i < n; i++) {
@@ -337,10 +348,7 @@ static void lengths_compile_once(const int64_t *lengths, int n, bool check) {
     CHECK(tpk_cache_stats(ctx, &cs));
     assert_int_equal(cs.unit_misses[TPK_UNIT_EAGER], st.compiles);
     assert_int_equal(cs.unit_hits[TPK_UNIT_EAGER], st.cache_hits);
-    tpk_buffer_destroy(w);
-    tpk_buffer_destroy(g);
-    tpk_stream_destroy(s);
-    tpk_context_destroy(ctx);
+    close_stream(ctx, s, BUFFERS(w, g));
   }
 }
 
@@ -368,11 +376,10 @@ static char *last_error(void) { return strdup(tpk_last_error()); }
  * gather, each at once, naming the op, its operands and its position. */
 static void test_debug_errors_name_the_op(void **state) {
   (void)state;
-  TpkContext *ctx = context(TPK_EAGER_DEBUG);
+  TpkContext *ctx;
   TpkDevice *dev;
-  CHECK(tpk_device_open(ctx, "host", &dev));
   TpkStream *s;
-  CHECK(tpk_stream_create(dev, &s));
+  open_stream(TPK_EAGER_DEBUG, "host", &ctx, &dev, &s);
   TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){4, 3}, 13), *zero, *out;
   CHECK(tpk_buffer_create(dev, TPK_F32, 2, (int64_t[]){4, 3}, &zero));
   int n;
@@ -412,10 +419,7 @@ static void test_debug_errors_name_the_op(void **state) {
   CHECK(tpk_buffer_read(x, xv, sizeof xv));
   for (int i = 0; i < 12; i++) assert_true(v[i] == xv[i] * xv[i] + xv[i]);
   CHECK(tpk_stream_sync(s));
-  TpkBuffer *drop[] = {x, zero, y, b5, idx, z};
-  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
-  tpk_stream_destroy(s);
-  tpk_context_destroy(ctx);
+  close_stream(ctx, s, BUFFERS(x, zero, y, b5, idx, z));
 }
 
 /* Strict and fused: an error of running surfaces at the next sync (strict
@@ -423,11 +427,10 @@ static void test_debug_errors_name_the_op(void **state) {
 static void test_errors_at_the_next_sync(void **state) {
   (void)state;
   for (int mode = TPK_EAGER_STRICT; mode <= TPK_EAGER_FUSED; mode++) {
-    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkContext *ctx;
     TpkDevice *dev;
-    CHECK(tpk_device_open(ctx, "host", &dev));
     TpkStream *s;
-    CHECK(tpk_stream_create(dev, &s));
+    open_stream((TpkEagerMode)mode, "host", &ctx, &dev, &s);
     TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){4, 3}, 15), *idx, *out, *b5;
     CHECK(tpk_buffer_create(dev, TPK_I32, 2, (int64_t[]){4, 3}, &idx));
     int32_t bad[12] = {0, 1, 2, 0, 1, 2, 0, -9, 2, 0, 1, 2};
@@ -448,10 +451,7 @@ static void test_errors_at_the_next_sync(void **state) {
     assert_contains(msg, "out of range");
     free(msg);
     CHECK(tpk_stream_sync(s)); /* the error was reported: cleared */
-    TpkBuffer *drop[] = {x, idx, b5, y, gat, after};
-    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
-    tpk_stream_destroy(s);
-    tpk_context_destroy(ctx);
+    close_stream(ctx, s, BUFFERS(x, idx, b5, y, gat, after));
   }
 }
 
@@ -462,11 +462,10 @@ static void test_errors_at_the_next_sync(void **state) {
 static void test_strict_errors_inline_and_queued(void **state) {
   (void)state;
   for (int behind = 0; behind <= 1; behind++) {
-    TpkContext *ctx = context(TPK_EAGER_STRICT);
+    TpkContext *ctx;
     TpkDevice *dev;
-    CHECK(tpk_device_open(ctx, "host", &dev));
     TpkStream *s;
-    CHECK(tpk_stream_create(dev, &s));
+    open_stream(TPK_EAGER_STRICT, "host", &ctx, &dev, &s);
     TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){4, 3}, 15), *idx, *big = NULL, *big_exp = NULL;
     CHECK(tpk_buffer_create(dev, TPK_I32, 2, (int64_t[]){4, 3}, &idx));
     int32_t bad[12] = {0, 1, 2, 0, 1, 2, 0, -9, 2, 0, 1, 2};
@@ -488,10 +487,7 @@ static void test_strict_errors_inline_and_queued(void **state) {
     CHECK(tpk_buffer_read(after, na, sizeof na));
     for (int i = 0; i < 12; i++) assert_true(na[i] == -ya[i]); /* the op after the failed one ran */
     CHECK(tpk_stream_sync(s));
-    TpkBuffer *drop[] = {x, idx, y, gat, after, big, big_exp};
-    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
-    tpk_stream_destroy(s);
-    tpk_context_destroy(ctx);
+    close_stream(ctx, s, BUFFERS(x, idx, y, gat, after, big, big_exp));
   }
 }
 
@@ -502,11 +498,10 @@ static void test_strict_errors_inline_and_queued(void **state) {
 static void test_ops_seen_before(void **state) {
   (void)state;
   for (int mode = TPK_EAGER_DEBUG; mode <= TPK_EAGER_STRICT; mode++) {
-    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkContext *ctx;
     TpkDevice *dev;
-    CHECK(tpk_device_open(ctx, "host", &dev));
     TpkStream *s;
-    CHECK(tpk_stream_create(dev, &s));
+    open_stream((TpkEagerMode)mode, "host", &ctx, &dev, &s);
     TpkBuffer *x = input(dev, TPK_F32, 1, (int64_t[]){16}, 1), *y = input(dev, TPK_F32, 1, (int64_t[]){16}, 2);
     float xv[16], yv[16], got[16];
     CHECK(tpk_buffer_read(x, xv, sizeof xv));
@@ -543,10 +538,7 @@ static void test_ops_seen_before(void **state) {
     tpk_stream_stats(s, &after);
     assert_int_equal(after.compiles, before.compiles);
     assert_int_equal(after.cache_hits - before.cache_hits, 3 * 4 * 2);
-    tpk_buffer_destroy(x);
-    tpk_buffer_destroy(y);
-    tpk_stream_destroy(s);
-    tpk_context_destroy(ctx);
+    close_stream(ctx, s, BUFFERS(x, y));
   }
 }
 
@@ -598,8 +590,7 @@ static void test_pending_buffers_settle(void **state) {
     assert_true(v[10] == -4.0f);
     CHECK(tpk_stream_sync(s));
     CHECK(tpk_stream_sync(other));
-    TpkBuffer *drop[] = {x, y, z, w, sm, u, view, t, tv};
-    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
+    destroy_buffers(BUFFERS(x, y, z, w, sm, u, view, t, tv));
     tpk_stream_destroy(s);
     tpk_stream_destroy(other);
     tpk_context_destroy(ctx);
@@ -611,11 +602,10 @@ static void test_pending_buffers_settle(void **state) {
 static void test_address_of_a_pending_buffer(void **state) {
   (void)state;
   for (int mode = TPK_EAGER_STRICT; mode <= TPK_EAGER_FUSED; mode++) {
-    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkContext *ctx;
     TpkDevice *dev;
-    CHECK(tpk_device_open(ctx, "host", &dev));
     TpkStream *s;
-    CHECK(tpk_stream_create(dev, &s));
+    open_stream((TpkEagerMode)mode, "host", &ctx, &dev, &s);
     TpkBuffer *x;
     CHECK(tpk_buffer_create(dev, TPK_F32, 1, (int64_t[]){64}, &x));
     float ones[64];
@@ -631,10 +621,7 @@ static void test_address_of_a_pending_buffer(void **state) {
     assert_ptr_equal(at, tpk_buffer_data(y));
     assert_true(at[63] == 2.0f);
     assert_null(tpk_buffer_address(NULL));
-    tpk_buffer_destroy(x);
-    tpk_buffer_destroy(y);
-    tpk_stream_destroy(s);
-    tpk_context_destroy(ctx);
+    close_stream(ctx, s, BUFFERS(x, y));
   }
 }
 
@@ -646,11 +633,10 @@ static void test_address_of_a_pending_buffer(void **state) {
 static void test_lifetimes(void **state) {
   (void)state;
   for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
-    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkContext *ctx;
     TpkDevice *dev;
-    CHECK(tpk_device_open(ctx, "host", &dev));
     TpkStream *s;
-    CHECK(tpk_stream_create(dev, &s));
+    open_stream((TpkEagerMode)mode, "host", &ctx, &dev, &s);
     TpkBuffer *x = input(dev, TPK_F32, 1, (int64_t[]){100}, 16);
     TpkBuffer *kept = op(s, "mul", 2, (TpkArg[]){A(x), tpk_arg_float(3.0)});
     TpkBuffer *dropped = op(s, "exp", 1, (TpkArg[]){A(kept)});
@@ -751,11 +737,10 @@ static void test_kernel_calls(void **state) {
   (void)state;
   float want[24];
   for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
-    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkContext *ctx;
     TpkDevice *dev;
-    CHECK(tpk_device_open(ctx, "host", &dev));
     TpkStream *s;
-    CHECK(tpk_stream_create(dev, &s));
+    open_stream((TpkEagerMode)mode, "host", &ctx, &dev, &s);
     TpkKernel *softmax;
     CHECK(tpk_std_kernel(ctx, "softmax", &softmax));
     TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){4, 6}, 18), *y, *z;
@@ -770,10 +755,7 @@ static void test_kernel_calls(void **state) {
       if (mode == 0) want[i] = v[i];
       else assert_true(fabsf(v[i] - want[i]) <= 1e-6f);
     }
-    TpkBuffer *drop[] = {x, y, z, d};
-    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
-    tpk_stream_destroy(s);
-    tpk_context_destroy(ctx);
+    close_stream(ctx, s, BUFFERS(x, y, z, d));
   }
 }
 
@@ -804,11 +786,10 @@ static void expect_values(TpkBuffer *b, const float *want, int n) {
 static void test_indices_are_not_sizes(void **state) {
   (void)state;
   for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
-    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkContext *ctx;
     TpkDevice *dev;
-    CHECK(tpk_device_open(ctx, "host", &dev));
     TpkStream *s;
-    CHECK(tpk_stream_create(dev, &s));
+    open_stream((TpkEagerMode)mode, "host", &ctx, &dev, &s);
     TpkBuffer *x = iota(dev, 4, 8), *y = iota(dev, 6, 8);
     TpkBuffer *col = op(s, "select", 3, (TpkArg[]){A(x), tpk_arg_int(1), tpk_arg_int(3)});
     TpkBuffer *row = op(s, "select", 3, (TpkArg[]){A(x), tpk_arg_int(0), tpk_arg_int(2)});
@@ -823,10 +804,7 @@ static void test_indices_are_not_sizes(void **state) {
     float want[24];
     for (int i = 0; i < 24; i++) want[i] = (float)(2 * (8 + i));
     expect_values(twice, want, 24);
-    TpkBuffer *drop[] = {x, y, col, row, cols, flat, part, cube, twice};
-    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
-    tpk_stream_destroy(s);
-    tpk_context_destroy(ctx);
+    close_stream(ctx, s, BUFFERS(x, y, col, row, cols, flat, part, cube, twice));
   }
 }
 
@@ -835,11 +813,10 @@ static void test_indices_are_not_sizes(void **state) {
 static void test_a_window_of_many_buffers(void **state) {
   (void)state;
   enum { N = 100 };
-  TpkContext *ctx = context(TPK_EAGER_FUSED);
+  TpkContext *ctx;
   TpkDevice *dev;
-  CHECK(tpk_device_open(ctx, "host", &dev));
   TpkStream *s;
-  CHECK(tpk_stream_create(dev, &s));
+  open_stream(TPK_EAGER_FUSED, "host", &ctx, &dev, &s);
   TpkBuffer *x[N], *y[N], *z[N];
   for (int i = 0; i < N; i++) {
     x[i] = iota(dev, 2, 3);
@@ -886,11 +863,10 @@ static void see(void *user, const TpkStreamLaunch *l) {
 static void test_the_observer_hears_every_launch(void **state) {
   (void)state;
   for (int mode = 0; mode <= TPK_EAGER_FUSED; mode++) {
-    TpkContext *ctx = context((TpkEagerMode)mode);
+    TpkContext *ctx;
     TpkDevice *dev;
-    CHECK(tpk_device_open(ctx, "sim:v5e", &dev));
     TpkStream *s;
-    CHECK(tpk_stream_create(dev, &s));
+    open_stream((TpkEagerMode)mode, "sim:v5e", &ctx, &dev, &s);
     Seen seen = {0};
     tpk_stream_observe(s, see, &seen);
     TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){64, 128}, 21), *w = input(dev, TPK_F32, 2, (int64_t[]){128, 32}, 22);
@@ -908,10 +884,7 @@ static void test_the_observer_hears_every_launch(void **state) {
     TpkBuffer *z = op(s, "neg", 1, (TpkArg[]){A(y)});
     CHECK(tpk_stream_sync(s));
     assert_int_equal(seen.launches, mode == TPK_EAGER_FUSED ? 1 : 3);
-    TpkBuffer *drop[] = {x, w, h, g, y, z};
-    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) tpk_buffer_destroy(drop[i]);
-    tpk_stream_destroy(s);
-    tpk_context_destroy(ctx);
+    close_stream(ctx, s, BUFFERS(x, w, h, g, y, z));
   }
 }
 
@@ -928,11 +901,10 @@ static void test_pow_special_exponents(void **state) {
   static const TpkEagerMode modes[] = {TPK_EAGER_DEBUG, TPK_EAGER_STRICT, TPK_EAGER_FUSED};
   for (int m = 0; m < 3; m++)
     for (int k = 0; k < 2; k++) {
-      TpkContext *ctx = context(modes[m]);
+      TpkContext *ctx;
       TpkDevice *dev;
-      CHECK(tpk_device_open(ctx, "host", &dev));
       TpkStream *s;
-      CHECK(tpk_stream_create(dev, &s));
+      open_stream(modes[m], "host", &ctx, &dev, &s);
       TpkBuffer *b;
       CHECK(tpk_buffer_create(dev, TPK_F32, 1, (int64_t[]){N}, &b));
       CHECK(tpk_buffer_write(b, x, sizeof x));
@@ -942,10 +914,7 @@ static void test_pow_special_exponents(void **state) {
         float want = k ? 1.0f / sqrtf(x[i]) : x[i] * x[i] * x[i];
         if (y[i] != want) fail_msg("mode %d: pow(%a, %s) = %a, want %a", (int)modes[m], (double)x[i], k ? "-0.5" : "3", (double)y[i], (double)want);
       }
-      tpk_buffer_destroy(r);
-      tpk_buffer_destroy(b);
-      tpk_stream_destroy(s);
-      tpk_context_destroy(ctx);
+      close_stream(ctx, s, BUFFERS(r, b));
     }
 }
 
