@@ -18,6 +18,11 @@
  * Code compiled by tcc is relocated into memory this file owns, so the
  * TCCState (a few hundred KB of tables) is freed right after each compile.
  *
+ * A code may hold several kernels, one source defining each entry (a
+ * compiled graph's clusters: tpk_jit_compile_all): one compile per tier,
+ * one cache entry, one shared object to read, authenticate and dlopen; its
+ * entries' pointers are swapped together when it is promoted.
+ *
  * The disk cache (the trust model is in jit.h). An entry is <dir>/<name>.so,
  * <name> the SHA-256 (hex) of a format tag, the cc command and its flags,
  * the compiler binary's identity (path, size, mtime), the text of

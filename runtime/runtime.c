@@ -22,7 +22,9 @@
  * unit's key (the kernel's structural hash and what else its key has, the
  * tunables, a specialisation's sizes), the text its code quotes and the
  * target it is lowered for (code_key; the JIT adds the compiler and tpk's
- * build). A Generic found under its key needs nothing lowered or emitted:
+ * build); a compiled graph's kernels are one code object, kept under their
+ * keys together (compile_clusters). A Generic found under its key needs
+ * nothing lowered or emitted:
  * its code knows its workspace (<entry>_workspace); a specialisation is
  * still bound and lowered (its threads and a simulator's preparation need
  * the lowered kernel) but not emitted, and on the host only once: what it
