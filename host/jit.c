@@ -18,6 +18,11 @@
  * Code compiled by tcc is relocated into memory this file owns, so the
  * TCCState (a few hundred KB of tables) is freed right after each compile.
  *
+ * A code may hold several kernels, one source defining each entry (a
+ * compiled graph's clusters: tpk_jit_compile_all): one compile per tier,
+ * one cache entry, one shared object to read, authenticate and dlopen; its
+ * entries' pointers are swapped together when it is promoted.
+ *
  * The disk cache (the trust model is in jit.h). An entry is <dir>/<name>.so,
  * <name> the SHA-256 (hex) of a format tag, the cc command and its flags,
  * the compiler binary's identity (path, size, mtime), the text of
@@ -298,21 +303,23 @@ enum { PROMO_NONE, PROMO_PENDING, PROMO_DONE }; /* TpkCode.promo */
 
 struct TpkCode {
   TpkJit *jit;
-  _Atomic(TpkKernelFn) fn; /* what tpk_code_entry hands out */
-  atomic_int tier;         /* TpkTier of fn */
+  int nentries;            /* the functions its source defines, one per kernel */
+  char **entries;
+  _Atomic(TpkKernelFn) *fns; /* what tpk_code_entry_at hands out, per entry */
+  atomic_int tier;         /* TpkTier of fns */
   atomic_int calls;        /* counted until the promotion is queued */
   atomic_int promo;        /* PROMO_*: set under jit->mu, read without it */
-  char *source, *entry;    /* kept while a promotion may need them */
+  char *source;            /* kept while a promotion may need it */
   char key[65];            /* cache file name stem (hex), "" when unused */
   atomic_int refs;         /* the caller's, and the worker's while promotion is pending */
-  TpkWorkspaceFn workspace; /* <entry>_workspace of the first build, or NULL */
+  TpkWorkspaceFn *workspaces; /* per entry: <entry>_workspace of the first build, or NULL */
   void *tcc_mem;           /* code relocated by tcc (page aligned), or NULL */
   size_t tcc_len;
   void *dl;                /* dlopen handle of the cc build, or NULL */
   char *cc_error;          /* message of a failed background cc, or NULL */
   char *note;              /* set before the code is handed out, then fixed */
   char *cc_note;           /* set by the background build before promo is PROMO_DONE */
-  atomic_bool from_cache;  /* fn came from the disk cache */
+  atomic_bool from_cache;  /* fns came from the disk cache */
   TpkCode *next, *prev;    /* the codes of the jit not freed yet */
   TpkCode *qnext;          /* the worker's queue */
 };
@@ -556,11 +563,12 @@ static void sha_words(Sha256 *s, const uint64_t *key, int nwords) {
 
 /* The stem of code compiled under a key: the compiler's identity (key_base),
  * tpk's build and the words, where cache_key has the source. */
-static void keyed_code_key(const TpkJit *j, const uint64_t *key, int nwords, const char *entry, char hex[65]) {
+static void keyed_code_key(const TpkJit *j, const uint64_t *key, int nwords, char *const *entries, int nentries,
+                           char hex[65]) {
   Sha256 s = j->key_base;
   sha_puts(&s, "keyed code");
   sha_puts(&s, tpk_build_id);
-  sha_puts(&s, entry);
+  for (int i = 0; i < nentries; i++) sha_puts(&s, entries[i]);
   sha_words(&s, key, nwords);
   hex_digest(&s, hex);
 }
@@ -830,13 +838,11 @@ static void free_tcc_mem(void *mem, size_t len) {
 
 static TpkStatus tcc_build(TpkJit *j, TpkCode *c, TpkError *err) {
   char *text = splice_prims_header(c->source);
-  if (!text) return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", c->entry);
+  if (!text) return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", c->entries[0]);
   TpkStr log = {0};
-  void *mem = NULL, *sym = NULL, *ws = NULL;
+  void *mem = NULL;
   size_t len = 0;
-  const char *failed = NULL;
-  char ws_name[256];
-  snprintf(ws_name, sizeof ws_name, "%s_workspace", c->entry);
+  const char *failed = NULL, *missing = NULL;
 
   pthread_mutex_lock(&tcc_lock);
   tpk_tcc_stdout = stdout, tpk_tcc_stderr = stderr, tpk_tcc_environ = environ;
@@ -859,10 +865,16 @@ static TpkStatus tcc_build(TpkJit *j, TpkCode *c, TpkError *err) {
         failed = "out of memory";
       } else if (tcc_relocate(s, mem) < 0) {
         failed = "link";
-      } else if (!(sym = tcc_get_symbol(s, c->entry))) {
-        failed = "entry";
       } else {
-        ws = tcc_get_symbol(s, ws_name);
+        for (int i = 0; i < c->nentries && !failed; i++) {
+          void *sym = tcc_get_symbol(s, c->entries[i]);
+          char ws_name[256];
+          snprintf(ws_name, sizeof ws_name, "%s_workspace", c->entries[i]);
+          void *ws = sym ? tcc_get_symbol(s, ws_name) : NULL;
+          if (!sym) failed = "entry", missing = c->entries[i];
+          else atomic_store(&c->fns[i], as_kernel(sym));
+          if (ws) memcpy(&c->workspaces[i], &ws, sizeof ws);
+        }
       }
     }
     tcc_delete(s);
@@ -872,9 +884,9 @@ static TpkStatus tcc_build(TpkJit *j, TpkCode *c, TpkError *err) {
 
   TpkStatus st = TPK_OK;
   if (failed && strcmp(failed, "entry") == 0)
-    st = tpk_error(err, TPK_ERR_INTERNAL, "tcc: kernel source defines no function '%s'", c->entry);
+    st = tpk_error(err, TPK_ERR_INTERNAL, "tcc: kernel source defines no function '%s'", missing);
   else if (failed)
-    st = tpk_error(err, TPK_ERR_INTERNAL, "tcc could not compile kernel '%s' (%s):\n%s", c->entry, failed,
+    st = tpk_error(err, TPK_ERR_INTERNAL, "tcc could not compile kernel '%s' (%s):\n%s", c->entries[0], failed,
                    log.data ? log.data : "(no message)");
   tpk_str_free(&log);
   if (st != TPK_OK) {
@@ -883,8 +895,6 @@ static TpkStatus tcc_build(TpkJit *j, TpkCode *c, TpkError *err) {
   }
   c->tcc_mem = mem;
   c->tcc_len = len;
-  if (ws) memcpy(&c->workspace, &ws, sizeof ws);
-  atomic_store(&c->fn, as_kernel(sym));
   atomic_store(&c->tier, TPK_TIER_TCC);
   return TPK_OK;
 }
@@ -1121,12 +1131,13 @@ static bool write_bytes(const char *path, const void *data, size_t len) {
   return close(fd) == 0 && ok;
 }
 
-/* dlopens the shared object `bytes` and finds `entry` in it. The bytes go
+/* dlopens the shared object `bytes` and finds c's entries in it (into fns
+ * and ws, one each). The bytes go
  * to a memfd; where memfds or /proc are missing, dlopen reads `file`, a
  * private file holding them, or a private copy made for the purpose. On
  * LOAD_FAILED, why gets the loader's message. */
-static Load load_bytes(const TpkJit *j, const unsigned char *bytes, size_t len, const char *file, const char *entry,
-                       void **handle, TpkKernelFn *fn, TpkWorkspaceFn *ws, char *why, size_t whylen) {
+static Load load_bytes(const TpkJit *j, const unsigned char *bytes, size_t len, const char *file, const TpkCode *c,
+                       void **handle, TpkKernelFn *fns, TpkWorkspaceFn *ws, char *why, size_t whylen) {
   void *h = NULL;
   bool tried = false;
   int mfd = memfd_create("tpk-kernel", MFD_CLOEXEC);
@@ -1167,20 +1178,19 @@ static Load load_bytes(const TpkJit *j, const unsigned char *bytes, size_t len, 
     const char *e = tried ? dlerror() : NULL;
     snprintf(why, whylen, "%s", e ? e : "no private copy could be made to load");
   } else {
-    void *sym = dlsym(h, entry);
-    if (sym) {
-      *handle = h;
-      *fn = as_kernel(sym);
+    res = LOAD_OK;
+    for (int i = 0; i < c->nentries && res == LOAD_OK; i++) {
+      void *sym = dlsym(h, c->entries[i]);
       char ws_name[256];
-      snprintf(ws_name, sizeof ws_name, "%s_workspace", entry);
-      void *wsym = dlsym(h, ws_name);
-      *ws = NULL;
-      if (wsym) memcpy(ws, &wsym, sizeof wsym);
-      res = LOAD_OK;
-    } else {
-      dlclose(h);
-      res = LOAD_NO_ENTRY;
+      snprintf(ws_name, sizeof ws_name, "%s_workspace", c->entries[i]);
+      void *wsym = sym ? dlsym(h, ws_name) : NULL;
+      if (!sym) res = LOAD_NO_ENTRY;
+      else fns[i] = as_kernel(sym);
+      ws[i] = NULL;
+      if (wsym) memcpy(&ws[i], &wsym, sizeof wsym);
     }
+    if (res == LOAD_OK) *handle = h;
+    else dlclose(h);
   }
   if (dir) remove_build_dir(dir);
   free(dir);
@@ -1232,18 +1242,32 @@ done:
   return res;
 }
 
-/* Loads code entry `key` and finds `entry` in it, when the entry
- * authenticates. */
-static Lookup cache_load(TpkJit *j, const char *key, const char *entry, void **handle, TpkKernelFn *fn,
-                         TpkWorkspaceFn *ws) {
+/* Loads c's code entry (c->key) and finds c's entries in it, when the
+ * entry authenticates: c is then built, tier cc. */
+static Lookup cache_load(TpkJit *j, TpkCode *c) {
   unsigned char *body;
   size_t len;
-  Lookup res = read_entry(j, key, code_suffix, &body, &len);
+  Lookup res = read_entry(j, c->key, code_suffix, &body, &len);
   char why[256];
-  /* an authentic build without `entry` (compile reports it), or a load
+  void *h = NULL;
+  TpkKernelFn *fns = res == LOOKUP_HIT ? calloc((size_t)c->nentries, sizeof *fns) : NULL;
+  TpkWorkspaceFn *ws = fns ? calloc((size_t)c->nentries, sizeof *ws) : NULL;
+  /* an authentic build without an entry (compile reports it), or a load
    * that failed here: a miss, which a rebuild replaces */
-  if (res == LOOKUP_HIT && load_bytes(j, body, len, NULL, entry, handle, fn, ws, why, sizeof why) != LOAD_OK)
+  if (res == LOOKUP_HIT && (!ws || load_bytes(j, body, len, NULL, c, &h, fns, ws, why, sizeof why) != LOAD_OK))
     res = LOOKUP_MISS;
+  if (res == LOOKUP_HIT) {
+    atomic_fetch_add(&j->n_hits, 1);
+    c->dl = h;
+    for (int i = 0; i < c->nentries; i++) {
+      if (!c->workspaces[i]) c->workspaces[i] = ws[i];
+      atomic_store(&c->fns[i], fns[i]);
+    }
+    atomic_store(&c->from_cache, true);
+    atomic_store(&c->tier, TPK_TIER_CC);
+  }
+  free(fns);
+  free(ws);
   free(body);
   return res;
 }
@@ -1393,6 +1417,8 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg, char **not
   char *so = tpk_path_join(dir, "kernel.so"), *log = tpk_path_join(dir, "cc.log");
   char **argv = NULL, **env = NULL;
   unsigned char *bytes = NULL;
+  TpkKernelFn *fns = NULL;
+  TpkWorkspaceFn *ws = NULL;
   size_t nargs = 0;
   while (j->cc_argv[nargs]) nargs++;
   argv = calloc(nargs + 5, sizeof *argv);
@@ -1439,7 +1465,7 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg, char **not
   }
   if (fd >= 0) close(fd);
   if (!bytes) {
-    tpk_str_printf(&m, "cc: cannot read the build of '%s' (%s)", c->entry, so);
+    tpk_str_printf(&m, "cc: cannot read the build of '%s' (%s)", c->entries[0], so);
     goto done;
   }
   if (store) {
@@ -1448,18 +1474,20 @@ static bool cc_build(TpkJit *j, TpkCode *c, bool tracked, char **msg, char **not
     if (store_entry(j, c->key, code_suffix, bytes, size + TRAILER_LEN, &n)) tidy_cache(j);
   }
   void *h = NULL;
-  TpkKernelFn fn = NULL;
-  TpkWorkspaceFn ws = NULL;
+  fns = calloc((size_t)c->nentries, sizeof *fns);
+  ws = calloc((size_t)c->nentries, sizeof *ws);
   char why[256];
-  Load loaded = load_bytes(j, bytes, size, so, c->entry, &h, &fn, &ws, why, sizeof why);
+  Load loaded = fns && ws ? load_bytes(j, bytes, size, so, c, &h, fns, ws, why, sizeof why) : LOAD_FAILED;
   if (loaded != LOAD_OK) {
-    tpk_str_printf(&m, "cc: cannot load the build of '%s': %s", c->entry,
-                   loaded == LOAD_NO_ENTRY ? "no such function" : why);
+    tpk_str_printf(&m, "cc: cannot load the build of '%s': %s", c->entries[0],
+                   loaded == LOAD_NO_ENTRY ? "no such function" : fns && ws ? why : "out of memory");
     goto done;
   }
   c->dl = h;
-  if (!c->workspace) c->workspace = ws; /* a promotion keeps tcc's: the same function */
-  atomic_store(&c->fn, fn);
+  for (int i = 0; i < c->nentries; i++) {
+    if (!c->workspaces[i]) c->workspaces[i] = ws[i]; /* a promotion keeps tcc's: the same function */
+    atomic_store(&c->fns[i], fns[i]);
+  }
   atomic_store(&c->tier, TPK_TIER_CC);
   ok = true;
 done:
@@ -1471,6 +1499,8 @@ done:
   free(log);
   free(argv);
   free(bytes);
+  free(fns);
+  free(ws);
   free_env(env);
   if (ok) {
     tpk_str_free(&m);
@@ -1485,19 +1515,9 @@ done:
 /* ---- Background worker ------------------------------------------------------ */
 
 static void promote(TpkJit *j, TpkCode *c) {
-  void *h;
-  TpkKernelFn fn;
-  TpkWorkspaceFn ws;
-  Lookup found = j->cache_dir ? cache_load(j, c->key, c->entry, &h, &fn, &ws) : LOOKUP_MISS;
+  Lookup found = j->cache_dir ? cache_load(j, c) : LOOKUP_MISS;
   if (found == LOOKUP_REJECTED) atomic_fetch_add(&j->n_rejects, 1);
-  if (found == LOOKUP_HIT) { /* another process built it meanwhile */
-    atomic_fetch_add(&j->n_hits, 1);
-    c->dl = h;
-    atomic_store(&c->from_cache, true);
-    atomic_store(&c->fn, fn);
-    atomic_store(&c->tier, TPK_TIER_CC);
-    return;
-  }
+  if (found == LOOKUP_HIT) return; /* another process built it meanwhile */
   char *msg;
   if (cc_build(j, c, true, &msg, &c->cc_note)) return; /* cc_note is read once promo is PROMO_DONE */
   pthread_mutex_lock(&j->mu);
@@ -1577,27 +1597,38 @@ static void free_code(TpkCode *c) {
   free_tcc_mem(c->tcc_mem, c->tcc_len);
   if (c->dl) dlclose(c->dl);
   free(c->source);
-  free(c->entry);
+  for (int i = 0; c->entries && i < c->nentries; i++) free(c->entries[i]);
+  free(c->entries);
+  free(c->fns);
+  free(c->workspaces);
   free(c->cc_error);
   free(c->note);
   free(c->cc_note);
   free(c);
 }
 
-/* A new code for `entry` (one reference, the caller's), not yet listed. */
-static TpkCode *new_code(TpkJit *j, const char *source, const char *entry) {
+/* A new code for entries[0..n) (one reference, the caller's), not yet
+ * listed. */
+static TpkCode *new_code(TpkJit *j, const char *source, const char *const *entries, int n) {
   TpkCode *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->jit = j;
   c->source = source ? dup_str(source) : NULL;
-  c->entry = dup_str(entry);
-  atomic_init(&c->fn, NULL);
+  c->entries = calloc((size_t)n, sizeof *c->entries);
+  c->fns = calloc((size_t)n, sizeof *c->fns);
+  c->workspaces = calloc((size_t)n, sizeof *c->workspaces);
+  bool ok = (!source || c->source) && c->entries && c->fns && c->workspaces;
+  for (int i = 0; ok && i < n; i++) {
+    ok = (c->entries[i] = dup_str(entries[i])) != NULL;
+    c->nentries = i + 1;
+    atomic_init(&c->fns[i], NULL);
+  }
   atomic_init(&c->tier, (int)TPK_TIER_TCC);
   atomic_init(&c->calls, 0);
   atomic_init(&c->promo, PROMO_NONE);
   atomic_init(&c->from_cache, false);
   atomic_init(&c->refs, 1);
-  if ((source && !c->source) || !c->entry) {
+  if (!ok) {
     free_code(c);
     return NULL;
   }
@@ -1615,34 +1646,27 @@ static void list_code(TpkJit *j, TpkCode *c) {
   pthread_mutex_unlock(&j->mu);
 }
 
-/* c took what the cache held for it: a cc build, nothing left to do. */
-static void loaded_from_cache(TpkJit *j, TpkCode *c, void *handle, TpkKernelFn fn, TpkWorkspaceFn ws) {
-  atomic_fetch_add(&j->n_hits, 1);
-  c->dl = handle;
-  c->workspace = ws;
-  atomic_store(&c->from_cache, true);
-  atomic_store(&c->fn, fn);
-  atomic_store(&c->tier, TPK_TIER_CC);
+static bool valid_entries(const char *const *entries, int n) {
+  if (!entries || n < 1) return false;
+  for (int i = 0; i < n; i++)
+    if (!entries[i] || !*entries[i]) return false;
+  return true;
 }
 
-/* tpk_jit_compile, with the cache entry named by key[0..nwords) when key is
- * given, else by the source. */
-static TpkStatus compile(TpkJit *j, const uint64_t *key, int nwords, const char *source, const char *entry, TpkCode **out,
-                         TpkError *err) {
+/* tpk_jit_compile_all, with the cache entry named by key[0..nwords) when
+ * key is given, else by the source. */
+static TpkStatus compile(TpkJit *j, const uint64_t *key, int nwords, const char *source, const char *const *entries,
+                         int n, TpkCode **out, TpkError *err) {
   *out = NULL;
-  if (!j || !source || !entry || !*entry) return tpk_error(err, TPK_ERR_INVALID, "tpk_jit_compile: missing argument");
-  TpkCode *c = new_code(j, source, entry);
-  if (!c) return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", entry);
+  if (!j || !source || !valid_entries(entries, n)) return tpk_error(err, TPK_ERR_INVALID, "tpk_jit_compile: missing argument");
+  TpkCode *c = new_code(j, source, entries, n);
+  if (!c) return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", entries[0]);
   bool loaded = false;
   if (j->cache_dir) { /* never with the tcc tier */
-    void *h;
-    TpkKernelFn fn;
-    TpkWorkspaceFn ws;
-    if (key) keyed_code_key(j, key, nwords, entry, c->key);
+    if (key) keyed_code_key(j, key, nwords, c->entries, n, c->key);
     else cache_key(j, source, c->key);
-    Lookup found = cache_load(j, c->key, entry, &h, &fn, &ws);
+    Lookup found = cache_load(j, c);
     if (found == LOOKUP_HIT) {
-      loaded_from_cache(j, c, h, fn, ws);
       loaded = true;
     } else {
       atomic_fetch_add(&j->n_misses, 1);
@@ -1650,7 +1674,7 @@ static TpkStatus compile(TpkJit *j, const uint64_t *key, int nwords, const char 
     }
   } else if (j->cache_note && !(c->note = dup_str(j->cache_note))) {
     free_code(c);
-    return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", entry);
+    return tpk_error(err, TPK_ERR_NOMEM, "out of memory compiling kernel '%s'", entries[0]);
   }
   if (!loaded && j->tier == TPK_TIER_CC) {
     char *msg, *note;
@@ -1687,36 +1711,41 @@ static TpkStatus compile(TpkJit *j, const uint64_t *key, int nwords, const char 
 }
 
 TpkStatus tpk_jit_compile(TpkJit *j, const char *source, const char *entry, TpkCode **out, TpkError *err) {
-  return compile(j, NULL, 0, source, entry, out, err);
+  return compile(j, NULL, 0, source, &entry, 1, out, err);
 }
 
 TpkStatus tpk_jit_compile_keyed(TpkJit *j, const uint64_t *key, int nwords, const char *source, const char *entry,
                                 TpkCode **out, TpkError *err) {
-  return compile(j, key, nwords, source, entry, out, err);
+  return compile(j, key, nwords, source, &entry, 1, out, err);
 }
 
-void tpk_jit_load(TpkJit *j, const uint64_t *key, int nwords, const char *entry, TpkCode **out) {
+TpkStatus tpk_jit_compile_all(TpkJit *j, const uint64_t *key, int nwords, const char *source,
+                              const char *const *entries, int n, TpkCode **out, TpkError *err) {
+  return compile(j, key, nwords, source, entries, n, out, err);
+}
+
+void tpk_jit_load_all(TpkJit *j, const uint64_t *key, int nwords, const char *const *entries, int n, TpkCode **out) {
   *out = NULL;
-  if (!j->cache_dir || !entry) return;
-  char stem[65];
-  keyed_code_key(j, key, nwords, entry, stem);
-  void *h;
-  TpkKernelFn fn;
-  TpkWorkspaceFn ws;
-  Lookup found = cache_load(j, stem, entry, &h, &fn, &ws);
+  if (!j->cache_dir || !valid_entries(entries, n)) return;
+  TpkCode *c = new_code(j, NULL, entries, n);
+  if (!c) return;
+  keyed_code_key(j, key, nwords, c->entries, n, c->key);
+  Lookup found = cache_load(j, c);
   if (found == LOOKUP_REJECTED) atomic_fetch_add(&j->n_rejects, 1);
-  if (found != LOOKUP_HIT) return;
-  TpkCode *c = new_code(j, NULL, entry);
-  if (!c) {
-    dlclose(h);
+  if (found != LOOKUP_HIT) {
+    free_code(c);
     return;
   }
-  memcpy(c->key, stem, sizeof stem);
-  loaded_from_cache(j, c, h, fn, ws);
   atomic_store(&c->promo, PROMO_DONE);
   list_code(j, c);
   *out = c;
 }
+
+void tpk_jit_load(TpkJit *j, const uint64_t *key, int nwords, const char *entry, TpkCode **out) {
+  tpk_jit_load_all(j, key, nwords, &entry, 1, out);
+}
+
+void tpk_code_retain(TpkCode *c) { atomic_fetch_add(&c->refs, 1); }
 
 void tpk_code_release(TpkCode *c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
@@ -1730,16 +1759,22 @@ void tpk_code_release(TpkCode *c) {
   free_code(c);
 }
 
-TpkWorkspaceFn tpk_code_workspace(const TpkCode *c) { return c->workspace; }
+int tpk_code_entries(const TpkCode *c) { return c->nentries; }
 
-TpkKernelFn tpk_code_entry(TpkCode *c) {
-  TpkKernelFn fn = atomic_load_explicit(&c->fn, memory_order_acquire);
+TpkWorkspaceFn tpk_code_workspace(const TpkCode *c) { return c->workspaces[0]; }
+TpkWorkspaceFn tpk_code_workspace_at(const TpkCode *c, int i) { return c->workspaces[i]; }
+
+TpkKernelFn tpk_code_entry_at(TpkCode *c, int i) {
+  TpkKernelFn fn = atomic_load_explicit(&c->fns[i], memory_order_acquire);
   if (atomic_load_explicit(&c->promo, memory_order_relaxed) == PROMO_NONE && c->jit->tier == TPK_TIER_AUTO) {
-    /* Exactly one caller sees the count reach hot_calls. */
+    /* Exactly one caller sees the count reach hot_calls (calls of any
+     * entry: the code is promoted whole). */
     if (atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed) + 1 == c->jit->hot_calls) enqueue(c->jit, c);
   }
   return fn;
 }
+
+TpkKernelFn tpk_code_entry(TpkCode *c) { return tpk_code_entry_at(c, 0); }
 
 TpkTier tpk_code_tier(const TpkCode *c) { return (TpkTier)atomic_load(&((TpkCode *)c)->tier); }
 

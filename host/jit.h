@@ -86,7 +86,7 @@ typedef struct TpkJitOptions {
 } TpkJitOptions;
 
 typedef struct TpkJit TpkJit;   /* one per runtime context; owns the background compiler thread */
-typedef struct TpkCode TpkCode; /* one compiled kernel, reference counted (tpk_code_release) */
+typedef struct TpkCode TpkCode; /* compiled kernels (one or more), reference counted (tpk_code_release) */
 
 /* The workspace bytes a launch of a kernel with these shape symbols needs:
  * `<entry>_workspace`, which every generated kernel defines (host/host.h). */
@@ -114,18 +114,32 @@ TpkStatus tpk_jit_compile(TpkJit *j, const char *source, const char *entry, TpkC
  * must stand for the source and entry exactly, for this build of tpk. */
 TpkStatus tpk_jit_compile_keyed(TpkJit *j, const uint64_t *key, int nwords, const char *source, const char *entry,
                                 TpkCode **out, TpkError *err);
+/* The same for a source that defines n kernels, entries[0..n): one code
+ * object (one compile, one cache entry, one shared object to load), whose
+ * entry i is tpk_code_entry_at(c, i). A compiled graph's clusters are
+ * compiled so (runtime.c): a later process reads and loads one file for
+ * them all. Calls of any entry count toward the promotion of the whole. */
+TpkStatus tpk_jit_compile_all(TpkJit *j, const uint64_t *key, int nwords, const char *source,
+                              const char *const *entries, int n, TpkCode **out, TpkError *err);
 /* The code compiled under key before (by any process using the cache
  * folder), loaded from the disk cache; *out is NULL when there is none
  * that authenticates (the caller then compiles: tpk_jit_compile_keyed).
  * Never in the tcc tier, nor without a cache. */
 void tpk_jit_load(TpkJit *j, const uint64_t *key, int nwords, const char *entry, TpkCode **out);
+/* The same for code of n entries (tpk_jit_compile_all). */
+void tpk_jit_load_all(TpkJit *j, const uint64_t *key, int nwords, const char *const *entries, int n, TpkCode **out);
+/* Another reference, for another holder (each entry's user, say). */
+void tpk_code_retain(TpkCode *c);
 /* Drops the caller's reference; the last one frees the code (its memory,
  * its shared object). A promotion under way holds a reference of its own. */
 void tpk_code_release(TpkCode *c);
 
 /* The best entry point available now (atomic), counting the call toward
- * promotion in auto mode. */
+ * promotion in auto mode: the first entry's, or entry i's. */
 TpkKernelFn tpk_code_entry(TpkCode *c);
+TpkKernelFn tpk_code_entry_at(TpkCode *c, int i);
+/* How many entries c has. */
+int tpk_code_entries(const TpkCode *c);
 /* Which tier the current entry point came from. */
 TpkTier tpk_code_tier(const TpkCode *c);
 /* Block until a pending cc promotion of c has finished (tests, benchmarks). */
@@ -135,8 +149,10 @@ void tpk_code_wait_optimized(TpkCode *c);
 const char *tpk_code_cc_error(const TpkCode *c);
 /* The code was loaded from the disk cache, not compiled by this process. */
 bool tpk_code_from_cache(const TpkCode *c);
-/* The code's `<entry>_workspace`, or NULL when its source defines none. */
+/* The code's `<entry>_workspace` (its first entry's, or entry i's), or
+ * NULL when its source defines none. */
 TpkWorkspaceFn tpk_code_workspace(const TpkCode *c);
+TpkWorkspaceFn tpk_code_workspace_at(const TpkCode *c, int i);
 /* NULL, or one line about how c was built that a user should hear, such as
  * "the cache folder /x is not writable: built without the cache". Stable
  * once tpk_code_wait_optimized returned (a background build may add one). */

@@ -22,7 +22,9 @@
  * unit's key (the kernel's structural hash and what else its key has, the
  * tunables, a specialisation's sizes), the text its code quotes and the
  * target it is lowered for (code_key; the JIT adds the compiler and tpk's
- * build). A Generic found under its key needs nothing lowered or emitted:
+ * build); a compiled graph's kernels are one code object, kept under their
+ * keys together (compile_clusters). A Generic found under its key needs
+ * nothing lowered or emitted:
  * its code knows its workspace (<entry>_workspace); a specialisation is
  * still bound and lowered (its threads and a simulator's preparation need
  * the lowered kernel) but not emitted, and on the host only once: what it
@@ -105,7 +107,8 @@ enum {
  * the kernels of compiled graphs). A unit of the context's cache. */
 typedef struct Generic {
   const TpkStdEntry *aot;   /* ahead-of-time code, or: */
-  TpkCode *code;            /* JIT-compiled code (held) */
+  TpkCode *code;            /* JIT-compiled code (held), its entry `entry` (a graph's */
+  int entry;                /* clusters share one code: compile_clusters) */
   TpkWorkspaceFn workspace; /* the workspace a launch needs, the code's own */
 } Generic;
 
@@ -1526,7 +1529,7 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
   }
   const Generic *g = spec->generic;
   TpkCode *code = g ? g->code : spec->code;
-  run.fn = g && g->aot ? g->aot->fn : tpk_code_entry(code);
+  run.fn = g && g->aot ? g->aot->fn : g ? tpk_code_entry_at(code, g->entry) : tpk_code_entry(code);
   run.workspace = ws;
   if (result) { /* before the run: the kernel's data as it reads it */
     TpkError err = {0};
@@ -1793,6 +1796,125 @@ static TpkKernel *std_callee(TpkContext *ctx, const TpkFunc *callee) {
 
 bool tpk_std_kernel_is(void *ctx, const TpkFunc *f) { return std_callee(ctx, f) != NULL; }
 
+static int key_order(const void *a, const void *b) {
+  const TpkKernel *x = *(TpkKernel *const *)a, *y = *(TpkKernel *const *)b;
+  for (int i = 0; i < 4; i++)
+    if (x->key[i] != y->key[i]) return x->key[i] < y->key[i] ? -1 : 1;
+  return 0;
+}
+
+/* The kernels of a compiled graph (its clusters and the kernels it calls
+ * that are not the library's; std[i] marks those), compiled for every
+ * shape as ONE code object: a later process reads, authenticates and
+ * loads one cache entry for them all, not one per cluster. Each kernel's
+ * code is still a Generic unit of the context's cache (entry i of the
+ * code), so graphs of one structure share it, and a unit found there is
+ * not built again; the code object, though, holds every kernel of the
+ * graph, so that its cache entry is the graph's whatever the context held.
+ * Kernels of one structure are one entry; units are claimed in the order
+ * of their keys, so two graphs compiled at once never wait on each other. */
+static TpkStatus compile_clusters(TpkProgram *prog, TpkKernel *const *std) {
+  TpkContext *ctx = prog->ctx;
+  TpkKernel **ks = calloc((size_t)prog->nall, sizeof *ks);
+  TpkUnit **units = calloc((size_t)prog->nall, sizeof *units);
+  bool *claimed = calloc((size_t)prog->nall, sizeof *claimed);
+  char(*entries)[40] = calloc((size_t)prog->nall, sizeof *entries);
+  const char **names = calloc((size_t)prog->nall, sizeof *names);
+  uint64_t *words = calloc((size_t)prog->nall * MAX_CODE_KEY, sizeof *words);
+  TpkStatus st = ks && units && claimed && entries && names && words ? TPK_OK : tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+  int n = 0, nwords = 0;
+  for (int i = 1; st == TPK_OK && i < prog->nall; i++) {
+    TpkKernel *k = &prog->kernels[i];
+    if (std[i] || k->f->ntunes != 0) continue;
+    bool seen = false;
+    for (int j = 0; j < n && !seen; j++) seen = key_order(&ks[j], &k) == 0;
+    if (!seen) ks[n++] = k;
+  }
+  if (n) qsort(ks, (size_t)n, sizeof *ks, key_order);
+  bool any = false;
+  TpkTarget host = tpk_target_host(ctx->host_vmem);
+  for (int i = 0; st == TPK_OK && i < n; i++) {
+    uint64_t key[5] = {UNIT_GENERIC, ks[i]->key[0], ks[i]->key[1], ks[i]->key[2], ks[i]->key[3]};
+    st = tpk_units_get(ctx->units, -1, key, 5, &units[i], &claimed[i]);
+    any |= st == TPK_OK && claimed[i];
+    /* named by its structure: every graph of it shares its code */
+    snprintf(entries[i], sizeof entries[i], "tpk_generic_k%016llx", (unsigned long long)ks[i]->key[0]);
+    names[i] = entries[i];
+    nwords += code_key(ks[i], UNIT_GENERIC, NULL, NULL, &host, words + nwords);
+  }
+  TpkCode *code = NULL;
+  if (st == TPK_OK && any) {
+    tpk_jit_load_all(ctx->jit, words, nwords, names, n, &code);
+    for (int i = 0; code && i < n; i++)
+      if (!tpk_code_workspace_at(code, i)) { /* (an entry without its workspace: not ours) */
+        tpk_code_release(code);
+        code = NULL;
+      }
+    if (code) {
+      for (int i = 0; i < n; i++)
+        if (claimed[i]) tpk_units_loaded(ctx->units, TPK_UNIT_KERNEL);
+    } else {
+      TpkStr c = {0};
+      TpkError err = {0};
+      const char *failed = NULL;
+      for (int i = 0; st == TPK_OK && i < n; i++) {
+        TpkModule *module;
+        TpkFunc *f;
+        st = bind_kernel(ks[i], NULL, NULL, &module, &f);
+        if (st != TPK_OK) failed = ks[i]->f->name;
+        char name[40];
+        snprintf(name, sizeof name, "k%016llx", (unsigned long long)ks[i]->key[0]);
+        if (st == TPK_OK && !(f->name = tpk_module_intern(module, name, strlen(name))))
+          st = tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+        TpkPlan plan = {0};
+        if (st == TPK_OK) st = tpk_lower(f, &host, &plan, &err);
+        if (st == TPK_OK) {
+          st = tpk_emit_c(f, &plan, names[i], prog->text, i ? TPK_EMIT_NO_PRELUDE : 0, &c, &err);
+          atomic_fetch_add(&ctx->emitted, 1);
+        }
+        if (st != TPK_OK && !failed) failed = ks[i]->f->name;
+        tpk_plan_free(&plan);
+        if (module) tpk_module_free(module);
+      }
+      if (st == TPK_OK && c.failed) st = tpk_error(&err, TPK_ERR_NOMEM, "out of memory");
+      if (st == TPK_OK) st = tpk_jit_compile_all(ctx->jit, words, nwords, c.data, names, n, &code, &err);
+      for (int i = 0; st == TPK_OK && i < n; i++)
+        if (!tpk_code_workspace_at(code, i))
+          st = tpk_error(&err, TPK_ERR_INTERNAL, "internal error: the code of '%s' has no %s_workspace", ks[i]->f->name, names[i]);
+      tpk_str_free(&c);
+      if (st != TPK_OK && err.message[0]) {
+        if (failed) tpk_runtime_fail(err.code ? err.code : TPK_ERR_INTERNAL, "graph '%s', kernel '%s': %s", prog->name, failed, err.message);
+        else tpk_runtime_fail(err.code ? err.code : TPK_ERR_INTERNAL, "graph '%s': %s", prog->name, err.message);
+      }
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    if (!units[i]) continue;
+    if (claimed[i]) {
+      Generic *g = st == TPK_OK ? calloc(1, sizeof *g) : NULL;
+      if (g) {
+        tpk_code_retain(code);
+        *g = (Generic){.code = code, .entry = i, .workspace = tpk_code_workspace_at(code, i)};
+        tpk_unit_ready(ctx->units, units[i], g, generic_free);
+      } else {
+        if (st == TPK_OK) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
+        tpk_unit_abandon(ctx->units, units[i]);
+        continue; /* the builder's hold went with it */
+      }
+    }
+    if (st == TPK_OK) program_hold(prog, units[i]);
+    tpk_unit_release(units[i]);
+  }
+  tpk_code_release(code);
+  free(ks);
+  free(units);
+  free(claimed);
+  free(entries);
+  free(names);
+  free(words);
+  return st;
+}
+
 typedef struct Callees {
   TpkProgram *prog;
   TpkKernel *std[256]; /* per hidden kernel: the library's, if it is one */
@@ -1846,13 +1968,7 @@ TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *d
   if (st == TPK_OK) st = tpk_driver_new(driver, find_callee, callees, &prog->driver);
   /* The clusters and called kernels compile now, once for every shape; a
    * kernel with tunables compiles for the ones its launches pick. */
-  for (int i = 1; st == TPK_OK && i < prog->nall; i++) {
-    TpkUnit *g;
-    if (callees->std[i] || prog->kernels[i].f->ntunes != 0) continue;
-    st = find_generic(&prog->kernels[i], NULL, &g);
-    if (st == TPK_OK) program_hold(prog, g);
-    tpk_unit_release(g);
-  }
+  if (st == TPK_OK) st = compile_clusters(prog, callees->std);
   free(callees);
   if (st != TPK_OK) {
     program_free(prog);

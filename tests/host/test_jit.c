@@ -619,6 +619,93 @@ static void test_cache_hit_in_second_jit(void **state) {
   free(dir);
 }
 
+/* Entry i of code c, run as run_add runs its kernel. */
+static void run_entry(TpkCode *c, int i, int offset) {
+  float a[ADD_N], b[ADD_N], y[ADD_N];
+  for (int k = 0; k < ADD_N; k++) a[k] = (float)k * 0.5f, b[k] = (float)(k % 5);
+  void *args[] = {a, b, y};
+  int64_t syms[] = {ADD_N};
+  char err[TPK_KERNEL_ERR_LEN] = "";
+  TpkKernelFn fn = tpk_code_entry_at(c, i);
+  assert_non_null(fn);
+  assert_int_equal(fn(&test_prims, args, syms, NULL, err), 0);
+  for (int k = 0; k < ADD_N; k++) assert_true(y[k] == sqrtf(a[k] + b[k]) + (float)offset);
+}
+
+/* One source of two kernels (add_source's at offsets 7 and 8, named add_a
+ * and add_b), for tpk_jit_compile_all. */
+static char *two_kernels(void) {
+  static char text[8192];
+  char one[2048], two[2048];
+  add_source(one, sizeof one, 7);
+  add_source(two, sizeof two, 8);
+  TpkStr s = {0};
+  for (int k = 0; k < 2; k++) {
+    const char *src = k ? strchr(two, '\n') + 1 : one; /* one include */
+    const char *name = k ? "add_b" : "add_a";
+    for (const char *at; (at = strstr(src, "add_kernel"));) {
+      tpk_str_putn(&s, src, (size_t)(at - src));
+      tpk_str_puts(&s, name);
+      src = at + strlen("add_kernel");
+    }
+    tpk_str_puts(&s, src);
+  }
+  assert_false(s.failed);
+  snprintf(text, sizeof text, "%s", s.data);
+  tpk_str_free(&s);
+  return text;
+}
+
+/* Kernels compiled as one code object (tpk_jit_compile_all): one compile
+ * per tier, promoted whole by the calls of any entry, one cache entry that
+ * a later JIT loads by the key and entries (tpk_jit_load_all); other
+ * entries under the same key are another entry. */
+static void test_code_of_several_kernels(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-jit");
+  const uint64_t key[] = {41, 42};
+  const char *entries[] = {"add_a", "add_b"};
+  TpkJit *j = new_jit(TPK_TIER_AUTO, 2, dir, NULL);
+  TpkCode *c = NULL;
+  TpkError err = {0};
+  assert_int_equal(tpk_jit_compile_all(j, key, 2, two_kernels(), entries, 2, &c, &err), TPK_OK);
+  assert_int_equal(tpk_code_entries(c), 2);
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_TCC);
+  assert_null(tpk_code_workspace_at(c, 1)); /* the source defines none */
+  run_entry(c, 0, 7);
+  run_entry(c, 1, 8); /* the second call, of either entry: promoted */
+  tpk_code_wait_optimized(c);
+  assert_int_equal(tpk_code_tier(c), TPK_TIER_CC);
+  run_entry(c, 0, 7);
+  run_entry(c, 1, 8);
+  assert_stats(j, 1, 1, 0, 0);
+  int others;
+  assert_int_equal(count_entries(dir, NULL, 0, &others), 1);
+  tpk_code_retain(c); /* a second holder: the code lives until both let go */
+  tpk_code_release(c);
+  run_entry(c, 1, 8);
+  tpk_code_release(c);
+  tpk_jit_destroy(j);
+
+  j = new_jit(TPK_TIER_AUTO, 2, dir, NULL);
+  tpk_jit_load_all(j, key, 2, entries, 2, &c);
+  assert_non_null(c);
+  assert_true(tpk_code_from_cache(c));
+  run_entry(c, 1, 8);
+  run_entry(c, 0, 7);
+  tpk_code_release(c);
+  const char *swapped[] = {"add_b", "add_a"};
+  TpkCode *other = NULL;
+  tpk_jit_load_all(j, key, 2, swapped, 2, &other);
+  assert_null(other);
+  tpk_jit_load_all(j, key, 2, entries, 1, &other);
+  assert_null(other);
+  assert_stats(j, 0, 0, 1, 0);
+  tpk_jit_destroy(j);
+  test_remove_tree(dir);
+  free(dir);
+}
+
 /* Builds of one entry name from different sources (one kernel at two
  * shapes) each run their own code when loaded one after another: loading
  * through /proc/self/fd/N must not hand back an earlier build that was
@@ -1780,6 +1867,7 @@ int main(void) {
       cmocka_unit_test(test_cc_tier_without_cache_leaves_nothing),
       cmocka_unit_test(test_auto_promotes_after_hot_calls),
       cmocka_unit_test(test_cache_hit_in_second_jit),
+      cmocka_unit_test(test_code_of_several_kernels),
       cmocka_unit_test(test_cached_builds_of_one_entry_stay_apart),
       cmocka_unit_test(test_builds_of_one_entry_load_apart),
       cmocka_unit_test(test_damaged_cache_file_is_rebuilt),

@@ -147,7 +147,8 @@ static void test_two_loads_compile_once(void **state) {
 }
 
 /* Graphs of one structure share their clusters' code whatever they are
- * called: the second compiles nothing. */
+ * called: the first compiles its two clusters as one code object (one
+ * compiler run), the second compiles nothing. */
 static void test_graphs_share_clusters(void **state) {
   (void)state;
   setenv("TPK_TIER", "tcc", 1);
@@ -155,9 +156,9 @@ static void test_graphs_share_clusters(void **state) {
   assert_int_equal(tpk_context_create(&ctx), TPK_OK);
   unsetenv("TPK_TIER");
   TpkProgram *a = driver_program(ctx, "first");
-  assert_int_equal(tpk_context_compiler_runs(ctx), 2);
+  assert_int_equal(tpk_context_compiler_runs(ctx), 1);
   TpkProgram *b = driver_program(ctx, "second");
-  assert_int_equal(tpk_context_compiler_runs(ctx), 2);
+  assert_int_equal(tpk_context_compiler_runs(ctx), 1);
   TpkLaunchResult r;
   assert_true(run_graph(ctx, a, 3, 5, &r));
   assert_true(run_graph(ctx, b, 7, 2, &r));
@@ -628,14 +629,16 @@ static int programs_kept(const char *dir, char names[][512], int max) {
   return kept;
 }
 
-/* A process builds the graph's two clusters with cc into the folder; a
- * second process loads them: no compiler runs, the code is the cache's. */
+/* A process builds the graph's two clusters with cc into the folder, as
+ * one code object (one compiler run, one entry: a warm process reads and
+ * loads one file for the graph); a second process loads it: no compiler
+ * runs, the code is the cache's. */
 static void test_warm_process_compiles_nothing(void **state) {
   (void)state;
   char *dir = test_temp_dir("tpk-test-units");
-  expect_child(spawn(dir, 2, 0));
+  expect_child(spawn(dir, 1, 0));
   char names[8][512];
-  assert_int_equal(entries(dir, names, 8), 2);
+  assert_int_equal(entries(dir, names, 8), 1);
   expect_child(spawn(dir, 0, 0));
   test_remove_tree(dir);
   free(dir);
@@ -646,9 +649,9 @@ static void test_warm_process_compiles_nothing(void **state) {
 static void test_damaged_entry_is_rebuilt(void **state) {
   (void)state;
   char *dir = test_temp_dir("tpk-test-units");
-  expect_child(spawn(dir, 2, 0));
+  expect_child(spawn(dir, 1, 0));
   char names[8][512];
-  assert_int_equal(entries(dir, names, 8), 2);
+  assert_int_equal(entries(dir, names, 8), 1);
   int fd = open(names[0], O_WRONLY);
   assert_true(fd >= 0);
   assert_int_equal(pwrite(fd, "\x7f" "ELG", 4, 0), 4); /* the ELF magic, damaged */
@@ -660,7 +663,8 @@ static void test_damaged_entry_is_rebuilt(void **state) {
 }
 
 /* Two processes build the same clusters into one folder at once: both run
- * right, one entry per cluster remains, and a third process loads them. */
+ * right, one entry for the graph's clusters remains, and a third process
+ * loads it. */
 static void test_two_processes_build_at_once(void **state) {
   (void)state;
   char *dir = test_temp_dir("tpk-test-units");
@@ -668,7 +672,7 @@ static void test_two_processes_build_at_once(void **state) {
   expect_child(a);
   expect_child(b);
   char names[8][512];
-  assert_int_equal(entries(dir, names, 8), 2);
+  assert_int_equal(entries(dir, names, 8), 1);
   expect_child(spawn(dir, 0, 0));
   test_remove_tree(dir);
   free(dir);
