@@ -220,7 +220,8 @@ static int show_cached(Tune *t, const TpkProgram *prog) {
   for (int i = 0; i < c.n; i++) tpk_str_printf(&s, "%s%s=%lld", i ? "," : "", c.tunes[i].name, (long long)c.tunes[i].value);
   char when[32];
   put_time(when, sizeof when, c.seconds);
-  printf("%s  (from the %s; %s when tuned)\n", s.data ? s.data : "", strcmp(c.from, "cache") == 0 ? "tuning cache" : t->defaults,
+  printf("%s  (from the %s%s%s; %s when tuned)\n", s.data ? s.data : "",
+         strcmp(c.from, "cache") == 0 ? "tuning cache" : t->defaults, c.near ? "'s row for " : "", c.near ? c.near : "",
          when);
   tpk_str_free(&s);
   status = CLI_OK;

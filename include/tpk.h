@@ -273,7 +273,9 @@ typedef struct TpkLaunchResult {
    * cache" (`tpk tune`), the "shipped defaults" (kernels/tuned.tsv) or the
    * "declared defaults". A launch that names no tunables takes the first of
    * the tuning cache, the shipped defaults and the declared defaults that
-   * knows its sizes and device. */
+   * knows its sizes and device; the shipped defaults know sizes near theirs
+   * too (the row of the nearest sizes, each within 4x: a batch of 8 takes
+   * the row tuned for 4). */
   char tunes[256];
   const char *tunes_from;
   /* Something the caller may want to say, such as "the cache folder is not

@@ -71,9 +71,9 @@
  *           compiled (should fusion not take it, one cluster per op);
  *           then it runs as one launch.
  *
- * In debug and strict modes an op seen before at the same sizes skips all
- * of that: the memo keeps, by the op's exact signature, its program and
- * what its launch takes (see "the memo").
+ * An op seen before at the same sizes skips all of that: the memo keeps,
+ * by the op's exact signature, its program and what its launch takes
+ * (debug, strict), or what recording it takes (fused; see "the memo").
  *
  * Pending buffers. An op's outputs are new buffers, allocated at once; their
  * bytes are marked pending (device.h: the storage names the stream, which
@@ -1106,7 +1106,7 @@ struct TpkStream {
   Queued *queued, **queued_tail;
   Window w;             /* fused */
   Hints hints;          /* of its ops' and windows' keys */
-  Memo **memo;   /* debug, strict: MEMO_SLOTS ops seen before (see "the memo"); NULL until one */
+  Memo **memo;   /* MEMO_SLOTS ops seen before (see "the memo"); NULL until one */
   Sig sig;              /* the signature of the op being submitted */
   TpkStreamObserver observer; /* tpk_stream_observe */
   void *observer_user;
@@ -1274,15 +1274,35 @@ static TpkArg *copy_args(TpkArena *a, const TpkArg *in, int n) {
 
 static TpkStatus run_window(TpkStream *s);
 
-/* Record op (bound as its graph was: ob) in the window (fused): its
- * arguments copied, the buffers it reads and makes held and marked.
- * s->lock held. */
-static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpBound *ob, TpkBuffer *const *made, int nouts) {
+/* How op, bound as its graph was (ob), built alone: the sizes it kept
+ * constant, and its ints that were symbols when it built factored (the
+ * ones that were not: constants). What the window tries when this op does
+ * not build with the window's symbols. */
+static void record_own(const Op *op, const Layout *lay, const OpBound *ob, Syms *own) {
+  *own = (Syms){0};
+  for (int i = 0; i < ob->syms.nconst; i++) add_const(own, ob->syms.consts[i]);
+  for (int i = 0; i < op->nargs; i++) {
+    const TpkArg *a = &op->args[i], *bound = &ob->args[i];
+    if (!(lay->lift[i] || lay->value[i]) || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
+    for (int j = 0; j < (a->kind == TPK_ARG_INT ? 1 : a->n); j++) {
+      int64_t v = a->kind == TPK_ARG_INT ? a->i : a->ints[j];
+      bool symbolic = a->kind == TPK_ARG_INT ? bound->kind == TPK_ARG_VALUE || bound->sym : bound->syms && bound->syms[j];
+      if (!symbolic) add_const(own, v);
+      else if (ob->policy == SIZES_FACTORED) add_seed(own, v);
+    }
+  }
+}
+
+/* Record op in the window (fused): its arguments copied, the buffers it
+ * reads and makes held and marked; `own` is record_own's, nscalars the
+ * scalars its binding lifts. s->lock held. */
+static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const Syms *own, int nscalars, TpkBuffer *const *made,
+                        int nouts) {
   Window *w = &s->w;
   /* the window's graph is one kernel, whose parameters (its buffers and
    * lifted scalars: an optimizer's step over many tensors has hundreds)
    * a launch bounds: it runs before the op would take it past that */
-  if (w->nrecords && w->nvalues + w->nscalars + op->noperands + nouts + ob->nscalars > WINDOW_PARAMS) {
+  if (w->nrecords && w->nvalues + w->nscalars + op->noperands + nouts + nscalars > WINDOW_PARAMS) {
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());
     unmark_all(s);
@@ -1297,22 +1317,10 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const OpB
   for (int i = 0; ok && i < nouts; i++)
     if ((rec->outs[i] = made[i])) ok = window_hold(w, made[i], false) && mark(s, made[i], true);
   if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
-  /* how it built alone: its constants, and its ints that were symbols
-   * (the ones that were not: constants) */
-  for (int i = 0; i < ob->syms.nconst; i++) add_const(&rec->own, ob->syms.consts[i]);
-  for (int i = 0; i < op->nargs; i++) {
-    const TpkArg *a = &op->args[i], *bound = &ob->args[i];
-    if (!(lay->lift[i] || lay->value[i]) || (a->kind != TPK_ARG_INT && a->kind != TPK_ARG_INTS)) continue;
-    for (int j = 0; j < (a->kind == TPK_ARG_INT ? 1 : a->n); j++) {
-      int64_t v = a->kind == TPK_ARG_INT ? a->i : a->ints[j];
-      bool symbolic = a->kind == TPK_ARG_INT ? bound->kind == TPK_ARG_VALUE || bound->sym : bound->syms && bound->syms[j];
-      if (!symbolic) add_const(&rec->own, v);
-      else if (ob->policy == SIZES_FACTORED) add_seed(&rec->own, v);
-    }
-  }
+  rec->own = *own;
   if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
   w->nrecords++;
-  w->nscalars += ob->nscalars;
+  w->nscalars += nscalars;
   if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());
@@ -2136,23 +2144,28 @@ static TpkStatus launch_op(TpkStream *s, const Op *op, const OpLaunch *ol, TpkBu
 
 /* ---- the memo: an op seen before at the same sizes ----------------------------------
  *
- * In debug and strict modes a training loop's ops are, step after step,
- * ops the stream has seen at the same sizes. The memo keeps, per
- * *signature* — the op's name and arguments as given, a tensor by which
- * operand it is, its dtype and its shape, floats aside — what launching it
- * takes (OpLaunch) and its program, held. Such an op is a hash of its
- * signature, one probe and a compare: no key in symbols, no layout, graph
- * or program looked up in the compilation cache. A float is compared too
- * unless the op's graph takes it as a rank-0 input (a learning rate). A
- * miss takes the way above and leaves its result in the slot. */
+ * A training loop's ops are, step after step, ops the stream has seen at
+ * the same sizes. The memo keeps, per *signature* — the op's name and
+ * arguments as given, a tensor by which operand it is, its dtype and its
+ * shape, floats aside — what launching it takes (OpLaunch) and its
+ * program, held; in fused mode, its outputs' types, its layout and how it
+ * built alone (what record() takes: the window is keyed from the records
+ * at the sync as before). Such an op is a hash of its signature, one probe
+ * and a compare: no key in symbols, no layout, graph or program looked up
+ * in the compilation cache (in fused mode that was most of an op's cost:
+ * the char-GPT step's 281 ops, ~5 us each). A float is compared too unless
+ * the op's graph takes it as a rank-0 input (a learning rate). A miss
+ * takes the way above and leaves its result in the slot. */
 struct Memo {
   uint64_t hash;
   int nwords;
   uint64_t *words;
   bool float_lifted[MAX_ARGS];
   uint64_t float_bits[MAX_ARGS]; /* the other floats: constants of its graph */
-  TpkUnit *program;              /* held */
+  TpkUnit *program;              /* held; NULL in fused mode, which records instead: */
   OpLaunch launch;
+  Layout lay;                    /* fused: what record() takes */
+  Syms own;
 };
 
 static void sig_word(Sig *g, uint64_t w) {
@@ -2243,9 +2256,10 @@ static const Memo *memo_find(const TpkStream *s, const Op *op, const Sig *g, uin
 }
 
 /* Keep what op (bound as ob) took to launch in the memo, with its program
- * (held). Nothing kept when memory is short: the memo is an accelerator. */
-static void memo_keep(TpkStream *s, const Op *op, const OpBound *ob, const Sig *g, uint64_t h, TpkUnit *program,
-                      const OpLaunch *ol) {
+ * (held), or in fused mode (program NULL) to record it (lay). Nothing kept
+ * when memory is short: the memo is an accelerator. */
+static void memo_keep(TpkStream *s, const Op *op, const Layout *lay, const OpBound *ob, const Sig *g, uint64_t h,
+                      TpkUnit *program, const OpLaunch *ol) {
   if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) return;
   Memo *m = calloc(1, sizeof *m);
   if (!m || !(m->words = malloc(sizeof *m->words * (size_t)(g->n + 1)))) {
@@ -2259,9 +2273,11 @@ static void memo_keep(TpkStream *s, const Op *op, const OpBound *ob, const Sig *
     m->float_lifted[i] = op->args[i].kind == TPK_ARG_FLOAT && ob->args[i].kind == TPK_ARG_VALUE;
     memcpy(&m->float_bits[i], &op->args[i].f, sizeof m->float_bits[i]);
   }
-  tpk_unit_retain(program);
+  if (program) tpk_unit_retain(program);
   m->program = program;
   m->launch = *ol;
+  m->lay = *lay;
+  if (!program) record_own(op, lay, ob, &m->own);
   memo_free(s->memo[h % MEMO_SLOTS]);
   s->memo[h % MEMO_SLOTS] = m;
 }
@@ -2308,17 +2324,22 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
   TpkBuffer *made[MAX_OUTS] = {0};
   TpkStatus st;
   int nouts;
-  /* seen before at these sizes (debug, strict): launched as it was */
-  Sig *sig = s->mode != TPK_EAGER_FUSED ? &s->sig : NULL;
+  /* seen before at these sizes: launched (debug, strict) or recorded
+   * (fused) as it was */
+  Sig *sig = &s->sig;
   uint64_t h = 0;
-  if (sig && !op_signature(op, sig, &h)) sig = NULL;
+  if (!op_signature(op, sig, &h)) sig = NULL;
   const Memo *m = sig ? memo_find(s, op, sig, h) : NULL;
   if (m) {
-    s->stats.cache_hits++;
-    tpk_units_count(tpk_context_units(ctx), TPK_UNIT_EAGER, true);
     nouts = m->launch.nouts;
     st = make_outputs(s, &m->launch, made);
-    if (st == TPK_OK) st = launch_op(s, op, &m->launch, made);
+    if (s->mode == TPK_EAGER_FUSED) {
+      if (st == TPK_OK) st = record(s, op, &m->lay, &m->own, m->launch.nscalars, made, nouts);
+    } else {
+      s->stats.cache_hits++;
+      tpk_units_count(tpk_context_units(ctx), TPK_UNIT_EAGER, true);
+      if (st == TPK_OK) st = launch_op(s, op, &m->launch, made);
+    }
   } else {
     TpkUnit *layout_unit = NULL, *graph_unit = NULL, *prog_unit = NULL;
     st = find_layout(ctx, op, &layout_unit);
@@ -2345,9 +2366,10 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     if (st == TPK_OK) st = make_outputs(s, ol, made);
     nouts = st == TPK_OK ? g->nouts : 0;
     /* run it, queue it or record it */
+    Syms own;
     if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) st = launch_op(s, op, ol, made);
-    else if (st == TPK_OK) st = record(s, op, lay, ob, made, nouts);
-    if (st == TPK_OK && sig && prog_unit) memo_keep(s, op, ob, sig, h, prog_unit, ol);
+    else if (st == TPK_OK) record_own(op, lay, ob, &own), st = record(s, op, lay, &own, ob->nscalars, made, nouts);
+    if (st == TPK_OK && sig && (prog_unit || s->mode == TPK_EAGER_FUSED)) memo_keep(s, op, lay, ob, sig, h, prog_unit, ol);
     if (ob) op_unbind(ob);
     free(ob);
     free(ol);

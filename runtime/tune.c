@@ -166,6 +166,7 @@ static void config_from_values(TpkTuneConfig *out, const TpkFunc *f, const int64
   for (int i = 0; i < f->ntunes; i++) out->tunes[i] = (TpkBinding){f->tunes[i].name, values[i]};
   out->seconds = seconds;
   out->from = from;
+  out->near = NULL;
 }
 
 /* ---- Files ------------------------------------------------------------------------------ */
@@ -471,6 +472,47 @@ bool tpk_tune_table_find(const TpkTuneTable *t, const TpkTuneKey *key, const Tpk
   return false;
 }
 
+/* How far sizes `a` are from sizes `b` (both "M=64,K=32"): the sum over
+ * their symbols of |log2(a / b)|, or -1 when they name other symbols, in
+ * another order, or a size differs by more than NEAR_FACTOR (or is 0). */
+enum { NEAR_FACTOR = 4 };
+static double shapes_distance(const char *a, const char *b) {
+  double sum = 0;
+  for (;;) {
+    size_t na = strcspn(a, "="), nb = strcspn(b, "=");
+    if (na != nb || strncmp(a, b, na) != 0 || !a[na] || !b[nb]) return -1;
+    char *ea, *eb;
+    double va = strtod(a + na + 1, &ea), vb = strtod(b + nb + 1, &eb);
+    if (va <= 0 || vb <= 0 || va > vb * NEAR_FACTOR || vb > va * NEAR_FACTOR) return -1;
+    sum += fabs(log2(va / vb));
+    if (*ea != *eb || (*ea != ',' && *ea)) return -1;
+    if (!*ea) return sum;
+    a = ea + 1;
+    b = eb + 1;
+  }
+}
+
+bool tpk_tune_table_nearest(const TpkTuneTable *t, const TpkTuneKey *key, const TpkFunc *f, TpkTuneConfig *out) {
+  if (!t || !key->ir_hash || f->ntunes > TPK_TUNE_MAX_TUNABLES) return false;
+  const TpkTuneRow *best = NULL;
+  double best_distance = 0;
+  int64_t values[TPK_TUNE_MAX_TUNABLES], best_values[TPK_TUNE_MAX_TUNABLES];
+  for (int i = 0; i < t->nrows; i++) {
+    const TpkTuneRow *r = &t->rows[i];
+    if (r->text || r->ir_hash != key->ir_hash || strcmp(r->kernel, key->kernel) != 0 || strcmp(r->device, key->device) != 0)
+      continue;
+    double d = shapes_distance(r->shapes, key->shapes);
+    if (d < 0 || (best && d >= best_distance) || !tpk_tune_parse(f, r->tunes, strlen(r->tunes), values)) continue;
+    best = r;
+    best_distance = d;
+    memcpy(best_values, values, sizeof values);
+  }
+  if (!best) return false;
+  config_from_values(out, f, best_values, best->seconds, "defaults");
+  if (best_distance > 0) out->near = best->shapes;
+  return true;
+}
+
 TpkStatus tpk_tune_table_put(TpkTuneTable *t, const TpkTuneKey *key, const char *file, const char *tunes,
                              double seconds, TpkError *err) {
   TpkTuneRow row = {.kernel = strdup(key->kernel), .file = strdup(file), .device = strdup(key->device),
@@ -548,7 +590,7 @@ bool tpk_tune_lookup(const TpkTuneKey *key, const TpkFunc *f, const char *root, 
   TpkTuneConfig c;
   bool found = dir && *dir && tpk_tune_cache_load(dir, key, f, &c);
   free(own);
-  if (!found) found = tpk_tune_table_find(defaults, key, f, &c);
+  if (!found) found = tpk_tune_table_nearest(defaults, key, f, &c);
   if (found) *out = c;
   return found;
 }

@@ -64,6 +64,7 @@ typedef struct TpkTuneConfig {
   TpkBinding tunes[TPK_TUNE_MAX_TUNABLES]; /* in f->tunes order; names are f's */
   double seconds;                          /* the time the tuner saw (0: not recorded) */
   const char *from;                        /* "cache" or "defaults" */
+  const char *near;                        /* a defaults row for other sizes: its sizes (the table's); else NULL */
 } TpkTuneConfig;
 
 /* "BM=256,BN=128" from one value per tunable of f. */
@@ -113,6 +114,14 @@ TpkStatus tpk_tune_table_parse(TpkTuneTable *t, const char *text, size_t len, co
 void tpk_tune_table_free(TpkTuneTable *t);
 /* The row for `key` with tunables valid for f. */
 bool tpk_tune_table_find(const TpkTuneTable *t, const TpkTuneKey *key, const TpkFunc *f, TpkTuneConfig *out);
+/* The row for `key`, else the row of its kernel and device whose sizes are
+ * nearest (the least sum of |log2| of their ratios, the first of equals),
+ * each within a factor of 4 of the key's: blocks tuned for a batch of 4 at
+ * sequence length 64 suit a batch of 8 better than blocks declared for
+ * 1024 (flash attention's 256x256 blocks computed 16 times the work of a
+ * 64-long sequence). Sizes further away say little about the best blocks:
+ * the declared defaults stay. */
+bool tpk_tune_table_nearest(const TpkTuneTable *t, const TpkTuneKey *key, const TpkFunc *f, TpkTuneConfig *out);
 /* Replace the row of the same kernel, file, device and shapes (whatever its
  * hash: a row for an older version of the kernel is stale), or append. */
 TpkStatus tpk_tune_table_put(TpkTuneTable *t, const TpkTuneKey *key, const char *file, const char *tunes,
@@ -127,7 +136,8 @@ TpkStatus tpk_tune_defaults_save(const char *path, const TpkTuneKey *key, const 
 /* ---- Lookup: what a launch should use --------------------------------------------------- */
 
 /* The tunables for `key`: the cache under `root` (NULL: tpk_tune_cache_root(),
- * "": no cache) first, then `defaults` (may be NULL). false when neither
+ * "": no cache) first, then `defaults` (may be NULL), their row for the key
+ * or for the nearest sizes (tpk_tune_table_nearest). false when neither
  * knows the key; `out` is then untouched. */
 bool tpk_tune_lookup(const TpkTuneKey *key, const TpkFunc *f, const char *root, const TpkTuneTable *defaults,
                      TpkTuneConfig *out);

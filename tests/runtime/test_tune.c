@@ -448,6 +448,77 @@ static void test_table(void **state) {
   test_compile_free(&c);
 }
 
+/* Sizes no row names take the row of the nearest sizes of their kernel and
+ * device, when each size is within a factor of 4 of it; else nothing. */
+static void test_table_nearest(void **state) {
+  (void)state;
+  TestCompile c;
+  const TpkFunc *f = unbound(&c, MATMUL, "matmul");
+  TpkTuneKey key;
+  key_of(&key, f, "host", 768, 768, 768);
+  unsigned long long h = (unsigned long long)key.ir_hash;
+  char text[1024];
+  snprintf(text, sizeof text,
+           "matmul\t%016llx\tmm.tpk\thost\tM=768,K=768,N=768\tBM=256,BN=256,BK=128\t0.00012\n"
+           "matmul\t%016llx\tmm.tpk\thost\tM=64,K=64,N=64\tBM=128,BN=128,BK=256\t1e-06\n"
+           "matmul\t%016llx\tmm.tpk\thost\tM=128,K=64,N=64\tBM=256,BN=128,BK=256\t1e-06\n"
+           "matmul\t%016llx\tmm.tpk\tsim:v5e\tM=100,K=64,N=64\tBM=128,BN=256,BK=128\t1e-06\n",
+           h, h, h, h);
+  TpkTuneTable t;
+  TpkError err = {0};
+  assert_int_equal(tpk_tune_table_parse(&t, text, strlen(text), "tuned.tsv", &err), TPK_OK);
+  TpkTuneConfig got;
+  struct {
+    int64_t m, n, k;
+    const char *want, *near; /* want NULL: no row */
+  } cases[] = {
+      {768, 768, 768, "256,256,128", NULL},            /* its own row, though a later one is near too */
+      {1536, 768, 768, "256,256,128", "M=768,K=768,N=768"},
+      {80, 64, 64, "128,128,256", "M=64,K=64,N=64"},   /* log2(80/64) < log2(128/80) */
+      {120, 64, 64, "256,128,256", "M=128,K=64,N=64"},
+      {96, 64, 64, "256,128,256", "M=128,K=64,N=64"},  /* by ratio: 128/96 < 96/64 */
+      {64, 200, 64, "128,128,256", "M=64,K=64,N=64"},  /* the sum over sizes: 200/64 against 2 * 200/64 */
+      {64, 300, 64, NULL, NULL},                       /* N is more than 4x 64 */
+      {64, 257, 1024, NULL, NULL},                     /* N within 4x of 64 but K 16x */
+      {3100, 768, 768, NULL, NULL},                    /* M is more than 4x 768 and 128 */
+  };
+  for (size_t i = 0; i < TPK_ARRAY_LEN(cases); i++) {
+    TpkTuneKey k;
+    key_of(&k, f, "host", cases[i].m, cases[i].n, cases[i].k);
+    memset(&got, 0, sizeof got);
+    bool found = tpk_tune_table_nearest(&t, &k, f, &got);
+    if (found != (cases[i].want != NULL)) fail_msg("case %zu: found %d", i, found);
+    TpkTuneConfig exact;
+    assert_int_equal(tpk_tune_table_find(&t, &k, f, &exact), i == 0); /* exact rows only */
+    if (!found) continue;
+    char tunes[64];
+    snprintf(tunes, sizeof tunes, "%lld,%lld,%lld", (long long)got.tunes[0].value, (long long)got.tunes[1].value,
+             (long long)got.tunes[2].value);
+    assert_string_equal(tunes, cases[i].want);
+    assert_string_equal(got.from, "defaults");
+    if (cases[i].near) assert_string_equal(got.near, cases[i].near);
+    else assert_null(got.near);
+  }
+  /* another device's rows, and another version of the kernel, are never near */
+  TpkTuneKey v6 = key, stale = key;
+  key_of(&v6, f, "sim:v6e", 100, 64, 64);
+  stale.ir_hash ^= 1;
+  assert_false(tpk_tune_table_nearest(&t, &v6, f, &got));
+  assert_false(tpk_tune_table_nearest(&t, &stale, f, &got));
+  /* what a launch takes: the cache's row for its exact sizes before a near default */
+  TpkTuneKey k;
+  key_of(&k, f, "host", 80, 64, 64);
+  assert_true(tpk_tune_lookup(&k, f, "", &t, &got));
+  assert_string_equal(got.near, "M=64,K=64,N=64");
+  int64_t values[] = {256, 256, 256};
+  assert_int_equal(tpk_tune_cache_store(tmp_root, &k, f, values, 1e-4, NULL, &err), TPK_OK);
+  assert_true(tpk_tune_lookup(&k, f, tmp_root, &t, &got));
+  assert_string_equal(got.from, "cache");
+  assert_null(got.near);
+  tpk_tune_table_free(&t);
+  test_compile_free(&c);
+}
+
 /* kernels/tuned.tsv parses, and every row still describes its kernel: a row
  * whose kernel was edited since it was tuned fails here (retune it with
  * `tpk tune ... --save-default kernels/tuned.tsv`). */
@@ -806,6 +877,7 @@ int main(void) {
       cmocka_unit_test(test_cache_round_trip),
       cmocka_unit_test(test_cache_damaged),
       cmocka_unit_test(test_table),
+      cmocka_unit_test(test_table_nearest),
       cmocka_unit_test(test_shipped_defaults),
       cmocka_unit_test(test_sim_search_finds_the_fastest),
       cmocka_unit_test(test_sim_search_skips_what_does_not_fit),
