@@ -1967,14 +1967,34 @@ static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const A
                    tpk_dtype_name(dst.base->type->dtype), shape_str(c, dst.rank, dst.dims));
     return ERR;
   }
+  /* len=n: only the first n entries along the block's first axis move
+   * (Pallas's pl.ds(0, n) with n from data); a compile-time n is checked
+   * against the block here, a run-time one by checked mode */
+  TpkValue *len = NULL;
+  if (a->kw[1]) {
+    if (src.rank == 0) {
+      tpk_diag_error(c->diags, a->kw[1]->span, "copy_async(len=...) needs a block with at least one axis; this one is a single element");
+      return ERR;
+    }
+    Val lv = eval(c, a->kw[1]->rhs);
+    int64_t rows;
+    if (lv.k == V_INT && (lv.i < 0 || (tpk_dim_is_const(src.dims[0], &rows) && lv.i > rows))) {
+      tpk_diag_error_hint(c->diags, a->kw[1]->rhs->span, "len counts entries along the block's first axis, 0 to its size",
+                          "copy_async(len=%lld) is outside the block %s", (long long)lv.i, shape_str(c, src.rank, src.dims));
+      return ERR;
+    }
+    len = i32_from(c, a->kw[1]->rhs, lv, "the length of a copy");
+    if (!len) return ERR;
+  }
   if (!can_build(c, n)) return ERR;
   at(c, n);
-  TpkValue *ins[2 * TPK_MAX_RANK + 2];
+  TpkValue *ins[2 * TPK_MAX_RANK + 3];
   int k = 0;
   ins[k++] = src.base;
   for (int i = 0; i < src.nops; i++) ins[k++] = src.ops[i];
   ins[k++] = dst.base;
   for (int i = 0; i < dst.nops; i++) ins[k++] = dst.ops[i];
+  if (len) ins[k++] = len; /* the optional last operand */
   const TpkType *t = tpk_type_dma(c->m);
   TpkOp *op = tpk_build(&c->b, TPK_OP_DMA_START, k, ins, 1, &t);
   if (!op) return ERR;
@@ -2047,7 +2067,7 @@ static const Builtin BUILTINS[] = {
     {"load", 1, 1, {"other"}, bi_load, TPK_OP_LOAD, "load(x[i, :], other=0)"},
     {"program_id", 1, 1, {0}, bi_program, TPK_OP_PROGRAM_ID, "program_id(axis)"},
     {"num_programs", 1, 1, {0}, bi_program, TPK_OP_NUM_PROGRAMS, "num_programs(axis)"},
-    {"copy_async", 2, 2, {"sem"}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst) or copy_async(src, dst, sem=s[i])"},
+    {"copy_async", 2, 2, {"sem", "len"}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst) or copy_async(src, dst, sem=s[i], len=n)"},
     /* atomics: `op` holds the TpkReduceKind */
     {"atomic_add", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_SUM, "atomic_add(y[i], v)", "atomic_add()"},
     {"atomic_max", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MAX, "atomic_max(y[i], v)", "atomic_max()"},

@@ -23,7 +23,9 @@
  *   - `alloc` (scratch) is zero-initialised each time its op runs;
  *   - `dma_start` copies at once (`dma_wait` does nothing); source elements
  *     outside the source ref read as 0, destination elements outside the
- *     destination ref are dropped;
+ *     destination ref are dropped; with a length operand only the first
+ *     len entries of the block's axis 0 move (len clamped to [0, block];
+ *     checked mode reports one outside it), the rest stay as they were;
  *   - 'r' (static slice) elements outside the indexed dim are masked like a
  *     ragged tile's: loads and slices read `other` (0), stores drop them;
  *   - an 's' index outside its dim, and a 'g' / gather / scatter index
@@ -1475,6 +1477,15 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
     if (s.dims[j] != d.dims[j] || s.dims[j] < 0)
       return fail(I, op, TPK_ERR_INVALID, "source block dim %d (%" PRId64 ") and destination (%" PRId64 ") differ", j,
                   s.dims[j], d.dims[j]);
+  }
+  const TpkValue *lenv = tpk_dma_length(op);
+  if (lenv) { /* only the first len entries of axis 0 move, the rest of the destination stays */
+    int64_t len;
+    if (!scalar_int(I, op, op->nin - 1, &len)) return status(I);
+    if (I->checked && (len < 0 || len > s.dims[0]))
+      violation(I, op, "copy_async(len=%" PRId64 ") is outside its block of %" PRId64 " entries along axis 0", len,
+                s.dims[0]);
+    s.dims[0] = d.dims[0] = len < 0 ? 0 : len < s.dims[0] ? len : s.dims[0];
   }
   int64_t n = count_of(s.rank, s.dims);
   if (n < 0) return fail(I, op, TPK_ERR_INVALID, "the copied block is too large");

@@ -339,6 +339,9 @@ typedef struct TpkIndexPattern {
 
 /* The index operands a pattern consumes (its entries other than ALL). */
 int tpk_index_operands(const TpkIndexPattern *p);
+/* A dma_start's length (its optional last operand: how many entries of the
+ * block's first axis are copied), or NULL when it copies the whole block. */
+const TpkValue *tpk_dma_length(const TpkOp *op);
 /* The text form ("t:"), appended to s. */
 void tpk_index_print(TpkStr *s, const TpkIndexPattern *p);
 

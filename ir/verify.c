@@ -543,7 +543,15 @@ static bool check_dma_start(Verifier *v) {
   if (dst->kind != TPK_TYPE_REF) return fail(v, "destination (operand %d) must be a ref, got %s", di, ty(v, dst));
   int nd = check_index(v, "dst_index", dst, di + 1, d, &drank);
   if (nd < 0) return false;
-  if (di + 1 + nd != op->nin) return fail(v, "has %d operands, the indices need %d", op->nin, di + 1 + nd);
+  int end = di + 1 + nd;
+  if (end + 1 == op->nin) { /* the length: entries of the block's first axis copied */
+    const TpkType *lt = in_type(v, end);
+    if (lt->kind != TPK_TYPE_TENSOR || lt->rank != 0 || lt->dtype != TPK_I32)
+      return fail(v, "length (operand %d) must be an i32 scalar, got %s", end, ty(v, lt));
+    if (srank == 0) return fail(v, "has a length but copies a single element");
+  } else if (end != op->nin) {
+    return fail(v, "has %d operands, the indices need %d (and an optional length)", op->nin, end);
+  }
   if ((src->space == TPK_MEM_HBM) == (dst->space == TPK_MEM_HBM))
     return fail(v, "copies %s to %s: exactly one side must be in hbm", ty(v, src), ty(v, dst));
   if (src->dtype != dst->dtype) return fail(v, "copies %s to %s: dtypes differ", ty(v, src), ty(v, dst));

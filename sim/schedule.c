@@ -347,6 +347,42 @@ static const char *block_key(Walker *w, const TpkOp *op) {
 static void walk_block(Walker *w, const TpkBlock *b);
 static void flush_stores(Walker *w, int upto);
 
+/* The block sizes an index pattern selects from ref (operands from
+ * op->in[first]): one per non-scalar dim, -1 where a static slice takes its
+ * size from the other side. Returns the block's rank. */
+static int selected_dims(const TpkOp *op, const TpkIndexPattern *p, const TpkValue *ref, int first, int64_t *dims) {
+  int rank = 0, k = first;
+  for (int d = 0; d < p->rank; d++) {
+    int64_t size = -1;
+    switch (p->dim[d]) {
+    case TPK_INDEX_SCALAR: k++; continue;
+    case TPK_INDEX_ALL: if (!tpk_dim_is_const(ref->type->dims[d], &size)) size = 1; break;
+    case TPK_INDEX_TILE: size = tpk_tile_block(op->in[k++]->type); break;
+    default: k++; break;
+    }
+    dims[rank++] = size;
+  }
+  return rank;
+}
+
+/* The bytes a copy_async moves: its block's, or with a length (known from
+ * the data, else the whole block) that many entries of the block's first
+ * axis. */
+static int64_t copy_bytes(Walker *w, const TpkOp *op) {
+  const TpkIndexPattern *sp = tpk_op_index(op, "src_index"), *dp = tpk_op_index(op, "dst_index");
+  int nsrc = tpk_index_operands(sp);
+  int64_t sd[TPK_MAX_RANK], dd[TPK_MAX_RANK];
+  int rank = selected_dims(op, sp, op->in[0], 1, sd);
+  selected_dims(op, dp, op->in[1 + nsrc], 2 + nsrc, dd);
+  int64_t n = 1, len;
+  for (int i = 0; i < rank; i++) {
+    int64_t size = sd[i] >= 0 ? sd[i] : dd[i] >= 0 ? dd[i] : 1;
+    if (i == 0 && tpk_dma_length(op) && known(w, tpk_dma_length(op), &len)) size = len < 0 ? 0 : len < size ? len : size;
+    n *= size;
+  }
+  return n * (int64_t)tpk_dtype_size(op->in[0]->type->dtype);
+}
+
 static void load(Walker *w, const TpkOp *op) {
   const TpkValue *ref = op->in[0];
   if (ref->type->kind != TPK_TYPE_REF || ref->type->space != TPK_MEM_HBM) { /* from VMEM scratch */
@@ -684,12 +720,9 @@ static void walk_op(Walker *w, const TpkOp *op) {
   case TPK_OP_STORE: store(w, op); return;
   case TPK_OP_ATOMIC: atomic(w, op); return;
   case TPK_OP_DOT: dot(w, op); return;
-  case TPK_OP_DMA_START: {
-    /* the source block's bytes; the copy lands in the destination */
-    int64_t bytes = bytes_of(op->in[0]->type);
-    set_task(w, &op->out[0], dma(w, bytes, TPK_TASK_NONE, "copy_async"));
+  case TPK_OP_DMA_START:
+    set_task(w, &op->out[0], dma(w, copy_bytes(w, op), TPK_TASK_NONE, "copy_async"));
     return;
-  }
   case TPK_OP_RESHAPE:
   case TPK_OP_BITCAST: /* the same bytes in the same registers: no work */
     set_task(w, &op->out[0], task_of(w, op->in[0]));
