@@ -3040,6 +3040,45 @@ static void check_requires(Checker *c, const TpkAst *k, TpkFunc *f) {
   }
 }
 
+/* `lengths: i32[B] in 1..1025` or `in [16, 256]`: the values an integer
+ * input takes, declared for timing without data (the tuner), into *out
+ * (TpkParam.sample); false after reporting misuse. */
+static bool check_sample(Checker *c, const TpkAst *p, TpkDType dt, TpkParam *out) {
+  const TpkAst *d = p->rhs;
+  if (!tpk_dtype_is_int(dt)) {
+    tpk_diag_error_hint(c->diags, d->span, "timing follows the integers that steer control flow: lengths, counts, block tables",
+                        "only integer inputs declare the values they take; '%s' is %s", p->name, tpk_dtype_name(dt));
+    return false;
+  }
+  const TpkAst *items[2] = {d->lhs, d->rhs};
+  const TpkAst *first = d->kind == TPK_AST_RANGE ? items[0] : d->kind == TPK_AST_LIST ? d->args : NULL;
+  int n = d->kind == TPK_AST_RANGE ? 2 : d->kind == TPK_AST_LIST ? count_list(d->args) : 0;
+  if (n == 0) {
+    tpk_diag_error_hint(c->diags, d->span, "e.g. `lengths: i32[B] in 1..1025` or `in [128, 1024]`",
+                        "expected a range lo..hi or a list [a, b, ...] of the values '%s' takes", p->name);
+    return false;
+  }
+  int64_t *vs = tpk_arena_alloc(&c->m->arena, (size_t)n * sizeof *vs);
+  if (!vs) return false;
+  const TpkAst *e = first;
+  for (int i = 0; i < n; i++, e = d->kind == TPK_AST_RANGE ? items[1] : e->next) {
+    Val v = eval(c, e);
+    if (v.k == V_ERR) return false;
+    if (v.k != V_INT) {
+      tpk_diag_error(c->diags, e->span, "the values an input takes must be compile-time integers (literals or consts)");
+      return false;
+    }
+    vs[i] = v.i;
+  }
+  if (d->kind == TPK_AST_RANGE && vs[0] >= vs[1]) {
+    tpk_diag_error_hint(c->diags, d->span, "lo..hi is lo up to hi - 1, as in a loop range",
+                        "the range %lld..%lld is empty", (long long)vs[0], (long long)vs[1]);
+    return false;
+  }
+  *out = (TpkParam){.nsample = n, .sample_range = d->kind == TPK_AST_RANGE, .sample = vs};
+  return true;
+}
+
 static void check_kernel(Checker *c, const TpkAst *k) {
   c->scope = c->globals;
   c->in_kernel = true;
@@ -3080,6 +3119,14 @@ static void check_kernel(Checker *c, const TpkAst *k) {
   }
   /* Parameter names are declared after all shapes, so a name used as both a
    * shape symbol and a parameter is reported. */
+  /* declared distributions of integer inputs */
+  TpkParam *samples = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *samples);
+  if (!samples) return;
+  for (i = 0; i < n; i++) {
+    samples[i] = (TpkParam){0};
+    if (roles[i] != TPK_PARAM_OUT && decls[i]->rhs && types[i])
+      ok = check_sample(c, decls[i], types[i]->dtype, &samples[i]) && ok;
+  }
   TpkFunc *f = ok ? tpk_func_new(c->m, k->name, true, n, types, names, roles) : NULL;
   for (i = 0; i < n; i++) {
     const TpkAst *p = decls[i];
@@ -3094,6 +3141,9 @@ static void check_kernel(Checker *c, const TpkAst *k) {
     if (!f) continue;
     TpkValue *v = f->params[i].value;
     f->params[i].zero_init = roles[i] == TPK_PARAM_OUT && p->rhs != NULL;
+    f->params[i].nsample = samples[i].nsample;
+    f->params[i].sample_range = samples[i].sample_range;
+    f->params[i].sample = samples[i].sample;
     f->params[i].loc = loc_of(p);
     s->val = scalar ? val_of(v) : (Val){.k = V_REF, .v = v, .sym = s};
   }

@@ -431,6 +431,14 @@ typedef struct TpkParam {
   bool zero_init; /* output declared `= 0` */
   TpkValue *value; /* the body block argument */
   TpkLoc loc;
+  /* The declared distribution of an integer input's values, which timing
+   * without data samples (`lengths: i32[B] in 1..1025`, `in [16, 256]`):
+   * nsample 0: none; sample_range: uniform in [sample[0], sample[1]);
+   * else one of sample[0 .. nsample), equally likely. Text: `in
+   * range(1, 1025)` or `in [16, 256]` after the type. */
+  int nsample;
+  bool sample_range;
+  const int64_t *sample;
 } TpkParam;
 
 /* A tunable. Until it is bound (lower/bind), its name is a symbol in the

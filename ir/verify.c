@@ -1032,6 +1032,12 @@ static bool check_params(Verifier *v) {
     if (!t) return fail(v, "parameter %%%s has no type", name);
     if ((unsigned)p->role > TPK_PARAM_INOUT) return fail(v, "parameter %%%s has an invalid role", name);
     if (p->zero_init && p->role != TPK_PARAM_OUT) return fail(v, "parameter %%%s: only out parameters start zeroed", name);
+    if (p->nsample) {
+      if (p->role == TPK_PARAM_OUT || !tpk_dtype_is_int(t->dtype))
+        return fail(v, "parameter %%%s: only integer inputs declare the values they take", name);
+      if (p->sample_range ? p->nsample != 2 || p->sample[0] >= p->sample[1] : p->nsample < 1)
+        return fail(v, "parameter %%%s: an empty distribution of values", name);
+    }
     if (f->is_kernel) {
       bool ref = t->kind == TPK_TYPE_REF && t->space == TPK_MEM_HBM;
       if (!ref && !tpk_type_is_scalar(t))

@@ -24,9 +24,10 @@
  * launch's arguments (tpk_sim_schedule_args) the walk follows the control
  * flow those values take: a loop runs as many iterations, an `if` takes the
  * branch, a block index chooses the block the data says. Without them
- * (timing only, the tuner) such an integer is sampled as `tpk run` fills an
- * integer input: uniform in [0, 8), from a fixed seed, so a timing is
- * repeatable. A condition computed from vector data (a reduction, a float)
+ * (timing only, the tuner) such an integer is sampled from the distribution
+ * the kernel declares for the input (`lengths: i32[B] in 1..1025`), else as
+ * `tpk run` fills an integer input: uniform in [0, 8); from a fixed seed,
+ * so a timing is repeatable. A condition computed from vector data (a reduction, a float)
  * stays unknown and is costed as both branches (an upper bound).
  */
 #include "sim/sim.h"
@@ -218,17 +219,25 @@ static bool read_int(const void *data, TpkDType dt, int64_t flat, int64_t *out) 
   case TPK_I16: *out = ((const int16_t *)data)[flat]; return true;
   case TPK_I8: *out = ((const int8_t *)data)[flat]; return true;
   case TPK_U8: *out = ((const uint8_t *)data)[flat]; return true;
+  case TPK_U16: *out = ((const uint16_t *)data)[flat]; return true;
+  case TPK_U32: *out = ((const uint32_t *)data)[flat]; return true;
   case TPK_BOOL: *out = ((const uint8_t *)data)[flat] != 0; return true;
   default: return false;
   }
 }
 
 /* The value timing without data assumes for element `flat` of parameter
- * `param`: what `tpk run` would fill an integer input with (uniform in
- * [0, 8)), from a hash of the two so the same element always reads the same. */
-static int64_t sampled(int param, int64_t flat) {
+ * `param`: one drawn from the distribution the kernel declares for it
+ * (`lengths: i32[B] in 1..1025`: uniform in the range; `in [16, 256]`: one
+ * of the values), else what `tpk run` would fill an integer input with
+ * (uniform in [0, 8)); from a hash of the two so the same element always
+ * reads the same. */
+static int64_t sampled(const Walker *w, int param, int64_t flat) {
   uint64_t h = 0x9e3779b97f4a7c15ull * (uint64_t)(param + 1) ^ (uint64_t)flat;
   h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb3fe1a85ec53ull, h ^= h >> 33;
+  const TpkParam *p = &w->func->params[param];
+  if (p->nsample && p->sample_range) return p->sample[0] + (int64_t)(h % (uint64_t)(p->sample[1] - p->sample[0]));
+  if (p->nsample) return p->sample[h % (uint64_t)p->nsample];
   return (int64_t)(h % 8);
 }
 
@@ -246,7 +255,7 @@ static void know_scalar_param(Walker *w, int i) {
   if (w->args && w->args[i]) {
     if (read_int(w->args[i], v->type->dtype, 0, &x)) set_known(w, v, x);
   } else if (tpk_dtype_is_int(v->type->dtype) || v->type->dtype == TPK_BOOL) {
-    set_known(w, v, sampled(i, 0));
+    set_known(w, v, sampled(w, i, 0));
   }
   if (tpk_ptrmap_get(&w->known, v, NULL)) w->rep->follows_data = true;
 }
@@ -272,7 +281,7 @@ static void know_loaded(Walker *w, const TpkOp *op) {
   if (!inside) x = 0;
   else if (w->args && w->args[i]) {
     if (!read_int(w->args[i], t->dtype, flat, &x)) return;
-  } else x = sampled(i, flat);
+  } else x = sampled(w, i, flat);
   set_known(w, &op->out[0], x);
   w->rep->follows_data = true;
 }
