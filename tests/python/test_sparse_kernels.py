@@ -1,6 +1,7 @@
 """The corpus kernels of issue 15 that skip work the data says is absent —
 a grouped matmul over group offsets, block-sparse matmuls, an int4-weight
-matmul over a ragged batch — checked against NumPy on the host and a
+matmul over a ragged batch, a segmented sum with a scan over a ragged
+stream — checked against NumPy on the host and a
 simulated v5e, and timed on the simulator at two sparsity levels: the
 sparser one is faster, in proportion to the live work."""
 import os
@@ -175,5 +176,41 @@ def test_int4_matmul_time_follows_the_live_rows():
     t_all, _ = sim_seconds(prog.matmul_int4, x, packed, scale, M)
     t_half, _ = sim_seconds(prog.matmul_int4, x, packed, scale, M // 2)
     print(f"matmul_int4: {M} rows {t_all * 1e6:.1f} us, {M // 2} rows {t_half * 1e6:.1f} us, "
+          f"ratio {t_half / t_all:.3f}")
+    assert 0.45 <= t_half / t_all <= 0.55, (t_all, t_half)
+
+
+# ---- a segmented sum with a scan ------------------------------------------------------------
+
+
+def segmented_cumsum_ref(x, seg, n):
+    y = np.zeros(len(x))
+    for t in range(n):
+        y[t] = x[t] + (y[t - 1] if t > 0 and seg[t] == seg[t - 1] else 0.0)
+    return y
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_segmented_cumsum_blocks_matches_numpy(device):
+    prog = corpus("scans.tpk")
+    T = 1000
+    x = rng.standard_normal(T).astype(np.float32)
+    seg = np.repeat(np.arange(40), rng.multinomial(T, [1 / 40] * 40)).astype(np.int32)  # runs cross blocks
+    seg[300:600] = 7  # one run across two whole blocks
+    y = prog.segmented_cumsum_blocks(x, seg, T, tune={"BT": 256}, device=device)
+    np.testing.assert_allclose(y, segmented_cumsum_ref(x, seg, T), rtol=1e-4, atol=1e-4)
+    y = prog.segmented_cumsum_blocks(x, seg, 300, tune={"BT": 256}, device=device)  # 300 live: two blocks
+    np.testing.assert_allclose(y[:512], segmented_cumsum_ref(x, seg, 512)[:512], rtol=1e-4, atol=1e-4)
+    assert not y[512:].any()
+
+
+def test_segmented_cumsum_time_follows_the_live_tokens():
+    prog = corpus("scans.tpk")
+    T = 1 << 21
+    x = rng.standard_normal(T).astype(np.float32)
+    seg = np.sort(rng.integers(0, 4096, T)).astype(np.int32)
+    t_all, _ = sim_seconds(prog.segmented_cumsum_blocks, x, seg, T)
+    t_half, _ = sim_seconds(prog.segmented_cumsum_blocks, x, seg, T // 2)
+    print(f"segmented_cumsum_blocks: {T} tokens {t_all * 1e6:.1f} us, {T // 2} {t_half * 1e6:.1f} us, "
           f"ratio {t_half / t_all:.3f}")
     assert 0.45 <= t_half / t_all <= 0.55, (t_all, t_half)
