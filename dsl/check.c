@@ -2014,12 +2014,25 @@ static Val bi_wait(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a
   const TpkAst *base = arg->kind == TPK_AST_INDEX ? arg->lhs : arg;
   Sym *s = base->kind == TPK_AST_NAME ? lookup(c, base->name) : NULL;
   if (s && s->kind == SYM_REF && s->semaphore) { /* wait(s[i]): the oldest copy in flight on it */
-    TpkValue *sem, *slot;
+    TpkValue *sem, *slot, *bytes = NULL;
     if (!semaphore_slot(c, arg, &sem, &slot)) return ERR;
+    if (a->kw[0]) { /* wait(s[i], bytes=n): until n bytes of its copies have landed */
+      Val bv = eval(c, a->kw[0]->rhs);
+      if (bv.k == V_INT && bv.i <= 0) {
+        tpk_diag_error(c->diags, a->kw[0]->rhs->span, "a wait counts a positive number of bytes; got %lld", (long long)bv.i);
+        return ERR;
+      }
+      if (!(bytes = i32_from(c, a->kw[0]->rhs, bv, "the bytes a wait counts"))) return ERR;
+    }
     at(c, n);
-    TpkValue *ins[2] = {sem, slot};
-    tpk_build(&c->b, TPK_OP_DMA_WAIT_SEM, 2, ins, 0, NULL);
+    TpkValue *ins[3] = {sem, slot, bytes};
+    tpk_build(&c->b, TPK_OP_DMA_WAIT_SEM, bytes ? 3 : 2, ins, 0, NULL);
     return (Val){.k = V_NONE};
+  }
+  if (a->kw[0]) {
+    tpk_diag_error_hint(c->diags, a->kw[0]->span, "wait(handle) waits for its one copy",
+                        "bytes= counts the bytes of the copies that signal a semaphore: wait(sems[i], bytes=n)");
+    return ERR;
   }
   Val h = eval(c, a->pos[0]);
   if (h.k == V_ERR) return ERR;
@@ -2072,7 +2085,7 @@ static const Builtin BUILTINS[] = {
     {"atomic_add", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_SUM, "atomic_add(y[i], v)", "atomic_add()"},
     {"atomic_max", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MAX, "atomic_max(y[i], v)", "atomic_max()"},
     {"atomic_min", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MIN, "atomic_min(y[i], v)", "atomic_min()"},
-    {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle) or wait(s[i])"},
+    {"wait", 1, 1, {"bytes"}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle), wait(s[i]) or wait(s[i], bytes=n)"},
 };
 #undef EW1
 

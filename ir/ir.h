@@ -256,8 +256,9 @@ enum {
   X(DMA_START, "dma_start", 2, -1, 1, 0, 0, "src_index:index,dst_index:index")                  \
   /* dma_signal copy, sem, slot: the copy signals semaphore sem[slot] (a ref<i32[N], smem>) */    \
   X(DMA_SIGNAL, "dma_signal", 3, 3, 0, 0, 0, "")                                                \
-  /* dma_wait_sem sem, slot: wait for the oldest copy in flight on sem[slot] */                  \
-  X(DMA_WAIT_SEM, "dma_wait_sem", 2, 2, 0, 0, 0, "")                                            \
+  /* dma_wait_sem sem, slot[, bytes]: wait for the oldest copy in flight on sem[slot], or */     \
+  /* for `bytes` bytes of its copies to land (Pallas: a DMA semaphore counts bytes) */           \
+  X(DMA_WAIT_SEM, "dma_wait_sem", 2, 3, 0, 0, 0, "")                                            \
   X(DMA_WAIT, "dma_wait", 1, 1, 0, 0, 0, "")                                                    \
   /* control */                                                                                  \
   X(GRID, "grid", 2, -1, 0, 1, 0, "")                                                           \

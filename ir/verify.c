@@ -583,7 +583,9 @@ static bool check_dma_signal(Verifier *v) {
   return need_semaphores(v, 1) && need_i32(v, 2, "semaphore index");
 }
 
-static bool check_dma_wait_sem(Verifier *v) { return need_semaphores(v, 0) && need_i32(v, 1, "semaphore index"); }
+static bool check_dma_wait_sem(Verifier *v) {
+  return need_semaphores(v, 0) && need_i32(v, 1, "semaphore index") && (v->op->nin < 3 || need_i32(v, 2, "byte count"));
+}
 
 static bool is_loop_index(const TpkType *t) { return is_i32_scalar(t) || (t && t->kind == TPK_TYPE_TILE); }
 

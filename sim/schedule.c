@@ -106,6 +106,7 @@ typedef struct Walker {
   struct SemTask {
     const TpkValue *sem;
     int64_t slot;
+    int64_t bytes; /* not yet counted by a wait (waits that count bytes) */
     TpkTaskId t;
   } semtasks[MAX_PENDING];
   int nsemtasks;
@@ -678,19 +679,31 @@ static void dma_signal(Walker *w, const TpkOp *op) {
     memmove(w->semtasks, w->semtasks + 1, sizeof *w->semtasks * (MAX_PENDING - 1));
     w->nsemtasks--;
   }
-  w->semtasks[w->nsemtasks++] = (struct SemTask){op->in[1], slot, task_of(w, op->in[0])};
+  const TpkOp *copy = op->in[0]->def;
+  int64_t bytes = copy && copy->opcode == TPK_OP_DMA_START ? copy_bytes(w, copy) : 0;
+  w->semtasks[w->nsemtasks++] = (struct SemTask){op->in[1], slot, bytes, task_of(w, op->in[0])};
 }
 
+/* A wait stalls until the oldest copy on the semaphore has landed, or with
+ * a byte count until the copies holding that many bytes have, oldest first
+ * (one the count reaches only part of is waited for, and keeps the rest). */
 static void dma_wait_sem(Walker *w, const TpkOp *op) {
-  int64_t slot;
+  int64_t slot, want = -1;
   if (!known(w, op->in[1], &slot)) slot = -1;
-  for (int i = 0; i < w->nsemtasks; i++) {
+  if (op->nin > 2 && !known(w, op->in[2], &want)) want = -1; /* not known: the oldest copy */
+  for (int i = 0; i < w->nsemtasks && want != 0;) {
     struct SemTask *s = &w->semtasks[i];
-    if (s->sem != op->in[0] || (slot >= 0 && s->slot >= 0 && s->slot != slot)) continue;
+    if (s->sem != op->in[0] || (slot >= 0 && s->slot >= 0 && s->slot != slot)) {
+      i++;
+      continue;
+    }
     wait_for(w, s->t);
+    int64_t take = want < 0 || s->bytes <= want ? s->bytes : want;
+    s->bytes -= take;
+    want = want > 0 ? want - take : 0;
+    if (s->bytes > 0) return;
     memmove(s, s + 1, sizeof *s * (size_t)(w->nsemtasks - i - 1));
     w->nsemtasks--;
-    return;
   }
 }
 

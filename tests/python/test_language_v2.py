@@ -231,3 +231,15 @@ def test_copies_of_data_length_time_the_bytes_copied():
     # by the grid steps' overhead and the copies' latency instead
     assert 0.45 <= secs[PS // 2] / secs[PS] <= 0.55, secs
     assert secs[1] < secs[PS // 2], secs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_wait_counts_the_bytes_of_every_page(device):
+    prog = corpus("dma_semaphores.tpk")
+    k_pages = bf16(rng.standard_normal((10, 16, 64)))
+    pages = rng.integers(0, 10, (3, 4)).astype(np.int32)
+    k = prog.gather_pages(k_pages, pages, device=device, convert=True)
+    assert np.array_equal(k, k_pages[pages])
+    if device != "host":
+        r = prog.gather_pages.last_report
+        assert r.hbm_bytes >= 2 * k.size * 2 and 0 < r.roofline_seconds <= r.seconds  # pages in, k out

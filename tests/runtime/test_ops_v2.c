@@ -18,7 +18,8 @@
  *     (tests/corpus/atomics.tpk);
  *   - copies of data-dependent length, copy_async(..., len=n), and what
  *     checked mode reports of a length past the block
- *     (tests/corpus/dma_lengths.tpk).
+ *     (tests/corpus/dma_lengths.tpk); semaphore waits that count bytes
+ *     (tests/corpus/dma_semaphores.tpk).
  */
 #include "support.h"
 
@@ -40,7 +41,7 @@ enum { MAX_ARGS = 8 };
 typedef struct Arg {
   TpkDType dt;
   int rank;
-  int64_t shape[3];
+  int64_t shape[4];
   void *data;
   double scalar;
 } Arg;
@@ -621,6 +622,69 @@ static void test_copy_length_past_the_block_checked(void **state) {
   test_compile_free(&c);
 }
 
+/* ---- semaphores that count bytes ---------------------------------------------------------- */
+
+static void test_one_wait_counts_every_page(void **state) {
+  (void)state;
+  enum { P = 6, PS = 4, D = 3, B = 2, NP = 3 };
+  static uint16_t k_pages[P][PS][D], k[B][NP][PS][D];
+  for (int i = 0; i < P * PS * D; i++) ((uint16_t *)k_pages)[i] = (uint16_t)(0x3F80 + i); /* bf16 bits */
+  int32_t pages[B][NP] = {{5, 0, 2}, {1, 1, 4}};
+  Arg args[] = {{TPK_BF16, 3, {P, PS, D}, k_pages}, {TPK_I32, 2, {B, NP}, pages}, {TPK_BF16, 4, {B, NP, PS, D}, k}};
+  run_everywhere("dma_semaphores.tpk", "gather_pages", 3, args, "P=6,PS=4,D=3,B=2,NP=3");
+  for (int b = 0; b < B; b++)
+    for (int p = 0; p < NP; p++)
+      if (memcmp(k[b][p], k_pages[pages[b][p]], sizeof k[b][p]) != 0) fail_msg("k[%d][%d] is not page %d", b, p, pages[b][p]);
+}
+
+/* What checked mode reports of waits that count bytes: more bytes than are
+ * in flight, and a read of the part of a buffer a wait did not cover. */
+static void test_byte_waits_checked(void **state) {
+  (void)state;
+  static const char *const TEXT =
+      "kernel too_many(x: f32[8]) -> (y: f32[8])\n"
+      "{\n"
+      "  for one in 0..1 {\n"
+      "    scratch buf: f32[2, 4];\n"
+      "    scratch sems: semaphore[1];\n"
+      "    copy_async(x[0..4], buf[0, :], sem=sems[0]);\n"
+      "    copy_async(x[4..8], buf[1, :], sem=sems[0]);\n"
+      "    wait(sems[0], bytes=40);\n"
+      "    y[0..4] = buf[0, :];\n"
+      "  }\n"
+      "}\n"
+      "kernel half(x: f32[8]) -> (y: f32[8])\n"
+      "{\n"
+      "  for one in 0..1 {\n"
+      "    scratch buf: f32[2, 4];\n"
+      "    scratch sems: semaphore[1];\n"
+      "    copy_async(x[0..4], buf[0, :], sem=sems[0]);\n"
+      "    copy_async(x[4..8], buf[1, :], sem=sems[0]);\n"
+      "    wait(sems[0], bytes=24);\n"
+      "    y[0..4] = buf[0, :];\n"
+      "    y[4..8] = buf[1, :];\n"
+      "    wait(sems[0], bytes=8);\n"
+      "  }\n"
+      "}\n";
+  static const char *const KERNELS[] = {"too_many", "half"};
+  static const char *const WANT[] = {"line 8:5: wait on sems[0] for 40 bytes with 32 in flight on it (it would never end)",
+                                     "line 21:15: load reads buf before the wait of its copy_async"};
+  for (int i = 0; i < 2; i++) {
+    TestCompile c;
+    TpkFunc *f = test_compile_kernel(&c, TEXT, KERNELS[i], NULL);
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {0};
+    void *args[] = {x, y};
+    TpkStr rep = {0};
+    int nviol = 0;
+    TpkError err = {0};
+    TpkInterpOptions o = {.checked = true};
+    assert_int_equal(tpk_interp_run_checked(f, args, NULL, &o, &rep, &nviol, &err), TPK_OK);
+    if (nviol != 1 || !strstr(rep.data, WANT[i])) fail_msg("%s: %d violations: %s", KERNELS[i], nviol, rep.data ? rep.data : "(none)");
+    tpk_str_free(&rep);
+    test_compile_free(&c);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_philox_uniform),
@@ -633,6 +697,7 @@ int main(void) {
       cmocka_unit_test(test_int4_pairs_matmul),    cmocka_unit_test(test_partition_by_tickets),
       cmocka_unit_test(test_max_and_sums_across_instances), cmocka_unit_test(test_atomics_checked),
       cmocka_unit_test(test_copies_of_data_length), cmocka_unit_test(test_copy_length_past_the_block_checked),
+      cmocka_unit_test(test_one_wait_counts_every_page), cmocka_unit_test(test_byte_waits_checked),
   };
   return test_run_tests(tests);
 }
