@@ -179,6 +179,12 @@ static void eval_scalar(Walker *w, const TpkOp *op) {
                                                                 : w->grid_hi[axis] - w->grid_lo[axis]);
     return;
   }
+  case TPK_OP_SELECT: { /* where(c, a, b) of scalars: the chosen side need be known only */
+    int64_t c;
+    if (ka && known(w, op->in[a ? 1 : 2], &c)) set_known(w, &op->out[0], c);
+    else forget(w, &op->out[0]);
+    return;
+  }
   default: break;
   }
   if (!ka || (op->nin > 1 && !kb)) {
