@@ -3081,6 +3081,12 @@ static bool check_sample(Checker *c, const TpkAst *p, TpkDType dt, TpkParam *out
       tpk_diag_error(c->diags, e->span, "the values an input takes must be compile-time integers (literals or consts)");
       return false;
     }
+    /* a range's end is one past its last value */
+    int64_t last = d->kind == TPK_AST_RANGE && i == 1 ? v.i - 1 : v.i;
+    if (!int_fits(last, dt)) {
+      tpk_diag_error(c->diags, e->span, "%lld does not fit in %s, the dtype of '%s'", (long long)last, tpk_dtype_name(dt), p->name);
+      return false;
+    }
     vs[i] = v.i;
   }
   if (d->kind == TPK_AST_RANGE && vs[0] >= vs[1]) {
@@ -3130,8 +3136,6 @@ static void check_kernel(Checker *c, const TpkAst *k) {
       ok = ok && types[i];
     }
   }
-  /* Parameter names are declared after all shapes, so a name used as both a
-   * shape symbol and a parameter is reported. */
   /* declared distributions of integer inputs */
   TpkParam *samples = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *samples);
   if (!samples) return;
@@ -3140,6 +3144,8 @@ static void check_kernel(Checker *c, const TpkAst *k) {
     if (roles[i] != TPK_PARAM_OUT && decls[i]->rhs && types[i])
       ok = check_sample(c, decls[i], types[i]->dtype, &samples[i]) && ok;
   }
+  /* Parameter names are declared after all shapes, so a name used as both a
+   * shape symbol and a parameter is reported. */
   TpkFunc *f = ok ? tpk_func_new(c->m, k->name, true, n, types, names, roles) : NULL;
   for (i = 0; i < n; i++) {
     const TpkAst *p = decls[i];
