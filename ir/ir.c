@@ -805,8 +805,9 @@ int tpk_index_operands(const TpkIndexPattern *p) {
 }
 
 const TpkValue *tpk_dma_length(const TpkOp *op) {
+  if (op->opcode != TPK_OP_DMA_START) return NULL;
   const TpkIndexPattern *sp = tpk_op_index(op, "src_index"), *dp = tpk_op_index(op, "dst_index");
-  if (op->opcode != TPK_OP_DMA_START || !sp || !dp) return NULL;
+  if (!sp || !dp) return NULL;
   int end = 2 + tpk_index_operands(sp) + tpk_index_operands(dp);
   return op->nin == end + 1 ? op->in[end] : NULL;
 }
