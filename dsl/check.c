@@ -1967,14 +1967,34 @@ static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const A
                    tpk_dtype_name(dst.base->type->dtype), shape_str(c, dst.rank, dst.dims));
     return ERR;
   }
+  /* len=n: only the first n entries along the block's first axis move
+   * (Pallas's pl.ds(0, n) with n from data); a compile-time n is checked
+   * against the block here, a run-time one by checked mode */
+  TpkValue *len = NULL;
+  if (a->kw[1]) {
+    if (src.rank == 0) {
+      tpk_diag_error(c->diags, a->kw[1]->span, "copy_async(len=...) needs a block with at least one axis; this one is a single element");
+      return ERR;
+    }
+    Val lv = eval(c, a->kw[1]->rhs);
+    int64_t rows;
+    if (lv.k == V_INT && (lv.i < 0 || (tpk_dim_is_const(src.dims[0], &rows) && lv.i > rows))) {
+      tpk_diag_error_hint(c->diags, a->kw[1]->rhs->span, "len counts entries along the block's first axis, 0 to its size",
+                          "copy_async(len=%lld) is outside the block %s", (long long)lv.i, shape_str(c, src.rank, src.dims));
+      return ERR;
+    }
+    len = i32_from(c, a->kw[1]->rhs, lv, "the length of a copy");
+    if (!len) return ERR;
+  }
   if (!can_build(c, n)) return ERR;
   at(c, n);
-  TpkValue *ins[2 * TPK_MAX_RANK + 2];
+  TpkValue *ins[2 * TPK_MAX_RANK + 3];
   int k = 0;
   ins[k++] = src.base;
   for (int i = 0; i < src.nops; i++) ins[k++] = src.ops[i];
   ins[k++] = dst.base;
   for (int i = 0; i < dst.nops; i++) ins[k++] = dst.ops[i];
+  if (len) ins[k++] = len; /* the optional last operand */
   const TpkType *t = tpk_type_dma(c->m);
   TpkOp *op = tpk_build(&c->b, TPK_OP_DMA_START, k, ins, 1, &t);
   if (!op) return ERR;
@@ -1994,12 +2014,25 @@ static Val bi_wait(Checker *c, const TpkAst *n, const Builtin *bi, const Args *a
   const TpkAst *base = arg->kind == TPK_AST_INDEX ? arg->lhs : arg;
   Sym *s = base->kind == TPK_AST_NAME ? lookup(c, base->name) : NULL;
   if (s && s->kind == SYM_REF && s->semaphore) { /* wait(s[i]): the oldest copy in flight on it */
-    TpkValue *sem, *slot;
+    TpkValue *sem, *slot, *bytes = NULL;
     if (!semaphore_slot(c, arg, &sem, &slot)) return ERR;
+    if (a->kw[0]) { /* wait(s[i], bytes=n): until n bytes of its copies have landed */
+      Val bv = eval(c, a->kw[0]->rhs);
+      if (bv.k == V_INT && bv.i <= 0) {
+        tpk_diag_error(c->diags, a->kw[0]->rhs->span, "a wait counts a positive number of bytes; got %lld", (long long)bv.i);
+        return ERR;
+      }
+      if (!(bytes = i32_from(c, a->kw[0]->rhs, bv, "the bytes a wait counts"))) return ERR;
+    }
     at(c, n);
-    TpkValue *ins[2] = {sem, slot};
-    tpk_build(&c->b, TPK_OP_DMA_WAIT_SEM, 2, ins, 0, NULL);
+    TpkValue *ins[3] = {sem, slot, bytes};
+    tpk_build(&c->b, TPK_OP_DMA_WAIT_SEM, bytes ? 3 : 2, ins, 0, NULL);
     return (Val){.k = V_NONE};
+  }
+  if (a->kw[0]) {
+    tpk_diag_error_hint(c->diags, a->kw[0]->span, "wait(handle) waits for its one copy",
+                        "bytes= counts the bytes of the copies that signal a semaphore: wait(sems[i], bytes=n)");
+    return ERR;
   }
   Val h = eval(c, a->pos[0]);
   if (h.k == V_ERR) return ERR;
@@ -2047,12 +2080,12 @@ static const Builtin BUILTINS[] = {
     {"load", 1, 1, {"other"}, bi_load, TPK_OP_LOAD, "load(x[i, :], other=0)"},
     {"program_id", 1, 1, {0}, bi_program, TPK_OP_PROGRAM_ID, "program_id(axis)"},
     {"num_programs", 1, 1, {0}, bi_program, TPK_OP_NUM_PROGRAMS, "num_programs(axis)"},
-    {"copy_async", 2, 2, {"sem"}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst) or copy_async(src, dst, sem=s[i])"},
+    {"copy_async", 2, 2, {"sem", "len"}, bi_copy_async, TPK_OP_DMA_START, "copy_async(src, dst) or copy_async(src, dst, sem=s[i], len=n)"},
     /* atomics: `op` holds the TpkReduceKind */
     {"atomic_add", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_SUM, "atomic_add(y[i], v)", "atomic_add()"},
     {"atomic_max", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MAX, "atomic_max(y[i], v)", "atomic_max()"},
     {"atomic_min", 2, 2, {0}, bi_atomic, (TpkOpcode)TPK_REDUCE_MIN, "atomic_min(y[i], v)", "atomic_min()"},
-    {"wait", 1, 1, {0}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle) or wait(s[i])"},
+    {"wait", 1, 1, {"bytes"}, bi_wait, TPK_OP_DMA_WAIT, "wait(handle), wait(s[i]) or wait(s[i], bytes=n)"},
 };
 #undef EW1
 
@@ -3020,6 +3053,51 @@ static void check_requires(Checker *c, const TpkAst *k, TpkFunc *f) {
   }
 }
 
+/* `lengths: i32[B] in 1..1025` or `in [16, 256]`: the values an integer
+ * input takes, declared for timing without data (the tuner), into *out
+ * (TpkParam.sample); false after reporting misuse. */
+static bool check_sample(Checker *c, const TpkAst *p, TpkDType dt, TpkParam *out) {
+  const TpkAst *d = p->rhs;
+  if (!tpk_dtype_is_int(dt)) {
+    tpk_diag_error_hint(c->diags, d->span, "timing follows the integers that steer control flow: lengths, counts, block tables",
+                        "only integer inputs declare the values they take; '%s' is %s", p->name, tpk_dtype_name(dt));
+    return false;
+  }
+  const TpkAst *items[2] = {d->lhs, d->rhs};
+  const TpkAst *first = d->kind == TPK_AST_RANGE ? items[0] : d->kind == TPK_AST_LIST ? d->args : NULL;
+  int n = d->kind == TPK_AST_RANGE ? 2 : d->kind == TPK_AST_LIST ? count_list(d->args) : 0;
+  if (n == 0) {
+    tpk_diag_error_hint(c->diags, d->span, "e.g. `lengths: i32[B] in 1..1025` or `in [128, 1024]`",
+                        "expected a range lo..hi or a list [a, b, ...] of the values '%s' takes", p->name);
+    return false;
+  }
+  int64_t *vs = tpk_arena_alloc(&c->m->arena, (size_t)n * sizeof *vs);
+  if (!vs) return false;
+  const TpkAst *e = first;
+  for (int i = 0; i < n; i++, e = d->kind == TPK_AST_RANGE ? items[1] : e->next) {
+    Val v = eval(c, e);
+    if (v.k == V_ERR) return false;
+    if (v.k != V_INT) {
+      tpk_diag_error(c->diags, e->span, "the values an input takes must be compile-time integers (literals or consts)");
+      return false;
+    }
+    /* a range's end is one past its last value */
+    int64_t last = d->kind == TPK_AST_RANGE && i == 1 ? v.i - 1 : v.i;
+    if (!int_fits(last, dt)) {
+      tpk_diag_error(c->diags, e->span, "%lld does not fit in %s, the dtype of '%s'", (long long)last, tpk_dtype_name(dt), p->name);
+      return false;
+    }
+    vs[i] = v.i;
+  }
+  if (d->kind == TPK_AST_RANGE && vs[0] >= vs[1]) {
+    tpk_diag_error_hint(c->diags, d->span, "lo..hi is lo up to hi - 1, as in a loop range",
+                        "the range %lld..%lld is empty", (long long)vs[0], (long long)vs[1]);
+    return false;
+  }
+  *out = (TpkParam){.nsample = n, .sample_range = d->kind == TPK_AST_RANGE, .sample = vs};
+  return true;
+}
+
 static void check_kernel(Checker *c, const TpkAst *k) {
   c->scope = c->globals;
   c->in_kernel = true;
@@ -3058,6 +3136,14 @@ static void check_kernel(Checker *c, const TpkAst *k) {
       ok = ok && types[i];
     }
   }
+  /* declared distributions of integer inputs */
+  TpkParam *samples = tpk_arena_alloc(&c->m->arena, (size_t)(n ? n : 1) * sizeof *samples);
+  if (!samples) return;
+  for (i = 0; i < n; i++) {
+    samples[i] = (TpkParam){0};
+    if (roles[i] != TPK_PARAM_OUT && decls[i]->rhs && types[i])
+      ok = check_sample(c, decls[i], types[i]->dtype, &samples[i]) && ok;
+  }
   /* Parameter names are declared after all shapes, so a name used as both a
    * shape symbol and a parameter is reported. */
   TpkFunc *f = ok ? tpk_func_new(c->m, k->name, true, n, types, names, roles) : NULL;
@@ -3074,6 +3160,9 @@ static void check_kernel(Checker *c, const TpkAst *k) {
     if (!f) continue;
     TpkValue *v = f->params[i].value;
     f->params[i].zero_init = roles[i] == TPK_PARAM_OUT && p->rhs != NULL;
+    f->params[i].nsample = samples[i].nsample;
+    f->params[i].sample_range = samples[i].sample_range;
+    f->params[i].sample = samples[i].sample;
     f->params[i].loc = loc_of(p);
     s->val = scalar ? val_of(v) : (Val){.k = V_REF, .v = v, .sym = s};
   }

@@ -155,6 +155,7 @@ bool tpk_grammar_in_error(void *parser) {
 %type if_stmt {TpkAst *}
 %type range {TpkAst *}
 %type param {TpkAst *}
+%type sample_opt {TpkAst *}
 %type output {TpkAst *}
 %type tune {TpkAst *}
 %type backward {TpkAst *}
@@ -208,17 +209,30 @@ params(A) ::= param_list(L) COMMA. { A = L; }
 param_list(A) ::= param(P). { A = list1(ps, P, P->span); }
 param_list(A) ::= param_list(L) COMMA param(P). { A = L; tpk_parse_append(ps, &A, P); }
 
-param(A) ::= NAME(N) COLON DTYPE(T) dims_opt(D). {
-  A = named(ps, TPK_AST_PARAM, D.head ? tpk_span_join(N.span, D.span) : tpk_span_join(N.span, T.span), &N);
+param(A) ::= NAME(N) COLON DTYPE(T) dims_opt(D) sample_opt(S). {
+  A = named(ps, TPK_AST_PARAM, S ? tpk_span_join(N.span, S->span) : D.head ? tpk_span_join(N.span, D.span) : tpk_span_join(N.span, T.span), &N);
   A->dtype = T.v.dtype;
   A->dims = D.head;
+  A->rhs = S;
   A = SEAL(A);
 }
-param(A) ::= INOUT(I) NAME(N) COLON DTYPE(T) dims_opt(D). {
-  A = named(ps, TPK_AST_PARAM, D.head ? tpk_span_join(I.span, D.span) : tpk_span_join(I.span, T.span), &N);
+param(A) ::= INOUT(I) NAME(N) COLON DTYPE(T) dims_opt(D) sample_opt(S). {
+  A = named(ps, TPK_AST_PARAM, S ? tpk_span_join(I.span, S->span) : D.head ? tpk_span_join(I.span, D.span) : tpk_span_join(I.span, T.span), &N);
   A->dtype = T.v.dtype;
   A->dims = D.head;
+  A->rhs = S;
   A->inout = true;
+  A = SEAL(A);
+}
+
+/* `lengths: i32[B] in 1..1025` or `in [16, 256]`: the values timing without
+ * data assumes (dsl/check.c). A RANGE node without a name, or the list. */
+sample_opt(A) ::= . { A = NULL; }
+sample_opt(A) ::= IN(K) expr(E). { A = E; (void)K; }
+sample_opt(A) ::= IN(K) expr(L) DOTDOT expr(H). {
+  A = NODE(TPK_AST_RANGE, tpk_span_join(K.span, H->span));
+  A->lhs = L;
+  A->rhs = H;
   A = SEAL(A);
 }
 

@@ -731,6 +731,20 @@ static void print_node(TpkStr *out, const TpkAst *n, int level) {
     if (n->requires) print_group(out, "require", n->requires, in);
     print_group(out, "body", n->body, in);
     break;
+  case TPK_AST_PARAM:
+    print_list(out, n->dims, in);
+    if (n->rhs) { /* the declared distribution: a range or a list */
+      newline(out, in);
+      tpk_str_puts(out, "(in");
+      if (n->rhs->kind == TPK_AST_RANGE) {
+        print_child(out, n->rhs->lhs, in + 1);
+        print_child(out, n->rhs->rhs, in + 1);
+      } else {
+        print_child(out, n->rhs, in + 1);
+      }
+      tpk_str_putc(out, ')');
+    }
+    break;
   case TPK_AST_OUTPUT:
     print_list(out, n->dims, in);
     if (n->rhs) {

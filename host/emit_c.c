@@ -1189,7 +1189,9 @@ static void emit_dma(Emitter *e, const TpkOp *op) {
   const char *sv, *dv;
   const char *so = access_offset(e, &src, &sv), *doff = access_offset(e, &dst, &dv);
   TpkStr cond = {0};
-  if (dv) tpk_str_puts(&cond, dv);
+  const TpkValue *len = tpk_dma_length(op); /* the first len entries of axis 0 move; the rest stay */
+  if (dv) tpk_str_printf(&cond, len ? "(%s)" : "%s", dv);
+  if (len) tpk_str_printf(&cond, "%si0 < (int64_t)%s", cond.len ? " && " : "", name_of(e, len));
   if (cond.len) line(e, "if (%s)", cond.data);
   line(e, "%s%s[%s] = %s%s%s ? %s[%s] : 0;", cond.len ? "  " : "", dst.base, doff, sv ? "(" : "", sv ? sv : "1",
        sv ? ")" : "", src.base, so);
@@ -2157,9 +2159,9 @@ static void effects_of(const TpkFunc *f, const TpkOp *op, Effects *fx) {
     fx->writes = true;
     if ((op->opcode == TPK_OP_STORE && tpk_op_store_mode(op) == TPK_STORE_ADD) || op->opcode == TPK_OP_ATOMIC)
       fx->adds = true;
-    /* the operands after the destination are its indices (and a store's value, last) */
+    /* the operands after the destination are its indices (and a store's value, or a copy's length, last) */
     bool valued = op->opcode == TPK_OP_STORE || op->opcode == TPK_OP_ATOMIC;
-    int first = valued ? 1 : 0, end = valued ? op->nin - 1 : op->nin;
+    int first = valued ? 1 : 0, end = valued ? op->nin - 1 : op->nin - (tpk_dma_length(op) != NULL);
     for (int i = first; i < end; i++)
       if (op->in[i] != w && op->in[i]->type->kind != TPK_TYPE_REF && from_data(op->in[i], 32)) fx->data_placed = true;
   }

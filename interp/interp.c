@@ -23,7 +23,9 @@
  *   - `alloc` (scratch) is zero-initialised each time its op runs;
  *   - `dma_start` copies at once (`dma_wait` does nothing); source elements
  *     outside the source ref read as 0, destination elements outside the
- *     destination ref are dropped;
+ *     destination ref are dropped; with a length operand only the first
+ *     len entries of the block's axis 0 move (len clamped to [0, block];
+ *     checked mode reports one outside it), the rest stay as they were;
  *   - 'r' (static slice) elements outside the indexed dim are masked like a
  *     ragged tile's: loads and slices read `other` (0), stores drop them;
  *   - an 's' index outside its dim, and a 'g' / gather / scatter index
@@ -174,6 +176,7 @@ typedef struct Interp {
     const void *sem; /* the semaphore array's data */
     const char *name;
     int64_t slot, serial;
+    int64_t bytes; /* not yet landed: waits that count bytes take them oldest first */
     Shadow *sh; /* the copy's destination (checked mode) */
     const TpkOp *op;
   } *semcopies;
@@ -1476,6 +1479,15 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
       return fail(I, op, TPK_ERR_INVALID, "source block dim %d (%" PRId64 ") and destination (%" PRId64 ") differ", j,
                   s.dims[j], d.dims[j]);
   }
+  const TpkValue *lenv = tpk_dma_length(op);
+  if (lenv) { /* only the first len entries of axis 0 move, the rest of the destination stays */
+    int64_t len;
+    if (!scalar_int(I, op, op->nin - 1, &len)) return status(I);
+    if (I->checked && (len < 0 || len > s.dims[0]))
+      violation(I, op, "copy_async(len=%" PRId64 ") is outside its block of %" PRId64 " entries along axis 0", len,
+                s.dims[0]);
+    s.dims[0] = d.dims[0] = len < 0 ? 0 : len < s.dims[0] ? len : s.dims[0];
+  }
   int64_t n = count_of(s.rank, s.dims);
   if (n < 0) return fail(I, op, TPK_ERR_INVALID, "the copied block is too large");
   size_t es = tpk_dtype_size(src->dt);
@@ -1491,7 +1503,7 @@ static TpkStatus exec_dma_start(Interp *I, const TpkOp *op) {
     if (dof >= 0) note_write(I, op, dst, dof, false);
     if (dof >= 0) memcpy(ELEM(dst, dof), so < 0 ? zero : ELEM(src, so), es);
   }
-  Val h = {.kind = V_DMA, .id = ++I->dma_serial};
+  Val h = {.kind = V_DMA, .id = ++I->dma_serial, .n = n * (int64_t)es}; /* n: the bytes it moves */
   Shadow *sh = I->checked ? dst->sh : NULL;
   if (sh) { /* in flight until its wait */
     if (sh->npending == sh->cappending) {
@@ -1548,28 +1560,46 @@ static TpkStatus exec_dma_signal(Interp *I, const TpkOp *op) {
     I->semcopies = p, I->capsemcopies = cap;
   }
   const char *name = op->in[1]->name ? op->in[1]->name : "a semaphore";
-  I->semcopies[I->nsemcopies++] = (struct SemCopy){sem->data, name, slot, h->id, h->sh, op};
+  I->semcopies[I->nsemcopies++] = (struct SemCopy){sem->data, name, slot, h->id, h->n, h->sh, op};
   return TPK_OK;
 }
 
 /* The oldest copy in flight on sem[slot] lands; none is a wait that would
- * never end. */
+ * never end. With a byte count (Pallas's semaphores count bytes) copies
+ * land oldest first until that many bytes have; a copy the count reaches
+ * only part of stays in flight with the rest; too few bytes in flight is a
+ * wait that would never end. */
 static TpkStatus exec_dma_wait_sem(Interp *I, const TpkOp *op) {
   Val *sem;
-  int64_t slot;
+  int64_t slot, want = -1, have = 0;
   if (!sem_slot(I, op, 0, &sem, &slot)) return status(I);
-  for (int i = 0; i < I->nsemcopies; i++) {
+  if (op->nin > 2 && !scalar_int(I, op, 2, &want)) return status(I);
+  for (int i = 0; i < I->nsemcopies && want != 0;) {
     struct SemCopy *s = &I->semcopies[i];
-    if (s->sem != sem->data || s->slot != slot) continue;
+    if (s->sem != sem->data || s->slot != slot) {
+      i++;
+      continue;
+    }
+    int64_t take = want < 0 || s->bytes <= want ? s->bytes : want;
+    have += take;
+    s->bytes -= take;
+    if (want > 0) want -= take;
+    else want = 0; /* a wait without a count takes one copy */
+    if (s->bytes > 0) break;
     copy_landed(s->sh, s->serial);
     memmove(s, s + 1, sizeof *s * (size_t)(I->nsemcopies - i - 1));
     I->nsemcopies--;
-    return TPK_OK;
   }
+  if (want == 0) return TPK_OK;
   const char *name = op->in[0]->name ? op->in[0]->name : "a semaphore";
+  char what[96] = "";
+  if (want > 0)
+    snprintf(what, sizeof what, " for %" PRId64 " bytes with %" PRId64 " in flight on it", want + have, have);
+  else
+    snprintf(what, sizeof what, " with no copy in flight on it");
   if (!I->checked)
-    return fail(I, op, TPK_ERR_INVALID, "wait on %s[%" PRId64 "] with no copy in flight on it: it would never end", name, slot);
-  violation(I, op, "wait on %s[%" PRId64 "] with no copy in flight on it (it would never end)", name, slot);
+    return fail(I, op, TPK_ERR_INVALID, "wait on %s[%" PRId64 "]%s: it would never end", name, slot, what);
+  violation(I, op, "wait on %s[%" PRId64 "]%s (it would never end)", name, slot, what);
   return TPK_OK;
 }
 

@@ -171,6 +171,17 @@ TpkFunc *tpk_func_clone(TpkModule *dst, const TpkFunc *f, TpkSymLookup subst, vo
   }
   for (int i = 0; i < n; i++) {
     g->params[i].zero_init = f->params[i].zero_init;
+    g->params[i].nsample = f->params[i].nsample;
+    g->params[i].sample_range = f->params[i].sample_range;
+    if (f->params[i].nsample) {
+      int64_t *vs = tpk_arena_alloc(&dst->arena, (size_t)f->params[i].nsample * sizeof *vs);
+      if (!vs) {
+        clone_fail(&c, f->loc, "out of memory cloning the IR");
+        goto done;
+      }
+      memcpy(vs, f->params[i].sample, (size_t)f->params[i].nsample * sizeof *vs);
+      g->params[i].sample = vs;
+    }
     g->params[i].loc = f->params[i].loc;
     if (!map_value(&c, f->params[i].value, g->params[i].value)) goto done;
   }

@@ -213,6 +213,10 @@ TpkFuncHash tpk_func_hash(const TpkFunc *f) {
   for (int i = 0; i < f->nparams; i++) {
     put(&s, f->params[i].role);
     put(&s, f->params[i].zero_init);
+    /* only when declared, so the hashes of kernels without one (tuned.tsv
+     * rows, caches on disk) stay what they were */
+    if (f->params[i].nsample) put(&s, (uint64_t)f->params[i].nsample * 2 + f->params[i].sample_range);
+    for (int j = 0; j < f->params[i].nsample; j++) put(&s, (uint64_t)f->params[i].sample[j]);
   }
   put(&s, (uint64_t)f->nresults);
   for (int i = 0; i < f->nresults; i++) put_type(&s, f->results[i]);

@@ -804,6 +804,14 @@ int tpk_index_operands(const TpkIndexPattern *p) {
   return n;
 }
 
+const TpkValue *tpk_dma_length(const TpkOp *op) {
+  if (op->opcode != TPK_OP_DMA_START) return NULL;
+  const TpkIndexPattern *sp = tpk_op_index(op, "src_index"), *dp = tpk_op_index(op, "dst_index");
+  if (!sp || !dp) return NULL;
+  int end = 2 + tpk_index_operands(sp) + tpk_index_operands(dp);
+  return op->nin == end + 1 ? op->in[end] : NULL;
+}
+
 void tpk_index_print(TpkStr *s, const TpkIndexPattern *p) {
   for (int d = 0; d < p->rank; d++)
     tpk_str_putc(s, (unsigned)p->dim[d] < sizeof INDEX_CHARS ? INDEX_CHARS[p->dim[d]] : '?');

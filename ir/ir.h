@@ -256,8 +256,9 @@ enum {
   X(DMA_START, "dma_start", 2, -1, 1, 0, 0, "src_index:index,dst_index:index")                  \
   /* dma_signal copy, sem, slot: the copy signals semaphore sem[slot] (a ref<i32[N], smem>) */    \
   X(DMA_SIGNAL, "dma_signal", 3, 3, 0, 0, 0, "")                                                \
-  /* dma_wait_sem sem, slot: wait for the oldest copy in flight on sem[slot] */                  \
-  X(DMA_WAIT_SEM, "dma_wait_sem", 2, 2, 0, 0, 0, "")                                            \
+  /* dma_wait_sem sem, slot[, bytes]: wait for the oldest copy in flight on sem[slot], or */     \
+  /* for `bytes` bytes of its copies to land (Pallas: a DMA semaphore counts bytes) */           \
+  X(DMA_WAIT_SEM, "dma_wait_sem", 2, 3, 0, 0, 0, "")                                            \
   X(DMA_WAIT, "dma_wait", 1, 1, 0, 0, 0, "")                                                    \
   /* control */                                                                                  \
   X(GRID, "grid", 2, -1, 0, 1, 0, "")                                                           \
@@ -339,6 +340,9 @@ typedef struct TpkIndexPattern {
 
 /* The index operands a pattern consumes (its entries other than ALL). */
 int tpk_index_operands(const TpkIndexPattern *p);
+/* A dma_start's length (its optional last operand: how many entries of the
+ * block's first axis are copied), or NULL when it copies the whole block. */
+const TpkValue *tpk_dma_length(const TpkOp *op);
 /* The text form ("t:"), appended to s. */
 void tpk_index_print(TpkStr *s, const TpkIndexPattern *p);
 
@@ -428,6 +432,14 @@ typedef struct TpkParam {
   bool zero_init; /* output declared `= 0` */
   TpkValue *value; /* the body block argument */
   TpkLoc loc;
+  /* The declared distribution of an integer input's values, which timing
+   * without data samples (`lengths: i32[B] in 1..1025`, `in [16, 256]`):
+   * nsample 0: none; sample_range: uniform in [sample[0], sample[1]);
+   * else one of sample[0 .. nsample), equally likely. Text: `in
+   * range(1, 1025)` or `in [16, 256]` after the type. */
+  int nsample;
+  bool sample_range;
+  const int64_t *sample;
 } TpkParam;
 
 /* A tunable. Until it is bound (lower/bind), its name is a symbol in the

@@ -701,7 +701,32 @@ typedef struct ParamText {
   TpkParamRole role;
   bool zero;
   TpkLoc loc;
+  int nsample;
+  bool sample_range;
+  int64_t *sample;
 } ParamText;
+
+/* ` in range(lo, hi)` or ` in [v, ...]` after a parameter's type: its
+ * declared distribution (TpkParam.sample). */
+static bool parse_sample(Parser *p, ParamText *pt) {
+  if (!accept_word(p, "in")) return true;
+  pt->sample_range = accept_word(p, "range");
+  if (!expect(p, pt->sample_range ? '(' : '[')) return false;
+  Vec vals = {0};
+  do {
+    int64_t *v = tpk_arena_alloc(&p->scratch, sizeof *v);
+    if (!v) return error_at(p, p->tok.line, p->tok.col, "out of memory");
+    if (!parse_int(p, v) || !vec_push(p, &vals, v)) return false;
+  } while (accept(p, ','));
+  if (!expect(p, pt->sample_range ? ')' : ']')) return false;
+  if (pt->sample_range && vals.n != 2) return error_at(p, p->tok.line, p->tok.col, "range(lo, hi) takes two integers");
+  int64_t *vs = tpk_arena_alloc(&p->m->arena, (size_t)vals.n * sizeof *vs);
+  if (!vs) return error_at(p, p->tok.line, p->tok.col, "out of memory");
+  for (int i = 0; i < vals.n; i++) vs[i] = *(int64_t *)vals.items[i];
+  pt->sample = vs;
+  pt->nsample = vals.n;
+  return true;
+}
 
 static bool parse_func(Parser *p) {
   bool is_kernel = is_word(&p->tok, "kernel");
@@ -725,7 +750,7 @@ static bool parse_func(Parser *p) {
       else if (accept_word(p, "inout")) pt->role = TPK_PARAM_INOUT;
       pt->zero = accept_word(p, "zero");
       const TpkType *t = parse_type(p);
-      if (!t || !parse_loc(p, &pt->loc) || !vec_push(p, &params, pt) || !vec_push(p, &types, (void *)t)) return false;
+      if (!t || !parse_sample(p, pt) || !parse_loc(p, &pt->loc) || !vec_push(p, &params, pt) || !vec_push(p, &types, (void *)t)) return false;
     } while (accept(p, ','));
   if (!expect(p, ')')) return false;
   Vec results = {0};
@@ -752,6 +777,9 @@ static bool parse_func(Parser *p) {
   for (int i = 0; i < params.n; i++) {
     ParamText *pt = params.items[i];
     f->params[i].zero_init = pt->zero;
+    f->params[i].nsample = pt->nsample;
+    f->params[i].sample_range = pt->sample_range;
+    f->params[i].sample = pt->sample;
     f->params[i].loc = pt->loc;
     if (!define(p, &pt->at, pt->key, f->params[i].value)) return false;
   }

@@ -324,6 +324,11 @@ static void func_print(TpkStr *out, const TpkFunc *f) {
     tpk_str_puts(out, (unsigned)prm->role < 3 ? ROLES[prm->role] : "");
     if (prm->zero_init) tpk_str_puts(out, "zero ");
     tpk_type_print(out, prm->value ? prm->value->type : NULL);
+    if (prm->nsample) {
+      tpk_str_puts(out, prm->sample_range ? " in range(" : " in [");
+      for (int j = 0; j < prm->nsample; j++) tpk_str_printf(out, "%s%" PRId64, j ? ", " : "", prm->sample[j]);
+      tpk_str_putc(out, prm->sample_range ? ')' : ']');
+    }
     loc_print(out, prm->loc);
   }
   tpk_str_putc(out, ')');

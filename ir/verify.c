@@ -543,7 +543,15 @@ static bool check_dma_start(Verifier *v) {
   if (dst->kind != TPK_TYPE_REF) return fail(v, "destination (operand %d) must be a ref, got %s", di, ty(v, dst));
   int nd = check_index(v, "dst_index", dst, di + 1, d, &drank);
   if (nd < 0) return false;
-  if (di + 1 + nd != op->nin) return fail(v, "has %d operands, the indices need %d", op->nin, di + 1 + nd);
+  int end = di + 1 + nd;
+  if (end + 1 == op->nin) { /* the length: entries of the block's first axis copied */
+    const TpkType *lt = in_type(v, end);
+    if (lt->kind != TPK_TYPE_TENSOR || lt->rank != 0 || lt->dtype != TPK_I32)
+      return fail(v, "length (operand %d) must be an i32 scalar, got %s", end, ty(v, lt));
+    if (srank == 0) return fail(v, "has a length but copies a single element");
+  } else if (end != op->nin) {
+    return fail(v, "has %d operands, the indices need %d (and an optional length)", op->nin, end);
+  }
   if ((src->space == TPK_MEM_HBM) == (dst->space == TPK_MEM_HBM))
     return fail(v, "copies %s to %s: exactly one side must be in hbm", ty(v, src), ty(v, dst));
   if (src->dtype != dst->dtype) return fail(v, "copies %s to %s: dtypes differ", ty(v, src), ty(v, dst));
@@ -575,7 +583,9 @@ static bool check_dma_signal(Verifier *v) {
   return need_semaphores(v, 1) && need_i32(v, 2, "semaphore index");
 }
 
-static bool check_dma_wait_sem(Verifier *v) { return need_semaphores(v, 0) && need_i32(v, 1, "semaphore index"); }
+static bool check_dma_wait_sem(Verifier *v) {
+  return need_semaphores(v, 0) && need_i32(v, 1, "semaphore index") && (v->op->nin < 3 || need_i32(v, 2, "byte count"));
+}
 
 static bool is_loop_index(const TpkType *t) { return is_i32_scalar(t) || (t && t->kind == TPK_TYPE_TILE); }
 
@@ -1024,6 +1034,12 @@ static bool check_params(Verifier *v) {
     if (!t) return fail(v, "parameter %%%s has no type", name);
     if ((unsigned)p->role > TPK_PARAM_INOUT) return fail(v, "parameter %%%s has an invalid role", name);
     if (p->zero_init && p->role != TPK_PARAM_OUT) return fail(v, "parameter %%%s: only out parameters start zeroed", name);
+    if (p->nsample) {
+      if (p->role == TPK_PARAM_OUT || !tpk_dtype_is_int(t->dtype))
+        return fail(v, "parameter %%%s: only integer inputs declare the values they take", name);
+      if (p->sample_range ? p->nsample != 2 || p->sample[0] >= p->sample[1] : p->nsample < 1)
+        return fail(v, "parameter %%%s: an empty distribution of values", name);
+    }
     if (f->is_kernel) {
       bool ref = t->kind == TPK_TYPE_REF && t->space == TPK_MEM_HBM;
       if (!ref && !tpk_type_is_scalar(t))

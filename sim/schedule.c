@@ -24,9 +24,10 @@
  * launch's arguments (tpk_sim_schedule_args) the walk follows the control
  * flow those values take: a loop runs as many iterations, an `if` takes the
  * branch, a block index chooses the block the data says. Without them
- * (timing only, the tuner) such an integer is sampled as `tpk run` fills an
- * integer input: uniform in [0, 8), from a fixed seed, so a timing is
- * repeatable. A condition computed from vector data (a reduction, a float)
+ * (timing only, the tuner) such an integer is sampled from the distribution
+ * the kernel declares for the input (`lengths: i32[B] in 1..1025`), else as
+ * `tpk run` fills an integer input: uniform in [0, 8); from a fixed seed,
+ * so a timing is repeatable. A condition computed from vector data (a reduction, a float)
  * stays unknown and is costed as both branches (an upper bound).
  */
 #include "sim/sim.h"
@@ -105,6 +106,7 @@ typedef struct Walker {
   struct SemTask {
     const TpkValue *sem;
     int64_t slot;
+    int64_t bytes; /* not yet counted by a wait (waits that count bytes) */
     TpkTaskId t;
   } semtasks[MAX_PENDING];
   int nsemtasks;
@@ -177,6 +179,12 @@ static void eval_scalar(Walker *w, const TpkOp *op) {
                                                                 : w->grid_hi[axis] - w->grid_lo[axis]);
     return;
   }
+  case TPK_OP_SELECT: { /* where(c, a, b) of scalars: the chosen side need be known only */
+    int64_t c;
+    if (ka && known(w, op->in[a ? 1 : 2], &c)) set_known(w, &op->out[0], c);
+    else forget(w, &op->out[0]);
+    return;
+  }
   default: break;
   }
   if (!ka || (op->nin > 1 && !kb)) {
@@ -218,17 +226,25 @@ static bool read_int(const void *data, TpkDType dt, int64_t flat, int64_t *out) 
   case TPK_I16: *out = ((const int16_t *)data)[flat]; return true;
   case TPK_I8: *out = ((const int8_t *)data)[flat]; return true;
   case TPK_U8: *out = ((const uint8_t *)data)[flat]; return true;
+  case TPK_U16: *out = ((const uint16_t *)data)[flat]; return true;
+  case TPK_U32: *out = ((const uint32_t *)data)[flat]; return true;
   case TPK_BOOL: *out = ((const uint8_t *)data)[flat] != 0; return true;
   default: return false;
   }
 }
 
 /* The value timing without data assumes for element `flat` of parameter
- * `param`: what `tpk run` would fill an integer input with (uniform in
- * [0, 8)), from a hash of the two so the same element always reads the same. */
-static int64_t sampled(int param, int64_t flat) {
+ * `param`: one drawn from the distribution the kernel declares for it
+ * (`lengths: i32[B] in 1..1025`: uniform in the range; `in [16, 256]`: one
+ * of the values), else what `tpk run` would fill an integer input with
+ * (uniform in [0, 8)); from a hash of the two so the same element always
+ * reads the same. */
+static int64_t sampled(const Walker *w, int param, int64_t flat) {
   uint64_t h = 0x9e3779b97f4a7c15ull * (uint64_t)(param + 1) ^ (uint64_t)flat;
   h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb3fe1a85ec53ull, h ^= h >> 33;
+  const TpkParam *p = &w->func->params[param];
+  if (p->nsample && p->sample_range) return p->sample[0] + (int64_t)(h % (uint64_t)(p->sample[1] - p->sample[0]));
+  if (p->nsample) return p->sample[h % (uint64_t)p->nsample];
   return (int64_t)(h % 8);
 }
 
@@ -246,7 +262,7 @@ static void know_scalar_param(Walker *w, int i) {
   if (w->args && w->args[i]) {
     if (read_int(w->args[i], v->type->dtype, 0, &x)) set_known(w, v, x);
   } else if (tpk_dtype_is_int(v->type->dtype) || v->type->dtype == TPK_BOOL) {
-    set_known(w, v, sampled(i, 0));
+    set_known(w, v, sampled(w, i, 0));
   }
   if (tpk_ptrmap_get(&w->known, v, NULL)) w->rep->follows_data = true;
 }
@@ -272,7 +288,7 @@ static void know_loaded(Walker *w, const TpkOp *op) {
   if (!inside) x = 0;
   else if (w->args && w->args[i]) {
     if (!read_int(w->args[i], t->dtype, flat, &x)) return;
-  } else x = sampled(i, flat);
+  } else x = sampled(w, i, flat);
   set_known(w, &op->out[0], x);
   w->rep->follows_data = true;
 }
@@ -346,6 +362,42 @@ static const char *block_key(Walker *w, const TpkOp *op) {
 
 static void walk_block(Walker *w, const TpkBlock *b);
 static void flush_stores(Walker *w, int upto);
+
+/* The block sizes an index pattern selects from ref (operands from
+ * op->in[first]): one per non-scalar dim, -1 where a static slice takes its
+ * size from the other side. Returns the block's rank. */
+static int selected_dims(const TpkOp *op, const TpkIndexPattern *p, const TpkValue *ref, int first, int64_t *dims) {
+  int rank = 0, k = first;
+  for (int d = 0; d < p->rank; d++) {
+    int64_t size = -1;
+    switch (p->dim[d]) {
+    case TPK_INDEX_SCALAR: k++; continue;
+    case TPK_INDEX_ALL: if (!tpk_dim_is_const(ref->type->dims[d], &size)) size = 1; break;
+    case TPK_INDEX_TILE: size = tpk_tile_block(op->in[k++]->type); break;
+    default: k++; break;
+    }
+    dims[rank++] = size;
+  }
+  return rank;
+}
+
+/* The bytes a copy_async moves: its block's, or with a length (known from
+ * the data, else the whole block) that many entries of the block's first
+ * axis. */
+static int64_t copy_bytes(Walker *w, const TpkOp *op) {
+  const TpkIndexPattern *sp = tpk_op_index(op, "src_index"), *dp = tpk_op_index(op, "dst_index");
+  int nsrc = tpk_index_operands(sp);
+  int64_t sd[TPK_MAX_RANK], dd[TPK_MAX_RANK];
+  int rank = selected_dims(op, sp, op->in[0], 1, sd);
+  selected_dims(op, dp, op->in[1 + nsrc], 2 + nsrc, dd);
+  int64_t n = 1, len;
+  for (int i = 0; i < rank; i++) {
+    int64_t size = sd[i] >= 0 ? sd[i] : dd[i] >= 0 ? dd[i] : 1;
+    if (i == 0 && tpk_dma_length(op) && known(w, tpk_dma_length(op), &len)) size = len < 0 ? 0 : len < size ? len : size;
+    n *= size;
+  }
+  return n * (int64_t)tpk_dtype_size(op->in[0]->type->dtype);
+}
 
 static void load(Walker *w, const TpkOp *op) {
   const TpkValue *ref = op->in[0];
@@ -633,19 +685,31 @@ static void dma_signal(Walker *w, const TpkOp *op) {
     memmove(w->semtasks, w->semtasks + 1, sizeof *w->semtasks * (MAX_PENDING - 1));
     w->nsemtasks--;
   }
-  w->semtasks[w->nsemtasks++] = (struct SemTask){op->in[1], slot, task_of(w, op->in[0])};
+  const TpkOp *copy = op->in[0]->def;
+  int64_t bytes = copy && copy->opcode == TPK_OP_DMA_START ? copy_bytes(w, copy) : 0;
+  w->semtasks[w->nsemtasks++] = (struct SemTask){op->in[1], slot, bytes, task_of(w, op->in[0])};
 }
 
+/* A wait stalls until the oldest copy on the semaphore has landed, or with
+ * a byte count until the copies holding that many bytes have, oldest first
+ * (one the count reaches only part of is waited for, and keeps the rest). */
 static void dma_wait_sem(Walker *w, const TpkOp *op) {
-  int64_t slot;
+  int64_t slot, want = -1;
   if (!known(w, op->in[1], &slot)) slot = -1;
-  for (int i = 0; i < w->nsemtasks; i++) {
+  if (op->nin > 2 && !known(w, op->in[2], &want)) want = -1; /* not known: the oldest copy */
+  for (int i = 0; i < w->nsemtasks && want != 0;) {
     struct SemTask *s = &w->semtasks[i];
-    if (s->sem != op->in[0] || (slot >= 0 && s->slot >= 0 && s->slot != slot)) continue;
+    if (s->sem != op->in[0] || (slot >= 0 && s->slot >= 0 && s->slot != slot)) {
+      i++;
+      continue;
+    }
     wait_for(w, s->t);
+    int64_t take = want < 0 || s->bytes <= want ? s->bytes : want;
+    s->bytes -= take;
+    want = want > 0 ? want - take : 0;
+    if (s->bytes > 0) return;
     memmove(s, s + 1, sizeof *s * (size_t)(w->nsemtasks - i - 1));
     w->nsemtasks--;
-    return;
   }
 }
 
@@ -684,12 +748,9 @@ static void walk_op(Walker *w, const TpkOp *op) {
   case TPK_OP_STORE: store(w, op); return;
   case TPK_OP_ATOMIC: atomic(w, op); return;
   case TPK_OP_DOT: dot(w, op); return;
-  case TPK_OP_DMA_START: {
-    /* the source block's bytes; the copy lands in the destination */
-    int64_t bytes = bytes_of(op->in[0]->type);
-    set_task(w, &op->out[0], dma(w, bytes, TPK_TASK_NONE, "copy_async"));
+  case TPK_OP_DMA_START:
+    set_task(w, &op->out[0], dma(w, copy_bytes(w, op), TPK_TASK_NONE, "copy_async"));
     return;
-  }
   case TPK_OP_RESHAPE:
   case TPK_OP_BITCAST: /* the same bytes in the same registers: no work */
     set_task(w, &op->out[0], task_of(w, op->in[0]));

@@ -226,8 +226,9 @@ typedef struct TpkSimReport {
 /* Time kernel f (lowered, every shape constant) on one chip. *timeline, when
  * given, receives the timeline (for a trace; the caller destroys it). Integers
  * the kernel reads from its data to choose loop bounds, branches and block
- * indices are sampled (uniform in [0, 8), repeatable; rep->follows_data says
- * whether there were any). Errors: a loop or grid bound the walk cannot
+ * indices are sampled (from the distribution the kernel declares for the
+ * input, TpkParam.sample, else uniform in [0, 8); repeatable;
+ * rep->follows_data says whether there were any). Errors: a loop or grid bound the walk cannot
  * compute (from vector or float data), an op the simulator does not model
  * yet. */
 TpkStatus tpk_sim_schedule(const TpkFunc *f, const TpkChip *chip, TpkSimReport *rep, TpkTimeline **timeline,

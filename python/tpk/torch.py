@@ -48,6 +48,7 @@ DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
     "f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
     "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8, "bool": torch.bool,
+    "u32": torch.uint32, "u16": torch.uint16,  # PyTorch's "limited support" unsigned types: storage, copies, views
 }
 FLOATS = ("f32", "f16", "bf16", "f8e4m3", "f8e5m2")
 SCALAR_TYPES = {"bool": "bool", **{d: "float" for d in FLOATS}}  # the rest are "int"

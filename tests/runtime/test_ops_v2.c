@@ -15,7 +15,11 @@
  *     (tests/corpus/tiles_joined.tpk);
  *   - atomics: a partition by tickets from a counter, a max and column
  *     sums combined across instances, and what checked mode reports
- *     (tests/corpus/atomics.tpk).
+ *     (tests/corpus/atomics.tpk);
+ *   - copies of data-dependent length, copy_async(..., len=n), and what
+ *     checked mode reports of a length past the block
+ *     (tests/corpus/dma_lengths.tpk); semaphore waits that count bytes
+ *     (tests/corpus/dma_semaphores.tpk).
  */
 #include "support.h"
 
@@ -37,7 +41,7 @@ enum { MAX_ARGS = 8 };
 typedef struct Arg {
   TpkDType dt;
   int rank;
-  int64_t shape[3];
+  int64_t shape[4];
   void *data;
   double scalar;
 } Arg;
@@ -577,6 +581,110 @@ static void test_atomics_checked(void **state) {
   }
 }
 
+/* ---- copies of data-dependent length ------------------------------------------------------ */
+
+static void test_copies_of_data_length(void **state) {
+  (void)state;
+  enum { N = 20, D = 5, G = 5, BS = 8 };
+  static float x[N][D], y[G][BS][D];
+  for (int i = 0; i < N * D; i++) ((float *)x)[i] = small_value(i);
+  /* a segment that starts before 0, one past the end, an empty one, a whole block */
+  int32_t starts[G] = {-2, 3, 17, 9, 0}, counts[G] = {5, 8, 6, 0, 1};
+  Arg args[] = {{TPK_F32, 2, {N, D}, x},       {TPK_I32, 1, {G}, starts},        {TPK_I32, 1, {G}, counts},
+                {TPK_F32, 0, {0}, NULL, -1.5}, {TPK_F32, 3, {G, BS, D}, y}};
+  run_everywhere("dma_lengths.tpk", "ragged_rows", 5, args, "N=20,D=5,G=5");
+  for (int g = 0; g < G; g++)
+    for (int r = 0; r < BS; r++)
+      for (int d = 0; d < D; d++) {
+        int row = starts[g] + r;
+        float want = r >= counts[g] ? -1.5f : row < 0 || row >= N ? 0.0f : x[row][d];
+        if (y[g][r][d] != want) fail_msg("y[%d][%d][%d] = %g, want %g", g, r, d, y[g][r][d], want);
+      }
+}
+
+static void test_copy_length_past_the_block_checked(void **state) {
+  (void)state;
+  TestCompile c;
+  TpkFunc *f = test_compile_kernel_file(&c, "tests/corpus/dma_lengths.tpk", "ragged_rows", NULL);
+  float x[4][2] = {{1, 2}, {3, 4}, {5, 6}, {7, 8}}, fill = 0, y[2][8][2];
+  int32_t starts[2] = {0, 1}, counts[2] = {3, 9};
+  void *args[] = {x, starts, counts, &fill, y};
+  int64_t syms[16] = {0};
+  test_symbol_values(f, "N=4,D=2,G=2", syms);
+  TpkStr rep = {0};
+  int nviol = 0;
+  TpkError err = {0};
+  TpkInterpOptions o = {.checked = true};
+  assert_int_equal(tpk_interp_run_checked(f, args, syms, &o, &rep, &nviol, &err), TPK_OK);
+  if (nviol != 1 || !strstr(rep.data, "copy_async(len=9) is outside its block of 8 entries along axis 0"))
+    fail_msg("%d violations: %s", nviol, rep.data ? rep.data : "(no report)");
+  tpk_str_free(&rep);
+  test_compile_free(&c);
+}
+
+/* ---- semaphores that count bytes ---------------------------------------------------------- */
+
+static void test_one_wait_counts_every_page(void **state) {
+  (void)state;
+  enum { P = 6, PS = 4, D = 3, B = 2, NP = 3 };
+  static uint16_t k_pages[P][PS][D], k[B][NP][PS][D];
+  for (int i = 0; i < P * PS * D; i++) ((uint16_t *)k_pages)[i] = (uint16_t)(0x3F80 + i); /* bf16 bits */
+  int32_t pages[B][NP] = {{5, 0, 2}, {1, 1, 4}};
+  Arg args[] = {{TPK_BF16, 3, {P, PS, D}, k_pages}, {TPK_I32, 2, {B, NP}, pages}, {TPK_BF16, 4, {B, NP, PS, D}, k}};
+  run_everywhere("dma_semaphores.tpk", "gather_pages", 3, args, "P=6,PS=4,D=3,B=2,NP=3");
+  for (int b = 0; b < B; b++)
+    for (int p = 0; p < NP; p++)
+      if (memcmp(k[b][p], k_pages[pages[b][p]], sizeof k[b][p]) != 0) fail_msg("k[%d][%d] is not page %d", b, p, pages[b][p]);
+}
+
+/* What checked mode reports of waits that count bytes: more bytes than are
+ * in flight, and a read of the part of a buffer a wait did not cover. */
+static void test_byte_waits_checked(void **state) {
+  (void)state;
+  static const char *const TEXT =
+      "kernel too_many(x: f32[8]) -> (y: f32[8])\n"
+      "{\n"
+      "  for one in 0..1 {\n"
+      "    scratch buf: f32[2, 4];\n"
+      "    scratch sems: semaphore[1];\n"
+      "    copy_async(x[0..4], buf[0, :], sem=sems[0]);\n"
+      "    copy_async(x[4..8], buf[1, :], sem=sems[0]);\n"
+      "    wait(sems[0], bytes=40);\n"
+      "    y[0..4] = buf[0, :];\n"
+      "  }\n"
+      "}\n"
+      "kernel half(x: f32[8]) -> (y: f32[8])\n"
+      "{\n"
+      "  for one in 0..1 {\n"
+      "    scratch buf: f32[2, 4];\n"
+      "    scratch sems: semaphore[1];\n"
+      "    copy_async(x[0..4], buf[0, :], sem=sems[0]);\n"
+      "    copy_async(x[4..8], buf[1, :], sem=sems[0]);\n"
+      "    wait(sems[0], bytes=24);\n"
+      "    y[0..4] = buf[0, :];\n"
+      "    y[4..8] = buf[1, :];\n"
+      "    wait(sems[0], bytes=8);\n"
+      "  }\n"
+      "}\n";
+  static const char *const KERNELS[] = {"too_many", "half"};
+  static const char *const WANT[] = {"line 8:5: wait on sems[0] for 40 bytes with 32 in flight on it (it would never end)",
+                                     "line 21:15: load reads buf before the wait of its copy_async"};
+  for (int i = 0; i < 2; i++) {
+    TestCompile c;
+    TpkFunc *f = test_compile_kernel(&c, TEXT, KERNELS[i], NULL);
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {0};
+    void *args[] = {x, y};
+    TpkStr rep = {0};
+    int nviol = 0;
+    TpkError err = {0};
+    TpkInterpOptions o = {.checked = true};
+    assert_int_equal(tpk_interp_run_checked(f, args, NULL, &o, &rep, &nviol, &err), TPK_OK);
+    if (nviol != 1 || !strstr(rep.data, WANT[i])) fail_msg("%s: %d violations: %s", KERNELS[i], nviol, rep.data ? rep.data : "(none)");
+    tpk_str_free(&rep);
+    test_compile_free(&c);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_philox_uniform),
@@ -588,6 +696,8 @@ int main(void) {
       cmocka_unit_test(test_concat_rope),          cmocka_unit_test(test_stack_rows_and_scalars),
       cmocka_unit_test(test_int4_pairs_matmul),    cmocka_unit_test(test_partition_by_tickets),
       cmocka_unit_test(test_max_and_sums_across_instances), cmocka_unit_test(test_atomics_checked),
+      cmocka_unit_test(test_copies_of_data_length), cmocka_unit_test(test_copy_length_past_the_block_checked),
+      cmocka_unit_test(test_one_wait_counts_every_page), cmocka_unit_test(test_byte_waits_checked),
   };
   return test_run_tests(tests);
 }

@@ -246,6 +246,56 @@ static void test_loop_bounds_from_data(void **state) {
   test_compile_free(&c);
 }
 
+/* Timing without values samples an input from the distribution its kernel
+ * declares: one value declared is the time of data holding that value; a
+ * range declared lies between the times of its two ends. */
+static double segsum_seconds(const char *counts_decl, const int32_t *counts) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "kernel segsum(x: f32[N, D], starts: i32[G], counts: i32[G] %s) -> (y: f32[G, D])\n"
+           "  tune BR in [64]\n"
+           "{\n"
+           "  for g in 0..G {\n"
+           "    var acc = zeros(f32[D]);\n"
+           "    for r in 0..(counts[g] + BR - 1) / BR {\n"
+           "      acc += sum(x[ds(starts[g] + r * BR, BR), :], axis=0);\n"
+           "    }\n"
+           "    y[g, :] = acc;\n"
+           "  }\n"
+           "}\n",
+           counts_decl);
+  TpkBinding b[] = {{"N", 65536}, {"D", 256}, {"G", 4}};
+  TestCompile c;
+  TpkCheckOptions o = {.binds = b, .nbinds = 3};
+  test_compile(&c, "k.tpk", text, &o);
+  if (c.status != TPK_OK) fail_msg("%s", c.rendered);
+  TpkFunc *f = c.bound->funcs[0];
+  const TpkChip *chip = tpk_sim_chip_find("v5e");
+  TpkTarget t = tpk_sim_target(chip, "sim:v5e");
+  TpkError err = {0};
+  TpkPlan plan;
+  if (tpk_lower(f, &t, &plan, &err) != TPK_OK) fail_msg("%s", err.message);
+  tpk_plan_free(&plan);
+  int32_t starts[4] = {0, 0, 0, 0};
+  void *args[4] = {NULL, starts, (void *)counts, NULL};
+  TpkSimReport r;
+  assert_int_equal(tpk_sim_schedule_args(f, chip, counts ? args : NULL, &r, NULL, &err), TPK_OK);
+  assert_true(r.follows_data);
+  test_compile_free(&c);
+  return r.seconds;
+}
+
+static void test_declared_distribution(void **state) {
+  (void)state;
+  int32_t k4096[4] = {4096, 4096, 4096, 4096}, k8192[4] = {8192, 8192, 8192, 8192};
+  double at4096 = segsum_seconds("", k4096), at8192 = segsum_seconds("", k8192);
+  double one = segsum_seconds("in [4096]", NULL), range = segsum_seconds("in 4096..8193", NULL);
+  double fallback = segsum_seconds("", NULL); /* uniform in [0, 8): one block a segment */
+  if (one != at4096) fail_msg("declared 4096: %g s, with data 4096: %g s", one, at4096);
+  if (!(range > at4096 && range < at8192)) fail_msg("declared 4096..8193: %g s, not between %g and %g", range, at4096, at8192);
+  if (!(fallback < at4096 / 10)) fail_msg("sampled in [0, 8): %g s", fallback);
+}
+
 /* A bound computed from float data cannot be followed: an error naming it. */
 static void test_float_bound_is_refused(void **state) {
   (void)state;
@@ -273,6 +323,7 @@ int main(void) {
       cmocka_unit_test(test_atomics_and_scans), cmocka_unit_test(test_v6e_over_v5e),
       cmocka_unit_test(test_unchanged_blocks_not_copied), cmocka_unit_test(test_trace),
       cmocka_unit_test(test_megacore_uses_both_cores),   cmocka_unit_test(test_walk_budget),
+      cmocka_unit_test(test_declared_distribution),
       cmocka_unit_test(test_loop_bounds_from_data),      cmocka_unit_test(test_float_bound_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
