@@ -1880,7 +1880,7 @@ static void emit_split_grid_loops(Emitter *e, const TpkOp *op) {
   line(e, "int64_t grid_lo, grid_hi;");
   line(e, "tpk_share(p, %s, &grid_lo, &grid_hi);", total.data ? total.data : "1");
   tpk_str_free(&total);
-  line(e, "for (int64_t grid_q = grid_lo; grid_q < grid_hi; grid_q++) {");
+  line(e, "for (int64_t grid_q = grid_lo; grid_q < grid_hi; grid_q = tpk_next(p, grid_q)) {");
   e->indent++;
   for (int a = 0; a < body->nargs; a++) {
     TpkStr inner = {0}; /* instances per step of axis a */
@@ -2085,13 +2085,19 @@ static const char PRELUDE[] =
     "  return powf(x, y);\n"
     "}\n"
     "/* The instances [*lo, *hi) of a grid of n that this part runs: n split\n"
-    " * into p->parts near-equal runs, the first n % parts one longer. */\n"
+    " * into p->parts near-equal runs, the first n % parts one longer; or, when\n"
+    " * the launch hands instances out (p->next_instance), the first one this\n"
+    " * part takes, and tpk_next the ones after it, up to n. */\n"
     "static void tpk_share(const TpkPrims *p, int64_t n, int64_t *lo, int64_t *hi) {\n"
+    "  if (p->parts > 1 && p->next_instance) { *lo = p->next_instance(p); *hi = n; return; }\n"
     "  int64_t parts = p->parts > 1 ? p->parts : 1, part = p->parts > 1 ? p->part : 0;\n"
     "  if (part < 0 || part >= parts) { *lo = *hi = 0; return; }\n"
     "  int64_t q = n / parts, r = n % parts;\n"
     "  *lo = part * q + (part < r ? part : r);\n"
     "  *hi = *lo + q + (part < r);\n"
+    "}\n"
+    "static int64_t tpk_next(const TpkPrims *p, int64_t q) {\n"
+    "  return p->parts > 1 && p->next_instance ? p->next_instance(p) : q + 1;\n"
     "}\n"
     "/* select: both values evaluated, so compilers may blend vectors of them\n"
     " * (`c ? t[i] : 0` with a conditional load does not vectorize) */\n"
