@@ -1456,9 +1456,9 @@ static const char *gemm_fn(TpkDType dt) {
 
 static int packed_index(const Emitter *e, const TpkOp *dot);
 
-/* C (+)= A x B for a dot op into tile `c` (already holding the addend when
- * accumulate). */
-static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumulate) {
+/* C (+)= A x B for a dot op into `c` (already holding the addend when
+ * accumulate), rows ldc elements apart (NULL: a tile, N). */
+static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, const char *ldc, bool accumulate) {
   const TpkValue *a = dot->in[0], *b = dot->in[1];
   const char *fn = gemm_fn(a->type->dtype);
   if (!fn) {
@@ -1488,15 +1488,16 @@ static void emit_gemm(Emitter *e, const TpkOp *dot, const char *c, bool accumula
                         ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, a)) : a1;
   const char *ldb = b->def && b->def->opcode == TPK_OP_LOAD && load_feeds_dot(b->def)
                         ? tpk_arena_printf(&e->arena, "%s_ld", name_of(e, b)) : b1;
+  if (!ldc) ldc = N;
   int pk = packed_index(e, dot);
   if (pk >= 0) {
     line(e, "p->gemm_packed(TPK_PRIM_%s, %s, %s, %s, %s, %s, %d, tpk_align64_ptr(W + %s), %s, %s, %d);", prim_dtype(a->type->dtype), M, N, K,
-         name_of(e, a), lda, a_trans, e->packed[pk].at, c, N, accumulate);
+         name_of(e, a), lda, a_trans, e->packed[pk].at, c, ldc, accumulate);
     return;
   }
   line(e, "p->%s(%s, %s, %s, %s + %s%s, %s, %d, %s + %s%s, %s, %d, %s + %s%s, %s, %d);", fn, M, N, K, name_of(e, a), bo,
        batch ? sz_mul(e, a0, a1) : "0", lda, a_trans, name_of(e, b), bo, batch ? sz_mul(e, b0, b1) : "0", ldb, b_trans, c,
-       bo, batch ? sz_mul(e, M, N) : "0", N, accumulate);
+       bo, batch ? sz_mul(e, M, ldc) : "0", ldc, accumulate);
   if (batch) e->indent--;
 }
 
@@ -1587,13 +1588,51 @@ static void emit_packing(Emitter *e, const TpkOp *top) {
   }
 }
 
+/* A dot (no accumulator, no batch) whose result only the store after it
+ * reads (direct_store) writes a block in range straight into the stored
+ * memory, its rows that memory's row stride apart: no tile, no copy (a
+ * weight's gradient, a projection stored for the backward). A ragged block
+ * goes through the tile and the store's masked copy. */
+static bool emit_dot_stored(Emitter *e, const TpkOp *op, const char *n) {
+  const TpkOp *st = direct_store(op);
+  const TpkAttr *lb = tpk_op_attr(op, "lhs_batch");
+  if (!st || (lb && lb->n) || op->out[0].type->rank != 2) return false;
+  const TpkIndexPattern *pat = tpk_op_index(st, "index");
+  const TpkType *mem = st->in[0]->type;
+  if (pat->rank != 2 || mem->rank != 2) return false;
+  for (int d = 0; d < 2; d++)
+    if (pat->dim[d] != TPK_INDEX_ALL && pat->dim[d] != TPK_INDEX_TILE && pat->dim[d] != TPK_INDEX_RANGE) return false;
+  Access acc;
+  if (!access_of(e, st, pat, st->in[0], 1, &acc)) return false;
+  access_sizes(e, &acc, op->out[0].type);
+  Sz ms[TPK_MAX_RANK];
+  strides(e, mem, ms);
+  TpkStr off = {0};
+  for (int d = 0; d < 2; d++)
+    if (!sz_is(ms[d], 0) && strcmp(acc.start[d], "0") != 0) tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", acc.start[d], ms[d]);
+  line(e, "if (%s) { /* in range: the product straight into %s */", in_range(e, &acc), acc.base);
+  e->indent++;
+  emit_gemm(e, op, tpk_arena_printf(&e->arena, "%s + %s", acc.base, off.len ? off.data : "0"), ms[0], false);
+  e->indent--;
+  line(e, "} else {");
+  e->indent++;
+  emit_gemm(e, op, n, NULL, false);
+  block_copy(e, &acc, n, op->out[0].type, false, NULL, false);
+  e->indent--;
+  line(e, "}");
+  tpk_str_free(&off);
+  e->stored = st;
+  return true;
+}
+
 /* dot(a, b), or with an accumulator x: x into the result (in place when
  * they share memory), then one gemm accumulating into it. */
 static void emit_dot(Emitter *e, const TpkOp *op) {
   const char *n = def_tile(e, &op->out[0]);
   const TpkValue *x = tpk_dot_accumulator(op);
   if (x) copy_tile(e, n, &op->out[0], x);
-  emit_gemm(e, op, n, x != NULL);
+  if (!x && emit_dot_stored(e, op, n)) return;
+  emit_gemm(e, op, n, NULL, x != NULL);
 }
 
 /* ---- value-level gather, scatter, concat ---------------------------------------------------- */
@@ -1843,7 +1882,7 @@ static void emit_split_grid_loops(Emitter *e, const TpkOp *op) {
   line(e, "int64_t grid_lo, grid_hi;");
   line(e, "tpk_share(p, %s, &grid_lo, &grid_hi);", total.data ? total.data : "1");
   tpk_str_free(&total);
-  line(e, "for (int64_t grid_q = grid_lo; grid_q < grid_hi; grid_q++) {");
+  line(e, "for (int64_t grid_q = grid_lo; grid_q < grid_hi; grid_q = tpk_next(p, grid_q)) {");
   e->indent++;
   for (int a = 0; a < body->nargs; a++) {
     TpkStr inner = {0}; /* instances per step of axis a */
@@ -2048,13 +2087,19 @@ static const char PRELUDE[] =
     "  return powf(x, y);\n"
     "}\n"
     "/* The instances [*lo, *hi) of a grid of n that this part runs: n split\n"
-    " * into p->parts near-equal runs, the first n % parts one longer. */\n"
+    " * into p->parts near-equal runs, the first n % parts one longer; or, when\n"
+    " * the launch hands instances out (p->next_instance), the first one this\n"
+    " * part takes, and tpk_next the ones after it, up to n. */\n"
     "static void tpk_share(const TpkPrims *p, int64_t n, int64_t *lo, int64_t *hi) {\n"
+    "  if (p->parts > 1 && p->next_instance) { *lo = p->next_instance(p); *hi = n; return; }\n"
     "  int64_t parts = p->parts > 1 ? p->parts : 1, part = p->parts > 1 ? p->part : 0;\n"
     "  if (part < 0 || part >= parts) { *lo = *hi = 0; return; }\n"
     "  int64_t q = n / parts, r = n % parts;\n"
     "  *lo = part * q + (part < r ? part : r);\n"
     "  *hi = *lo + q + (part < r);\n"
+    "}\n"
+    "static int64_t tpk_next(const TpkPrims *p, int64_t q) {\n"
+    "  return p->parts > 1 && p->next_instance ? p->next_instance(p) : q + 1;\n"
     "}\n"
     "/* select: both values evaluated, so compilers may blend vectors of them\n"
     " * (`c ? t[i] : 0` with a conditional load does not vectorize) */\n"

@@ -661,23 +661,48 @@ __attribute__((target("avx512f"))) static void kern_f32_avx512(int64_t kc, const
       _mm512_mask_storeu_ps(c + (i) * ldc + 16, m1, c##i##b);                                                  \
   }
 
+/* An edge tile computes only the rows it has, rounded up to even: a block
+ * of 64 rows is four full slivers and one of 8, and 128 rows end in one of
+ * 2, which at 14 rows' FMAs cost as much as a full sliver. The packed
+ * sliver still holds 14 rows per k (the rest zero). */
+#define EROWS2(X) X(0) X(1)
+#define EROWS4(X) EROWS2(X) X(2) X(3)
+#define EROWS6(X) EROWS4(X) X(4) X(5)
+#define EROWS8(X) EROWS6(X) X(6) X(7)
+#define EROWS10(X) EROWS8(X) X(8) X(9)
+#define EROWS12(X) EROWS10(X) X(10) X(11)
+#define DEFINE_EDGE_AVX512(NAME, ROWS)                                                                        \
+  __attribute__((target("avx512f"))) static void NAME(int64_t kc, const float *a, const float *b, float *c,   \
+                                                      int64_t ldc, int load_c, int64_t mv, __mmask16 m0,        \
+                                                      __mmask16 m1) {                                           \
+    ROWS(Z_DECL)                                                                                              \
+    ROWS(Z_ZERO)                                                                                              \
+    if (load_c) {                                                                                             \
+      ROWS(ZE_LOAD)                                                                                           \
+    }                                                                                                         \
+    for (int64_t k = 0; k < kc; k++, a += 14, b += 32) {                                                      \
+      __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);                                             \
+      ROWS(Z_FMA)                                                                                             \
+    }                                                                                                         \
+    ROWS(ZE_STORE)                                                                                            \
+  }
+DEFINE_EDGE_AVX512(edge2_avx512, EROWS2)
+DEFINE_EDGE_AVX512(edge4_avx512, EROWS4)
+DEFINE_EDGE_AVX512(edge6_avx512, EROWS6)
+DEFINE_EDGE_AVX512(edge8_avx512, EROWS8)
+DEFINE_EDGE_AVX512(edge10_avx512, EROWS10)
+DEFINE_EDGE_AVX512(edge12_avx512, EROWS12)
+DEFINE_EDGE_AVX512(edge14_avx512, ROWS14)
+
 __attribute__((target("avx512f"))) static void kern_f32_avx512_edge(int64_t kc, const void *av, const void *bv,
                                                                      void *cv, int64_t ldc, int load_c,
                                                                      int64_t mv, int64_t nv) {
-  const float *a = av, *b = bv;
-  float *c = cv;
+  typedef void (*Edge)(int64_t, const float *, const float *, float *, int64_t, int, int64_t, __mmask16, __mmask16);
+  static const Edge by_rows[8] = {edge2_avx512, edge2_avx512,  edge4_avx512,  edge6_avx512,
+                                  edge8_avx512, edge10_avx512, edge12_avx512, edge14_avx512};
   __mmask16 m0 = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1);
   __mmask16 m1 = (__mmask16)(nv >= 32 ? 0xffffu : nv > 16 ? (1u << (nv - 16)) - 1 : 0u);
-  ROWS14(Z_DECL)
-  ROWS14(Z_ZERO)
-  if (load_c) {
-    ROWS14(ZE_LOAD)
-  }
-  for (int64_t k = 0; k < kc; k++, a += 14, b += 32) {
-    __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-    ROWS14(Z_FMA)
-  }
-  ROWS14(ZE_STORE)
+  by_rows[(mv + 1) / 2](kc, av, bv, cv, ldc, load_c, mv, m0, m1);
 }
 
 #define ZI_DECL(i) __m512i c##i##a, c##i##b;

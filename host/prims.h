@@ -144,6 +144,14 @@ typedef struct TpkPrims {
 
   TpkGemmPackB gemm_pack_b; /* see TPK_GEMM_PACKED_BYTES above */
   TpkGemmPacked gemm_packed;
+
+  /* With parts > 1 the runtime may hand the grid's instances out one at a
+   * time instead of in fixed runs: each call returns the next instance not
+   * yet taken by any part (from 0 up, past n when none is left), and a part
+   * runs the instances it takes. A part slowed down (its core shared with
+   * another process's threads) then takes fewer. NULL: the fixed runs. */
+  int64_t (*next_instance)(const struct TpkPrims *p);
+  void *instances; /* the launch's counter, for next_instance */
 } TpkPrims;
 
 enum { TPK_PRIMS_VERSION = 1 };

@@ -793,10 +793,34 @@ static Class tiling(const TpkFunc *k) {
   return grid ? CLASS_TILED : CLASS_WHOLE;
 }
 
+/* Does a dot in k's grid take a left operand computed outside the grid? The
+ * gemm then packs all of it for every block (a right operand read whole is
+ * packed once: host/emit_c.c). */
+static bool inside(const TpkValue *v, const TpkOp *grid) {
+  const TpkBlock *b = v->def ? v->def->parent : v->block;
+  for (; b; b = b->parent ? b->parent->parent : NULL)
+    if (b->parent == grid) return true;
+  return false;
+}
+
+static bool repacks_left(const TpkFunc *k) {
+  for (const TpkOp *g = k->body->first; g; g = g->next) {
+    if (g->opcode != TPK_OP_GRID) continue;
+    for (const TpkOp *op = g->regions[0]->first; op; op = op->next) {
+      if (op->opcode != TPK_OP_DOT) continue;
+      const TpkValue *lhs = op->in[0];
+      while (inside(lhs, g) && lhs->def && is_view(lhs->def->opcode)) lhs = lhs->def->in[0];
+      if (!inside(lhs, g)) return true;
+    }
+  }
+  return false;
+}
+
 /* The class of the union of clusters a and b, from its kernel built into a
- * scratch module and tiled. */
-static Class class_of(Fuser *F, int a, int b) {
-  if (a == b && F->nodes[a].cls != CLASS_UNKNOWN) return F->nodes[a].cls;
+ * scratch module and tiled; *repacks (when not NULL) says whether a dot of
+ * the tiled kernel packs a whole left operand for every block. */
+static Class class_of_repacking(Fuser *F, int a, int b, bool *repacks) {
+  if (a == b && F->nodes[a].cls != CLASS_UNKNOWN && !repacks) return F->nodes[a].cls;
   TpkModule *scratch = tpk_module_new(NULL);
   if (!scratch) return oom(F), CLASS_WHOLE;
   Kernel K = {.F = F, .dst = scratch, .a = a, .b = b};
@@ -809,11 +833,14 @@ static Class class_of(Fuser *F, int a, int b) {
     TpkError err = {0};
     if (tpk_tile_whole_arrays(k, &t, &err) == TPK_OK) c = tiling(k);
     else oom(F);
+    if (repacks && c == CLASS_TILED) *repacks = repacks_left(k);
   }
   tpk_module_free(scratch);
   if (a == b) F->nodes[a].cls = c;
   return c;
 }
+
+static Class class_of(Fuser *F, int a, int b) { return class_of_repacking(F, a, b, NULL); }
 
 static void merge(Fuser *F, int a, int b, Class c) {
   F->nodes[b].parent = a;
@@ -836,7 +863,10 @@ static bool cluster_all(Fuser *F) {
     }
   }
   /* siblings: clusters reading one array join when they tile together (one
-   * pass over it instead of several) */
+   * pass over it instead of several), unless a dot's left operand is then
+   * read whole by every block: a layer's dx = dy @ W and dW = dy^T @ x tile
+   * together only by W's columns, and each block's gemms pack all of dy
+   * again, where apart each tiles by its own rows */
   for (int i = 0; i < F->nnodes && F->status == TPK_OK; i++) {
     if (!mergeable(F, i)) continue;
     const Values *roots = &F->nodes[i].roots;
@@ -848,7 +878,9 @@ static bool cluster_all(Fuser *F) {
         for (int r = 0; r < F->nodes[k].roots.n && !reads; r++) reads = F->nodes[k].roots.v[r] == roots->v[j];
         int a = find(F, k), b = find(F, i);
         if (!reads || a == b || path_between(F, a, b) || path_between(F, b, a)) continue;
-        if (class_of(F, a, a) == CLASS_TILED && class_of(F, b, b) == CLASS_TILED && class_of(F, a, b) == CLASS_TILED)
+        bool repacks = false;
+        if (class_of(F, a, a) == CLASS_TILED && class_of(F, b, b) == CLASS_TILED &&
+            class_of_repacking(F, a, b, &repacks) == CLASS_TILED && !repacks)
           merge(F, a, b, CLASS_TILED);
       }
     }

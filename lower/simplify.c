@@ -10,6 +10,9 @@
  * when the first dominates the second (earlier in the same block or in an
  * enclosing one). DCE removes pure ops whose results are unused, to a fixed
  * point. Loads are not pure (a store may come between), so they stay.
+ * Transposes of transposes compose into one, or into nothing when they
+ * cancel: AOTAutograd writes a weight's gradient as permute(permute(mm)),
+ * and each transpose left in a cluster is a strided copy of a tile.
  */
 #include "lower/lower.h"
 
@@ -81,6 +84,37 @@ static void fold_block(TpkFunc *f, TpkBlock *b) {
     int64_t v;
     if (fold_to_float(op, &x)) tpk_op_make_const_float(f->module, op, x);
     else if (fold_int(op, &v)) tpk_op_make_const_int(f->module, op, v);
+  }
+}
+
+/* ---- transposes ---------------------------------------------------------------- */
+
+/* transpose(transpose(x, inner), outer) is x with dim d from inner[outer[d]]. */
+static void fold_transposes(TpkFunc *f, TpkBlock *b) {
+  for (TpkOp *op = b->first; op; op = op->next) {
+    for (int r = 0; r < op->nregion; r++) fold_transposes(f, op->regions[r]);
+    if (op->opcode != TPK_OP_TRANSPOSE) continue;
+    const TpkAttr *outer = tpk_op_attr(op, "perm");
+    if (!outer) continue;
+    int64_t perm[TPK_MAX_RANK];
+    int n = outer->n;
+    for (int d = 0; d < n; d++) perm[d] = outer->ints[d];
+    TpkValue *src = op->in[0];
+    const TpkOp *in = src->def;
+    if (in && in->opcode == TPK_OP_TRANSPOSE) {
+      const TpkAttr *inner = tpk_op_attr(in, "perm");
+      if (!inner || inner->n != n) continue;
+      for (int d = 0; d < n; d++) perm[d] = inner->ints[outer->ints[d]];
+      src = in->in[0];
+    }
+    bool identity = true;
+    for (int d = 0; d < n; d++) identity &= perm[d] == d;
+    if (identity && src->type == op->out[0].type) {
+      tpk_func_replace_uses(f, &op->out[0], src); /* the transposes go with DCE */
+    } else if (src != op->in[0]) {
+      tpk_op_set_operand(op, 0, src);
+      tpk_op_set_ints(f->module, op, "perm", n, perm);
+    }
   }
 }
 
@@ -180,6 +214,7 @@ static int dce_block(TpkBlock *b) {
 
 void tpk_simplify(TpkFunc *f) {
   fold_block(f, f->body);
+  fold_transposes(f, f->body);
   Avail av = {0};
   cse_block(f, f->body, &av);
   free(av.ops);

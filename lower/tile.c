@@ -46,7 +46,8 @@
  * t->tile_bytes (an eighth of it for a symbolic L, whose last block's
  * padding is wasted work) over the widest row (a multiple of 8, at most L)
  * when every row's width is known, else 8 (128 when the rows are some
- * value's last, contiguous axis); at least 64 with a dot. A single block
+ * value's last, contiguous axis); at least 64 with a dot, and then a
+ * multiple of 32 dividing L if one does (no ragged gemm). A single block
  * covering a constant L reads and writes it whole.
  */
 #include "lower/lower.h"
@@ -439,6 +440,15 @@ static bool block_size(const Tiling *T, const TpkTarget *t, int64_t *Bout, bool 
   /* a gemm packs its whole right operand for each block: 64 rows make that
    * a few percent of the products */
   if (T->dot && B < 64 && (!T->width_known || T->widest <= 4 * t->tile_bytes / 64)) B = 64;
+  /* and a ragged last block computes a whole block's products for its few
+   * rows: with a dot, the largest multiple of 32 rows (the gemm's
+   * micro-panel width, should the rows be its columns) that divides L */
+  if (T->dot && constant && B < Lk && Lk % B)
+    for (int64_t even = B - B % 32; even >= 32; even -= 32)
+      if (Lk % even == 0) {
+        B = even;
+        break;
+      }
   if (constant && B > Lk) B = Lk;
   *one_block = constant && B == Lk; /* the rows' dim is read and written whole */
   *Bout = B;

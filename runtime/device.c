@@ -13,6 +13,7 @@
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include "runtime/device.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,12 +146,29 @@ static void host_copy(const TpkDevice *dev, void *dst, const void *src, size_t b
 
 /* ---- running compiled code ----------------------------------------------------- */
 
+/* The parts of a launch take the shared grid's instances one at a time
+ * (TpkPrims.next_instance), in order, so a part whose core is busy with
+ * another process's threads (PyTorch's OpenMP workers spin for
+ * milliseconds after each op) takes fewer, instead of the launch waiting
+ * on its fixed half. A part's last instance taken is where it failed, if it
+ * did: the launch reports the failure earliest in the grid, as one thread
+ * running the instances in order would (every instance before it was
+ * taken, and so run). */
 typedef struct PartJob {
   const TpkRun *run;
   TpkPrims prims[64]; /* the primitive table, told which part it serves */
   int rc[64];
   char err[64][TPK_KERNEL_ERR_LEN];
+  atomic_int_fast64_t next; /* the next instance to hand out */
+  int64_t last[64];         /* each part's latest instance, -1 before any */
 } PartJob;
+
+static int64_t next_instance(const TpkPrims *p) {
+  PartJob *job = p->instances;
+  int64_t q = (int64_t)atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+  job->last[p->part] = q;
+  return q;
+}
 
 static void run_part(void *arg, int part) {
   PartJob *job = arg;
@@ -173,18 +191,20 @@ static int host_run(const TpkDevice *dev, const TpkRun *r, char *err) {
   }
   job->run = r;
   int parts = r->parts < 64 ? r->parts : 64;
+  atomic_init(&job->next, 0);
   for (int i = 0; i < parts; i++) {
     job->prims[i] = *p;
     job->prims[i].part = i;
     job->prims[i].parts = parts;
+    job->prims[i].next_instance = next_instance;
+    job->prims[i].instances = job;
+    job->last[i] = -1;
   }
   tpk_pool_run(r->pool, parts, run_part, job);
   int failed = -1;
-  for (int i = 0; i < parts && failed < 0; i++)
-    if (job->rc[i]) {
-      failed = i;
-      snprintf(err, TPK_KERNEL_ERR_LEN, "%s", job->err[i]);
-    }
+  for (int i = 0; i < parts; i++)
+    if (job->rc[i] && (failed < 0 || job->last[i] < job->last[failed])) failed = i;
+  if (failed >= 0) snprintf(err, TPK_KERNEL_ERR_LEN, "%s", job->err[failed]);
   free(job);
   return failed;
 }

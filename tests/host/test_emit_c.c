@@ -230,6 +230,40 @@ static void test_direct_store(void **state) {
   }
 }
 
+/* A product only stored goes straight into the output when the block is
+ * in range, its rows the output's row stride apart; not when something
+ * else reads it or it accumulates into an addend. */
+static void test_dot_stored(void **state) {
+  (void)state;
+  const char *src =
+      "kernel direct(x: f32[M, K], w: f32[K, N]) -> (o: f32[M, N])\n"
+      "{\n"
+      "  o = dot(x, w);\n"
+      "}\n"
+      "kernel blocked(x: f32[M, K], w: f32[K, N]) -> (o: f32[M, N])\n"
+      "{\n"
+      "  for i in tiles(M, 64), j in tiles(N, 64) { o[i, j] = dot(x[i, :], w[:, j]); }\n"
+      "}\n"
+      "kernel read_again(x: f32[M, K], w: f32[K, N]) -> (o: f32[M, N], r: f32[M, N])\n"
+      "{\n"
+      "  let p = dot(x, w);\n"
+      "  o = p;\n"
+      "  r = p * 2.0;\n"
+      "}\n"
+      "kernel accumulates(x: f32[M, K], w: f32[K, N], b: f32[M, N]) -> (o: f32[M, N])\n"
+      "{\n"
+      "  o = b + dot(x, w);\n"
+      "}\n";
+  static const struct { const char *kernel; bool direct; } CASES[] = {
+      {"direct", true}, {"blocked", true}, {"read_again", false}, {"accumulates", false}};
+  for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
+    char *code = c_of(src, CASES[i].kernel, 300);
+    bool direct = strstr(code, "/* in range: the product straight into ") != NULL;
+    if (direct != CASES[i].direct) fail_msg("%s: product stored directly %d\n%s", CASES[i].kernel, direct, code);
+    free(code);
+  }
+}
+
 /* An iota feeding an elementwise op is an index in its loop, not a tile. */
 static void test_iota_fuses(void **state) {
   (void)state;
@@ -358,6 +392,7 @@ int main(void) {
       cmocka_unit_test(test_grids_kept_whole),
       cmocka_unit_test(test_generated_c),
       cmocka_unit_test(test_direct_store),
+      cmocka_unit_test(test_dot_stored),
       cmocka_unit_test(test_iota_fuses),
       cmocka_unit_test(test_sum_fuses),
       cmocka_unit_test(test_fusion_read_from_ir),
