@@ -14,3 +14,17 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("TPK_TIER", "tcc")
 
 DEVICES = ["host", "sim:v5e"]
+
+
+def corpus(name):
+    """A kernel file of tests/corpus, loaded."""
+    import tpk
+    return tpk.load(os.path.join(ROOT, "tests", "corpus", name))
+
+
+def bf16(x):
+    """float32 rounded to bf16 (nearest even), kept as float32."""
+    import numpy as np
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.view(np.float32)

@@ -1,26 +1,14 @@
 """Language v2 (issue 15): block indices and loop bounds read from data, and
 dynamic slices (ds), checked against NumPy on the host and a simulated v5e,
 with the simulated time following the control flow the data takes."""
-import os
 
 import numpy as np
 import pytest
 
 import tpk
-from conftest import DEVICES, ROOT
+from conftest import DEVICES, bf16, corpus
 
 rng = np.random.default_rng(15)
-
-
-def corpus(name):
-    return tpk.load(os.path.join(ROOT, "tests", "corpus", name))
-
-
-def bf16(x):
-    """Round float32 to bf16 (nearest even), kept as float32."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-    return u.view(np.float32)
 
 
 def paged_attention_ref(q, k_pages, v_pages, lengths, block_table, scale):

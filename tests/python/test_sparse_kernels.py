@@ -4,26 +4,14 @@ matmul over a ragged batch, a segmented sum with a scan over a ragged
 stream — checked against NumPy on the host and a
 simulated v5e, and timed on the simulator at two sparsity levels: the
 sparser one is faster, in proportion to the live work."""
-import os
 
 import numpy as np
 import pytest
 
 import tpk
-from conftest import DEVICES, ROOT
+from conftest import DEVICES, bf16, corpus
 
 rng = np.random.default_rng(1515)
-
-
-def corpus(name):
-    return tpk.load(os.path.join(ROOT, "tests", "corpus", name))
-
-
-def bf16(x):
-    """Round float32 to bf16 (nearest even), kept as float32."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-    return u.view(np.float32)
 
 
 def sim_seconds(kernel, *args, **kw):

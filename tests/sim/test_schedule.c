@@ -196,18 +196,23 @@ static void test_trace(void **state) {
 }
 
 /* Rows of each segment summed: the inner loop's bound and the block it
- * reads come from the data. */
-static const char *SEGMENTS = "kernel segsum(x: f32[N, D], starts: i32[G], counts: i32[G]) -> (y: f32[G, D])\n"
-                              "  tune BR in [64]\n"
-                              "{\n"
-                              "  for g in 0..G {\n"
-                              "    var acc = zeros(f32[D]);\n"
-                              "    for r in 0..(counts[g] + BR - 1) / BR {\n"
-                              "      acc += sum(x[ds(starts[g] + r * BR, BR), :], axis=0);\n"
-                              "    }\n"
-                              "    y[g, :] = acc;\n"
-                              "  }\n"
-                              "}\n";
+ * reads come from the data. `counts_decl` declares the distribution of
+ * the counts ("" for none). */
+static void segsum_source(char *text, size_t size, const char *counts_decl) {
+  snprintf(text, size,
+           "kernel segsum(x: f32[N, D], starts: i32[G], counts: i32[G] %s) -> (y: f32[G, D])\n"
+           "  tune BR in [64]\n"
+           "{\n"
+           "  for g in 0..G {\n"
+           "    var acc = zeros(f32[D]);\n"
+           "    for r in 0..(counts[g] + BR - 1) / BR {\n"
+           "      acc += sum(x[ds(starts[g] + r * BR, BR), :], axis=0);\n"
+           "    }\n"
+           "    y[g, :] = acc;\n"
+           "  }\n"
+           "}\n",
+           counts_decl);
+}
 
 /* With the launch's values the walk runs as many iterations as the data
  * says (bytes follow them exactly); without, the values are sampled, the
@@ -215,9 +220,11 @@ static const char *SEGMENTS = "kernel segsum(x: f32[N, D], starts: i32[G], count
 static void test_loop_bounds_from_data(void **state) {
   (void)state;
   TpkBinding b[] = {{"N", 65536}, {"D", 256}, {"G", 4}};
+  char text[1024];
+  segsum_source(text, sizeof text, "");
   TestCompile c;
   TpkCheckOptions o = {.binds = b, .nbinds = 3};
-  test_compile(&c, "k.tpk", SEGMENTS, &o);
+  test_compile(&c, "k.tpk", text, &o);
   assert_int_equal(c.status, TPK_OK);
   TpkFunc *f = c.bound->funcs[0];
   const TpkChip *chip = tpk_sim_chip_find("v5e");
@@ -251,19 +258,7 @@ static void test_loop_bounds_from_data(void **state) {
  * range declared lies between the times of its two ends. */
 static double segsum_seconds(const char *counts_decl, const int32_t *counts) {
   char text[1024];
-  snprintf(text, sizeof text,
-           "kernel segsum(x: f32[N, D], starts: i32[G], counts: i32[G] %s) -> (y: f32[G, D])\n"
-           "  tune BR in [64]\n"
-           "{\n"
-           "  for g in 0..G {\n"
-           "    var acc = zeros(f32[D]);\n"
-           "    for r in 0..(counts[g] + BR - 1) / BR {\n"
-           "      acc += sum(x[ds(starts[g] + r * BR, BR), :], axis=0);\n"
-           "    }\n"
-           "    y[g, :] = acc;\n"
-           "  }\n"
-           "}\n",
-           counts_decl);
+  segsum_source(text, sizeof text, counts_decl);
   TpkBinding b[] = {{"N", 65536}, {"D", 256}, {"G", 4}};
   TestCompile c;
   TpkCheckOptions o = {.binds = b, .nbinds = 3};
