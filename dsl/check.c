@@ -1967,6 +1967,23 @@ static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const A
                    tpk_dtype_name(dst.base->type->dtype), shape_str(c, dst.rank, dst.dims));
     return ERR;
   }
+  /* A slice (lo..hi, ds) takes its size from what it meets; the IR's copy
+   * has no size of its own, so on each axis one side must be a tile or the
+   * whole dimension. */
+  for (int i = 0, j = 0, axis = 0; i < src.pattern.rank && j < dst.pattern.rank; axis++) {
+    while (i < src.pattern.rank && src.pattern.dim[i] == TPK_INDEX_SCALAR) i++;
+    while (j < dst.pattern.rank && dst.pattern.dim[j] == TPK_INDEX_SCALAR) j++;
+    if (i == src.pattern.rank || j == dst.pattern.rank) break;
+    bool both = src.pattern.dim[i++] == TPK_INDEX_RANGE && dst.pattern.dim[j] == TPK_INDEX_RANGE;
+    j++;
+    if (both) {
+      tpk_diag_error_hint(c->diags, n->span,
+                          "slice one side only: copy into a scratch buffer of the block's size, or from a tile",
+                          "copy_async() slices axis %d of the block on both sides; the copy's size on an axis comes from a side that is not sliced there",
+                          axis);
+      return ERR;
+    }
+  }
   /* len=n: only the first n entries along the block's first axis move
    * (Pallas's pl.ds(0, n) with n from data); a compile-time n is checked
    * against the block here, a run-time one by checked mode */
