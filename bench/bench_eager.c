@@ -3,7 +3,8 @@
  * an MLP training step (forward, backward, AdamW update) and a transformer
  * block's forward and backward, replayed through tpk_stream_op on the host
  * and on sim:v5e in the three modes, all in one run:
- *   - time per step, host wall time and (sim:v5e) simulated time, per mode;
+ *   - time per step, host wall time and (sim:v5e) simulated time, per mode,
+ *     the modes' steps taken in turn;
  *     fused vs strict as a ratio (goal >= 1.5x, target 2x);
  *   - the first step of a new process with a warm disk cache, against its
  *     steady state (goal: within 2x), by `tpk replay` in new processes;
@@ -20,7 +21,7 @@
 #include "cli/opstream.h"
 #include "tpk.h"
 
-enum { WARMUP = 2, STEPS = 8, WARM_PROCESSES = 5, MAX_IO = 64 };
+enum { WARMUP = 2, STEPS = 12, WARM_PROCESSES = 5, MAX_IO = 64 };
 
 static void die(const char *what) {
   fprintf(stderr, "bench_eager: %s: %s\n", what, tpk_last_error());
@@ -80,20 +81,27 @@ typedef struct Steady {
   double wall, sim; /* seconds per step */
 } Steady;
 
-static Steady steady(const OpStream *s, const char *device, TpkEagerMode mode) {
-  Run r;
-  open_run(&r, s, device, mode, NULL);
-  for (int i = 0; i < WARMUP; i++) step(&r, s, NULL);
-  tpk_context_wait_compiles(r.ctx);
-  step(&r, s, NULL);
-  TpkStreamStats before, after;
-  tpk_stream_stats(r.stream, &before);
-  double t[STEPS];
-  for (int i = 0; i < STEPS; i++) t[i] = step(&r, s, NULL);
-  tpk_stream_stats(r.stream, &after);
-  Steady out = {tpk_median(t, STEPS), (after.sim_seconds - before.sim_seconds) / STEPS};
-  close_run(&r, s);
-  return out;
+/* The three modes' steady states on one device, their steps taken in turn
+ * so that a change of the machine's load falls on all of them: the ratios
+ * are of one run. */
+static void steady_modes(const OpStream *s, const char *device, Steady out[3]) {
+  Run r[3];
+  TpkStreamStats before[3], after[3];
+  for (int m = 0; m < 3; m++) {
+    open_run(&r[m], s, device, (TpkEagerMode)m, NULL);
+    for (int i = 0; i < WARMUP; i++) step(&r[m], s, NULL);
+    tpk_context_wait_compiles(r[m].ctx);
+    step(&r[m], s, NULL);
+    tpk_stream_stats(r[m].stream, &before[m]);
+  }
+  double t[3][STEPS];
+  for (int i = 0; i < STEPS; i++)
+    for (int m = 0; m < 3; m++) t[m][i] = step(&r[m], s, NULL);
+  for (int m = 0; m < 3; m++) {
+    tpk_stream_stats(r[m].stream, &after[m]);
+    out[m] = (Steady){tpk_median(t[m], STEPS), (after[m].sim_seconds - before[m].sim_seconds) / STEPS};
+    close_run(&r[m], s);
+  }
 }
 
 static void row(const char *name, const char *device, double value, const char *unit, const char *baseline, double ratio) {
@@ -107,8 +115,8 @@ static void bench_modes(const char *title, const OpStream *s) {
   static const char *devices[] = {"host", "sim:v5e"};
   for (int d = 0; d < 2; d++) {
     Steady m[3];
+    steady_modes(s, devices[d], m);
     for (int mode = TPK_EAGER_DEBUG; mode <= TPK_EAGER_FUSED; mode++) {
-      m[mode] = steady(s, devices[d], (TpkEagerMode)mode);
       char name[256];
       snprintf(name, sizeof name, "eager %s: %s mode, host wall time per step", title,
                tpk_eager_mode_name((TpkEagerMode)mode));
