@@ -197,9 +197,11 @@ static void test_trace(void **state) {
 
 /* Rows of each segment summed: the inner loop's bound and the block it
  * reads come from the data. `counts_decl` declares the distribution of
- * the counts ("" for none). */
-static void segsum_source(char *text, size_t size, const char *counts_decl) {
-  snprintf(text, size,
+ * the counts ("" for none). Checked at N=65536, D=256, G=4, and lowered
+ * for v5e; the kernel (c is the caller's, to free). */
+static TpkFunc *segsum_compiled(TestCompile *c, const char *counts_decl) {
+  char text[1024];
+  snprintf(text, sizeof text,
            "kernel segsum(x: f32[N, D], starts: i32[G], counts: i32[G] %s) -> (y: f32[G, D])\n"
            "  tune BR in [64]\n"
            "{\n"
@@ -212,6 +214,17 @@ static void segsum_source(char *text, size_t size, const char *counts_decl) {
            "  }\n"
            "}\n",
            counts_decl);
+  TpkBinding b[] = {{"N", 65536}, {"D", 256}, {"G", 4}};
+  TpkCheckOptions o = {.binds = b, .nbinds = 3};
+  test_compile(c, "k.tpk", text, &o);
+  if (c->status != TPK_OK) fail_msg("%s", c->rendered);
+  TpkFunc *f = c->bound->funcs[0];
+  TpkTarget t = tpk_sim_target(tpk_sim_chip_find("v5e"), "sim:v5e");
+  TpkError err = {0};
+  TpkPlan plan;
+  if (tpk_lower(f, &t, &plan, &err) != TPK_OK) fail_msg("%s", err.message);
+  tpk_plan_free(&plan);
+  return f;
 }
 
 /* With the launch's values the walk runs as many iterations as the data
@@ -219,20 +232,10 @@ static void segsum_source(char *text, size_t size, const char *counts_decl) {
  * same every time, and the report says the time follows data. */
 static void test_loop_bounds_from_data(void **state) {
   (void)state;
-  TpkBinding b[] = {{"N", 65536}, {"D", 256}, {"G", 4}};
-  char text[1024];
-  segsum_source(text, sizeof text, "");
   TestCompile c;
-  TpkCheckOptions o = {.binds = b, .nbinds = 3};
-  test_compile(&c, "k.tpk", text, &o);
-  assert_int_equal(c.status, TPK_OK);
-  TpkFunc *f = c.bound->funcs[0];
+  TpkFunc *f = segsum_compiled(&c, "");
   const TpkChip *chip = tpk_sim_chip_find("v5e");
-  TpkTarget t = tpk_sim_target(chip, "sim:v5e");
   TpkError err = {0};
-  TpkPlan plan;
-  if (tpk_lower(f, &t, &plan, &err) != TPK_OK) fail_msg("%s", err.message);
-  tpk_plan_free(&plan);
   int32_t starts[4] = {0, 20000, 30000, 40000}, counts[4] = {16384, 4096, 0, 2048}, half[4] = {8192, 2048, 0, 1024};
   void *args[4] = {NULL, starts, counts, NULL};
   TpkSimReport full, halved, sampled, again;
@@ -257,20 +260,10 @@ static void test_loop_bounds_from_data(void **state) {
  * declares: one value declared is the time of data holding that value; a
  * range declared lies between the times of its two ends. */
 static double segsum_seconds(const char *counts_decl, const int32_t *counts) {
-  char text[1024];
-  segsum_source(text, sizeof text, counts_decl);
-  TpkBinding b[] = {{"N", 65536}, {"D", 256}, {"G", 4}};
   TestCompile c;
-  TpkCheckOptions o = {.binds = b, .nbinds = 3};
-  test_compile(&c, "k.tpk", text, &o);
-  if (c.status != TPK_OK) fail_msg("%s", c.rendered);
-  TpkFunc *f = c.bound->funcs[0];
+  TpkFunc *f = segsum_compiled(&c, counts_decl);
   const TpkChip *chip = tpk_sim_chip_find("v5e");
-  TpkTarget t = tpk_sim_target(chip, "sim:v5e");
   TpkError err = {0};
-  TpkPlan plan;
-  if (tpk_lower(f, &t, &plan, &err) != TPK_OK) fail_msg("%s", err.message);
-  tpk_plan_free(&plan);
   int32_t starts[4] = {0, 0, 0, 0};
   void *args[4] = {NULL, starts, (void *)counts, NULL};
   TpkSimReport r;
