@@ -1974,9 +1974,8 @@ static Val bi_copy_async(Checker *c, const TpkAst *n, const Builtin *bi, const A
     while (i < src.pattern.rank && src.pattern.dim[i] == TPK_INDEX_SCALAR) i++;
     while (j < dst.pattern.rank && dst.pattern.dim[j] == TPK_INDEX_SCALAR) j++;
     if (i == src.pattern.rank || j == dst.pattern.rank) break;
-    bool both = src.pattern.dim[i++] == TPK_INDEX_RANGE && dst.pattern.dim[j] == TPK_INDEX_RANGE;
-    j++;
-    if (both) {
+    TpkIndexKind from = src.pattern.dim[i++], to = dst.pattern.dim[j++];
+    if (from == TPK_INDEX_RANGE && to == TPK_INDEX_RANGE) {
       tpk_diag_error_hint(c->diags, n->span,
                           "slice one side only: copy into a scratch buffer of the block's size, or from a tile",
                           "copy_async() slices axis %d of the block on both sides; the copy's size on an axis comes from a side that is not sliced there",
