@@ -361,6 +361,20 @@ void tpk_event_destroy(TpkEvent *e);
  * give other libraries the same count (torch.set_num_threads). */
 int tpk_host_threads(void);
 
+/* A program embedding tpk with threads of its own (PyTorch's intra-op pool)
+ * may lend them to the context's host launches, so that two sets of threads
+ * do not compete for the same cores (OpenMP's workers spin for a while
+ * after each op, on the core one of tpk's workers would need).
+ * run(user, parts, part, arg) must call part(arg, i) once for each i in
+ * [0, parts), on any of its threads, in any order or one after another,
+ * and return nonzero once all have returned; or return 0 at once, having
+ * called none, to decline: tpk's own workers then run them. It is called
+ * on the launching thread. A launch's part count is still
+ * tpk_host_threads'. NULL: tpk's own workers only. */
+typedef void (*TpkHostPartFn)(void *arg, int part);
+typedef int (*TpkHostParallelFn)(void *user, int parts, TpkHostPartFn part, void *arg);
+void tpk_context_set_host_parallel(TpkContext *ctx, TpkHostParallelFn run, void *user);
+
 /* ---- Graphs --------------------------------------------------------------------
  *
  * A graph is what the eager runtime and torch.compile hand tpk: inputs,

@@ -2,7 +2,10 @@
 torch.utils.cpp_extension: the compiler's on the first line, the linker's
 on the second. The Makefile runs this once (its output is
 build/python/torch_flags, remade when torch changes) and builds
-tpk/_torch_device.cpp with them, so nothing is compiled when Python runs."""
+tpk/_torch_device.cpp with them, so nothing is compiled when Python runs.
+With torch's OpenMP build, -fopenmp: the shim hands tpk's host launches to
+at::parallel_for, whose parallel region is compiled into the caller, so that
+tpk's parts run on torch's OpenMP threads (the libgomp torch loaded)."""
 import sysconfig
 
 import torch
@@ -13,7 +16,8 @@ cflags = [f"-isystem {path}" for path in includes] + [
     f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
     "-std=c++20",
 ]
+openmp = ["-fopenmp"] if torch.backends.openmp.is_available() else []
 libs = cpp_extension.library_paths()
 ldflags = [f"-L{path}" for path in libs] + [f"-Wl,-rpath,{path}" for path in libs] + ["-lc10", "-ltorch_cpu", "-ltorch"]
-print(" ".join(cflags))
-print(" ".join(ldflags))
+print(" ".join(cflags + openmp))
+print(" ".join(ldflags + openmp))

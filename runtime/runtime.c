@@ -194,6 +194,8 @@ struct TpkContext {
   bool dump_ir;      /* TPK_DUMP_IR=1: compiled graphs go to the log */
   TpkLogFn log;      /* tpk_context_set_log, under lock */
   void *log_user;
+  TpkHostParallelFn host_parallel; /* tpk_context_set_host_parallel, under lock */
+  void *host_parallel_user;
   TpkUnits *units;   /* the compiled units (units.c) */
   atomic_llong emitted; /* kernels lowered and emitted as C (tpk_cache_stats) */
   atomic_llong lowered; /* kernels bound and lowered for a launch's sizes */
@@ -497,6 +499,15 @@ void tpk_context_set_log(TpkContext *ctx, TpkLogFn log, void *user) {
   pthread_mutex_lock(&ctx->lock);
   ctx->log = log;
   ctx->log_user = user;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+void tpk_context_set_host_parallel(TpkContext *ctx, TpkHostParallelFn run, void *user) {
+  if (!ctx) return;
+  pthread_mutex_lock(&ctx->lock);
+  ctx->host_parallel = run;
+  ctx->host_parallel_user = user;
+  if (ctx->pool) tpk_pool_set_runner(ctx->pool, run, user);
   pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -1388,7 +1399,8 @@ int tpk_kernel_tune_memos(const TpkKernel *k) {
  * it can run of the `want` a launch would like (1 without a pool). */
 static int launch_pool(TpkContext *ctx, int want, TpkPool **pool) {
   pthread_mutex_lock(&ctx->lock);
-  if (!ctx->pool && tpk_pool_create(ctx->threads, &ctx->pool) != TPK_OK) ctx->pool = NULL;
+  if (!ctx->pool && tpk_pool_create(ctx->threads, &ctx->pool) == TPK_OK)
+    tpk_pool_set_runner(ctx->pool, ctx->host_parallel, ctx->host_parallel_user);
   *pool = ctx->pool;
   int have = tpk_pool_threads(ctx->pool);
   pthread_mutex_unlock(&ctx->lock);

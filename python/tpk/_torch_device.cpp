@@ -29,6 +29,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -53,6 +54,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -1394,6 +1396,23 @@ PyObject *set_device(PyObject *, PyObject *name) {
   Py_RETURN_NONE;
 }
 
+/* tpk's host launches on torch's intra-op threads
+ * (tpk_context_set_host_parallel): PyTorch's OpenMP workers spin for a
+ * while after each op, on the cores tpk's own workers would need; lent,
+ * they run tpk's parts instead, as they run Inductor's kernels. Only for
+ * launches from the thread that set the device up (where torch.compile's
+ * graphs run): another thread entering OpenMP would start a second team of
+ * spinning workers, so the eager stream's queue keeps tpk's workers. */
+std::thread::id lending_thread;
+
+int run_on_torch_threads(void *, int parts, TpkHostPartFn part, void *arg) {
+  if (std::this_thread::get_id() != lending_thread) return 0;
+  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) part(arg, (int)i);
+  });
+  return 1;
+}
+
 PyObject *init(PyObject *, PyObject *args) {
   PyObject *capsule, *name;
   int fallback;
@@ -1406,6 +1425,8 @@ PyObject *init(PyObject *, PyObject *args) {
     s.ctx = ctx;
     s.fallback = fallback;
   }
+  lending_thread = std::this_thread::get_id();
+  if (!getenv("TPK_NO_LEND")) tpk_context_set_host_parallel(ctx, run_on_torch_threads, nullptr); /* TEMP */
   PyObject *r = set_device(nullptr, name);
   if (!r) return nullptr;
   Py_DECREF(r);

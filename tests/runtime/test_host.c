@@ -617,6 +617,72 @@ static void test_errors_from_worker_parts(void **state) {
   unsetenv("TPK_HOST_THREADS");
 }
 
+/* An embedding program's threads (tpk_context_set_host_parallel): this one
+ * runs the parts itself, last first, or declines. */
+typedef struct LentThreads {
+  int calls, parts;
+  bool decline;
+} LentThreads;
+
+static int lent_run(void *user, int parts, TpkHostPartFn part, void *arg) {
+  LentThreads *lent = user;
+  lent->calls++;
+  if (lent->decline) return 0;
+  lent->parts = parts;
+  for (int i = parts - 1; i >= 0; i--) part(arg, i);
+  return 1;
+}
+
+/* Launches hand their parts to the lent threads, which may run them in any
+ * order: the same results, and a part's error is still the launch's; a
+ * runner that declines leaves them to tpk's workers; NULL stops lending. */
+static void test_parts_on_lent_threads(void **state) {
+  (void)state;
+  const char *src = "kernel pick(ids: i32[N], table: f32[V, 4]) -> (y: f32[N, 4])\n"
+                    "{\n"
+                    "  for i in tiles(N, 2) { y[i, :] = table[ids[i], :]; }\n"
+                    "}\n";
+  setenv("TPK_HOST_THREADS", "2", 1);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkKernel *k = test_kernel(&ctx, &dev, "host", "pick.tpk", src, "pick");
+  LentThreads lent = {0};
+  tpk_context_set_host_parallel(ctx, lent_run, &lent);
+  TpkBuffer *ids, *table, *y;
+  int64_t n = 16, tshape[2] = {8, 4}, yshape[2] = {16, 4};
+  assert_int_equal(tpk_buffer_create(dev, TPK_I32, 1, &n, &ids), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, tshape, &table), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, yshape, &y), TPK_OK);
+  int32_t *id = tpk_buffer_data(ids);
+  float *t = tpk_buffer_data(table), *out = tpk_buffer_data(y);
+  for (int i = 0; i < 32; i++) t[i] = (float)i;
+  TpkBuffer *args[] = {ids, table, y};
+  TpkLaunch L = {.args = args};
+  for (int round = 0; round < 3; round++) {
+    lent.decline = round == 1;
+    if (round == 2) tpk_context_set_host_parallel(ctx, NULL, NULL);
+    for (int i = 0; i < 16; i++) id[i] = (7 - i % 8 + round) % 8;
+    memset(out, 0, 64 * sizeof *out);
+    assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+    for (int i = 0; i < 16; i++) assert_true(out[i * 4 + 1] == (float)((7 - i % 8 + round) % 8 * 4 + 1));
+    assert_int_equal(lent.calls, round < 2 ? round + 1 : 2);
+  }
+  assert_int_equal(lent.parts, 2);
+  tpk_context_set_host_parallel(ctx, lent_run, &lent);
+  lent.decline = false;
+  id[13] = 99; /* the second part's instance, run first by the lent threads */
+  id[2] = 42;
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
+  assert_non_null(strstr(tpk_last_error(), "gather index 42 is out of range [0, 8)"));
+  assert_int_equal(lent.calls, 3);
+  tpk_buffer_destroy(ids);
+  tpk_buffer_destroy(table);
+  tpk_buffer_destroy(y);
+  tpk_program_destroy(tpk_kernel_program(k));
+  tpk_context_destroy(ctx);
+  unsetenv("TPK_HOST_THREADS");
+}
+
 /* A forked child's copy of the context has no worker threads: its launches
  * run every part themselves (and finish), and it can destroy the context. */
 static void test_launch_in_forked_child(void **state) {
@@ -1081,6 +1147,7 @@ int main(void) {
       cmocka_unit_test(test_generic_code_matches_specialised),
       cmocka_unit_test(test_host_threads_from_env),
       cmocka_unit_test(test_errors_from_worker_parts),
+      cmocka_unit_test(test_parts_on_lent_threads),
       cmocka_unit_test(test_long_errors_are_whole),
       cmocka_unit_test(test_whole_kernels_with_threads),
       cmocka_unit_test(test_launch_in_forked_child),
