@@ -1589,9 +1589,15 @@ static bool escalate(const Window *w, int r, int round, Syms *base) {
     base->factor |= rec->own.n > 0;
     return base->nconst + base->n > before;
   }
-  if (round - 1 > n) return false;
+  if (round == 1) { /* the op's sizes constant but those an earlier op settled as symbols (a view of a [B*T, D] by [B, T]) */
+    int before = base->nconst;
+    for (int i = 0; i < n; i++)
+      if (sym_find(base, sizes[i]) < 0) add_const(base, sizes[i]);
+    return base->nconst > before;
+  }
+  if (round - 2 > n) return false;
   for (int i = 0; i < n; i++)
-    if (i != round - 1 || round - 1 == n) add_const(base, sizes[i]); /* the last round: all of them */
+    if (i != round - 2 || round - 2 == n) add_const(base, sizes[i]); /* the last round: all of them */
   return true;
 }
 
@@ -1662,7 +1668,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
      * earlier one failing now: this try did not do for this one) */
     if (failed_at > at) at = failed_at, round = 0, settled = base;
     bool more = false;
-    while (!more && round <= 2 * MAX_SYMS + 1) {
+    while (!more && round <= 2 * MAX_SYMS + 2) {
       base = settled;
       more = escalate(&s->w, at, round++, &base);
     }
