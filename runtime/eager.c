@@ -26,8 +26,9 @@
  * A fused window, seen for the first time, is built with every size a
  * symbol of the window: it knows what an op alone does not (that a [B*S,
  * D] came from a [B, S, D]). Where an op does not build so, the window
- * keeps constant what that op kept alone, else all the op's sizes but
- * one, each in turn, until it builds past the op; the resolution is kept
+ * keeps constant what that op kept alone, else the op's sizes but those
+ * earlier ops settled as symbols, else all the op's sizes but one, each
+ * in turn, until it builds past the op; the resolution is kept
  * under the window's symbolic key by the symbols' positions, so the window
  * at other sizes finds its program without building. Sizes are symbols by
  * value; a length that happens to equal another size (a sequence of 32
