@@ -26,8 +26,9 @@
  * A fused window, seen for the first time, is built with every size a
  * symbol of the window: it knows what an op alone does not (that a [B*S,
  * D] came from a [B, S, D]). Where an op does not build so, the window
- * keeps constant what that op kept alone, else all the op's sizes but
- * one, each in turn, until it builds past the op; the resolution is kept
+ * keeps constant what that op kept alone, else the op's sizes but those
+ * earlier ops settled as symbols, else all the op's sizes but one, each
+ * in turn, until it builds past the op; the resolution is kept
  * under the window's symbolic key by the symbols' positions, so the window
  * at other sizes finds its program without building. Sizes are symbols by
  * value; a length that happens to equal another size (a sequence of 32
@@ -1611,9 +1612,15 @@ static bool escalate(const Window *w, int r, int round, Syms *base) {
     base->factor |= rec->own.n > 0;
     return base->nconst + base->n > before;
   }
-  if (round - 1 > n) return false;
+  if (round == 1) { /* the op's sizes constant but those an earlier op settled as symbols (a view of a [B*T, D] by [B, T]) */
+    int before = base->nconst;
+    for (int i = 0; i < n; i++)
+      if (sym_find(base, sizes[i]) < 0) add_const(base, sizes[i]);
+    return base->nconst > before;
+  }
+  if (round - 2 > n) return false;
   for (int i = 0; i < n; i++)
-    if (i != round - 1 || round - 1 == n) add_const(base, sizes[i]); /* the last round: all of them */
+    if (i != round - 2 || round - 2 == n) add_const(base, sizes[i]); /* the last round: all of them */
   return true;
 }
 
@@ -1684,7 +1691,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
      * earlier one failing now: this try did not do for this one) */
     if (failed_at > at) at = failed_at, round = 0, settled = base;
     bool more = false;
-    while (!more && round <= 2 * MAX_SYMS + 1) {
+    while (!more && round <= 2 * MAX_SYMS + 2) {
       base = settled;
       more = escalate(&s->w, at, round++, &base);
     }
