@@ -90,9 +90,13 @@ deps:
 	@sh tools/deps.sh
 
 # ---- generated sources ----
-$(BUILD)/dsl/grammar.c $(BUILD)/dsl/grammar.h: dsl/grammar.y
+# One lemon run makes both (a grouped target: -j never runs it twice at
+# once, one run truncating the grammar.c another is compiling); lemon leaves
+# an unchanged grammar.h alone, so touch it, or every make would run it again.
+$(BUILD)/dsl/grammar.c $(BUILD)/dsl/grammar.h &: dsl/grammar.y
 	@mkdir -p $(BUILD)/dsl
 	lemon -q -T/usr/share/lemon/lempar.c -d$(BUILD)/dsl dsl/grammar.y
+	@touch $(BUILD)/dsl/grammar.h
 $(BUILD)/dsl/lexer.c: dsl/lexer.re $(BUILD)/dsl/grammar.h
 	@mkdir -p $(BUILD)/dsl
 	re2c -W --no-generation-date -o $@ dsl/lexer.re
