@@ -472,8 +472,12 @@ static inline uint32_t f32_bits(float f) {
 #define BITS_I8(x) ((uint32_t)(int32_t)(x))
 
 #define DEFINE_PACK_AVX2(NAME, SRC_T, LOAD8, BITS, PORTABLE)                                                   \
-  /* the first m (1..7) elements at p, the rest zero */                                                       \
+  /* the first m (1..7) elements at p, the rest zero: 32-bit elements by a                                   \
+   * masked load (a copy through a buffer stalls on store forwarding) */                                      \
   __attribute__((target("avx2"))) static inline __m256 NAME##_part(const SRC_T *p, int64_t m) {                \
+    if (sizeof(SRC_T) == 4)                                                                                    \
+      return _mm256_maskload_ps((const float *)p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)m),                 \
+                                                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))); \
     SRC_T buf[8] = {0};                                                                                        \
     memcpy(buf, p, (size_t)m * sizeof *p);                                                                     \
     return LOAD8(buf);                                                                                         \
@@ -496,7 +500,11 @@ static inline uint32_t f32_bits(float f) {
           const SRC_T *sp = s + p * w;                                                                         \
           int64_t nv = min64(w, n - p * w);                                                                    \
           for (int64_t t = 0; t < w; t += 8) {                                                                 \
-            __m256 v = t + 8 <= nv ? LOAD8(sp + t) : t < nv ? NAME##_part(sp + t, nv - t) : _mm256_setzero_ps(); \
+            /* a whole vector wherever the row has 8 more elements, even past  \
+             * the panel (a 14-wide panel's second group): only the panel's    \
+             * lanes are stored */                                              \
+            int64_t avail = n - p * w - t;                                                                     \
+            __m256 v = avail >= 8 ? LOAD8(sp + t) : t < nv ? NAME##_part(sp + t, nv - t) : _mm256_setzero_ps(); \
             store_lanes(d + t, v, min64(8, w - t));                                                            \
           }                                                                                                    \
         }                                                                                                      \
