@@ -23,13 +23,10 @@
  * (its result is computed inside its one user's loop, never stored) when
  *   - it is a broadcast, an iota (`j.start + iota(...)` column indices cost
  *     an index, not a tile), or an elementwise op or select the C emitter
- *     computes one element at a time: not a conversion other than f32 <->
- *     bf16, not an integer division (it must report division by zero); f32
- *     exp, log, sqrt, rsqrt, tanh, sigmoid and erf too (generated code has
- *     the primitive's algorithms lane by lane, same bits, and cc vectorises
- *     them: GELU's erf inside its chain, not a tile of its own between
- *     two), but not into a broadcast, which would compute them once per
- *     element it spreads to; and
+ *     computes one element at a time: not one the primitive library
+ *     computes on a whole f32 tile (exp, log, ...), not a conversion other
+ *     than f32 <-> bf16, not an integer division (it must report division
+ *     by zero); and
  *   - its result is used exactly once, in its own block, by an op that is
  *     itself computed element by element, or by an f32 sum or mean over
  *     trailing axes or leading ones, which adds the elements as its loop
@@ -87,8 +84,7 @@ static TpkStatus decide_accumulation(TpkModule *m, TpkBlock *b, TpkError *err) {
 
 /* ---- fusion -------------------------------------------------------------------- */
 
-/* Transcendental functions the primitive library computes on f32 tiles
- * (and generated code element by element, with the same bits). */
+/* Transcendental functions the primitive library computes on f32 tiles. */
 static bool prim_unary_f32(const TpkOp *op) {
   switch (op->opcode) {
   case TPK_OP_EXP: case TPK_OP_LOG: case TPK_OP_SQRT: case TPK_OP_RSQRT:
@@ -111,7 +107,8 @@ static bool element_loop(const TpkOp *op) {
   if (op->nout != 1 || op->out[0].type->kind != TPK_TYPE_TENSOR || op->out[0].type->rank == 0) return false;
   if (op->opcode == TPK_OP_CONVERT) return inline_convert(op);
   if (op->opcode == TPK_OP_BROADCAST || op->opcode == TPK_OP_SELECT || op->opcode == TPK_OP_IOTA) return true;
-  return (tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE) != 0;
+  if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE)) return false;
+  return !prim_unary_f32(op);
 }
 
 /* An f32 sum or mean over trailing axes (rows) or leading axes (columns),
@@ -135,25 +132,11 @@ static bool int_division(const TpkOp *op) {
          !tpk_dtype_is_float(op->in[0]->type->dtype);
 }
 
-static bool fuses(const TpkOp *op);
-
-/* Would op's elements, computed in its user's loop, be computed again for
- * each element a broadcast down the chain of fused users spreads them to? */
-static bool spread(const TpkOp *op) {
-  for (const TpkOp *use = tpk_value_single_user(&op->out[0]); use && element_loop(use);
-       use = tpk_value_single_user(&use->out[0])) {
-    if (use->opcode == TPK_OP_BROADCAST) return true;
-    if (!fuses(use)) return false;
-  }
-  return false;
-}
-
 static bool fuses(const TpkOp *op) {
   if (!element_loop(op) || int_division(op)) return false;
   const TpkOp *use = tpk_value_single_user(&op->out[0]);
   if (!use || use->parent != op->parent) return false;
-  if (!element_loop(use) && !sum_takes_elements(use)) return false;
-  return !prim_unary_f32(op) || !spread(op);
+  return element_loop(use) || sum_takes_elements(use);
 }
 
 static TpkStatus decide_fusion(TpkModule *m, TpkBlock *b, TpkError *err) {
