@@ -156,7 +156,7 @@ $(BUILD)/kernels/tpk_prims.h: host/prims.h
 # Generated code: the JIT's cc-tier flags (-ffp-contract=off keeps the bits
 # of every tier equal), without -Werror: its helpers are not all used.
 $(STD_OBJ): %.o: %.c $(BUILD)/kernels/tpk_prims.h
-	$(CC) $(CPPFLAGS) -I$(BUILD)/kernels -std=c11 -g -O3 -fPIC -ffp-contract=off $(STD_SANITIZE) -w -c $< -o $@
+	$(CC) $(CPPFLAGS) -I$(BUILD)/kernels -std=c11 -g -O3 -fPIC -ffp-contract=off -fno-math-errno $(STD_SANITIZE) -w -c $< -o $@
 
 # ---- library and command line ----
 $(BUILD)/libtpk.a: $(LIB_OBJ) $(STD_OBJ) $(STD_LIST)
