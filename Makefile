@@ -90,9 +90,13 @@ deps:
 	@sh tools/deps.sh
 
 # ---- generated sources ----
-$(BUILD)/dsl/grammar.c $(BUILD)/dsl/grammar.h: dsl/grammar.y
+# One lemon run makes both (a grouped target: -j never runs it twice at
+# once, one run truncating the grammar.c another is compiling); lemon leaves
+# an unchanged grammar.h alone, so touch it, or every make would run it again.
+$(BUILD)/dsl/grammar.c $(BUILD)/dsl/grammar.h &: dsl/grammar.y
 	@mkdir -p $(BUILD)/dsl
 	lemon -q -T/usr/share/lemon/lempar.c -d$(BUILD)/dsl dsl/grammar.y
+	@touch $(BUILD)/dsl/grammar.h
 $(BUILD)/dsl/lexer.c: dsl/lexer.re $(BUILD)/dsl/grammar.h
 	@mkdir -p $(BUILD)/dsl
 	re2c -W --no-generation-date -o $@ dsl/lexer.re
@@ -152,7 +156,7 @@ $(BUILD)/kernels/tpk_prims.h: host/prims.h
 # Generated code: the JIT's cc-tier flags (-ffp-contract=off keeps the bits
 # of every tier equal), without -Werror: its helpers are not all used.
 $(STD_OBJ): %.o: %.c $(BUILD)/kernels/tpk_prims.h
-	$(CC) $(CPPFLAGS) -I$(BUILD)/kernels -std=c11 -g -O3 -fPIC -ffp-contract=off $(STD_SANITIZE) -w -c $< -o $@
+	$(CC) $(CPPFLAGS) -I$(BUILD)/kernels -std=c11 -g -O3 -fPIC -ffp-contract=off -fno-math-errno $(STD_SANITIZE) -w -c $< -o $@
 
 # ---- library and command line ----
 $(BUILD)/libtpk.a: $(LIB_OBJ) $(STD_OBJ) $(STD_LIST)

@@ -472,11 +472,23 @@ static inline uint32_t f32_bits(float f) {
 #define BITS_I8(x) ((uint32_t)(int32_t)(x))
 
 #define DEFINE_PACK_AVX2(NAME, SRC_T, LOAD8, BITS, PORTABLE)                                                   \
-  /* the first m (1..7) elements at p, the rest zero */                                                       \
+  /* the first m (1..7) elements at p, the rest zero: 32-bit elements by a                                   \
+   * masked load (a copy through a buffer stalls on store forwarding) */                                      \
   __attribute__((target("avx2"))) static inline __m256 NAME##_part(const SRC_T *p, int64_t m) {                \
+    if (sizeof(SRC_T) == 4)                                                                                    \
+      return _mm256_maskload_ps((const float *)p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)m),                 \
+                                                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))); \
     SRC_T buf[8] = {0};                                                                                        \
     memcpy(buf, p, (size_t)m * sizeof *p);                                                                     \
     return LOAD8(buf);                                                                                         \
+  }                                                                                                            \
+  /* a panel's row of w elements at sp (w + 8 - w % 8 of them readable), the                                 \
+   * last w % 8 by the mask `tail` */                                                                         \
+  __attribute__((target("avx2"), always_inline)) static inline void NAME##_row(uint32_t *d, const SRC_T *sp,   \
+                                                                             int64_t w, __m256i tail) {       \
+    int64_t t = 0;                                                                                             \
+    for (; t + 8 <= w; t += 8) _mm256_storeu_ps((float *)(d + t), LOAD8(sp + t));                              \
+    if (t < w) _mm256_maskstore_ps((float *)(d + t), tail, LOAD8(sp + t));                                     \
   }                                                                                                            \
   __attribute__((target("avx2"))) static void NAME(void *dstv, int64_t w, const void *srcv, int64_t s_w,       \
                                                    int64_t s_k, int64_t n, int64_t kc) {                       \
@@ -486,17 +498,28 @@ static inline uint32_t f32_bits(float f) {
     if (s_w == 1) {                                                                                            \
       /* Source rows (one per k) scatter into the panels. Short row segments                                   \
        * far apart defeat the hardware prefetcher: fetch 8 rows ahead. */                                      \
+      __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w % 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
       for (int64_t k = 0; k < kc; k++) {                                                                       \
         const SRC_T *s = src + k * s_k;                                                                        \
         if (k + 8 < kc)                                                                                        \
           for (int64_t t = 0; t < n; t += 64 / (int64_t)sizeof(SRC_T))                                         \
             _mm_prefetch((const char *)(s + 8 * s_k + t), _MM_HINT_T0);                                        \
-        for (int64_t p = 0; p < panels; p++) {                                                                 \
+        /* panels whose every group reads 8 elements that exist: no checks */                                 \
+        int64_t p = 0;                                                                                         \
+        if (w == 14)                                                                                           \
+          for (; p * 14 + 16 <= n; p++) NAME##_row(dst + (p * kc + k) * 14, s + p * 14, 14, tail);            \
+        else if (w == 32)                                                                                      \
+          for (; p * 32 + 32 <= n; p++) NAME##_row(dst + (p * kc + k) * 32, s + p * 32, 32, tail);            \
+        for (; p < panels; p++) {                                                                              \
           uint32_t *d = dst + (p * kc + k) * w;                                                                \
           const SRC_T *sp = s + p * w;                                                                         \
           int64_t nv = min64(w, n - p * w);                                                                    \
           for (int64_t t = 0; t < w; t += 8) {                                                                 \
-            __m256 v = t + 8 <= nv ? LOAD8(sp + t) : t < nv ? NAME##_part(sp + t, nv - t) : _mm256_setzero_ps(); \
+            /* a whole vector wherever the row has 8 more elements, even past  \
+             * the panel (a 14-wide panel's second group): only the panel's    \
+             * lanes are stored */                                              \
+            int64_t avail = n - p * w - t;                                                                     \
+            __m256 v = avail >= 8 ? LOAD8(sp + t) : t < nv ? NAME##_part(sp + t, nv - t) : _mm256_setzero_ps(); \
             store_lanes(d + t, v, min64(8, w - t));                                                            \
           }                                                                                                    \
         }                                                                                                      \

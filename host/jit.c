@@ -491,12 +491,15 @@ static void hash_compiler_identity(Sha256 *key, const char *prog) {
  * -mfma only when this CPU has them (never -march=native: a shared cache
  * must stay loadable on other machines; the flags are part of the key).
  * -ffp-contract=off keeps cc from fusing a*b+c, which tcc never does, so
- * both tiers compute the same bits; -lm for scalar math in kernels.
+ * both tiers compute the same bits; -fno-math-errno lets sqrtf be an
+ * instruction in vectorised loops (the results are the same); -lm for
+ * scalar math in kernels.
  * -z noseparate-code keeps the linker from padding each segment to a page:
  * a kernel's object is a third smaller (7 KB, not 15, for a small one),
  * which every load of it from the cache reads and authenticates. */
 static bool build_cc_argv(TpkJit *j, const char *cc) {
-  static const char *const flags[] = {"-O3", "-fPIC", "-shared", "-ffp-contract=off", "-Wl,-z,noseparate-code"};
+  static const char *const flags[] = {"-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno",
+                                      "-Wl,-z,noseparate-code"};
   bool avx2 = false;
 #if defined(__x86_64__) && defined(__GNUC__)
   avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -9,7 +9,8 @@
  *
  * Values that can share one buffer are merged into a storage group before
  * offsets are assigned:
- *   - an elementwise result and an operand that dies at that op (in place);
+ *   - an elementwise result and an operand that dies at that op (in place),
+ *     its own or one read by an elementwise op fused into it;
  *   - a reshape and its operand (same bytes, a view);
  *   - a loop-carried value: the loop's block argument, the loop's result,
  *     its initial value when that dies at the loop, and the yielded value when
@@ -246,8 +247,35 @@ static bool dies_at(Planner *p, const TpkValue *v, const TpkOp *op) {
 
 static bool is_param(const TpkValue *v) { return !v->def && v->block && !v->block->parent; }
 
+static bool elementwise(const TpkOp *op) {
+  return (tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT ||
+         op->opcode == TPK_OP_CONVERT;
+}
+
+/* Put result r of elementwise op `at` in the buffer of an operand of op
+ * that dies at `at`: op's own, or one an elementwise op fused into it reads
+ * (`exp(t - max)` computed in place in t's buffer: each element is read
+ * before it is written; not through a broadcast, which reads an element
+ * for many). */
+static bool merge_operand_in_place(Planner *p, const TpkOp *op, const TpkOp *at, int r) {
+  for (int i = 0; i < op->nin; i++) {
+    const TpkValue *u = op->in[i];
+    if (u->def && tpk_op_is_fused(u->def)) {
+      if (elementwise(u->def) && merge_operand_in_place(p, u->def, at, r)) return true;
+      continue;
+    }
+    int a = index_get(p->ix, u);
+    if (a < 0 || is_param(u) || u->type->rank != at->out[0].type->rank) continue;
+    if (!same_size(p, a, r)) continue;
+    if (dies_at(p, u, at)) {
+      unite(p, a, r);
+      return true;
+    }
+  }
+  return false;
+}
+
 static void merge_in_place(Planner *p, const TpkOp *op) {
-  const TpkOpInfo *info = tpk_op_info(op->opcode);
   int r = op->nout == 1 ? index_get(p->ix, &op->out[0]) : -1;
   if (r < 0) return;
   if (op->opcode == TPK_OP_RESHAPE) {
@@ -261,19 +289,7 @@ static void merge_in_place(Planner *p, const TpkOp *op) {
     if (a >= 0 && !is_param(acc) && dies_at(p, acc, op)) unite(p, a, r); /* one type: one size */
     return;
   }
-  bool elementwise = (info->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT ||
-                     op->opcode == TPK_OP_CONVERT;
-  if (!elementwise) return;
-  for (int i = 0; i < op->nin; i++) {
-    const TpkValue *u = op->in[i];
-    int a = index_get(p->ix, u);
-    if (a < 0 || is_param(u) || u->type->rank != op->out[0].type->rank) continue;
-    if (!same_size(p, a, r)) continue;
-    if (dies_at(p, u, op)) {
-      unite(p, a, r);
-      return;
-    }
-  }
+  if (elementwise(op)) merge_operand_in_place(p, op, op, r);
 }
 
 /* May group g (holding the value a loop yields) take the loop's buffer,

@@ -21,7 +21,11 @@
  * timed on its own; the trace of a graph is that of its slowest kernel).
  * The plan is made once per compiled graph; a launch takes only the
  * intermediate block, from the context's scratch memory (runtime.c), which
- * the next launch of any graph or kernel reuses.
+ * the next launch of any graph or kernel reuses. Intermediates whose lives
+ * (from the call that writes one to the last that reads it) do not meet
+ * share its bytes: the block is what is alive at once, not the sum (a
+ * transformer block's forward and backward: 6.0 -> 3.5 MB), so a new
+ * process has fewer fresh pages to fault in.
  */
 #include "runtime/device.h"
 
@@ -43,6 +47,10 @@ typedef struct Slot {
   int param;  /* SLOT_PARAM: the graph's input */
   int output; /* a SLOT_RESULT written in place into this output's buffer, else -1 */
   uint64_t value; /* SLOT_CONST: the rank-0 value in its dtype's storage */
+  /* A root SLOT_RESULT's life: the call that writes it, and the last call
+   * that reads it or a view of it (ncalls: it is returned, copied at the
+   * end). Intermediates whose lives do not meet share bytes. */
+  int def, last;
 } Slot;
 
 /* One call: which slot each of the callee's parameters reads or writes,
@@ -100,7 +108,8 @@ static int slot_of(TpkDriver *d, const TpkPtrMap *slots, const TpkValue *v) {
 
 static int new_slot(TpkDriver *d, TpkPtrMap *slots, const TpkValue *v, SlotKind kind) {
   int i = d->nslots++;
-  d->slots[i] = (Slot){.kind = kind, .type = v->type, .root = i, .param = -1, .output = -1};
+  d->slots[i] = (Slot){.kind = kind, .type = v->type, .root = i, .param = -1, .output = -1, .def = d->ncalls - 1,
+                       .last = d->ncalls - 1};
   return tpk_ptrmap_put(slots, v, (void *)(intptr_t)(i + 1)) ? i : -1;
 }
 
@@ -134,6 +143,10 @@ static TpkStatus plan_call(TpkDriver *d, const TpkFunc *driver, TpkPtrMap *slots
     if ((c->slot[i] = slot_of(d, slots, v)) < 0) return TPK_ERR_UNSUPPORTED;
   }
   if (in != op->nin || out != op->nout) return plan_fail(d, "calls a kernel with arguments or results its parameters do not take");
+  for (int i = 0; i < f->nparams; i++) { /* what it reads lives until it has run */
+    int read = f->params[i].role == TPK_PARAM_IN ? c->slot[i] : c->copy_from[i];
+    if (read >= 0) d->slots[d->slots[read].root].last = d->ncalls - 1;
+  }
   /* each shape symbol of the callee from the first parameter dim that is
    * it; a symbol only inside products (a cluster's [s0*s1]), or in none
    * of its parameters (a cluster making an iota), is the graph's own:
@@ -227,6 +240,7 @@ TpkStatus tpk_driver_new(const TpkFunc *f, TpkKernel *(*callee)(void *ctx, const
     else {
       d->results[d->nresults++] = s;
       Slot *root = &d->slots[d->slots[s].root];
+      root->last = d->ncalls; /* read by the copy at the end, unless written in place */
       if (root->kind == SLOT_RESULT && root->output < 0) root->output = i;
     }
   }
@@ -313,6 +327,36 @@ static void add_report(TpkLaunchResult *sum, const TpkLaunchResult *r, double *l
   }
 }
 
+/* The intermediates' offsets in their block (into at[slot[i]] as offset
+ * + 1), in the order they are written: each at the lowest offset (64-byte
+ * aligned) where it meets no intermediate placed before it that is alive
+ * at once; lives meet when one is written before the other's last read
+ * (so a call never writes where it reads). `busy` has room for n ranges.
+ * The block's size. */
+static size_t place_intermediates(const TpkDriver *d, const int *slot, int n, const size_t *bytes, void **at,
+                                  size_t (*busy)[2]) {
+  size_t block = 0;
+  for (int a = 0; a < n; a++) {
+    const Slot *s = &d->slots[slot[a]];
+    size_t size = (bytes[slot[a]] + 63) / 64 * 64, offset = 0;
+    int nbusy = 0;
+    for (int b = 0; b < a; b++) { /* the ranges of those alive with it, by offset */
+      const Slot *t = &d->slots[slot[b]];
+      if (!(s->def <= t->last && t->def <= s->last)) continue;
+      size_t from = (uintptr_t)at[slot[b]] - 1, to = from + (bytes[slot[b]] + 63) / 64 * 64;
+      int j = nbusy++;
+      for (; j > 0 && busy[j - 1][0] > from; j--) memcpy(busy[j], busy[j - 1], sizeof busy[j]);
+      busy[j][0] = from;
+      busy[j][1] = to;
+    }
+    for (int j = 0; j < nbusy && busy[j][0] < offset + size; j++) /* the first gap that fits */
+      if (busy[j][1] > offset) offset = busy[j][1];
+    at[slot[a]] = (void *)(uintptr_t)(offset + 1);
+    if (offset + size > block) block = offset + size;
+  }
+  return block;
+}
+
 TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, TpkBuffer *const *args,
                          TpkLaunchResult *result) {
   Sizes sz = {d, sizes};
@@ -327,8 +371,11 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
   TpkStatus st = TPK_OK;
   /* Where each root's bytes are: inputs are the launch's; a result goes
    * into its output buffer unless that overlaps an input, else into the
-   * intermediate block at an offset. */
+   * intermediate block at an offset (place_intermediates). */
   size_t block = 0;
+  int *placed = calloc((size_t)d->nslots + 1, sizeof *placed), nplaced = 0;
+  size_t(*busy)[2] = calloc((size_t)d->nslots + 1, sizeof *busy);
+  if (!placed || !busy) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory running graph '%s'", d->name);
   for (int i = 0; st == TPK_OK && i < d->nslots; i++) {
     Slot *s = &d->slots[i];
     st = slot_bytes(d, &sz, s, &bytes[i]);
@@ -342,13 +389,11 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
     TpkBuffer *o = s->output >= 0 ? args[nparams + s->output] : NULL;
     for (int p = 0; o && p < nparams; p++)
       if (overlap(o->data, o->bytes, args[p]->data, args[p]->bytes)) o = NULL;
-    if (o && o->bytes == bytes[i]) {
-      at[i] = o->data;
-    } else {
-      at[i] = (void *)(uintptr_t)(block + 1); /* an offset, placed below */
-      block += (bytes[i] + 63) / 64 * 64;
-    }
+    if (o && o->bytes == bytes[i]) at[i] = o->data;
+    else placed[nplaced++] = i;
   }
+  if (st == TPK_OK) block = place_intermediates(d, placed, nplaced, bytes, at, busy);
+  free(busy);
   /* the intermediate block, from the context's scratch memory */
   void *memory = NULL;
   size_t memory_cap = 0;
@@ -358,10 +403,8 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
     if (!memory) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for graph '%s''s %zu bytes of intermediates", d->name, block);
     else reserved = (st = tpk_device_reserve(dev, block)) == TPK_OK;
   }
-  for (int i = 0; st == TPK_OK && i < d->nslots; i++) {
-    Slot *s = &d->slots[i];
-    if (s->kind == SLOT_RESULT && (uintptr_t)at[i] <= block) at[i] = (char *)memory + (uintptr_t)at[i] - 1;
-  }
+  for (int i = 0; st == TPK_OK && i < nplaced; i++) at[placed[i]] = (char *)memory + (uintptr_t)at[placed[i]] - 1;
+  free(placed);
   for (int i = 0; i < d->nslots; i++)
     if (d->slots[i].kind == SLOT_VIEW) at[i] = at[d->slots[i].root];
   /* the calls, in order */

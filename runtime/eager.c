@@ -26,8 +26,9 @@
  * A fused window, seen for the first time, is built with every size a
  * symbol of the window: it knows what an op alone does not (that a [B*S,
  * D] came from a [B, S, D]). Where an op does not build so, the window
- * keeps constant what that op kept alone, else all the op's sizes but
- * one, each in turn, until it builds past the op; the resolution is kept
+ * keeps constant what that op kept alone, else the op's sizes but those
+ * earlier ops settled as symbols, else all the op's sizes but one, each
+ * in turn, until it builds past the op; the resolution is kept
  * under the window's symbolic key by the symbols' positions, so the window
  * at other sizes finds its program without building. Sizes are symbols by
  * value; a length that happens to equal another size (a sequence of 32
@@ -73,7 +74,10 @@
  *
  * An op seen before at the same sizes skips all of that: the memo keeps,
  * by the op's exact signature, its program and what its launch takes
- * (debug, strict), or what recording it takes (fused; see "the memo").
+ * (debug, strict), or what recording it takes (fused; see "the memo"). A
+ * fused window's entries are kept in the cache folder, so a new process's
+ * first step records its ops from them too (see "the memo in the cache
+ * folder").
  *
  * Pending buffers. An op's outputs are new buffers, allocated at once; their
  * bytes are marked pending (device.h: the storage names the stream, which
@@ -116,7 +120,7 @@ enum {
 };
 
 /* What a unit's key starts with (beyond TPK_UNIT_KEY_WINDOW: eager's own). */
-enum { KEY_LAYOUT = 101, KEY_OPTYPE, KEY_OPPROG };
+enum { KEY_LAYOUT = 101, KEY_OPTYPE, KEY_OPPROG, KEY_OPMEMO };
 
 /* ---- keys ------------------------------------------------------------------------ */
 
@@ -1037,6 +1041,10 @@ typedef struct Sig {
 } Sig;
 typedef struct Memo Memo;
 static void memo_clear(TpkStream *s);
+/* The memo's entries a window kept in the cache folder, loaded. */
+typedef struct FolderMemo FolderMemo;
+static void folder_memo_free(FolderMemo *fm);
+enum { FOLDER_TRIED = 64 }; /* first ops' signatures looked up there, by hash (overwritten) */
 
 /* A buffer the stream's pending work writes (wrote) or reads. */
 typedef struct Mark {
@@ -1086,6 +1094,12 @@ typedef struct Window {
   WValue *values;
   int nvalues, capvalues;
   int nscalars; /* the records' lifted scalars: inputs of the window's graph too */
+  /* Its ops' memo entries, kept in the cache folder when it has run under
+   * memo_key (see "the memo in the cache folder"); NULL: not kept. */
+  uint64_t *memo_key;
+  int memo_key_words;
+  TpkStr memos;
+  int nmemos;
 } Window;
 
 struct TpkStream {
@@ -1108,6 +1122,8 @@ struct TpkStream {
   Hints hints;          /* of its ops' and windows' keys */
   Memo **memo;   /* MEMO_SLOTS ops seen before (see "the memo"); NULL until one */
   Sig sig;              /* the signature of the op being submitted */
+  FolderMemo *folder_memo;            /* loaded from the cache folder */
+  uint64_t folder_tried[FOLDER_TRIED]; /* ... or looked for there */
   TpkStreamObserver observer; /* tpk_stream_observe */
   void *observer_user;
 };
@@ -1142,6 +1158,9 @@ static void stream_free(TpkStream *s) {
   pthread_mutex_unlock(&ss->lock);
   hints_free(&s->hints);
   memo_clear(s);
+  folder_memo_free(s->folder_memo);
+  free(s->w.memo_key);
+  tpk_str_free(&s->w.memos);
   tpk_queue_destroy(s->queue); /* its work has run: the launches' results are written */
   for (Queued *q = s->queued, *next; q; q = next) {
     next = q->next;
@@ -1209,7 +1228,10 @@ static void window_reset(TpkStream *s) {
   for (int i = 0; i < w->nvalues; i++) tpk_buffer_release(w->values[i].buf);
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
-  w->nvalues = w->nrecords = w->nscalars = 0;
+  w->nvalues = w->nrecords = w->nscalars = w->nmemos = 0;
+  free(w->memo_key);
+  w->memo_key = NULL;
+  tpk_str_free(&w->memos);
   tpk_arena_free(&w->arena);
   tpk_arena_init(&w->arena, 0);
 }
@@ -1273,6 +1295,7 @@ static TpkArg *copy_args(TpkArena *a, const TpkArg *in, int n) {
 }
 
 static TpkStatus run_window(TpkStream *s);
+static void window_store_memos(TpkStream *s);
 
 /* How op, bound as its graph was (ob), built alone: the sizes it kept
  * constant, and its ints that were symbols when it built factored (the
@@ -1589,9 +1612,15 @@ static bool escalate(const Window *w, int r, int round, Syms *base) {
     base->factor |= rec->own.n > 0;
     return base->nconst + base->n > before;
   }
-  if (round - 1 > n) return false;
+  if (round == 1) { /* the op's sizes constant but those an earlier op settled as symbols (a view of a [B*T, D] by [B, T]) */
+    int before = base->nconst;
+    for (int i = 0; i < n; i++)
+      if (sym_find(base, sizes[i]) < 0) add_const(base, sizes[i]);
+    return base->nconst > before;
+  }
+  if (round - 2 > n) return false;
   for (int i = 0; i < n; i++)
-    if (i != round - 1 || round - 1 == n) add_const(base, sizes[i]); /* the last round: all of them */
+    if (i != round - 2 || round - 2 == n) add_const(base, sizes[i]); /* the last round: all of them */
   return true;
 }
 
@@ -1662,7 +1691,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
      * earlier one failing now: this try did not do for this one) */
     if (failed_at > at) at = failed_at, round = 0, settled = base;
     bool more = false;
-    while (!more && round <= 2 * MAX_SYMS + 1) {
+    while (!more && round <= 2 * MAX_SYMS + 2) {
       base = settled;
       more = escalate(&s->w, at, round++, &base);
     }
@@ -1807,6 +1836,7 @@ static TpkStatus run_window(TpkStream *s) {
   tpk_ptrmap_free(&f.ids);
   flush_free(&f);
   tpk_unit_release(unit);
+  if (st == TPK_OK) window_store_memos(s);
   window_reset(s);
   return st;
 }
@@ -2160,6 +2190,7 @@ struct Memo {
   uint64_t hash;
   int nwords;
   uint64_t *words;
+  int nargs;
   bool float_lifted[MAX_ARGS];
   uint64_t float_bits[MAX_ARGS]; /* the other floats: constants of its graph */
   TpkUnit *program;              /* held; NULL in fused mode, which records instead: */
@@ -2244,30 +2275,36 @@ static void memo_clear(TpkStream *s) {
 }
 
 /* The memo's entry for op (its signature g, hash h), or NULL. */
-static const Memo *memo_find(const TpkStream *s, const Op *op, const Sig *g, uint64_t h) {
-  const Memo *m = s->memo ? s->memo[h % MEMO_SLOTS] : NULL;
-  if (!m || m->hash != h || m->nwords != g->n || memcmp(m->words, g->w, sizeof *g->w * (size_t)g->n) != 0) return NULL;
+/* Is m the entry of op (its signature g, hash h)? */
+static bool memo_matches(const Memo *m, const Op *op, const Sig *g, uint64_t h) {
+  if (!m || m->hash != h || m->nwords != g->n || memcmp(m->words, g->w, sizeof *g->w * (size_t)g->n) != 0) return false;
   for (int i = 0; i < op->nargs; i++) {
     uint64_t bits;
     memcpy(&bits, &op->args[i].f, sizeof bits);
-    if (op->args[i].kind == TPK_ARG_FLOAT && !m->float_lifted[i] && m->float_bits[i] != bits) return NULL;
+    if (op->args[i].kind == TPK_ARG_FLOAT && !m->float_lifted[i] && m->float_bits[i] != bits) return false;
   }
-  return m;
+  return true;
+}
+
+static const Memo *memo_find(const TpkStream *s, const Op *op, const Sig *g, uint64_t h) {
+  const Memo *m = s->memo ? s->memo[h % MEMO_SLOTS] : NULL;
+  return memo_matches(m, op, g, h) ? m : NULL;
 }
 
 /* Keep what op (bound as ob) took to launch in the memo, with its program
  * (held), or in fused mode (program NULL) to record it (lay). Nothing kept
  * when memory is short: the memo is an accelerator. */
-static void memo_keep(TpkStream *s, const Op *op, const Layout *lay, const OpBound *ob, const Sig *g, uint64_t h,
-                      TpkUnit *program, const OpLaunch *ol) {
-  if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) return;
+static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, const OpBound *ob, const Sig *g, uint64_t h,
+                             TpkUnit *program, const OpLaunch *ol) {
+  if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) return NULL;
   Memo *m = calloc(1, sizeof *m);
   if (!m || !(m->words = malloc(sizeof *m->words * (size_t)(g->n + 1)))) {
     free(m);
-    return;
+    return NULL;
   }
   m->hash = h;
   m->nwords = g->n;
+  m->nargs = op->nargs;
   memcpy(m->words, g->w, sizeof *g->w * (size_t)g->n);
   for (int i = 0; i < op->nargs; i++) {
     m->float_lifted[i] = op->args[i].kind == TPK_ARG_FLOAT && ob->args[i].kind == TPK_ARG_VALUE;
@@ -2280,6 +2317,256 @@ static void memo_keep(TpkStream *s, const Op *op, const Layout *lay, const OpBou
   if (!program) record_own(op, lay, ob, &m->own);
   memo_free(s->memo[h % MEMO_SLOTS]);
   s->memo[h % MEMO_SLOTS] = m;
+  return m;
+}
+
+/* ---- the memo in the cache folder ---------------------------------------------------
+ *
+ * A new process's first step would build each op of its windows alone
+ * (its layout's probes, its graph under each policy of sizes, a standard
+ * kernel checked from its source for an op that calls one) only to learn
+ * what the memo of an earlier process knew after one step. So a fused
+ * window whose first op neither the memo nor the folder had keeps its ops'
+ * memo entries in the cache folder (a unit's bytes, host/jit.h:
+ * authenticated, tpk's build in the key) under that first op's signature;
+ * a stream whose window starts with an op its memo misses looks there for
+ * the entries under that op's signature, once per signature, and takes
+ * its ops from them as from the memo (words and floats compared alike).
+ * The entries are words (FolderMemo), after a tag: */
+static const char folder_memo_tag[8] = {'M', 't', 'p', 'k', 'o', 'p', 's', '1'};
+
+/* Entries loaded from one folder unit, indexed by their hashes. */
+struct FolderMemo {
+  uint64_t *words; /* the count, then the entries */
+  size_t nwords;
+  int n;
+  size_t *at;      /* each entry's first word, sorted by hash */
+  FolderMemo *next;
+};
+
+/* A memo entry as words: hash, signature (its length, its words), the
+ * arguments' floats (count, lifted bits, bits), the lifted scalars (count,
+ * argument and dtype each), the outputs (count, then defined, dtype, rank
+ * and shape each), the layout (lift and value bits), the sizes it kept
+ * (seeds, constants, whether factored). */
+static void folder_put(TpkStr *out, uint64_t w) { tpk_str_putn(out, (const char *)&w, sizeof w); }
+
+static void folder_put_memo(TpkStr *out, const Memo *m) {
+  folder_put(out, m->hash);
+  folder_put(out, (uint64_t)m->nwords);
+  tpk_str_putn(out, (const char *)m->words, sizeof *m->words * (size_t)m->nwords);
+  uint64_t lifted = 0, lift = 0, value = 0;
+  for (int i = 0; i < MAX_ARGS; i++) {
+    lifted |= (uint64_t)m->float_lifted[i] << i;
+    lift |= (uint64_t)m->lay.lift[i] << i;
+    value |= (uint64_t)m->lay.value[i] << i;
+  }
+  folder_put(out, (uint64_t)m->nargs);
+  folder_put(out, lifted);
+  for (int i = 0; i < m->nargs; i++) folder_put(out, m->float_bits[i]);
+  const OpLaunch *ol = &m->launch;
+  folder_put(out, (uint64_t)ol->nscalars);
+  for (int i = 0; i < ol->nscalars; i++) {
+    folder_put(out, (uint64_t)ol->scalar_arg[i]);
+    folder_put(out, (uint64_t)ol->scalar_dtype[i]);
+  }
+  folder_put(out, (uint64_t)ol->nouts);
+  for (int i = 0; i < ol->nouts; i++) {
+    folder_put(out, ol->defined[i]);
+    folder_put(out, (uint64_t)ol->out_dtype[i]);
+    folder_put(out, (uint64_t)ol->out_rank[i]);
+    for (int d = 0; d < ol->out_rank[i]; d++) folder_put(out, (uint64_t)ol->out_shape[i][d]);
+  }
+  folder_put(out, lift);
+  folder_put(out, value);
+  folder_put(out, (uint64_t)m->own.n);
+  for (int i = 0; i < m->own.n; i++) folder_put(out, (uint64_t)m->own.v[i]);
+  folder_put(out, (uint64_t)m->own.nconst);
+  for (int i = 0; i < m->own.nconst; i++) folder_put(out, (uint64_t)m->own.consts[i]);
+  folder_put(out, m->own.factor);
+}
+
+/* Reading words, bounded: past the end (or a count over its limit) is bad. */
+typedef struct Words {
+  const uint64_t *p, *end;
+  bool bad;
+} Words;
+
+static uint64_t word(Words *r) {
+  if (r->p >= r->end) {
+    r->bad = true;
+    return 0;
+  }
+  return *r->p++;
+}
+
+static int count(Words *r, int max) {
+  uint64_t n = word(r);
+  if (max < 0 || n > (uint64_t)max) r->bad = true;
+  return r->bad ? 0 : (int)n;
+}
+
+/* The entry at r as a memo entry (m NULL: only stepped over); false when
+ * its words are not one. */
+static bool folder_read_memo(Words *r, Memo *m) {
+  Memo scratch;
+  if (!m) m = &scratch;
+  memset(m, 0, sizeof *m);
+  m->hash = word(r);
+  m->nwords = count(r, MAX_SIG);
+  if (r->bad || r->end - r->p < m->nwords) return false;
+  const uint64_t *words = r->p;
+  r->p += m->nwords;
+  if (m != &scratch) {
+    if (!(m->words = malloc(sizeof *m->words * (size_t)(m->nwords + 1)))) return false;
+    memcpy(m->words, words, sizeof *m->words * (size_t)m->nwords);
+  }
+  m->nargs = count(r, MAX_ARGS);
+  uint64_t lifted = word(r);
+  for (int i = 0; i < m->nargs; i++) m->float_lifted[i] = lifted >> i & 1, m->float_bits[i] = word(r);
+  OpLaunch *ol = &m->launch;
+  ol->nscalars = count(r, MAX_ARGS);
+  for (int i = 0; i < ol->nscalars; i++) {
+    ol->scalar_arg[i] = count(r, m->nargs - 1);
+    ol->scalar_dtype[i] = (TpkDType)count(r, TPK_DTYPE_COUNT - 1);
+  }
+  ol->nouts = count(r, MAX_OUTS);
+  for (int i = 0; i < ol->nouts; i++) {
+    ol->defined[i] = count(r, 1);
+    ol->out_dtype[i] = (TpkDType)count(r, TPK_DTYPE_COUNT - 1);
+    ol->out_rank[i] = count(r, TPK_MAX_RANK);
+    for (int d = 0; d < ol->out_rank[i]; d++) {
+      ol->out_shape[i][d] = (int64_t)word(r);
+      r->bad |= ol->out_shape[i][d] < 0;
+    }
+  }
+  uint64_t lift = word(r), value = word(r);
+  for (int i = 0; i < MAX_ARGS; i++) m->lay.lift[i] = lift >> i & 1, m->lay.value[i] = value >> i & 1;
+  m->own.n = count(r, MAX_SYMS);
+  for (int i = 0; i < m->own.n; i++) m->own.v[i] = (int64_t)word(r);
+  m->own.nconst = count(r, MAX_SYMS);
+  for (int i = 0; i < m->own.nconst; i++) m->own.consts[i] = (int64_t)word(r);
+  m->own.factor = count(r, 1);
+  if (!r->bad) return true;
+  free(m->words);
+  m->words = NULL;
+  return false;
+}
+
+static void folder_memo_free(FolderMemo *fm) {
+  for (FolderMemo *next; fm; fm = next) {
+    next = fm->next;
+    free(fm->words);
+    free(fm->at);
+    free(fm);
+  }
+}
+
+/* Entries parsed from a unit's bytes, indexed; NULL when they are not entries. */
+static FolderMemo *folder_memo_parse(const char *bytes, size_t len) {
+  if (len < sizeof folder_memo_tag || memcmp(bytes, folder_memo_tag, sizeof folder_memo_tag) != 0 ||
+      (len - sizeof folder_memo_tag) % sizeof(uint64_t) != 0)
+    return NULL;
+  FolderMemo *fm = calloc(1, sizeof *fm);
+  if (!fm) return NULL;
+  fm->nwords = (len - sizeof folder_memo_tag) / sizeof(uint64_t);
+  fm->words = malloc(sizeof *fm->words * (fm->nwords + 1));
+  if (fm->words) memcpy(fm->words, bytes + sizeof folder_memo_tag, sizeof *fm->words * fm->nwords);
+  Words r = {fm->words, fm->words ? fm->words + fm->nwords : NULL, !fm->words};
+  fm->n = count(&r, WINDOW_OPS);
+  fm->at = r.bad ? NULL : malloc(sizeof *fm->at * (size_t)(fm->n + 1));
+  for (int i = 0; fm->at && i < fm->n && !r.bad; i++) {
+    fm->at[i] = (size_t)(r.p - fm->words);
+    r.bad = !folder_read_memo(&r, NULL);
+  }
+  if (!fm->at || r.bad || r.p != r.end) {
+    folder_memo_free(fm);
+    return NULL;
+  }
+  /* sorted by hash: insertion, a window's ops are few */
+  for (int i = 1; i < fm->n; i++)
+    for (int j = i; j > 0 && fm->words[fm->at[j]] < fm->words[fm->at[j - 1]]; j--) {
+      size_t t = fm->at[j];
+      fm->at[j] = fm->at[j - 1];
+      fm->at[j - 1] = t;
+    }
+  return fm;
+}
+
+/* op's entry among those loaded, put in the memo; NULL when none is. */
+static const Memo *folder_find(TpkStream *s, const Op *op, const Sig *g, uint64_t h) {
+  for (FolderMemo *fm = s->folder_memo; fm; fm = fm->next) {
+    int lo = 0, hi = fm->n;
+    while (lo < hi) {
+      int mid = (lo + hi) / 2;
+      if (fm->words[fm->at[mid]] < h) lo = mid + 1;
+      else hi = mid;
+    }
+    for (; lo < fm->n && fm->words[fm->at[lo]] == h; lo++) {
+      Memo *m = calloc(1, sizeof *m);
+      Words r = {fm->words + fm->at[lo], fm->words + fm->nwords, false};
+      if (!m || !folder_read_memo(&r, m) || !memo_matches(m, op, g, h)) {
+        memo_free(m);
+        continue;
+      }
+      if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) {
+        memo_free(m);
+        return NULL;
+      }
+      memo_free(s->memo[h % MEMO_SLOTS]);
+      s->memo[h % MEMO_SLOTS] = m;
+      return m;
+    }
+  }
+  return NULL;
+}
+
+/* op, which the memo missed (fused): from the entries loaded, or, for a
+ * window's first op, from the folder's entries under its signature; when
+ * the folder has none, the window keeps its ops' entries there. */
+static const Memo *memo_from_folder(TpkStream *s, const Op *op, const Sig *g, uint64_t h) {
+  const Memo *m = folder_find(s, op, g, h);
+  TpkJit *jit = tpk_context_jit(s->ctx);
+  if (m || s->w.nrecords || !jit || s->folder_tried[h % FOLDER_TRIED] == h) return m;
+  s->folder_tried[h % FOLDER_TRIED] = h;
+  uint64_t *key = malloc(sizeof *key * (size_t)(g->n + 1));
+  if (!key) return NULL;
+  key[0] = KEY_OPMEMO;
+  memcpy(key + 1, g->w, sizeof *key * (size_t)g->n);
+  size_t len;
+  char *bytes = tpk_jit_unit_load(jit, key, g->n + 1, &len);
+  FolderMemo *fm = bytes ? folder_memo_parse(bytes, len) : NULL;
+  free(bytes);
+  if (fm) {
+    fm->next = s->folder_memo;
+    s->folder_memo = fm;
+    free(key);
+    return folder_find(s, op, g, h);
+  }
+  free(s->w.memo_key); /* none there (or not entries): this window keeps its own */
+  s->w.memo_key = key;
+  s->w.memo_key_words = g->n + 1;
+  return NULL;
+}
+
+/* m, an op about to be recorded, among the entries its window keeps. */
+static void window_keep_memo(TpkStream *s, const Memo *m) {
+  if (!s->w.memo_key || !m) return;
+  folder_put_memo(&s->w.memos, m);
+  s->w.nmemos++;
+}
+
+/* The window's ops' entries into the folder, when it keeps them (it ran). */
+static void window_store_memos(TpkStream *s) {
+  Window *w = &s->w;
+  TpkJit *jit = tpk_context_jit(s->ctx);
+  if (!w->memo_key || !w->nmemos || w->memos.failed || !jit) return;
+  TpkStr bytes = {0};
+  tpk_str_putn(&bytes, folder_memo_tag, sizeof folder_memo_tag);
+  folder_put(&bytes, (uint64_t)w->nmemos);
+  tpk_str_putn(&bytes, w->memos.data, w->memos.len);
+  if (!bytes.failed) tpk_jit_unit_store(jit, w->memo_key, w->memo_key_words, bytes.data, bytes.len);
+  tpk_str_free(&bytes);
 }
 
 /* What launching op's program p takes, from op bound as its graph g was
@@ -2330,10 +2617,12 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
   uint64_t h = 0;
   if (!op_signature(op, sig, &h)) sig = NULL;
   const Memo *m = sig ? memo_find(s, op, sig, h) : NULL;
+  if (!m && sig && s->mode == TPK_EAGER_FUSED) m = memo_from_folder(s, op, sig, h);
   if (m) {
     nouts = m->launch.nouts;
     st = make_outputs(s, &m->launch, made);
     if (s->mode == TPK_EAGER_FUSED) {
+      window_keep_memo(s, m);
       if (st == TPK_OK) st = record(s, op, &m->lay, &m->own, m->launch.nscalars, made, nouts);
     } else {
       s->stats.cache_hits++;
@@ -2367,9 +2656,14 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     nouts = st == TPK_OK ? g->nouts : 0;
     /* run it, queue it or record it */
     Syms own;
-    if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) st = launch_op(s, op, ol, made);
-    else if (st == TPK_OK) record_own(op, lay, ob, &own), st = record(s, op, lay, &own, ob->nscalars, made, nouts);
-    if (st == TPK_OK && sig && (prog_unit || s->mode == TPK_EAGER_FUSED)) memo_keep(s, op, lay, ob, sig, h, prog_unit, ol);
+    if (st == TPK_OK && s->mode != TPK_EAGER_FUSED) {
+      st = launch_op(s, op, ol, made);
+      if (st == TPK_OK && sig && prog_unit) memo_keep(s, op, lay, ob, sig, h, prog_unit, ol);
+    } else if (st == TPK_OK) {
+      record_own(op, lay, ob, &own);
+      window_keep_memo(s, sig ? memo_keep(s, op, lay, ob, sig, h, NULL, ol) : NULL);
+      st = record(s, op, lay, &own, ob->nscalars, made, nouts);
+    }
     if (ob) op_unbind(ob);
     free(ob);
     free(ol);

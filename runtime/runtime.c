@@ -1803,7 +1803,8 @@ static TpkKernel *std_callee(TpkContext *ctx, const TpkFunc *callee) {
   for (int i = 0; !known && std_kernel_entry(i); i++) known = strcmp(std_kernel_entry(i)->kernel, callee->name) == 0;
   TpkKernel *k;
   if (!known || tpk_std_kernel(ctx, callee->name, &k) != TPK_OK) return NULL;
-  return tpk_func_hash_equal(tpk_func_hash(k->f), tpk_func_hash(callee)) ? k : NULL;
+  TpkFuncHash h = tpk_func_hash(callee);
+  return k->key[0] == h.lo && k->key[1] == h.hi ? k : NULL; /* its hash, as kernel_describe keyed it */
 }
 
 bool tpk_std_kernel_is(void *ctx, const TpkFunc *f) { return std_callee(ctx, f) != NULL; }

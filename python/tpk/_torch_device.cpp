@@ -588,18 +588,53 @@ TpkBuffer *input_buffer(State &s, const at::Tensor &t, Temps &temps) {
     int64_t step = k == n - 1 ? inner : 1;
     return starts[k] || starts[k] + (dims[k].size - 1) * step + 1 != shape[k] || step != 1;
   };
-  /* A fused window does not build today when its sizes come from a slice's
-   * ints (they become shape symbols of the window that later ops cannot
-   * match): in fused mode a view that needs a slice is copied on the host
-   * after the window runs. */
-  if (tpk_stream_mode(s.stream) == TPK_EAGER_FUSED)
+  TpkBuffer *x;
+  if (tpk_stream_mode(s.stream) == TPK_EAGER_FUSED) {
+    /* A fused window builds a slice of a block whose inner sizes the view
+     * made up (attention's q of a qkv projection: [B, T, 3*H, Dh] sliced
+     * to H heads) with those sizes as symbols that the projection's own
+     * ([B*T, 3*H*Dh]) cannot match. So the one dim sliced is sliced with
+     * the dims inside it merged (columns [0, H*Dh) of [B, T, 3*H*Dh]) and
+     * the slice viewed to its sizes after: sizes the window knows. Other
+     * slices (two dims, a step) are copied on the host after a sync. */
+    int cut = -1;
     for (int k = 0; k < n; k++)
-      if (sliced(k)) return nullptr;
-  TpkBuffer *x = n ? block(first, shape) : block(offset, {}); /* no dim of its own: one element, broadcast */
-  for (int k = 0; k < n; k++) {
-    int64_t step = k == n - 1 ? inner : 1, end = starts[k] + (dims[k].size - 1) * step + 1;
-    if (sliced(k))
-      x = submit1(s, "slice", {tpk_arg_buffer(x), tpk_arg_int(k), tpk_arg_int(starts[k]), tpk_arg_int(end), tpk_arg_int(step)}, temps);
+      if (sliced(k)) {
+        if (cut >= 0 || (k == n - 1 && inner != 1)) return nullptr;
+        cut = k;
+      }
+    /* the view after the slice names the dims inside the cut by their
+     * sizes, which a window takes for its symbols by value: one equal to
+     * another dim's (heads of 16 over a sequence of 16) would be that
+     * symbol, and the window would not build. Those are copied too. */
+    for (int k = cut + 1; cut >= 0 && k < n; k++)
+      for (int j = 0; j < k; j++)
+        if (j != cut && shape[j] == shape[k]) return nullptr;
+    if (cut < 0) {
+      x = n ? block(first, shape) : block(offset, {});
+    } else {
+      std::vector<int64_t> merged(shape.begin(), shape.begin() + cut), parts(shape.begin(), shape.begin() + cut);
+      int64_t within = 1;
+      for (int k = cut + 1; k < n; k++) within *= shape[k];
+      merged.push_back(shape[cut] * within);
+      x = block(first, merged);
+      x = submit1(s, "slice",
+                  {tpk_arg_buffer(x), tpk_arg_int(cut), tpk_arg_int(starts[cut] * within),
+                   tpk_arg_int((starts[cut] + dims[cut].size) * within), tpk_arg_int(1)},
+                  temps);
+      if (cut < n - 1) {
+        parts.push_back(-1); /* the slice's count: ATen's -1, not a size that may equal another (4 heads of a batch of 4) */
+        parts.insert(parts.end(), shape.begin() + cut + 1, shape.end());
+        x = submit1(s, "view", {tpk_arg_buffer(x), ints_arg(parts)}, temps);
+      }
+    }
+  } else {
+    x = n ? block(first, shape) : block(offset, {}); /* no dim of its own: one element, broadcast */
+    for (int k = 0; k < n; k++) {
+      int64_t step = k == n - 1 ? inner : 1, end = starts[k] + (dims[k].size - 1) * step + 1;
+      if (sliced(k))
+        x = submit1(s, "slice", {tpk_arg_buffer(x), tpk_arg_int(k), tpk_arg_int(starts[k]), tpk_arg_int(end), tpk_arg_int(step)}, temps);
+    }
   }
   /* x's dims are t's kept dims by decreasing stride: put them back in order */
   std::vector<int64_t> perm;

@@ -524,6 +524,55 @@ static void test_dump_ir_goes_to_the_log(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* Intermediates whose lives do not meet share bytes (driver.c): d = 16x
+ * takes b's bytes once c = 8x has read b, never a's, which e = a + d reads
+ * last; a wrong life would overwrite a before that read. */
+static const char *CHAIN =
+    "module \"chain\"\n"
+    "kernel @s.twice(%x: ref<f32[N]>, %y: out ref<f32[N]>) {\n"
+    "  %0 = load %x {index=\":\"} : f32[N]\n"
+    "  %1 = add %0, %0 : f32[N]\n"
+    "  store %y, %1 {index=\":\", mode=\"set\"}\n"
+    "}\n"
+    "kernel @s.plus(%a: ref<f32[N]>, %b: ref<f32[N]>, %y: out ref<f32[N]>) {\n"
+    "  %0 = load %a {index=\":\"} : f32[N]\n"
+    "  %1 = load %b {index=\":\"} : f32[N]\n"
+    "  %2 = add %0, %1 : f32[N]\n"
+    "  store %y, %2 {index=\":\", mode=\"set\"}\n"
+    "}\n"
+    "func @s(%x: f32[N]) -> (f32[N]) {\n"
+    "  %0 = call %x {callee=\"s.twice\"} : f32[N]\n"
+    "  %1 = call %0 {callee=\"s.twice\"} : f32[N]\n"
+    "  %2 = call %1 {callee=\"s.twice\"} : f32[N]\n"
+    "  %3 = call %2 {callee=\"s.twice\"} : f32[N]\n"
+    "  %4 = call %0, %3 {callee=\"s.plus\"} : f32[N]\n"
+    "  return %4\n"
+    "}\n";
+
+static void test_intermediates_share_bytes_only_apart(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *host;
+  TpkKernel *k;
+  CHECK(tpk_context_create(&ctx));
+  CHECK(tpk_device_open(ctx, "host", &host));
+  TpkProgram *p = driver_program(ctx, CHAIN, NULL);
+  CHECK(tpk_program_kernel(p, "s", &k));
+  for (int64_t n = 1; n <= 1000; n *= 10) {
+    TpkBuffer *x = buffer(host, 1, &n), *e = buffer(host, 1, &n);
+    fill(x, (uint64_t)n);
+    TpkLaunch L = {.args = (TpkBuffer *[]){x, e}};
+    CHECK(tpk_kernel_launch(k, &L));
+    const float *xv = tpk_buffer_data(x), *ev = tpk_buffer_data(e);
+    for (int64_t i = 0; i < n; i++)
+      if (ev[i] != 18 * xv[i]) fail_msg("n=%lld: e[%lld] = %g, want %g", (long long)n, (long long)i, ev[i], 18 * xv[i]);
+    tpk_buffer_destroy(x);
+    tpk_buffer_destroy(e);
+  }
+  tpk_program_destroy(p);
+  tpk_context_destroy(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graph_is_one_kernel),
@@ -534,6 +583,7 @@ int main(void) {
       cmocka_unit_test(test_dump_ir_goes_to_the_log),
       cmocka_unit_test(test_scalar_reshaped_in_a_cluster),
       cmocka_unit_test(test_custom_kernel_takes_its_epilogue),
+      cmocka_unit_test(test_intermediates_share_bytes_only_apart),
   };
   return test_run_tests(tests);
 }

@@ -1025,6 +1025,82 @@ static void test_inline_conversions_match_the_primitive(void **state) {
   free(want32);
 }
 
+/* exp, erf, tanh, sigmoid, log, sqrt and rsqrt on scalars (generated code's
+ * own lane-by-lane versions, which cc can vectorise) give the bits of the
+ * primitive on a tile, in tcc and cc code: specials, subnormal results and
+ * arguments, every binade, and dense points where the functions bend. */
+static void test_scalar_math_matches_the_primitive(void **state) {
+  (void)state;
+  const char *src = "kernel f(x: f32[N]) -> (e: f32[N], r: f32[N], t: f32[N], s: f32[N], l: f32[N], q: f32[N],\n"
+                    "                    rq: f32[N])\n"
+                    "{\n"
+                    "  for i in 0..N {\n"
+                    "    let v = x[i];\n"
+                    "    e[i] = exp(v) * 2.0; r[i] = erf(v) * 2.0; t[i] = tanh(v) * 2.0; s[i] = sigmoid(v) * 2.0;\n"
+                    "    l[i] = log(v) * 2.0; q[i] = sqrt(v) * 2.0; rq[i] = rsqrt(v) * 2.0;\n"
+                    "  }\n"
+                    "}\n";
+  enum { N = 1 << 16, FNS = 7 };
+  static const int PRIM[FNS] = {TPK_PRIM_EXP,  TPK_PRIM_ERF, TPK_PRIM_TANH, TPK_PRIM_SIGMOID,
+                                TPK_PRIM_LOG, TPK_PRIM_SQRT, TPK_PRIM_RSQRT};
+  static const char *const NAME[FNS] = {"exp", "erf", "tanh", "sigmoid", "log", "sqrt", "rsqrt"};
+  static const uint32_t SPECIAL[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+                                     0x00000001u, 0x807fffffu, 0x42b17218u, 0x42b20000u, 0xc2ae0000u, 0xc2b00000u,
+                                     0xc2c80000u, 0xc2d00000u, 0xc2d20000u, 0x3f200000u, 0x3f800000u, 0x40800000u,
+                                     0x407b0000u, 0x41100000u, 0x41200000u, 0xbf200000u, 0x3e800000u, 0x7f7fffffu};
+  float *x = malloc(N * 4), *want = malloc(FNS * N * 4);
+  assert_true(x && want);
+  uint64_t seed = 5;
+  for (int i = 0; i < N; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t u = (uint32_t)(seed >> 32);
+    float span = i % 3 == 0 ? 6.0f : 120.0f; /* where erf and tanh bend; exp's whole range and past it */
+    float v = ((float)(u >> 8) * 0x1p-24f * 2.0f - 1.0f) * span;
+    if (i % 3 == 2) memcpy(&v, &u, 4); /* any bits */
+    if (i < (int)TPK_ARRAY_LEN(SPECIAL)) memcpy(&v, &SPECIAL[i], 4);
+    x[i] = v;
+  }
+  for (int f = 0; f < FNS; f++) {
+    tpk_prim_unary_f32(PRIM[f], x, want + f * N, N);
+    for (int i = 0; i < N; i++) want[f * N + i] *= 2.0f; /* exact, or inf both ways */
+  }
+  static const char *const TIERS[] = {"tcc", "cc"};
+  char cache[] = "/tmp/tpk-test-math-XXXXXX";
+  assert_non_null(mkdtemp(cache));
+  setenv("TPK_CACHE_DIR", cache, 1);
+  for (size_t t = 0; t < TPK_ARRAY_LEN(TIERS); t++) {
+    setenv("TPK_TIER", TIERS[t], 1);
+    TpkContext *ctx;
+    TpkDevice *dev;
+    TpkKernel *k = test_kernel(&ctx, &dev, "host", "math.tpk", src, "f");
+    int64_t n = N;
+    TpkBuffer *args[1 + FNS];
+    for (int i = 0; i < 1 + FNS; i++) assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &args[i]), TPK_OK);
+    memcpy(tpk_buffer_data(args[0]), x, N * 4);
+    TpkLaunchResult ran;
+    TpkLaunch L = {.args = args, .result = &ran};
+    if (tpk_kernel_launch(k, &L) != TPK_OK) fail_msg("%s", tpk_last_error());
+    assert_string_equal(ran.tier, TIERS[t]);
+    for (int f = 0; f < FNS; f++) {
+      const float *got = tpk_buffer_data(args[1 + f]);
+      for (int i = 0; i < N; i++)
+        if (memcmp(&got[i], &want[f * N + i], 4) != 0)
+          fail_msg("%s: 2 %s(%a) = %a on a scalar, the primitive gives %a", TIERS[t], NAME[f], (double)x[i], (double)got[i],
+                   (double)want[f * N + i]);
+    }
+    for (int i = 0; i < 1 + FNS; i++) tpk_buffer_destroy(args[i]);
+    tpk_program_destroy(tpk_kernel_program(k));
+    tpk_context_destroy(ctx);
+  }
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_DIR");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+  assert_int_equal(system(cmd), 0);
+  free(x);
+  free(want);
+}
+
 static void chips_match_host(const char *file, const char *kname, int64_t size, int index) {
   (void)index;
   size_t n1, n2, n3;
@@ -1155,6 +1231,7 @@ int main(void) {
       cmocka_unit_test(test_fused_sums_match_the_primitive),
       cmocka_unit_test(test_accumulating_dot_matches_lowered_ir),
       cmocka_unit_test(test_inline_conversions_match_the_primitive),
+      cmocka_unit_test(test_scalar_math_matches_the_primitive),
       cmocka_unit_test(test_corpus_matches_interpreter),
   };
   return test_run_tests(tests);

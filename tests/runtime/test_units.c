@@ -614,9 +614,8 @@ static int entries_of(const char *dir, const char *suffix, char names[][512], in
 
 static int entries(const char *dir, char names[][512], int max) { return entries_of(dir, ".so", names, max); }
 
-/* The ".unit" entries that hold a window or a graph (their fused IR); the
- * others hold the facts of a kernel's sizes, a number. */
-static int programs_kept(const char *dir, char names[][512], int max) {
+/* The ".unit" entries whose first byte is one of `firsts`. */
+static int units_starting(const char *dir, const char *firsts, char names[][512], int max) {
   char all[64][512];
   int n = entries_of(dir, ".unit", all, 64), kept = 0;
   for (int i = 0; i < n; i++) {
@@ -624,10 +623,16 @@ static int programs_kept(const char *dir, char names[][512], int max) {
     assert_non_null(f);
     int first = fgetc(f);
     fclose(f);
-    if (!(first == '-' || (first >= '0' && first <= '9')) && kept < max) memcpy(names[kept++], all[i], sizeof all[i]);
+    if (first > 0 && strchr(firsts, first) && kept < max) memcpy(names[kept++], all[i], sizeof all[i]);
   }
   return kept;
 }
+
+/* The ".unit" entries that hold a window ('P': its fused IR, 'R': its
+ * resolution) or a graph ('t': "tpk graph"); the others hold the facts of
+ * a kernel's sizes (a number) or a window's ops' memo entries ('M'). */
+static int programs_kept(const char *dir, char names[][512], int max) { return units_starting(dir, "PRt", names, max); }
+static int memos_kept(const char *dir, char names[][512], int max) { return units_starting(dir, "M", names, max); }
 
 /* A process builds the graph's two clusters with cc into the folder, as
  * one code object (one compiler run, one entry: a warm process reads and
@@ -732,8 +737,10 @@ static void test_entries_of_another_key_are_refused(void **state) {
   int ncode = entries(dir, names, 16);
   assert_true(ncode >= 1);
   char units[64][512];
-  int nfacts = entries_of(dir, ".unit", units, 64) - programs_kept(dir, names, 16);
-  expect_child(spawn_window(dir, NULL, (Expect){.compiles = ncode, .emitted = ncode, .loads = 0, .rejected = 2 + ncode + nfacts, .builds = 2}));
+  int nmemos = memos_kept(dir, units, 64);
+  int nfacts = entries_of(dir, ".unit", units, 64) - programs_kept(dir, names, 16) - nmemos;
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = ncode, .emitted = ncode, .loads = 0,
+                                                .rejected = 2 + nmemos + ncode + nfacts, .builds = 2}));
   expect_child(spawn_window(dir, NULL, (Expect){.compiles = 0, .emitted = 0, .loads = 2, .rejected = 0, .builds = 0}));
   test_remove_tree(dir);
   test_remove_tree(keys);
@@ -753,6 +760,53 @@ static void test_two_processes_build_windows_at_once(void **state) {
   char names[16][512];
   assert_int_equal(programs_kept(dir, names, 16), 2);
   expect_child(spawn_window(dir, NULL, (Expect){.compiles = 0, .emitted = 0, .loads = 2, .rejected = 0, .builds = 0}));
+  test_remove_tree(dir);
+  free(dir);
+}
+
+/* The units a context of the folder dir holds after the window and the
+ * graph (their results checked), and the entries it found that did not
+ * authenticate. */
+static int64_t units_after_window(const char *dir, int *rejected) {
+  setenv("TPK_CACHE_DIR", dir, 1);
+  setenv("TPK_TIER", "cc", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_TIER");
+  int64_t builds;
+  assert_true(run_window_and_graph(ctx, 6, 7, &builds));
+  TpkCacheStats s;
+  stats(ctx, &s);
+  tpk_context_destroy(ctx);
+  *rejected = s.rejected;
+  return s.units;
+}
+
+/* A fused window whose ops the folder did not have keeps their memo
+ * entries there, under its first op's signature: a later context (a new
+ * process's first step) takes the window's ops from them and builds none
+ * of them alone (3 ops: no layout, no graph of an op among its units). A
+ * damaged entry is refused: the ops are built again, with the same
+ * results, and the entry replaced. */
+static void test_warm_stream_builds_no_op_alone(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-units");
+  int rejected;
+  int64_t cold = units_after_window(dir, &rejected);
+  char names[16][512];
+  assert_int_equal(memos_kept(dir, names, 16), 1);
+  int64_t warm = units_after_window(dir, &rejected);
+  assert_int_equal(rejected, 0);
+  assert_true(warm + 6 <= cold);
+  int fd = open(names[0], O_WRONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, "\x01", 1, 20), 1);
+  close(fd);
+  assert_int_equal(units_after_window(dir, &rejected), cold);
+  assert_int_equal(rejected, 1);
+  assert_int_equal(units_after_window(dir, &rejected), warm);
+  assert_int_equal(rejected, 0);
   test_remove_tree(dir);
   free(dir);
 }
@@ -821,6 +875,7 @@ int main(void) {
       cmocka_unit_test(test_damaged_unit_is_rebuilt),
       cmocka_unit_test(test_entries_of_another_key_are_refused),
       cmocka_unit_test(test_two_processes_build_windows_at_once),
+      cmocka_unit_test(test_warm_stream_builds_no_op_alone),
       cmocka_unit_test(test_dumps_compile_what_the_folder_has),
   };
   return test_run_tests(tests);
