@@ -49,6 +49,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <unordered_map>
 #include <mutex>
@@ -1439,9 +1440,11 @@ PyObject *set_device(PyObject *, PyObject *name) {
  * graphs run): another thread entering OpenMP would start a second team of
  * spinning workers, so the eager stream's queue keeps tpk's workers. */
 std::thread::id lending_thread;
+std::atomic<int64_t> lent_launches{0}; /* launches whose parts ran there (stats) */
 
 int run_on_torch_threads(void *, int parts, TpkHostPartFn part, void *arg) {
   if (std::this_thread::get_id() != lending_thread) return 0;
+  lent_launches.fetch_add(1, std::memory_order_relaxed);
   at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) part(arg, (int)i);
   });
@@ -1461,7 +1464,7 @@ PyObject *init(PyObject *, PyObject *args) {
     s.fallback = fallback;
   }
   lending_thread = std::this_thread::get_id();
-  if (!getenv("TPK_NO_LEND")) tpk_context_set_host_parallel(ctx, run_on_torch_threads, nullptr); /* TEMP */
+  tpk_context_set_host_parallel(ctx, run_on_torch_threads, nullptr);
   PyObject *r = set_device(nullptr, name);
   if (!r) return nullptr;
   Py_DECREF(r);
@@ -1549,10 +1552,11 @@ PyObject *stats(PyObject *, PyObject *) {
     Py_DECREF(n);
   }
   if (PyList_Sort(ops) < 0) return nullptr;
-  return Py_BuildValue("{sLsLsLsLsLsdsLsN}", "ops", (long long)(st.ops + now.ops), "launches",
+  return Py_BuildValue("{sLsLsLsLsLsdsLsNsL}", "ops", (long long)(st.ops + now.ops), "launches",
                        (long long)(st.launches + now.launches), "windows", (long long)(st.windows + now.windows), "compiles",
                        (long long)(st.compiles + now.compiles), "cache_hits", (long long)(st.cache_hits + now.cache_hits),
-                       "sim_seconds", st.sim_seconds + now.sim_seconds, "cpu_ops", (long long)s.cpu_ops, "cpu_op_names", ops);
+                       "sim_seconds", st.sim_seconds + now.sim_seconds, "cpu_ops", (long long)s.cpu_ops, "cpu_op_names", ops,
+                       "torch_thread_launches", (long long)lent_launches.load());
 }
 
 /* profile(on) -> the launches recorded since profiling began, each a tuple

@@ -71,7 +71,9 @@ def stats():
     """What the device did since the process started: ops submitted to the
     stream, launches, fused windows, compiles and cache hits, simulated
     seconds (on sim:<chip>), calls that ran on the CPU and the names of
-    those ops."""
+    those ops, and host launches whose parts ran on torch's intra-op
+    threads (torch_thread_launches: those of the thread that imported
+    tpk.torch, such as torch.compile's graphs)."""
     return _shim.stats()
 
 

@@ -445,3 +445,28 @@ def test_second_process_compiles_nothing(tmp_path):
     assert runs > 0 and emitted > 0 and built == 2 and loaded == 0
     runs, emitted, built, loaded = map(int, second)
     assert runs == 0 and emitted == 0 and built == 0 and loaded == 2
+
+
+def test_graphs_run_their_parts_on_torchs_threads():
+    """A compiled graph's launch from the thread that imported tpk.torch
+    hands its parts to torch's intra-op (OpenMP) threads, which would
+    otherwise spin on the cores tpk's own workers need; from another thread,
+    to tpk's workers. Same results either way, and with torch on one thread
+    (the parts then run one after another)."""
+    run_python("""
+        import threading, torch, tpk.torch
+        torch.set_num_threads(2)
+        f = torch.compile(lambda x: torch.exp(x * 0.5) + 1.0, backend="tpk", dynamic=False)
+        x = torch.randn(1024, 1024)
+        want = torch.exp(x * 0.5) + 1.0
+        lent = lambda: tpk.torch.stats()["torch_thread_launches"]
+        before = lent()
+        assert torch.allclose(f(x), want)
+        assert lent() > before, "the launch did not run on torch's threads"
+        before, out = lent(), []
+        t = threading.Thread(target=lambda: out.append(f(x)))
+        t.start(); t.join()
+        assert torch.allclose(out[0], want) and lent() == before
+        torch.set_num_threads(1)
+        assert torch.allclose(f(x), want) and lent() > before
+    """, {"TPK_HOST_THREADS": "2"})
