@@ -573,27 +573,52 @@ static void test_host_threads_from_env(void **state) {
 /* An error in any part of a shared grid fails the launch with that part's
  * message; when several parts fail, the one earliest in the grid wins (what
  * one thread running the instances in order reports first). */
-static void test_errors_from_worker_parts(void **state) {
-  (void)state;
+/* A gather over 8 grid instances of 2 rows, on a context of 2 host threads:
+ * ids (16), a table of 8 rows of 4 holding 0..31, y (16 x 4). */
+typedef struct Pick {
+  TpkContext *ctx;
+  TpkKernel *k;
+  TpkBuffer *buf[3]; /* ids, table, y */
+  int32_t *id;
+  float *out;
+  TpkLaunch L;
+} Pick;
+
+static void pick_open(Pick *p) {
   const char *src = "kernel pick(ids: i32[N], table: f32[V, 4]) -> (y: f32[N, 4])\n"
                     "{\n"
                     "  for i in tiles(N, 2) { y[i, :] = table[ids[i], :]; }\n"
                     "}\n";
   setenv("TPK_HOST_THREADS", "2", 1);
-  TpkContext *ctx;
   TpkDevice *dev;
-  TpkKernel *k = test_kernel(&ctx, &dev, "host", "pick.tpk", src, "pick");
-  TpkBuffer *ids, *table, *y;
+  p->k = test_kernel(&p->ctx, &dev, "host", "pick.tpk", src, "pick");
   int64_t n = 16, tshape[2] = {8, 4}, yshape[2] = {16, 4};
-  assert_int_equal(tpk_buffer_create(dev, TPK_I32, 1, &n, &ids), TPK_OK);
-  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, tshape, &table), TPK_OK);
-  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, yshape, &y), TPK_OK);
-  int32_t *id = tpk_buffer_data(ids);
-  float *t = tpk_buffer_data(table), *out = tpk_buffer_data(y);
+  assert_int_equal(tpk_buffer_create(dev, TPK_I32, 1, &n, &p->buf[0]), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, tshape, &p->buf[1]), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, yshape, &p->buf[2]), TPK_OK);
+  p->id = tpk_buffer_data(p->buf[0]);
+  p->out = tpk_buffer_data(p->buf[2]);
+  float *t = tpk_buffer_data(p->buf[1]);
   for (int i = 0; i < 32; i++) t[i] = (float)i;
+  p->L = (TpkLaunch){.args = p->buf};
+}
+
+static void pick_close(Pick *p) {
+  for (int i = 0; i < 3; i++) tpk_buffer_destroy(p->buf[i]);
+  tpk_program_destroy(tpk_kernel_program(p->k));
+  tpk_context_destroy(p->ctx);
+  unsetenv("TPK_HOST_THREADS");
+}
+
+static void test_errors_from_worker_parts(void **state) {
+  (void)state;
+  Pick p;
+  pick_open(&p);
+  TpkKernel *k = p.k;
+  TpkLaunch L = p.L;
+  int32_t *id = p.id;
+  float *out = p.out;
   for (int i = 0; i < 16; i++) id[i] = 7 - i % 8;
-  TpkBuffer *args[] = {ids, table, y};
-  TpkLaunch L = {.args = args};
   assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
   for (int i = 0; i < 16; i++) assert_true(out[i * 4 + 1] == (float)((7 - i % 8) * 4 + 1));
   /* 8 instances in two parts: instance 6 (rows 12, 13) is the second part's */
@@ -609,12 +634,7 @@ static void test_errors_from_worker_parts(void **state) {
   assert_non_null(strstr(tpk_last_error(), "gather index 99 is out of range [0, 8)"));
   id[13] = 1;
   assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
-  tpk_buffer_destroy(ids);
-  tpk_buffer_destroy(table);
-  tpk_buffer_destroy(y);
-  tpk_program_destroy(tpk_kernel_program(k));
-  tpk_context_destroy(ctx);
-  unsetenv("TPK_HOST_THREADS");
+  pick_close(&p);
 }
 
 /* An embedding program's threads (tpk_context_set_host_parallel): this one
@@ -638,26 +658,15 @@ static int lent_run(void *user, int parts, TpkHostPartFn part, void *arg) {
  * runner that declines leaves them to tpk's workers; NULL stops lending. */
 static void test_parts_on_lent_threads(void **state) {
   (void)state;
-  const char *src = "kernel pick(ids: i32[N], table: f32[V, 4]) -> (y: f32[N, 4])\n"
-                    "{\n"
-                    "  for i in tiles(N, 2) { y[i, :] = table[ids[i], :]; }\n"
-                    "}\n";
-  setenv("TPK_HOST_THREADS", "2", 1);
-  TpkContext *ctx;
-  TpkDevice *dev;
-  TpkKernel *k = test_kernel(&ctx, &dev, "host", "pick.tpk", src, "pick");
+  Pick p;
+  pick_open(&p);
+  TpkContext *ctx = p.ctx;
+  TpkKernel *k = p.k;
+  TpkLaunch L = p.L;
+  int32_t *id = p.id;
+  float *out = p.out;
   LentThreads lent = {0};
   tpk_context_set_host_parallel(ctx, lent_run, &lent);
-  TpkBuffer *ids, *table, *y;
-  int64_t n = 16, tshape[2] = {8, 4}, yshape[2] = {16, 4};
-  assert_int_equal(tpk_buffer_create(dev, TPK_I32, 1, &n, &ids), TPK_OK);
-  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, tshape, &table), TPK_OK);
-  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, yshape, &y), TPK_OK);
-  int32_t *id = tpk_buffer_data(ids);
-  float *t = tpk_buffer_data(table), *out = tpk_buffer_data(y);
-  for (int i = 0; i < 32; i++) t[i] = (float)i;
-  TpkBuffer *args[] = {ids, table, y};
-  TpkLaunch L = {.args = args};
   for (int round = 0; round < 3; round++) {
     lent.decline = round == 1;
     if (round == 2) tpk_context_set_host_parallel(ctx, NULL, NULL);
@@ -675,12 +684,7 @@ static void test_parts_on_lent_threads(void **state) {
   assert_int_equal(tpk_kernel_launch(k, &L), TPK_ERR_INVALID);
   assert_non_null(strstr(tpk_last_error(), "gather index 42 is out of range [0, 8)"));
   assert_int_equal(lent.calls, 3);
-  tpk_buffer_destroy(ids);
-  tpk_buffer_destroy(table);
-  tpk_buffer_destroy(y);
-  tpk_program_destroy(tpk_kernel_program(k));
-  tpk_context_destroy(ctx);
-  unsetenv("TPK_HOST_THREADS");
+  pick_close(&p);
 }
 
 /* A forked child's copy of the context has no worker threads: its launches
