@@ -388,6 +388,23 @@ static void test_vmem_budget(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* A cache folder of the test's own (cc must really compile), made from
+ * `dir` (a mkdtemp template) and set as TPK_CACHE_DIR; closing removes it and
+ * unsets what the tests set around it (TPK_TIER, TPK_GENERIC). */
+static void private_cache_open(char *dir) {
+  assert_non_null(mkdtemp(dir));
+  setenv("TPK_CACHE_DIR", dir, 1);
+}
+
+static void private_cache_close(const char *dir) {
+  unsetenv("TPK_TIER");
+  unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_GENERIC");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* Run `kname` of a corpus file with every symbol = size on `device` in a
  * context whose JIT tier is `tier` ("generic": tcc, compiling the kernel once
  * for every shape); return the bytes of every output, concatenated. On a sim
@@ -400,8 +417,7 @@ static char *run_on(const char *device, const char *tier, const char *file, cons
   }
   setenv("TPK_TIER", tier, 1);
   char cache[] = "/tmp/tpk-test-tiers-XXXXXX"; /* a private cache: cc must really compile */
-  assert_non_null(mkdtemp(cache));
-  setenv("TPK_CACHE_DIR", cache, 1);
+  private_cache_open(cache);
   TpkContext *ctx;
   TpkDevice *dev;
   TpkProgram *prog;
@@ -427,12 +443,7 @@ static char *run_on(const char *device, const char *tier, const char *file, cons
   tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
   free(text);
-  unsetenv("TPK_TIER");
-  unsetenv("TPK_CACHE_DIR");
-  unsetenv("TPK_GENERIC");
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
-  assert_int_equal(system(cmd), 0);
+  private_cache_close(cache);
   return out;
 }
 
@@ -782,8 +793,7 @@ static void fused_matches_stored(const char *src, bool columns) {
   static const struct { const char *tier; bool generic; } RUNS[] = {{"tcc", false}, {"cc", false}, {"tcc", true}};
   static const int64_t SIZES[][2] = {{37, 1000}, {8, 63}, {9, 64}, {16, 130}};
   char cache[] = "/tmp/tpk-test-fused-XXXXXX";
-  assert_non_null(mkdtemp(cache));
-  setenv("TPK_CACHE_DIR", cache, 1);
+  private_cache_open(cache);
   for (size_t r = 0; r < TPK_ARRAY_LEN(RUNS); r++) {
     setenv("TPK_TIER", RUNS[r].tier, 1);
     if (RUNS[r].generic) setenv("TPK_GENERIC", "1", 1);
@@ -824,11 +834,7 @@ static void fused_matches_stored(const char *src, bool columns) {
     tpk_context_destroy(ctx);
     unsetenv("TPK_GENERIC");
   }
-  unsetenv("TPK_TIER");
-  unsetenv("TPK_CACHE_DIR");
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
-  assert_int_equal(system(cmd), 0);
+  private_cache_close(cache);
 }
 
 /* A sum or mean that takes its input's elements as they are computed (the
@@ -979,8 +985,7 @@ static void test_inline_conversions_match_the_primitive(void **state) {
   tpk_prim_convert(TPK_PRIM_BF16, TPK_PRIM_F32, half, want32, N);
   static const char *const TIERS[] = {"tcc", "cc"};
   char cache[] = "/tmp/tpk-test-convert-XXXXXX";
-  assert_non_null(mkdtemp(cache));
-  setenv("TPK_CACHE_DIR", cache, 1);
+  private_cache_open(cache);
   for (size_t t = 0; t < TPK_ARRAY_LEN(TIERS); t++) {
     setenv("TPK_TIER", TIERS[t], 1);
     TpkContext *ctx;
@@ -1018,11 +1023,7 @@ static void test_inline_conversions_match_the_primitive(void **state) {
     tpk_program_destroy(prog);
     tpk_context_destroy(ctx);
   }
-  unsetenv("TPK_TIER");
-  unsetenv("TPK_CACHE_DIR");
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
-  assert_int_equal(system(cmd), 0);
+  private_cache_close(cache);
   free(bits);
   free(half);
   free(want16);
@@ -1070,8 +1071,7 @@ static void test_scalar_math_matches_the_primitive(void **state) {
   }
   static const char *const TIERS[] = {"tcc", "cc"};
   char cache[] = "/tmp/tpk-test-math-XXXXXX";
-  assert_non_null(mkdtemp(cache));
-  setenv("TPK_CACHE_DIR", cache, 1);
+  private_cache_open(cache);
   for (size_t t = 0; t < TPK_ARRAY_LEN(TIERS); t++) {
     setenv("TPK_TIER", TIERS[t], 1);
     TpkContext *ctx;
@@ -1096,11 +1096,7 @@ static void test_scalar_math_matches_the_primitive(void **state) {
     tpk_program_destroy(tpk_kernel_program(k));
     tpk_context_destroy(ctx);
   }
-  unsetenv("TPK_TIER");
-  unsetenv("TPK_CACHE_DIR");
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
-  assert_int_equal(system(cmd), 0);
+  private_cache_close(cache);
   free(x);
   free(want);
 }
@@ -1175,8 +1171,7 @@ static void test_ragged_scatter_drops_padding_lanes(void **state) {
 static void test_cache_hits_are_reported(void **state) {
   (void)state;
   char cache[] = "/tmp/tpk-test-hits-XXXXXX";
-  assert_non_null(mkdtemp(cache));
-  setenv("TPK_CACHE_DIR", cache, 1);
+  private_cache_open(cache);
   setenv("TPK_TIER", "cc", 1);
   const char *src = "kernel triple(x: f32[N]) -> (y: f32[N]) { y = x * 3.0; }\n";
   const char *want[] = {"cc", "cache"};
@@ -1204,11 +1199,7 @@ static void test_cache_hits_are_reported(void **state) {
     tpk_program_destroy(tpk_kernel_program(k));
     tpk_context_destroy(ctx);
   }
-  unsetenv("TPK_TIER");
-  unsetenv("TPK_CACHE_DIR");
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
-  assert_int_equal(system(cmd), 0);
+  private_cache_close(cache);
 }
 
 int main(void) {
