@@ -200,7 +200,7 @@ static int host_run(const TpkDevice *dev, const TpkRun *r, char *err) {
     job->prims[i].instances = job;
     job->last[i] = -1;
   }
-  tpk_pool_run(r->pool, parts, run_part, job);
+  if (!r->lend || !r->lend(r->lend_user, parts, run_part, job)) tpk_pool_run(r->pool, parts, run_part, job);
   int failed = -1;
   for (int i = 0; i < parts; i++)
     if (job->rc[i] && (failed < 0 || job->last[i] < job->last[failed])) failed = i;

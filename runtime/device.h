@@ -32,6 +32,8 @@ typedef struct TpkRun {
   size_t workspace_stride;
   int parts;
   TpkPool *pool; /* runs the parts in parallel (NULL: one after another) */
+  TpkHostParallelFn lend; /* the embedding program's threads, tried first (tpk_context_set_host_parallel) */
+  void *lend_user;
 } TpkRun;
 
 typedef struct TpkDeviceOps {

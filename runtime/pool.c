@@ -49,8 +49,6 @@ struct TpkPool {
   atomic_bool quit;
   pthread_mutex_t run;     /* held by the caller whose job is running */
   pid_t pid;               /* the process the workers run in (a fork's child has none) */
-  TpkHostParallelFn runner; /* the embedding program's threads, tried first (under lock) */
-  void *runner_user;
 };
 
 static inline void cpu_relax(void) {
@@ -156,21 +154,7 @@ void tpk_pool_destroy(TpkPool *pool) {
 
 int tpk_pool_threads(const TpkPool *pool) { return pool ? pool->threads : 1; }
 
-void tpk_pool_set_runner(TpkPool *pool, TpkHostParallelFn run, void *user) {
-  pthread_mutex_lock(&pool->lock);
-  pool->runner = run;
-  pool->runner_user = user;
-  pthread_mutex_unlock(&pool->lock);
-}
-
 void tpk_pool_run(TpkPool *pool, int parts, TpkPoolTask task, void *arg) {
-  if (pool && parts > 1) {
-    pthread_mutex_lock(&pool->lock);
-    TpkHostParallelFn runner = pool->runner;
-    void *user = pool->runner_user;
-    pthread_mutex_unlock(&pool->lock);
-    if (runner && runner(user, parts, task, arg)) return;
-  }
   if (parts <= 1 || parts > tpk_pool_threads(pool) || getpid() != pool->pid || pthread_mutex_trylock(&pool->run) != 0) {
     /* One part, more parts than threads, a forked child (whose copy of the
      * pool has no workers), or the pool is another caller's right now:

@@ -10,10 +10,6 @@
  * after another, which gives the same results since parts never depend on
  * each other. So does a forked child, whose copy of the pool has no
  * workers. Destroying the pool in a child does not wait for workers there.
- *
- * A program embedding tpk may lend its own threads instead
- * (tpk_context_set_host_parallel): a job then goes to its runner first, and
- * to the workers only if the runner declines.
  */
 #ifndef TPK_POOL_H
 #define TPK_POOL_H
@@ -23,7 +19,7 @@
 typedef struct TpkPool TpkPool;
 
 /* Part `part` of a job; `arg` is the caller's. */
-typedef TpkHostPartFn TpkPoolTask;
+typedef void (*TpkPoolTask)(void *arg, int part);
 
 /* A pool for `threads` parts (>= 1; 1 starts no worker). */
 TpkStatus tpk_pool_create(int threads, TpkPool **out);
@@ -35,7 +31,5 @@ int tpk_pool_threads(const TpkPool *pool);
  * have returned: in parallel when parts <= tpk_pool_threads(pool), else (or
  * with a NULL pool) one after another on the calling thread. */
 void tpk_pool_run(TpkPool *pool, int parts, TpkPoolTask task, void *arg);
-/* Jobs go to run(user, ...) first (NULL: the workers only). */
-void tpk_pool_set_runner(TpkPool *pool, TpkHostParallelFn run, void *user);
 
 #endif

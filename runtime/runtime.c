@@ -507,7 +507,6 @@ void tpk_context_set_host_parallel(TpkContext *ctx, TpkHostParallelFn run, void 
   pthread_mutex_lock(&ctx->lock);
   ctx->host_parallel = run;
   ctx->host_parallel_user = user;
-  if (ctx->pool) tpk_pool_set_runner(ctx->pool, run, user);
   pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -1395,13 +1394,15 @@ int tpk_kernel_tune_memos(const TpkKernel *k) {
   return n;
 }
 
-/* The context's pool (started on first use) in *pool, and how many parts
- * it can run of the `want` a launch would like (1 without a pool). */
-static int launch_pool(TpkContext *ctx, int want, TpkPool **pool) {
+/* The context's pool (started on first use) and lent threads, if any, in
+ * run, and how many parts it can run of the `want` a launch would like (1
+ * without a pool). */
+static int launch_pool(TpkContext *ctx, int want, TpkRun *run) {
   pthread_mutex_lock(&ctx->lock);
-  if (!ctx->pool && tpk_pool_create(ctx->threads, &ctx->pool) == TPK_OK)
-    tpk_pool_set_runner(ctx->pool, ctx->host_parallel, ctx->host_parallel_user);
-  *pool = ctx->pool;
+  if (!ctx->pool && tpk_pool_create(ctx->threads, &ctx->pool) != TPK_OK) ctx->pool = NULL;
+  run->pool = ctx->pool;
+  run->lend = ctx->host_parallel;
+  run->lend_user = ctx->host_parallel_user;
   int have = tpk_pool_threads(ctx->pool);
   pthread_mutex_unlock(&ctx->lock);
   return want < have ? want : have;
@@ -1530,7 +1531,7 @@ static TpkStatus run_bound(TpkKernel *k, TpkDevice *dev, const Bound *b, void *c
   for (int i = 0; i < f->nparams; i++)
     if (f->params[i].zero_init) memset(args[i], 0, bytes[i]);
   TpkRun run = {.args = args, .syms = spec->syms, .parts = 1};
-  if (spec->parts > 1) run.parts = launch_pool(k->prog->ctx, spec->parts, &run.pool);
+  if (spec->parts > 1) run.parts = launch_pool(k->prog->ctx, spec->parts, &run);
   /* the parts' workspaces, one after another, from the context's scratch */
   run.workspace_stride = (size_t)(spec->workspace_bytes + 63) / 64 * 64;
   size_t ws_bytes = run.workspace_stride * (size_t)spec->parts, ws_cap;
