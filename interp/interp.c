@@ -1384,19 +1384,28 @@ static TpkStatus exec_load(Interp *I, const TpkOp *op) {
   return set_result(I, op, 0, &r);
 }
 
+/* What a store and an atomic share: the ref (operand 0), the value (the
+ * last operand) of its dtype, the block they select, and the check that no
+ * DMA in flight touches that block. */
+static bool write_target(Interp *I, const TpkOp *op, const char *what, Val **ref, Val **v, Sel *s) {
+  *ref = operand(I, op, 0, V_REF), *v = operand(I, op, op->nin - 1, V_TENSOR);
+  if (!*ref || !*v) return false;
+  if ((*v)->dt != (*ref)->dt) return fail(I, op, TPK_ERR_INTERNAL, "value dtype differs from the ref's"), false;
+  int n = select_block(I, op, "index", *ref, 1, (*v)->dims, (*v)->rank, s);
+  if (n < 0 || !sel_matches(I, op, s, (*v)->rank, (*v)->dims, what)) return false;
+  int64_t lo, hi;
+  sel_span(s, &lo, &hi);
+  check_pending(I, op, *ref, "writes", lo, hi);
+  return true;
+}
+
 static TpkStatus exec_store(Interp *I, const TpkOp *op) {
-  Val *ref = operand(I, op, 0, V_REF), *v = operand(I, op, op->nin - 1, V_TENSOR);
-  if (!ref || !v) return status(I);
-  if (v->dt != ref->dt) return fail(I, op, TPK_ERR_INTERNAL, "value dtype differs from the ref's");
+  Val *ref, *v;
   Sel s;
-  int n = select_block(I, op, "index", ref, 1, v->dims, v->rank, &s);
-  if (n < 0 || !sel_matches(I, op, &s, v->rank, v->dims, "stored value")) return status(I);
+  if (!write_target(I, op, "stored value", &ref, &v, &s)) return status(I);
   bool add = tpk_op_store_mode(op) == TPK_STORE_ADD;
   bool isf = tpk_dtype_is_float(v->dt);
   size_t es = ESIZE(v);
-  int64_t lo, hi;
-  sel_span(&s, &lo, &hi);
-  check_pending(I, op, ref, "writes", lo, hi);
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t i = 0; i < v->n; i++, next_index(v->rank, v->dims, idx)) {
     int64_t off = sel_offset(&s, idx);
@@ -1422,12 +1431,9 @@ static TpkStatus exec_store(Interp *I, const TpkOp *op) {
  * instances combining one element are not a race: like `+=`, they
  * accumulate. */
 static TpkStatus exec_atomic(Interp *I, const TpkOp *op) {
-  Val *ref = operand(I, op, 0, V_REF), *v = operand(I, op, op->nin - 1, V_TENSOR);
-  if (!ref || !v) return status(I);
-  if (v->dt != ref->dt) return fail(I, op, TPK_ERR_INTERNAL, "value dtype differs from the ref's");
+  Val *ref, *v;
   Sel s;
-  int n = select_block(I, op, "index", ref, 1, v->dims, v->rank, &s);
-  if (n < 0 || !sel_matches(I, op, &s, v->rank, v->dims, "atomic value")) return status(I);
+  if (!write_target(I, op, "atomic value", &ref, &v, &s)) return status(I);
   Val r;
   if (!new_result(I, op, 0, &r)) return status(I);
   if (r.n != v->n || r.dt != v->dt) {
@@ -1437,9 +1443,6 @@ static TpkStatus exec_atomic(Interp *I, const TpkOp *op) {
   TpkReduceKind k = tpk_op_reduce_kind(op);
   bool isf = tpk_dtype_is_float(v->dt);
   size_t es = ESIZE(v);
-  int64_t lo, hi;
-  sel_span(&s, &lo, &hi);
-  check_pending(I, op, ref, "writes", lo, hi);
   int64_t idx[TPK_MAX_RANK] = {0};
   for (int64_t i = 0; i < v->n; i++, next_index(v->rank, v->dims, idx)) {
     int64_t off = sel_offset(&s, idx);
