@@ -216,7 +216,9 @@ static bool parse_param(const char *s, size_t n, bool kwonly, Param *p) {
   static const struct {
     const char *type;
     Kind kind;
-  } TYPES[] = {{"Tensor", K_TENSOR},   {"Tensor[]", K_TENSORS}, {"Scalar", K_SCALAR},   {"int", K_INT},
+  /* Tensor?[] (index_put's indices) as Tensor[]: a list argument carries no
+   * None, so the bridges refuse x[:, i] = v before it gets here */
+  } TYPES[] = {{"Tensor", K_TENSOR},   {"Tensor[]", K_TENSORS}, {"Tensor?[]", K_TENSORS}, {"Scalar", K_SCALAR},   {"int", K_INT},
                {"SymInt", K_SYMINT},   {"int[]", K_INTS},       {"int[1]", K_INTS},     {"SymInt[]", K_SYMINTS},
                {"float", K_FLOAT},     {"bool", K_BOOL},        {"bool[3]", K_BOOLS},   {"str", K_STR},
                {"ScalarType", K_DTYPE}, {"Layout", K_ANY},      {"Device", K_ANY},      {"MemoryFormat", K_ANY}};
@@ -2346,6 +2348,82 @@ static void ex_embedding_dense_backward(Call *c) {
   put(c, scatter_axis(c, zeros, ids, rows, 0, TPK_STORE_ADD));
 }
 
+/* Advanced indexing, x[i0, i1, ...] (ATen's index and index_put): index
+ * tensors for x's leading k dims, broadcast together to B. Seen as rows,
+ * x is `rows` [P, rest...] (its leading k dims as one) and the result
+ * [B..., rest...] is the rows `row` [n] picks. */
+typedef struct Indexed {
+  TpkValue *rows, *row;
+  int rank; /* of the result: B's and rest's dims in dims */
+  const TpkDim *dims[TPK_MAX_RANK];
+  const TpkDim *n;
+} Indexed;
+
+static bool index_rows(Call *c, TpkValue *x, Indexed *r) {
+  TpkValue *ix[TPK_MAX_RANK];
+  int k = values_arg(c, "indices", ix, TPK_MAX_RANK);
+  if (!x || c->failed) return false;
+  if (k == 0) return INVALID(c, "indices must hold at least one tensor"), false;
+  if (k > rank_of(x)) return INVALID(c, "%d index tensors for self %s", k, ty(c, x)), false;
+  Opnd o[TPK_MAX_RANK];
+  for (int i = 0; i < k; i++) {
+    if (dt_of(ix[i]) == TPK_BOOL || dt_of(ix[i]) == TPK_U8)
+      return UNSUPPORTED(c, "indices[%d] %s is a mask: how many elements it selects is known only at run time", i, ty(c, ix[i])), false;
+    if (is_float(dt_of(ix[i]))) return INVALID(c, "indices[%d] must be an integer tensor, got %s", i, ty(c, ix[i])), false;
+    o[i] = tensor_opnd(ix[i] = cvt(c, ix[i], TPK_I32), "an index");
+  }
+  int nb;
+  if (!broadcast_shape(c, k, o, &nb, r->dims)) return false;
+  r->rank = nb + rank_of(x) - k;
+  if (r->rank > TPK_MAX_RANK) return UNSUPPORTED(c, "self[indices] would have rank %d", r->rank), false;
+  for (int d = k; d < rank_of(x); d++) r->dims[nb + d - k] = x->type->dims[d];
+  r->n = product(c, nb, r->dims);
+  r->row = NULL;
+  const TpkDim *stride = tpk_dim_const(c->m, 1);
+  for (int d = k - 1; d >= 0 && !c->failed; d--) {
+    const TpkDim *size = x->type->dims[d];
+    TpkValue *i = reshape(c, bcast(c, ix[d], nb, r->dims), 1, &r->n);
+    i = sel(c, binop_k(c, TPK_OP_LT, i, 0), op2(c, TPK_OP_ADD, i, bcast_like(c, dim_value(c, size), i)), i);
+    if (k > 1) /* one outside 0..size-1 fails, named, where its row could be another's (the gather or scatter checks rows) */
+      i = gather_axis(c, iota(c, TPK_I32, 1, &size, 0), i, 0);
+    if (!dim_is(stride, 1)) i = op2(c, TPK_OP_MUL, i, bcast_like(c, dim_value(c, stride), i));
+    r->row = r->row ? op2(c, TPK_OP_ADD, r->row, i) : i;
+    stride = tpk_dim_binary(c->m, TPK_DIM_MUL, stride, size);
+  }
+  const TpkDim *rows_dims[TPK_MAX_RANK] = {stride};
+  for (int d = k; d < rank_of(x); d++) rows_dims[1 + d - k] = x->type->dims[d];
+  r->rows = reshape(c, x, 1 + rank_of(x) - k, rows_dims);
+  return !c->failed;
+}
+
+static void ex_index(Call *c) {
+  Indexed r;
+  if (index_rows(c, t_arg(c, "self"), &r)) put(c, reshape(c, gather_axis(c, r.rows, r.row, 0), r.rank, r.dims));
+}
+
+/* index_put (index_put_, _index_put_impl_): self with self[indices] set to
+ * values (broadcast), or values added there (accumulate: repeated indices
+ * add up): a scatter of rows. */
+static void ex_index_put(Call *c) {
+  TpkValue *x = t_arg(c, "self");
+  Opnd v = opnd_arg(c, "values");
+  Indexed r;
+  if (!index_rows(c, x, &r)) return;
+  if (v.v && dt_of(v.v) != dt_of(x)) return (void)INVALID(c, "values %s must have self's dtype %s", ty(c, v.v), dt_name(dt_of(x)));
+  bool fits = !v.v || rank_of(v.v) <= r.rank;
+  for (int d = 0; fits && d < rank_of(v.v); d++) {
+    const TpkDim *have = v.v->type->dims[d], *want = r.dims[r.rank - rank_of(v.v) + d];
+    fits = have == want || dim_is(have, 1);
+  }
+  if (!fits) return (void)INVALID(c, "values %s do not broadcast to self[indices] %s", ty(c, v.v), shape_text(c, r.rank, r.dims));
+  int rest = rank_of(r.rows);
+  const TpkDim *upd_dims[TPK_MAX_RANK] = {r.n};
+  for (int d = 1; d < rest; d++) upd_dims[d] = r.rows->type->dims[d];
+  TpkValue *upd = reshape(c, mat(c, &v, dt_of(x), r.rank, r.dims), rest, upd_dims);
+  TpkStoreMode mode = b_arg(c, "accumulate") ? TPK_STORE_ADD : TPK_STORE_SET;
+  put(c, reshape(c, scatter_axis(c, r.rows, r.row, upd, 0, mode), rank_of(x), x->type->dims));
+}
+
 /* grad_output placed into zeros of input_sizes at `index` along dim. */
 static void ex_select_backward(Call *c) {
   TpkValue *g = t_arg(c, "grad_output");
@@ -2932,6 +3010,10 @@ static const Overload OVERLOADS[] = {
     {"scatter", "value_reduce", "Tensor self, int dim, Tensor index, Scalar value, *, str reduce", ex_scatter, 0},
     {"scatter_add", "default", "Tensor self, int dim, Tensor index, Tensor src", ex_scatter, 0},
     {"index_select", "default", "Tensor self, int dim, Tensor index", ex_index_select, 0},
+    {"index", "Tensor", "Tensor self, Tensor?[] indices", ex_index, 0},
+    {"index_put", "default", "Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False", ex_index_put, 0},
+    {"index_put_", "default", "Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False", ex_index_put, INPLACE},
+    {"_index_put_impl_", "default", "Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False, bool unsafe=False", ex_index_put, INPLACE},
     {"embedding", "default", "Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False", ex_embedding, 0},
     {"embedding_dense_backward", "default", "Tensor grad_output, Tensor indices, SymInt num_weights, SymInt padding_idx, bool scale_grad_by_freq", ex_embedding_dense_backward, 0},
     {"select_backward", "default", "Tensor grad_output, SymInt[] input_sizes, int dim, SymInt index", ex_select_backward, 0},

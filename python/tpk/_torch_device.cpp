@@ -687,6 +687,21 @@ TpkBuffer *index_buffer(State &s, const at::Tensor &t, Temps &temps) {
   return submit1(s, "squeeze", {tpk_arg_buffer(low), tpk_arg_int(t.dim())}, temps);
 }
 
+/* An index tensor on the CPU in a tpk op's index list (x[i] with i a CPU
+ * tensor, as PyTorch allows for a device's tensors): its values, checked
+ * to fit, in a new i32 buffer. */
+TpkBuffer *cpu_index_buffer(State &s, const at::Tensor &t, Temps &temps) {
+  if (!t.is_cpu() || !at::isIntegralType(t.scalar_type(), false) || t.dim() > TPK_MAX_DIMS)
+    throw Refused{"an index list with a tensor that is neither on tpk nor a CPU index"};
+  at::Tensor i32 = t.to(at::kInt).contiguous();
+  if (t.numel() && !i32.to(t.scalar_type()).equal(t)) throw Refused{"an index that does not fit i32"};
+  TpkBuffer *c;
+  if (tpk_buffer_create(s.dev, TPK_I32, t.dim(), t.sizes().data(), &c) != TPK_OK) throw Refused{tpk_last_error()};
+  temps.keep(c);
+  memcpy(tpk_buffer_data(c), i32.data_ptr(), i32.nbytes());
+  return c;
+}
+
 /* Write buffer r (of dst's shape, or one that broadcasts to it) into dst.
  * When dst is all of its storage, the storage takes r (a buffer the op made)
  * as its bytes: nothing copied, nothing waited for. Otherwise dst is a view:
@@ -781,6 +796,9 @@ ResultTypes result_types(const c10::OperatorHandle &op, const torch::jit::Stack 
       h = mix(h, (uint64_t)t.scalar_type() << 8 | (uint64_t)(t.dim() == 0) << 4 | (uint64_t)t.unsafeGetTensorImpl()->is_wrapped_number() << 2 | is_tpk(t));
     } else if (v.isTensorList()) {
       for (const at::Tensor &t : v.toTensorList()) h = mix(h, (uint64_t)t.scalar_type() << 1 | (t.dim() == 0));
+    } else if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor> &t : v.toOptionalTensorList())
+        h = mix(h, t && t->defined() ? (uint64_t)t->scalar_type() << 1 | (t->dim() == 0) : 7);
     } else if (v.isString()) {
       h = mix(h, std::hash<std::string>()(v.toStringRef()));
     } else if (v.isInt() && unwrap_optional(params[i].real_type())->kind() == c10::TypeKind::ScalarTypeType) {
@@ -800,6 +818,10 @@ ResultTypes result_types(const c10::OperatorHandle &op, const torch::jit::Stack 
       else if (v.isTensorList()) {
         c10::List<at::Tensor> list;
         for (const at::Tensor &t : v.toTensorList()) list.push_back(to_meta(t));
+        v = std::move(list);
+      } else if (v.isOptionalTensorList()) {
+        c10::List<std::optional<at::Tensor>> list;
+        for (const std::optional<at::Tensor> &t : v.toOptionalTensorList()) list.push_back(t ? std::optional<at::Tensor>(to_meta(*t)) : t);
         v = std::move(list);
       } else if (v.isDevice() && v.toDevice().type() == kTpk) v = c10::Device(c10::kMeta);
     }
@@ -874,6 +896,15 @@ void convert_args(State &s, const c10::FunctionSchema &schema, const torch::jit:
         for (const at::Tensor &t : v.toTensorList()) {
           if (!is_tpk(t)) throw Refused{"a list with a tensor not on tpk"};
           out.lists.back().push_back(read_buffer(s, t, temps));
+        }
+        a = tpk_arg_buffers((int)out.lists.back().size(), out.lists.back().data());
+      } else if (unwrap_optional(elem)->kind() == c10::TypeKind::TensorType) { /* index_put's Tensor?[] indices */
+        out.lists.emplace_back();
+        for (const std::optional<at::Tensor> &t : v.toOptionalTensorList()) {
+          if (!t || !t->defined()) throw Refused{"a list with None in it (x[:, i] = v)"};
+          if (!is_tpk(*t)) out.lists.back().push_back(cpu_index_buffer(s, *t, temps));
+          else if (t->scalar_type() == at::kLong && is_index(param)) out.lists.back().push_back(index_buffer(s, *t, temps));
+          else out.lists.back().push_back(read_buffer(s, *t, temps));
         }
         a = tpk_arg_buffers((int)out.lists.back().size(), out.lists.back().data());
       } else if (elem->kind() == c10::TypeKind::IntType || elem->kind() == c10::TypeKind::SymIntType) {
@@ -1376,14 +1407,34 @@ double launch_kernel(int64_t kernel, c10::string_view op, at::TensorList tensors
   return r.simulated ? r.sim.seconds : 0.0;
 }
 
+/* An int64 tensor's values as a new i32 tensor (a compiled graph's int64
+ * input: ids, targets), or None when one does not fit (the graph then runs
+ * in PyTorch). Read on the host after a sync, as no op of tpk's reads
+ * int64; the graph's launch syncs anyway. */
+std::optional<at::Tensor> int64_as_i32(const at::Tensor &t) {
+  TORCH_CHECK(t.scalar_type() == at::kLong && t.dim() <= TPK_MAX_DIMS, "tpk: int64_as_i32 takes an int64 tensor, got ", t.toString());
+  State &s = state();
+  std::lock_guard<std::recursive_mutex> hold(s.mu);
+  sync_locked(s);
+  Aliases aliases;
+  at::Tensor values = aliases.of(t), narrow = values.to(at::kInt).contiguous();
+  if (t.numel() && !narrow.to(at::kLong).equal(values)) return std::nullopt;
+  TpkBuffer *b;
+  if (tpk_buffer_create(s.dev, TPK_I32, t.dim(), t.sizes().data(), &b) != TPK_OK) fail_tpk("int64_as_i32");
+  memcpy(tpk_buffer_data(b), narrow.data_ptr(), narrow.nbytes());
+  return tensor_of(b);
+}
+
 TORCH_LIBRARY(tpk_device, m) {
   m.def("call(int kernel, str op, Tensor[] tensors, Scalar[] scalars) -> Tensor[]");
   m.def("launch(int kernel, str op, Tensor[] tensors) -> float");
+  m.def("int64_as_i32(Tensor t) -> Tensor?");
 }
 
 TORCH_LIBRARY_IMPL(tpk_device, PrivateUse1, m) {
   m.impl("call", call_kernel);
   m.impl("launch", launch_kernel);
+  m.impl("int64_as_i32", int64_as_i32);
 }
 
 /* ---- the Python module ------------------------------------------------------------------- */

@@ -220,6 +220,8 @@ def unsupported_reason(node):
     for a in itertools.chain(node.args, node.kwargs.values()):
         if isinstance(a, torch.dtype) and a not in DTYPES:
             return f"tpk has no {str(a).replace('torch.', '')}"
+        if isinstance(a, (list, tuple)) and any(x is None for x in a):
+            return "a list with None in it (index_put's x[:, i] = v)"
     if target.namespace == "aten" and target._opname.rstrip("_") in INT64_GROWING and _has_int64(node.meta.get("val")) \
             and any(_has_int64(a.meta.get("val")) for a in node.all_input_nodes):
         return "int64 arithmetic (tpk computes int64 tensors as i32)"
@@ -474,7 +476,11 @@ class CompiledGraph:
             t = args[pos]
             if perm is not None:
                 t = t.permute(perm)
-            if dtype is torch.int64:
+            if dtype is torch.int64 and t.device.type == "tpk":
+                t = torch.ops.tpk_device.int64_as_i32(t)  # on the host: tpk's streams have no int64
+                if t is None:
+                    return self._eager(args)
+            elif dtype is torch.int64:
                 if t.numel():
                     low, high = torch.aminmax(t)
                     if low < I32[0] or high > I32[1]:

@@ -306,6 +306,43 @@ def test_unsupported_op_falls_back_once_with_the_right_result():
     assert {g.kind for g in report.graphs} == {"forward", "backward"} and all(g.calls for g in report.graphs)
 
 
+def test_embedding_backward_is_an_index_put_in_tpk():
+    """The core decompositions make an embedding's backward an index_put
+    (accumulating repeated tokens): it runs in tpk, no fallback. An
+    index_put with a None index (x[:, i] += v) falls back, named."""
+    class Embedded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.out = torch.nn.Embedding(11, 6), torch.nn.Linear(6, 3)
+
+        def forward(self, ids):
+            return self.out(self.embed(ids)).square().sum()
+
+    torch.manual_seed(0)
+    model = Embedded()
+    ids = torch.tensor([[1, 4, 4, 10], [0, 4, 7, 1]])  # repeats: their rows' gradients add up
+    eager = copy.deepcopy(model)
+    tpk.torch.clear_compile_report()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tpk.backend.FallbackWarning)
+        loss, grads = forward_backward(model, torch.compile(model, backend="tpk"), (ids,))
+    want_loss, want_grads = forward_backward(eager, eager, (ids,))
+    close(loss, want_loss, 1e-5, "loss")
+    for n, g in grads.items():
+        close(g, want_grads[n], 1e-5, f"grad of {n}")
+    assert not tpk.torch.compile_report().fallback
+
+    def columns(x, i, v):
+        x = x.clone()
+        x[:, i] += v
+        return x
+
+    x, i, v = torch.randn(3, 5), torch.tensor([0, 3]), torch.randn(3, 2)
+    with pytest.warns(tpk.backend.FallbackWarning, match=r"aten.index_put.default \(a list with None in it"):
+        got = torch.compile(columns, backend="tpk")(x, i, v)
+    close(got, columns(x, i, v), 1e-6, "x[:, i] += v")
+
+
 def test_int64_inputs_outside_i32_run_in_pytorch():
     fn = torch.compile(lambda x, i: x * (i > 5), backend="tpk")
     x = torch.randn(3)

@@ -234,7 +234,22 @@ OPS = {
     "layer_norm": lambda x, w, b: F.layer_norm(x, (8,)),
     "cross_entropy": lambda x, w, b: F.cross_entropy(x, torch.tensor([0, 7, 2, 3, 1, 5], device=x.device)),
     "amax": lambda x, w, b: x.amax(1, keepdim=True),
+    "index": lambda x, w, b: x[torch.tensor([5, 0, -1, 0], device=x.device)] * 2,
+    "index_by_cpu_tensor": lambda x, w, b: x[torch.tensor([[1, 2], [3, 0]])] + 1,
+    "index_two_dims": lambda x, w, b: x[torch.tensor([0, 5]), torch.tensor([[1], [-7]], device=x.device)],
+    "index_put_accumulate": lambda x, w, b: x.index_put((torch.tensor([1, 4, 4, 1], device=x.device),), x[:4] * 2,
+                                                        accumulate=True),
+    "setitem": lambda x, w, b: setitem(x.clone(), torch.tensor([0, 3], device=x.device), 7.0),
+    "setitem_add": lambda x, w, b: setitem(x.clone(), (torch.tensor([2, 2]), torch.tensor([1, 6])), 1.5, add=True),
 }
+
+
+def setitem(x, i, v, add=False):
+    if add:
+        x[i] += v
+    else:
+        x[i] = v
+    return x
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
@@ -244,6 +259,35 @@ def test_ops_match_the_cpu(mode, name):
     before = cpu_ops()
     same(OPS[name](*on_tpk(xc, wc, bc)), OPS[name](xc, wc, bc))
     assert cpu_ops() == before, f"{name} ran an op on the CPU"
+
+
+def test_an_index_with_a_none_in_it_runs_on_the_cpu(mode):
+    """x[:, i] += v: index_put with a None index, which tpk has not: the CPU's,
+    right (the write lands in x's storage)."""
+    x, i, v = torch.randn(3, 5), torch.tensor([0, 3]), torch.randn(3, 2)
+    xt = x.to("tpk")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        xt[:, i.to("tpk")] += v.to("tpk")
+    x[:, i] += v
+    same(xt, x)
+
+
+def test_compiled_graphs_take_int64_inputs_off_the_cpu():
+    """A compiled graph's int64 inputs on tpk (token ids) become i32 without
+    an op on the CPU; one past i32 runs the graph in PyTorch, right."""
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, i: x[i] * (i > 5).unsqueeze(-1), backend="tpk")
+    x, small, large = torch.randn(7, 3), torch.tensor([1, 6, 3]), torch.tensor([1, 2 ** 40, 3])
+    before = cpu_ops()
+    same(fn(x.to("tpk"), small.to("tpk")), x[small] * (small > 5).unsqueeze(-1))
+    assert cpu_ops() == before
+    fn = torch.compile(lambda x, i: x * (i > 5), backend="tpk")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # int64 ops of PyTorch's run on the CPU
+        same(fn(x[0].to("tpk"), large.to("tpk")), x[0] * (large > 5))  # i32 would take 2**40 for 0
+    graph = tpk.torch.compile_report().graphs[-1]
+    assert graph.calls == 0 and graph.eager_runs == 1
 
 
 def test_debug_mode_errors_name_the_op():

@@ -42,8 +42,11 @@ class T:
     def make(self, dtype, sizes, gen):
         shape = tuple(sizes.get(d, d) if isinstance(d, str) else d for d in self.shape)
         dt = self.dtype or dtype
-        if self.index_high is not None:  # indices: int64 for torch
-            return torch.randint(0, self.index_high, shape, generator=gen, dtype=torch.int64)
+        if self.index_high is not None:  # indices: int64 for torch; "unique": no repeats, "signed": from the end too
+            n = self.index_high
+            if self.kind == "unique":
+                return torch.randperm(n, generator=gen)[:math.prod(shape)].reshape(shape)
+            return torch.randint(-n if self.kind == "signed" else 0, n, shape, generator=gen, dtype=torch.int64)
         if self.kind == "bool" or dt == BOOL:
             return torch.rand(shape, generator=gen) < 0.5
         if not dt.is_floating_point:
@@ -270,6 +273,17 @@ CASES = [
     C("scatter.src", T(4, 5), 0, T(1, 5, index_high=4), T(2, 5)),
     C("scatter_add", T(4, 5), 1, T(4, 3, index_high=5), T(4, 3)),
     C("index_select", T(5, 3), 0, T(4, index_high=5)),
+    C("index.Tensor", T(6, 4), [T(3, 5, index_high=6, kind="signed")]),
+    C("index.Tensor", T(4, 5, 3), [T(6, index_high=4), T(2, 1, index_high=5, kind="signed")], dtypes=(F32, I32),
+      id="index_two_dims"),
+    C("index_put", T(6, 4), [T(3, 5, index_high=6)], T(3, 5, 4), True, rtol=SUMS, id="index_put_accumulate"),
+    C("index_put", T(6, 4), [T(5, index_high=6, kind="unique")], T(4), id="index_put_broadcast_values"),
+    C("index_put", T(4, 5, 3), [T(6, index_high=4, kind="signed"), T(2, 1, index_high=5, kind="signed")], T(3), True,
+      rtol=SUMS, id="index_put_two_dims"),
+    C("index_put", T(3, 4), [T(2, index_high=3, kind="unique"), T(2, index_high=4)], T(2), dtypes=(F32, I32),
+      id="index_put_elements"),
+    C("index_put_", T(6, 4), [T(7, index_high=6)], T(7, 4), True, rtol=SUMS),
+    C("_index_put_impl_", T(6, 4), [T(3, index_high=6, kind="unique")], T(3, 4)),
     C("embedding", T(10, 4), T(2, 3, index_high=10)),
     C("embedding_dense_backward", T(2, 3, 4), T(2, 3, index_high=6), 6, 2, False, dtypes=(F32,)),
     C("select_backward", T(3, 5), [3, 4, 5], 1, 2),
