@@ -717,15 +717,53 @@ DEFINE_EDGE_AVX512(edge10_avx512, EROWS10)
 DEFINE_EDGE_AVX512(edge12_avx512, EROWS12)
 DEFINE_EDGE_AVX512(edge14_avx512, ROWS14)
 
+/* A panel with at most 16 columns (N = 10, a head's last column of 65)
+ * computes one vector per row, half the full tile's FMAs. */
+#define ZN_DECL(i) __m512 c##i##a;
+#define ZN_ZERO(i) c##i##a = _mm512_setzero_ps();
+#define ZN_LOAD(i)                                                                                             \
+  if ((i) < mv)                                                                                                \
+    c##i##a = _mm512_maskz_loadu_ps(m0, c + (i) * ldc);
+#define ZN_STORE(i)                                                                                            \
+  if ((i) < mv)                                                                                                \
+    _mm512_mask_storeu_ps(c + (i) * ldc, m0, c##i##a);
+#define ZN_FMA(i) c##i##a = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b0, c##i##a);
+#define DEFINE_NARROW_AVX512(NAME, ROWS)                                                                      \
+  __attribute__((target("avx512f"))) static void NAME(int64_t kc, const float *a, const float *b, float *c,   \
+                                                      int64_t ldc, int load_c, int64_t mv, __mmask16 m0,        \
+                                                      __mmask16 m1) {                                           \
+    (void)m1;                                                                                                 \
+    ROWS(ZN_DECL)                                                                                             \
+    ROWS(ZN_ZERO)                                                                                             \
+    if (load_c) {                                                                                             \
+      ROWS(ZN_LOAD)                                                                                           \
+    }                                                                                                         \
+    for (int64_t k = 0; k < kc; k++, a += 14, b += 32) {                                                      \
+      __m512 b0 = _mm512_load_ps(b);                                                                          \
+      ROWS(ZN_FMA)                                                                                            \
+    }                                                                                                         \
+    ROWS(ZN_STORE)                                                                                            \
+  }
+DEFINE_NARROW_AVX512(narrow2_avx512, EROWS2)
+DEFINE_NARROW_AVX512(narrow4_avx512, EROWS4)
+DEFINE_NARROW_AVX512(narrow6_avx512, EROWS6)
+DEFINE_NARROW_AVX512(narrow8_avx512, EROWS8)
+DEFINE_NARROW_AVX512(narrow10_avx512, EROWS10)
+DEFINE_NARROW_AVX512(narrow12_avx512, EROWS12)
+DEFINE_NARROW_AVX512(narrow14_avx512, ROWS14)
+
 __attribute__((target("avx512f"))) static void kern_f32_avx512_edge(int64_t kc, const void *av, const void *bv,
                                                                      void *cv, int64_t ldc, int load_c,
                                                                      int64_t mv, int64_t nv) {
   typedef void (*Edge)(int64_t, const float *, const float *, float *, int64_t, int, int64_t, __mmask16, __mmask16);
-  static const Edge by_rows[8] = {edge2_avx512, edge2_avx512,  edge4_avx512,  edge6_avx512,
-                                  edge8_avx512, edge10_avx512, edge12_avx512, edge14_avx512};
+  static const Edge by_rows[2][8] = {
+      {edge2_avx512, edge2_avx512, edge4_avx512, edge6_avx512, edge8_avx512, edge10_avx512, edge12_avx512,
+       edge14_avx512},
+      {narrow2_avx512, narrow2_avx512, narrow4_avx512, narrow6_avx512, narrow8_avx512, narrow10_avx512,
+       narrow12_avx512, narrow14_avx512}};
   __mmask16 m0 = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1);
   __mmask16 m1 = (__mmask16)(nv >= 32 ? 0xffffu : nv > 16 ? (1u << (nv - 16)) - 1 : 0u);
-  by_rows[(mv + 1) / 2](kc, av, bv, cv, ldc, load_c, mv, m0, m1);
+  by_rows[nv <= 16][(mv + 1) / 2](kc, av, bv, cv, ldc, load_c, mv, m0, m1);
 }
 
 #define ZI_DECL(i) __m512i c##i##a, c##i##b;
