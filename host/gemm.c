@@ -530,23 +530,31 @@ static inline uint32_t f32_bits(float f) {
       PORTABLE(dstv, w, srcv, s_w, s_k, n, kc);                                                                \
       return;                                                                                                  \
     }                                                                                                          \
+    /* 16 k at a time (a whole 64-byte line of a 4-byte source row, used up    \
+     * at once: rows ld apart share few cache sets), all of the panel's      \
+     * groups of 8 columns in turn, so that each k-row of the panel is      \
+     * complete before the next (its lines are written once, in L1). */       \
     for (int64_t p = 0; p < panels; p++) {                                                                     \
       uint32_t *d = dst + p * kc * w;                                                                          \
       int64_t nv = min64(w, n - p * w);                                                                        \
-      for (int64_t t0 = 0; t0 < w; t0 += 8) {                                                                  \
-        int64_t lanes = min64(8, w - t0);                      /* panel columns this group fills */            \
-        int64_t rows = nv - t0 < 0 ? 0 : min64(8, nv - t0);    /* of which exist in the source */              \
-        const SRC_T *s = rows ? src + (p * w + t0) * s_w : src;                                                \
-        int64_t k = 0;                                                                                         \
-        for (; k + 8 <= kc; k += 8) {                                                                          \
-          __m256 r[8];                                                                                         \
-          for (int i = 0; i < 8; i++) r[i] = i < rows ? LOAD8(s + i * s_w + k) : _mm256_setzero_ps();           \
-          transpose8(r);                                                                                       \
-          for (int i = 0; i < 8; i++) store_lanes(d + (k + i) * w + t0, r[i], lanes);                          \
+      int64_t k = 0;                                                                                           \
+      for (; k + 8 <= kc; k += 8) {                                                                            \
+        bool two = k + 16 <= kc;                                                                               \
+        for (int64_t t0 = 0; t0 < w; t0 += 8) {                                                                \
+          int64_t lanes = min64(8, w - t0);                    /* panel columns this group fills */            \
+          int64_t rows = nv - t0 < 0 ? 0 : min64(8, nv - t0);  /* of which exist in the source */              \
+          const SRC_T *s = src + (p * w + t0) * s_w + k;                                                       \
+          for (int64_t h = 0; h < (two ? 16 : 8); h += 8) {                                                    \
+            __m256 r[8];                                                                                       \
+            for (int i = 0; i < 8; i++) r[i] = i < rows ? LOAD8(s + i * s_w + h) : _mm256_setzero_ps();         \
+            transpose8(r);                                                                                     \
+            for (int i = 0; i < 8; i++) store_lanes(d + (k + h + i) * w + t0, r[i], lanes);                     \
+          }                                                                                                    \
         }                                                                                                      \
-        for (; k < kc; k++)                                                                                    \
-          for (int64_t t = 0; t < lanes; t++) d[k * w + t0 + t] = t < rows ? BITS(s[t * s_w + k]) : 0u;        \
+        if (two) k += 8;                                                                                       \
       }                                                                                                        \
+      for (; k < kc; k++)                                                                                      \
+        for (int64_t t = 0; t < w; t++) d[k * w + t] = t < nv ? BITS(src[(p * w + t) * s_w + k]) : 0u;        \
     }                                                                                                          \
   }
 
