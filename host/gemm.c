@@ -39,6 +39,12 @@
  * the project's generic flags and runs on any x86-64; on other
  * architectures only the portable path is compiled.
  *
+ * On AVX-512, a row-major f32 A (k contiguous) is packed by rows instead:
+ * each sliver row copied whole, rows KC floats apart, the kernel's
+ * broadcasts at constant distances from one pointer; the transpose into
+ * k-major slivers cost up to a tenth of a product with N = 128 (A is packed
+ * on every call).
+ *
  * Edge tiles (M or N not a multiple of the micro-tile) run the same k loop:
  * with masked loads and stores of C on AVX-512 f32, else on a copy of the
  * tile. Packed operands are zero-padded to whole panels.
@@ -162,6 +168,9 @@ typedef void (*EdgeFn)(int64_t kc, const void *a, const void *b, void *c, int64_
  * for the f32_rows kernels: row i at dst + i*stride floats; the last
  * sliver's missing rows (up to a multiple of mr) zero, since an edge kernel
  * may compute one of them (never stored). */
+/* A full C tile from a transposed f32 A read where it lies (element (i, k)
+ * at a[k*lda + i]) and a packed panel of B. */
+typedef void (*DirectFn)(int64_t kc, const float *a, int64_t lda, const void *b, void *c, int64_t ldc, int load_c);
 typedef void (*PackRowsFn)(float *dst, const float *src, int64_t ld, int64_t mc, int64_t kc, int64_t mr, int64_t stride);
 
 /* One instruction set's micro-kernels and blocking. */
@@ -178,6 +187,7 @@ typedef struct Shape {
   KernelFn f32_rows;
   EdgeFn f32_rows_edge;
   PackRowsFn pack_rows;
+  DirectFn f32_direct; /* or NULL */
 } Shape;
 
 enum { MAX_MR = 14, MAX_NR = 32, STACK_BYTES = 16384 };
@@ -254,7 +264,16 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
       int load = accumulate || pc > 0;
       for (int64_t ic = 0; ic < M; ic += mc_max) {
         int64_t mc = min64(mc_max, M - ic);
-        if (rows)
+        /* A transposed f32 A has each k's sliver values adjacent already: full
+         * slivers read it in place when few panels reuse it (packing it
+         * cost a tenth of a product at N = 128; its lines, ld apart, share
+         * few cache sets, so reuse by many panels comes from L2). */
+        bool direct = sh->f32_direct && kern == sh->f32 && a->esize == 4 && a->rs == 1 && a->cs != 1 &&
+                      nc % nr == 0 && nc <= 8 * nr;
+        int64_t full = direct ? mc / mr * mr : 0;
+        if (direct) {
+          if (full < mc) a->pack(a_buf + full * kc * 4, mr, at(a, ic + full, pc), a->rs, a->cs, mc - full, kc);
+        } else if (rows)
           sh->pack_rows((float *)a_buf, at(a, ic, pc), a->rs, mc, kc, mr, a_stride);
         else
           a->pack(a_buf, mr, at(a, ic, pc), a->rs, a->cs, mc, kc);
@@ -274,6 +293,10 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
             int64_t nv = min64(nr, nc - jr);
             char *c = C + ((ic + ir) * ldc + jc + jr) * 4;
             const unsigned char *bp = b_block + jr * kc * 4;
+            if (ir < full) {
+              sh->f32_direct(kc, at(a, ic + ir, pc), a->cs, bp, c, ldc, load);
+              continue;
+            }
             if (mv == mr && nv == nr) {
               kern(kc, ap, bp, c, ldc, load);
               continue;
@@ -716,6 +739,28 @@ enum { A_ROW_STRIDE = 256 };
 DEFINE_KERN_AVX512(kern_f32_avx512, A_KMAJOR)
 DEFINE_KERN_AVX512(kern_f32_avx512_rows, A_ROWS)
 
+/* The same with A transposed, read in place (DirectFn). */
+__attribute__((target("avx512f"))) static void kern_f32_avx512_direct(int64_t kc, const float *a, int64_t lda,
+                                                                       const void *bv, void *cv, int64_t ldc,
+                                                                       int load_c) {
+  enum { AI = 1 };
+  const float *b = bv;
+  float *c = cv;
+  for (int i = 0; i < 14; i++) prefetch_lines(c + i * ldc, 128, 2);
+  ROWS14(Z_DECL)
+  if (load_c) {
+    ROWS14(Z_LOAD)
+  } else {
+    ROWS14(Z_ZERO)
+  }
+  for (int64_t k = 0; k < kc; k++, a += lda, b += 32) {
+    prefetch_lines(b, 1024, 2);
+    __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    ROWS14(Z_FMA)
+  }
+  ROWS14(Z_STORE)
+}
+
 /* Edge tiles with masks instead of a copy of C: rows from mv on are neither
  * read nor written, nor columns from nv on (m0, m1 cover the two vectors).
  * The k loop is the full kernel's. */
@@ -895,7 +940,8 @@ __attribute__((target("avx512f"))) static void kern_i32_avx512(int64_t kc, const
  * packed N/NC times); MC from 56 to 448 made no measurable difference. */
 /* A_ROW_STRIDE is the KC of this Shape: its f32_rows kernels read slivers packed by rows that far apart. */
 static const Shape SHAPE_avx512 = {14,   32, A_ROW_STRIDE, 112, 512, kern_f32_avx512, kern_i32_avx512, kern_f32_avx512_edge,
-                                   NULL, kern_f32_avx512_rows, kern_f32_avx512_rows_edge, pack_rows_avx512};
+                                   NULL, kern_f32_avx512_rows, kern_f32_avx512_rows_edge, pack_rows_avx512,
+                                   kern_f32_avx512_direct};
 DEFINE_GEMMS(avx512, SHAPE_avx512, pack_b32_avx2, pack_bf16_avx2, pack_f16_avx2, pack_i8_avx2)
 #endif
 
