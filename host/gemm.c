@@ -39,6 +39,12 @@
  * the project's generic flags and runs on any x86-64; on other
  * architectures only the portable path is compiled.
  *
+ * On AVX-512, a row-major f32 A (k contiguous) is packed by rows instead:
+ * each sliver row copied whole, rows KC floats apart, the kernel's
+ * broadcasts at constant distances from one pointer; the transpose into
+ * k-major slivers cost up to a tenth of a product with N = 128 (A is packed
+ * on every call).
+ *
  * Edge tiles (M or N not a multiple of the micro-tile) run the same k loop:
  * with masked loads and stores of C on AVX-512 f32, else on a copy of the
  * tile. Packed operands are zero-padded to whole panels.
@@ -158,6 +164,14 @@ typedef void (*KernelFn)(int64_t kc, const void *a, const void *b, void *c, int6
 /* The same for an edge tile: only C's first mv rows and nv columns exist. */
 typedef void (*EdgeFn)(int64_t kc, const void *a, const void *b, void *c, int64_t ldc, int load_c, int64_t mv,
                        int64_t nv);
+/* Pack a block of a row-major f32 source (mc x kc, rows ld apart) by rows
+ * for the f32_rows kernels: row i at dst + i*stride floats; the last
+ * sliver's missing rows (up to a multiple of mr) zero, since an edge kernel
+ * may compute one of them (never stored). */
+/* A full C tile from a transposed f32 A read where it lies (element (i, k)
+ * at a[k*lda + i]) and a packed panel of B. */
+typedef void (*DirectFn)(int64_t kc, const float *a, int64_t lda, const void *b, void *c, int64_t ldc, int load_c);
+typedef void (*PackRowsFn)(float *dst, const float *src, int64_t ld, int64_t mc, int64_t kc, int64_t mr, int64_t stride);
 
 /* One instruction set's micro-kernels and blocking. */
 typedef struct Shape {
@@ -167,6 +181,13 @@ typedef struct Shape {
   int64_t nc;     /* N block: the packed B block (KC x NC) stays in L2 across the ir loop */
   KernelFn f32, i32;
   EdgeFn f32_edge, i32_edge; /* or NULL: edge tiles then run the kernel on a copy */
+  /* Or NULL: f32 kernels reading A packed by rows (element (i, k) of a
+   * sliver at a[i*kc + k], kc the Shape's, whatever the block's K): for a
+   * row-major A, packing is then a copy of rows, not a transpose. */
+  KernelFn f32_rows;
+  EdgeFn f32_rows_edge;
+  PackRowsFn pack_rows;
+  DirectFn f32_direct; /* or NULL */
 } Shape;
 
 enum { MAX_MR = 14, MAX_NR = 32, STACK_BYTES = 16384 };
@@ -197,7 +218,10 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
   }
   const int64_t mr = sh->mr, nr = sh->nr;
   int64_t kc_max = min64(K, sh->kc), mc_max = min64(round_up(M, mr), sh->mc), nc_max = min64(round_up(N, nr), sh->nc);
-  int64_t a_bytes = round_up(mc_max * kc_max * 4, 64), b_bytes = b_packed ? 0 : kc_max * nc_max * 4;
+  /* a row-major f32 A is packed by rows (a copy) where the ISA can read that */
+  bool rows = sh->f32_rows && kern == sh->f32 && a->cs == 1 && a->esize == 4;
+  int64_t a_stride = rows ? sh->kc : kc_max; /* floats from one row (or k) of a sliver to the next */
+  int64_t a_bytes = round_up(mc_max * a_stride * 4, 64), b_bytes = b_packed ? 0 : kc_max * nc_max * 4;
   alignas(64) unsigned char stack[STACK_BYTES];
   unsigned char *buf = stack, *heap = NULL;
   if (a_bytes + b_bytes > STACK_BYTES) {
@@ -206,15 +230,23 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
       buf = heap;
     } else if (b_packed) { /* packed B fixes KC and NC: one A sliver (at most 14 x 256) fits */
       mc_max = mr;
+      rows = false;
+      a_stride = kc_max;
       a_bytes = round_up(mr * kc_max * 4, 64);
     } else { /* no memory: smaller blocks that fit the stack buffer; same results */
       kc_max = (STACK_BYTES - 64) / (4 * (mr + nr));
       mc_max = mr;
       nc_max = nr;
+      rows = false;
+      a_stride = kc_max;
       a_bytes = round_up(mr * kc_max * 4, 64);
     }
   }
   unsigned char *a_buf = buf, *b_buf = buf + a_bytes;
+  if (rows) {
+    kern = sh->f32_rows;
+    edge = sh->f32_rows_edge;
+  }
   const unsigned char *b_next = b_packed; /* the packed blocks, in the loops' order */
 
   for (int64_t jc = 0; jc < N; jc += nc_max) {
@@ -232,7 +264,19 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
       int load = accumulate || pc > 0;
       for (int64_t ic = 0; ic < M; ic += mc_max) {
         int64_t mc = min64(mc_max, M - ic);
-        a->pack(a_buf, mr, at(a, ic, pc), a->rs, a->cs, mc, kc);
+        /* A transposed f32 A has each k's sliver values adjacent already: full
+         * slivers read it in place when few panels reuse it (packing it
+         * cost a tenth of a product at N = 128; its lines, ld apart, share
+         * few cache sets, so reuse by many panels comes from L2). */
+        bool direct = sh->f32_direct && kern == sh->f32 && a->esize == 4 && a->rs == 1 && a->cs != 1 &&
+                      nc % nr == 0 && nc <= 8 * nr;
+        int64_t full = direct ? mc / mr * mr : 0;
+        if (direct) {
+          if (full < mc) a->pack(a_buf + full * kc * 4, mr, at(a, ic + full, pc), a->rs, a->cs, mc - full, kc);
+        } else if (rows)
+          sh->pack_rows((float *)a_buf, at(a, ic, pc), a->rs, mc, kc, mr, a_stride);
+        else
+          a->pack(a_buf, mr, at(a, ic, pc), a->rs, a->cs, mc, kc);
         /* Slivers of A outer, panels of B inner (B's block stays in L2);
          * or, when B was packed beforehand and M is one block, panels
          * outer: a packed block comes from memory, each panel once, and
@@ -244,11 +288,15 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
           int64_t ir = (panels_outer ? t % slivers : t / panels) * mr;
           int64_t jr = (panels_outer ? t / slivers : t % panels) * nr;
           int64_t mv = min64(mr, mc - ir);
-          const unsigned char *ap = a_buf + ir * kc * 4;
+          const unsigned char *ap = a_buf + ir * (rows ? a_stride : kc) * 4;
           {
             int64_t nv = min64(nr, nc - jr);
             char *c = C + ((ic + ir) * ldc + jc + jr) * 4;
             const unsigned char *bp = b_block + jr * kc * 4;
+            if (ir < full) {
+              sh->f32_direct(kc, at(a, ic + ir, pc), a->cs, bp, c, ldc, load);
+              continue;
+            }
             if (mv == mr && nv == nr) {
               kern(kc, ap, bp, c, ldc, load);
               continue;
@@ -530,23 +578,31 @@ static inline uint32_t f32_bits(float f) {
       PORTABLE(dstv, w, srcv, s_w, s_k, n, kc);                                                                \
       return;                                                                                                  \
     }                                                                                                          \
+    /* 16 k at a time (a whole 64-byte line of a 4-byte source row, used up    \
+     * at once: rows ld apart share few cache sets), all of the panel's      \
+     * groups of 8 columns in turn, so that each k-row of the panel is      \
+     * complete before the next (its lines are written once, in L1). */       \
     for (int64_t p = 0; p < panels; p++) {                                                                     \
       uint32_t *d = dst + p * kc * w;                                                                          \
       int64_t nv = min64(w, n - p * w);                                                                        \
-      for (int64_t t0 = 0; t0 < w; t0 += 8) {                                                                  \
-        int64_t lanes = min64(8, w - t0);                      /* panel columns this group fills */            \
-        int64_t rows = nv - t0 < 0 ? 0 : min64(8, nv - t0);    /* of which exist in the source */              \
-        const SRC_T *s = rows ? src + (p * w + t0) * s_w : src;                                                \
-        int64_t k = 0;                                                                                         \
-        for (; k + 8 <= kc; k += 8) {                                                                          \
-          __m256 r[8];                                                                                         \
-          for (int i = 0; i < 8; i++) r[i] = i < rows ? LOAD8(s + i * s_w + k) : _mm256_setzero_ps();           \
-          transpose8(r);                                                                                       \
-          for (int i = 0; i < 8; i++) store_lanes(d + (k + i) * w + t0, r[i], lanes);                          \
+      int64_t k = 0;                                                                                           \
+      for (; k + 8 <= kc; k += 8) {                                                                            \
+        bool two = k + 16 <= kc;                                                                               \
+        for (int64_t t0 = 0; t0 < w; t0 += 8) {                                                                \
+          int64_t lanes = min64(8, w - t0);                    /* panel columns this group fills */            \
+          int64_t rows = nv - t0 < 0 ? 0 : min64(8, nv - t0);  /* of which exist in the source */              \
+          const SRC_T *s = src + (p * w + t0) * s_w + k;                                                       \
+          for (int64_t h = 0; h < (two ? 16 : 8); h += 8) {                                                    \
+            __m256 r[8];                                                                                       \
+            for (int i = 0; i < 8; i++) r[i] = i < rows ? LOAD8(s + i * s_w + h) : _mm256_setzero_ps();         \
+            transpose8(r);                                                                                     \
+            for (int i = 0; i < 8; i++) store_lanes(d + (k + h + i) * w + t0, r[i], lanes);                     \
+          }                                                                                                    \
         }                                                                                                      \
-        for (; k < kc; k++)                                                                                    \
-          for (int64_t t = 0; t < lanes; t++) d[k * w + t0 + t] = t < rows ? BITS(s[t * s_w + k]) : 0u;        \
+        if (two) k += 8;                                                                                       \
       }                                                                                                        \
+      for (; k < kc; k++)                                                                                      \
+        for (int64_t t = 0; t < w; t++) d[k * w + t] = t < nv ? BITS(src[(p * w + t) * s_w + k]) : 0u;        \
     }                                                                                                          \
   }
 
@@ -643,16 +699,53 @@ DEFINE_GEMMS(avx2, SHAPE_avx2, pack_b32_avx2, pack_bf16_avx2, pack_f16_avx2, pac
 #define Z_STORE(i) _mm512_storeu_ps(c + (i) * ldc, c##i##a), _mm512_storeu_ps(c + (i) * ldc + 16, c##i##b);
 #define Z_FMA(i)                                                                                               \
   {                                                                                                            \
-    __m512 ab = _mm512_set1_ps(a[i]);                                                                          \
+    __m512 ab = _mm512_set1_ps(a[(i) * AI]);                                                                          \
     c##i##a = _mm512_fmadd_ps(ab, b0, c##i##a);                                                                \
     c##i##b = _mm512_fmadd_ps(ab, b1, c##i##b);                                                                \
   }
 
-__attribute__((target("avx512f"))) static void kern_f32_avx512(int64_t kc, const void *av, const void *bv,
-                                                                void *cv, int64_t ldc, int load_c) {
-  const float *a = av, *b = bv;
+/* The A sliver in one of two layouts: k-major (A_KMAJOR: element (i, k) at
+ * a[k*14 + i], as packed from a source whose k-th row holds the sliver's 14
+ * values) or by rows (A_ROWS: at a[i*A_ROW_STRIDE + k], packed from a
+ * row-major source by copying rows, no transposes). AI and AK are the
+ * distances between rows and between k: constants, so the broadcasts'
+ * addresses are one pointer plus displacements. */
+enum { A_ROW_STRIDE = 256 };
+#define A_KMAJOR 1, 14
+#define A_ROWS A_ROW_STRIDE, 1
+#define DEFINE_KERN_AVX512(NAME, LAYOUT) DEFINE_KERN_AVX512_(NAME, LAYOUT)
+#define DEFINE_KERN_AVX512_(NAME, AI_, AK_)                                                                   \
+  __attribute__((target("avx512f"))) static void NAME(int64_t kc, const void *av, const void *bv, void *cv,   \
+                                                      int64_t ldc, int load_c) {                                \
+    enum { AI = AI_, AK = AK_ };                                                                              \
+    const float *a = av, *b = bv;                                                                             \
+    float *c = cv;                                                                                            \
+    /* The next tile to the right is the next call's C: start fetching it. */                                 \
+    for (int i = 0; i < 14; i++) prefetch_lines(c + i * ldc, 128, 2);                                         \
+    ROWS14(Z_DECL)                                                                                            \
+    if (load_c) {                                                                                             \
+      ROWS14(Z_LOAD)                                                                                          \
+    } else {                                                                                                  \
+      ROWS14(Z_ZERO)                                                                                          \
+    }                                                                                                         \
+    for (int64_t k = 0; k < kc; k++, a += AK, b += 32) {                                                      \
+      /* B streams from L2: ask for it 8 k ahead */                                                           \
+      prefetch_lines(b, 1024, 2);                                                                             \
+      __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);                                             \
+      ROWS14(Z_FMA)                                                                                           \
+    }                                                                                                         \
+    ROWS14(Z_STORE)                                                                                           \
+  }
+DEFINE_KERN_AVX512(kern_f32_avx512, A_KMAJOR)
+DEFINE_KERN_AVX512(kern_f32_avx512_rows, A_ROWS)
+
+/* The same with A transposed, read in place (DirectFn). */
+__attribute__((target("avx512f"))) static void kern_f32_avx512_direct(int64_t kc, const float *a, int64_t lda,
+                                                                       const void *bv, void *cv, int64_t ldc,
+                                                                       int load_c) {
+  enum { AI = 1 };
+  const float *b = bv;
   float *c = cv;
-  /* The next tile to the right is the next call's C: start fetching it. */
   for (int i = 0; i < 14; i++) prefetch_lines(c + i * ldc, 128, 2);
   ROWS14(Z_DECL)
   if (load_c) {
@@ -660,8 +753,7 @@ __attribute__((target("avx512f"))) static void kern_f32_avx512(int64_t kc, const
   } else {
     ROWS14(Z_ZERO)
   }
-  for (int64_t k = 0; k < kc; k++, a += 14, b += 32) {
-    /* B streams from L2: ask for it 8 k ahead */
+  for (int64_t k = 0; k < kc; k++, a += lda, b += 32) {
     prefetch_lines(b, 1024, 2);
     __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
     ROWS14(Z_FMA)
@@ -694,38 +786,122 @@ __attribute__((target("avx512f"))) static void kern_f32_avx512(int64_t kc, const
 #define EROWS8(X) EROWS6(X) X(6) X(7)
 #define EROWS10(X) EROWS8(X) X(8) X(9)
 #define EROWS12(X) EROWS10(X) X(10) X(11)
-#define DEFINE_EDGE_AVX512(NAME, ROWS)                                                                        \
+#define DEFINE_EDGE_AVX512(NAME, ROWS, LAYOUT) DEFINE_EDGE_AVX512_(NAME, ROWS, LAYOUT)
+#define DEFINE_EDGE_AVX512_(NAME, ROWS, AI_, AK_)                                                             \
   __attribute__((target("avx512f"))) static void NAME(int64_t kc, const float *a, const float *b, float *c,   \
                                                       int64_t ldc, int load_c, int64_t mv, __mmask16 m0,        \
                                                       __mmask16 m1) {                                           \
+    enum { AI = AI_, AK = AK_ };                                                                              \
     ROWS(Z_DECL)                                                                                              \
     ROWS(Z_ZERO)                                                                                              \
     if (load_c) {                                                                                             \
       ROWS(ZE_LOAD)                                                                                           \
     }                                                                                                         \
-    for (int64_t k = 0; k < kc; k++, a += 14, b += 32) {                                                      \
+    for (int64_t k = 0; k < kc; k++, a += AK, b += 32) {                                                      \
       __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);                                             \
       ROWS(Z_FMA)                                                                                             \
     }                                                                                                         \
     ROWS(ZE_STORE)                                                                                            \
   }
-DEFINE_EDGE_AVX512(edge2_avx512, EROWS2)
-DEFINE_EDGE_AVX512(edge4_avx512, EROWS4)
-DEFINE_EDGE_AVX512(edge6_avx512, EROWS6)
-DEFINE_EDGE_AVX512(edge8_avx512, EROWS8)
-DEFINE_EDGE_AVX512(edge10_avx512, EROWS10)
-DEFINE_EDGE_AVX512(edge12_avx512, EROWS12)
-DEFINE_EDGE_AVX512(edge14_avx512, ROWS14)
+DEFINE_EDGE_AVX512(edge2_avx512, EROWS2, A_KMAJOR)
+DEFINE_EDGE_AVX512(edge2_avx512_rows, EROWS2, A_ROWS)
+DEFINE_EDGE_AVX512(edge4_avx512, EROWS4, A_KMAJOR)
+DEFINE_EDGE_AVX512(edge4_avx512_rows, EROWS4, A_ROWS)
+DEFINE_EDGE_AVX512(edge6_avx512, EROWS6, A_KMAJOR)
+DEFINE_EDGE_AVX512(edge6_avx512_rows, EROWS6, A_ROWS)
+DEFINE_EDGE_AVX512(edge8_avx512, EROWS8, A_KMAJOR)
+DEFINE_EDGE_AVX512(edge8_avx512_rows, EROWS8, A_ROWS)
+DEFINE_EDGE_AVX512(edge10_avx512, EROWS10, A_KMAJOR)
+DEFINE_EDGE_AVX512(edge10_avx512_rows, EROWS10, A_ROWS)
+DEFINE_EDGE_AVX512(edge12_avx512, EROWS12, A_KMAJOR)
+DEFINE_EDGE_AVX512(edge12_avx512_rows, EROWS12, A_ROWS)
+DEFINE_EDGE_AVX512(edge14_avx512, ROWS14, A_KMAJOR)
+DEFINE_EDGE_AVX512(edge14_avx512_rows, ROWS14, A_ROWS)
 
-__attribute__((target("avx512f"))) static void kern_f32_avx512_edge(int64_t kc, const void *av, const void *bv,
-                                                                     void *cv, int64_t ldc, int load_c,
-                                                                     int64_t mv, int64_t nv) {
-  typedef void (*Edge)(int64_t, const float *, const float *, float *, int64_t, int, int64_t, __mmask16, __mmask16);
-  static const Edge by_rows[8] = {edge2_avx512, edge2_avx512,  edge4_avx512,  edge6_avx512,
-                                  edge8_avx512, edge10_avx512, edge12_avx512, edge14_avx512};
+/* A panel with at most 16 columns (N = 10, a head's last column of 65)
+ * computes one vector per row, half the full tile's FMAs. */
+#define ZN_DECL(i) __m512 c##i##a;
+#define ZN_ZERO(i) c##i##a = _mm512_setzero_ps();
+#define ZN_LOAD(i)                                                                                             \
+  if ((i) < mv)                                                                                                \
+    c##i##a = _mm512_maskz_loadu_ps(m0, c + (i) * ldc);
+#define ZN_STORE(i)                                                                                            \
+  if ((i) < mv)                                                                                                \
+    _mm512_mask_storeu_ps(c + (i) * ldc, m0, c##i##a);
+#define ZN_FMA(i) c##i##a = _mm512_fmadd_ps(_mm512_set1_ps(a[(i) * AI]), b0, c##i##a);
+#define DEFINE_NARROW_AVX512(NAME, ROWS, LAYOUT) DEFINE_NARROW_AVX512_(NAME, ROWS, LAYOUT)
+#define DEFINE_NARROW_AVX512_(NAME, ROWS, AI_, AK_)                                                           \
+  __attribute__((target("avx512f"))) static void NAME(int64_t kc, const float *a, const float *b, float *c,   \
+                                                      int64_t ldc, int load_c, int64_t mv, __mmask16 m0,        \
+                                                      __mmask16 m1) {                                           \
+    enum { AI = AI_, AK = AK_ };                                                                              \
+    (void)m1;                                                                                                 \
+    ROWS(ZN_DECL)                                                                                             \
+    ROWS(ZN_ZERO)                                                                                             \
+    if (load_c) {                                                                                             \
+      ROWS(ZN_LOAD)                                                                                           \
+    }                                                                                                         \
+    for (int64_t k = 0; k < kc; k++, a += AK, b += 32) {                                                      \
+      __m512 b0 = _mm512_load_ps(b);                                                                          \
+      ROWS(ZN_FMA)                                                                                            \
+    }                                                                                                         \
+    ROWS(ZN_STORE)                                                                                            \
+  }
+DEFINE_NARROW_AVX512(narrow2_avx512, EROWS2, A_KMAJOR)
+DEFINE_NARROW_AVX512(narrow2_avx512_rows, EROWS2, A_ROWS)
+DEFINE_NARROW_AVX512(narrow4_avx512, EROWS4, A_KMAJOR)
+DEFINE_NARROW_AVX512(narrow4_avx512_rows, EROWS4, A_ROWS)
+DEFINE_NARROW_AVX512(narrow6_avx512, EROWS6, A_KMAJOR)
+DEFINE_NARROW_AVX512(narrow6_avx512_rows, EROWS6, A_ROWS)
+DEFINE_NARROW_AVX512(narrow8_avx512, EROWS8, A_KMAJOR)
+DEFINE_NARROW_AVX512(narrow8_avx512_rows, EROWS8, A_ROWS)
+DEFINE_NARROW_AVX512(narrow10_avx512, EROWS10, A_KMAJOR)
+DEFINE_NARROW_AVX512(narrow10_avx512_rows, EROWS10, A_ROWS)
+DEFINE_NARROW_AVX512(narrow12_avx512, EROWS12, A_KMAJOR)
+DEFINE_NARROW_AVX512(narrow12_avx512_rows, EROWS12, A_ROWS)
+DEFINE_NARROW_AVX512(narrow14_avx512, ROWS14, A_KMAJOR)
+DEFINE_NARROW_AVX512(narrow14_avx512_rows, ROWS14, A_ROWS)
+
+typedef void (*EdgeRows)(int64_t, const float *, const float *, float *, int64_t, int, int64_t, __mmask16,
+                         __mmask16);
+/* The edge kernel for mv rows and nv columns from a table of [wide, narrow][rows / 2]. */
+__attribute__((target("avx512f"))) static void edge_avx512(const EdgeRows by_rows[2][8], int64_t kc, const void *av,
+                                                            const void *bv, void *cv, int64_t ldc, int load_c,
+                                                            int64_t mv, int64_t nv) {
   __mmask16 m0 = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1);
   __mmask16 m1 = (__mmask16)(nv >= 32 ? 0xffffu : nv > 16 ? (1u << (nv - 16)) - 1 : 0u);
-  by_rows[(mv + 1) / 2](kc, av, bv, cv, ldc, load_c, mv, m0, m1);
+  by_rows[nv <= 16][(mv + 1) / 2](kc, av, bv, cv, ldc, load_c, mv, m0, m1);
+}
+#define EDGE_TABLE(S)                                                                                          \
+  {{edge2_avx512##S, edge2_avx512##S, edge4_avx512##S, edge6_avx512##S, edge8_avx512##S, edge10_avx512##S,     \
+    edge12_avx512##S, edge14_avx512##S},                                                                       \
+   {narrow2_avx512##S, narrow2_avx512##S, narrow4_avx512##S, narrow6_avx512##S, narrow8_avx512##S,             \
+    narrow10_avx512##S, narrow12_avx512##S, narrow14_avx512##S}}
+static const EdgeRows EDGES_KMAJOR[2][8] = EDGE_TABLE(), EDGES_ROWS[2][8] = EDGE_TABLE(_rows);
+__attribute__((target("avx512f"))) static void pack_rows_avx512(float *dst, const float *src, int64_t ld,
+                                                                 int64_t mc, int64_t kc, int64_t mr,
+                                                                 int64_t stride) {
+  __mmask16 tail = (__mmask16)((1u << (kc % 16)) - 1);
+  for (int64_t i = 0; i < mc; i++) {
+    const float *s = src + i * ld;
+    float *d = dst + i * stride;
+    int64_t k = 0;
+    for (; k + 16 <= kc; k += 16) _mm512_storeu_ps(d + k, _mm512_loadu_ps(s + k));
+    if (tail) _mm512_mask_storeu_ps(d + k, tail, _mm512_maskz_loadu_ps(tail, s + k));
+  }
+  for (int64_t i = mc; i < round_up(mc, mr); i++) {
+    float *d = dst + i * stride;
+    for (int64_t k = 0; k < kc; k += 16) _mm512_mask_storeu_ps(d + k, kc - k >= 16 ? 0xffff : tail, _mm512_setzero_ps());
+  }
+}
+
+static void kern_f32_avx512_edge(int64_t kc, const void *a, const void *b, void *c, int64_t ldc, int load_c,
+                                 int64_t mv, int64_t nv) {
+  edge_avx512(EDGES_KMAJOR, kc, a, b, c, ldc, load_c, mv, nv);
+}
+static void kern_f32_avx512_rows_edge(int64_t kc, const void *a, const void *b, void *c, int64_t ldc, int load_c,
+                                      int64_t mv, int64_t nv) {
+  edge_avx512(EDGES_ROWS, kc, a, b, c, ldc, load_c, mv, nv);
 }
 
 #define ZI_DECL(i) __m512i c##i##a, c##i##b;
@@ -762,7 +938,10 @@ __attribute__((target("avx512f"))) static void kern_i32_avx512(int64_t kc, const
  * (112 x 256 floats = 112 KiB) and C tiles. Measured on a Cascade Lake
  * Xeon at 1024^3: KC 384 or NC 1024 were no better, NC 256 was worse (A is
  * packed N/NC times); MC from 56 to 448 made no measurable difference. */
-static const Shape SHAPE_avx512 = {14, 32, 256, 112, 512, kern_f32_avx512, kern_i32_avx512, kern_f32_avx512_edge, NULL};
+/* A_ROW_STRIDE is the KC of this Shape: its f32_rows kernels read slivers packed by rows that far apart. */
+static const Shape SHAPE_avx512 = {14,   32, A_ROW_STRIDE, 112, 512, kern_f32_avx512, kern_i32_avx512, kern_f32_avx512_edge,
+                                   NULL, kern_f32_avx512_rows, kern_f32_avx512_rows_edge, pack_rows_avx512,
+                                   kern_f32_avx512_direct};
 DEFINE_GEMMS(avx512, SHAPE_avx512, pack_b32_avx2, pack_bf16_avx2, pack_f16_avx2, pack_i8_avx2)
 #endif
 

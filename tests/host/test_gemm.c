@@ -212,11 +212,12 @@ static void float_case(int type, const TpkGemmImpl *impl, Shape3 sh, int at, int
 
 /* Sizes: single elements, empty, edge tiles of every micro-kernel shape
  * (4x16, 6x16, 14x32), exact tiles, and K and N crossing the KC = 256 and
- * NC = 256/512 blocks. */
+ * NC = 256/512 blocks; 30 x 96 x 300: full and partial slivers of a
+ * transposed A read in place (whole panels only), over two K blocks. */
 static const Shape3 SHAPES[] = {
     {1, 1, 1},     {0, 5, 3},    {5, 0, 3},     {5, 3, 0},     {0, 0, 0},    {17, 33, 65},
     {14, 32, 16},  {28, 64, 7},  {6, 16, 9},    {4, 16, 300},  {1000, 7, 129}, {7, 1000, 5},
-    {15, 33, 257}, {29, 65, 513}, {3, 530, 20}, {2, 1030, 3},  {1, 50, 600},
+    {15, 33, 257}, {29, 65, 513}, {3, 530, 20}, {2, 1030, 3},  {1, 50, 600},  {30, 96, 300},
 };
 
 static void float_shapes(int type, int special) {
