@@ -1024,6 +1024,53 @@ static bool block_may_be_whole(const TpkOp *load, int k, int d, void *arg) {
   return dims_may_match(load->out[0].type->dims[k], load->in[0]->type->dims[d]);
 }
 
+/* Does op, or an op in its regions, take ref as an operand other than by
+ * loading it (a store, a scatter, a copy: it may write it)? */
+static bool may_write(const TpkOp *op, const TpkValue *ref) {
+  for (int i = 0; i < op->nin; i++)
+    if (op->in[i] == ref && op->opcode != TPK_OP_LOAD) return true;
+  for (int r = 0; r < op->nregion; r++)
+    for (const TpkOp *o = op->regions[r]->first; o; o = o->next)
+      if (may_write(o, ref)) return true;
+  return false;
+}
+
+/* Does v's element expression read value t (v itself, or through ops fused
+ * into v)? */
+static bool expr_reads(const TpkValue *v, const TpkValue *t) {
+  if (v == t) return true;
+  if (!v->def || !tpk_op_is_fused(v->def)) return false;
+  for (int i = 0; i < v->def->nin; i++)
+    if (expr_reads(v->def->in[i], t)) return true;
+  return false;
+}
+
+/* Does op, or an op in its regions, read value t? */
+static bool op_reads(const TpkOp *op, const TpkValue *t) {
+  if (tpk_op_is_fused(op)) return false; /* read where its user's loop is */
+  for (int i = 0; i < op->nin; i++)
+    if (expr_reads(op->in[i], t)) return true;
+  for (int r = 0; r < op->nregion; r++)
+    for (const TpkOp *o = op->regions[r]->first; o; o = o->next)
+      if (op_reads(o, t)) return true;
+  return false;
+}
+
+/* Is load's tensor written after the load while its block is still read
+ * (`let t = x[i, :]; x[i, :] = t * 2.0; y[i, :] = t + 1.0`)? A view would
+ * then read the new values, so such a load is copied. The write reading
+ * the block itself is no hazard: direct_store computes it into a tile
+ * first. */
+static bool overwritten_while_read(const TpkOp *load) {
+  const TpkValue *ref = load->in[0], *t = &load->out[0];
+  const TpkOp *op = load->next;
+  while (op && !may_write(op, ref)) op = op->next;
+  if (!op) return false;
+  for (op = op->next; op; op = op->next)
+    if (op_reads(op, t)) return true;
+  return false;
+}
+
 /* A block that may be one contiguous run of its tensor (leading scalar
  * indices, then at most one blocked dimension, then whole dimensions:
  * x[i, :], q[h, i, :], or x[i, j] with blocks of N columns when the rows
@@ -1032,7 +1079,7 @@ static bool block_may_be_whole(const TpkOp *load, int k, int d, void *arg) {
  * copied (GELU on 512x1024, one thread: 0.61 -> 0.55 ms). */
 static bool load_is_view(const TpkOp *load) {
   if (load->in[0]->type->kind != TPK_TYPE_REF || load->out[0].type->rank == 0 || load_feeds_dot(load)) return false;
-  return trailing_blocks(load, block_may_be_whole, NULL);
+  return trailing_blocks(load, block_may_be_whole, NULL) && !overwritten_while_read(load);
 }
 
 /* The C condition that every blocked dimension of acc is in range. */
