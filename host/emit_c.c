@@ -988,18 +988,98 @@ static bool load_feeds_dot(const TpkOp *load) {
   return true; /* an operand of the product, not the accumulator (copied as a tile) */
 }
 
-/* A block that is one contiguous run of its tensor (leading scalar indices,
- * then at most one blocked dimension, then whole dimensions: x[i, :],
- * q[h, i, :]) has the tile's layout where it lies: when it is in range the
- * load is a view and nothing is copied. */
+/* Can two dimensions differ in size (for some shape symbols)? */
+static bool dims_may_differ(const TpkDim *a, const TpkDim *b) {
+  int64_t x, y;
+  if (a == b) return false;
+  if (tpk_dim_is_const(a, &x) && tpk_dim_is_const(b, &y)) return x != y;
+  return !(a->kind == TPK_DIM_SYM && b->kind == TPK_DIM_SYM && strcmp(a->sym, b->sym) == 0);
+}
+
+/* Can two dimensions be the same size? */
+static bool dims_may_match(const TpkDim *a, const TpkDim *b) {
+  int64_t x, y;
+  return !(tpk_dim_is_const(a, &x) && tpk_dim_is_const(b, &y) && x != y);
+}
+
+/* Calls f(block dim k, tensor dim d) for each blocked dimension of load's
+ * pattern after its first (a view needs each to be the whole dimension);
+ * false when the pattern has some other entry there (a scalar index, a
+ * gather). */
+static bool trailing_blocks(const TpkOp *load, bool (*f)(const TpkOp *, int, int, void *), void *arg) {
+  const TpkIndexPattern *p = tpk_op_index(load, "index");
+  int d = 0, k = 0; /* k: the block's dimension of the pattern's entry d */
+  while (d < p->rank && p->dim[d] == TPK_INDEX_SCALAR) d++;
+  if (d < p->rank && (p->dim[d] == TPK_INDEX_TILE || p->dim[d] == TPK_INDEX_RANGE || p->dim[d] == TPK_INDEX_ALL))
+    d++, k++;
+  for (; d < p->rank; d++, k++) {
+    if (p->dim[d] == TPK_INDEX_ALL) continue;
+    if ((p->dim[d] != TPK_INDEX_TILE && p->dim[d] != TPK_INDEX_RANGE) || !f(load, k, d, arg)) return false;
+  }
+  return true;
+}
+
+static bool block_may_be_whole(const TpkOp *load, int k, int d, void *arg) {
+  (void)arg;
+  return dims_may_match(load->out[0].type->dims[k], load->in[0]->type->dims[d]);
+}
+
+/* Does op, or an op in its regions, take ref as an operand other than by
+ * loading it (a store, a scatter, a copy: it may write it)? */
+static bool may_write(const TpkOp *op, const TpkValue *ref) {
+  for (int i = 0; i < op->nin; i++)
+    if (op->in[i] == ref && op->opcode != TPK_OP_LOAD) return true;
+  for (int r = 0; r < op->nregion; r++)
+    for (const TpkOp *o = op->regions[r]->first; o; o = o->next)
+      if (may_write(o, ref)) return true;
+  return false;
+}
+
+/* Does v's element expression read value t (v itself, or through ops fused
+ * into v)? */
+static bool expr_reads(const TpkValue *v, const TpkValue *t) {
+  if (v == t) return true;
+  if (!v->def || !tpk_op_is_fused(v->def)) return false;
+  for (int i = 0; i < v->def->nin; i++)
+    if (expr_reads(v->def->in[i], t)) return true;
+  return false;
+}
+
+/* Does op, or an op in its regions, read value t? */
+static bool op_reads(const TpkOp *op, const TpkValue *t) {
+  if (tpk_op_is_fused(op)) return false; /* read where its user's loop is */
+  for (int i = 0; i < op->nin; i++)
+    if (expr_reads(op->in[i], t)) return true;
+  for (int r = 0; r < op->nregion; r++)
+    for (const TpkOp *o = op->regions[r]->first; o; o = o->next)
+      if (op_reads(o, t)) return true;
+  return false;
+}
+
+/* Is load's tensor written after the load while its block is still read
+ * (`let t = x[i, :]; x[i, :] = t * 2.0; y[i, :] = t + 1.0`)? A view would
+ * then read the new values, so such a load is copied. The write reading
+ * the block itself is no hazard: direct_store computes it into a tile
+ * first. */
+static bool overwritten_while_read(const TpkOp *load) {
+  const TpkValue *ref = load->in[0], *t = &load->out[0];
+  const TpkOp *op = load->next;
+  while (op && !may_write(op, ref)) op = op->next;
+  if (!op) return false;
+  for (op = op->next; op; op = op->next)
+    if (op_reads(op, t)) return true;
+  return false;
+}
+
+/* A block that may be one contiguous run of its tensor (leading scalar
+ * indices, then at most one blocked dimension, then whole dimensions:
+ * x[i, :], q[h, i, :], or x[i, j] with blocks of N columns when the rows
+ * are N long) has the tile's layout where it lies: when it is in range (and
+ * its later blocks span their dimensions) the load is a view and nothing is
+ * copied (GELU on 512x1024, one thread: 0.61 -> 0.55 ms). */
 static bool load_is_view(const TpkOp *load) {
   if (load->in[0]->type->kind != TPK_TYPE_REF || load->out[0].type->rank == 0 || load_feeds_dot(load)) return false;
-  const TpkIndexPattern *p = tpk_op_index(load, "index");
-  int d = 0;
-  while (d < p->rank && p->dim[d] == TPK_INDEX_SCALAR) d++;
-  if (d < p->rank && (p->dim[d] == TPK_INDEX_TILE || p->dim[d] == TPK_INDEX_RANGE || p->dim[d] == TPK_INDEX_ALL)) d++;
-  while (d < p->rank && p->dim[d] == TPK_INDEX_ALL) d++;
-  return d == p->rank;
+  return trailing_blocks(load, block_may_be_whole, NULL) && !overwritten_while_read(load);
 }
 
 /* The C condition that every blocked dimension of acc is in range. */
@@ -1016,6 +1096,20 @@ static const char *in_range(Emitter *e, const Access *acc) {
   return r;
 }
 
+typedef struct WholeBlocks {
+  Emitter *e;
+  TpkStr *cond;
+} WholeBlocks;
+
+/* Adds to the condition " && <block dim k> == <tensor dim d>" unless the
+ * two are the same size whatever the symbols. */
+static bool block_is_whole_when(const TpkOp *load, int k, int d, void *arg) {
+  WholeBlocks *w = arg;
+  const TpkDim *b = load->out[0].type->dims[k], *m = load->in[0]->type->dims[d];
+  if (dims_may_differ(b, m)) tpk_str_printf(w->cond, " && %s == %s", sz_dim(w->e, b), sz_dim(w->e, m));
+  return true;
+}
+
 /* A block load that may read the tensor in place: when the block is in
  * range, tile n points at it; a ragged block is copied with padding. A gemm
  * operand also gets its leading dimension, n_ld. */
@@ -1030,7 +1124,13 @@ static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, co
       tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", acc->start[d], ms[d]);
   }
   if (gemm_operand) line(e, "int64_t %s_ld = %s;", n, dim(e, op->out[0].type, 1));
-  line(e, "if (%s) {", in_range(e, acc));
+  TpkStr whole = {0}; /* later blocks that must span their dimension, when sizes decide it */
+  if (!gemm_operand) {
+    WholeBlocks w = {e, &whole};
+    trailing_blocks(op, block_is_whole_when, &w);
+  }
+  line(e, "if (%s%s) {", in_range(e, acc), whole.len ? whole.data : "");
+  tpk_str_free(&whole);
   e->indent++;
   line(e, "%s = %s + %s; /* in range: a view of the tensor, no copy */", n, acc->base, off.len ? off.data : "0");
   if (gemm_operand) line(e, "%s_ld = %s;", n, ms[rowdim]);
@@ -2112,9 +2212,9 @@ static const char PRELUDE[] =
     " * and the elements of bf16/f16/f8 chains: the same bits as the unary\n"
     " * primitive on an f32 tile. Written lane by lane with no branches and no\n"
     " * calls cc cannot inline, so cc -O3 vectorises a loop using them (libm's\n"
-    " * are a call per element); f32 tiles still call the primitive, whose\n"
-    " * AVX-512 code beats cc's AVX2 code of these (GELU on 512x1024, one\n"
-    " * thread: 0.63 ms in three passes, 1.0 ms fused). fmaf is one rounding in\n"
+    " * are a call per element); f32 tiles still call the primitive: fused\n"
+    " * into chains they were slower, 16 lanes wide too, but for GELU's erf\n"
+    " * (host/README.md). fmaf is one rounding in\n"
     " * both tiers (an instruction for cc with FMA, libm's correctly rounded\n"
     " * fmaf for tcc and other targets); an integer is rounded to by adding and\n"
     " * subtracting 1.5 * 2^23 (nearest even, |v| < 2^22). */\n"

@@ -441,6 +441,10 @@ TpkStatus tpk_jit_options_from_env(TpkJitOptions *o, TpkError *err) {
       return tpk_error(err, TPK_ERR_INVALID, "TPK_JIT_HOT_CALLS=%s: expected a count of calls (0 or more)", h);
     o->hot_calls = v > MAX_HOT_CALLS ? MAX_HOT_CALLS : (int)v;
   }
+  const char *isa = getenv("TPK_CC_ISA");
+  o->isa = isa && *isa ? isa : NULL;
+  if (o->isa && strcmp(isa, "generic") != 0 && strcmp(isa, "avx2") != 0 && strcmp(isa, "avx512") != 0)
+    return tpk_error(err, TPK_ERR_INVALID, "TPK_CC_ISA=%s: expected generic, avx2 or avx512", isa);
   const char *k = getenv("TPK_CACHE_KEY_FILE");
   o->key_file = k && *k ? k : NULL;
   const char *m = getenv("TPK_CACHE_MAX");
@@ -487,9 +491,57 @@ static void hash_compiler_identity(Sha256 *key, const char *prog) {
   sha_puts(key, id);
 }
 
-/* The compiler words ($CC may be "ccache gcc"), then our flags. -mavx2
- * -mfma only when this CPU has them (never -march=native: a shared cache
- * must stay loadable on other machines; the flags are part of the key).
+/* The instruction sets cc may build for, narrowest first, with their flags. */
+typedef struct CcIsa {
+  const char *name;
+  const char *flags[8]; /* NULL-terminated */
+} CcIsa;
+static const CcIsa cc_isas[] = {
+    {"generic", {NULL}},
+    {"avx2", {"-mavx2", "-mfma", NULL}},
+    /* 512 bits preferred outright: a compiler may otherwise tune for 256
+     * (cc's GELU 512x1024 takes 0.77 ms at 256, 0.58 at 512, one thread) */
+    {"avx512", {"-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl",
+                "-mprefer-vector-width=512"}},
+};
+
+/* Can this CPU run code built for cc_isas[i]? */
+static bool cpu_runs(size_t i) {
+  if (i == 0) return true;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (i == 1) return avx2;
+  return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+/* cc_isas' index of `name` in *out (NULL: the widest this CPU runs); an
+ * unknown set, or one this CPU cannot run, is an error. */
+static TpkStatus choose_isa(const char *name, int *out, TpkError *err) {
+  if (!name || !*name) {
+    int i = (int)TPK_ARRAY_LEN(cc_isas) - 1;
+    while (!cpu_runs((size_t)i)) i--;
+    *out = i;
+    return TPK_OK;
+  }
+  for (size_t i = 0; i < TPK_ARRAY_LEN(cc_isas); i++)
+    if (strcmp(name, cc_isas[i].name) == 0) {
+      if (!cpu_runs(i))
+        return tpk_error(err, TPK_ERR_INVALID, "instruction set '%s': this CPU cannot run code built for it", name);
+      *out = (int)i;
+      return TPK_OK;
+    }
+  return tpk_error(err, TPK_ERR_INVALID, "instruction set '%s': expected generic, avx2 or avx512", name);
+}
+
+/* The compiler words ($CC may be "ccache gcc"), then our flags and the
+ * instruction set's (never -march=native: a shared cache must stay loadable
+ * on other machines; the set is named in the key, so a machine without it
+ * misses rather than loads what it cannot run).
  * -ffp-contract=off keeps cc from fusing a*b+c, which tcc never does, so
  * both tiers compute the same bits; -fno-math-errno lets sqrtf be an
  * instruction in vectorised loops (the results are the same); -lm for
@@ -497,13 +549,12 @@ static void hash_compiler_identity(Sha256 *key, const char *prog) {
  * -z noseparate-code keeps the linker from padding each segment to a page:
  * a kernel's object is a third smaller (7 KB, not 15, for a small one),
  * which every load of it from the cache reads and authenticates. */
-static bool build_cc_argv(TpkJit *j, const char *cc) {
+static bool build_cc_argv(TpkJit *j, const char *cc, int isa) {
   static const char *const flags[] = {"-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno",
                                       "-Wl,-z,noseparate-code"};
-  bool avx2 = false;
-#if defined(__x86_64__) && defined(__GNUC__)
-  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#endif
+  const char *const *isa_flags = cc_isas[isa].flags;
+  size_t nisa = 0;
+  while (isa_flags[nisa]) nisa++;
   size_t nwords = 0;
   for (const char *s = cc; *s;) {
     s += strspn(s, " \t");
@@ -512,7 +563,7 @@ static bool build_cc_argv(TpkJit *j, const char *cc) {
     s += strcspn(s, " \t");
   }
   if (nwords == 0) return false;
-  size_t n = nwords + TPK_ARRAY_LEN(flags) + 2 + 1;
+  size_t n = nwords + TPK_ARRAY_LEN(flags) + nisa + 1;
   j->cc_argv = calloc(n + 1, sizeof *j->cc_argv);
   if (!j->cc_argv) return false;
   size_t k = 0;
@@ -528,7 +579,8 @@ static bool build_cc_argv(TpkJit *j, const char *cc) {
   }
   for (size_t i = 0; i < TPK_ARRAY_LEN(flags); i++)
     if (!(j->cc_argv[k++] = dup_str(flags[i]))) return false;
-  if (avx2 && (!(j->cc_argv[k++] = dup_str("-mavx2")) || !(j->cc_argv[k++] = dup_str("-mfma")))) return false;
+  for (size_t i = 0; i < nisa; i++)
+    if (!(j->cc_argv[k++] = dup_str(isa_flags[i]))) return false;
   TpkStr cmd = {0};
   for (size_t i = 0; j->cc_argv[i]; i++) tpk_str_printf(&cmd, "%s%s", i ? " " : "", j->cc_argv[i]);
   j->cc_command = tpk_str_take(&cmd);
@@ -536,6 +588,8 @@ static bool build_cc_argv(TpkJit *j, const char *cc) {
 
   sha_init(&j->key_base);
   sha_puts(&j->key_base, "tpk jit cache v2"); /* v1 entries had no MAC */
+  sha_puts(&j->key_base, "isa");
+  sha_puts(&j->key_base, cc_isas[isa].name);
   for (size_t i = 0; j->cc_argv[i]; i++) sha_puts(&j->key_base, j->cc_argv[i]);
   hash_compiler_identity(&j->key_base, j->cc_argv[0]);
   sha_puts(&j->key_base, tpk_jit_prims_h);
@@ -754,6 +808,9 @@ TpkStatus tpk_jit_create(const TpkJitOptions *o, TpkJit **out, TpkError *err) {
   }
   if (o->tier != TPK_TIER_AUTO && o->tier != TPK_TIER_TCC && o->tier != TPK_TIER_CC)
     return tpk_error(err, TPK_ERR_INVALID, "unknown JIT tier %d", (int)o->tier);
+  int isa = 0;
+  TpkStatus st = choose_isa(o->isa, &isa, err);
+  if (st != TPK_OK) return st;
   TpkJit *j = calloc(1, sizeof *j);
   if (!j) return tpk_error(err, TPK_ERR_NOMEM, "out of memory creating the JIT");
   j->tier = o->tier;
@@ -765,7 +822,7 @@ TpkStatus tpk_jit_create(const TpkJitOptions *o, TpkJit **out, TpkError *err) {
   host_name(j->host);
   atomic_init(&j->tmp_tidied, false);
   /* An unusable cache folder or key is not an error: kernels still compile. */
-  bool ok = j->tmp_root && j->tcc_lib && build_cc_argv(j, cc && *cc ? cc : "cc") && setup_cache(j, o);
+  bool ok = j->tmp_root && j->tcc_lib && build_cc_argv(j, cc && *cc ? cc : "cc", isa) && setup_cache(j, o);
   if (!ok || pthread_mutex_init(&j->mu, NULL) != 0) goto fail;
   if (pthread_cond_init(&j->work_cv, NULL) != 0) {
     pthread_mutex_destroy(&j->mu);

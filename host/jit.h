@@ -54,6 +54,14 @@
  * are removed once stale. The entries are held to TPK_CACHE_MAX bytes
  * (default 1G), least recently used first.
  *
+ * cc builds for the widest instruction set this CPU has (AVX-512 where
+ * present, else AVX2 with FMA, else the baseline), never -march=native: the
+ * instruction set is named in every cache key, so a folder shared by
+ * machines with different CPUs holds one entry per instruction set, and an
+ * entry built for a set this CPU lacks is a miss, never loaded.
+ * TPK_CC_ISA (or the isa option) asks for a narrower one, say to share
+ * entries with older machines.
+ *
  * Thread safety: every function but tpk_jit_destroy may be called from any
  * thread. tpk_jit_destroy must come after the last kernel call returned.
  */
@@ -83,6 +91,8 @@ typedef struct TpkJitOptions {
   const char *key_file;  /* NULL: the per-user key above (made on first use) */
   int64_t cache_max;     /* bytes the cache's entries may take; <= 0: the default, 1G */
   const char *cc;        /* NULL: $CC, else "cc" */
+  const char *isa;       /* what cc builds for: NULL, the widest this CPU has; "generic" (baseline
+                            x86-64), "avx2" (with FMA) or "avx512" (F, BW, DQ, VL; 16 lanes) */
 } TpkJitOptions;
 
 typedef struct TpkJit TpkJit;   /* one per runtime context; owns the background compiler thread */
@@ -96,9 +106,10 @@ typedef int64_t (*TpkWorkspaceFn)(const int64_t *syms);
 extern const char tpk_build_id[];
 
 /* Options from the environment (TPK_TIER, TPK_JIT_HOT_CALLS, TPK_CACHE_DIR,
- * TPK_CACHE_KEY_FILE, TPK_CACHE_MAX, CC). A value that does not parse is an error naming the variable, not a
+ * TPK_CACHE_KEY_FILE, TPK_CACHE_MAX, TPK_CC_ISA, CC). A value that does not parse is an error naming the variable, not a
  * silent default; *o then holds the defaults. */
 TpkStatus tpk_jit_options_from_env(TpkJitOptions *o, TpkError *err);
+/* An isa this CPU cannot run is an error. */
 TpkStatus tpk_jit_create(const TpkJitOptions *o, TpkJit **out, TpkError *err);
 /* Waits for background compiles to finish or be cancelled, then frees the
  * JIT and every code not yet released; none may be used or released after. */

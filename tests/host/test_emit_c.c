@@ -230,6 +230,34 @@ static void test_direct_store(void **state) {
   }
 }
 
+/* A block load is a view of its tensor when in range if its later blocked
+ * dimensions span their dimension (x[i, j] by blocks of the row's 16
+ * columns, as x[i, :]); not when its blocks are narrower than the row, nor
+ * when the tensor is written while the block is still read. */
+static void test_load_views(void **state) {
+  (void)state;
+  const char *src =
+      "kernel whole(x: f32[M, 16]) -> (y: f32[M, 16])\n"
+      "{\n"
+      "  for i in tiles(M, 8), j in tiles(16, 16) { y[i, j] = x[i, j] * 3.0; }\n"
+      "}\n"
+      "kernel narrow(x: f32[M, 32]) -> (y: f32[M, 32])\n"
+      "{\n"
+      "  for i in tiles(M, 8), j in tiles(32, 16) { y[i, j] = x[i, j] * 3.0; }\n"
+      "}\n"
+      "kernel written(inout x: f32[M, 16]) -> (y: f32[M, 16])\n"
+      "{\n"
+      "  for i in tiles(M, 8), j in tiles(16, 16) { let t = x[i, j]; x[i, j] = t * 2.0; y[i, j] = t + 1.0; }\n"
+      "}\n";
+  static const struct { const char *kernel; bool view; } CASES[] = {{"whole", true}, {"narrow", false}, {"written", false}};
+  for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
+    char *code = c_of(src, CASES[i].kernel, 37);
+    bool view = strstr(code, "/* in range: a view of the tensor, no copy */") != NULL;
+    if (view != CASES[i].view) fail_msg("%s: view %d\n%s", CASES[i].kernel, view, code);
+    free(code);
+  }
+}
+
 /* A product only stored goes straight into the output when the block is
  * in range, its rows the output's row stride apart; not when something
  * else reads it or it accumulates into an addend. */
@@ -392,6 +420,7 @@ int main(void) {
       cmocka_unit_test(test_grids_kept_whole),
       cmocka_unit_test(test_generated_c),
       cmocka_unit_test(test_direct_store),
+      cmocka_unit_test(test_load_views),
       cmocka_unit_test(test_dot_stored),
       cmocka_unit_test(test_iota_fuses),
       cmocka_unit_test(test_sum_fuses),

@@ -619,6 +619,65 @@ static void test_cache_hit_in_second_jit(void **state) {
   free(dir);
 }
 
+/* A JIT of the cc tier building for instruction set `isa` (NULL: the
+ * widest this CPU has), or NULL when this CPU cannot run that set. */
+static TpkJit *new_isa_jit(const char *cache_dir, const char *isa) {
+  TpkJitOptions o = {.tier = TPK_TIER_CC, .hot_calls = -1, .cache_dir = cache_dir, .isa = isa};
+  TpkJit *j = NULL;
+  TpkError err = {0};
+  TpkStatus st = tpk_jit_create(&o, &j, &err);
+  if (st != TPK_OK) {
+    assert_int_equal(st, TPK_ERR_INVALID);
+    assert_non_null(strstr(err.message, "this CPU cannot run code built for it"));
+    assert_null(j);
+  }
+  return j;
+}
+
+/* A cache folder shared by machines with different CPUs: what one built
+ * for its widest instruction set (AVX-512 here) is a miss for a machine
+ * building for another (played by a JIT asked for the baseline), which
+ * builds and stores its own beside it, never loads it; the first finds its
+ * own entry again. */
+static void test_entry_of_another_isa_is_a_miss(void **state) {
+  (void)state;
+  TpkJit *wide = new_isa_jit("", "avx512");
+  if (!wide) wide = new_isa_jit("", "avx2");
+  if (!wide) skip(); /* this CPU has the baseline only: no other set to play */
+  tpk_jit_destroy(wide);
+  char *dir = test_temp_dir("tpk-test-jit");
+  char src[2048];
+  add_source(src, sizeof src, 9);
+  const uint64_t key[] = {0x15a, 9};
+  TpkError err = {0};
+  for (int round = 0; round < 3; round++) {
+    TpkJit *j = new_isa_jit(dir, round == 1 ? "generic" : NULL);
+    TpkCode *loaded = NULL;
+    tpk_jit_load(j, key, 2, "add_kernel", &loaded);
+    TpkCode *c = compile_ok(j, src, "add_kernel");
+    if (round == 2) { /* the widest set's entries are still there */
+      assert_non_null(loaded);
+      assert_true(tpk_code_from_cache(c));
+      assert_stats(j, 0, 0, 2, 0);
+      tpk_code_release(loaded);
+    } else { /* nothing for this set yet: both built */
+      assert_null(loaded);
+      assert_false(tpk_code_from_cache(c));
+      TpkCode *k = NULL;
+      assert_int_equal(tpk_jit_compile_keyed(j, key, 2, src, "add_kernel", &k, &err), TPK_OK);
+      assert_false(tpk_code_from_cache(k));
+      assert_stats(j, 0, 2, 0, 0);
+      assert_cache_stats(j, 2, 0);
+      run_add(k, 9, NULL);
+      tpk_code_release(k);
+    }
+    run_add(c, 9, NULL);
+    tpk_jit_destroy(j);
+  }
+  test_remove_tree(dir);
+  free(dir);
+}
+
 /* Entry i of code c, run as run_add runs its kernel. */
 static void run_entry(TpkCode *c, int i, int offset) {
   float a[ADD_N], b[ADD_N], y[ADD_N];
@@ -1745,7 +1804,15 @@ static void test_options_from_env(void **state) {
   unsetenv("TPK_CACHE_MAX");
   unsetenv("TPK_CACHE_KEY_FILE");
   unsetenv("CC");
+  setenv("TPK_CC_ISA", "avx2", 1);
   assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_OK);
+  assert_string_equal(o.isa, "avx2");
+  setenv("TPK_CC_ISA", "native", 1);
+  assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_ERR_INVALID);
+  assert_string_equal(err.message, "TPK_CC_ISA=native: expected generic, avx2 or avx512");
+  unsetenv("TPK_CC_ISA");
+  assert_int_equal(tpk_jit_options_from_env(&o, &err), TPK_OK);
+  assert_null(o.isa);
   assert_int_equal(o.tier, TPK_TIER_AUTO);
   assert_null(o.cache_dir);
   assert_null(o.key_file);
@@ -1753,6 +1820,11 @@ static void test_options_from_env(void **state) {
   assert_null(o.cc);
 
   TpkJit *j = NULL;
+  o.isa = "sse9";
+  assert_int_equal(tpk_jit_create(&o, &j, &err), TPK_ERR_INVALID);
+  assert_string_equal(err.message, "instruction set 'sse9': expected generic, avx2 or avx512");
+  assert_null(j);
+  o.isa = NULL;
   o.tier = (TpkTier)42;
   assert_int_equal(tpk_jit_create(&o, &j, &err), TPK_ERR_INVALID);
   assert_null(j);
@@ -1867,6 +1939,7 @@ int main(void) {
       cmocka_unit_test(test_cc_tier_without_cache_leaves_nothing),
       cmocka_unit_test(test_auto_promotes_after_hot_calls),
       cmocka_unit_test(test_cache_hit_in_second_jit),
+      cmocka_unit_test(test_entry_of_another_isa_is_a_miss),
       cmocka_unit_test(test_code_of_several_kernels),
       cmocka_unit_test(test_cached_builds_of_one_entry_stay_apart),
       cmocka_unit_test(test_builds_of_one_entry_load_apart),
