@@ -42,6 +42,7 @@ typedef struct RunResult {
 
 typedef struct Run {
   const char *path, *kernel, *out_dir, *device, *trace;
+  char *chosen_kernel; /* the file's only kernel when none was named (heap: the program it came from is gone after the run) */
   bool quiet;        /* tpk bench: measure without the running commentary */
   bool bench;        /* parsing `tpk bench` options */
   bool json;         /* tpk bench --json */
@@ -447,7 +448,10 @@ static int run(Run *r) {
       status = CLI_USAGE;
       goto done;
     }
-    r->kernel = tpk_program_kernel_name(prog, 0);
+    if (!(r->kernel = r->chosen_kernel = strdup(tpk_program_kernel_name(prog, 0)))) {
+      fprintf(stderr, "tpk: out of memory\n");
+      goto done;
+    }
   }
   if (tpk_program_kernel(prog, r->kernel, &k) != TPK_OK) {
     cli_print_error("tpk", tpk_last_error());
@@ -648,6 +652,7 @@ done:
 }
 
 static void run_free(Run *r) {
+  free(r->chosen_kernel);
   cli_bindings_free(&r->shape);
   cli_bindings_free(&r->tunes);
   cli_pairs_free(&r->scalars);
@@ -683,7 +688,10 @@ int cli_bench(const CliCommand *cmd, int argc, char **argv) {
     one.device = dev;
     one.quiet = true;
     status = run(&one);
-    if (status != CLI_OK) break;
+    if (status != CLI_OK) {
+      free(one.chosen_kernel);
+      break;
+    }
     const RunResult *res = &one.result;
     const TpkSimStats *st = &res->sim;
     double flops = st->matmul_flops ? st->matmul_flops : st->flops;
@@ -703,6 +711,7 @@ int cli_bench(const CliCommand *cmd, int argc, char **argv) {
     } else {
       printf("%-10s %9.3f ms %9.3f ms %10s %10s %9s %8s\n", dev, res->steady_ms, res->first_ms, "-", "-", "-", "-");
     }
+    free(one.chosen_kernel);
   }
   free(devices);
   run_free(&r);

@@ -340,6 +340,24 @@ static void test_run_topk_k_larger_than_n(void **state) {
   test_run_free(&r);
 }
 
+/* tpk bench on several devices names each row by the kernel it ran: the
+ * name was borrowed from the program, which each device's run destroys
+ * (rows after the first read freed memory: ".unit tmm.tpk"). */
+static void test_bench_rows_name_the_kernel(void **state) {
+  (void)state;
+  const char *path = temp_file("one.tpk", "kernel twice(x: f32[N]) -> (y: f32[N]) { y = x * 2.0; }\n");
+  char file[512], want[600];
+  snprintf(file, sizeof file, "%s", path);
+  TestRun r = RUN("bench", file, "--shape", "N=64", "--device", "host,sim:v5e,sim:v6e", "--repeat", "1", "--json");
+  assert_int_equal(r.status, 0);
+  snprintf(want, sizeof want, "{\"name\": \"twice %s\", \"device\": \"", file);
+  int rows = 0;
+  for (const char *p = r.out; (p = strstr(p, "{\"name\": ")); p++, rows++)
+    if (strncmp(p, want, strlen(want)) != 0) fail_msg("row %d: %.80s, expected %s", rows, p, want);
+  assert_int_equal(rows, 3);
+  test_run_free(&r);
+}
+
 /* ---- run: the files it writes --------------------------------------------------------- */
 
 static void assert_file_is(const char *path, const char *want) {
@@ -613,6 +631,7 @@ int main(void) {
       cmocka_unit_test(test_run_topk_k_larger_than_n), cmocka_unit_test(test_run_out_is_safe),
       cmocka_unit_test(test_run_trace_is_safe),  cmocka_unit_test(test_run_names_given_twice),
       cmocka_unit_test(test_run_too_many_names), cmocka_unit_test(test_bad_seeds),
+      cmocka_unit_test(test_bench_rows_name_the_kernel),
       cmocka_unit_test(test_run_npy_dtypes),     cmocka_unit_test(test_closed_stdout),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
