@@ -651,16 +651,37 @@ TpkBuffer *input_buffer(State &s, const at::Tensor &t, Temps &temps) {
   return x;
 }
 
+/* A new buffer holding values (CPU memory: a CPU tensor, or the alias of a
+ * tpk tensor's bytes after a sync) as `type`, one tpk has; nullptr when tpk
+ * cannot make it (tpk_last_error says why). */
+TpkBuffer *host_copy(State &s, at::ScalarType type, const at::Tensor &values) {
+  TpkBuffer *c;
+  if (tpk_buffer_create(s.dev, *tpk_dtype(type), values.dim(), values.sizes().data(), &c) != TPK_OK) return nullptr;
+  try {
+    at::from_blob(tpk_buffer_data(c), values.sizes(), values.options().dtype(type).device(c10::kCPU)).copy_(values);
+  } catch (...) {
+    tpk_buffer_destroy(c);
+    throw;
+  }
+  return c;
+}
+
+/* values (integers on the host) as i32, or none when one does not fit. */
+std::optional<at::Tensor> fitting_i32(const at::Tensor &values) {
+  at::Tensor narrow = values.to(at::kInt);
+  if (values.numel() && !narrow.to(values.scalar_type()).equal(values)) return std::nullopt;
+  return narrow;
+}
+
 /* input_buffer, or a contiguous copy made on the host for the layouts it
  * cannot read (overlapping strides; slices in fused mode). */
 TpkBuffer *read_buffer(State &s, const at::Tensor &t, Temps &temps) {
   if (TpkBuffer *b = input_buffer(s, t, temps)) return b;
   sync_locked(s);
-  TpkBuffer *c;
-  if (tpk_buffer_create(s.dev, *tpk_dtype(t.scalar_type()), t.dim(), t.sizes().data(), &c) != TPK_OK) throw Refused{tpk_last_error()};
-  temps.keep(c);
   Aliases aliases;
-  at::from_blob(tpk_buffer_data(c), t.sizes(), t.options().device(c10::kCPU)).copy_(aliases.of(t));
+  TpkBuffer *c = host_copy(s, t.scalar_type(), aliases.of(t));
+  if (!c) throw Refused{tpk_last_error()};
+  temps.keep(c);
   return c;
 }
 
@@ -693,12 +714,11 @@ TpkBuffer *index_buffer(State &s, const at::Tensor &t, Temps &temps) {
 TpkBuffer *cpu_index_buffer(State &s, const at::Tensor &t, Temps &temps) {
   if (!t.is_cpu() || !at::isIntegralType(t.scalar_type(), false) || t.dim() > TPK_MAX_DIMS)
     throw Refused{"an index list with a tensor that is neither on tpk nor a CPU index"};
-  at::Tensor i32 = t.to(at::kInt).contiguous();
-  if (t.numel() && !i32.to(t.scalar_type()).equal(t)) throw Refused{"an index that does not fit i32"};
-  TpkBuffer *c;
-  if (tpk_buffer_create(s.dev, TPK_I32, t.dim(), t.sizes().data(), &c) != TPK_OK) throw Refused{tpk_last_error()};
+  std::optional<at::Tensor> i32 = fitting_i32(t);
+  if (!i32) throw Refused{"an index that does not fit i32"};
+  TpkBuffer *c = host_copy(s, at::kInt, *i32);
+  if (!c) throw Refused{tpk_last_error()};
   temps.keep(c);
-  memcpy(tpk_buffer_data(c), i32.data_ptr(), i32.nbytes());
   return c;
 }
 
@@ -1417,11 +1437,10 @@ std::optional<at::Tensor> int64_as_i32(const at::Tensor &t) {
   std::lock_guard<std::recursive_mutex> hold(s.mu);
   sync_locked(s);
   Aliases aliases;
-  at::Tensor values = aliases.of(t), narrow = values.to(at::kInt).contiguous();
-  if (t.numel() && !narrow.to(at::kLong).equal(values)) return std::nullopt;
-  TpkBuffer *b;
-  if (tpk_buffer_create(s.dev, TPK_I32, t.dim(), t.sizes().data(), &b) != TPK_OK) fail_tpk("int64_as_i32");
-  memcpy(tpk_buffer_data(b), narrow.data_ptr(), narrow.nbytes());
+  std::optional<at::Tensor> i32 = fitting_i32(aliases.of(t));
+  if (!i32) return std::nullopt;
+  TpkBuffer *b = host_copy(s, at::kInt, *i32);
+  if (!b) fail_tpk("int64_as_i32");
   return tensor_of(b);
 }
 
