@@ -427,7 +427,8 @@ def test_dump_ir_goes_to_stderr_and_shows_the_call_fused():
 
 def test_registered_by_import():
     """import tpk.torch registers "tpk" without importing Dynamo (a second of
-    import for scripts that only define ops): when Dynamo's registry loads."""
+    import for scripts that only define ops): when Dynamo's registry loads.
+    Compiling imports no part of Inductor it does not use."""
     assert "tpk" in torch._dynamo.list_backends()
     run_python("""
         import sys, torch, tpk.torch
@@ -435,6 +436,10 @@ def test_registered_by_import():
         x = torch.randn(5)
         assert torch.equal(torch.compile(lambda x: x * 2, backend="tpk")(x), x * 2)
         assert [g.name for g in tpk.torch.compile_report().graphs] == ["inference_0"]
+        # a training step imports nothing of Inductor's debugging (aot_autograd's wrapper would)
+        w = torch.randn(5, 5, requires_grad=True)
+        torch.compile(lambda x: (x @ w).relu().sum(), backend="tpk")(x.view(1, 5)).backward()
+        assert w.grad is not None and "torch._inductor.debug" not in sys.modules
     """)
 
 
