@@ -613,6 +613,7 @@ static const TpkPrims prims_generic = {
     .gemm_pack_b = tpk_gemm_pack_b_generic,
     .gemm_packed = tpk_gemm_packed_generic,
     .unary_f32 = unary_generic,
+    .unary1_f32 = unary1_generic,
     .reduce_f32 = reduce_generic,
     .convert = convert_generic,
 };
@@ -629,6 +630,7 @@ static const TpkPrims prims_avx2 = {
     .gemm_pack_b = tpk_gemm_pack_b,
     .gemm_packed = tpk_gemm_packed,
     .unary_f32 = unary_avx2,
+    .unary1_f32 = unary1_avx2,
     .reduce_f32 = reduce_avx2,
     .convert = convert_avx2,
 };
@@ -644,6 +646,7 @@ static const TpkPrims prims_avx512 = {
     .gemm_pack_b = tpk_gemm_pack_b,
     .gemm_packed = tpk_gemm_packed,
     .unary_f32 = unary_avx512,
+    .unary1_f32 = unary1_avx512,
     .reduce_f32 = reduce_avx512,
     .convert = convert_avx512,
 };

@@ -721,6 +721,32 @@ static void test_unary_isas_agree(void **state) {
   free(got);
 }
 
+/* unary1_f32, one element (what code tcc built calls for a chain's exp or
+ * erf), gives unary_f32's bits on every instruction set. */
+static void test_unary1_is_unary(void **state) {
+  (void)state;
+  enum { N = 1 << 14 };
+  float *x = malloc(N * 4), *want = malloc(N * 4);
+  assert_true(x && want);
+  rng_state = 13;
+  const TpkPrims *g = tpk_prims_generic();
+  for (int fn = 0; fn < 7; fn++) {
+    sweep_inputs(x, N, 20);
+    g->unary_f32(fn, x, want, N);
+    for (int k = 0; k < N_ISAS; k++) {
+      const TpkPrims *p = tpk_prims_for_isa(isas[k]);
+      if (!p) continue;
+      for (int i = 0; i < N; i++) {
+        float y = p->unary1_f32(fn, x[i]);
+        if (bits(y) != bits(want[i]))
+          fail_msg("%s unary1 %s(%a): %a, unary_f32 %a", isas[k], fn_names[fn], (double)x[i], (double)y, (double)want[i]);
+      }
+    }
+  }
+  free(x);
+  free(want);
+}
+
 /* ======================================================================
  * reduce
  * ====================================================================== */
@@ -880,6 +906,7 @@ int main(void) {
       cmocka_unit_test(test_unary_specials),
       cmocka_unit_test(test_unary_accuracy),
       cmocka_unit_test(test_unary_isas_agree),
+      cmocka_unit_test(test_unary1_is_unary),
       cmocka_unit_test(test_exp_subnormal_results),
       cmocka_unit_test(test_reduce_sum_order),
       cmocka_unit_test(test_reduce_max_min),

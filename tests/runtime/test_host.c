@@ -454,7 +454,9 @@ static void test_tiers_agree_bitwise(void **state) {
   static const struct { const char *file, *kernel; int64_t size; } CASES[] = {
       {"softmax.tpk", "softmax", 37},          {"layernorm.tpk", "layernorm", 130},
       {"flash_attention.tpk", "flash_attention", 40}, {"gelu.tpk", "gelu_tanh", 130},
-      {"matmul.tpk", "matmul", 130},
+      {"matmul.tpk", "matmul", 130},           {"gelu.tpk", "gelu", 130},
+      {"gelu.tpk", "bias_gelu", 130},          {"activations.tpk", "silu", 130},
+      {"activations.tpk", "swiglu", 130},      {"activations.tpk", "softplus_mish", 130},
   };
   for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
     size_t n1, n2;
