@@ -527,7 +527,9 @@ TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out);
  *   strict  one launch per op, in order on a queue; the caller blocks only at
  *           a sync point, where the first error surfaces naming its op;
  *   fused   ops collect in a window; at a sync point (or when the window is
- *           full: 256 ops) the window becomes a graph, is fused and run. A
+ *           full: 512 ops, or its graph would take more than 256
+ *           parameters: its inputs, outputs and distinct lifted scalar
+ *           values) the window becomes a graph, is fused and run. A
  *           window of a structure seen before (sizes aside: symbolic) runs
  *           from the cache without building anything.
  * The modes give the same results within floating-point tolerance: fused

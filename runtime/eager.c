@@ -60,13 +60,15 @@
  *   fused   the op is recorded in the stream's window (its arguments
  *           copied, with the sizes it kept constant alone and the ints it
  *           made symbols first). At a sync, or when the
- *           window holds WINDOW_OPS ops, the window's key is made from the
+ *           window holds WINDOW_OPS ops (or an op would take its graph past
+ *           WINDOW_PARAMS parameters: window_params), the window's key is made from the
  *           records — its inputs' dtypes and shapes in the window's
  *           symbols, each op's name and arguments with tensors as window
  *           values, and which results are outputs — and looked up (with
  *           its resolution, see above); a miss builds
  *           the window as one graph (inputs: the buffers it read but did
- *           not produce, and the lifted scalars; outputs: the buffers it
+ *           not produce, and the lifted scalars, one per distinct value;
+ *           outputs: the buffers it
  *           produced that someone still holds: a buffer destroyed before
  *           the sync is not computed at all), fused (TPK_FUSE_ALL) and
  *           compiled (should fusion not take it, one cluster per op);
@@ -110,7 +112,7 @@
 #include "ir/graph.h"
 
 enum {
-  WINDOW_OPS = 256, /* a fused window runs when it holds this many ops */
+  WINDOW_OPS = 512, /* a fused window runs when it holds this many ops */
   WINDOW_PARAMS = 256, /* ... or before its graph's kernel would take more parameters (as tpk_kernel_launch) */
   MAX_ARGS = 24,    /* arguments of one op */
   MAX_OUTS = 16,    /* results of one op */
@@ -537,7 +539,7 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
       if (lift) {
         o->kind = TPK_ARG_VALUE;
         if ((o->value = b->scalar(b->ctx, TPK_F32, a->f)) < 0) return TPK_ERR_NOMEM;
-        key_put(key, 1); /* a lifted scalar: its value is no part of the key */
+        key_put(key, (uint64_t)o->value); /* a lifted scalar: its value is no part of the key, which input it is is */
       } else {
         o->f = a->f;
         uint64_t bits;
@@ -554,6 +556,7 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
         if (form == SCALAR_LIFTED) { /* a size for a Scalar: an input */
           o->kind = TPK_ARG_VALUE;
           if ((o->value = b->scalar(b->ctx, TPK_I32, (double)a->i)) < 0) return TPK_ERR_NOMEM;
+          key_put(key, (uint64_t)o->value);
         }
       } else if (a->kind == TPK_ARG_INT && lift) {
         char text[64];
@@ -1093,7 +1096,9 @@ typedef struct Window {
   int nrecords;
   WValue *values;
   int nvalues, capvalues;
-  int nscalars; /* the records' lifted scalars: inputs of the window's graph too */
+  int nscalars; /* the records' lifted scalars: inputs of the window's graph too, one per distinct value (below) */
+  uint32_t *floats; /* the distinct f32 values (bits) of the lifted floats recorded */
+  int nfloats, capfloats;
   /* Its ops' memo entries, kept in the cache folder when it has run under
    * memo_key (see "the memo in the cache folder"); NULL: not kept. */
   uint64_t *memo_key;
@@ -1170,6 +1175,7 @@ static void stream_free(TpkStream *s) {
   free(s->marks);
   free(s->w.records);
   free(s->w.values);
+  free(s->w.floats);
   tpk_arena_free(&s->w.arena);
   pthread_mutex_destroy(&s->lock);
   TpkContext *ctx = s->ctx;
@@ -1228,7 +1234,7 @@ static void window_reset(TpkStream *s) {
   for (int i = 0; i < w->nvalues; i++) tpk_buffer_release(w->values[i].buf);
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
-  w->nvalues = w->nrecords = w->nscalars = w->nmemos = 0;
+  w->nvalues = w->nrecords = w->nscalars = w->nmemos = w->nfloats = 0;
   free(w->memo_key);
   w->memo_key = NULL;
   tpk_str_free(&w->memos);
@@ -1316,6 +1322,58 @@ static void record_own(const Op *op, const Layout *lay, const OpBound *ob, Syms 
   }
 }
 
+/* The f32 a lifted float is passed as, by its bits. */
+static uint32_t f32_bits(double v) {
+  float f = (float)v;
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+/* How many scalar inputs op's nscalars lifted scalars add to the window:
+ * the window passes each distinct value once (an optimizer's step lifts
+ * the same learning rate, betas and bias corrections for every tensor:
+ * hundreds of scalars, a few values), so a lifted float whose value the
+ * window has adds none; lifted ints count one each (at most what the
+ * window's binding makes of them). With `keep`, the new floats' values
+ * are the window's afterwards; -1: out of memory. */
+static int new_scalars(Window *w, const Op *op, const Layout *lay, int nscalars, bool keep) {
+  int added = nscalars, start = w->nfloats;
+  for (int i = 0; i < op->nargs; i++) {
+    if (!lay->lift[i] || op->args[i].kind != TPK_ARG_FLOAT) continue;
+    uint32_t bits = f32_bits(op->args[i].f);
+    bool known = false;
+    for (int j = 0; j < w->nfloats && !known; j++) known = w->floats[j] == bits;
+    if (known) {
+      added--;
+      continue;
+    }
+    if (w->nfloats == w->capfloats) {
+      int cap = w->capfloats ? 2 * w->capfloats : 64;
+      uint32_t *more = realloc(w->floats, sizeof *more * (size_t)cap);
+      if (!more) {
+        w->nfloats = start;
+        return keep ? -1 : nscalars;
+      }
+      w->floats = more;
+      w->capfloats = cap;
+    }
+    w->floats[w->nfloats++] = bits; /* a value twice in this op counts once */
+  }
+  if (!keep) w->nfloats = start;
+  return added;
+}
+
+/* The parameters of the window's graph were it to run now: its inputs,
+ * its lifted scalars and what it produced that someone but the window
+ * still holds (its outputs). What it produced and nobody else holds is
+ * held by nobody else later either: an intermediate, no parameter. */
+static int window_params(const Window *w) {
+  int n = w->nscalars;
+  for (int i = 0; i < w->nvalues; i++) n += w->values[i].input || tpk_buffer_in_use(w->values[i].buf, 2);
+  return n;
+}
+
 /* Record op in the window (fused): its arguments copied, the buffers it
  * reads and makes held and marked; `own` is record_own's, nscalars the
  * scalars its binding lifts. s->lock held. */
@@ -1323,9 +1381,10 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const Sym
                         int nouts) {
   Window *w = &s->w;
   /* the window's graph is one kernel, whose parameters (its buffers and
-   * lifted scalars: an optimizer's step over many tensors has hundreds)
-   * a launch bounds: it runs before the op would take it past that */
-  if (w->nrecords && w->nvalues + w->nscalars + op->noperands + nouts + nscalars > WINDOW_PARAMS) {
+   * lifted scalars) a launch bounds: it runs before the op would take it
+   * past that */
+  int adds = op->noperands + nouts + new_scalars(w, op, lay, nscalars, false);
+  if (w->nrecords && w->nvalues + w->nscalars + adds > WINDOW_PARAMS && window_params(w) + adds > WINDOW_PARAMS) {
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());
     unmark_all(s);
@@ -1341,9 +1400,11 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const Sym
     if ((rec->outs[i] = made[i])) ok = window_hold(w, made[i], false) && mark(s, made[i], true);
   if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
   rec->own = *own;
+  int added = new_scalars(w, op, lay, nscalars, true);
+  if (added < 0) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
   if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
   w->nrecords++;
-  w->nscalars += nscalars;
+  w->nscalars += added;
   if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());
@@ -1373,8 +1434,14 @@ static int flush_tensor(void *ctx, TpkBuffer *b) {
   return tpk_ptrmap_get(&((Flush *)ctx)->ids, b, &at) ? (int)(intptr_t)at - 1 : -1;
 }
 
+/* A lifted scalar's input: one per distinct value as it is passed (f32 or
+ * i32), shared by every op that lifts it (see new_scalars). */
 static int flush_scalar(void *ctx, TpkDType dt, double v) {
   Flush *f = ctx;
+  for (int i = 0; i < f->nscalars; i++)
+    if (f->scalar_dtypes[i] == dt &&
+        (dt == TPK_I32 ? (int32_t)f->scalars[i] == (int32_t)v : f32_bits(f->scalars[i]) == f32_bits(v)))
+      return f->w->nvalues + i;
   f->scalars[f->nscalars] = v;
   f->scalar_dtypes[f->nscalars] = dt;
   return f->w->nvalues + f->nscalars++;

@@ -1935,7 +1935,7 @@ static TpkStatus compile_clusters(TpkProgram *prog, TpkKernel *const *std) {
 
 typedef struct Callees {
   TpkProgram *prog;
-  TpkKernel *std[256]; /* per hidden kernel: the library's, if it is one */
+  TpkKernel **std; /* per hidden kernel: the library's, if it is one */
 } Callees;
 
 static TpkKernel *find_callee(void *arg, const char *name) {
@@ -1949,9 +1949,11 @@ TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *d
   *out = NULL;
   TpkProgram *prog = calloc(1, sizeof *prog);
   Callees *callees = calloc(1, sizeof *callees);
-  if (!prog || !callees || !(prog->name = strdup(driver->name))) {
+  TpkKernel **std = calloc((size_t)module->nfuncs + 1, sizeof *std);
+  if (!prog || !callees || !std || !(prog->name = strdup(driver->name))) {
     free(prog);
     free(callees);
+    free(std);
     tpk_module_free(module);
     return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory compiling graph '%s'", driver->name);
   }
@@ -1973,20 +1975,19 @@ TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *d
     st = kernel_describe(&prog->kernels[0]);
   }
   callees->prog = prog;
+  callees->std = std;
   for (int i = 0; st == TPK_OK && i < module->nfuncs; i++) {
     TpkFunc *f = module->funcs[i];
     if (!f->is_kernel) continue;
-    if (prog->nall == 256) st = tpk_runtime_fail(TPK_ERR_UNSUPPORTED, "graph '%s' calls more than 255 kernels", driver->name);
-    else {
-      callees->std[prog->nall] = std_callee(ctx, f);
-      prog->kernels[prog->nall] = (TpkKernel){.prog = prog, .f = f};
-      st = kernel_describe(&prog->kernels[prog->nall++]);
-    }
+    callees->std[prog->nall] = std_callee(ctx, f);
+    prog->kernels[prog->nall] = (TpkKernel){.prog = prog, .f = f};
+    st = kernel_describe(&prog->kernels[prog->nall++]);
   }
   if (st == TPK_OK) st = tpk_driver_new(driver, find_callee, callees, &prog->driver);
   /* The clusters and called kernels compile now, once for every shape; a
    * kernel with tunables compiles for the ones its launches pick. */
   if (st == TPK_OK) st = compile_clusters(prog, callees->std);
+  free(callees->std);
   free(callees);
   if (st != TPK_OK) {
     program_free(prog);

@@ -843,6 +843,53 @@ static void test_a_window_of_many_buffers(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* What bounds a window is its graph's parameters, not the buffers it met:
+ * an optimizer's step (every tensor scaled by the same learning rate, its
+ * intermediates dropped) and a long chain run as one window each. A
+ * lifted scalar is one input per distinct value, however many ops take it. */
+static void test_a_window_of_many_ops_and_few_parameters(void **state) {
+  (void)state;
+  enum { N = 120, CHAIN = 150 };
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkStream *s;
+  open_stream(TPK_EAGER_FUSED, "host", &ctx, &dev, &s);
+  /* N inputs, N outputs, 2 scalar values: 242 parameters of 360 buffers met */
+  TpkBuffer *x[N], *z[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = iota(dev, 2, 3);
+    TpkBuffer *y = op(s, "mul", 2, (TpkArg[]){A(x[i]), tpk_arg_float(0.5)});
+    z[i] = op(s, "add", 3, (TpkArg[]){A(y), A(x[i]), tpk_arg_named("alpha", tpk_arg_float(0.25))});
+    tpk_buffer_destroy(y);
+  }
+  CHECK(tpk_stream_sync(s));
+  for (int i = 0; i < N; i++) expect_values(z[i], (float[]){0, 0.75f, 1.5f, 2.25f, 3, 3.75f}, 6);
+  TpkStreamStats stats;
+  tpk_stream_stats(s, &stats);
+  assert_int_equal(stats.windows, 1);
+  /* 300 ops on one buffer: x = x * 0.5 + 1, its intermediates dropped */
+  TpkBuffer *c = iota(dev, 2, 3);
+  for (int i = 0; i < CHAIN; i++) {
+    TpkBuffer *half = op(s, "mul", 2, (TpkArg[]){A(c), tpk_arg_float(0.5)});
+    tpk_buffer_destroy(c);
+    c = op(s, "add", 2, (TpkArg[]){A(half), tpk_arg_float(1.0)});
+    tpk_buffer_destroy(half);
+  }
+  CHECK(tpk_stream_sync(s));
+  float want[6];
+  for (int e = 0; e < 6; e++) {
+    want[e] = (float)e;
+    for (int i = 0; i < CHAIN; i++) want[e] = want[e] * 0.5f + 1.0f;
+  }
+  expect_values(c, want, 6);
+  tpk_stream_stats(s, &stats);
+  assert_int_equal(stats.windows, 2);
+  tpk_buffer_destroy(c);
+  for (int i = 0; i < N; i++) tpk_buffer_destroy(x[i]), tpk_buffer_destroy(z[i]);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+}
+
 /* ---- observing launches ------------------------------------------------------------------ */
 
 typedef struct Seen {
@@ -959,6 +1006,7 @@ int main(void) {
       cmocka_unit_test(test_kernel_calls),
       cmocka_unit_test(test_indices_are_not_sizes),
       cmocka_unit_test(test_a_window_of_many_buffers),
+      cmocka_unit_test(test_a_window_of_many_ops_and_few_parameters),
       cmocka_unit_test(test_the_observer_hears_every_launch),
       cmocka_unit_test(test_mode_from_the_environment),
   };
