@@ -1099,6 +1099,7 @@ typedef struct Window {
   int nscalars; /* the records' lifted scalars: inputs of the window's graph too, one per distinct value (below) */
   uint32_t *floats; /* the distinct f32 values (bits) of the lifted floats recorded */
   int nfloats, capfloats;
+  int params; /* at least window_params: what it was when last counted, and what ops added since */
   /* Its ops' memo entries, kept in the cache folder when it has run under
    * memo_key (see "the memo in the cache folder"); NULL: not kept. */
   uint64_t *memo_key;
@@ -1234,7 +1235,7 @@ static void window_reset(TpkStream *s) {
   for (int i = 0; i < w->nvalues; i++) tpk_buffer_release(w->values[i].buf);
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
-  w->nvalues = w->nrecords = w->nscalars = w->nmemos = w->nfloats = 0;
+  w->nvalues = w->nrecords = w->nscalars = w->nmemos = w->nfloats = w->params = 0;
   free(w->memo_key);
   w->memo_key = NULL;
   tpk_str_free(&w->memos);
@@ -1384,7 +1385,7 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const Sym
    * lifted scalars) a launch bounds: it runs before the op would take it
    * past that */
   int adds = op->noperands + nouts + new_scalars(w, op, lay, nscalars, false);
-  if (w->nrecords && w->nvalues + w->nscalars + adds > WINDOW_PARAMS && window_params(w) + adds > WINDOW_PARAMS) {
+  if (w->nrecords && w->params + adds > WINDOW_PARAMS && (w->params = window_params(w)) + adds > WINDOW_PARAMS) {
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());
     unmark_all(s);
@@ -1405,6 +1406,7 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const Sym
   if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
   w->nrecords++;
   w->nscalars += added;
+  w->params += op->noperands + nouts + added;
   if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());
