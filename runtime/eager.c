@@ -39,7 +39,9 @@
  * corrections) must not make every op or window new: a float argument of
  * an ATen `Scalar` parameter (add's alpha, mul's other, addcmul's value,
  * lerp's weight; a kernel's float scalars) is passed as a rank-0 f32 input
- * of the graph, not a constant, and is no part of any key. Floats of
+ * of the graph, not a constant; its value is no part of any key. Which
+ * input it is (a window passes each distinct value once) is, as a size's
+ * form: two scalars equal by chance keep the inputs a hint gave them. Floats of
  * `float` parameters (layer norm's eps) and ints (dims, integer scalars)
  * are constants, in the key. Which parameters take a rank-0 value, and
  * which take symbolic sizes, is learnt from the builder on the first sight
@@ -344,17 +346,38 @@ static bool size_like(const Syms *t, int64_t v) {
   return false;
 }
 
+/* A lifted scalar's input in the key: a size's form (v << 2 | 2: input
+ * v), so that which input it is — a window passes each distinct value
+ * once (flush_scalar), so two scalars equal by chance share one — is no
+ * part of the key's structure and a hint gives it (hinted_scalar). */
+static uint64_t scalar_word(int id) { return (uint64_t)id << 2 | 2; }
+
+/* The input the hint's next form names for a lifted scalar (-1: no hint,
+ * or its form is no lifted scalar's: missed). */
+static int hinted_scalar(Syms *t) {
+  if (!t->hint || t->hint_missed) return -1;
+  uint64_t w = t->hint_at < t->nhint ? t->hint[t->hint_at++] : UINT64_MAX;
+  if ((w & 3) == 2 && w != UINT64_MAX) return (int)(w >> 2);
+  t->hint_missed = true;
+  return -1;
+}
+
 /* An int given for a Scalar parameter: lifted to a rank-0 input when it is
- * a size (probe: always), else the constant itself (v << 2); as the hint
- * has it where the hint's form fits v (lifted always does). */
-enum { SCALAR_LIFTED = 2 };
-static uint64_t scalar_form(Syms *t, int64_t v, bool probe) {
+ * a size (probe: always), else the constant itself; as the hint has it
+ * where the hint's form fits v (lifted always does: which input then in
+ * *hinted, else -1). */
+static bool scalar_lifted(Syms *t, int64_t v, bool probe, int *hinted) {
+  *hinted = -1;
   if (t->hint && !t->hint_missed) {
     uint64_t w = t->hint_at < t->nhint ? t->hint[t->hint_at++] : UINT64_MAX;
-    if (w == SCALAR_LIFTED || w == (uint64_t)v << 2) return w;
+    if ((w & 3) == 2 && w != UINT64_MAX) {
+      *hinted = (int)(w >> 2);
+      return true;
+    }
+    if (w == (uint64_t)v << 2) return false;
     t->hint_missed = true;
   }
-  return probe || size_like(t, v) ? SCALAR_LIFTED : (uint64_t)v << 2;
+  return probe || size_like(t, v);
 }
 
 static bool sym_lookup(void *ctx, const char *sym, int64_t *value) {
@@ -502,12 +525,26 @@ typedef struct Layout {
  * the arguments go to `key`. */
 typedef struct Binder {
   int (*tensor)(void *ctx, TpkBuffer *b); /* the value id of a tensor operand (-1: failed) */
-  int (*scalar)(void *ctx, TpkDType dt, double v); /* the value id of a new rank-0 input holding v */
+  /* The value id of the rank-0 input holding v: input `want` when it can
+   * be (-2 when not), or as the binder chooses (want -1); -1: failed. */
+  int (*scalar)(void *ctx, TpkDType dt, double v, int want);
   void *ctx;
   Syms *syms;
   TpkArena *arena;
   bool probe; /* an int lifted is lifted even when it is a constant (learning the layout) */
 } Binder;
+
+/* The lifted scalar v's input, the one the hint gave (want) where it can
+ * be, as a size's form in the key; -1: out of memory. */
+static int bind_scalar(const Binder *b, TpkDType dt, double v, int want, Key *key) {
+  int id = want >= 0 ? b->scalar(b->ctx, dt, v, want) : -2;
+  if (id == -2) {
+    if (want >= 0) b->syms->hint_missed = true;
+    id = b->scalar(b->ctx, dt, v, -1);
+  }
+  if (id >= 0) key_size(key, scalar_word(id));
+  return id;
+}
 
 static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const Binder *b, TpkArg *out, Key *key) {
   for (int i = 0; i < nargs; i++) {
@@ -538,8 +575,8 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
     case TPK_ARG_FLOAT:
       if (lift) {
         o->kind = TPK_ARG_VALUE;
-        if ((o->value = b->scalar(b->ctx, TPK_F32, a->f)) < 0) return TPK_ERR_NOMEM;
-        key_put(key, (uint64_t)o->value); /* a lifted scalar: its value is no part of the key, which input it is is */
+        /* a lifted scalar: its value is no part of the key, which input it is a size's form */
+        if ((o->value = bind_scalar(b, TPK_F32, a->f, hinted_scalar(b->syms), key)) < 0) return TPK_ERR_NOMEM;
       } else {
         o->f = a->f;
         uint64_t bits;
@@ -551,12 +588,12 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
     case TPK_ARG_BOOL:
       o->i = a->i;
       if (a->kind == TPK_ARG_INT && lay && lay->value[i]) {
-        uint64_t form = scalar_form(b->syms, a->i, b->probe);
-        key_size(key, form);
-        if (form == SCALAR_LIFTED) { /* a size for a Scalar: an input */
+        int want;
+        if (scalar_lifted(b->syms, a->i, b->probe, &want)) { /* a size for a Scalar: an input */
           o->kind = TPK_ARG_VALUE;
-          if ((o->value = b->scalar(b->ctx, TPK_I32, (double)a->i)) < 0) return TPK_ERR_NOMEM;
-          key_put(key, (uint64_t)o->value);
+          if ((o->value = bind_scalar(b, TPK_I32, (double)a->i, want, key)) < 0) return TPK_ERR_NOMEM;
+        } else {
+          key_size(key, (uint64_t)a->i << 2);
         }
       } else if (a->kind == TPK_ARG_INT && lift) {
         char text[64];
@@ -766,10 +803,11 @@ typedef struct OpBound {
 
 static int bound_tensor(void *ctx, TpkBuffer *b) { return operand_id((void *)((OpBound *)ctx)->op, b); }
 
-static int bound_scalar(void *ctx, TpkDType dt, double v) {
+static int bound_scalar(void *ctx, TpkDType dt, double v, int want) {
   OpBound *ob = ctx;
   if (ob->nscalars == MAX_ARGS) return -1;
   int id = ob->op->noperands + ob->nscalars;
+  if (want >= 0 && want != id) return -2;
   if (ob->gb && tpk_gb_input(ob->gb, dt, 0, NULL, &ob->values[id], ob->err) != TPK_OK) return -1;
   ob->scalar_dtype[ob->nscalars] = dt;
   ob->scalar[ob->nscalars++] = v;
@@ -1436,14 +1474,24 @@ static int flush_tensor(void *ctx, TpkBuffer *b) {
   return tpk_ptrmap_get(&((Flush *)ctx)->ids, b, &at) ? (int)(intptr_t)at - 1 : -1;
 }
 
+static bool same_scalar(TpkDType dt, double a, double b) {
+  return dt == TPK_I32 ? (int32_t)a == (int32_t)b : f32_bits(a) == f32_bits(b);
+}
+
 /* A lifted scalar's input: one per distinct value as it is passed (f32 or
- * i32), shared by every op that lifts it (see new_scalars). */
-static int flush_scalar(void *ctx, TpkDType dt, double v) {
+ * i32), shared by every op that lifts it (see new_scalars); or the one a
+ * hint names (want), when it holds v or is the next new one: two values
+ * equal now by chance keep the inputs they had (the earlier window of the
+ * same structure had as many parameters). */
+static int flush_scalar(void *ctx, TpkDType dt, double v, int want) {
   Flush *f = ctx;
-  for (int i = 0; i < f->nscalars; i++)
-    if (f->scalar_dtypes[i] == dt &&
-        (dt == TPK_I32 ? (int32_t)f->scalars[i] == (int32_t)v : f32_bits(f->scalars[i]) == f32_bits(v)))
-      return f->w->nvalues + i;
+  int at = want - f->w->nvalues;
+  if (want >= 0 && (at < 0 || at > f->nscalars ||
+                    (at < f->nscalars && (f->scalar_dtypes[at] != dt || !same_scalar(dt, f->scalars[at], v)))))
+    return -2;
+  for (int i = 0; want < 0 && i < f->nscalars; i++)
+    if (f->scalar_dtypes[i] == dt && same_scalar(dt, f->scalars[i], v)) return f->w->nvalues + i;
+  if (want >= 0 && at < f->nscalars) return want;
   f->scalars[f->nscalars] = v;
   f->scalar_dtypes[f->nscalars] = dt;
   return f->w->nvalues + f->nscalars++;
