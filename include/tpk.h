@@ -370,7 +370,9 @@ int tpk_host_threads(void);
  * and return nonzero once all have returned; or return 0 at once, having
  * called none, to decline: tpk's own workers then run them. It is called
  * on the launching thread. A launch's part count is still
- * tpk_host_threads'. NULL: tpk's own workers only. */
+ * tpk_host_threads'. NULL: tpk's own workers only. An eager stream's
+ * launches (its fused windows, its ops) always run on tpk's own workers:
+ * between them the lender's threads would only be woken and spin. */
 typedef void (*TpkHostPartFn)(void *arg, int part);
 typedef int (*TpkHostParallelFn)(void *user, int parts, TpkHostPartFn part, void *arg);
 void tpk_context_set_host_parallel(TpkContext *ctx, TpkHostParallelFn run, void *user);
