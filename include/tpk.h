@@ -370,7 +370,9 @@ int tpk_host_threads(void);
  * and return nonzero once all have returned; or return 0 at once, having
  * called none, to decline: tpk's own workers then run them. It is called
  * on the launching thread. A launch's part count is still
- * tpk_host_threads'. NULL: tpk's own workers only. */
+ * tpk_host_threads'. NULL: tpk's own workers only. An eager stream's
+ * launches (its fused windows, its ops) always run on tpk's own workers:
+ * between them the lender's threads would only be woken and spin. */
 typedef void (*TpkHostPartFn)(void *arg, int part);
 typedef int (*TpkHostParallelFn)(void *user, int parts, TpkHostPartFn part, void *arg);
 void tpk_context_set_host_parallel(TpkContext *ctx, TpkHostParallelFn run, void *user);
@@ -527,7 +529,9 @@ TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out);
  *   strict  one launch per op, in order on a queue; the caller blocks only at
  *           a sync point, where the first error surfaces naming its op;
  *   fused   ops collect in a window; at a sync point (or when the window is
- *           full: 256 ops) the window becomes a graph, is fused and run. A
+ *           full: 512 ops, or its graph would take more than 256
+ *           parameters: its inputs, outputs and distinct lifted scalar
+ *           values) the window becomes a graph, is fused and run. A
  *           window of a structure seen before (sizes aside: symbolic) runs
  *           from the cache without building anything.
  * The modes give the same results within floating-point tolerance: fused

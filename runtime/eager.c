@@ -39,7 +39,9 @@
  * corrections) must not make every op or window new: a float argument of
  * an ATen `Scalar` parameter (add's alpha, mul's other, addcmul's value,
  * lerp's weight; a kernel's float scalars) is passed as a rank-0 f32 input
- * of the graph, not a constant, and is no part of any key. Floats of
+ * of the graph, not a constant; its value is no part of any key. Which
+ * input it is (a window passes each distinct value once) is, as a size's
+ * form: two scalars equal by chance keep the inputs a hint gave them. Floats of
  * `float` parameters (layer norm's eps) and ints (dims, integer scalars)
  * are constants, in the key. Which parameters take a rank-0 value, and
  * which take symbolic sizes, is learnt from the builder on the first sight
@@ -60,13 +62,15 @@
  *   fused   the op is recorded in the stream's window (its arguments
  *           copied, with the sizes it kept constant alone and the ints it
  *           made symbols first). At a sync, or when the
- *           window holds WINDOW_OPS ops, the window's key is made from the
+ *           window holds WINDOW_OPS ops (or an op would take its graph past
+ *           WINDOW_PARAMS parameters: window_params), the window's key is made from the
  *           records — its inputs' dtypes and shapes in the window's
  *           symbols, each op's name and arguments with tensors as window
  *           values, and which results are outputs — and looked up (with
  *           its resolution, see above); a miss builds
  *           the window as one graph (inputs: the buffers it read but did
- *           not produce, and the lifted scalars; outputs: the buffers it
+ *           not produce, and the lifted scalars, one per distinct value;
+ *           outputs: the buffers it
  *           produced that someone still holds: a buffer destroyed before
  *           the sync is not computed at all), fused (TPK_FUSE_ALL) and
  *           compiled (should fusion not take it, one cluster per op);
@@ -110,7 +114,7 @@
 #include "ir/graph.h"
 
 enum {
-  WINDOW_OPS = 256, /* a fused window runs when it holds this many ops */
+  WINDOW_OPS = 512, /* a fused window runs when it holds this many ops */
   WINDOW_PARAMS = 256, /* ... or before its graph's kernel would take more parameters (as tpk_kernel_launch) */
   MAX_ARGS = 24,    /* arguments of one op */
   MAX_OUTS = 16,    /* results of one op */
@@ -342,17 +346,38 @@ static bool size_like(const Syms *t, int64_t v) {
   return false;
 }
 
+/* A lifted scalar's input in the key: a size's form (v << 2 | 2: input
+ * v), so that which input it is — a window passes each distinct value
+ * once (flush_scalar), so two scalars equal by chance share one — is no
+ * part of the key's structure and a hint gives it (hinted_scalar). */
+static uint64_t scalar_word(int id) { return (uint64_t)id << 2 | 2; }
+
+/* The input the hint's next form names for a lifted scalar (-1: no hint,
+ * or its form is no lifted scalar's: missed). */
+static int hinted_scalar(Syms *t) {
+  if (!t->hint || t->hint_missed) return -1;
+  uint64_t w = t->hint_at < t->nhint ? t->hint[t->hint_at++] : UINT64_MAX;
+  if ((w & 3) == 2 && w != UINT64_MAX) return (int)(w >> 2);
+  t->hint_missed = true;
+  return -1;
+}
+
 /* An int given for a Scalar parameter: lifted to a rank-0 input when it is
- * a size (probe: always), else the constant itself (v << 2); as the hint
- * has it where the hint's form fits v (lifted always does). */
-enum { SCALAR_LIFTED = 2 };
-static uint64_t scalar_form(Syms *t, int64_t v, bool probe) {
+ * a size (probe: always), else the constant itself; as the hint has it
+ * where the hint's form fits v (lifted always does: which input then in
+ * *hinted, else -1). */
+static bool scalar_lifted(Syms *t, int64_t v, bool probe, int *hinted) {
+  *hinted = -1;
   if (t->hint && !t->hint_missed) {
     uint64_t w = t->hint_at < t->nhint ? t->hint[t->hint_at++] : UINT64_MAX;
-    if (w == SCALAR_LIFTED || w == (uint64_t)v << 2) return w;
+    if ((w & 3) == 2 && w != UINT64_MAX) {
+      *hinted = (int)(w >> 2);
+      return true;
+    }
+    if (w == (uint64_t)v << 2) return false;
     t->hint_missed = true;
   }
-  return probe || size_like(t, v) ? SCALAR_LIFTED : (uint64_t)v << 2;
+  return probe || size_like(t, v);
 }
 
 static bool sym_lookup(void *ctx, const char *sym, int64_t *value) {
@@ -500,12 +525,26 @@ typedef struct Layout {
  * the arguments go to `key`. */
 typedef struct Binder {
   int (*tensor)(void *ctx, TpkBuffer *b); /* the value id of a tensor operand (-1: failed) */
-  int (*scalar)(void *ctx, TpkDType dt, double v); /* the value id of a new rank-0 input holding v */
+  /* The value id of the rank-0 input holding v: input `want` when it can
+   * be (-2 when not), or as the binder chooses (want -1); -1: failed. */
+  int (*scalar)(void *ctx, TpkDType dt, double v, int want);
   void *ctx;
   Syms *syms;
   TpkArena *arena;
   bool probe; /* an int lifted is lifted even when it is a constant (learning the layout) */
 } Binder;
+
+/* The lifted scalar v's input, the one the hint gave (want) where it can
+ * be, as a size's form in the key; -1: out of memory. */
+static int bind_scalar(const Binder *b, TpkDType dt, double v, int want, Key *key) {
+  int id = want >= 0 ? b->scalar(b->ctx, dt, v, want) : -2;
+  if (id == -2) {
+    if (want >= 0) b->syms->hint_missed = true;
+    id = b->scalar(b->ctx, dt, v, -1);
+  }
+  if (id >= 0) key_size(key, scalar_word(id));
+  return id;
+}
 
 static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const Binder *b, TpkArg *out, Key *key) {
   for (int i = 0; i < nargs; i++) {
@@ -536,8 +575,8 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
     case TPK_ARG_FLOAT:
       if (lift) {
         o->kind = TPK_ARG_VALUE;
-        if ((o->value = b->scalar(b->ctx, TPK_F32, a->f)) < 0) return TPK_ERR_NOMEM;
-        key_put(key, 1); /* a lifted scalar: its value is no part of the key */
+        /* a lifted scalar: its value is no part of the key, which input it is a size's form */
+        if ((o->value = bind_scalar(b, TPK_F32, a->f, hinted_scalar(b->syms), key)) < 0) return TPK_ERR_NOMEM;
       } else {
         o->f = a->f;
         uint64_t bits;
@@ -549,11 +588,12 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
     case TPK_ARG_BOOL:
       o->i = a->i;
       if (a->kind == TPK_ARG_INT && lay && lay->value[i]) {
-        uint64_t form = scalar_form(b->syms, a->i, b->probe);
-        key_size(key, form);
-        if (form == SCALAR_LIFTED) { /* a size for a Scalar: an input */
+        int want;
+        if (scalar_lifted(b->syms, a->i, b->probe, &want)) { /* a size for a Scalar: an input */
           o->kind = TPK_ARG_VALUE;
-          if ((o->value = b->scalar(b->ctx, TPK_I32, (double)a->i)) < 0) return TPK_ERR_NOMEM;
+          if ((o->value = bind_scalar(b, TPK_I32, (double)a->i, want, key)) < 0) return TPK_ERR_NOMEM;
+        } else {
+          key_size(key, (uint64_t)a->i << 2);
         }
       } else if (a->kind == TPK_ARG_INT && lift) {
         char text[64];
@@ -763,10 +803,11 @@ typedef struct OpBound {
 
 static int bound_tensor(void *ctx, TpkBuffer *b) { return operand_id((void *)((OpBound *)ctx)->op, b); }
 
-static int bound_scalar(void *ctx, TpkDType dt, double v) {
+static int bound_scalar(void *ctx, TpkDType dt, double v, int want) {
   OpBound *ob = ctx;
   if (ob->nscalars == MAX_ARGS) return -1;
   int id = ob->op->noperands + ob->nscalars;
+  if (want >= 0 && want != id) return -2;
   if (ob->gb && tpk_gb_input(ob->gb, dt, 0, NULL, &ob->values[id], ob->err) != TPK_OK) return -1;
   ob->scalar_dtype[ob->nscalars] = dt;
   ob->scalar[ob->nscalars++] = v;
@@ -1093,7 +1134,10 @@ typedef struct Window {
   int nrecords;
   WValue *values;
   int nvalues, capvalues;
-  int nscalars; /* the records' lifted scalars: inputs of the window's graph too */
+  int nscalars; /* the records' lifted scalars: inputs of the window's graph too, one per distinct value (below) */
+  uint32_t *floats; /* the distinct f32 values (bits) of the lifted floats recorded */
+  int nfloats, capfloats;
+  int params; /* at least window_params: what it was when last counted, and what ops added since */
   /* Its ops' memo entries, kept in the cache folder when it has run under
    * memo_key (see "the memo in the cache folder"); NULL: not kept. */
   uint64_t *memo_key;
@@ -1170,6 +1214,7 @@ static void stream_free(TpkStream *s) {
   free(s->marks);
   free(s->w.records);
   free(s->w.values);
+  free(s->w.floats);
   tpk_arena_free(&s->w.arena);
   pthread_mutex_destroy(&s->lock);
   TpkContext *ctx = s->ctx;
@@ -1228,7 +1273,7 @@ static void window_reset(TpkStream *s) {
   for (int i = 0; i < w->nvalues; i++) tpk_buffer_release(w->values[i].buf);
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
-  w->nvalues = w->nrecords = w->nscalars = w->nmemos = 0;
+  w->nvalues = w->nrecords = w->nscalars = w->nmemos = w->nfloats = w->params = 0;
   free(w->memo_key);
   w->memo_key = NULL;
   tpk_str_free(&w->memos);
@@ -1316,6 +1361,58 @@ static void record_own(const Op *op, const Layout *lay, const OpBound *ob, Syms 
   }
 }
 
+/* The f32 a lifted float is passed as, by its bits. */
+static uint32_t f32_bits(double v) {
+  float f = (float)v;
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+/* How many scalar inputs op's nscalars lifted scalars add to the window:
+ * the window passes each distinct value once (an optimizer's step lifts
+ * the same learning rate, betas and bias corrections for every tensor:
+ * hundreds of scalars, a few values), so a lifted float whose value the
+ * window has adds none; lifted ints count one each (at most what the
+ * window's binding makes of them). With `keep`, the new floats' values
+ * are the window's afterwards; -1: out of memory. */
+static int new_scalars(Window *w, const Op *op, const Layout *lay, int nscalars, bool keep) {
+  int added = nscalars, start = w->nfloats;
+  for (int i = 0; i < op->nargs; i++) {
+    if (!lay->lift[i] || op->args[i].kind != TPK_ARG_FLOAT) continue;
+    uint32_t bits = f32_bits(op->args[i].f);
+    bool known = false;
+    for (int j = 0; j < w->nfloats && !known; j++) known = w->floats[j] == bits;
+    if (known) {
+      added--;
+      continue;
+    }
+    if (w->nfloats == w->capfloats) {
+      int cap = w->capfloats ? 2 * w->capfloats : 64;
+      uint32_t *more = realloc(w->floats, sizeof *more * (size_t)cap);
+      if (!more) {
+        w->nfloats = start;
+        return keep ? -1 : nscalars;
+      }
+      w->floats = more;
+      w->capfloats = cap;
+    }
+    w->floats[w->nfloats++] = bits; /* a value twice in this op counts once */
+  }
+  if (!keep) w->nfloats = start;
+  return added;
+}
+
+/* The parameters of the window's graph were it to run now: its inputs,
+ * its lifted scalars and what it produced that someone but the window
+ * still holds (its outputs). What it produced and nobody else holds is
+ * held by nobody else later either: an intermediate, no parameter. */
+static int window_params(const Window *w) {
+  int n = w->nscalars;
+  for (int i = 0; i < w->nvalues; i++) n += w->values[i].input || tpk_buffer_in_use(w->values[i].buf, 2);
+  return n;
+}
+
 /* Record op in the window (fused): its arguments copied, the buffers it
  * reads and makes held and marked; `own` is record_own's, nscalars the
  * scalars its binding lifts. s->lock held. */
@@ -1323,9 +1420,10 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const Sym
                         int nouts) {
   Window *w = &s->w;
   /* the window's graph is one kernel, whose parameters (its buffers and
-   * lifted scalars: an optimizer's step over many tensors has hundreds)
-   * a launch bounds: it runs before the op would take it past that */
-  if (w->nrecords && w->nvalues + w->nscalars + op->noperands + nouts + nscalars > WINDOW_PARAMS) {
+   * lifted scalars) a launch bounds: it runs before the op would take it
+   * past that */
+  int adds = op->noperands + nouts + new_scalars(w, op, lay, nscalars, false);
+  if (w->nrecords && w->params + adds > WINDOW_PARAMS && (w->params = window_params(w)) + adds > WINDOW_PARAMS) {
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());
     unmark_all(s);
@@ -1341,9 +1439,12 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const Sym
     if ((rec->outs[i] = made[i])) ok = window_hold(w, made[i], false) && mark(s, made[i], true);
   if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
   rec->own = *own;
+  int added = new_scalars(w, op, lay, nscalars, true);
+  if (added < 0) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
   if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
   w->nrecords++;
-  w->nscalars += nscalars;
+  w->nscalars += added;
+  w->params += op->noperands + nouts + added;
   if (w->nrecords == WINDOW_OPS) { /* full: it runs now */
     TpkStatus st = run_window(s);
     if (st != TPK_OK) set_error(s, st, tpk_last_error());
@@ -1373,8 +1474,24 @@ static int flush_tensor(void *ctx, TpkBuffer *b) {
   return tpk_ptrmap_get(&((Flush *)ctx)->ids, b, &at) ? (int)(intptr_t)at - 1 : -1;
 }
 
-static int flush_scalar(void *ctx, TpkDType dt, double v) {
+static bool same_scalar(TpkDType dt, double a, double b) {
+  return dt == TPK_I32 ? (int32_t)a == (int32_t)b : f32_bits(a) == f32_bits(b);
+}
+
+/* A lifted scalar's input: one per distinct value as it is passed (f32 or
+ * i32), shared by every op that lifts it (see new_scalars); or the one a
+ * hint names (want), when it holds v or is the next new one: two values
+ * equal now by chance keep the inputs they had (the earlier window of the
+ * same structure had as many parameters). */
+static int flush_scalar(void *ctx, TpkDType dt, double v, int want) {
   Flush *f = ctx;
+  int at = want - f->w->nvalues;
+  if (want >= 0 && (at < 0 || at > f->nscalars ||
+                    (at < f->nscalars && (f->scalar_dtypes[at] != dt || !same_scalar(dt, f->scalars[at], v)))))
+    return -2;
+  for (int i = 0; want < 0 && i < f->nscalars; i++)
+    if (f->scalar_dtypes[i] == dt && same_scalar(dt, f->scalars[i], v)) return f->w->nvalues + i;
+  if (want >= 0 && at < f->nscalars) return want;
   f->scalars[f->nscalars] = v;
   f->scalar_dtypes[f->nscalars] = dt;
   return f->w->nvalues + f->nscalars++;

@@ -90,7 +90,7 @@ TpkStreams *tpk_context_streams(const TpkContext *ctx);
 /* The launch's buffers settled (tpk_buffer_settle): inputs read, outputs written. */
 TpkStatus tpk_launch_settle(const TpkKernel *k, const TpkLaunch *L);
 /* tpk_kernel_launch and tpk_queue_launch without settling their buffers:
- * a stream's own launches. */
+ * a stream's own launches (their parts never run on lent threads). */
 TpkStatus tpk_kernel_launch_unsettled(TpkKernel *k, const TpkLaunch *L);
 TpkStatus tpk_queue_submit(TpkQueue *q, TpkKernel *k, const TpkLaunch *L);
 /* Whether q has run everything queued (what a caller may run itself without

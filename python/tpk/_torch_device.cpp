@@ -36,6 +36,7 @@
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/item.h>
@@ -1285,6 +1286,17 @@ at::Tensor copy_from_and_resize(const at::Tensor &src, const at::Tensor &dst) {
   return copy_from(src, dst, false);
 }
 
+/* arange into a tpk tensor (torch.arange(T, device="tpk"): int64
+ * positions, which tpk keeps as bytes): its values made on the host and
+ * written into the buffer as a copy from the CPU is, so the stream does not
+ * sync (the CPU fallback syncs before any op it runs). */
+at::Tensor &arange_out(const at::Scalar &start, const at::Scalar &end, const at::Scalar &step, at::Tensor &out) {
+  at::Tensor values = at::arange(start, end, step, out.options().device(at::kCPU));
+  if (out.sizes() != values.sizes()) resize(out, values.sym_sizes(), std::nullopt);
+  out.copy_(values);
+  return out;
+}
+
 /* .item(): a sync point */
 at::Scalar local_scalar_dense(const at::Tensor &self) {
   sync();
@@ -1305,6 +1317,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("arange.start_out", arange_out);
   m.impl("add.Tensor", add_tensor);
   m.impl("sub.Tensor", sub_tensor);
   m.impl("mul.Tensor", mul_tensor);

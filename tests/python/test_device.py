@@ -426,6 +426,29 @@ def test_the_environment_picks_device_mode_and_fallback():
     assert out.stdout.split("\n")[:3] == ["host fused", "[2.0, 2.0, 2.0]", "refused True"]
 
 
+def test_the_streams_launches_keep_tpks_threads():
+    """On the host device with two threads, the stream's launches (fused
+    windows, strict ops run inline) share their grids among tpk's own
+    workers, not torch's intra-op threads: between the stream's launches
+    those have nothing to do, and each lent launch woke them to spin on the
+    cores the stream needs (torch.compile's graphs still lend them:
+    test_compile.py). Same results."""
+    script = (
+        "import torch, tpk.torch\n"
+        "torch.set_num_threads(2)\n"
+        "c = torch.randn(1024, 1024)\n"
+        "for mode in ('fused', 'strict'):\n"
+        "    tpk.torch.set_eager_mode(mode)\n"
+        "    x = c.to('tpk')\n"
+        "    y = (x * 0.5).exp() + 1.0\n"
+        "    assert torch.allclose(y.cpu(), (c * 0.5).exp() + 1.0)\n"
+        "print(tpk.torch.stats()['launches'] > 0, tpk.torch.stats()['torch_thread_launches'])\n")
+    env = dict(os.environ, TPK_DEVICE="host", TPK_HOST_THREADS="2", PYTHONPATH=os.path.join(ROOT, "python"))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "0"]
+
+
 def test_set_device():
     c = torch.randn(4, 4)
     tpk.torch.set_device("host")

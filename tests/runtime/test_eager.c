@@ -367,6 +367,60 @@ static void test_coincident_lengths_compile_nothing(void **state) {
   lengths_compile_once((int64_t[]){20, 16, 48, 3, 35, 17, 96, 16}, 8, true);
 }
 
+/* A step at length S whose window keeps a size constant (a split of [S,
+ * 48] in parts of 16: the parts' count is 3 only when 48 and 16 are known)
+ * and divides by a count of elements (S * 16: an int for a Scalar, lifted
+ * to an input while it is a size). Its loss. */
+static float split_step(TpkStream *s, TpkDevice *dev, int64_t S, double lr) {
+  TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){S, 48}, (uint64_t)S), *parts[3], *loss;
+  int n;
+  CHECK(tpk_stream_op(s, "split", (TpkArg[]){A(x), tpk_arg_int(16), tpk_arg_int(-1)}, 3, parts, 3, &n));
+  assert_int_equal(n, 3);
+  TpkBuffer *y = op(s, "add", 3, (TpkArg[]){A(parts[0]), A(parts[1]), tpk_arg_named("alpha", tpk_arg_float(lr))});
+  TpkBuffer *z = op(s, "div", 2, (TpkArg[]){A(y), tpk_arg_int(S * 16)});
+  loss = op(s, "sum", 1, (TpkArg[]){A(z)});
+  float l;
+  CHECK(tpk_buffer_read(loss, &l, sizeof l));
+  destroy_buffers(BUFFERS(x, parts[0], parts[1], parts[2], y, z, loss));
+  return l;
+}
+
+/* A length equal to a size the window keeps constant (16), and to the
+ * others (48, 3): it is a symbol as before, the count it makes stays an
+ * input, and nothing compiles after the first step (before: the length
+ * was the constant, the count no input, which moved the other scalars'
+ * inputs and made another key of another structure, which no hint gave).
+ * Each loss is the one a new context computes. */
+static void test_a_length_equal_to_a_constant_size_compiles_nothing(void **state) {
+  (void)state;
+  const int64_t lengths[] = {20, 25, 16, 48, 3, 30, 16};
+  setenv("TPK_TIER", "tcc", 1);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkStream *s;
+  open_stream(TPK_EAGER_FUSED, "host", &ctx, &dev, &s);
+  int compiles = 0;
+  for (int i = 0; i < 7; i++) {
+    double lr = 0.5 / (1 + i);
+    float l = split_step(s, dev, lengths[i], lr);
+    if (i == 0) compiles = tpk_context_compiler_runs(ctx);
+    TpkContext *fresh_ctx;
+    TpkDevice *fresh_dev;
+    TpkStream *fresh;
+    open_stream(TPK_EAGER_FUSED, "host", &fresh_ctx, &fresh_dev, &fresh);
+    float want = split_step(fresh, fresh_dev, lengths[i], lr);
+    close_stream(fresh_ctx, fresh, NULL, 0);
+    if (fabsf(l - want) > 1e-5f * (1 + fabsf(want))) fail_msg("S = %lld: loss %g, a new context's %g", (long long)lengths[i], l, want);
+  }
+  unsetenv("TPK_TIER");
+  assert_true(compiles > 0);
+  if (tpk_context_compiler_runs(ctx) != compiles) fail_msg("%d compiler runs after the first step", tpk_context_compiler_runs(ctx) - compiles);
+  TpkStreamStats st;
+  tpk_stream_stats(s, &st);
+  assert_int_equal(st.windows, 7);
+  close_stream(ctx, s, NULL, 0);
+}
+
 /* ---- errors ---------------------------------------------------------------------------- */
 
 /* What a failed call said. */
@@ -843,6 +897,53 @@ static void test_a_window_of_many_buffers(void **state) {
   tpk_context_destroy(ctx);
 }
 
+/* What bounds a window is its graph's parameters, not the buffers it met:
+ * an optimizer's step (every tensor scaled by the same learning rate, its
+ * intermediates dropped) and a long chain run as one window each. A
+ * lifted scalar is one input per distinct value, however many ops take it. */
+static void test_a_window_of_many_ops_and_few_parameters(void **state) {
+  (void)state;
+  enum { N = 120, CHAIN = 150 };
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkStream *s;
+  open_stream(TPK_EAGER_FUSED, "host", &ctx, &dev, &s);
+  /* N inputs, N outputs, 2 scalar values: 242 parameters of 360 buffers met */
+  TpkBuffer *x[N], *z[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = iota(dev, 2, 3);
+    TpkBuffer *y = op(s, "mul", 2, (TpkArg[]){A(x[i]), tpk_arg_float(0.5)});
+    z[i] = op(s, "add", 3, (TpkArg[]){A(y), A(x[i]), tpk_arg_named("alpha", tpk_arg_float(0.25))});
+    tpk_buffer_destroy(y);
+  }
+  CHECK(tpk_stream_sync(s));
+  for (int i = 0; i < N; i++) expect_values(z[i], (float[]){0, 0.75f, 1.5f, 2.25f, 3, 3.75f}, 6);
+  TpkStreamStats stats;
+  tpk_stream_stats(s, &stats);
+  assert_int_equal(stats.windows, 1);
+  /* 300 ops on one buffer: x = x * 0.5 + 1, its intermediates dropped */
+  TpkBuffer *c = iota(dev, 2, 3);
+  for (int i = 0; i < CHAIN; i++) {
+    TpkBuffer *half = op(s, "mul", 2, (TpkArg[]){A(c), tpk_arg_float(0.5)});
+    tpk_buffer_destroy(c);
+    c = op(s, "add", 2, (TpkArg[]){A(half), tpk_arg_float(1.0)});
+    tpk_buffer_destroy(half);
+  }
+  CHECK(tpk_stream_sync(s));
+  float want[6];
+  for (int e = 0; e < 6; e++) {
+    want[e] = (float)e;
+    for (int i = 0; i < CHAIN; i++) want[e] = want[e] * 0.5f + 1.0f;
+  }
+  expect_values(c, want, 6);
+  tpk_stream_stats(s, &stats);
+  assert_int_equal(stats.windows, 2);
+  tpk_buffer_destroy(c);
+  for (int i = 0; i < N; i++) tpk_buffer_destroy(x[i]), tpk_buffer_destroy(z[i]);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+}
+
 /* ---- observing launches ------------------------------------------------------------------ */
 
 typedef struct Seen {
@@ -948,6 +1049,7 @@ int main(void) {
       cmocka_unit_test(test_modes_on_a_simulated_chip),
       cmocka_unit_test(test_sequence_lengths_compile_once),
       cmocka_unit_test(test_coincident_lengths_compile_nothing),
+      cmocka_unit_test(test_a_length_equal_to_a_constant_size_compiles_nothing),
       cmocka_unit_test(test_debug_errors_name_the_op),
       cmocka_unit_test(test_errors_at_the_next_sync),
       cmocka_unit_test(test_strict_errors_inline_and_queued),
@@ -959,6 +1061,7 @@ int main(void) {
       cmocka_unit_test(test_kernel_calls),
       cmocka_unit_test(test_indices_are_not_sizes),
       cmocka_unit_test(test_a_window_of_many_buffers),
+      cmocka_unit_test(test_a_window_of_many_ops_and_few_parameters),
       cmocka_unit_test(test_the_observer_hears_every_launch),
       cmocka_unit_test(test_mode_from_the_environment),
   };
