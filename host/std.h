@@ -6,7 +6,8 @@
  * into C that serves every shape (the shape symbols are read at run time),
  * then cc -O3 into the library (kernels/aot.c writes the C and this registry). A launch
  * uses that code instead of the JIT when the program's source is byte for
- * byte a standard file and the kernel's tunables match an entry, so standard
+ * byte a standard file (or a graph calls a kernel of a standard kernel's name
+ * and recorded hash) and the kernel's tunables match an entry, so standard
  * kernels never wait on a compiler.
  */
 #ifndef TPK_STD_H
