@@ -12,6 +12,14 @@ int tpk_std_file_of(const char *text, size_t len) {
   return -1;
 }
 
+int tpk_std_file_of_kernel(const char *kernel, uint64_t hash_lo, uint64_t hash_hi) {
+  for (int i = 0; i < tpk_std_nentries; i++) {
+    const TpkStdEntry *e = &tpk_std_entries[i];
+    if (e->hash_lo == hash_lo && e->hash_hi == hash_hi && strcmp(e->kernel, kernel) == 0) return e->file;
+  }
+  return -1;
+}
+
 const TpkStdEntry *tpk_std_find(int file, const char *kernel, const char *tunes) {
   for (int i = 0; i < tpk_std_nentries; i++) {
     const TpkStdEntry *e = &tpk_std_entries[i];

@@ -204,13 +204,15 @@ static int emit_registry(const char *out_path, int nfiles, char **paths) {
     for (int i = 0; i < m->nfuncs; i++) {
       Setting settings[MAX_SETTINGS];
       int ns = tune_settings(m->funcs[i], settings);
+      TpkFuncHash h = tpk_func_hash(m->funcs[i]);
       for (int s = 0; s < ns; s++) {
         char entry[200];
         snprintf(entry, sizeof entry, "tpk_std_%s_%s_%d", id, m->funcs[i]->name, s);
         tpk_str_printf(&decl, "int %s(const TpkPrims *, void *const *, const int64_t *, void *, char *);\n", entry);
         tpk_str_printf(&decl, "int64_t %s_workspace(const int64_t *);\n", entry);
-        tpk_str_printf(&entries, "  {%d, \"%s\", \"%s\", %s, %s_workspace},\n", fi, m->funcs[i]->name,
-                       settings[s].text, entry, entry);
+        tpk_str_printf(&entries, "  {%d, \"%s\", \"%s\", %s, %s_workspace, 0x%016llxu, 0x%016llxu},\n", fi,
+                       m->funcs[i]->name, settings[s].text, entry, entry, (unsigned long long)h.lo,
+                       (unsigned long long)h.hi);
         nentries++;
       }
     }
@@ -221,7 +223,7 @@ static int emit_registry(const char *out_path, int nfiles, char **paths) {
     TpkStr all = {0};
     tpk_str_printf(&all, "%s\nconst TpkStdFile tpk_std_files[] = {\n%s  {0, 0, 0}\n};\nconst int tpk_std_nfiles = %d;\n\n",
                    decl.data ? decl.data : "", files.data ? files.data : "", nfiles);
-    tpk_str_printf(&all, "const TpkStdEntry tpk_std_entries[] = {\n%s  {0, 0, 0, 0, 0}\n};\nconst int tpk_std_nentries = %d;\n",
+    tpk_str_printf(&all, "const TpkStdEntry tpk_std_entries[] = {\n%s  {0, 0, 0, 0, 0, 0, 0}\n};\nconst int tpk_std_nentries = %d;\n",
                    entries.data ? entries.data : "", nentries);
     tpk_str_puts(&all, "\nconst char tpk_std_tuned_tsv[] =\n    ");
     c_string(&all, tuned_text, strlen(tuned_text));

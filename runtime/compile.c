@@ -14,11 +14,15 @@
  * name of the graph when names do not differ.
  *
  * On disk, a compiled graph is its fused module in the IR's text form
- * (ir/README.md), after a line naming the driver: what fusion made, so a
- * later process that finds it under the unit's key parses it and makes the
- * program (tpk_program_from_driver) without building or fusing anything;
- * its clusters' code is then found by their own keys (runtime.c). The
- * eager windows keep theirs the same way (eager.c).
+ * (ir/README.md) twice: once with every kernel as its header only (the
+ * driver and the signatures it calls), with the kernels' hashes, then
+ * whole (see tpk_program_save). A later process that finds it under the
+ * unit's key parses the short text and makes the program
+ * (tpk_program_from_kept) without building, fusing or hashing anything;
+ * its clusters' code is then found by their keys (runtime.c), and a
+ * standard kernel it calls by its name and hash (the build recorded it):
+ * the kernels' bodies are parsed only if one must be bound. The eager
+ * windows keep theirs the same way (eager.c).
  */
 #include "runtime/internal.h"
 
@@ -81,32 +85,133 @@ TpkStatus tpk_compile_graph(TpkContext *ctx, const TpkFunc *f, TpkFusePolicy pol
 
 static void program_unit_free(void *payload) { tpk_program_release(payload); }
 
+/* The entry (tpk graph2): a header line, then one line per kernel
+ * "<func index> <hash lo> <hash hi>" (hex), then the module's text with
+ * every kernel as its header only (its body empty), `skeleton` bytes,
+ * then the module's text whole:
+ *
+ *   tpk graph2 <driver's func index> <kernels> <skeleton bytes> <whole text's bytes>
+ *
+ * Restoring parses the short text (the driver and the kernels'
+ * signatures: all a launch reads of them when their code and its sizes'
+ * facts are in the folder), keys the kernels by the hashes written here,
+ * and parses the bodies only if one must be bound (runtime.c,
+ * kernel_body). The whole entry is authenticated (host/jit.c), so the
+ * hashes are as trustworthy as the text; one that does not parse or does
+ * not fit makes no program, and the window or graph is built again. */
 bool tpk_program_save(const TpkProgram *p, TpkStr *out) {
   const TpkModule *m = tpk_program_ir(p);
-  int driver = -1;
-  for (int i = 0; m && i < m->nfuncs; i++)
+  int driver = -1, nkernels = 0;
+  for (int i = 0; m && i < m->nfuncs; i++) {
     if (!m->funcs[i]->is_kernel && strcmp(m->funcs[i]->name, tpk_program_name(p)) == 0) driver = i;
+    nkernels += m->funcs[i]->is_kernel;
+  }
   if (driver < 0) return false; /* not a compiled graph */
-  tpk_str_printf(out, "tpk graph %d\n", driver);
-  tpk_ir_print(out, m);
-  return !out->failed;
+  TpkStr hashes = {0}, skeleton = {0}, whole = {0}, func = {0};
+  tpk_ir_print(&whole, m);
+  const char *first_line = whole.data ? strchr(whole.data, '\n') : NULL;
+  if (first_line) tpk_str_putn(&skeleton, whole.data, (size_t)(first_line + 1 - whole.data)); /* module "..." */
+  for (int i = 0; first_line && i < m->nfuncs; i++) {
+    const TpkFunc *f = m->funcs[i];
+    func.len = 0;
+    tpk_ir_print_func(&func, f);
+    const char *header_end = func.data ? strchr(func.data, '\n') : NULL;
+    if (!header_end) {
+      skeleton.failed = true;
+      break;
+    }
+    tpk_str_putc(&skeleton, '\n');
+    if (f->is_kernel) { /* "kernel @name(...) ... {" then "}" */
+      TpkFuncHash h = tpk_func_hash(f);
+      tpk_str_printf(&hashes, "%d %016llx %016llx\n", i, (unsigned long long)h.lo, (unsigned long long)h.hi);
+      tpk_str_putn(&skeleton, func.data, (size_t)(header_end + 1 - func.data));
+      tpk_str_puts(&skeleton, "}\n");
+    } else {
+      tpk_str_putn(&skeleton, func.data, func.len);
+    }
+  }
+  bool ok = first_line && !hashes.failed && !skeleton.failed && !whole.failed && !func.failed;
+  if (ok) {
+    tpk_str_printf(out, "tpk graph2 %d %d %zu %zu\n", driver, nkernels, skeleton.len, whole.len);
+    if (hashes.len) tpk_str_putn(out, hashes.data, hashes.len);
+    tpk_str_putn(out, skeleton.data, skeleton.len);
+    tpk_str_putn(out, whole.data, whole.len);
+  }
+  tpk_str_free(&hashes);
+  tpk_str_free(&skeleton);
+  tpk_str_free(&whole);
+  tpk_str_free(&func);
+  return ok && !out->failed;
+}
+
+/* A hexadecimal word of the entry's kernel lines, then a space or a line's end. */
+static bool read_hex(const char **p, const char *end, char after, uint64_t *out) {
+  uint64_t v = 0;
+  int digits = 0;
+  for (; *p < end && digits <= 16; (*p)++, digits++) {
+    char c = **p;
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) break;
+    v = v << 4 | (uint64_t)d;
+  }
+  if (digits == 0 || digits > 16 || *p >= end || **p != after) return false;
+  (*p)++;
+  *out = v;
+  return true;
+}
+
+static bool read_int(const char **p, const char *end, char after, int64_t max, int64_t *out) {
+  int64_t v = 0;
+  const char *start = *p;
+  for (; *p < end && **p >= '0' && **p <= '9' && v <= max; (*p)++) v = v * 10 + (**p - '0');
+  if (*p == start || v > max || *p >= end || **p != after) return false;
+  (*p)++;
+  *out = v;
+  return true;
 }
 
 TpkProgram *tpk_program_restore(TpkContext *ctx, const char *bytes, size_t len) {
   /* TPK_DUMP_IR promises the log each graph before and after fusion: the
    * graph is compiled again, not taken from the folder */
   if (tpk_context_dumps_ir(ctx)) return NULL;
-  int driver, at = 0;
-  if (sscanf(bytes, "tpk graph %d\n%n", &driver, &at) != 1 || at <= 0 || (size_t)at > len) return NULL;
-  TpkError err = {0};
-  TpkModule *m = tpk_ir_parse(bytes + at, len - (size_t)at, "cache", &err);
-  if (!m) return NULL;
-  if (driver < 0 || driver >= m->nfuncs || m->funcs[driver]->is_kernel) {
-    tpk_module_free(m);
+  static const char tag[] = "tpk graph2 ";
+  const char *p = bytes, *end = bytes + len;
+  int64_t driver, nkernels, skeleton_len, whole_len;
+  if (len < sizeof tag - 1 || memcmp(bytes, tag, sizeof tag - 1) != 0) return NULL;
+  p += sizeof tag - 1;
+  if (!read_int(&p, end, ' ', 1 << 20, &driver) || !read_int(&p, end, ' ', 1 << 20, &nkernels) ||
+      !read_int(&p, end, ' ', (int64_t)len, &skeleton_len) || !read_int(&p, end, '\n', (int64_t)len, &whole_len))
     return NULL;
+  int64_t *index = calloc((size_t)nkernels + 1, sizeof *index);
+  TpkFuncHash *kept = calloc((size_t)nkernels + 1, sizeof *kept);
+  bool ok = index && kept;
+  for (int64_t i = 0; ok && i < nkernels; i++)
+    ok = read_int(&p, end, ' ', 1 << 20, &index[i]) && read_hex(&p, end, ' ', &kept[i].lo) && read_hex(&p, end, '\n', &kept[i].hi);
+  ok = ok && skeleton_len + whole_len == end - p; /* nothing cut */
+  TpkError err = {0};
+  TpkModule *m = ok ? tpk_ir_parse(p, (size_t)skeleton_len, "cache", &err) : NULL;
+  TpkFuncHash *hashes = m ? calloc((size_t)m->nfuncs + 1, sizeof *hashes) : NULL;
+  /* the kernels listed are every kernel of the module, each once, as its header only */
+  ok = hashes && driver < m->nfuncs && !m->funcs[driver]->is_kernel;
+  int64_t listed = 0;
+  for (int i = 0; ok && i < m->nfuncs; i++) listed += m->funcs[i]->is_kernel;
+  ok = ok && listed == nkernels;
+  for (int64_t i = 0; ok && i < nkernels; i++) {
+    const TpkFunc *f = index[i] < m->nfuncs ? m->funcs[index[i]] : NULL;
+    ok = f && f->is_kernel && (!f->body || !f->body->first) && (kept[i].lo || kept[i].hi) && !(hashes[index[i]].lo || hashes[index[i]].hi);
+    if (ok) hashes[index[i]] = kept[i];
   }
-  TpkProgram *p;
-  return tpk_program_from_driver(ctx, m, m->funcs[driver], &p) == TPK_OK ? p : NULL;
+  TpkProgram *prog = NULL;
+  if (ok) {
+    const char *whole = p + skeleton_len;
+    if (tpk_program_from_kept(ctx, m, m->funcs[driver], hashes, whole, (size_t)(end - whole), &prog) != TPK_OK) prog = NULL;
+  } else if (m) {
+    tpk_module_free(m);
+  }
+  free(index);
+  free(kept);
+  free(hashes);
+  return prog;
 }
 
 static bool graph_save(const void *payload, TpkStr *out) { return tpk_program_save(payload, out); }

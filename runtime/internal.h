@@ -181,6 +181,13 @@ TpkStatus tpk_kernel_run(TpkKernel *k, TpkDevice *dev, const int64_t *sizes, voi
  * kernels are compiled once for every shape, except standard kernels
  * (name and hash of one of the library's), which run its code. */
 TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *driver, TpkProgram **out);
+/* The same for a program kept in the cache folder: hashes[i], where not
+ * zero, is the structural hash of module->funcs[i], a kernel given as its
+ * header only, whose body is in ir[0..ir_len) (the module's text with
+ * bodies, copied), parsed only when a kernel must be bound (its code or a
+ * launch's facts not in the folder, a simulated device). */
+TpkStatus tpk_program_from_kept(TpkContext *ctx, TpkModule *module, TpkFunc *driver, const TpkFuncHash *hashes,
+                                const char *ir, size_t ir_len, TpkProgram **out);
 /* compile.c: graph func f (its module holds the kernels it calls) cloned,
  * fused by the policy and made a program (tpk_program_from_driver), or the
  * program compiled before for a func of its structure and name, from the

@@ -146,6 +146,10 @@ struct TpkKernel {
    * what else makes its code differ (its name where the code or messages
    * show it, the library's code, code for every shape). */
   uint64_t key[4];
+  int std_file;  /* the standard file whose ahead-of-time code it runs, or -1 */
+  bool library;  /* one of the standard library's kernels (by name and hash) */
+  bool bodyless; /* f is its header only (a program from the cache folder):
+                  * binding it parses the body from prog->ir (kernel_body) */
   const char **dims; /* param i's dimension d as text, at [i * TPK_MAX_RANK + d] (module's arena) */
   const char *symbols[MAX_SYMS]; /* its shape symbols (tpk_func_symbols), found once */
   int nsymbols;
@@ -175,6 +179,12 @@ struct TpkProgram {
   TpkDriver *driver;
   TpkModule *signature; /* kernels[0].f's module */
   int nall;
+  /* A compiled graph from the cache folder whose kernels are headers only:
+   * its IR text with their bodies, parsed the first time one is bound
+   * (under lock) */
+  char *ir;
+  size_t ir_len;
+  TpkModule *ir_module;
   TpkProgram *next;
 };
 
@@ -345,6 +355,8 @@ static void program_free(TpkProgram *prog) {
   tpk_driver_free(prog->driver);
   if (prog->signature) tpk_module_free(prog->signature);
   if (prog->module) tpk_module_free(prog->module);
+  if (prog->ir_module) tpk_module_free(prog->ir_module);
+  free(prog->ir);
   free(prog->name);
   free(prog->text);
   pthread_mutex_destroy(&prog->lock);
@@ -586,17 +598,19 @@ const char *tpk_device_name(const TpkDevice *dev) { return dev ? dev->name : "?"
 /* What launches and callers read of k's signature, found once: its shape
  * symbols, and the text of every dimension of its parameters, printed from
  * the IR into its module's arena (tpk_kernel_param_dim). */
-static TpkStatus kernel_describe(TpkKernel *k) {
+static TpkStatus kernel_describe(TpkKernel *k, const TpkFuncHash *known) {
   /* Its units' key: a graph's kernels are named by the graph (so their
    * code is named by structure: compile_generic), a .tpk kernel's name is
-   * in its code and messages. */
-  TpkFuncHash h = tpk_func_hash(k->f);
+   * in its code and messages. A standard kernel a graph calls is keyed as
+   * its standard program's: it is that kernel, and runs its code. */
+  TpkFuncHash h = known ? *known : tpk_func_hash(k->f);
   if (!h.lo && !h.hi) return TPK_ERR_NOMEM;
   TpkProgram *prog = k->prog;
+  bool graph = (prog->driver || prog->signature) && !k->library;
   k->key[0] = h.lo;
   k->key[1] = h.hi;
-  k->key[2] = prog->driver || prog->signature ? 0 : tpk_hash_bytes(k->f->name, strlen(k->f->name));
-  k->key[3] = (uint64_t)(prog->std_file + 1) << 2 | (uint64_t)prog->ctx->generic_jit << 1 | (prog->signature != NULL);
+  k->key[2] = graph ? 0 : tpk_hash_bytes(k->f->name, strlen(k->f->name));
+  k->key[3] = (uint64_t)(k->std_file + 1) << 2 | (uint64_t)prog->ctx->generic_jit << 1 | graph;
   int n = tpk_func_symbols(k->f, k->symbols, MAX_SYMS);
   k->nsymbols = n < MAX_SYMS ? n : MAX_SYMS;
   TpkArena *arena = &k->f->module->arena;
@@ -652,8 +666,8 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
     return TPK_ERR_NOMEM;
   }
   for (int i = 0; i < prog->nkernels; i++) {
-    prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i]};
-    if (kernel_describe(&prog->kernels[i]) != TPK_OK) {
+    prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i], .std_file = prog->std_file};
+    if (kernel_describe(&prog->kernels[i], NULL) != TPK_OK) {
       tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
       program_free(prog);
       return TPK_ERR_NOMEM;
@@ -1000,12 +1014,36 @@ static char *tunes_text(const TpkKernel *k, const int64_t *tunes) {
   return s.failed ? (tpk_str_free(&s), NULL) : tpk_str_take(&s);
 }
 
+/* k's IR with its body: k->f, or, for a kernel restored as its header
+ * only, the function of that name in its program's IR text, parsed once
+ * (NULL with the error set when it is not there: the entry was
+ * authenticated, so a bug made it). */
+static const TpkFunc *kernel_body(const TpkKernel *k) {
+  if (!k->bodyless) return k->f;
+  TpkProgram *prog = k->prog;
+  TpkError err = {0};
+  pthread_mutex_lock(&prog->lock);
+  if (!prog->ir_module) prog->ir_module = tpk_ir_parse(prog->ir, prog->ir_len, "cache", &err);
+  const TpkModule *m = prog->ir_module;
+  pthread_mutex_unlock(&prog->lock);
+  const TpkFunc *f = NULL;
+  for (int i = 0; m && i < m->nfuncs && !f; i++)
+    if (m->funcs[i]->is_kernel && strcmp(m->funcs[i]->name, k->f->name) == 0) f = m->funcs[i];
+  TpkFuncHash h = f ? tpk_func_hash(f) : (TpkFuncHash){0};
+  if (f && h.lo == k->key[0] && h.hi == k->key[1]) return f;
+  tpk_runtime_fail(TPK_ERR_INTERNAL, "graph '%s': the cache folder's entry holds %s", prog->name,
+                   f ? "a body of another hash for one of its kernels" : m ? "no body for one of its kernels" : err.message);
+  return NULL;
+}
+
 /* k's IR bound (lower/bind.c) in a module of its own: the tunables, and
  * the sizes when b is given (else the code serves every size). A failure
  * quotes the .tpk line it is about. */
 static TpkStatus bind_kernel(const TpkKernel *k, const Bound *b, const int64_t *tunes, TpkModule **module,
                              TpkFunc **out) {
-  const TpkFunc *f = k->f;
+  *module = NULL;
+  const TpkFunc *f = kernel_body(k);
+  if (!f) return TPK_ERR_INTERNAL;
   TpkBinding binds[2 * MAX_SYMS];
   int n = 0;
   for (int i = 0; b && i < k->nsymbols; i++) binds[n++] = (TpkBinding){k->symbols[i], b->sizes[i]};
@@ -1124,10 +1162,10 @@ static TpkStatus find_generic(TpkKernel *k, const int64_t *tunes_values, TpkUnit
   *out = NULL;
   TpkProgram *prog = k->prog;
   bool jit = prog->ctx->generic_jit || prog->driver; /* a graph's kernels serve every shape */
-  if (prog->std_file < 0 && !jit) return TPK_OK;
+  if (k->std_file < 0 && !jit) return TPK_OK;
   char *tunes = tunes_text(k, tunes_values);
   if (!tunes) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
-  const TpkStdEntry *aot = prog->std_file >= 0 ? tpk_std_find(prog->std_file, k->f->name, tunes) : NULL;
+  const TpkStdEntry *aot = k->std_file >= 0 ? tpk_std_find(k->std_file, k->f->name, tunes) : NULL;
   free(tunes);
   if (!aot && !jit) return TPK_OK;
   uint64_t key[5 + MAX_SYMS] = {UNIT_GENERIC, k->key[0], k->key[1], k->key[2], k->key[3]};
@@ -1366,7 +1404,7 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
   TpkTuneKey tk;
   TpkTuneConfig cfg;
   TpkError err = {0};
-  if (k->f->ntunes > 0 && tpk_tune_key(&tk, k->f, tpk_tune_ir_hash(k->f), syms, n, dev ? dev->name : "host", &err) == TPK_OK &&
+  if (k->f->ntunes > 0 && tpk_tune_key(&tk, k->f, k->key[0] /* tpk_tune_ir_hash */, syms, n, dev ? dev->name : "host", &err) == TPK_OK &&
       tpk_tune_lookup(&tk, k->f, NULL, &shipped_tunes, &cfg)) {
     m->n = cfg.n;
     for (int i = 0; i < cfg.n; i++) m->tunes[i] = (TpkNamedInt){cfg.tunes[i].name, cfg.tunes[i].value};
@@ -1820,18 +1858,15 @@ static TpkFunc *graph_signature(const TpkFunc *f, TpkModule **module) {
   return tpk_func_new(m, f->name, true, n, types, names, roles);
 }
 
-/* The standard kernel a graph calls: one of the library's by name whose IR
- * hashes as the callee's (the builder cloned it), else NULL. */
-static TpkKernel *std_callee(TpkContext *ctx, const TpkFunc *callee) {
-  bool known = false;
-  for (int i = 0; !known && std_kernel_entry(i); i++) known = strcmp(std_kernel_entry(i)->kernel, callee->name) == 0;
-  TpkKernel *k;
-  if (!known || tpk_std_kernel(ctx, callee->name, &k) != TPK_OK) return NULL;
-  TpkFuncHash h = tpk_func_hash(callee);
-  return k->key[0] == h.lo && k->key[1] == h.hi ? k : NULL; /* its hash, as kernel_describe keyed it */
-}
+/* Is a kernel a graph calls, of this name and hash, one of the library's
+ * (the builder cloned it)? Its file, else -1: the build recorded each
+ * standard kernel's hash, so nothing is checked or hashed here. */
+static int std_callee(const char *name, TpkFuncHash h) { return tpk_std_file_of_kernel(name, h.lo, h.hi); }
 
-bool tpk_std_kernel_is(void *ctx, const TpkFunc *f) { return std_callee(ctx, f) != NULL; }
+bool tpk_std_kernel_is(void *ctx, const TpkFunc *f) {
+  (void)ctx;
+  return std_callee(f->name, tpk_func_hash(f)) >= 0;
+}
 
 static int key_order(const void *a, const void *b) {
   const TpkKernel *x = *(TpkKernel *const *)a, *y = *(TpkKernel *const *)b;
@@ -1850,7 +1885,7 @@ static int key_order(const void *a, const void *b) {
  * graph, so that its cache entry is the graph's whatever the context held.
  * Kernels of one structure are one entry; units are claimed in the order
  * of their keys, so two graphs compiled at once never wait on each other. */
-static TpkStatus compile_clusters(TpkProgram *prog, TpkKernel *const *std) {
+static TpkStatus compile_clusters(TpkProgram *prog) {
   TpkContext *ctx = prog->ctx;
   TpkKernel **ks = calloc((size_t)prog->nall, sizeof *ks);
   TpkUnit **units = calloc((size_t)prog->nall, sizeof *units);
@@ -1862,7 +1897,7 @@ static TpkStatus compile_clusters(TpkProgram *prog, TpkKernel *const *std) {
   int n = 0, nwords = 0;
   for (int i = 1; st == TPK_OK && i < prog->nall; i++) {
     TpkKernel *k = &prog->kernels[i];
-    if (std[i] || k->f->ntunes != 0) continue;
+    if (k->library || k->f->ntunes != 0) continue;
     bool seen = false;
     for (int j = 0; j < n && !seen; j++) seen = key_order(&ks[j], &k) == 0;
     if (!seen) ks[n++] = k;
@@ -1952,29 +1987,31 @@ static TpkStatus compile_clusters(TpkProgram *prog, TpkKernel *const *std) {
   return st;
 }
 
-typedef struct Callees {
-  TpkProgram *prog;
-  TpkKernel **std; /* per hidden kernel: the library's, if it is one */
-} Callees;
-
 static TpkKernel *find_callee(void *arg, const char *name) {
-  Callees *c = arg;
-  for (int i = 1; i < c->prog->nall; i++)
-    if (strcmp(c->prog->kernels[i].f->name, name) == 0) return c->std[i] ? c->std[i] : &c->prog->kernels[i];
+  TpkProgram *prog = arg;
+  for (int i = 1; i < prog->nall; i++)
+    if (strcmp(prog->kernels[i].f->name, name) == 0) return &prog->kernels[i];
   return NULL;
 }
 
 TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *driver, TpkProgram **out) {
+  return tpk_program_from_kept(ctx, module, driver, NULL, NULL, 0, out);
+}
+
+TpkStatus tpk_program_from_kept(TpkContext *ctx, TpkModule *module, TpkFunc *driver, const TpkFuncHash *hashes,
+                                const char *ir, size_t ir_len, TpkProgram **out) {
   *out = NULL;
   TpkProgram *prog = calloc(1, sizeof *prog);
-  Callees *callees = calloc(1, sizeof *callees);
-  TpkKernel **std = calloc((size_t)module->nfuncs + 1, sizeof *std);
-  if (!prog || !callees || !std || !(prog->name = strdup(driver->name))) {
+  if (!prog || !(prog->name = strdup(driver->name)) || (ir && !(prog->ir = malloc(ir_len + 1)))) {
+    if (prog) free(prog->name);
     free(prog);
-    free(callees);
-    free(std);
     tpk_module_free(module);
     return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory compiling graph '%s'", driver->name);
+  }
+  if (ir) {
+    memcpy(prog->ir, ir, ir_len);
+    prog->ir[ir_len] = 0;
+    prog->ir_len = ir_len;
   }
   prog->ctx = ctx;
   atomic_init(&prog->refs, 1);
@@ -1989,25 +2026,25 @@ TpkStatus tpk_program_from_driver(TpkContext *ctx, TpkModule *module, TpkFunc *d
   TpkFunc *sig = prog->kernels ? graph_signature(driver, &prog->signature) : NULL;
   if (!sig) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory compiling graph '%s'", driver->name);
   else {
-    prog->kernels[0] = (TpkKernel){.prog = prog, .f = sig};
+    prog->kernels[0] = (TpkKernel){.prog = prog, .f = sig, .std_file = -1};
     prog->nall = 1;
-    st = kernel_describe(&prog->kernels[0]);
+    st = kernel_describe(&prog->kernels[0], NULL);
   }
-  callees->prog = prog;
-  callees->std = std;
   for (int i = 0; st == TPK_OK && i < module->nfuncs; i++) {
     TpkFunc *f = module->funcs[i];
     if (!f->is_kernel) continue;
-    callees->std[prog->nall] = std_callee(ctx, f);
-    prog->kernels[prog->nall] = (TpkKernel){.prog = prog, .f = f};
-    st = kernel_describe(&prog->kernels[prog->nall++]);
+    /* a standard kernel is the library's, and runs its code */
+    bool kept = hashes && (hashes[i].lo || hashes[i].hi);
+    TpkFuncHash h = kept ? hashes[i] : tpk_func_hash(f);
+    int file = std_callee(f->name, h);
+    TpkKernel *k = &prog->kernels[prog->nall++];
+    *k = (TpkKernel){.prog = prog, .f = f, .std_file = ctx->use_aot ? file : -1, .library = file >= 0, .bodyless = kept};
+    st = kernel_describe(k, &h);
   }
-  if (st == TPK_OK) st = tpk_driver_new(driver, find_callee, callees, &prog->driver);
+  if (st == TPK_OK) st = tpk_driver_new(driver, find_callee, prog, &prog->driver);
   /* The clusters and called kernels compile now, once for every shape; a
    * kernel with tunables compiles for the ones its launches pick. */
-  if (st == TPK_OK) st = compile_clusters(prog, callees->std);
-  free(callees->std);
-  free(callees);
+  if (st == TPK_OK) st = compile_clusters(prog);
   if (st != TPK_OK) {
     program_free(prog);
     return st;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/internal.h"
 #include "tpk.h"
 
 /* The library is the source tree's kernels/, byte for byte. */
@@ -35,6 +36,21 @@ static void test_library_is_the_kernels_folder(void **state) {
   }
   assert_int_equal(files_of_kernels, tpk_std_kernel_count());
   test_names_free(names, n);
+}
+
+/* The build recorded each kernel's structural hash (host/std.h), by which a
+ * graph that calls one runs the library's code without checking its file:
+ * the hash of every kernel as the runtime checks it is the one recorded. */
+static void test_recorded_hashes_are_the_kernels(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  for (int i = 0; i < tpk_std_kernel_count(); i++) {
+    TpkKernel *k;
+    assert_int_equal(tpk_std_kernel(ctx, tpk_std_kernel_name(i), &k), TPK_OK);
+    if (!tpk_std_kernel_is(ctx, tpk_kernel_ir(k))) fail_msg("%s: its recorded hash is not its IR's: rebuild (make)", tpk_std_kernel_name(i));
+  }
+  tpk_context_destroy(ctx);
 }
 
 /* Launch `name` in ctx on device `devname` (test_launch_outputs, integer
@@ -192,6 +208,7 @@ static void test_topk_needs_k_at_most_n(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_library_is_the_kernels_folder),
+      cmocka_unit_test(test_recorded_hashes_are_the_kernels),
       cmocka_unit_test(test_backward_kernels),
       cmocka_unit_test(test_unknown_kernel),
       cmocka_unit_test(test_topk_needs_k_at_most_n),

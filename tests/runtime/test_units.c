@@ -858,6 +858,79 @@ static void test_dumps_compile_what_the_folder_has(void **state) {
   free(dir);
 }
 
+/* A compiled graph as its cache folder's entry (compile.c, "tpk graph2")
+ * and back, in a context of its own without a folder: its kernels are
+ * their headers only, so compiling their code parses their bodies from
+ * the entry's whole text, and the program computes what the graph does. */
+static TpkProgram *restored(const TpkStr *entry, size_t len, TpkContext **ctx) {
+  setenv("TPK_CACHE_DIR", "", 1);
+  setenv("TPK_TIER", "tcc", 1);
+  assert_int_equal(tpk_context_create(ctx), TPK_OK);
+  unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_TIER");
+  return tpk_program_restore(*ctx, entry->data, len);
+}
+
+static void test_kept_graph_restores(void **state) {
+  (void)state;
+  TpkContext *ctx, *again;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  TpkProgram *p = driver_program(ctx, "kept");
+  TpkStr entry = {0};
+  assert_true(tpk_program_save(p, &entry));
+  assert_true(strncmp(entry.data, "tpk graph2 2 2 ", 15) == 0); /* the driver is func 2, after its two kernels */
+  TpkProgram *q = restored(&entry, entry.len, &again);
+  assert_non_null(q);
+  TpkLaunchResult r;
+  assert_true(run_graph(again, q, 5, 9, &r));
+  assert_int_equal(tpk_context_compiler_runs(again), 1); /* its two kernels' bodies parsed, compiled as one code */
+  tpk_program_destroy(q);
+  tpk_context_destroy(again);
+  tpk_program_destroy(p);
+  tpk_context_destroy(ctx);
+  tpk_str_free(&entry);
+}
+
+/* An entry cut anywhere, or whose kernel lines do not fit its module,
+ * makes no program (the window or graph is built again); one whose
+ * kernel's hash is not its body's makes none either, once the body must
+ * be bound: no code is ever made from a body under another body's key. */
+static void test_damaged_kept_graph_is_refused(void **state) {
+  (void)state;
+  TpkContext *ctx, *again;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  TpkProgram *p = driver_program(ctx, "kept");
+  TpkStr entry = {0};
+  assert_true(tpk_program_save(p, &entry));
+  tpk_program_destroy(p);
+  tpk_context_destroy(ctx);
+  for (size_t cut = 0; cut < entry.len; cut += cut < 200 ? 1 : 97) {
+    TpkProgram *q = restored(&entry, cut, &again);
+    if (q) fail_msg("an entry cut at %zu of %zu bytes made a program", cut, entry.len);
+    tpk_context_destroy(again);
+  }
+  char *line = strchr(entry.data, '\n') + 1; /* the first kernel's: "0 <lo> <hi>" */
+  assert_true(line[0] == '0' && line[1] == ' ');
+  const struct {
+    size_t at;
+    char to;
+  } damages[] = {{0, '2'} /* the driver listed as a kernel */, {0, '1'} /* one kernel twice */, {2, line[2] == 'a' ? 'b' : 'a'} /* its hash */};
+  for (size_t d = 0; d < TPK_ARRAY_LEN(damages); d++) {
+    char was = line[damages[d].at];
+    line[damages[d].at] = damages[d].to;
+    TpkProgram *q = restored(&entry, entry.len, &again);
+    if (q) fail_msg("damage %zu made a program", d);
+    assert_int_equal(tpk_context_compiler_runs(again), 0);
+    tpk_context_destroy(again);
+    line[damages[d].at] = was;
+  }
+  TpkProgram *q = restored(&entry, entry.len, &again); /* undamaged */
+  assert_non_null(q);
+  tpk_program_destroy(q);
+  tpk_context_destroy(again);
+  tpk_str_free(&entry);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_loads_compile_once),
@@ -877,6 +950,8 @@ int main(void) {
       cmocka_unit_test(test_two_processes_build_windows_at_once),
       cmocka_unit_test(test_warm_stream_builds_no_op_alone),
       cmocka_unit_test(test_dumps_compile_what_the_folder_has),
+      cmocka_unit_test(test_kept_graph_restores),
+      cmocka_unit_test(test_damaged_kept_graph_is_refused),
   };
   return test_run_tests(tests);
 }
