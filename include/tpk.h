@@ -184,7 +184,9 @@ void *tpk_buffer_data(TpkBuffer *buf);
  * it (see Eager streams): for a caller that must hold the address of an
  * eager op's output when the op is submitted (a PyTorch storage) and
  * settles before it touches the bytes itself (tpk_stream_sync,
- * tpk_buffer_read). NULL when the buffer's context was destroyed. */
+ * tpk_buffer_read). A fused op's output gets its memory here if it had none
+ * yet (see Eager streams). NULL when the buffer's context was destroyed, or
+ * there is no memory for it. */
 void *tpk_buffer_address(const TpkBuffer *buf);
 
 /* Load and check a .tpk file or text. A file with errors fails with all its
@@ -558,7 +560,10 @@ TpkStatus tpk_graph_compile(TpkGraph *g, TpkProgram **out);
  * it, syncs the stream first. An error of that sync fails a read or write
  * and stays the stream's, for tpk_stream_sync. Views of a pending buffer
  * are pending with it. Streams, buffers and contexts may be destroyed in
- * any order: a buffer destroyed before the sync is not computed (fused);
+ * any order: a buffer destroyed before the sync is not computed (fused),
+ * and never takes memory: a fused op's outputs get theirs when the window
+ * computes them, or when their bytes are reached first (tpk_buffer_data,
+ * _address, _read, _write, a launch);
  * the end of the context drops the pending work of its streams (nobody
  * could read what it would write), and ops on them fail afterwards.
  * Several streams may run on several threads; one stream takes ops from one

@@ -411,8 +411,10 @@ struct TpkStorage {
   TpkDevice *dev;
   struct TpkStorage *prev, *next; /* the device's live memory (dev->lock) */
   bool gone;                      /* given back when the context was destroyed (dev->lock) */
-  void *data;
-  size_t bytes;         /* counted against the device */
+  /* NULL while deferred (tpk_buffer_create_deferred): set once, under
+   * dev->lock, by tpk_buffer_materialise; read without it. */
+  _Atomic(void *) data;
+  size_t bytes;         /* counted against the device while it has data */
   bool external;        /* the caller's memory, given back through release */
   TpkReleaseFn release;
   void *user;
@@ -446,10 +448,13 @@ static void storage_unlink(TpkStorage *s) {
   s->prev = s->next = NULL;
 }
 
-/* The bytes go back to the device, or to their owner. */
+/* The bytes go back to the device, or to their owner (deferred bytes
+ * never given memory have nothing to give back). */
 static void storage_give_back(TpkStorage *s) {
-  if (!s->external) s->dev->ops->free(s->dev, s->data, s->bytes);
-  else if (s->release) s->release(s->user, s->data);
+  void *data = atomic_load(&s->data);
+  if (!s->external && !data) return;
+  if (!s->external) s->dev->ops->free(s->dev, data, s->bytes);
+  else if (s->release) s->release(s->user, data);
   atomic_fetch_sub(&s->dev->used, s->bytes);
 }
 
@@ -490,10 +495,40 @@ void tpk_device_free_memory(TpkDevice *dev) {
   cache_empty(dev->cache, true);
 }
 
-/* A buffer's bytes, or NULL when its context was destroyed. */
+void *tpk_buffer_memory(const TpkBuffer *b) {
+  char *data = atomic_load_explicit(&b->storage->data, memory_order_acquire);
+  return data ? data + b->offset : NULL;
+}
+
+/* Under dev->lock: the context's end gives the bytes back under it. */
+static TpkStatus materialise_locked(TpkStorage *s) {
+  if (s->gone) return tpk_runtime_fail(TPK_ERR_INVALID, "the buffer's context was destroyed");
+  if (s->external || atomic_load_explicit(&s->data, memory_order_relaxed)) return TPK_OK;
+  TpkDevice *dev = s->dev;
+  if (tpk_device_reserve(dev, s->bytes) != TPK_OK) return TPK_ERR_NOMEM;
+  void *data = dev->ops->alloc(dev, s->bytes, false);
+  if (!data) {
+    atomic_fetch_sub(&dev->used, s->bytes);
+    return tpk_runtime_fail(TPK_ERR_NOMEM, "%s: out of host memory allocating %zu bytes", dev->name, s->bytes);
+  }
+  atomic_store_explicit(&s->data, data, memory_order_release);
+  return TPK_OK;
+}
+
+TpkStatus tpk_buffer_materialise(TpkBuffer *b) {
+  TpkStorage *s = b->storage;
+  if (atomic_load_explicit(&s->data, memory_order_acquire) || s->external) return TPK_OK;
+  pthread_mutex_lock(&b->dev->lock);
+  TpkStatus st = materialise_locked(s);
+  pthread_mutex_unlock(&b->dev->lock);
+  return st;
+}
+
+/* A buffer's bytes, given memory if they were deferred; NULL when its
+ * context was destroyed (or there is no memory for them). */
 static void *buffer_bytes(const TpkBuffer *b) {
   pthread_mutex_lock(&b->dev->lock);
-  void *data = b->storage->gone ? NULL : b->data;
+  void *data = materialise_locked(b->storage) == TPK_OK ? tpk_buffer_memory(b) : NULL;
   pthread_mutex_unlock(&b->dev->lock);
   return data;
 }
@@ -526,7 +561,7 @@ static TpkStatus buffer_new(TpkStorage *s, size_t offset, TpkDType dtype, int ra
   b->rank = rank;
   for (int i = 0; i < rank; i++) b->shape[i] = shape[i];
   b->bytes = bytes;
-  b->data = (char *)s->data + offset;
+  b->offset = offset;
   tpk_context_retain(s->dev->ctx);
   *out = b;
   return TPK_OK;
@@ -540,7 +575,7 @@ static TpkStorage *storage_new(TpkDevice *dev, void *data, size_t bytes, bool ex
   if (!s) return NULL;
   atomic_init(&s->refs, 1);
   s->dev = dev;
-  s->data = data;
+  atomic_init(&s->data, data);
   s->bytes = bytes;
   s->external = external;
   s->release = release;
@@ -583,6 +618,17 @@ TpkStatus tpk_buffer_create(TpkDevice *dev, TpkDType dtype, int rank, const int6
 
 TpkStatus tpk_buffer_create_unfilled(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
   return buffer_create(dev, dtype, rank, shape, false, out);
+}
+
+TpkStatus tpk_buffer_create_deferred(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out) {
+  *out = NULL;
+  if (tpk_context_closed(dev->ctx)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_create: the context was destroyed");
+  size_t bytes;
+  if (shape_bytes("tpk_buffer_create", dtype, rank, shape, &bytes) != TPK_OK) return TPK_ERR_INVALID;
+  TpkStorage *s = storage_new(dev, NULL, bytes, false, NULL, NULL);
+  TpkStatus st = s ? buffer_new(s, 0, dtype, rank, shape, bytes, out) : tpk_runtime_fail(TPK_ERR_NOMEM, "out of host memory for a buffer");
+  if (st != TPK_OK && s) storage_discard(s);
+  return st;
 }
 
 /* "(4, 1)" */
@@ -648,12 +694,11 @@ TpkStatus tpk_buffer_view(TpkBuffer *base, size_t offset, TpkDType dtype, int ra
     return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_view: offset %zu is not a multiple of %s's %zu bytes", offset,
                 tpk_dtype_name(dtype), tpk_dtype_size(dtype));
   /* (a view of a buffer whose context was destroyed has no bytes either) */
-  size_t start = (size_t)((char *)base->data - (char *)base->storage->data);
   if (offset > base->bytes || bytes > base->bytes - offset)
     return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_view: %zu bytes at offset %zu do not fit in the buffer's %zu", bytes, offset,
                 base->bytes);
   atomic_fetch_add(&base->storage->refs, 1);
-  TpkStatus st = buffer_new(base->storage, start + offset, dtype, rank, shape, bytes, out);
+  TpkStatus st = buffer_new(base->storage, base->offset + offset, dtype, rank, shape, bytes, out);
   if (st != TPK_OK) storage_release(base->storage); /* the base still holds it */
   return st;
 }
@@ -714,10 +759,11 @@ TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
   /* under the device's lock: the context's end may be giving the bytes back */
   pthread_mutex_lock(&b->dev->lock);
   bool gone = b->storage->gone;
-  if (!gone && bytes) b->dev->ops->write(b->dev, b->data, src, bytes);
+  TpkStatus st = gone ? TPK_OK : materialise_locked(b->storage);
+  if (!gone && st == TPK_OK && bytes) b->dev->ops->write(b->dev, tpk_buffer_memory(b), src, bytes);
   pthread_mutex_unlock(&b->dev->lock);
   if (gone) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_write: the buffer's context was destroyed");
-  return TPK_OK;
+  return st;
 }
 
 TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
@@ -727,10 +773,11 @@ TpkStatus tpk_buffer_read(const TpkBuffer *b, void *dst, size_t bytes) {
   if (st != TPK_OK) return st;
   pthread_mutex_lock(&b->dev->lock);
   bool gone = b->storage->gone;
-  if (!gone && bytes) b->dev->ops->read(b->dev, dst, b->data, bytes);
+  st = gone ? TPK_OK : materialise_locked(b->storage);
+  if (!gone && st == TPK_OK && bytes) b->dev->ops->read(b->dev, dst, tpk_buffer_memory(b), bytes);
   pthread_mutex_unlock(&b->dev->lock);
   if (gone) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_read: the buffer's context was destroyed");
-  return TPK_OK;
+  return st;
 }
 
 void tpk_device_memory(TpkDevice *dev, uint64_t *capacity, uint64_t *used) {

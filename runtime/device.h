@@ -86,6 +86,17 @@ struct TpkDevice {
 /* tpk_buffer_create without the zeros: for a buffer its maker writes whole
  * before anyone can read it (an eager op's outputs, pending until then). */
 TpkStatus tpk_buffer_create_unfilled(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out);
+/* ... and without memory until something needs its bytes: a fused
+ * window's outputs, which the window computes only if they are still held
+ * when it runs (the rest are intermediates inside its clusters, or nothing).
+ * tpk_buffer_materialise gives the bytes their memory (counted against the
+ * device from then): a launch does so for its buffers, and so does every
+ * access to the bytes from outside (tpk_buffer_data, _address, _read,
+ * _write). Views share the deferral. */
+TpkStatus tpk_buffer_create_deferred(TpkDevice *dev, TpkDType dtype, int rank, const int64_t *shape, TpkBuffer **out);
+TpkStatus tpk_buffer_materialise(TpkBuffer *b);
+/* The buffer's bytes: NULL while deferred. */
+void *tpk_buffer_memory(const TpkBuffer *b);
 
 /* The context was destroyed: give back the memory of every buffer still
  * alive (wrapped memory to its owner), and what the device kept for reuse.
@@ -106,7 +117,7 @@ struct TpkBuffer {
   int rank;
   int64_t shape[TPK_MAX_DIMS];
   size_t bytes;
-  void *data; /* the storage's bytes at the view's offset */
+  size_t offset; /* of the view in the storage's bytes (tpk_buffer_memory) */
 };
 
 /* Count `bytes` more against the device's capacity (the intermediates of

@@ -380,7 +380,7 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
     Slot *s = &d->slots[i];
     st = slot_bytes(d, &sz, s, &bytes[i]);
     if (st != TPK_OK) break;
-    if (s->kind == SLOT_PARAM) at[i] = args[s->param]->data;
+    if (s->kind == SLOT_PARAM) at[i] = tpk_buffer_memory(args[s->param]);
     else if (s->kind == SLOT_CONST) at[i] = &s->value;
   }
   for (int i = 0; st == TPK_OK && i < d->nslots; i++) {
@@ -388,8 +388,8 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
     if (s->kind != SLOT_RESULT) continue;
     TpkBuffer *o = s->output >= 0 ? args[nparams + s->output] : NULL;
     for (int p = 0; o && p < nparams; p++)
-      if (overlap(o->data, o->bytes, args[p]->data, args[p]->bytes)) o = NULL;
-    if (o && o->bytes == bytes[i]) at[i] = o->data;
+      if (overlap(tpk_buffer_memory(o), o->bytes, tpk_buffer_memory(args[p]), args[p]->bytes)) o = NULL;
+    if (o && o->bytes == bytes[i]) at[i] = tpk_buffer_memory(o);
     else placed[nplaced++] = i;
   }
   if (st == TPK_OK) block = place_intermediates(d, placed, nplaced, bytes, at, busy);
@@ -439,7 +439,8 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
   for (int i = 0; st == TPK_OK && i < d->nresults; i++) {
     TpkBuffer *o = args[nparams + i];
     const void *src = at[d->results[i]];
-    if (src != o->data) memcpy(o->data, src, o->bytes);
+    void *dst = tpk_buffer_memory(o);
+    if (src != dst) memcpy(dst, src, o->bytes);
   }
   if (reserved) atomic_fetch_sub(&dev->used, block);
   if (memory) tpk_scratch_give(dev->ctx, memory, memory_cap);

@@ -83,8 +83,9 @@
  * first step records its ops from them too (see "the memo in the cache
  * folder").
  *
- * Pending buffers. An op's outputs are new buffers, allocated at once; their
- * bytes are marked pending (device.h: the storage names the stream, which
+ * Pending buffers. An op's outputs are new buffers, made at once (a fused
+ * op's get their memory only when a window computes them: make_outputs);
+ * their bytes are marked pending (device.h: the storage names the stream, which
  * it holds) until the work writing them has run, and the buffers the
  * pending work reads are marked read. Reading or writing a buffer's bytes
  * from outside (tpk_buffer_read / _write / _data, a kernel launch, another
@@ -2157,7 +2158,7 @@ static bool finite(TpkBuffer *b, char *why, size_t n) {
   float chunk[256];
   for (int64_t at = 0; at < count; at += 256) {
     int64_t m = count - at < 256 ? count - at : 256;
-    tpk_prims()->convert((int)b->dtype, TPK_PRIM_F32, (const char *)b->data + at * (int64_t)tpk_dtype_size(b->dtype), chunk, m);
+    tpk_prims()->convert((int)b->dtype, TPK_PRIM_F32, (const char *)tpk_buffer_memory(b) + at * (int64_t)tpk_dtype_size(b->dtype), chunk, m);
     for (int64_t i = 0; i < m; i++)
       if (!isfinite(chunk[i])) {
         snprintf(why, n, "%s at element %" PRId64, isnan(chunk[i]) ? "NaN" : chunk[i] > 0 ? "Inf" : "-Inf", at + i);
@@ -2187,13 +2188,19 @@ typedef struct OpLaunch {
 
 /* An op's outputs as OpLaunch describes them: new buffers, pending until
  * the op has run; debug mode zeroes them, so that its NaN check never sees
- * old bytes in an op that leaves its values undefined (empty). */
+ * old bytes in an op that leaves its values undefined (empty). A fused
+ * op's get memory only if its window computes them (deferred: most are
+ * intermediates inside its clusters); memory given at once would go back
+ * untouched and be handed on, faulting, to the next buffer of its size. */
 static TpkStatus make_outputs(TpkStream *s, const OpLaunch *ol, TpkBuffer **made) {
   for (int i = 0; i < ol->nouts; i++) {
     if (!ol->defined[i]) continue;
-    TpkStatus st = s->mode == TPK_EAGER_DEBUG
-                       ? tpk_buffer_create(s->dev, ol->out_dtype[i], ol->out_rank[i], ol->out_shape[i], &made[i])
-                       : tpk_buffer_create_unfilled(s->dev, ol->out_dtype[i], ol->out_rank[i], ol->out_shape[i], &made[i]);
+    TpkDType dt = ol->out_dtype[i];
+    int rank = ol->out_rank[i];
+    const int64_t *shape = ol->out_shape[i];
+    TpkStatus st = s->mode == TPK_EAGER_DEBUG   ? tpk_buffer_create(s->dev, dt, rank, shape, &made[i])
+                   : s->mode == TPK_EAGER_FUSED ? tpk_buffer_create_deferred(s->dev, dt, rank, shape, &made[i])
+                                                : tpk_buffer_create_unfilled(s->dev, dt, rank, shape, &made[i]);
     if (st != TPK_OK) return st;
   }
   return TPK_OK;

@@ -1645,6 +1645,10 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
   if (f->nparams > 256) return tpk_runtime_fail(TPK_ERR_INVALID, "kernel '%s' has more than 256 parameters", f->name);
   void *args[256];
   size_t bytes[256];
+  /* the buffers' bytes, deferred until now (a fused window's outputs) */
+  for (int i = 0; L->args && i < f->nparams; i++)
+    if (f->params[i].value->type->kind != TPK_TYPE_TENSOR && L->args[i] && (st = tpk_buffer_materialise(L->args[i])) != TPK_OK)
+      return st;
   if (k->prog->driver && k == &k->prog->kernels[0]) /* a compiled graph: every parameter is a buffer */
     return tpk_driver_run(k->prog->driver, dev, b.sizes, L->args, L->result);
   /* scalar arguments */
@@ -1657,7 +1661,7 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
       args[i] = &scalars[i];
       bytes[i] = 0;
     } else {
-      args[i] = L->args[i]->data;
+      args[i] = tpk_buffer_memory(L->args[i]);
       bytes[i] = L->args[i]->bytes;
     }
   }

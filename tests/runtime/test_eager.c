@@ -685,6 +685,115 @@ static void test_address_of_a_pending_buffer(void **state) {
   }
 }
 
+/* A fused op's outputs take memory only when the window computes them:
+ * none at submission, and none ever for an intermediate destroyed before
+ * the sync; one still held at the sync is computed and readable, and so
+ * is a view of one (the view holds its bytes). The device's memory in
+ * use, seen by an observer while the window's launch is done but the
+ * window still holds its buffers, counts the inputs, what the window
+ * computed and its lifted scalars (4 bytes each), nothing else. */
+static void heard_memory(void *user, const TpkStreamLaunch *l) {
+  (void)l;
+  void **at = user;
+  tpk_device_memory(at[0], NULL, at[1]);
+}
+
+static void test_fused_outputs_take_memory_when_computed(void **state) {
+  (void)state;
+  enum { N = 128 * 256 };
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkStream *s;
+  open_stream(TPK_EAGER_FUSED, "host", &ctx, &dev, &s);
+  uint64_t used, at_launch = 0;
+  tpk_stream_observe(s, heard_memory, (void *[]){dev, &at_launch});
+  TpkBuffer *x = input(dev, TPK_F32, 2, (int64_t[]){128, 256}, 31);
+  size_t bytes = tpk_buffer_bytes(x);
+  tpk_device_memory(dev, NULL, &used);
+  assert_int_equal(used, bytes);
+  TpkBuffer *scaled = op(s, "mul", 2, (TpkArg[]){A(x), tpk_arg_float(0.5)}); /* destroyed: never computed */
+  TpkBuffer *e = op(s, "exp", 1, (TpkArg[]){A(scaled)});                     /* held at the sync */
+  TpkBuffer *negated = op(s, "neg", 1, (TpkArg[]){A(e)});                    /* destroyed */
+  TpkBuffer *y = op(s, "add", 2, (TpkArg[]){A(negated), A(x)});              /* held */
+  TpkBuffer *sg = op(s, "sigmoid", 1, (TpkArg[]){A(x)}), *view;              /* destroyed, a view held */
+  CHECK(tpk_buffer_view(sg, 4 * 256 * sizeof(float), TPK_F32, 1, (int64_t[]){256}, &view));
+  tpk_buffer_destroy(scaled);
+  tpk_buffer_destroy(negated);
+  tpk_buffer_destroy(sg);
+  tpk_device_memory(dev, NULL, &used);
+  assert_int_equal(used, bytes); /* nothing computed yet */
+  CHECK(tpk_stream_sync(s));
+  assert_int_equal(at_launch, 4 * bytes + 4); /* x, e, y, sigmoid's bytes; the scalar 0.5 */
+  tpk_device_memory(dev, NULL, &used);
+  assert_int_equal(used, 4 * bytes);
+  float *xv = malloc(sizeof *xv * N), *ev = malloc(sizeof *ev * N), *yv = malloc(sizeof *yv * N), vv[256];
+  CHECK(tpk_buffer_read(x, xv, bytes));
+  CHECK(tpk_buffer_read(e, ev, bytes));
+  CHECK(tpk_buffer_read(y, yv, bytes));
+  CHECK(tpk_buffer_read(view, vv, sizeof vv));
+  for (int i = 0; i < N; i++) {
+    float want = expf(0.5f * xv[i]);
+    assert_true(fabsf(ev[i] - want) <= 1e-5f * want);
+    assert_true(fabsf(yv[i] - (xv[i] - want)) <= 1e-5f * (1 + want));
+  }
+  for (int i = 0; i < 256; i++) assert_true(fabsf(vv[i] - 1 / (1 + expf(-xv[4 * 256 + i]))) <= 1e-6f);
+  destroy_buffers(BUFFERS(e, y, view));
+  tpk_device_memory(dev, NULL, &used);
+  assert_int_equal(used, bytes);
+  free(xv);
+  free(ev);
+  free(yv);
+  close_stream(ctx, s, BUFFERS(x));
+}
+
+/* A view made of a fused output before its window ran, of an output whose
+ * window never ran (its stream's context ended) or failed, and the ways
+ * its bytes are reached from outside (data, address, write, a kernel
+ * launch writing it): each gives the bytes memory first. */
+static void test_deferred_bytes_reached_from_outside(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkStream *s;
+  open_stream(TPK_EAGER_FUSED, "host", &ctx, &dev, &s);
+  TpkBuffer *x = input(dev, TPK_F32, 1, (int64_t[]){64}, 32);
+  float xv[64], v[64];
+  CHECK(tpk_buffer_read(x, xv, sizeof xv));
+  /* written from outside while pending: the window runs first, then the write lands */
+  TpkBuffer *a = op(s, "neg", 1, (TpkArg[]){A(x)}), *av;
+  CHECK(tpk_buffer_view(a, 32 * sizeof(float), TPK_F32, 1, (int64_t[]){32}, &av));
+  float twos[64];
+  for (int i = 0; i < 64; i++) twos[i] = 2;
+  CHECK(tpk_buffer_write(a, twos, sizeof twos));
+  CHECK(tpk_buffer_read(av, v, 32 * sizeof(float)));
+  assert_true(v[0] == 2.0f && v[31] == 2.0f);
+  /* a kernel launch writing a pending output, and data() of another */
+  TpkBuffer *b = op(s, "exp", 1, (TpkArg[]){A(x)}), *c = op(s, "abs", 1, (TpkArg[]){A(x)});
+  TpkKernel *softmax;
+  CHECK(tpk_std_kernel(ctx, "softmax", &softmax));
+  TpkBuffer *x2, *b2;
+  CHECK(tpk_buffer_view(x, 0, TPK_F32, 2, (int64_t[]){8, 8}, &x2));
+  CHECK(tpk_buffer_view(b, 0, TPK_F32, 2, (int64_t[]){8, 8}, &b2));
+  TpkLaunch L = {.args = (TpkBuffer *[]){x2, b2}};
+  CHECK(tpk_kernel_launch(softmax, &L));
+  CHECK(tpk_buffer_read(b, v, sizeof v));
+  float sum = 0;
+  for (int i = 0; i < 8; i++) sum += v[i];
+  assert_true(fabsf(sum - 1) < 1e-5f);
+  const float *cd = tpk_buffer_data(c);
+  for (int i = 0; i < 64; i++) assert_true(cd[i] == fabsf(xv[i]));
+  destroy_buffers(BUFFERS(a, av, b, b2, c, x2));
+  /* the context ends with an output pending: its bytes never get memory */
+  TpkBuffer *d = op(s, "neg", 1, (TpkArg[]){A(x)});
+  tpk_context_destroy(ctx);
+  assert_null(tpk_buffer_data(d));
+  assert_null(tpk_buffer_address(d));
+  assert_int_not_equal(tpk_buffer_read(d, v, sizeof v), TPK_OK);
+  tpk_buffer_destroy(d);
+  tpk_stream_destroy(s);
+  tpk_buffer_destroy(x);
+}
+
 /* ---- lifetimes ----------------------------------------------------------------------- */
 
 /* A stream destroyed with pending buffers runs their work first; buffers
@@ -1056,6 +1165,8 @@ int main(void) {
       cmocka_unit_test(test_ops_seen_before),
       cmocka_unit_test(test_pending_buffers_settle),
       cmocka_unit_test(test_address_of_a_pending_buffer),
+      cmocka_unit_test(test_fused_outputs_take_memory_when_computed),
+      cmocka_unit_test(test_deferred_bytes_reached_from_outside),
       cmocka_unit_test(test_lifetimes),
       cmocka_unit_test(test_two_streams_on_two_threads),
       cmocka_unit_test(test_kernel_calls),
