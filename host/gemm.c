@@ -592,6 +592,12 @@ static inline uint32_t f32_bits(float f) {
           int64_t lanes = min64(8, w - t0);                    /* panel columns this group fills */            \
           int64_t rows = nv - t0 < 0 ? 0 : min64(8, nv - t0);  /* of which exist in the source */              \
           const SRC_T *s = src + (p * w + t0) * s_w + k;                                                       \
+          /* the rows' lines two blocks of k ahead, into L2: 8 rows per group,          \
+           * each a line from memory, are more misses than the hardware                  \
+           * prefetcher follows (the addresses are integers: past the rows is           \
+           * not an array) */                                                           \
+          for (int i = 0; i < rows; i++)                                                                       \
+            _mm_prefetch((const char *)((uintptr_t)(s + i * s_w) + 32 * sizeof(SRC_T)), _MM_HINT_T1);           \
           for (int64_t h = 0; h < (two ? 16 : 8); h += 8) {                                                    \
             __m256 r[8];                                                                                       \
             for (int i = 0; i < 8; i++) r[i] = i < rows ? LOAD8(s + i * s_w + h) : _mm256_setzero_ps();         \
