@@ -531,12 +531,16 @@ static inline uint32_t f32_bits(float f) {
     return LOAD8(buf);                                                                                         \
   }                                                                                                            \
   /* a panel's row of w elements at sp (w + 8 - w % 8 of them readable), the                                 \
-   * last w % 8 by the mask `tail` */                                                                         \
+   * last w % 8 by the mask `tail`, or, when `spill`, whole: the lanes past the                               \
+   * row land on what the caller writes later (a masked store is slow on                                      \
+   * some CPUs: a third of a bf16 pack's time on AMD Zen 4) */                                                \
   __attribute__((target("avx2"), always_inline)) static inline void NAME##_row(uint32_t *d, const SRC_T *sp,   \
-                                                                             int64_t w, __m256i tail) {       \
+                                                                             int64_t w, __m256i tail,         \
+                                                                             bool spill) {                    \
     int64_t t = 0;                                                                                             \
     for (; t + 8 <= w; t += 8) _mm256_storeu_ps((float *)(d + t), LOAD8(sp + t));                              \
-    if (t < w) _mm256_maskstore_ps((float *)(d + t), tail, LOAD8(sp + t));                                     \
+    if (t < w && spill) _mm256_storeu_ps((float *)(d + t), LOAD8(sp + t));                                     \
+    else if (t < w) _mm256_maskstore_ps((float *)(d + t), tail, LOAD8(sp + t));                                \
   }                                                                                                            \
   __attribute__((target("avx2"))) static void NAME(void *dstv, int64_t w, const void *srcv, int64_t s_w,       \
                                                    int64_t s_k, int64_t n, int64_t kc) {                       \
@@ -552,12 +556,14 @@ static inline uint32_t f32_bits(float f) {
         if (k + 8 < kc)                                                                                        \
           for (int64_t t = 0; t < n; t += 64 / (int64_t)sizeof(SRC_T))                                         \
             _mm_prefetch((const char *)(s + 8 * s_k + t), _MM_HINT_T0);                                        \
-        /* panels whose every group reads 8 elements that exist: no checks */                                 \
+        /* panels whose every group reads 8 elements that exist: no checks; a                                 \
+         * row spills onto the next k's, written next (not the last k's: the next                              \
+         * panel's first row is written) */                                                                     \
         int64_t p = 0;                                                                                         \
         if (w == 14)                                                                                           \
-          for (; p * 14 + 16 <= n; p++) NAME##_row(dst + (p * kc + k) * 14, s + p * 14, 14, tail);            \
+          for (; p * 14 + 16 <= n; p++) NAME##_row(dst + (p * kc + k) * 14, s + p * 14, 14, tail, k + 1 < kc); \
         else if (w == 32)                                                                                      \
-          for (; p * 32 + 32 <= n; p++) NAME##_row(dst + (p * kc + k) * 32, s + p * 32, 32, tail);            \
+          for (; p * 32 + 32 <= n; p++) NAME##_row(dst + (p * kc + k) * 32, s + p * 32, 32, tail, false);     \
         for (; p < panels; p++) {                                                                              \
           uint32_t *d = dst + (p * kc + k) * w;                                                                \
           const SRC_T *sp = s + p * w;                                                                         \
@@ -581,22 +587,42 @@ static inline uint32_t f32_bits(float f) {
     /* 16 k at a time (a whole 64-byte line of a 4-byte source row, used up    \
      * at once: rows ld apart share few cache sets), all of the panel's      \
      * groups of 8 columns in turn, so that each k-row of the panel is      \
-     * complete before the next (its lines are written once, in L1). */       \
+     * complete before the next (its lines are written once, in L1). The    \
+     * groups go last first: a group short of 8 columns (w = 14's second)   \
+     * stores whole vectors, spilling onto the next k-row's first columns,  \
+     * which the first group then writes (or the next block of k, or the    \
+     * scalar tail); but for the panel's last k-row, which would spill past \
+     * it. A source read from memory (a weight, once a step) has its rows'  \
+     * lines fetched two blocks of k ahead, into L2: 8 rows per group, each \
+     * a line from memory, are more misses than the hardware prefetcher      \
+     * follows; a small one, likely in cache, is not (the prefetches cost    \
+     * 2% of a 64 x 64 pack). The addresses are integers: past the rows is   \
+     * not an array. */                                                       \
+    bool fetch = n * kc * (int64_t)sizeof(SRC_T) >= 65536;                                                    \
     for (int64_t p = 0; p < panels; p++) {                                                                     \
       uint32_t *d = dst + p * kc * w;                                                                          \
       int64_t nv = min64(w, n - p * w);                                                                        \
       int64_t k = 0;                                                                                           \
       for (; k + 8 <= kc; k += 8) {                                                                            \
         bool two = k + 16 <= kc;                                                                               \
-        for (int64_t t0 = 0; t0 < w; t0 += 8) {                                                                \
+        for (int64_t t0 = (w - 1) / 8 * 8; t0 >= 0; t0 -= 8) {                                                 \
           int64_t lanes = min64(8, w - t0);                    /* panel columns this group fills */            \
           int64_t rows = nv - t0 < 0 ? 0 : min64(8, nv - t0);  /* of which exist in the source */              \
           const SRC_T *s = src + (p * w + t0) * s_w + k;                                                       \
+          if (fetch)                                                                                           \
+            for (int i = 0; i < rows; i++)                                                                     \
+              _mm_prefetch((const char *)((uintptr_t)(s + i * s_w) + 32 * sizeof(SRC_T)), _MM_HINT_T1);         \
           for (int64_t h = 0; h < (two ? 16 : 8); h += 8) {                                                    \
             __m256 r[8];                                                                                       \
             for (int i = 0; i < 8; i++) r[i] = i < rows ? LOAD8(s + i * s_w + h) : _mm256_setzero_ps();         \
             transpose8(r);                                                                                     \
-            for (int i = 0; i < 8; i++) store_lanes(d + (k + h + i) * w + t0, r[i], lanes);                     \
+            for (int i = 0; i < 8; i++) {                                                                      \
+              uint32_t *row = d + (k + h + i) * w + t0;                                                        \
+              if (k + h + i + 1 < kc)                                                                          \
+                _mm256_storeu_ps((float *)row, r[i]);                                                          \
+              else                                                                                             \
+                store_lanes(row, r[i], lanes);                                                                 \
+            }                                                                                                  \
           }                                                                                                    \
         }                                                                                                      \
         if (two) k += 8;                                                                                       \
