@@ -381,6 +381,7 @@ def main():
     if args.merge:
         rows = merged(os.path.join(args.out, "results.json"), rows)
         suite_lines = None if suite else kept_suite_section(os.path.join(args.out, "RESULTS.md"))
+    os.makedirs(args.out, exist_ok=True)  # --out may name a new folder
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(rows, f, indent=2)
         f.write("\n")
