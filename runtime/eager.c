@@ -1123,10 +1123,14 @@ typedef struct Record {
   TpkBuffer *outs[MAX_OUTS]; /* NULL: undefined */
   int nouts;
   int64_t position;
-  /* How the op alone built: the sizes it kept constant (consts), and when
-   * it built factored, the ints it made symbols first (v). What the window
-   * tries when this op does not build with the window's symbols. */
-  Syms own;
+  /* How the op alone built: the sizes it kept constant (own_consts), and
+   * when it built factored, the ints it made symbols first (own_v). What
+   * the window tries when this op does not build with the window's
+   * symbols. In the window's arena, as many as there are: a record of the
+   * whole Syms (~1 KB) made the first window of a process fault a page
+   * every four ops. */
+  int64_t *own_v, *own_consts;
+  int own_n, own_nconst;
 } Record;
 
 typedef struct Window {
@@ -1415,10 +1419,11 @@ static int window_params(const Window *w) {
 }
 
 /* Record op in the window (fused): its arguments copied, the buffers it
- * reads and makes held and marked; `own` is record_own's, nscalars the
- * scalars its binding lifts. s->lock held. */
-static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const Syms *own, int nscalars, TpkBuffer *const *made,
-                        int nouts) {
+ * reads and makes held and marked; `own` is record_own's sizes (own_n
+ * symbols, then own_nconst constants), nscalars the scalars its binding
+ * lifts. s->lock held. */
+static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const int64_t *own, int own_n, int own_nconst,
+                        int nscalars, TpkBuffer *const *made, int nouts) {
   Window *w = &s->w;
   /* the window's graph is one kernel, whose parameters (its buffers and
    * lifted scalars) a launch bounds: it runs before the op would take it
@@ -1439,7 +1444,15 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const Sym
   for (int i = 0; ok && i < nouts; i++)
     if ((rec->outs[i] = made[i])) ok = window_hold(w, made[i], false) && mark(s, made[i], true);
   if (!ok) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
-  rec->own = *own;
+  rec->own_n = own_n;
+  rec->own_nconst = own_nconst;
+  if (own_n + own_nconst) {
+    int64_t *v = tpk_arena_alloc(&w->arena, sizeof *v * (size_t)(own_n + own_nconst));
+    if (!v) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
+    memcpy(v, own, sizeof *v * (size_t)(own_n + own_nconst));
+    rec->own_v = v;
+    rec->own_consts = v + own_n;
+  }
   int added = new_scalars(w, op, lay, nscalars, true);
   if (added < 0) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory recording an op");
   if (op->kernel) tpk_program_retain(tpk_kernel_program(op->kernel));
@@ -1724,10 +1737,10 @@ static bool escalate(const Window *w, int r, int round, Syms *base) {
   }
   if (round == 0) {
     int before = base->nconst + base->n;
-    for (int i = 0; i < rec->own.nconst; i++) add_const(base, rec->own.consts[i]);
-    for (int i = 0; i < rec->own.n; i++)
-      if (!is_const(base, rec->own.v[i])) add_seed(base, rec->own.v[i]);
-    base->factor |= rec->own.n > 0;
+    for (int i = 0; i < rec->own_nconst; i++) add_const(base, rec->own_consts[i]);
+    for (int i = 0; i < rec->own_n; i++)
+      if (!is_const(base, rec->own_v[i])) add_seed(base, rec->own_v[i]);
+    base->factor |= rec->own_n > 0;
     return base->nconst + base->n > before;
   }
   if (round == 1) { /* the op's sizes constant but those an earlier op settled as symbols (a view of a [B*T, D] by [B, T]) */
@@ -2320,7 +2333,12 @@ struct Memo {
   TpkUnit *program;              /* held; NULL in fused mode, which records instead: */
   OpLaunch launch;
   Layout lay;                    /* fused: what record() takes */
-  Syms own;
+  /* fused: record_own's sizes, own_n symbols then own_nconst constants
+   * (malloc'd, NULL when none): out of line, as a whole Syms (~1 KB) a
+   * memo made a new process's first step fault a page every two ops */
+  int64_t *own;
+  int own_n, own_nconst;
+  bool own_factor;
 };
 
 static void sig_word(Sig *g, uint64_t w) {
@@ -2389,6 +2407,7 @@ static void memo_free(Memo *m) {
   if (!m) return;
   tpk_unit_release(m->program);
   free(m->words);
+  free(m->own);
   free(m);
 }
 
@@ -2407,6 +2426,17 @@ static bool memo_matches(const Memo *m, const Op *op, const Sig *g, uint64_t h) 
     memcpy(&bits, &op->args[i].f, sizeof bits);
     if (op->args[i].kind == TPK_ARG_FLOAT && !m->float_lifted[i] && m->float_bits[i] != bits) return false;
   }
+  return true;
+}
+
+/* m's own sizes: n symbols then nconst constants. False when memory is short. */
+static bool memo_own(Memo *m, const int64_t *v, int n, const int64_t *consts, int nconst) {
+  m->own_n = n;
+  m->own_nconst = nconst;
+  if (!(n + nconst)) return true;
+  if (!(m->own = malloc(sizeof *m->own * (size_t)(n + nconst)))) return false;
+  memcpy(m->own, v, sizeof *m->own * (size_t)n);
+  memcpy(m->own + n, consts, sizeof *m->own * (size_t)nconst);
   return true;
 }
 
@@ -2438,7 +2468,15 @@ static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, cons
   m->program = program;
   m->launch = *ol;
   m->lay = *lay;
-  if (!program) record_own(op, lay, ob, &m->own);
+  if (!program) {
+    Syms own = {0};
+    record_own(op, lay, ob, &own);
+    if (!memo_own(m, own.v, own.n, own.consts, own.nconst)) {
+      memo_free(m);
+      return NULL;
+    }
+    m->own_factor = own.factor;
+  }
   memo_free(s->memo[h % MEMO_SLOTS]);
   s->memo[h % MEMO_SLOTS] = m;
   return m;
@@ -2503,11 +2541,11 @@ static void folder_put_memo(TpkStr *out, const Memo *m) {
   }
   folder_put(out, lift);
   folder_put(out, value);
-  folder_put(out, (uint64_t)m->own.n);
-  for (int i = 0; i < m->own.n; i++) folder_put(out, (uint64_t)m->own.v[i]);
-  folder_put(out, (uint64_t)m->own.nconst);
-  for (int i = 0; i < m->own.nconst; i++) folder_put(out, (uint64_t)m->own.consts[i]);
-  folder_put(out, m->own.factor);
+  folder_put(out, (uint64_t)m->own_n);
+  for (int i = 0; i < m->own_n; i++) folder_put(out, (uint64_t)m->own[i]);
+  folder_put(out, (uint64_t)m->own_nconst);
+  for (int i = 0; i < m->own_nconst; i++) folder_put(out, (uint64_t)m->own[m->own_n + i]);
+  folder_put(out, m->own_factor);
 }
 
 /* Reading words, bounded: past the end (or a count over its limit) is bad. */
@@ -2566,14 +2604,19 @@ static bool folder_read_memo(Words *r, Memo *m) {
   }
   uint64_t lift = word(r), value = word(r);
   for (int i = 0; i < MAX_ARGS; i++) m->lay.lift[i] = lift >> i & 1, m->lay.value[i] = value >> i & 1;
-  m->own.n = count(r, MAX_SYMS);
-  for (int i = 0; i < m->own.n; i++) m->own.v[i] = (int64_t)word(r);
-  m->own.nconst = count(r, MAX_SYMS);
-  for (int i = 0; i < m->own.nconst; i++) m->own.consts[i] = (int64_t)word(r);
-  m->own.factor = count(r, 1);
+  int64_t v[MAX_SYMS], consts[MAX_SYMS];
+  int nv = count(r, MAX_SYMS);
+  for (int i = 0; i < nv; i++) v[i] = (int64_t)word(r);
+  int nconst = count(r, MAX_SYMS);
+  for (int i = 0; i < nconst; i++) consts[i] = (int64_t)word(r);
+  bool factor = count(r, 1);
+  if (m != &scratch && !r->bad) r->bad = !memo_own(m, v, nv, consts, nconst);
+  m->own_factor = factor;
   if (!r->bad) return true;
   free(m->words);
+  free(m->own);
   m->words = NULL;
+  m->own = NULL;
   return false;
 }
 
@@ -2747,7 +2790,7 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     st = make_outputs(s, &m->launch, made);
     if (s->mode == TPK_EAGER_FUSED) {
       window_keep_memo(s, m);
-      if (st == TPK_OK) st = record(s, op, &m->lay, &m->own, m->launch.nscalars, made, nouts);
+      if (st == TPK_OK) st = record(s, op, &m->lay, m->own, m->own_n, m->own_nconst, m->launch.nscalars, made, nouts);
     } else {
       s->stats.cache_hits++;
       tpk_units_count(tpk_context_units(ctx), TPK_UNIT_EAGER, true);
@@ -2786,7 +2829,10 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     } else if (st == TPK_OK) {
       record_own(op, lay, ob, &own);
       window_keep_memo(s, sig ? memo_keep(s, op, lay, ob, sig, h, NULL, ol) : NULL);
-      st = record(s, op, lay, &own, ob->nscalars, made, nouts);
+      int64_t sizes[2 * MAX_SYMS];
+      memcpy(sizes, own.v, sizeof *sizes * (size_t)own.n);
+      memcpy(sizes + own.n, own.consts, sizeof *sizes * (size_t)own.nconst);
+      st = record(s, op, lay, sizes, own.n, own.nconst, ob->nscalars, made, nouts);
     }
     if (ob) op_unbind(ob);
     free(ob);

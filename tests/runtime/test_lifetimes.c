@@ -209,6 +209,35 @@ static void test_memory_reused_zeroed(void **state) {
   }
 }
 
+/* Many buffers live at once, more than the device's huge-page arenas
+ * hold (runtime/device.c): each has bytes of its own, zeroed when new and
+ * when given again, then after the arenas run out as before. */
+static void test_many_live_buffers_apart_and_zeroed(void **state) {
+  (void)state;
+  enum { N = 200 };
+  const int64_t n = 150000; /* 600 KB: a size cut from the arenas */
+  TpkContext *ctx;
+  TpkDevice *dev;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &dev), TPK_OK);
+  static TpkBuffer *bufs[N];
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < N; i++) {
+      assert_int_equal(tpk_buffer_create(dev, TPK_F32, 1, &n, &bufs[i]), TPK_OK);
+      float *v = tpk_buffer_data(bufs[i]);
+      for (int64_t j = 0; j < n; j += 1021)
+        if (v[j] != 0 || v[n - 1] != 0) fail_msg("round %d, buffer %d: element %lld is %g", round, i, (long long)j, (double)v[j]);
+      v[0] = v[n - 1] = (float)(i + 1);
+    }
+    for (int i = 0; i < N; i++) {
+      const float *v = tpk_buffer_data(bufs[i]);
+      if (v[0] != (float)(i + 1) || v[n - 1] != (float)(i + 1)) fail_msg("buffer %d was written by another", i);
+    }
+    for (int i = 0; i < N; i++) tpk_buffer_destroy(bufs[i]);
+  }
+  tpk_context_destroy(ctx);
+}
+
 /* Buffers and programs destroyed after their context, and a buffer never
  * destroyed: the context gives back their memory, and destroying them
  * afterwards touches nothing freed (before: a use-after-free). */
@@ -431,6 +460,7 @@ int main(void) {
       cmocka_unit_test(test_wrap_refuses_what_it_cannot_use),
       cmocka_unit_test(test_views),
       cmocka_unit_test(test_memory_reused_zeroed),
+      cmocka_unit_test(test_many_live_buffers_apart_and_zeroed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
