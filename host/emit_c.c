@@ -2504,16 +2504,61 @@ static void effects_of(const TpkFunc *f, const TpkOp *op, Effects *fx) {
     for (const TpkOp *o = op->regions[r]->first; o; o = o->next) effects_of(f, o, fx);
 }
 
+/* Where the `+=` stores of a grid write, per parameter: the dimension each
+ * grid variable indexes directly. */
+typedef struct AddPlaces {
+  int n;
+  const TpkValue *param[16];
+  signed char dim[16][8];
+} AddPlaces;
+
+/* Does every `+=` store under op write where only its own instance
+ * writes? So it does when each of the grid's variables indexes one of the
+ * store's dimensions as it is (the instance's tile or index: distinct
+ * instances, disjoint blocks) and every add into that parameter uses the
+ * same dimensions (y[i, j] += beside y[j, i] += would collide). An atomic,
+ * or an add into a view of a parameter, is never its own. */
+static bool adds_own_places(const TpkFunc *f, const TpkOp *grid, const TpkOp *op, AddPlaces *ap) {
+  const TpkBlock *g = grid->regions[0];
+  if (op->opcode == TPK_OP_ATOMIC) return false;
+  if (op->opcode == TPK_OP_STORE && tpk_op_store_mode(op) == TPK_STORE_ADD && is_param_memory(op->in[0])) {
+    const TpkValue *w = op->in[0];
+    if (!param_of(f, w) || g->nargs > 8) return false;
+    signed char dim[8];
+    for (int a = 0; a < g->nargs; a++) {
+      dim[a] = -1;
+      for (int i = 1; i < op->nin - 1 && dim[a] < 0; i++)
+        if (op->in[i] == g->args[a]) dim[a] = (signed char)(i - 1);
+      if (dim[a] < 0) return false;
+    }
+    int k = 0;
+    while (k < ap->n && ap->param[k] != w) k++;
+    if (k == ap->n) {
+      if (ap->n == 16) return false;
+      ap->param[ap->n++] = w;
+      memcpy(ap->dim[k], dim, sizeof dim);
+    } else if (memcmp(ap->dim[k], dim, (size_t)g->nargs) != 0) {
+      return false;
+    }
+  }
+  for (int r = 0; r < op->nregion; r++)
+    for (const TpkOp *o = op->regions[r]->first; o; o = o->next)
+      if (!adds_own_places(f, grid, o, ap)) return false;
+  return true;
+}
+
 const TpkOp *tpk_split_grid(const TpkFunc *f) {
   const TpkOp *grid = NULL;
   for (const TpkOp *op = f->body->first; op; op = op->next) {
     Effects fx = {false, false, false, false};
     effects_of(f, op, &fx);
     if (op->opcode == TPK_OP_GRID) {
-      /* two grids need a barrier; sums need one order; writes placed by
-       * data may collide (a contract violation, but one the sequential
-       * order makes deterministic) */
-      if (grid || fx.adds || fx.data_placed) return NULL;
+      /* two grids need a barrier; sums into places several instances
+       * write need one order; writes placed by data may collide (a
+       * contract violation, but one the sequential order makes
+       * deterministic) */
+      AddPlaces ap = {0};
+      if (grid || fx.data_placed || (fx.adds && !adds_own_places(f, op, op, &ap))) return NULL;
       grid = op;
       continue;
     }

@@ -30,8 +30,10 @@ TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, c
 /* Threads (emit_c.c): the top-level grid a launch may share among parts
  * (TpkPrims.part/parts), or NULL when part 0 must run the whole kernel. A
  * grid is shared when it is the kernel's only one; no instance adds into a
- * parameter with `+=` (duplicates would accumulate in another order) or
- * writes one at a position computed from loaded data (instances could
+ * place another instance may add into (a `+=` must be indexed by every grid
+ * variable as it is, the same way in every add into that parameter; else
+ * duplicates would accumulate in another order), uses an atomic, or
+ * writes a parameter at a position computed from loaded data (instances could
  * collide, which the contract forbids but a sequential run makes
  * deterministic); the ops around it write no parameter and the ops before
  * it read no output. */

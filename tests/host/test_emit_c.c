@@ -56,6 +56,12 @@ static const char *SHARED =
     "kernel gather_rows(ids: i32[N], table: f32[V, 4]) -> (y: f32[N, 4])\n"
     "{\n"
     "  for i in tiles(N, 2) { y[i, :] = table[ids[i], :]; }\n" /* data picks what is read, not where it goes */
+    "}\n"
+    "kernel own_adds(x: f32[M, N]) -> (y: f32[M, N] = 0)\n"
+    "{\n"
+    "  for i in tiles(M, 8), j in tiles(N, 16) {\n" /* each instance adds into its own block only */
+    "    for k in 0..3 { y[i, j] += x[i, j]; y[i, j] += 1.0; }\n"
+    "  }\n"
     "}\n";
 
 static const char *NOT_SHARED =
@@ -81,6 +87,18 @@ static const char *NOT_SHARED =
     "{\n"
     "  let a0 = acc[0];\n"
     "  for i in tiles(N, 8) { acc[i] = x[i] + a0; }\n"
+    "}\n"
+    "kernel adds_across(x: f32[M, N]) -> (s: f32[M] = 0)\n"
+    "{\n"
+    "  for i in tiles(M, 8), j in tiles(N, 16) { s[i] += sum(x[i, j], axis=1); }\n" /* every j adds into s[i] */
+    "}\n"
+    "kernel adds_crossed(x: f32[N, N]) -> (y: f32[N, N] = 0)\n"
+    "{\n"
+    "  for i in tiles(N, 8), j in tiles(N, 8) { y[i, j] += x[i, j]; y[j, i] += x[j, i]; }\n" /* (0, 1) and (1, 0) meet */
+    "}\n"
+    "kernel adds_atomically(x: f32[N]) -> (y: f32[N] = 0)\n"
+    "{\n"
+    "  for i in tiles(N, 8) { let old = atomic_add(y[i], x[i]); }\n"
     "}\n";
 
 static void test_split_grids(void **state) {
@@ -90,6 +108,7 @@ static void test_split_grids(void **state) {
       {"rows", 1, 1},
       {"blocks", 37, 15}, /* 5 x 3, flattened */
       {"gather_rows", 9, 5},
+      {"own_adds", 37, 15}, /* 5 x 3 */
   };
   for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
     TestCompile c;
@@ -104,7 +123,8 @@ static void test_split_grids(void **state) {
 
 static void test_grids_kept_whole(void **state) {
   (void)state;
-  static const char *const KERNELS[] = {"two_grids", "store_after", "scatter", "placed_by_data", "reads_output_first"};
+  static const char *const KERNELS[] = {"two_grids",          "store_after",  "scatter",     "placed_by_data",
+                                      "reads_output_first", "adds_across", "adds_crossed", "adds_atomically"};
   for (size_t i = 0; i < TPK_ARRAY_LEN(KERNELS); i++) {
     TestCompile c;
     TpkFunc *f = lowered(&c, NOT_SHARED, KERNELS[i], 37);
