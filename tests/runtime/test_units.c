@@ -871,13 +871,22 @@ static TpkProgram *restored(const TpkStr *entry, size_t len, TpkContext **ctx) {
   return tpk_program_restore(*ctx, entry->data, len);
 }
 
-static void test_kept_graph_restores(void **state) {
-  (void)state;
-  TpkContext *ctx, *again;
+/* The entry of driver_program's graph "kept", saved from a context that is gone. */
+static TpkStr kept_entry(void) {
+  TpkContext *ctx;
   assert_int_equal(tpk_context_create(&ctx), TPK_OK);
   TpkProgram *p = driver_program(ctx, "kept");
   TpkStr entry = {0};
   assert_true(tpk_program_save(p, &entry));
+  tpk_program_destroy(p);
+  tpk_context_destroy(ctx);
+  return entry;
+}
+
+static void test_kept_graph_restores(void **state) {
+  (void)state;
+  TpkContext *again;
+  TpkStr entry = kept_entry();
   assert_true(strncmp(entry.data, "tpk graph2 2 2 ", 15) == 0); /* the driver is func 2, after its two kernels */
   TpkProgram *q = restored(&entry, entry.len, &again);
   assert_non_null(q);
@@ -886,8 +895,6 @@ static void test_kept_graph_restores(void **state) {
   assert_int_equal(tpk_context_compiler_runs(again), 1); /* its two kernels' bodies parsed, compiled as one code */
   tpk_program_destroy(q);
   tpk_context_destroy(again);
-  tpk_program_destroy(p);
-  tpk_context_destroy(ctx);
   tpk_str_free(&entry);
 }
 
@@ -897,13 +904,8 @@ static void test_kept_graph_restores(void **state) {
  * be bound: no code is ever made from a body under another body's key. */
 static void test_damaged_kept_graph_is_refused(void **state) {
   (void)state;
-  TpkContext *ctx, *again;
-  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-  TpkProgram *p = driver_program(ctx, "kept");
-  TpkStr entry = {0};
-  assert_true(tpk_program_save(p, &entry));
-  tpk_program_destroy(p);
-  tpk_context_destroy(ctx);
+  TpkContext *again;
+  TpkStr entry = kept_entry();
   for (size_t cut = 0; cut < entry.len; cut += cut < 200 ? 1 : 97) {
     TpkProgram *q = restored(&entry, cut, &again);
     if (q) fail_msg("an entry cut at %zu of %zu bytes made a program", cut, entry.len);
