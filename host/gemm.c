@@ -49,10 +49,11 @@
  * with masked loads and stores of C on AVX-512 f32, else on a copy of the
  * tile. Packed operands are zero-padded to whole panels.
  *
- * Packing buffers come from the heap per call (from the stack for small
- * problems, or, should allocation fail, with smaller blocks), so the
- * functions are reentrant: the only global mutable state is the ISA choice,
- * an atomic pointer set once.
+ * Packing buffers are the calling thread's own (pack_buffer: kept from
+ * call to call; from the stack for small problems, or, should allocation
+ * fail, with smaller blocks), so the functions are reentrant across
+ * threads: the other global state is the ISA choice, an atomic pointer set
+ * once, and the key of the threads' buffers, made once.
  */
 #include "host/gemm.h"
 
@@ -270,11 +271,11 @@ static void drive(const Shape *sh, KernelFn kern, EdgeFn edge, int64_t M, int64_
   int64_t a_stride = rows ? sh->kc : kc_max; /* floats from one row (or k) of a sliver to the next */
   int64_t a_bytes = round_up(mc_max * a_stride * 4, 64), b_bytes = b_packed ? 0 : kc_max * nc_max * 4;
   alignas(64) unsigned char stack[STACK_BYTES];
-  unsigned char *buf = stack, *heap = NULL;
+  unsigned char *buf = stack;
   if (a_bytes + b_bytes > STACK_BYTES) {
-    heap = pack_buffer((size_t)round_up(a_bytes + b_bytes, 64));
-    if (heap) {
-      buf = heap;
+    unsigned char *own = pack_buffer((size_t)round_up(a_bytes + b_bytes, 64));
+    if (own) {
+      buf = own;
     } else if (b_packed) { /* packed B fixes KC and NC: one A sliver (at most 14 x 256) fits */
       mc_max = mr;
       rows = false;
