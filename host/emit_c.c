@@ -2505,18 +2505,71 @@ static void effects_of(const TpkFunc *f, const TpkOp *op, Effects *fx) {
 }
 
 /* Where the `+=` stores of a grid write, per parameter: the dimension each
- * grid variable indexes directly. */
+ * grid variable indexes, and how (NULL: as it is; else the n of a
+ * `var * n + r` index). */
 typedef struct AddPlaces {
   int n;
   const TpkValue *param[16];
   signed char dim[16][8];
+  const TpkValue *stride[16][8];
 } AddPlaces;
+
+/* Is v the same in every instance of grid (built from constants, shape
+ * sizes and parameters: no grid variable, loop value or loaded data)? */
+static bool grid_invariant(const TpkValue *v, const TpkOp *grid, int depth) {
+  if (depth <= 0) return false;
+  const TpkOp *d = v->def;
+  if (!d) return !(v->block && v->block->parent); /* a kernel parameter; not a grid or loop variable */
+  if (d->opcode == TPK_OP_LOAD || d->opcode == TPK_OP_GATHER || d->nregion) return false;
+  for (int i = 0; i < d->nin; i++)
+    if (!grid_invariant(d->in[i], grid, depth - 1)) return false;
+  return true;
+}
+
+static bool const_int(const TpkValue *v, int64_t *out) {
+  if (!v->def || v->def->opcode != TPK_OP_CONST || v->type->kind == TPK_TYPE_TILE) return false;
+  *out = tpk_op_int(v->def, "value", INT64_MIN);
+  return *out != INT64_MIN;
+}
+
+/* Is r the index of a loop over [lo, hi) with 0 <= lo and hi <= n? */
+static bool index_below(const TpkValue *r, const TpkValue *n) {
+  const TpkOp *loop = !r->def && r->block ? r->block->parent : NULL;
+  if (!loop || loop->opcode != TPK_OP_FOR || r->index != 0 || r->type->kind == TPK_TYPE_TILE) return false;
+  int64_t lo, hi, nv;
+  if (!const_int(loop->in[0], &lo) || lo < 0) return false;
+  return loop->in[1] == n || (const_int(loop->in[1], &hi) && const_int(n, &nv) && hi <= nv);
+}
+
+/* Does index idx give each value of the grid variable gv places of its
+ * own: gv as it is (*stride = NULL), or gv * n + r with n the same in
+ * every instance and r in [0, n) (*stride = n: grouped heads,
+ * `h = hk * group + g` with g in 0..group)? */
+static bool indexes_own(const TpkValue *idx, const TpkValue *gv, const TpkOp *grid, const TpkValue **stride) {
+  *stride = NULL;
+  if (idx == gv) return true;
+  const TpkOp *add = idx->def;
+  if (!add || add->opcode != TPK_OP_ADD) return false;
+  for (int a = 0; a < 2; a++) {
+    const TpkOp *mul = add->in[a]->def;
+    if (!mul || mul->opcode != TPK_OP_MUL) continue;
+    for (int m = 0; m < 2; m++) {
+      const TpkValue *n = mul->in[1 - m];
+      if (mul->in[m] == gv && grid_invariant(n, grid, 16) && index_below(add->in[1 - a], n)) {
+        *stride = n;
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 /* Does every `+=` store under op write where only its own instance
  * writes? So it does when each of the grid's variables indexes one of the
  * store's dimensions as it is (the instance's tile or index: distinct
- * instances, disjoint blocks) and every add into that parameter uses the
- * same dimensions (y[i, j] += beside y[j, i] += would collide). An atomic,
+ * instances, disjoint blocks), or as `var * n + r` with r in [0, n) (disjoint
+ * runs of n), and every add into that parameter uses the same dimensions
+ * the same way (y[i, j] += beside y[j, i] += would collide). An atomic,
  * or an add into a view of a parameter, is never its own. */
 static bool adds_own_places(const TpkFunc *f, const TpkOp *grid, const TpkOp *op, AddPlaces *ap) {
   const TpkBlock *g = grid->regions[0];
@@ -2525,10 +2578,11 @@ static bool adds_own_places(const TpkFunc *f, const TpkOp *grid, const TpkOp *op
     const TpkValue *w = op->in[0];
     if (!param_of(f, w) || g->nargs > 8) return false;
     signed char dim[8];
+    const TpkValue *stride[8];
     for (int a = 0; a < g->nargs; a++) {
       dim[a] = -1;
       for (int i = 1; i < op->nin - 1 && dim[a] < 0; i++)
-        if (op->in[i] == g->args[a]) dim[a] = (signed char)(i - 1);
+        if (indexes_own(op->in[i], g->args[a], grid, &stride[a])) dim[a] = (signed char)(i - 1);
       if (dim[a] < 0) return false;
     }
     int k = 0;
@@ -2537,7 +2591,9 @@ static bool adds_own_places(const TpkFunc *f, const TpkOp *grid, const TpkOp *op
       if (ap->n == 16) return false;
       ap->param[ap->n++] = w;
       memcpy(ap->dim[k], dim, sizeof dim);
-    } else if (memcmp(ap->dim[k], dim, (size_t)g->nargs) != 0) {
+      memcpy(ap->stride[k], stride, sizeof stride);
+    } else if (memcmp(ap->dim[k], dim, (size_t)g->nargs) != 0 ||
+               memcmp(ap->stride[k], stride, (size_t)g->nargs * sizeof stride[0]) != 0) {
       return false;
     }
   }

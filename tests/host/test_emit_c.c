@@ -62,6 +62,20 @@ static const char *SHARED =
     "  for i in tiles(M, 8), j in tiles(N, 16) {\n" /* each instance adds into its own block only */
     "    for k in 0..3 { y[i, j] += x[i, j]; y[i, j] += 1.0; }\n"
     "  }\n"
+    "}\n"
+    "kernel grouped_adds(x: f32[M, 6, N]) -> (y: f32[M, 6, N] = 0)\n"
+    "{\n"
+    "  for b in 0..M, hk in 0..3 {\n" /* instance (b, hk) adds into heads 2 hk and 2 hk + 1 of row b */
+    "    let group = 2;\n"
+    "    for j in tiles(N, 8) { for g in 0..group { y[b, hk * group + g, j] += x[b, hk * group + g, j]; } }\n"
+    "  }\n"
+    "}\n"
+    "kernel grouped_by_size(x: f32[M, N]) -> (y: f32[M, N] = 0)\n"
+    "{\n"
+    "  for b in 0..M, hk in 0..2 {\n" /* a run's length from a shape: the same in every instance */
+    "    let n = N / 2;\n"
+    "    for r in 0..n { y[b, r + n * hk] += x[b, r + n * hk]; }\n"
+    "  }\n"
     "}\n";
 
 static const char *NOT_SHARED =
@@ -96,6 +110,22 @@ static const char *NOT_SHARED =
     "{\n"
     "  for i in tiles(N, 8), j in tiles(N, 8) { y[i, j] += x[i, j]; y[j, i] += x[j, i]; }\n" /* (0, 1) and (1, 0) meet */
     "}\n"
+    "kernel grouped_overlap(x: f32[N, 8]) -> (y: f32[N, 8] = 0)\n"
+    "{\n"
+    "  for b in 0..N, hk in 0..2 { for g in 0..3 { y[b, hk * 2 + g] += x[b, g]; } }\n" /* heads 0..3 and 2..5 */
+    "}\n"
+    "kernel grouped_mixed(x: f32[N, 8]) -> (y: f32[N, 8] = 0)\n"
+    "{\n"
+    "  for b in 0..N, hk in 0..2 { y[b, hk] += x[b, 0]; for g in 0..2 { y[b, hk * 2 + g] += x[b, g]; } }\n"
+    "}\n"
+    "kernel grouped_by_instance(x: f32[N, 8]) -> (y: f32[N, 8] = 0)\n"
+    "{\n" /* runs of hk + 1: instance 1 adds into 1..3, instance 2 into 4..7, ... but instance 0 into 0..1 */
+    "  for b in 0..N, hk in 0..3 { let n = hk + 1; for g in 0..n { y[b, hk * n + g] += x[b, g]; } }\n"
+    "}\n"
+    "kernel grouped_by_data(n: i32[1], x: f32[N, 8]) -> (y: f32[N, 8] = 0)\n"
+    "{\n"
+    "  for b in 0..N, hk in 0..2 { let m = n[0]; for g in 0..m { y[b, hk * m + g] += x[b, g]; } }\n"
+    "}\n"
     "kernel adds_atomically(x: f32[N]) -> (y: f32[N] = 0)\n"
     "{\n"
     "  for i in tiles(N, 8) { let old = atomic_add(y[i], x[i]); }\n"
@@ -109,6 +139,8 @@ static void test_split_grids(void **state) {
       {"blocks", 37, 15}, /* 5 x 3, flattened */
       {"gather_rows", 9, 5},
       {"own_adds", 37, 15}, /* 5 x 3 */
+      {"grouped_adds", 37, 111}, /* 37 x 3 */
+      {"grouped_by_size", 37, 74},
   };
   for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
     TestCompile c;
@@ -124,7 +156,8 @@ static void test_split_grids(void **state) {
 static void test_grids_kept_whole(void **state) {
   (void)state;
   static const char *const KERNELS[] = {"two_grids",          "store_after",  "scatter",     "placed_by_data",
-                                      "reads_output_first", "adds_across", "adds_crossed", "adds_atomically"};
+                                      "reads_output_first", "adds_across", "adds_crossed", "grouped_overlap",
+                                      "grouped_mixed", "grouped_by_instance", "grouped_by_data", "adds_atomically"};
   for (size_t i = 0; i < TPK_ARRAY_LEN(KERNELS); i++) {
     TestCompile c;
     TpkFunc *f = lowered(&c, NOT_SHARED, KERNELS[i], 37);
