@@ -210,7 +210,14 @@ bool tpk_kernel_is_graph(const TpkKernel *k);
 TpkStatus tpk_graph_kernel_refused(const TpkKernel *k, const char *who);
 
 /* The first word of a unit's key says what it is. */
-enum { TPK_UNIT_KEY_GENERIC = 1, TPK_UNIT_KEY_SPEC, TPK_UNIT_KEY_GRAPH, TPK_UNIT_KEY_WINDOW, TPK_UNIT_KEY_FACTS };
+enum {
+  TPK_UNIT_KEY_GENERIC = 1,
+  TPK_UNIT_KEY_SPEC,
+  TPK_UNIT_KEY_GRAPH,
+  TPK_UNIT_KEY_WINDOW,
+  TPK_UNIT_KEY_FACTS,
+  TPK_UNIT_KEY_GRAPH_FACTS
+};
 
 /* Compiling outside a launch (a graph): holds off the context's end; false
  * (nothing held) when the context was destroyed. */
