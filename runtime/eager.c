@@ -2188,7 +2188,7 @@ typedef struct OpLaunch {
   TpkKernel *kernel;
   int kernels; /* its program's kernels, for the stats */
   int nsyms;
-  TpkNamedInt syms[MAX_SYMS]; /* names: the kernel's */
+  TpkNamedInt *syms; /* nsyms; names: the kernel's */
   int nscalars;
   int scalar_arg[MAX_ARGS]; /* the argument each lifted scalar is (in the order bind_args lifts them) */
   TpkDType scalar_dtype[MAX_ARGS];
@@ -2196,8 +2196,39 @@ typedef struct OpLaunch {
   bool defined[MAX_OUTS]; /* an output ATen leaves undefined is not made */
   TpkDType out_dtype[MAX_OUTS];
   int out_rank[MAX_OUTS];
-  int64_t out_shape[MAX_OUTS][TPK_MAX_RANK];
+  int64_t (*out_shape)[TPK_MAX_RANK]; /* nouts */
 } OpLaunch;
+
+/* An OpLaunch with room for any op's sizes and shapes, as op_launch_of
+ * fills it; the memo keeps only what is used (launch_keep): tables for
+ * every size and output (~2 KB) made a new process's first step fault a
+ * page every two ops it took from the cache folder. */
+typedef struct OpLaunchRoom {
+  OpLaunch ol;
+  TpkNamedInt syms[MAX_SYMS];
+  int64_t out_shape[MAX_OUTS][TPK_MAX_RANK];
+} OpLaunchRoom;
+
+static OpLaunch *launch_room(OpLaunchRoom *room) {
+  room->ol.syms = room->syms;
+  room->ol.out_shape = room->out_shape;
+  return &room->ol;
+}
+
+/* ol's sizes and shapes copied out of line, as many as it has, in one
+ * block (at out_shape, freed with it); false (both NULL) when memory is
+ * short. */
+static bool launch_keep(OpLaunch *ol) {
+  size_t shapes = sizeof *ol->out_shape * (size_t)ol->nouts, syms = sizeof *ol->syms * (size_t)ol->nsyms;
+  char *block = malloc(shapes + syms + 1);
+  if (block) {
+    memcpy(block, ol->out_shape, shapes);
+    if (syms) memcpy(block + shapes, ol->syms, syms);
+  }
+  ol->out_shape = (int64_t(*)[TPK_MAX_RANK])block;
+  ol->syms = block ? (TpkNamedInt *)(block + shapes) : NULL;
+  return block != NULL;
+}
 
 /* An op's outputs as OpLaunch describes them: new buffers, pending until
  * the op has run; debug mode zeroes them, so that its NaN check never sees
@@ -2408,6 +2439,7 @@ static void memo_free(Memo *m) {
   tpk_unit_release(m->program);
   free(m->words);
   free(m->own);
+  free(m->launch.out_shape); /* and its syms: one block (launch_keep) */
   free(m);
 }
 
@@ -2464,9 +2496,13 @@ static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, cons
     m->float_lifted[i] = op->args[i].kind == TPK_ARG_FLOAT && ob->args[i].kind == TPK_ARG_VALUE;
     memcpy(&m->float_bits[i], &op->args[i].f, sizeof m->float_bits[i]);
   }
+  m->launch = *ol;
+  if (!launch_keep(&m->launch)) {
+    memo_free(m);
+    return NULL;
+  }
   if (program) tpk_unit_retain(program);
   m->program = program;
-  m->launch = *ol;
   m->lay = *lay;
   if (!program) {
     Syms own = {0};
@@ -2587,6 +2623,7 @@ static bool folder_read_memo(Words *r, Memo *m) {
   uint64_t lifted = word(r);
   for (int i = 0; i < m->nargs; i++) m->float_lifted[i] = lifted >> i & 1, m->float_bits[i] = word(r);
   OpLaunch *ol = &m->launch;
+  int64_t shapes[MAX_OUTS][TPK_MAX_RANK];
   ol->nscalars = count(r, MAX_ARGS);
   for (int i = 0; i < ol->nscalars; i++) {
     ol->scalar_arg[i] = count(r, m->nargs - 1);
@@ -2598,8 +2635,8 @@ static bool folder_read_memo(Words *r, Memo *m) {
     ol->out_dtype[i] = (TpkDType)count(r, TPK_DTYPE_COUNT - 1);
     ol->out_rank[i] = count(r, TPK_MAX_RANK);
     for (int d = 0; d < ol->out_rank[i]; d++) {
-      ol->out_shape[i][d] = (int64_t)word(r);
-      r->bad |= ol->out_shape[i][d] < 0;
+      shapes[i][d] = (int64_t)word(r);
+      r->bad |= shapes[i][d] < 0;
     }
   }
   uint64_t lift = word(r), value = word(r);
@@ -2612,11 +2649,18 @@ static bool folder_read_memo(Words *r, Memo *m) {
   bool factor = count(r, 1);
   if (m != &scratch && !r->bad) r->bad = !memo_own(m, v, nv, consts, nconst);
   m->own_factor = factor;
-  if (!r->bad) return true;
+  ol->out_shape = shapes;
+  ol->nsyms = 0; /* fused: no launch of its own */
+  if (m != &scratch && !r->bad) r->bad = !launch_keep(ol);
+  if (m == &scratch || !r->bad) {
+    if (m == &scratch) ol->out_shape = NULL;
+    return !r->bad;
+  }
   free(m->words);
   free(m->own);
   m->words = NULL;
   m->own = NULL;
+  ol->out_shape = NULL;
   return false;
 }
 
@@ -2814,7 +2858,8 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
      * types in its symbols (written whole by the op before anyone reads
      * them: pending until then), its scalars */
     OpBound *ob = st == TPK_OK ? calloc(1, sizeof *ob) : NULL;
-    OpLaunch *ol = st == TPK_OK ? malloc(sizeof *ol) : NULL;
+    OpLaunchRoom *room = st == TPK_OK ? malloc(sizeof *room) : NULL;
+    OpLaunch *ol = room ? launch_room(room) : NULL;
     if (st == TPK_OK && (!ob || !ol)) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
     if (st == TPK_OK) st = op_bind(op, lay, g->policy, false, ob, NULL);
     op->hint = NULL; /* the hint's words may go with the next key */
@@ -2836,7 +2881,7 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     }
     if (ob) op_unbind(ob);
     free(ob);
-    free(ol);
+    free(room);
     tpk_unit_release(prog_unit);
     tpk_unit_release(graph_unit);
     tpk_unit_release(layout_unit);
