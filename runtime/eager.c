@@ -2092,6 +2092,11 @@ TpkStatus tpk_stream_create(TpkDevice *dev, TpkStream **out) {
     free(s);
     return TPK_ERR_NOMEM;
   }
+  /* its windows' clusters share their grids among the workers: started
+   * now, while ops are submitted, a new process's first window finds them
+   * parked (started by that launch, it ran the MLP step's 2-part cluster
+   * alone, ~0.2 ms longer) */
+  tpk_context_start_pool(ctx);
   tpk_context_retain(ctx);
   TpkStreams *ss = tpk_context_streams(ctx);
   pthread_mutex_lock(&ss->lock);

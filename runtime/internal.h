@@ -224,6 +224,10 @@ enum {
 bool tpk_context_enter(TpkContext *ctx);
 void tpk_context_leave(TpkContext *ctx);
 
+/* Start the context's worker threads now, if it has more than one thread
+ * and they have not started: a stream's first launches then find them
+ * parked, not being born. */
+void tpk_context_start_pool(TpkContext *ctx);
 
 /* Scratch memory of launches (kernels' workspaces, a compiled graph's
  * intermediates), 64-byte aligned: blocks the context keeps between

@@ -213,7 +213,7 @@ struct TpkContext {
   TpkStreams *streams; /* eager streams (eager.c) */
   _Atomic int eager_mode; /* TpkEagerMode of new streams */
   pthread_mutex_t lock; /* the lists below, and pool */
-  TpkPool *pool;        /* started by the first launch that shares a grid */
+  TpkPool *pool;        /* started by the first stream or launch that shares a grid */
   pthread_mutex_t scratch_lock; /* the blocks below */
   struct {
     void *p;
@@ -1625,6 +1625,16 @@ static int launch_pool(TpkContext *ctx, int want, TpkRun *run) {
   int have = tpk_pool_threads(ctx->pool);
   pthread_mutex_unlock(&ctx->lock);
   return want < have ? want : have;
+}
+
+void tpk_context_start_pool(TpkContext *ctx) {
+  pthread_rwlock_rdlock(&ctx->running); /* the context's end stops the pool under the write lock */
+  if (!tpk_context_closed(ctx) && ctx->threads > 1) {
+    pthread_mutex_lock(&ctx->lock);
+    if (!ctx->pool && tpk_pool_create(ctx->threads, &ctx->pool) != TPK_OK) ctx->pool = NULL;
+    pthread_mutex_unlock(&ctx->lock);
+  }
+  pthread_rwlock_unlock(&ctx->running);
 }
 
 TpkStatus tpk_launch_check_counts(const TpkLaunch *L, const char *who) {
