@@ -480,6 +480,74 @@ void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap) {
   free(block);
 }
 
+int tpk_scratch_sizes(TpkContext *ctx, size_t *caps, int max) {
+  pthread_mutex_lock(&ctx->scratch_lock);
+  int n = ctx->nscratch < max ? ctx->nscratch : max;
+  for (int i = 0; i < n; i++) caps[i] = ctx->scratch[i].cap;
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  return n;
+}
+
+typedef struct Prefault {
+  TpkContext *ctx; /* held */
+  int n;
+  size_t caps[MAX_SCRATCH];
+} Prefault;
+
+/* Each block made, a byte written in each of its pages (the system zeroes
+ * them: a huge page's 2 MB at once), and given to the scratch, while the
+ * context runs. */
+static void *prefault_main(void *arg) {
+  Prefault *pf = arg;
+  if (tpk_context_enter(pf->ctx)) {
+    for (int i = 0; i < pf->n; i++) {
+      size_t cap;
+      unsigned char *p = scratch_alloc(pf->caps[i], &cap);
+      if (!p) break;
+      for (size_t at = 0; at < cap; at += 4096) p[at] = 0;
+      tpk_scratch_give(pf->ctx, p, cap);
+    }
+    tpk_context_leave(pf->ctx);
+  }
+  tpk_context_release(pf->ctx);
+  free(pf);
+  return NULL;
+}
+
+void tpk_scratch_prefault(TpkContext *ctx, const size_t *caps, int n) {
+  Prefault *pf = n > 0 ? calloc(1, sizeof *pf) : NULL;
+  if (!pf) return;
+  pf->ctx = ctx;
+  /* the sizes the blocks held already serve (each block once) are not made again */
+  bool used[MAX_SCRATCH] = {0};
+  pthread_mutex_lock(&ctx->scratch_lock);
+  for (int i = 0; i < n && pf->n < MAX_SCRATCH; i++) {
+    int have = -1;
+    for (int j = 0; j < ctx->nscratch && have < 0; j++)
+      if (!used[j] && ctx->scratch[j].cap >= caps[i]) have = j;
+    if (have >= 0) used[have] = true;
+    else pf->caps[pf->n++] = caps[i];
+  }
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  if (!pf->n) {
+    free(pf);
+    return;
+  }
+  tpk_context_retain(ctx);
+  pthread_attr_t attr;
+  pthread_t t;
+  bool started = pthread_attr_init(&attr) == 0;
+  if (started) {
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    started = pthread_create(&t, &attr, prefault_main, pf) == 0;
+    pthread_attr_destroy(&attr);
+  }
+  if (!started) { /* an accelerator: the launches fault their own */
+    tpk_context_release(ctx);
+    free(pf);
+  }
+}
+
 /* The end of the context for its user: queued work runs, then everything
  * it holds that a handle does not need goes — the memory of its buffers,
  * what it compiled, its threads. The handles stay valid to destroy. */
