@@ -2092,6 +2092,11 @@ TpkStatus tpk_stream_create(TpkDevice *dev, TpkStream **out) {
     free(s);
     return TPK_ERR_NOMEM;
   }
+  /* its windows' clusters share their grids among the workers: started
+   * now, while ops are submitted, a new process's first window finds them
+   * parked (started by that launch, it ran the MLP step's 2-part cluster
+   * alone, ~0.2 ms longer) */
+  tpk_context_start_pool(ctx);
   tpk_context_retain(ctx);
   TpkStreams *ss = tpk_context_streams(ctx);
   pthread_mutex_lock(&ss->lock);
@@ -2188,7 +2193,7 @@ typedef struct OpLaunch {
   TpkKernel *kernel;
   int kernels; /* its program's kernels, for the stats */
   int nsyms;
-  TpkNamedInt syms[MAX_SYMS]; /* names: the kernel's */
+  TpkNamedInt *syms; /* nsyms; names: the kernel's */
   int nscalars;
   int scalar_arg[MAX_ARGS]; /* the argument each lifted scalar is (in the order bind_args lifts them) */
   TpkDType scalar_dtype[MAX_ARGS];
@@ -2196,8 +2201,39 @@ typedef struct OpLaunch {
   bool defined[MAX_OUTS]; /* an output ATen leaves undefined is not made */
   TpkDType out_dtype[MAX_OUTS];
   int out_rank[MAX_OUTS];
-  int64_t out_shape[MAX_OUTS][TPK_MAX_RANK];
+  int64_t (*out_shape)[TPK_MAX_RANK]; /* nouts */
 } OpLaunch;
+
+/* An OpLaunch with room for any op's sizes and shapes, as op_launch_of
+ * fills it; the memo keeps only what is used (launch_keep): tables for
+ * every size and output (~2 KB) made a new process's first step fault a
+ * page every two ops it took from the cache folder. */
+typedef struct OpLaunchRoom {
+  OpLaunch ol;
+  TpkNamedInt syms[MAX_SYMS];
+  int64_t out_shape[MAX_OUTS][TPK_MAX_RANK];
+} OpLaunchRoom;
+
+static OpLaunch *launch_room(OpLaunchRoom *room) {
+  room->ol.syms = room->syms;
+  room->ol.out_shape = room->out_shape;
+  return &room->ol;
+}
+
+/* ol's sizes and shapes copied out of line, as many as it has, in one
+ * block (at out_shape, freed with it); false (both NULL) when memory is
+ * short. */
+static bool launch_keep(OpLaunch *ol) {
+  size_t shapes = sizeof *ol->out_shape * (size_t)ol->nouts, syms = sizeof *ol->syms * (size_t)ol->nsyms;
+  char *block = malloc(shapes + syms + 1);
+  if (block) {
+    memcpy(block, ol->out_shape, shapes);
+    if (syms) memcpy(block + shapes, ol->syms, syms);
+  }
+  ol->out_shape = (int64_t(*)[TPK_MAX_RANK])block;
+  ol->syms = block ? (TpkNamedInt *)(block + shapes) : NULL;
+  return block != NULL;
+}
 
 /* An op's outputs as OpLaunch describes them: new buffers, pending until
  * the op has run; debug mode zeroes them, so that its NaN check never sees
@@ -2408,6 +2444,7 @@ static void memo_free(Memo *m) {
   tpk_unit_release(m->program);
   free(m->words);
   free(m->own);
+  free(m->launch.out_shape); /* and its syms: one block (launch_keep) */
   free(m);
 }
 
@@ -2464,9 +2501,13 @@ static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, cons
     m->float_lifted[i] = op->args[i].kind == TPK_ARG_FLOAT && ob->args[i].kind == TPK_ARG_VALUE;
     memcpy(&m->float_bits[i], &op->args[i].f, sizeof m->float_bits[i]);
   }
+  m->launch = *ol;
+  if (!launch_keep(&m->launch)) {
+    memo_free(m);
+    return NULL;
+  }
   if (program) tpk_unit_retain(program);
   m->program = program;
-  m->launch = *ol;
   m->lay = *lay;
   if (!program) {
     Syms own = {0};
@@ -2495,13 +2536,23 @@ static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, cons
  * the entries under that op's signature, once per signature, and takes
  * its ops from them as from the memo (words and floats compared alike).
  * The entries are words (FolderMemo), after a tag: */
-static const char folder_memo_tag[8] = {'M', 't', 'p', 'k', 'o', 'p', 's', '1'};
+static const char folder_memo_tag[8] = {'M', 't', 'p', 'k', 'o', 'p', 's', '2'};
+/* After the entries: how many scratch blocks the context held after the
+ * window ran, and their sizes. A stream that loads the entries has a
+ * thread make and fault in blocks of those sizes (tpk_scratch_prefault)
+ * while it submits the window's ops and restores its program: a new
+ * process's first MLP window spent ~0.3 ms of its launch having the system
+ * zero the 2 MB pages of its workspace and intermediates. */
+enum { FOLDER_SCRATCH = 8 };
+#define FOLDER_SCRATCH_BYTES ((uint64_t)1 << 34)
 
 /* Entries loaded from one folder unit, indexed by their hashes. */
 struct FolderMemo {
   uint64_t *words; /* the count, then the entries */
   size_t nwords;
   int n;
+  int nscratch;
+  size_t scratch[FOLDER_SCRATCH];
   size_t *at;      /* each entry's first word, sorted by hash */
   FolderMemo *next;
 };
@@ -2587,6 +2638,7 @@ static bool folder_read_memo(Words *r, Memo *m) {
   uint64_t lifted = word(r);
   for (int i = 0; i < m->nargs; i++) m->float_lifted[i] = lifted >> i & 1, m->float_bits[i] = word(r);
   OpLaunch *ol = &m->launch;
+  int64_t shapes[MAX_OUTS][TPK_MAX_RANK];
   ol->nscalars = count(r, MAX_ARGS);
   for (int i = 0; i < ol->nscalars; i++) {
     ol->scalar_arg[i] = count(r, m->nargs - 1);
@@ -2598,8 +2650,8 @@ static bool folder_read_memo(Words *r, Memo *m) {
     ol->out_dtype[i] = (TpkDType)count(r, TPK_DTYPE_COUNT - 1);
     ol->out_rank[i] = count(r, TPK_MAX_RANK);
     for (int d = 0; d < ol->out_rank[i]; d++) {
-      ol->out_shape[i][d] = (int64_t)word(r);
-      r->bad |= ol->out_shape[i][d] < 0;
+      shapes[i][d] = (int64_t)word(r);
+      r->bad |= shapes[i][d] < 0;
     }
   }
   uint64_t lift = word(r), value = word(r);
@@ -2612,11 +2664,18 @@ static bool folder_read_memo(Words *r, Memo *m) {
   bool factor = count(r, 1);
   if (m != &scratch && !r->bad) r->bad = !memo_own(m, v, nv, consts, nconst);
   m->own_factor = factor;
-  if (!r->bad) return true;
+  ol->out_shape = shapes;
+  ol->nsyms = 0; /* fused: no launch of its own */
+  if (m != &scratch && !r->bad) r->bad = !launch_keep(ol);
+  if (m == &scratch || !r->bad) {
+    if (m == &scratch) ol->out_shape = NULL;
+    return !r->bad;
+  }
   free(m->words);
   free(m->own);
   m->words = NULL;
   m->own = NULL;
+  ol->out_shape = NULL;
   return false;
 }
 
@@ -2645,6 +2704,12 @@ static FolderMemo *folder_memo_parse(const char *bytes, size_t len) {
   for (int i = 0; fm->at && i < fm->n && !r.bad; i++) {
     fm->at[i] = (size_t)(r.p - fm->words);
     r.bad = !folder_read_memo(&r, NULL);
+  }
+  fm->nscratch = count(&r, FOLDER_SCRATCH);
+  for (int i = 0; i < fm->nscratch; i++) {
+    uint64_t size = word(&r);
+    r.bad |= size == 0 || size > FOLDER_SCRATCH_BYTES;
+    fm->scratch[i] = (size_t)size;
   }
   if (!fm->at || r.bad || r.p != r.end) {
     folder_memo_free(fm);
@@ -2708,6 +2773,7 @@ static const Memo *memo_from_folder(TpkStream *s, const Op *op, const Sig *g, ui
     fm->next = s->folder_memo;
     s->folder_memo = fm;
     free(key);
+    tpk_scratch_prefault(s->ctx, fm->scratch, fm->nscratch);
     return folder_find(s, op, g, h);
   }
   free(s->w.memo_key); /* none there (or not entries): this window keeps its own */
@@ -2732,6 +2798,10 @@ static void window_store_memos(TpkStream *s) {
   tpk_str_putn(&bytes, folder_memo_tag, sizeof folder_memo_tag);
   folder_put(&bytes, (uint64_t)w->nmemos);
   tpk_str_putn(&bytes, w->memos.data, w->memos.len);
+  size_t scratch[FOLDER_SCRATCH];
+  int nscratch = tpk_scratch_sizes(s->ctx, scratch, FOLDER_SCRATCH);
+  folder_put(&bytes, (uint64_t)nscratch);
+  for (int i = 0; i < nscratch; i++) folder_put(&bytes, (uint64_t)scratch[i]);
   if (!bytes.failed) tpk_jit_unit_store(jit, w->memo_key, w->memo_key_words, bytes.data, bytes.len);
   tpk_str_free(&bytes);
 }
@@ -2814,7 +2884,8 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
      * types in its symbols (written whole by the op before anyone reads
      * them: pending until then), its scalars */
     OpBound *ob = st == TPK_OK ? calloc(1, sizeof *ob) : NULL;
-    OpLaunch *ol = st == TPK_OK ? malloc(sizeof *ol) : NULL;
+    OpLaunchRoom *room = st == TPK_OK ? malloc(sizeof *room) : NULL;
+    OpLaunch *ol = room ? launch_room(room) : NULL;
     if (st == TPK_OK && (!ob || !ol)) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
     if (st == TPK_OK) st = op_bind(op, lay, g->policy, false, ob, NULL);
     op->hint = NULL; /* the hint's words may go with the next key */
@@ -2836,7 +2907,7 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     }
     if (ob) op_unbind(ob);
     free(ob);
-    free(ol);
+    free(room);
     tpk_unit_release(prog_unit);
     tpk_unit_release(graph_unit);
     tpk_unit_release(layout_unit);

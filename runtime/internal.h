@@ -210,13 +210,24 @@ bool tpk_kernel_is_graph(const TpkKernel *k);
 TpkStatus tpk_graph_kernel_refused(const TpkKernel *k, const char *who);
 
 /* The first word of a unit's key says what it is. */
-enum { TPK_UNIT_KEY_GENERIC = 1, TPK_UNIT_KEY_SPEC, TPK_UNIT_KEY_GRAPH, TPK_UNIT_KEY_WINDOW, TPK_UNIT_KEY_FACTS };
+enum {
+  TPK_UNIT_KEY_GENERIC = 1,
+  TPK_UNIT_KEY_SPEC,
+  TPK_UNIT_KEY_GRAPH,
+  TPK_UNIT_KEY_WINDOW,
+  TPK_UNIT_KEY_FACTS,
+  TPK_UNIT_KEY_GRAPH_FACTS
+};
 
 /* Compiling outside a launch (a graph): holds off the context's end; false
  * (nothing held) when the context was destroyed. */
 bool tpk_context_enter(TpkContext *ctx);
 void tpk_context_leave(TpkContext *ctx);
 
+/* Start the context's worker threads now, if it has more than one thread
+ * and they have not started: a stream's first launches then find them
+ * parked, not being born. */
+void tpk_context_start_pool(TpkContext *ctx);
 
 /* Scratch memory of launches (kernels' workspaces, a compiled graph's
  * intermediates), 64-byte aligned: blocks the context keeps between
@@ -225,6 +236,14 @@ void tpk_context_leave(TpkContext *ctx);
  * memory); give returns it. Only while the context runs launches. */
 void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap);
 void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap);
+/* The sizes of the blocks the context holds now (at most max). */
+int tpk_scratch_sizes(TpkContext *ctx, size_t *caps, int max);
+/* Blocks of these sizes made on a thread of its own, their pages faulted
+ * in (zeroed by the system), then given to the context's scratch: a new
+ * process's first launches find memory the system has already given them
+ * while the caller did other work. An accelerator: a launch that comes
+ * first makes its own. */
+void tpk_scratch_prefault(TpkContext *ctx, const size_t *caps, int n);
 
 /* The context's log (tpk_context_set_log): text for people, given to the
  * caller's function if there is one. TPK_DUMP_IR=1 when the context was

@@ -28,7 +28,8 @@
  * its code knows its workspace (<entry>_workspace); a specialisation is
  * still bound and lowered (its threads and a simulator's preparation need
  * the lowered kernel) but not emitted, and on the host only once: what it
- * learnt (SpecFacts) is kept by its code key too. The code goes with the last unit that
+ * learnt (SpecFacts) is kept by its code key too, and a compiled graph's launch keeps
+ * its calls' facts at its sizes as one entry (GraphFacts). The code goes with the last unit that
  * holds it, so evicting a unit frees its code once no launch uses it.
  *
  * Errors: every call returns a status; the message is kept per thread
@@ -212,7 +213,7 @@ struct TpkContext {
   TpkStreams *streams; /* eager streams (eager.c) */
   _Atomic int eager_mode; /* TpkEagerMode of new streams */
   pthread_mutex_t lock; /* the lists below, and pool */
-  TpkPool *pool;        /* started by the first launch that shares a grid */
+  TpkPool *pool;        /* started by the first stream or launch that shares a grid */
   pthread_mutex_t scratch_lock; /* the blocks below */
   struct {
     void *p;
@@ -477,6 +478,74 @@ void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap) {
   }
   pthread_mutex_unlock(&ctx->scratch_lock);
   free(block);
+}
+
+int tpk_scratch_sizes(TpkContext *ctx, size_t *caps, int max) {
+  pthread_mutex_lock(&ctx->scratch_lock);
+  int n = ctx->nscratch < max ? ctx->nscratch : max;
+  for (int i = 0; i < n; i++) caps[i] = ctx->scratch[i].cap;
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  return n;
+}
+
+typedef struct Prefault {
+  TpkContext *ctx; /* held */
+  int n;
+  size_t caps[MAX_SCRATCH];
+} Prefault;
+
+/* Each block made, a byte written in each of its pages (the system zeroes
+ * them: a huge page's 2 MB at once), and given to the scratch, while the
+ * context runs. */
+static void *prefault_main(void *arg) {
+  Prefault *pf = arg;
+  if (tpk_context_enter(pf->ctx)) {
+    for (int i = 0; i < pf->n; i++) {
+      size_t cap;
+      unsigned char *p = scratch_alloc(pf->caps[i], &cap);
+      if (!p) break;
+      for (size_t at = 0; at < cap; at += 4096) p[at] = 0;
+      tpk_scratch_give(pf->ctx, p, cap);
+    }
+    tpk_context_leave(pf->ctx);
+  }
+  tpk_context_release(pf->ctx);
+  free(pf);
+  return NULL;
+}
+
+void tpk_scratch_prefault(TpkContext *ctx, const size_t *caps, int n) {
+  Prefault *pf = n > 0 ? calloc(1, sizeof *pf) : NULL;
+  if (!pf) return;
+  pf->ctx = ctx;
+  /* the sizes the blocks held already serve (each block once) are not made again */
+  bool used[MAX_SCRATCH] = {0};
+  pthread_mutex_lock(&ctx->scratch_lock);
+  for (int i = 0; i < n && pf->n < MAX_SCRATCH; i++) {
+    int have = -1;
+    for (int j = 0; j < ctx->nscratch && have < 0; j++)
+      if (!used[j] && ctx->scratch[j].cap >= caps[i]) have = j;
+    if (have >= 0) used[have] = true;
+    else pf->caps[pf->n++] = caps[i];
+  }
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  if (!pf->n) {
+    free(pf);
+    return;
+  }
+  tpk_context_retain(ctx);
+  pthread_attr_t attr;
+  pthread_t t;
+  bool started = pthread_attr_init(&attr) == 0;
+  if (started) {
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    started = pthread_create(&t, &attr, prefault_main, pf) == 0;
+    pthread_attr_destroy(&attr);
+  }
+  if (!started) { /* an accelerator: the launches fault their own */
+    tpk_context_release(ctx);
+    free(pf);
+  }
 }
 
 /* The end of the context for its user: queued work runs, then everything
@@ -1083,7 +1152,12 @@ static void entry_name(char *out, size_t size, const char *prefix, const char *n
 }
 
 /* A unit's key: kind, the kernel's identity, then n more words. */
-enum { UNIT_GENERIC = TPK_UNIT_KEY_GENERIC, UNIT_SPEC = TPK_UNIT_KEY_SPEC, UNIT_FACTS = TPK_UNIT_KEY_FACTS };
+enum {
+  UNIT_GENERIC = TPK_UNIT_KEY_GENERIC,
+  UNIT_SPEC = TPK_UNIT_KEY_SPEC,
+  UNIT_FACTS = TPK_UNIT_KEY_FACTS,
+  UNIT_GRAPH_FACTS = TPK_UNIT_KEY_GRAPH_FACTS
+};
 
 /* The words k's code is kept under on disk (host/jit.h, keyed code): what
  * decides its C besides the compiler and tpk's build, which the JIT adds —
@@ -1242,6 +1316,165 @@ static TpkStatus find_facts(TpkKernel *k, const Bound *b, const int64_t *tunes, 
   return tpk_units_get_kept(k->prog->ctx->units, -1, &facts_codec, key, nkey, out, claimed);
 }
 
+/* The facts of every call of a compiled graph's launch at some sizes, as
+ * one entry of the cache folder: a warm process's first launch of a graph
+ * at sizes seen before reads one entry, not one per kernel (the MLP step's
+ * window: 11 reads, ~0.2 ms). Each fact is its unit's key (code_key,
+ * UNIT_FACTS) and instances; loading the entry publishes them in memory,
+ * where the calls' find_facts finds them. Kept only when every call has
+ * code for every shape on a device that keeps nothing of the IR (else
+ * there are no facts to keep), and learnt on a launch that ran. Bytes: the
+ * tag, the count of facts, then each fact's key length, key and instances,
+ * 64-bit words. */
+static const char graph_facts_tag[8] = {'G', 'f', 'a', 'c', 't', 's', '1', 0};
+
+typedef struct GraphFacts {
+  uint64_t *words; /* each fact: key length, key, instances */
+  size_t nwords, cap;
+  int n;
+  bool whole; /* every call's facts are here: kept on disk */
+} GraphFacts;
+
+static void graph_facts_free(void *p) {
+  GraphFacts *gf = p;
+  if (gf) free(gf->words);
+  free(gf);
+}
+
+static bool graph_facts_put(GraphFacts *gf, const uint64_t *key, int nkey, int64_t instances) {
+  size_t need = gf->nwords + (size_t)nkey + 2;
+  if (need > gf->cap) {
+    size_t cap = gf->cap ? 2 * gf->cap : 256;
+    while (cap < need) cap *= 2;
+    uint64_t *more = realloc(gf->words, sizeof *more * cap);
+    if (!more) return false;
+    gf->words = more;
+    gf->cap = cap;
+  }
+  gf->words[gf->nwords++] = (uint64_t)nkey;
+  memcpy(gf->words + gf->nwords, key, sizeof *key * (size_t)nkey);
+  gf->nwords += (size_t)nkey;
+  gf->words[gf->nwords++] = (uint64_t)instances;
+  gf->n++;
+  return true;
+}
+
+static bool graph_facts_save(const void *payload, TpkStr *out) {
+  const GraphFacts *gf = payload;
+  if (!gf->whole || !gf->n) return false;
+  uint64_t n = (uint64_t)gf->n;
+  tpk_str_putn(out, graph_facts_tag, sizeof graph_facts_tag);
+  tpk_str_putn(out, (const char *)&n, sizeof n);
+  tpk_str_putn(out, (const char *)gf->words, sizeof *gf->words * gf->nwords);
+  return !out->failed;
+}
+
+/* Publish a fact in memory, unless the cache has its key already. */
+static void publish_fact(TpkUnits *units, const uint64_t *key, int nkey, int64_t instances) {
+  TpkUnit *unit;
+  bool claimed;
+  if (tpk_units_get(units, -1, key, nkey, &unit, &claimed) != TPK_OK) return;
+  SpecFacts *f = claimed ? malloc(sizeof *f) : NULL;
+  if (f) {
+    f->instances = instances;
+    tpk_unit_ready(units, unit, f, free);
+  } else if (claimed) {
+    tpk_unit_abandon(units, unit);
+    return;
+  }
+  tpk_unit_release(unit);
+}
+
+/* The entry's facts, checked word by word (an entry that is not facts of
+ * this build's keys makes nothing: the launch learns them again), then
+ * published in memory. */
+static void *graph_facts_load(TpkContext *ctx, const char *bytes, size_t len) {
+  size_t nwords = len >= sizeof graph_facts_tag + 8 ? (len - sizeof graph_facts_tag) / 8 : 0;
+  if (!nwords || (len - sizeof graph_facts_tag) % 8 || memcmp(bytes, graph_facts_tag, sizeof graph_facts_tag) != 0)
+    return NULL;
+  GraphFacts *gf = calloc(1, sizeof *gf);
+  uint64_t *w = malloc(sizeof *w * nwords);
+  if (!gf || !w) {
+    free(gf);
+    free(w);
+    return NULL;
+  }
+  memcpy(w, bytes + sizeof graph_facts_tag, sizeof *w * nwords);
+  uint64_t n = w[0];
+  size_t at = 1;
+  bool ok = n > 0 && n <= (uint64_t)nwords;
+  for (uint64_t i = 0; ok && i < n; i++) {
+    uint64_t nkey = at < nwords ? w[at] : 0;
+    ok = nkey >= 1 && nkey <= MAX_CODE_KEY && nwords - at >= nkey + 2 && w[at + 1] == UNIT_FACTS &&
+         (int64_t)w[at + 1 + nkey] >= -1;
+    at += ok ? nkey + 2 : 0;
+  }
+  if (!ok || at != nwords) {
+    free(w);
+    free(gf);
+    return NULL;
+  }
+  gf->words = w;
+  gf->nwords = gf->cap = nwords;
+  gf->n = (int)n;
+  gf->whole = true;
+  for (size_t i = 1; i < nwords; i += w[i] + 2) publish_fact(ctx->units, w + i + 1, (int)w[i], (int64_t)w[i + 1 + w[i]]);
+  return gf;
+}
+
+static const TpkUnitCodec graph_facts_codec = {-1, graph_facts_save, graph_facts_load, graph_facts_free};
+
+/* The launch of a compiled graph that learns its facts (its unit was
+ * claimed) collects its calls' here, on the launching thread, which runs
+ * the calls. */
+static _Thread_local GraphFacts *collecting_facts;
+
+/* A call's specialisation, into the facts collected. */
+static void collect_facts(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev, const Spec *spec) {
+  GraphFacts *gf = collecting_facts;
+  if (!gf->whole) return;
+  if (dev->ops->prepare || !spec->generic_unit) { /* no facts: the entry would not be the launch's whole story */
+    gf->whole = false;
+    return;
+  }
+  TpkTarget target = dev->ops->target(dev);
+  uint64_t key[MAX_CODE_KEY];
+  int nkey = code_key(k, UNIT_FACTS, tunes, b->sizes, &target, key);
+  if (!graph_facts_put(gf, key, nkey, spec->instances)) gf->whole = false;
+}
+
+/* Launch graph kernel k (bound as b) on dev: its calls' facts at these
+ * sizes from one entry, or learnt and kept as one. */
+static TpkStatus run_graph(TpkKernel *k, TpkDevice *dev, const Bound *b, const TpkLaunch *L) {
+  TpkProgram *prog = k->prog;
+  if (dev->ops->prepare) return tpk_driver_run(prog->driver, dev, b->sizes, L->args, L->result);
+  TpkTarget target = dev->ops->target(dev);
+  /* its structure, not its text: what its calls learn follows from it */
+  uint64_t key[8 + MAX_SYMS] = {UNIT_GRAPH_FACTS, k->key[0], k->key[1], k->key[2], k->key[3],
+                                tpk_hash_bytes(target.name, strlen(target.name)), (uint64_t)target.vmem_bytes,
+                                (uint64_t)k->nsymbols};
+  int n = 8;
+  for (int i = 0; i < k->nsymbols && i < MAX_SYMS; i++) key[n++] = (uint64_t)b->sizes[i];
+  TpkUnit *unit = NULL;
+  bool claimed = false;
+  TpkStatus st = tpk_units_get_kept(prog->ctx->units, -1, &graph_facts_codec, key, n, &unit, &claimed);
+  if (st != TPK_OK) return st;
+  GraphFacts *gf = claimed ? calloc(1, sizeof *gf) : NULL;
+  if (gf) gf->whole = true;
+  GraphFacts *was = collecting_facts;
+  collecting_facts = gf;
+  st = tpk_driver_run(prog->driver, dev, b->sizes, L->args, L->result);
+  collecting_facts = was;
+  if (claimed && st == TPK_OK && gf) tpk_unit_ready(prog->ctx->units, unit, gf, graph_facts_free);
+  else if (claimed) {
+    graph_facts_free(gf);
+    tpk_unit_abandon(prog->ctx->units, unit);
+    return st;
+  }
+  tpk_unit_release(unit);
+  return st;
+}
+
 static TpkStatus specialise_bound(TpkKernel *k, const Bound *b, const int64_t *tunes, const TpkDevice *dev,
                                   const TpkTarget *t, Spec *spec);
 
@@ -1258,7 +1491,8 @@ static TpkStatus specialise(TpkKernel *k, const Bound *b, const int64_t *tunes, 
     if (facts && !claimed) {
       spec->generic = tpk_unit_payload(spec->generic_unit);
       spec->workspace_bytes = spec->generic->workspace(spec->syms);
-      share_grid(spec, ((const SpecFacts *)tpk_unit_payload(facts))->instances, prog->ctx->threads);
+      spec->instances = ((const SpecFacts *)tpk_unit_payload(facts))->instances;
+      share_grid(spec, spec->instances, prog->ctx->threads);
       tpk_unit_release(facts);
       return TPK_OK;
     }
@@ -1345,6 +1579,7 @@ static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, c
   TpkUnits *units = k->prog->ctx->units;
   bool claimed;
   TpkStatus st = tpk_units_get(units, TPK_UNIT_KERNEL, key, n, out, &claimed);
+  if (st == TPK_OK && !claimed && collecting_facts) collect_facts(k, b, tunes, dev, tpk_unit_payload(*out));
   if (st != TPK_OK || !claimed) return st;
   Spec *s = calloc(1, sizeof *s);
   if (!s || !(s->tunes_text = tunes_text(k, tunes))) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
@@ -1360,6 +1595,7 @@ static TpkStatus find_spec(TpkKernel *k, const Bound *b, const int64_t *tunes, c
     return st;
   }
   tpk_unit_ready(units, *out, s, spec_free);
+  if (collecting_facts) collect_facts(k, b, tunes, dev, s);
   return TPK_OK;
 }
 
@@ -1457,6 +1693,16 @@ static int launch_pool(TpkContext *ctx, int want, TpkRun *run) {
   int have = tpk_pool_threads(ctx->pool);
   pthread_mutex_unlock(&ctx->lock);
   return want < have ? want : have;
+}
+
+void tpk_context_start_pool(TpkContext *ctx) {
+  pthread_rwlock_rdlock(&ctx->running); /* the context's end stops the pool under the write lock */
+  if (!tpk_context_closed(ctx) && ctx->threads > 1) {
+    pthread_mutex_lock(&ctx->lock);
+    if (!ctx->pool && tpk_pool_create(ctx->threads, &ctx->pool) != TPK_OK) ctx->pool = NULL;
+    pthread_mutex_unlock(&ctx->lock);
+  }
+  pthread_rwlock_unlock(&ctx->running);
 }
 
 TpkStatus tpk_launch_check_counts(const TpkLaunch *L, const char *who) {
@@ -1650,7 +1896,7 @@ static TpkStatus launch(TpkKernel *k, const TpkLaunch *L) {
     if (f->params[i].value->type->kind != TPK_TYPE_TENSOR && L->args[i] && (st = tpk_buffer_materialise(L->args[i])) != TPK_OK)
       return st;
   if (k->prog->driver && k == &k->prog->kernels[0]) /* a compiled graph: every parameter is a buffer */
-    return tpk_driver_run(k->prog->driver, dev, b.sizes, L->args, L->result);
+    return run_graph(k, dev, &b, L);
   /* scalar arguments */
   uint64_t scalars[256];
   for (int i = 0; i < f->nparams; i++) {

@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <pthread.h>
@@ -630,7 +632,8 @@ static int units_starting(const char *dir, const char *firsts, char names[][512]
 
 /* The ".unit" entries that hold a window ('P': its fused IR, 'R': its
  * resolution) or a graph ('t': "tpk graph"); the others hold the facts of
- * a kernel's sizes (a number) or a window's ops' memo entries ('M'). */
+ * a kernel's sizes (a number), of a graph's launch at its sizes ('G') or
+ * a window's ops' memo entries ('M'). */
 static int programs_kept(const char *dir, char names[][512], int max) { return units_starting(dir, "PRt", names, max); }
 static int memos_kept(const char *dir, char names[][512], int max) { return units_starting(dir, "M", names, max); }
 
@@ -746,6 +749,65 @@ static void test_entries_of_another_key_are_refused(void **state) {
   test_remove_tree(keys);
   free(dir);
   free(keys);
+}
+
+/* A compiled graph's launch keeps its calls' facts at its sizes as one
+ * entry ('G') beside each kernel's: a warm process reads that one entry,
+ * not one per kernel, and lowers nothing. A damaged or cut entry is
+ * refused (the kernels' own entries serve) and replaced. */
+static void test_warm_launch_reads_its_facts_at_once(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-units");
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = -1, .emitted = -1, .loads = 0, .rejected = 0, .builds = 2}));
+  char graphs[16][512], kernels[64][512];
+  assert_int_equal(units_starting(dir, "G", graphs, 16), 2); /* the window's launch, the graph's */
+  int nkernels = units_starting(dir, "-0123456789", kernels, 64);
+  assert_true(nkernels >= 2);
+  int fd = open(graphs[0], O_WRONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, "\x01", 1, 20), 1); /* the first fact's key length */
+  close(fd);
+  struct stat st;
+  assert_int_equal(stat(graphs[1], &st), 0);
+  assert_int_equal(truncate(graphs[1], st.st_size / 2), 0);
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = 0, .emitted = 0, .loads = 2, .rejected = 2, .builds = 0}));
+  for (int i = 0; i < nkernels; i++) assert_int_equal(unlink(kernels[i]), 0);
+  /* the facts now only in the graphs' entries, made again */
+  expect_child(spawn_window(dir, NULL, (Expect){.compiles = 0, .emitted = 0, .loads = 2, .rejected = 0, .builds = 0}));
+  test_remove_tree(dir);
+  free(dir);
+}
+
+/* Scratch blocks made and faulted in on a thread of their own are given
+ * to the context (a warm stream asks for its first window's sizes when it
+ * loads the window's memo entries); sizes the blocks held serve are not
+ * made again; a context destroyed while the thread runs ends cleanly. */
+static void sleep_ms(long ms) {
+  struct timespec t = {ms / 1000, ms % 1000 * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+static void test_scratch_prefault(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  size_t want[2] = {(size_t)2 << 20, 4096}, caps[8];
+  tpk_scratch_prefault(ctx, want, 2);
+  int n = 0;
+  for (int tries = 0; tries < 10000 && (n = tpk_scratch_sizes(ctx, caps, 8)) < 2; tries++) sleep_ms(1);
+  assert_int_equal(n, 2);
+  assert_true((caps[0] == want[0] && caps[1] == want[1]) || (caps[0] == want[1] && caps[1] == want[0]));
+  tpk_scratch_prefault(ctx, (size_t[]){(size_t)1 << 20, 1024}, 2); /* held already */
+  sleep_ms(20);
+  assert_int_equal(tpk_scratch_sizes(ctx, caps, 8), 2);
+  size_t cap;
+  void *block = tpk_scratch_take(ctx, (size_t)1 << 20, &cap);
+  assert_non_null(block);
+  assert_int_equal(cap, want[0]);
+  ((char *)block)[cap - 1] = 1;
+  tpk_scratch_give(ctx, block, cap);
+  tpk_scratch_prefault(ctx, (size_t[]){(size_t)8 << 20}, 1);
+  tpk_context_destroy(ctx);
 }
 
 /* Two processes build the window and the graph into one folder at once:
@@ -949,6 +1011,8 @@ int main(void) {
       cmocka_unit_test(test_warm_process_builds_nothing),
       cmocka_unit_test(test_damaged_unit_is_rebuilt),
       cmocka_unit_test(test_entries_of_another_key_are_refused),
+      cmocka_unit_test(test_warm_launch_reads_its_facts_at_once),
+      cmocka_unit_test(test_scratch_prefault),
       cmocka_unit_test(test_two_processes_build_windows_at_once),
       cmocka_unit_test(test_warm_stream_builds_no_op_alone),
       cmocka_unit_test(test_dumps_compile_what_the_folder_has),
