@@ -2536,23 +2536,13 @@ static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, cons
  * the entries under that op's signature, once per signature, and takes
  * its ops from them as from the memo (words and floats compared alike).
  * The entries are words (FolderMemo), after a tag: */
-static const char folder_memo_tag[8] = {'M', 't', 'p', 'k', 'o', 'p', 's', '2'};
-/* After the entries: how many scratch blocks the context held after the
- * window ran, and their sizes. A stream that loads the entries has a
- * thread make and fault in blocks of those sizes (tpk_scratch_prefault)
- * while it submits the window's ops and restores its program: a new
- * process's first MLP window spent ~0.3 ms of its launch having the system
- * zero the 2 MB pages of its workspace and intermediates. */
-enum { FOLDER_SCRATCH = 8 };
-#define FOLDER_SCRATCH_BYTES ((uint64_t)1 << 34)
+static const char folder_memo_tag[8] = {'M', 't', 'p', 'k', 'o', 'p', 's', '1'};
 
 /* Entries loaded from one folder unit, indexed by their hashes. */
 struct FolderMemo {
   uint64_t *words; /* the count, then the entries */
   size_t nwords;
   int n;
-  int nscratch;
-  size_t scratch[FOLDER_SCRATCH];
   size_t *at;      /* each entry's first word, sorted by hash */
   FolderMemo *next;
 };
@@ -2705,12 +2695,6 @@ static FolderMemo *folder_memo_parse(const char *bytes, size_t len) {
     fm->at[i] = (size_t)(r.p - fm->words);
     r.bad = !folder_read_memo(&r, NULL);
   }
-  fm->nscratch = count(&r, FOLDER_SCRATCH);
-  for (int i = 0; i < fm->nscratch; i++) {
-    uint64_t size = word(&r);
-    r.bad |= size == 0 || size > FOLDER_SCRATCH_BYTES;
-    fm->scratch[i] = (size_t)size;
-  }
   if (!fm->at || r.bad || r.p != r.end) {
     folder_memo_free(fm);
     return NULL;
@@ -2773,7 +2757,6 @@ static const Memo *memo_from_folder(TpkStream *s, const Op *op, const Sig *g, ui
     fm->next = s->folder_memo;
     s->folder_memo = fm;
     free(key);
-    tpk_scratch_prefault(s->ctx, fm->scratch, fm->nscratch);
     return folder_find(s, op, g, h);
   }
   free(s->w.memo_key); /* none there (or not entries): this window keeps its own */
@@ -2798,10 +2781,6 @@ static void window_store_memos(TpkStream *s) {
   tpk_str_putn(&bytes, folder_memo_tag, sizeof folder_memo_tag);
   folder_put(&bytes, (uint64_t)w->nmemos);
   tpk_str_putn(&bytes, w->memos.data, w->memos.len);
-  size_t scratch[FOLDER_SCRATCH];
-  int nscratch = tpk_scratch_sizes(s->ctx, scratch, FOLDER_SCRATCH);
-  folder_put(&bytes, (uint64_t)nscratch);
-  for (int i = 0; i < nscratch; i++) folder_put(&bytes, (uint64_t)scratch[i]);
   if (!bytes.failed) tpk_jit_unit_store(jit, w->memo_key, w->memo_key_words, bytes.data, bytes.len);
   tpk_str_free(&bytes);
 }

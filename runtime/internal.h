@@ -236,14 +236,6 @@ void tpk_context_start_pool(TpkContext *ctx);
  * memory); give returns it. Only while the context runs launches. */
 void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap);
 void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap);
-/* The sizes of the blocks the context holds now (at most max). */
-int tpk_scratch_sizes(TpkContext *ctx, size_t *caps, int max);
-/* Blocks of these sizes made on a thread of its own, their pages faulted
- * in (zeroed by the system), then given to the context's scratch: a new
- * process's first launches find memory the system has already given them
- * while the caller did other work. An accelerator: a launch that comes
- * first makes its own. */
-void tpk_scratch_prefault(TpkContext *ctx, const size_t *caps, int n);
 
 /* The context's log (tpk_context_set_log): text for people, given to the
  * caller's function if there is one. TPK_DUMP_IR=1 when the context was

@@ -19,7 +19,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <pthread.h>
@@ -778,38 +777,6 @@ static void test_warm_launch_reads_its_facts_at_once(void **state) {
   free(dir);
 }
 
-/* Scratch blocks made and faulted in on a thread of their own are given
- * to the context (a warm stream asks for its first window's sizes when it
- * loads the window's memo entries); sizes the blocks held serve are not
- * made again; a context destroyed while the thread runs ends cleanly. */
-static void sleep_ms(long ms) {
-  struct timespec t = {ms / 1000, ms % 1000 * 1000000L};
-  nanosleep(&t, NULL);
-}
-
-static void test_scratch_prefault(void **state) {
-  (void)state;
-  TpkContext *ctx;
-  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-  size_t want[2] = {(size_t)2 << 20, 4096}, caps[8];
-  tpk_scratch_prefault(ctx, want, 2);
-  int n = 0;
-  for (int tries = 0; tries < 10000 && (n = tpk_scratch_sizes(ctx, caps, 8)) < 2; tries++) sleep_ms(1);
-  assert_int_equal(n, 2);
-  assert_true((caps[0] == want[0] && caps[1] == want[1]) || (caps[0] == want[1] && caps[1] == want[0]));
-  tpk_scratch_prefault(ctx, (size_t[]){(size_t)1 << 20, 1024}, 2); /* held already */
-  sleep_ms(20);
-  assert_int_equal(tpk_scratch_sizes(ctx, caps, 8), 2);
-  size_t cap;
-  void *block = tpk_scratch_take(ctx, (size_t)1 << 20, &cap);
-  assert_non_null(block);
-  assert_int_equal(cap, want[0]);
-  ((char *)block)[cap - 1] = 1;
-  tpk_scratch_give(ctx, block, cap);
-  tpk_scratch_prefault(ctx, (size_t[]){(size_t)8 << 20}, 1);
-  tpk_context_destroy(ctx);
-}
-
 /* Two processes build the window and the graph into one folder at once:
  * one entry each remains, and a third process builds nothing. */
 static void test_two_processes_build_windows_at_once(void **state) {
@@ -1012,7 +979,6 @@ int main(void) {
       cmocka_unit_test(test_damaged_unit_is_rebuilt),
       cmocka_unit_test(test_entries_of_another_key_are_refused),
       cmocka_unit_test(test_warm_launch_reads_its_facts_at_once),
-      cmocka_unit_test(test_scratch_prefault),
       cmocka_unit_test(test_two_processes_build_windows_at_once),
       cmocka_unit_test(test_warm_stream_builds_no_op_alone),
       cmocka_unit_test(test_dumps_compile_what_the_folder_has),
