@@ -1074,7 +1074,7 @@ static TpkStatus find_op_program(TpkContext *ctx, const Op *op, const OpGraph *g
 /* ---- streams -------------------------------------------------------------------- */
 
 /* An op's signature (see "the memo"): words that say what it is exactly. */
-enum { MEMO_SLOTS = 256, MAX_SIG = 1024 };
+enum { MEMO_SLOTS = 256, MEMO_MAX = 4096, MAX_SIG = 1024 };
 typedef struct Sig {
   uint64_t w[MAX_SIG];
   int n;
@@ -1169,7 +1169,8 @@ struct TpkStream {
   Queued *queued, **queued_tail;
   Window w;             /* fused */
   Hints hints;          /* of its ops' and windows' keys */
-  Memo **memo;   /* MEMO_SLOTS ops seen before (see "the memo"); NULL until one */
+  Memo **memo;   /* MEMO_SLOTS chains of ops seen before (see "the memo"); NULL until one */
+  int nmemo;     /* entries in them */
   Sig sig;              /* the signature of the op being submitted */
   FolderMemo *folder_memo;            /* loaded from the cache folder */
   uint64_t folder_tried[FOLDER_TRIED]; /* ... or looked for there */
@@ -2322,8 +2323,13 @@ static TpkStatus launch_op(TpkStream *s, const Op *op, const OpLaunch *ol, TpkBu
  * in the compilation cache (in fused mode that was most of an op's cost:
  * the char-GPT step's 281 ops, ~5 us each). A float is compared too unless
  * the op's graph takes it as a rank-0 input (a learning rate). A miss
- * takes the way above and leaves its result in the slot. */
+ * takes the way above and leaves its result in the memo: a chain per
+ * slot, so ops whose hashes share a slot do not evict each other (one
+ * entry a slot, the char-GPT step's 305 ops missed 64 a step, each built
+ * alone again); an entry of the same signature with other floats is
+ * replaced, and past MEMO_MAX entries the memo starts over. */
 struct Memo {
+  Memo *next; /* in its slot's chain */
   uint64_t hash;
   int nwords;
   uint64_t *words;
@@ -2412,9 +2418,37 @@ static void memo_free(Memo *m) {
 }
 
 static void memo_clear(TpkStream *s) {
-  for (int i = 0; s->memo && i < MEMO_SLOTS; i++) memo_free(s->memo[i]);
+  for (int i = 0; s->memo && i < MEMO_SLOTS; i++)
+    for (Memo *m = s->memo[i], *next; m; m = next) {
+      next = m->next;
+      memo_free(m);
+    }
   free(s->memo);
   s->memo = NULL;
+  s->nmemo = 0;
+}
+
+/* Put m in the memo (its slot's chain, first), instead of an entry of the
+ * same signature (other floats); m freed when memory is short. */
+static const Memo *memo_put(TpkStream *s, Memo *m) {
+  if (s->nmemo >= MEMO_MAX) memo_clear(s);
+  if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) {
+    memo_free(m);
+    return NULL;
+  }
+  for (Memo **at = &s->memo[m->hash % MEMO_SLOTS]; *at; at = &(*at)->next) {
+    Memo *old = *at;
+    if (old->hash == m->hash && old->nwords == m->nwords && memcmp(old->words, m->words, sizeof *m->words * (size_t)m->nwords) == 0) {
+      *at = old->next;
+      memo_free(old);
+      s->nmemo--;
+      break;
+    }
+  }
+  m->next = s->memo[m->hash % MEMO_SLOTS];
+  s->memo[m->hash % MEMO_SLOTS] = m;
+  s->nmemo++;
+  return m;
 }
 
 /* The memo's entry for op (its signature g, hash h), or NULL. */
@@ -2441,8 +2475,9 @@ static bool memo_own(Memo *m, const int64_t *v, int n, const int64_t *consts, in
 }
 
 static const Memo *memo_find(const TpkStream *s, const Op *op, const Sig *g, uint64_t h) {
-  const Memo *m = s->memo ? s->memo[h % MEMO_SLOTS] : NULL;
-  return memo_matches(m, op, g, h) ? m : NULL;
+  for (const Memo *m = s->memo ? s->memo[h % MEMO_SLOTS] : NULL; m; m = m->next)
+    if (memo_matches(m, op, g, h)) return m;
+  return NULL;
 }
 
 /* Keep what op (bound as ob) took to launch in the memo, with its program
@@ -2450,7 +2485,6 @@ static const Memo *memo_find(const TpkStream *s, const Op *op, const Sig *g, uin
  * when memory is short: the memo is an accelerator. */
 static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, const OpBound *ob, const Sig *g, uint64_t h,
                              TpkUnit *program, const OpLaunch *ol) {
-  if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) return NULL;
   Memo *m = calloc(1, sizeof *m);
   if (!m || !(m->words = malloc(sizeof *m->words * (size_t)(g->n + 1)))) {
     free(m);
@@ -2477,9 +2511,7 @@ static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, cons
     }
     m->own_factor = own.factor;
   }
-  memo_free(s->memo[h % MEMO_SLOTS]);
-  s->memo[h % MEMO_SLOTS] = m;
-  return m;
+  return memo_put(s, m);
 }
 
 /* ---- the memo in the cache folder ---------------------------------------------------
@@ -2676,13 +2708,7 @@ static const Memo *folder_find(TpkStream *s, const Op *op, const Sig *g, uint64_
         memo_free(m);
         continue;
       }
-      if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) {
-        memo_free(m);
-        return NULL;
-      }
-      memo_free(s->memo[h % MEMO_SLOTS]);
-      s->memo[h % MEMO_SLOTS] = m;
-      return m;
+      return memo_put(s, m);
     }
   }
   return NULL;
@@ -2784,6 +2810,7 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
   uint64_t h = 0;
   if (!op_signature(op, sig, &h)) sig = NULL;
   const Memo *m = sig ? memo_find(s, op, sig, h) : NULL;
+  s->stats.memo_hits += m != NULL;
   if (!m && sig && s->mode == TPK_EAGER_FUSED) m = memo_from_folder(s, op, sig, h);
   if (m) {
     nouts = m->launch.nouts;
