@@ -1139,6 +1139,10 @@ typedef struct Window {
   int nrecords;
   WValue *values;
   int nvalues, capvalues;
+  /* what it holds (each value's buffer), and the storages of what it made
+   * (each to the buffer, or to MADE_SEVERAL): one probe an operand where a
+   * scan of every value was ~1% of the char-GPT step (305 ops) */
+  TpkPtrMap held, made;
   int nscalars; /* the records' lifted scalars: inputs of the window's graph too, one per distinct value (below) */
   uint32_t *floats; /* the distinct f32 values (bits) of the lifted floats recorded */
   int nfloats, capfloats;
@@ -1221,6 +1225,8 @@ static void stream_free(TpkStream *s) {
   free(s->w.records);
   free(s->w.values);
   free(s->w.floats);
+  tpk_ptrmap_free(&s->w.held);
+  tpk_ptrmap_free(&s->w.made);
   tpk_arena_free(&s->w.arena);
   pthread_mutex_destroy(&s->lock);
   TpkContext *ctx = s->ctx;
@@ -1280,6 +1286,8 @@ static void window_reset(TpkStream *s) {
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
   w->nvalues = w->nrecords = w->nscalars = w->nmemos = w->nfloats = w->params = 0;
+  tpk_ptrmap_free(&w->held);
+  tpk_ptrmap_free(&w->made);
   free(w->memo_key);
   w->memo_key = NULL;
   tpk_str_free(&w->memos);
@@ -1287,7 +1295,14 @@ static void window_reset(TpkStream *s) {
   tpk_arena_init(&w->arena, 0);
 }
 
+static const char made_several; /* the key of a storage the window made several buffers of */
+#define MADE_SEVERAL ((void *)&made_several)
+
 static bool window_hold(Window *w, TpkBuffer *buf, bool input) {
+  void *made = NULL;
+  bool seen = !input && tpk_ptrmap_get(&w->made, buf->storage, &made);
+  if (!tpk_ptrmap_put(&w->held, buf, NULL) || (!input && !tpk_ptrmap_put(&w->made, buf->storage, seen ? MADE_SEVERAL : buf)))
+    return false;
   if (w->nvalues == w->capvalues) {
     int cap = w->capvalues ? 2 * w->capvalues : 64;
     WValue *v = realloc(w->values, sizeof *v * (size_t)cap);
@@ -1301,18 +1316,17 @@ static bool window_hold(Window *w, TpkBuffer *buf, bool input) {
 }
 
 static bool window_has(const Window *w, const TpkBuffer *b) {
-  for (int i = w->nvalues - 1; i >= 0; i--)
-    if (w->values[i].buf == b) return true;
-  return false;
+  void *unused;
+  return tpk_ptrmap_get(&w->held, b, &unused);
 }
 
 /* Does the op read a view of what the window produced (bytes it cannot
  * name)? Then the window runs first. */
 static bool reads_a_view_of_the_window(const Window *w, const Op *op) {
-  for (int i = 0; i < op->noperands; i++)
-    for (int j = 0; j < w->nvalues; j++)
-      if (!w->values[j].input && w->values[j].buf != op->operands[i] && tpk_buffers_share(w->values[j].buf, op->operands[i]))
-        return true;
+  for (int i = 0; i < op->noperands; i++) {
+    void *made;
+    if (tpk_ptrmap_get(&w->made, op->operands[i]->storage, &made) && made != op->operands[i]) return true;
+  }
   return false;
 }
 
