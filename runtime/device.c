@@ -817,7 +817,6 @@ bool tpk_buffer_read_pending(const TpkBuffer *b) { return atomic_load(&b->storag
 bool tpk_buffer_in_use(const TpkBuffer *b, int own) {
   return atomic_load(&b->refs) > own || atomic_load(&b->storage->refs) > 1;
 }
-bool tpk_buffers_share(const TpkBuffer *a, const TpkBuffer *b) { return a->storage == b->storage; }
 
 TpkStatus tpk_buffer_write(TpkBuffer *b, const void *src, size_t bytes) {
   if (!b || (!src && bytes)) return tpk_runtime_fail(TPK_ERR_INVALID, "tpk_buffer_write: no buffer or no data");

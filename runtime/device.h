@@ -138,8 +138,6 @@ bool tpk_buffer_read_pending(const TpkBuffer *b);
 /* Someone but the `own` holds of the caller still holds the buffer, or a
  * view of its bytes. */
 bool tpk_buffer_in_use(const TpkBuffer *b, int own);
-/* a and b look at the same bytes (a view and its base). */
-bool tpk_buffers_share(const TpkBuffer *a, const TpkBuffer *b);
 
 /* A queued launch's hold on a buffer (tpk_buffer_destroy drops the caller's). */
 void tpk_buffer_retain(TpkBuffer *b);

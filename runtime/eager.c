@@ -1074,7 +1074,7 @@ static TpkStatus find_op_program(TpkContext *ctx, const Op *op, const OpGraph *g
 /* ---- streams -------------------------------------------------------------------- */
 
 /* An op's signature (see "the memo"): words that say what it is exactly. */
-enum { MEMO_SLOTS = 256, MAX_SIG = 1024 };
+enum { MEMO_SLOTS = 256, MEMO_MAX = 4096, MAX_SIG = 1024 };
 typedef struct Sig {
   uint64_t w[MAX_SIG];
   int n;
@@ -1139,6 +1139,10 @@ typedef struct Window {
   int nrecords;
   WValue *values;
   int nvalues, capvalues;
+  /* what it holds (each value's buffer), and the storages of what it made
+   * (each to the buffer, or to MADE_SEVERAL): one probe an operand where a
+   * scan of every value was ~1% of the char-GPT step (305 ops) */
+  TpkPtrMap held, made;
   int nscalars; /* the records' lifted scalars: inputs of the window's graph too, one per distinct value (below) */
   uint32_t *floats; /* the distinct f32 values (bits) of the lifted floats recorded */
   int nfloats, capfloats;
@@ -1169,7 +1173,8 @@ struct TpkStream {
   Queued *queued, **queued_tail;
   Window w;             /* fused */
   Hints hints;          /* of its ops' and windows' keys */
-  Memo **memo;   /* MEMO_SLOTS ops seen before (see "the memo"); NULL until one */
+  Memo **memo;   /* MEMO_SLOTS chains of ops seen before (see "the memo"); NULL until one */
+  int nmemo;     /* entries in them */
   Sig sig;              /* the signature of the op being submitted */
   FolderMemo *folder_memo;            /* loaded from the cache folder */
   uint64_t folder_tried[FOLDER_TRIED]; /* ... or looked for there */
@@ -1220,6 +1225,8 @@ static void stream_free(TpkStream *s) {
   free(s->w.records);
   free(s->w.values);
   free(s->w.floats);
+  tpk_ptrmap_free(&s->w.held);
+  tpk_ptrmap_free(&s->w.made);
   tpk_arena_free(&s->w.arena);
   pthread_mutex_destroy(&s->lock);
   TpkContext *ctx = s->ctx;
@@ -1279,6 +1286,8 @@ static void window_reset(TpkStream *s) {
   for (int i = 0; i < w->nrecords; i++)
     if (w->records[i].kernel) tpk_program_release(tpk_kernel_program(w->records[i].kernel));
   w->nvalues = w->nrecords = w->nscalars = w->nmemos = w->nfloats = w->params = 0;
+  tpk_ptrmap_free(&w->held);
+  tpk_ptrmap_free(&w->made);
   free(w->memo_key);
   w->memo_key = NULL;
   tpk_str_free(&w->memos);
@@ -1286,7 +1295,14 @@ static void window_reset(TpkStream *s) {
   tpk_arena_init(&w->arena, 0);
 }
 
+static const char made_several; /* the key of a storage the window made several buffers of */
+#define MADE_SEVERAL ((void *)&made_several)
+
 static bool window_hold(Window *w, TpkBuffer *buf, bool input) {
+  void *made = NULL;
+  bool seen = !input && tpk_ptrmap_get(&w->made, buf->storage, &made);
+  if (!tpk_ptrmap_put(&w->held, buf, NULL) || (!input && !tpk_ptrmap_put(&w->made, buf->storage, seen ? MADE_SEVERAL : buf)))
+    return false;
   if (w->nvalues == w->capvalues) {
     int cap = w->capvalues ? 2 * w->capvalues : 64;
     WValue *v = realloc(w->values, sizeof *v * (size_t)cap);
@@ -1300,18 +1316,17 @@ static bool window_hold(Window *w, TpkBuffer *buf, bool input) {
 }
 
 static bool window_has(const Window *w, const TpkBuffer *b) {
-  for (int i = w->nvalues - 1; i >= 0; i--)
-    if (w->values[i].buf == b) return true;
-  return false;
+  void *unused;
+  return tpk_ptrmap_get(&w->held, b, &unused);
 }
 
 /* Does the op read a view of what the window produced (bytes it cannot
  * name)? Then the window runs first. */
 static bool reads_a_view_of_the_window(const Window *w, const Op *op) {
-  for (int i = 0; i < op->noperands; i++)
-    for (int j = 0; j < w->nvalues; j++)
-      if (!w->values[j].input && w->values[j].buf != op->operands[i] && tpk_buffers_share(w->values[j].buf, op->operands[i]))
-        return true;
+  for (int i = 0; i < op->noperands; i++) {
+    void *made;
+    if (tpk_ptrmap_get(&w->made, op->operands[i]->storage, &made) && made != op->operands[i]) return true;
+  }
   return false;
 }
 
@@ -2358,8 +2373,13 @@ static TpkStatus launch_op(TpkStream *s, const Op *op, const OpLaunch *ol, TpkBu
  * in the compilation cache (in fused mode that was most of an op's cost:
  * the char-GPT step's 281 ops, ~5 us each). A float is compared too unless
  * the op's graph takes it as a rank-0 input (a learning rate). A miss
- * takes the way above and leaves its result in the slot. */
+ * takes the way above and leaves its result in the memo: a chain per
+ * slot, so ops whose hashes share a slot do not evict each other (one
+ * entry a slot, the char-GPT step's 305 ops missed 64 a step, each built
+ * alone again); an entry of the same signature with other floats is
+ * replaced, and past MEMO_MAX entries the memo starts over. */
 struct Memo {
+  Memo *next; /* in its slot's chain */
   uint64_t hash;
   int nwords;
   uint64_t *words;
@@ -2449,9 +2469,37 @@ static void memo_free(Memo *m) {
 }
 
 static void memo_clear(TpkStream *s) {
-  for (int i = 0; s->memo && i < MEMO_SLOTS; i++) memo_free(s->memo[i]);
+  for (int i = 0; s->memo && i < MEMO_SLOTS; i++)
+    for (Memo *m = s->memo[i], *next; m; m = next) {
+      next = m->next;
+      memo_free(m);
+    }
   free(s->memo);
   s->memo = NULL;
+  s->nmemo = 0;
+}
+
+/* Put m in the memo (its slot's chain, first), instead of an entry of the
+ * same signature (other floats); m freed when memory is short. */
+static const Memo *memo_put(TpkStream *s, Memo *m) {
+  if (s->nmemo >= MEMO_MAX) memo_clear(s);
+  if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) {
+    memo_free(m);
+    return NULL;
+  }
+  for (Memo **at = &s->memo[m->hash % MEMO_SLOTS]; *at; at = &(*at)->next) {
+    Memo *old = *at;
+    if (old->hash == m->hash && old->nwords == m->nwords && memcmp(old->words, m->words, sizeof *m->words * (size_t)m->nwords) == 0) {
+      *at = old->next;
+      memo_free(old);
+      s->nmemo--;
+      break;
+    }
+  }
+  m->next = s->memo[m->hash % MEMO_SLOTS];
+  s->memo[m->hash % MEMO_SLOTS] = m;
+  s->nmemo++;
+  return m;
 }
 
 /* The memo's entry for op (its signature g, hash h), or NULL. */
@@ -2478,8 +2526,9 @@ static bool memo_own(Memo *m, const int64_t *v, int n, const int64_t *consts, in
 }
 
 static const Memo *memo_find(const TpkStream *s, const Op *op, const Sig *g, uint64_t h) {
-  const Memo *m = s->memo ? s->memo[h % MEMO_SLOTS] : NULL;
-  return memo_matches(m, op, g, h) ? m : NULL;
+  for (const Memo *m = s->memo ? s->memo[h % MEMO_SLOTS] : NULL; m; m = m->next)
+    if (memo_matches(m, op, g, h)) return m;
+  return NULL;
 }
 
 /* Keep what op (bound as ob) took to launch in the memo, with its program
@@ -2487,7 +2536,6 @@ static const Memo *memo_find(const TpkStream *s, const Op *op, const Sig *g, uin
  * when memory is short: the memo is an accelerator. */
 static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, const OpBound *ob, const Sig *g, uint64_t h,
                              TpkUnit *program, const OpLaunch *ol) {
-  if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) return NULL;
   Memo *m = calloc(1, sizeof *m);
   if (!m || !(m->words = malloc(sizeof *m->words * (size_t)(g->n + 1)))) {
     free(m);
@@ -2518,9 +2566,7 @@ static const Memo *memo_keep(TpkStream *s, const Op *op, const Layout *lay, cons
     }
     m->own_factor = own.factor;
   }
-  memo_free(s->memo[h % MEMO_SLOTS]);
-  s->memo[h % MEMO_SLOTS] = m;
-  return m;
+  return memo_put(s, m);
 }
 
 /* ---- the memo in the cache folder ---------------------------------------------------
@@ -2725,13 +2771,7 @@ static const Memo *folder_find(TpkStream *s, const Op *op, const Sig *g, uint64_
         memo_free(m);
         continue;
       }
-      if (!s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof *s->memo))) {
-        memo_free(m);
-        return NULL;
-      }
-      memo_free(s->memo[h % MEMO_SLOTS]);
-      s->memo[h % MEMO_SLOTS] = m;
-      return m;
+      return memo_put(s, m);
     }
   }
   return NULL;
@@ -2833,6 +2873,7 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
   uint64_t h = 0;
   if (!op_signature(op, sig, &h)) sig = NULL;
   const Memo *m = sig ? memo_find(s, op, sig, h) : NULL;
+  s->stats.memo_hits += m != NULL;
   if (!m && sig && s->mode == TPK_EAGER_FUSED) m = memo_from_folder(s, op, sig, h);
   if (m) {
     nouts = m->launch.nouts;
