@@ -867,24 +867,41 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   int64_t size;
   for (int d = 0; p && d < p->rank; d++) /* arrays without elements: nothing to tile */
     if (tpk_dim_is_const(store0->in[0]->type->dims[d], &size) && size == 0) return true;
-  for (int d = 0; p && d < p->rank; d++) {
-    const TpkDim *L = store0->in[0]->type->dims[d];
-    int64_t Lk;
-    if (p->dim[d] != TPK_INDEX_ALL || (tpk_dim_is_const(L, &Lk) && Lk <= 1)) continue;
-    Tiling T = {.f = f, .first = first, .end = end, .L = L};
-    bool oom = false;
-    bool ok = mark_rows(&T, store0, d, &oom) && check_run(&T, &oom);
-    if (oom) {
+  /* The first dim that tiles is taken, unless the run has a dot, its rows
+   * fit one block and a later dim gives blocks of at least 32 (the gemm's
+   * micro-panel): a grid of one instance runs on one thread, so `x^T @ dy`
+   * with x's 128 columns in one block is tiled by dy's columns. Without a
+   * dot, rows in one block are at most a tile's bytes: too little to share. */
+  int one_block_dim = -1;
+  for (int pass = 0; pass < 2; pass++)
+    for (int d = pass ? one_block_dim : 0; p && d < p->rank && d >= 0; d++) {
+      const TpkDim *L = store0->in[0]->type->dims[d];
+      int64_t Lk, B;
+      if (p->dim[d] != TPK_INDEX_ALL || (tpk_dim_is_const(L, &Lk) && Lk <= 1)) continue;
+      Tiling T = {.f = f, .first = first, .end = end, .L = L};
+      bool oom = false, one_block = false;
+      bool ok = mark_rows(&T, store0, d, &oom) && check_run(&T, &oom);
+      if (oom) {
+        tiling_free(&T);
+        return false;
+      }
+      if (ok && !pass) {
+        bool tiles = block_size(&T, t, &B, &one_block);
+        if (tiles && T.dot && one_block) {
+          if (one_block_dim < 0) one_block_dim = d;
+          ok = false;
+        } else if (one_block_dim >= 0 && (!tiles || one_block || B < 32)) {
+          ok = false; /* blocks narrower than the gemm's micro-panel: not worth it */
+        }
+      }
+      if (ok) {
+        bool done = rewrite(&T, t, changed);
+        tiling_free(&T);
+        return done;
+      }
       tiling_free(&T);
-      return false;
+      if (pass) break;
     }
-    if (ok) {
-      bool done = rewrite(&T, t, changed);
-      tiling_free(&T);
-      return done;
-    }
-    tiling_free(&T);
-  }
   return loop_run(f, first, end, t, changed);
 }
 
