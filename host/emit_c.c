@@ -2514,22 +2514,16 @@ typedef struct AddPlaces {
   const TpkValue *stride[16][8];
 } AddPlaces;
 
-/* Is v the same in every instance of grid (built from constants, shape
+/* Is v the same in every instance of a grid (built from constants, shape
  * sizes and parameters: no grid variable, loop value or loaded data)? */
-static bool grid_invariant(const TpkValue *v, const TpkOp *grid, int depth) {
+static bool grid_invariant(const TpkValue *v, int depth) {
   if (depth <= 0) return false;
   const TpkOp *d = v->def;
   if (!d) return !(v->block && v->block->parent); /* a kernel parameter; not a grid or loop variable */
   if (d->opcode == TPK_OP_LOAD || d->opcode == TPK_OP_GATHER || d->nregion) return false;
   for (int i = 0; i < d->nin; i++)
-    if (!grid_invariant(d->in[i], grid, depth - 1)) return false;
+    if (!grid_invariant(d->in[i], depth - 1)) return false;
   return true;
-}
-
-static bool const_int(const TpkValue *v, int64_t *out) {
-  if (!v->def || v->def->opcode != TPK_OP_CONST || v->type->kind == TPK_TYPE_TILE) return false;
-  *out = tpk_op_int(v->def, "value", INT64_MIN);
-  return *out != INT64_MIN;
 }
 
 /* Is r the index of a loop over [lo, hi) with 0 <= lo and hi <= n? */
@@ -2537,15 +2531,15 @@ static bool index_below(const TpkValue *r, const TpkValue *n) {
   const TpkOp *loop = !r->def && r->block ? r->block->parent : NULL;
   if (!loop || loop->opcode != TPK_OP_FOR || r->index != 0 || r->type->kind == TPK_TYPE_TILE) return false;
   int64_t lo, hi, nv;
-  if (!const_int(loop->in[0], &lo) || lo < 0) return false;
-  return loop->in[1] == n || (const_int(loop->in[1], &hi) && const_int(n, &nv) && hi <= nv);
+  if (!tpk_value_const_int(loop->in[0], &lo) || lo < 0) return false;
+  return loop->in[1] == n || (tpk_value_const_int(loop->in[1], &hi) && tpk_value_const_int(n, &nv) && hi <= nv);
 }
 
 /* Does index idx give each value of the grid variable gv places of its
  * own: gv as it is (*stride = NULL), or gv * n + r with n the same in
  * every instance and r in [0, n) (*stride = n: grouped heads,
  * `h = hk * group + g` with g in 0..group)? */
-static bool indexes_own(const TpkValue *idx, const TpkValue *gv, const TpkOp *grid, const TpkValue **stride) {
+static bool indexes_own(const TpkValue *idx, const TpkValue *gv, const TpkValue **stride) {
   *stride = NULL;
   if (idx == gv) return true;
   const TpkOp *add = idx->def;
@@ -2555,7 +2549,7 @@ static bool indexes_own(const TpkValue *idx, const TpkValue *gv, const TpkOp *gr
     if (!mul || mul->opcode != TPK_OP_MUL) continue;
     for (int m = 0; m < 2; m++) {
       const TpkValue *n = mul->in[1 - m];
-      if (mul->in[m] == gv && grid_invariant(n, grid, 16) && index_below(add->in[1 - a], n)) {
+      if (mul->in[m] == gv && grid_invariant(n, 16) && index_below(add->in[1 - a], n)) {
         *stride = n;
         return true;
       }
@@ -2582,7 +2576,7 @@ static bool adds_own_places(const TpkFunc *f, const TpkOp *grid, const TpkOp *op
     for (int a = 0; a < g->nargs; a++) {
       dim[a] = -1;
       for (int i = 1; i < op->nin - 1 && dim[a] < 0; i++)
-        if (indexes_own(op->in[i], g->args[a], grid, &stride[a])) dim[a] = (signed char)(i - 1);
+        if (indexes_own(op->in[i], g->args[a], &stride[a])) dim[a] = (signed char)(i - 1);
       if (dim[a] < 0) return false;
     }
     int k = 0;

@@ -757,6 +757,14 @@ int64_t tpk_op_int(const TpkOp *op, const char *key, int64_t dflt) {
   return a && (a->kind == TPK_ATTR_INT || a->kind == TPK_ATTR_BOOL) ? a->i : dflt;
 }
 
+bool tpk_value_const_int(const TpkValue *v, int64_t *out) {
+  if (!v->def || v->def->opcode != TPK_OP_CONST || v->type->rank != 0) return false;
+  const TpkAttr *a = tpk_op_attr(v->def, "value");
+  if (!a || a->kind != TPK_ATTR_INT) return false;
+  *out = a->i;
+  return true;
+}
+
 const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt) {
   const TpkAttr *a = tpk_op_attr(op, key);
   return a && a->kind == TPK_ATTR_STR ? a->s : dflt;

@@ -549,6 +549,8 @@ void tpk_op_set_str(TpkModule *m, TpkOp *op, const char *key, const char *v);
 void tpk_op_set_ints(TpkModule *m, TpkOp *op, const char *key, int n, const int64_t *v);
 const TpkAttr *tpk_op_attr(const TpkOp *op, const char *key);
 int64_t tpk_op_int(const TpkOp *op, const char *key, int64_t dflt);
+/* Is v a scalar integer constant (a `const` of rank 0)? Its value in *out. */
+bool tpk_value_const_int(const TpkValue *v, int64_t *out);
 const char *tpk_op_str(const TpkOp *op, const char *key, const char *dflt);
 
 /* Give `to` every attribute of `from` (to is usually a fresh op: tiling,

@@ -19,20 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool const_int(const TpkValue *v, int64_t *out) {
-  if (!v->def || v->def->opcode != TPK_OP_CONST || v->type->rank != 0) return false;
-  const TpkAttr *a = tpk_op_attr(v->def, "value");
-  if (!a || a->kind != TPK_ATTR_INT) return false;
-  *out = a->i;
-  return true;
-}
-
 /* Fold op if all its operands are integer scalar constants; returns the
  * folded value or NULL. Results wrap as the IR's i32 arithmetic does. */
 static bool fold_int(const TpkOp *op, int64_t *r) {
   int64_t a, b;
   if (op->nin != 2 || op->nout != 1 || op->out[0].type->rank != 0) return false;
-  if (!const_int(op->in[0], &a) || !const_int(op->in[1], &b)) return false;
+  if (!tpk_value_const_int(op->in[0], &a) || !tpk_value_const_int(op->in[1], &b)) return false;
   TpkDType dt = op->in[0]->type->dtype;
   if (dt != TPK_I32) return false;
   uint32_t ua = (uint32_t)a, ub = (uint32_t)b;
@@ -69,7 +61,7 @@ static bool fold_int(const TpkOp *op, int64_t *r) {
 static bool fold_to_float(const TpkOp *op, double *r) {
   int64_t v;
   if (op->opcode != TPK_OP_CONVERT || op->out[0].type->rank != 0 || op->out[0].type->dtype != TPK_F32 ||
-      op->in[0]->type->dtype != TPK_I32 || !const_int(op->in[0], &v) || v > (1 << 24) || v < -(1 << 24))
+      op->in[0]->type->dtype != TPK_I32 || !tpk_value_const_int(op->in[0], &v) || v > (1 << 24) || v < -(1 << 24))
     return false;
   *r = (double)v;
   return true;
