@@ -268,6 +268,11 @@ void cli_err(const char *s, size_t len) {
 
 /* Is stdout a pipe whose reader has gone? (The errno of the write that failed
  * may be long gone when the failure is noticed.) */
+void cli_log(void *user, const char *text) {
+  (void)user;
+  cli_err(text, strlen(text));
+}
+
 static bool reader_gone(void) {
   struct pollfd p = {.fd = STDOUT_FILENO, .events = POLLOUT};
   return poll(&p, 1, 0) == 1 && (p.revents & POLLERR);

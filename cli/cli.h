@@ -114,6 +114,8 @@ void cli_err(const char *s, size_t len);
 /* Flush stdout; when it failed (full disk, closed pipe) say so unless it
  * was a closed pipe, and turn a successful status into CLI_FAIL. */
 int cli_finish_output(int status);
+/* A context's log (tpk_context_set_log: TPK_DUMP_IR=1's dumps) on stderr. */
+void cli_log(void *user, const char *text);
 
 /* Read a .tpk file, or standard input for "-" (named "<stdin>"). */
 TpkStatus cli_source_read(TpkSource *src, const char *path, TpkError *err);

@@ -71,6 +71,7 @@ static int replay_mode(const OpStream *s, const char *device, TpkEagerMode mode,
       tpk_device_open(ctx, device, &dev) != TPK_OK || tpk_stream_create(dev, &st) != TPK_OK ||
       opstream_make_inputs(s, dev, sizes, 1, inputs) != TPK_OK)
     goto done;
+  tpk_context_set_log(ctx, cli_log, NULL);
   TpkStreamStats before = {0}, after;
   for (int i = 0; i < steps; i++) {
     if (i == 1) tpk_stream_stats(st, &before);

@@ -272,12 +272,15 @@ typedef struct TpkLaunchResult {
   const char *tier;
   /* The tunables it ran with, "BM=256,BN=128" ("" when the kernel has
    * none), and where they came from: "given" by the launch, the "tuning
-   * cache" (`tpk tune`), the "shipped defaults" (kernels/tuned.tsv) or the
-   * "declared defaults". A launch that names no tunables takes the first of
-   * the tuning cache, the shipped defaults and the declared defaults that
-   * knows its sizes and device; the shipped defaults know sizes near theirs
-   * too (the row of the nearest sizes, each within 4x: a batch of 8 takes
-   * the row tuned for 4). */
+   * cache" (`tpk tune`), the "shipped defaults" (kernels/tuned.tsv),
+   * "tuned at launch" or the "declared defaults". A launch that names no
+   * tunables takes the first of the tuning cache and the shipped defaults
+   * that knows its sizes and device. Otherwise, on a simulated chip, the
+   * launch searches the kernel's declared choices on the chip's schedule
+   * (no code is compiled: milliseconds) and files the winner in the tuning
+   * cache, as a Triton autotuner does on first call; on the host it takes
+   * the shipped row of the nearest sizes (each within 4x: a batch of 8
+   * takes the row tuned for 4), else the declared defaults. */
   char tunes[256];
   const char *tunes_from;
   /* Something the caller may want to say, such as "the cache folder is not

@@ -444,10 +444,16 @@ static TpkStatus sim_report(const TpkDevice *dev, TpkPrepared *p, void *const *a
   return TPK_OK;
 }
 
+static bool sim_tune(const TpkDevice *dev, const TpkFunc *f, uint64_t ir_hash, const TpkTuneOptions *o, TpkTuneConfig *out) {
+  TpkTuneOptions on = *o;
+  on.device = dev->name;
+  return tpk_tune_on_chip(f, ir_hash, &on, out);
+}
+
 static const TpkDeviceOps sim_ops = {
     .kind = "sim", .memory = "HBM", .claims = sim_claims, .open = sim_open, .close = host_close, .target = sim_target,
     .alloc = host_alloc, .free = host_free, .write = host_copy, .read = host_copy, .wraps_host_memory = true,
-    .prepare = sim_prepare, .unprepare = sim_unprepare, .run = host_run, .report = sim_report,
+    .prepare = sim_prepare, .unprepare = sim_unprepare, .run = host_run, .report = sim_report, .tune = sim_tune,
 };
 
 TpkStatus tpk_trace_write(const TpkTrace *t, const char *name, const char *path) {

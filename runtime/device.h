@@ -17,6 +17,7 @@
 #include "lower/lower.h"
 #include "runtime/internal.h"
 #include "runtime/pool.h"
+#include "runtime/tune.h"
 
 /* What a device keeps of a kernel specialised for it (a sim device: the
  * kernel's schedule on the chip). Freed with the specialisation. */
@@ -67,6 +68,13 @@ typedef struct TpkDeviceOps {
    * the launch runs: a simulated time may follow the values the kernel
    * reads (an inout's, too, before the kernel writes it). */
   TpkStatus (*report)(const TpkDevice *dev, TpkPrepared *p, void *const *args, TpkLaunchResult *r, TpkError *err);
+  /* Tunables for kernel f (nothing bound; ir_hash its tpk_tune_ir_hash) at
+   * sizes nobody tuned (no tuning cache entry, no shipped row), o giving the
+   * sizes and which configurations to consider (o->device is ignored): a device
+   * that times a configuration without compiling it searches them and
+   * returns true (tpk_tune_on_chip). NULL: the launch keeps the shipped row
+   * of the nearest sizes, else the declared defaults. */
+  bool (*tune)(const TpkDevice *dev, const TpkFunc *f, uint64_t ir_hash, const TpkTuneOptions *o, TpkTuneConfig *out);
 } TpkDeviceOps;
 
 struct TpkDevice {

@@ -147,8 +147,8 @@ struct TpkKernel {
    * what else makes its code differ (its name where the code or messages
    * show it, the library's code, code for every shape). */
   uint64_t key[4];
-  int std_file;  /* the standard file whose ahead-of-time code it runs, or -1 */
-  bool library;  /* one of the standard library's kernels (by name and hash) */
+  int std_file;     /* the standard file whose ahead-of-time code it runs, or -1 */
+  int library_file; /* the standard file it is one of the kernels of (by text, or by name and hash), or -1 */
   bool bodyless; /* f is its header only (a program from the cache folder):
                   * binding it parses the body from prog->ir (kernel_body) */
   const char **dims; /* param i's dimension d as text, at [i * TPK_MAX_RANK + d] (module's arena) */
@@ -607,7 +607,7 @@ static TpkStatus kernel_describe(TpkKernel *k, const TpkFuncHash *known) {
   TpkFuncHash h = known ? *known : tpk_func_hash(k->f);
   if (!h.lo && !h.hi) return TPK_ERR_NOMEM;
   TpkProgram *prog = k->prog;
-  bool graph = (prog->driver || prog->signature) && !k->library;
+  bool graph = (prog->driver || prog->signature) && k->library_file < 0;
   k->key[0] = h.lo;
   k->key[1] = h.hi;
   k->key[2] = graph ? 0 : tpk_hash_bytes(k->f->name, strlen(k->f->name));
@@ -649,7 +649,8 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
   prog->name = name;
   prog->text = text;
   prog->len = len;
-  prog->std_file = ctx->use_aot ? tpk_std_file_of(text, len) : -1;
+  int library_file = tpk_std_file_of(text, len);
+  prog->std_file = ctx->use_aot ? library_file : -1;
   pthread_mutex_init(&prog->lock, NULL);
   TpkStr diags = {0};
   TpkStatus st = tpk_runtime_check(name, text, len, &prog->module, &diags);
@@ -667,7 +668,8 @@ static TpkStatus program_from_source(TpkContext *ctx, char *name, char *text, si
     return TPK_ERR_NOMEM;
   }
   for (int i = 0; i < prog->nkernels; i++) {
-    prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i], .std_file = prog->std_file};
+    prog->kernels[i] = (TpkKernel){.prog = prog, .f = prog->module->funcs[i], .std_file = prog->std_file,
+                                   .library_file = library_file};
     if (kernel_describe(&prog->kernels[i], NULL) != TPK_OK) {
       tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory loading %s", name);
       program_free(prog);
@@ -1541,9 +1543,23 @@ static void parse_shipped_tunes(void) {
     memset(&shipped_tunes, 0, sizeof shipped_tunes);
 }
 
+/* Whether the standard library has code for kernel k (one of its kernels)
+ * with these tunables: a search at launch looks at no others, so that a
+ * library kernel never waits on a compiler (and runs the same code, the
+ * same bits, whether or not its library code is used: TPK_AOT=0). */
+static bool library_has(void *kernel, const int64_t *values) {
+  const TpkKernel *k = kernel;
+  TpkStr tunes = {0};
+  tpk_tune_format(&tunes, k->f, values);
+  bool has = !tunes.failed && tpk_std_find(k->library_file, k->f->name, tunes.data) != NULL;
+  tpk_str_free(&tunes);
+  return has;
+}
+
 /* A launch that names no tunables takes the tuning cache's winner for its
- * sizes and device (`tpk tune`), else the shipped defaults for them, else the
- * declared defaults. Looked up once per kernel, device and sizes, while
+ * sizes and device (`tpk tune`), else the shipped defaults for them, else
+ * (a simulated chip) the winner of a search at launch, else the shipped
+ * defaults of the nearest sizes, else the declared defaults. Looked up once per kernel, device and sizes, while
  * those are among the kernel's MAX_TUNE_MEMOS most recent; copied to *out
  * (another launch may drop the memo meanwhile). */
 static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *dev, TuneMemo *out) {
@@ -1572,11 +1588,17 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
   TpkTuneKey tk;
   TpkTuneConfig cfg;
   TpkError err = {0};
-  if (k->f->ntunes > 0 && tpk_tune_key(&tk, k->f, k->key[0] /* tpk_tune_ir_hash */, syms, n, dev ? dev->name : "host", &err) == TPK_OK &&
-      tpk_tune_lookup(&tk, k->f, NULL, &shipped_tunes, &cfg)) {
+  uint64_t ir_hash = k->key[0]; /* tpk_tune_ir_hash */
+  bool found = k->f->ntunes > 0 && tpk_tune_key(&tk, k->f, ir_hash, syms, n, dev ? dev->name : "host", &err) == TPK_OK &&
+               tpk_tune_lookup(&tk, k->f, NULL, &shipped_tunes, &cfg);
+  /* a row for other sizes is a guess; a device that can search does */
+  TpkTuneOptions search = {.syms = syms, .nsyms = n, .keep = k->library_file >= 0 ? library_has : NULL, .keep_user = k};
+  if (k->f->ntunes > 0 && (!found || cfg.near) && dev && dev->ops->tune && dev->ops->tune(dev, k->f, ir_hash, &search, &cfg))
+    found = true;
+  if (found) {
     m->n = cfg.n;
     for (int i = 0; i < cfg.n; i++) m->tunes[i] = (TpkNamedInt){cfg.tunes[i].name, cfg.tunes[i].value};
-    m->from = strcmp(cfg.from, "cache") == 0 ? "tuning cache" : "shipped defaults";
+    m->from = strcmp(cfg.from, "cache") == 0 ? "tuning cache" : strcmp(cfg.from, "search") == 0 ? "tuned at launch" : "shipped defaults";
   } else {
     m->from = "declared defaults";
   }
@@ -2079,7 +2101,7 @@ static TpkStatus compile_clusters(TpkProgram *prog) {
   int n = 0, nwords = 0;
   for (int i = 1; st == TPK_OK && i < prog->nall; i++) {
     TpkKernel *k = &prog->kernels[i];
-    if (k->library || k->f->ntunes != 0) continue;
+    if (k->library_file >= 0 || k->f->ntunes != 0) continue;
     bool seen = false;
     for (int j = 0; j < n && !seen; j++) seen = key_order(&ks[j], &k) == 0;
     if (!seen) ks[n++] = k;
@@ -2208,7 +2230,7 @@ TpkStatus tpk_program_from_kept(TpkContext *ctx, TpkModule *module, TpkFunc *dri
   TpkFunc *sig = prog->kernels ? graph_signature(driver, &prog->signature) : NULL;
   if (!sig) st = tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory compiling graph '%s'", driver->name);
   else {
-    prog->kernels[0] = (TpkKernel){.prog = prog, .f = sig, .std_file = -1};
+    prog->kernels[0] = (TpkKernel){.prog = prog, .f = sig, .std_file = -1, .library_file = -1};
     prog->nall = 1;
     st = kernel_describe(&prog->kernels[0], NULL);
   }
@@ -2220,7 +2242,7 @@ TpkStatus tpk_program_from_kept(TpkContext *ctx, TpkModule *module, TpkFunc *dri
     TpkFuncHash h = kept ? hashes[i] : tpk_func_hash(f);
     int file = std_callee(f->name, h);
     TpkKernel *k = &prog->kernels[prog->nall++];
-    *k = (TpkKernel){.prog = prog, .f = f, .std_file = ctx->use_aot ? file : -1, .library = file >= 0, .bodyless = kept};
+    *k = (TpkKernel){.prog = prog, .f = f, .std_file = ctx->use_aot ? file : -1, .library_file = file, .bodyless = kept};
     st = kernel_describe(k, &h);
   }
   if (st == TPK_OK) st = tpk_driver_new(driver, find_callee, prog, &prog->driver);

@@ -24,6 +24,7 @@
 
 enum {
   DEFAULT_BUDGET = 512,   /* exhaustive search up to this many configurations */
+  LAUNCH_BUDGET = 64,     /* ... when a launch searches (tpk_tune_on_chip) */
   DEFAULT_REPEAT = 5,     /* host: timed launches per configuration */
   MAX_CACHE_FILE = 4096,  /* a cache entry is a few hundred bytes; larger files are not ours */
   MAX_PARAMS = 256,       /* as tpk_kernel_launch */
@@ -736,6 +737,10 @@ static int evaluate(Search *s, const int64_t *values) {
   return i;
 }
 
+static bool kept(const Search *s, const int64_t *values) {
+  return !s->o->keep || s->o->keep(s->o->keep_user, values);
+}
+
 /* Every combination, the start first, then in odometer order (the last
  * tunable fastest). */
 static void search_all(Search *s, const int64_t *start) {
@@ -746,7 +751,7 @@ static void search_all(Search *s, const int64_t *start) {
       values[t] = s->choices[t][rest % s->nchoices[t]];
       rest /= s->nchoices[t];
     }
-    if (memcmp(values, start, (size_t)n * sizeof *values) != 0) evaluate(s, values);
+    if (memcmp(values, start, (size_t)n * sizeof *values) != 0 && kept(s, values)) evaluate(s, values);
   }
 }
 
@@ -774,6 +779,7 @@ static void search_descent(Search *s, const int64_t *start) {
         memcpy(v, cur, (size_t)n * sizeof *v);
         v[t] = s->choices[t][c];
         int i = find_point(r, v);
+        if (i < 0 && !kept(s, v)) continue;
         if (i < 0) {
           if (r->npoints >= r->budget) return;
           if ((i = evaluate(s, v)) < 0) return;
@@ -902,14 +908,13 @@ TpkStatus tpk_tune_prepare(const TpkProgram *prog, const char *kernel, const cha
   return tpk_tune_key(key, f, tpk_tune_ir_hash(f), syms, nsyms, device, err);
 }
 
-TpkStatus tpk_tune_search(TpkProgram *prog, const char *kernel, const TpkTuneOptions *o, TpkTuneReport *r,
-                          TpkError *err) {
-  memset(r, 0, sizeof *r);
-  r->best = -1;
+/* The search of f (key filled in): on the chip when s->chip, else on the
+ * host through s->prog. */
+static TpkStatus search(Search *s, TpkError *err) {
+  const TpkTuneOptions *o = s->o;
+  TpkTuneReport *r = s->r;
+  const TpkFunc *f = s->f;
   double t0 = tpk_now_seconds();
-  const TpkFunc *f;
-  TpkStatus st = tpk_tune_prepare(prog, kernel, o->device, o->syms, o->nsyms, &f, &r->key, err);
-  if (st != TPK_OK) return st;
   r->f = f;
   r->ntunables = f->ntunes;
   if (f->ntunes == 0)
@@ -917,31 +922,69 @@ TpkStatus tpk_tune_search(TpkProgram *prog, const char *kernel, const TpkTuneOpt
   if (f->ntunes > TPK_TUNE_MAX_TUNABLES)
     return tpk_error(err, TPK_ERR_UNSUPPORTED, "kernel '%s' has %d tunables; the tuner handles at most %d", f->name, f->ntunes,
                      TPK_TUNE_MAX_TUNABLES);
-  Search s = {.prog = prog, .o = o, .r = r, .f = f};
-  char device[64];
-  if ((st = tpk_tune_device(o->device, device, &s.chip, err)) != TPK_OK) return st;
   if (o->nsyms > MAX_SYMS) return tpk_error(err, TPK_ERR_INVALID, "more than %d shape symbols", MAX_SYMS);
-  for (int i = 0; i < o->nsyms; i++) s.binds[s.nbinds++] = o->syms[i];
+  for (int i = 0; i < o->nsyms; i++) s->binds[s->nbinds++] = o->syms[i];
   int64_t start[TPK_TUNE_MAX_TUNABLES];
-  st = build_space(&s, start, err);
-  if (st == TPK_OK && !s.chip) st = host_setup(&s, err);
+  TpkStatus st = build_space(s, start, err);
+  if (st == TPK_OK && !s->chip) st = host_setup(s, err);
   if (st == TPK_OK) {
     r->budget = o->max_points > 0 ? o->max_points : DEFAULT_BUDGET;
     r->exhaustive = r->space <= r->budget;
     r->start = 0;
-    if (evaluate(&s, start) >= 0) {
-      if (r->exhaustive) search_all(&s, start);
-      else search_descent(&s, start);
+    if (evaluate(s, start) >= 0) {
+      if (r->exhaustive) search_all(s, start);
+      else search_descent(s, start);
     }
-    if (s.out_of_memory) st = tpk_error(err, TPK_ERR_NOMEM, "out of memory during the search");
+    if (s->out_of_memory) st = tpk_error(err, TPK_ERR_NOMEM, "out of memory during the search");
     else if (r->best < 0)
       st = tpk_error(err, r->points[0].status ? r->points[0].status : TPK_ERR_INTERNAL,
                      "none of the %d configurations of kernel '%s' ran; the first: %s", r->npoints, f->name,
                      r->points[0].reason);
   }
-  host_teardown(&s.host);
+  host_teardown(&s->host);
   r->wall_seconds = tpk_now_seconds() - t0;
   return st;
+}
+
+TpkStatus tpk_tune_search(TpkProgram *prog, const char *kernel, const TpkTuneOptions *o, TpkTuneReport *r,
+                          TpkError *err) {
+  memset(r, 0, sizeof *r);
+  r->best = -1;
+  Search s = {.prog = prog, .o = o, .r = r};
+  char device[64];
+  TpkStatus st = tpk_tune_prepare(prog, kernel, o->device, o->syms, o->nsyms, &s.f, &r->key, err);
+  if (st == TPK_OK) st = tpk_tune_device(o->device, device, &s.chip, err);
+  return st == TPK_OK ? search(&s, err) : st;
+}
+
+TpkStatus tpk_tune_search_chip(const TpkFunc *f, uint64_t ir_hash, const TpkTuneOptions *o, TpkTuneReport *r,
+                               TpkError *err) {
+  memset(r, 0, sizeof *r);
+  r->best = -1;
+  Search s = {.o = o, .r = r, .f = f};
+  char device[64];
+  TpkStatus st = tpk_tune_device(o->device, device, &s.chip, err);
+  if (st == TPK_OK && !s.chip) st = tpk_error(err, TPK_ERR_INVALID, "tpk_tune_search_chip: '%s' is not a simulated chip", o->device);
+  if (st == TPK_OK) st = tpk_tune_key(&r->key, f, ir_hash, o->syms, o->nsyms, o->device, err);
+  return st == TPK_OK ? search(&s, err) : st;
+}
+
+bool tpk_tune_on_chip(const TpkFunc *f, uint64_t ir_hash, const TpkTuneOptions *o, TpkTuneConfig *out) {
+  TpkTuneOptions own = *o;
+  if (own.max_points <= 0) own.max_points = LAUNCH_BUDGET;
+  TpkTuneReport r;
+  TpkError err = {0};
+  bool found = tpk_tune_search_chip(f, ir_hash, &own, &r, &err) == TPK_OK;
+  if (found) {
+    const TpkTunePoint *best = &r.points[r.best];
+    char *root = tpk_tune_cache_root();
+    /* a cache that cannot be written costs the next process a search */
+    if (root && *root) (void)tpk_tune_cache_store(root, &r.key, f, best->values, best->seconds, NULL, &err);
+    free(root);
+    config_from_values(out, f, best->values, best->seconds, "search");
+  }
+  tpk_tune_report_free(&r);
+  return found;
 }
 
 void tpk_tune_report_free(TpkTuneReport *r) {

@@ -173,6 +173,11 @@ typedef struct TpkTuneOptions {
   uint64_t seed;           /* of the random inputs */
   TpkTuneProgress progress;
   void *user;
+  /* Or NULL: whether to look at a configuration (values in f->tunes order)
+   * besides the start, the declared defaults; a launch of a library kernel
+   * looks only at the settings the library has code for. */
+  bool (*keep)(void *keep_user, const int64_t *values);
+  void *keep_user;
 } TpkTuneOptions;
 
 struct TpkTuneReport {
@@ -207,6 +212,23 @@ TpkStatus tpk_tune_prepare(const TpkProgram *prog, const char *kernel, const cha
  * tpk_tune_report_free in every case. */
 TpkStatus tpk_tune_search(TpkProgram *prog, const char *kernel, const TpkTuneOptions *o, TpkTuneReport *r,
                           TpkError *err);
+/* The same search of kernel f (as its program holds it: nothing bound;
+ * ir_hash its tpk_tune_ir_hash) on a simulated chip (o->device "sim:<chip>"),
+ * which needs no program: nothing is compiled. What a launch on a chip runs
+ * when nobody tuned its sizes (runtime/device.c). */
+TpkStatus tpk_tune_search_chip(const TpkFunc *f, uint64_t ir_hash, const TpkTuneOptions *o, TpkTuneReport *r,
+                               TpkError *err);
 void tpk_tune_report_free(TpkTuneReport *r);
+
+/* What a launch on a simulated chip (o->device) runs when neither the tuning
+ * cache nor the shipped table has a row for its sizes: the search above (a
+ * coordinate descent past 64 configurations; ~2 ms for flash attention's 12,
+ * ~70 ms for a 4096^3 matmul's 27), its winner filed in the tuning cache so
+ * that the next process looks it up. A chip times a configuration from its
+ * schedule, without compiling it, as a Triton autotuner times its configs on
+ * first call; the host would compile each, so it keeps the declared defaults
+ * unless `tpk tune` is asked. o->max_points 0 means 64 here. false when no
+ * configuration fits. out->from is "search". */
+bool tpk_tune_on_chip(const TpkFunc *f, uint64_t ir_hash, const TpkTuneOptions *o, TpkTuneConfig *out);
 
 #endif

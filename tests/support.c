@@ -323,6 +323,24 @@ void test_launch_vs_interpreter(TpkDevice *dev, TpkProgram *prog, const char *fi
 
 char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t seed, double int_scalar,
                           const char *what, size_t *len, TpkLaunchResult *ran) {
+  return test_launch_outputs_tuned(k, dev, size, seed, int_scalar, NULL, what, len, ran);
+}
+
+char *test_launch_outputs_tuned(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t seed, double int_scalar,
+                                const char *tunes, const char *what, size_t *len, TpkLaunchResult *ran) {
+  /* "BM=8,BN=128" as named tunables (names in a copy of the text) */
+  char names[256] = "";
+  TpkNamedInt given[16];
+  int ngiven = 0;
+  snprintf(names, sizeof names, "%s", tunes ? tunes : "");
+  for (char *p = names, *next; *p && ngiven < 16; p = next) {
+    char *eq = strchr(p, '='), *comma = strchr(p, ',');
+    assert_non_null(eq);
+    next = comma ? comma + 1 : p + strlen(p);
+    if (comma) *comma = 0;
+    *eq = 0;
+    given[ngiven++] = (TpkNamedInt){p, strtoll(eq + 1, NULL, 10)};
+  }
   int np = tpk_kernel_param_count(k), ns = tpk_kernel_symbol_count(k);
   TpkNamedInt syms[32];
   for (int i = 0; i < ns && i < 32; i++) syms[i] = (TpkNamedInt){tpk_kernel_symbol_name(k, i), size};
@@ -341,7 +359,7 @@ char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t s
     if (tpk_kernel_param_kind(k, i) != TPK_PARAM_KIND_OUTPUT)
       tpk_fill_random(tpk_buffer_data(bufs[i]), dt, test_buffer_numel(bufs[i]), &seed);
   }
-  TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns, .result = ran};
+  TpkLaunch L = {.args = bufs, .scalars = scalars, .syms = syms, .nsyms = ns, .tunes = given, .ntunes = ngiven, .result = ran};
   if (tpk_kernel_launch(k, &L) != TPK_OK)
     fail_msg("%s on %s, size %lld: %s", what, tpk_device_name(dev), (long long)size, tpk_last_error());
   TpkStr out = {0};
@@ -432,4 +450,16 @@ void test_run_expect(TestRun r, int status, const char *out, const char *err) {
   if (out) assert_contains(r.out, out);
   if (err) assert_contains(r.err, err);
   test_run_free(&r);
+}
+
+void test_cache_dir_open(char *dir) {
+  assert_non_null(mkdtemp(dir));
+  setenv("TPK_CACHE_DIR", dir, 1);
+}
+
+void test_cache_dir_close(const char *dir) {
+  unsetenv("TPK_CACHE_DIR");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
 }

@@ -83,6 +83,9 @@ bool test_outputs_close(TpkDType dt, const void *got, const void *want, int64_t 
  * launch fails the test, naming `what`. */
 char *test_launch_outputs(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t seed, double int_scalar,
                           const char *what, size_t *len, TpkLaunchResult *ran);
+/* The same, with the tunables `tunes` names ("BM=8,BN=128"; NULL: none). */
+char *test_launch_outputs_tuned(TpkKernel *k, TpkDevice *dev, int64_t size, uint64_t seed, double int_scalar,
+                                const char *tunes, const char *what, size_t *len, TpkLaunchResult *ran);
 
 typedef struct TestTally {
   int passed, compared, both_failed;
@@ -136,5 +139,10 @@ void test_run_expect(TestRun r, int status, const char *out, const char *err);
   do {                                                                                \
     if (!strstr((hay), (needle))) fail_msg("expected '%s' in:\n%s", (needle), (hay)); \
   } while (0)
+
+/* A cache folder of the test's own (dir a mkdtemp template, "/tmp/x-XXXXXX"),
+ * made TPK_CACHE_DIR until closed; closing removes it. */
+void test_cache_dir_open(char *dir);
+void test_cache_dir_close(const char *dir);
 
 #endif

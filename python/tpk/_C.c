@@ -1830,7 +1830,7 @@ static PyGetSetDef REPORT_GETSET[] = {
     {"tier", (getter)report_tier, NULL, "the code that ran: 'aot', 'tcc', 'cc' or 'cache'", NULL},
     {"tunes", (getter)report_tunes, NULL, "the tunables it ran with, {'BM': 16}", NULL},
     {"tunes_from", (getter)report_tunes_from, NULL,
-     "where they came from: 'given', 'tuning cache', 'shipped defaults', 'declared defaults'", NULL},
+     "where they came from: 'given', 'tuning cache', 'shipped defaults', 'tuned at launch', 'declared defaults'", NULL},
     {"note", (getter)report_note, NULL, "something tpk wants to say about the launch, or ''", NULL},
     {"simulated", (getter)report_simulated, NULL, "whether it ran on a sim:<chip> device", NULL},
     {"chip", (getter)report_chip, NULL, "the simulated chip, 'v5e' (None on the host)", NULL},

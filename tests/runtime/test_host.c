@@ -391,25 +391,22 @@ static void test_vmem_budget(void **state) {
 /* A cache folder of the test's own (cc must really compile), made from
  * `dir` (a mkdtemp template) and set as TPK_CACHE_DIR; closing removes it and
  * unsets what the tests set around it (TPK_TIER, TPK_GENERIC). */
-static void private_cache_open(char *dir) {
-  assert_non_null(mkdtemp(dir));
-  setenv("TPK_CACHE_DIR", dir, 1);
-}
+static void private_cache_open(char *dir) { test_cache_dir_open(dir); }
 
 static void private_cache_close(const char *dir) {
   unsetenv("TPK_TIER");
-  unsetenv("TPK_CACHE_DIR");
   unsetenv("TPK_GENERIC");
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  assert_int_equal(system(cmd), 0);
+  test_cache_dir_close(dir);
 }
 
 /* Run `kname` of a corpus file with every symbol = size on `device` in a
  * context whose JIT tier is `tier` ("generic": tcc, compiling the kernel once
- * for every shape); return the bytes of every output, concatenated. On a sim
- * device the launch must also have been timed. */
-static char *run_on(const char *device, const char *tier, const char *file, const char *kname, int64_t size, size_t *len) {
+ * for every shape), with the tunables `tunes` names (NULL: none named);
+ * return the bytes of every output, concatenated, and the tunables it ran
+ * with in picked (256 bytes) if not NULL. On a sim device the launch must
+ * also have been timed. */
+static char *run_on(const char *device, const char *tier, const char *file, const char *kname, int64_t size,
+                    const char *tunes, char *picked, size_t *len) {
   bool generic = strcmp(tier, "generic") == 0;
   if (generic) {
     setenv("TPK_GENERIC", "1", 1);
@@ -432,7 +429,8 @@ static char *run_on(const char *device, const char *tier, const char *file, cons
   char what[300];
   snprintf(what, sizeof what, "%s:%s (%s)", file, kname, tier);
   TpkLaunchResult ran;
-  char *out = test_launch_outputs(k, dev, size, 42, 1, what, len, &ran);
+  char *out = test_launch_outputs_tuned(k, dev, size, 42, 1, tunes, what, len, &ran);
+  if (picked) snprintf(picked, 256, "%s", ran.tunes);
   assert_string_equal(ran.tier, tier);
   assert_int_equal(ran.simulated, strncmp(device, "sim:", 4) == 0);
   if (ran.simulated) {
@@ -460,8 +458,8 @@ static void test_tiers_agree_bitwise(void **state) {
   };
   for (size_t i = 0; i < TPK_ARRAY_LEN(CASES); i++) {
     size_t n1, n2;
-    char *a = run_on("host", "tcc", CASES[i].file, CASES[i].kernel, CASES[i].size, &n1);
-    char *b = run_on("host", "cc", CASES[i].file, CASES[i].kernel, CASES[i].size, &n2);
+    char *a = run_on("host", "tcc", CASES[i].file, CASES[i].kernel, CASES[i].size, NULL, NULL, &n1);
+    char *b = run_on("host", "cc", CASES[i].file, CASES[i].kernel, CASES[i].size, NULL, NULL, &n2);
     assert_int_equal(n1, n2);
     if (memcmp(a, b, n1) != 0) fail_msg("%s: the tcc and cc tiers computed different bits", CASES[i].kernel);
     free(a);
@@ -507,8 +505,8 @@ static int each_corpus_kernel(const int64_t *sizes, int nsizes, CorpusCase fn) {
 static void generic_matches_specialised(const char *file, const char *kname, int64_t size, int index) {
   (void)index;
   size_t n1, n2;
-  char *one = run_on("host", "tcc", file, kname, size, &n1);
-  char *every = run_on("host", "generic", file, kname, size, &n2);
+  char *one = run_on("host", "tcc", file, kname, size, NULL, NULL, &n1);
+  char *every = run_on("host", "generic", file, kname, size, NULL, NULL, &n2);
   assert_int_equal(n1, n2);
   if (memcmp(one, every, n1) != 0)
     fail_msg("%s:%s size %lld: the code for every shape computed other bits than the code for this shape", file,
@@ -533,7 +531,7 @@ static char *run_threads(int threads, const char *tier, const char *file, const 
   char t[16];
   snprintf(t, sizeof t, "%d", threads);
   setenv("TPK_HOST_THREADS", t, 1);
-  char *out = run_on("host", tier, file, kname, size, len);
+  char *out = run_on("host", tier, file, kname, size, NULL, NULL, len);
   unsetenv("TPK_HOST_THREADS");
   return out;
 }
@@ -1103,19 +1101,22 @@ static void test_scalar_math_matches_the_primitive(void **state) {
   free(want);
 }
 
+/* Each chip computes the bits the host does with the tunables the chip
+ * picked (a chip searches sizes nobody tuned: tpk.h, tunes_from). */
 static void chips_match_host(const char *file, const char *kname, int64_t size, int index) {
   (void)index;
-  size_t n1, n2, n3;
-  char *host = run_on("host", "tcc", file, kname, size, &n1);
-  char *v5e = run_on("sim:v5e", "tcc", file, kname, size, &n2);
-  char *v5p = run_on("sim:v5p", "tcc", file, kname, size, &n3);
-  assert_int_equal(n1, n2);
-  assert_int_equal(n1, n3);
-  if (memcmp(host, v5e, n1) != 0 || memcmp(host, v5p, n1) != 0)
-    fail_msg("%s:%s: the simulated chips computed other values than the host", file, kname);
-  free(host);
-  free(v5e);
-  free(v5p);
+  static const char *const CHIPS[] = {"sim:v5e", "sim:v5p"};
+  for (size_t c = 0; c < TPK_ARRAY_LEN(CHIPS); c++) {
+    size_t n1, n2;
+    char picked[256];
+    char *chip = run_on(CHIPS[c], "tcc", file, kname, size, NULL, picked, &n2);
+    char *host = run_on("host", "tcc", file, kname, size, picked[0] ? picked : NULL, NULL, &n1);
+    assert_int_equal(n1, n2);
+    if (memcmp(host, chip, n1) != 0)
+      fail_msg("%s:%s: %s computed other values than the host (tunables %s)", file, kname, CHIPS[c], picked);
+    free(host);
+    free(chip);
+  }
 }
 
 /* Every corpus kernel can be timed on a chip (v5e, and v5p, whose two

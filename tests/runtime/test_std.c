@@ -67,6 +67,49 @@ static char *launch(TpkContext *ctx, const char *devname, const char *name, int6
   return out;
 }
 
+/* On a chip, a launch at sizes nobody tuned searches the library's settings
+ * (those it has code for) on the chip's model: flash attention over 64-long
+ * sequences takes the 64x64 blocks shipped for the host, not the declared
+ * 256x256 (16 times the work of a 64x64 block), and runs the library's code;
+ * the next launch at those sizes finds the winner in the tuning cache. */
+static void test_a_chip_searches_the_library_settings(void **state) {
+  (void)state;
+  char cache[] = "/tmp/tpk-test-std-XXXXXX"; /* nobody tuned anything here */
+  test_cache_dir_open(cache);
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkKernel *k;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "sim:v5e", &dev), TPK_OK);
+  assert_int_equal(tpk_std_kernel(ctx, "flash_attention_causal", &k), TPK_OK);
+  int64_t qs[] = {4, 4, 64, 32}, ls[] = {4, 4, 64};
+  TpkBuffer *b[6] = {0};
+  for (int i = 0; i < 3; i++) assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 4, qs, &b[i]), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 4, qs, &b[4]), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 3, ls, &b[5]), TPK_OK);
+  double scalars[6] = {[3] = 0.125};
+  static const char *const FROM[] = {"tuned at launch", "tuning cache"};
+  for (int run = 0; run < 2; run++) {
+    TpkProgram *prog = NULL;
+    TpkKernel *again = k;
+    if (run == 1) { /* a new program: its kernel remembers nothing */
+      assert_int_equal(tpk_program_load_source(ctx, "attention.tpk", tpk_std_source("attention.tpk"),
+                                               strlen(tpk_std_source("attention.tpk")), &prog), TPK_OK);
+      assert_int_equal(tpk_program_kernel(prog, "flash_attention_causal", &again), TPK_OK);
+    }
+    TpkLaunchResult ran;
+    TpkLaunch L = {.args = b, .scalars = scalars, .result = &ran};
+    if (tpk_kernel_launch(again, &L) != TPK_OK) fail_msg("%s", tpk_last_error());
+    assert_string_equal(ran.tunes, "BQ=64,BKV=64");
+    assert_string_equal(ran.tunes_from, FROM[run]);
+    assert_string_equal(ran.tier, "aot");
+    if (prog) tpk_program_destroy(prog);
+  }
+  for (int i = 0; i < 6; i++) tpk_buffer_destroy(b[i]);
+  tpk_context_destroy(ctx);
+  test_cache_dir_close(cache);
+}
+
 /* Every standard kernel on the host and on sim:v5e, at a tiny and a ragged
  * size: the library's code runs, no compiler ever does, and the results are
  * the bits the JIT's code for those very shapes computes (TPK_AOT=0), which
@@ -213,6 +256,7 @@ int main(void) {
       cmocka_unit_test(test_unknown_kernel),
       cmocka_unit_test(test_topk_needs_k_at_most_n),
       cmocka_unit_test(test_every_kernel_runs_without_a_compiler),
+      cmocka_unit_test(test_a_chip_searches_the_library_settings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

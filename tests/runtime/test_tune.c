@@ -828,45 +828,72 @@ static void test_host_search(void **state) {
   tpk_tune_report_free(&r);
 }
 
+/* One matmul launch of M x 100 by 100 x 200 on dev; "BM=..,BN=..,BK=.. (from)" in got. */
+static void launch_matmul(TpkDevice *dev, TpkKernel *k, int64_t m, const TpkNamedInt *given, int ngiven, char *got,
+                          size_t size) {
+  TpkBuffer *b[3];
+  int64_t sa[] = {m, 100}, sb[] = {100, 200}, sc[] = {m, 200};
+  assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 2, sa, &b[0]), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 2, sb, &b[1]), TPK_OK);
+  assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, sc, &b[2]), TPK_OK);
+  TpkLaunchResult ran;
+  TpkLaunch L = {.args = b, .tunes = given, .ntunes = ngiven, .result = &ran};
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+  snprintf(got, size, "%s (%s)", ran.tunes, ran.tunes_from);
+  for (int i = 0; i < 3; i++) tpk_buffer_destroy(b[i]);
+}
+
 /* Launches that name no tunables take the cache's winner for their sizes and
- * device; other sizes keep the declared defaults; named tunables win. */
+ * device; on a chip, sizes nobody tuned are searched at the launch (the
+ * search's winner, then filed in the cache); on the host they keep the
+ * declared defaults; named tunables win. */
 static void test_launches_use_the_cache(void **state) {
   (void)state;
   TestCompile c;
   const TpkFunc *f = unbound(&c, MATMUL, "matmul");
-  TpkTuneKey key;
+  TpkTuneKey key, searched;
   key_of(&key, f, "sim:v5e", 300, 200, 100);
+  key_of(&searched, f, "sim:v5e", 301, 200, 100);
   int64_t values[] = {256, 128, 256};
   TpkError err = {0};
   assert_int_equal(tpk_tune_cache_store(tmp_root, &key, f, values, 1e-4, NULL, &err), TPK_OK);
+  /* what a search of M = 301 finds */
+  TpkBinding syms[] = {{"M", 301}, {"N", 200}, {"K", 100}};
+  TpkTuneOptions o = {.device = "sim:v5e", .syms = syms, .nsyms = 3};
+  TpkTuneReport r;
+  if (tpk_tune_search_chip(f, tpk_tune_ir_hash(f), &o, &r, &err) != TPK_OK) fail_msg("%s", err.message);
+  TpkStr best = {0};
+  tpk_tune_format(&best, f, r.points[r.best].values);
+  char want_searched[300];
+  snprintf(want_searched, sizeof want_searched, "%s (tuned at launch)", best.data);
+  TpkTuneConfig filed;
+  assert_false(tpk_tune_cache_load(tmp_root, &searched, f, &filed));
+
   TpkContext *ctx;
-  TpkDevice *dev;
+  TpkDevice *dev, *host;
   TpkProgram *prog;
   TpkKernel *k;
   assert_int_equal(tpk_context_create(&ctx), TPK_OK);
   assert_int_equal(tpk_device_open(ctx, "sim:v5e", &dev), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &host), TPK_OK);
   assert_int_equal(tpk_program_load_source(ctx, "matmul.tpk", MATMUL, strlen(MATMUL), &prog), TPK_OK);
   assert_int_equal(tpk_program_kernel(prog, "matmul", &k), TPK_OK);
-  for (int run = 0; run < 3; run++) {
-    int64_t m = run == 1 ? 301 : 300; /* run 1: sizes nobody tuned */
-    TpkBuffer *b[3];
-    int64_t sa[] = {m, 100}, sb[] = {100, 200}, sc[] = {m, 200};
-    assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 2, sa, &b[0]), TPK_OK);
-    assert_int_equal(tpk_buffer_create(dev, TPK_BF16, 2, sb, &b[1]), TPK_OK);
-    assert_int_equal(tpk_buffer_create(dev, TPK_F32, 2, sc, &b[2]), TPK_OK);
-    TpkNamedInt given[] = {{"BK", 128}};
-    TpkLaunchResult ran;
-    TpkLaunch L = {.args = b, .tunes = run == 2 ? given : NULL, .ntunes = run == 2 ? 1 : 0, .result = &ran};
-    assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
-    const char *want[] = {"BM=256,BN=128,BK=256 (tuning cache)", "BM=128,BN=128,BK=128 (declared defaults)",
-                          "BM=128,BN=128,BK=128 (given)"};
-    char got[300];
-    snprintf(got, sizeof got, "%s (%s)", ran.tunes, ran.tunes_from);
-    assert_string_equal(got, want[run]);
-    for (int i = 0; i < 3; i++) tpk_buffer_destroy(b[i]);
-  }
+  char got[300];
+  launch_matmul(dev, k, 300, NULL, 0, got, sizeof got);
+  assert_string_equal(got, "BM=256,BN=128,BK=256 (tuning cache)");
+  launch_matmul(dev, k, 301, NULL, 0, got, sizeof got); /* sizes nobody tuned */
+  assert_string_equal(got, want_searched);
+  assert_true(tpk_tune_cache_load(tmp_root, &searched, f, &filed));
+  for (int i = 0; i < f->ntunes; i++) assert_int_equal(filed.tunes[i].value, r.points[r.best].values[i]);
+  TpkNamedInt given[] = {{"BK", 128}};
+  launch_matmul(dev, k, 300, given, 1, got, sizeof got);
+  assert_string_equal(got, "BM=128,BN=128,BK=128 (given)");
+  launch_matmul(host, k, 301, NULL, 0, got, sizeof got); /* the host compiles rather than search */
+  assert_string_equal(got, "BM=128,BN=128,BK=128 (declared defaults)");
   tpk_program_destroy(prog);
   tpk_context_destroy(ctx);
+  tpk_str_free(&best);
+  tpk_tune_report_free(&r);
   test_compile_free(&c);
 }
 
