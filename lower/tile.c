@@ -71,6 +71,7 @@ typedef struct Tiling {
   bool width_known;  /* every row's width is a constant */
   bool last_axis;    /* some row value of rank >= 2 has its rows along its last axis */
   bool dot;          /* a dot is a row op */
+  bool halve;        /* rows a dot's that fit one block: two blocks instead (tile_run) */
 } Tiling;
 
 static void tiling_free(Tiling *T) {
@@ -450,6 +451,8 @@ static bool block_size(const Tiling *T, const TpkTarget *t, int64_t *Bout, bool 
         break;
       }
   if (constant && B > Lk) B = Lk;
+  /* two instances, each of at least 32 rows, can run on two threads */
+  if (T->halve && constant && B == Lk && Lk >= 64) B = tpk_ceildiv(tpk_ceildiv(Lk, 2), 8) * 8;
   *one_block = constant && B == Lk; /* the rows' dim is read and written whole */
   *Bout = B;
   if (constant && tpk_ceildiv(Lk, B) > INT32_MAX) return false; /* grid bounds are i32 */
@@ -859,6 +862,32 @@ static bool loop_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
 }
 
 /* Tile one run [first, end) of top-level ops; returns false on no memory. */
+/* The multiply-adds of the run's dots when every size is a constant,
+ * else -1. */
+static int64_t dot_macs(const TpkOp *first, const TpkOp *end) {
+  int64_t macs = 0;
+  for (const TpkOp *op = first; op != end; op = op->next) {
+    if (op->opcode != TPK_OP_DOT) continue;
+    int64_t n = 1, k;
+    const TpkType *out = op->out[0].type;
+    for (int d = 0; d < out->rank; d++) {
+      if (!tpk_dim_is_const(out->dims[d], &k)) return -1;
+      n *= k;
+    }
+    const TpkAttr *c = tpk_op_attr(op, "lhs_contract");
+    for (int i = 0; c && i < c->n; i++) {
+      if (!tpk_dim_is_const(op->in[0]->type->dims[c->ints[i]], &k)) return -1;
+      n *= k;
+    }
+    macs += n;
+  }
+  return macs;
+}
+
+/* Dots of fewer multiply-adds keep one block when their rows fit one: two
+ * instances would each wake a thread for a few microseconds of products. */
+enum { HALVE_MACS = 1 << 20 };
+
 static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, bool *changed) {
   const TpkOp *store0 = NULL;
   for (TpkOp *op = first; op != end && !store0; op = op->next)
@@ -870,15 +899,18 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   /* The first dim that tiles is taken, unless the run has a dot, its rows
    * fit one block and a later dim gives blocks of at least 32 (the gemm's
    * micro-panel): a grid of one instance runs on one thread, so `x^T @ dy`
-   * with x's 128 columns in one block is tiled by dy's columns. Without a
-   * dot, rows in one block are at most a tile's bytes: too little to share. */
+   * with x's 128 columns in one block is tiled by dy's columns. When no
+   * later dim does (a bias gradient's sum over the rows of x beside it has
+   * no such dim), the rows of a dot of at least HALVE_MACS are halved: two
+   * blocks of at least 32. Without a dot, rows in one block are at most a
+   * tile's bytes: too little to share. */
   int one_block_dim = -1;
   for (int pass = 0; pass < 2; pass++)
     for (int d = pass ? one_block_dim : 0; p && d < p->rank && d >= 0; d++) {
       const TpkDim *L = store0->in[0]->type->dims[d];
       int64_t Lk, B;
       if (p->dim[d] != TPK_INDEX_ALL || (tpk_dim_is_const(L, &Lk) && Lk <= 1)) continue;
-      Tiling T = {.f = f, .first = first, .end = end, .L = L};
+      Tiling T = {.f = f, .first = first, .end = end, .L = L, .halve = pass == 1 && dot_macs(first, end) >= HALVE_MACS};
       bool oom = false, one_block = false;
       bool ok = mark_rows(&T, store0, d, &oom) && check_run(&T, &oom);
       if (oom) {
