@@ -5,7 +5,7 @@
 
 TpkTarget tpk_target_host(int64_t vmem_bytes) {
   return (TpkTarget){.name = "host", .vmem_bytes = vmem_bytes > 0 ? vmem_bytes : (int64_t)128 << 20,
-                     .tile_bytes = (int64_t)256 << 10};
+                     .tile_bytes = (int64_t)256 << 10, .cores = 2 /* code serves any number of threads */};
 }
 
 TpkStatus tpk_lower_to_c(TpkFunc *f, const TpkTarget *t, const char *entry, const char *source, unsigned flags,

@@ -19,6 +19,10 @@ typedef struct TpkTarget {
   const char *name;     /* "host", "v5e", ... (for messages) */
   int64_t vmem_bytes;   /* budget for tiles and scratch of one grid instance */
   int64_t tile_bytes;   /* preferred size of one auto-tiled block */
+  int cores;            /* units that share a grid's instances: 2 or more lets
+                         * the tiler split a dot that fits one block (the host,
+                         * for its threads; a megacore chip, its TensorCores);
+                         * 0 or 1: one */
 } TpkTarget;
 
 

@@ -861,7 +861,6 @@ static bool loop_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   return true;
 }
 
-/* Tile one run [first, end) of top-level ops; returns false on no memory. */
 /* The multiply-adds of the run's dots when every size is a constant,
  * else -1. */
 static int64_t dot_macs(const TpkOp *first, const TpkOp *end) {
@@ -888,6 +887,7 @@ static int64_t dot_macs(const TpkOp *first, const TpkOp *end) {
  * instances would each wake a thread for a few microseconds of products. */
 enum { HALVE_MACS = 1 << 20 };
 
+/* Tile one run [first, end) of top-level ops; returns false on no memory. */
 static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, bool *changed) {
   const TpkOp *store0 = NULL;
   for (TpkOp *op = first; op != end && !store0; op = op->next)
@@ -901,16 +901,17 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
    * micro-panel): a grid of one instance runs on one thread, so `x^T @ dy`
    * with x's 128 columns in one block is tiled by dy's columns. When no
    * later dim does (a bias gradient's sum over the rows of x beside it has
-   * no such dim), the rows of a dot of at least HALVE_MACS are halved: two
-   * blocks of at least 32. Without a dot, rows in one block are at most a
-   * tile's bytes: too little to share. */
+   * no such dim), the rows of a dot of at least HALVE_MACS are halved, on a
+   * target whose grids run on more than one core: two blocks of at least
+   * 32. Without a dot, rows in one block are at most a tile's bytes: too
+   * little to share. */
   int one_block_dim = -1;
   for (int pass = 0; pass < 2; pass++)
     for (int d = pass ? one_block_dim : 0; p && d < p->rank && d >= 0; d++) {
       const TpkDim *L = store0->in[0]->type->dims[d];
       int64_t Lk, B;
       if (p->dim[d] != TPK_INDEX_ALL || (tpk_dim_is_const(L, &Lk) && Lk <= 1)) continue;
-      Tiling T = {.f = f, .first = first, .end = end, .L = L, .halve = pass == 1 && dot_macs(first, end) >= HALVE_MACS};
+      Tiling T = {.f = f, .first = first, .end = end, .L = L, .halve = pass == 1 && t->cores > 1 && dot_macs(first, end) >= HALVE_MACS};
       bool oom = false, one_block = false;
       bool ok = mark_rows(&T, store0, d, &oom) && check_run(&T, &oom);
       if (oom) {

@@ -39,5 +39,6 @@ TpkStatus tpk_sim_time_kernel(const TpkFunc *f, const TpkBinding *binds, int nbi
 }
 
 TpkTarget tpk_sim_target(const TpkChip *chip, const char *device) {
-  return (TpkTarget){.name = device, .vmem_bytes = (int64_t)chip->vmem_bytes, .tile_bytes = 1 << 20};
+  return (TpkTarget){.name = device, .vmem_bytes = (int64_t)chip->vmem_bytes, .tile_bytes = 1 << 20,
+                     .cores = chip->megacore ? chip->tensorcores : 1};
 }

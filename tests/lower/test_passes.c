@@ -205,7 +205,8 @@ static TpkTarget step_target(const char *file, const Step *s) {
     const TpkBinding *o = &s->options[i];
     if (strcmp(o->name, "vmem") == 0) t.vmem_bytes = o->value;
     else if (strcmp(o->name, "tile") == 0) t.tile_bytes = o->value;
-    else fail_msg("%s: pass '%s' takes vmem= and tile=, not '%s'", file, s->pass->name, o->name);
+    else if (strcmp(o->name, "cores") == 0) t.cores = (int)o->value;
+    else fail_msg("%s: pass '%s' takes vmem=, tile= and cores=, not '%s'", file, s->pass->name, o->name);
   }
   return t;
 }
