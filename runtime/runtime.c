@@ -1559,9 +1559,10 @@ static bool library_has(void *kernel, const int64_t *values) {
 /* A launch that names no tunables takes the tuning cache's winner for its
  * sizes and device (`tpk tune`), else the shipped defaults for them, else
  * (a simulated chip) the winner of a search at launch, else the shipped
- * defaults of the nearest sizes, else the declared defaults. Looked up once per kernel, device and sizes, while
- * those are among the kernel's MAX_TUNE_MEMOS most recent; copied to *out
- * (another launch may drop the memo meanwhile). */
+ * defaults of the nearest sizes, else the declared defaults. Looked up
+ * once per kernel, device and sizes, while those are among the kernel's
+ * MAX_TUNE_MEMOS most recent; copied to *out (another launch may drop the
+ * memo meanwhile). */
 static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *dev, TuneMemo *out) {
   int n = k->nsymbols;
   size_t sizes = sizeof *b->sizes * (size_t)n;

@@ -391,8 +391,6 @@ static void test_vmem_budget(void **state) {
 /* A cache folder of the test's own (cc must really compile), made from
  * `dir` (a mkdtemp template) and set as TPK_CACHE_DIR; closing removes it and
  * unsets what the tests set around it (TPK_TIER, TPK_GENERIC). */
-static void private_cache_open(char *dir) { test_cache_dir_open(dir); }
-
 static void private_cache_close(const char *dir) {
   unsetenv("TPK_TIER");
   unsetenv("TPK_GENERIC");
@@ -414,7 +412,7 @@ static char *run_on(const char *device, const char *tier, const char *file, cons
   }
   setenv("TPK_TIER", tier, 1);
   char cache[] = "/tmp/tpk-test-tiers-XXXXXX"; /* a private cache: cc must really compile */
-  private_cache_open(cache);
+  test_cache_dir_open(cache);
   TpkContext *ctx;
   TpkDevice *dev;
   TpkProgram *prog;
@@ -793,7 +791,7 @@ static void fused_matches_stored(const char *src, bool columns) {
   static const struct { const char *tier; bool generic; } RUNS[] = {{"tcc", false}, {"cc", false}, {"tcc", true}};
   static const int64_t SIZES[][2] = {{37, 1000}, {8, 63}, {9, 64}, {16, 130}};
   char cache[] = "/tmp/tpk-test-fused-XXXXXX";
-  private_cache_open(cache);
+  test_cache_dir_open(cache);
   for (size_t r = 0; r < TPK_ARRAY_LEN(RUNS); r++) {
     setenv("TPK_TIER", RUNS[r].tier, 1);
     if (RUNS[r].generic) setenv("TPK_GENERIC", "1", 1);
@@ -985,7 +983,7 @@ static void test_inline_conversions_match_the_primitive(void **state) {
   tpk_prim_convert(TPK_PRIM_BF16, TPK_PRIM_F32, half, want32, N);
   static const char *const TIERS[] = {"tcc", "cc"};
   char cache[] = "/tmp/tpk-test-convert-XXXXXX";
-  private_cache_open(cache);
+  test_cache_dir_open(cache);
   for (size_t t = 0; t < TPK_ARRAY_LEN(TIERS); t++) {
     setenv("TPK_TIER", TIERS[t], 1);
     TpkContext *ctx;
@@ -1071,7 +1069,7 @@ static void test_scalar_math_matches_the_primitive(void **state) {
   }
   static const char *const TIERS[] = {"tcc", "cc"};
   char cache[] = "/tmp/tpk-test-math-XXXXXX";
-  private_cache_open(cache);
+  test_cache_dir_open(cache);
   for (size_t t = 0; t < TPK_ARRAY_LEN(TIERS); t++) {
     setenv("TPK_TIER", TIERS[t], 1);
     TpkContext *ctx;
@@ -1174,7 +1172,7 @@ static void test_ragged_scatter_drops_padding_lanes(void **state) {
 static void test_cache_hits_are_reported(void **state) {
   (void)state;
   char cache[] = "/tmp/tpk-test-hits-XXXXXX";
-  private_cache_open(cache);
+  test_cache_dir_open(cache);
   setenv("TPK_TIER", "cc", 1);
   const char *src = "kernel triple(x: f32[N]) -> (y: f32[N]) { y = x * 3.0; }\n";
   const char *want[] = {"cc", "cache"};
