@@ -646,7 +646,13 @@ void tpk_stream_observe(TpkStream *s, TpkStreamObserver fn, void *user);
  * compiled (TPK_TIER=auto once hot, or TPK_TIER=cc), and eager windows and
  * compiled graphs as what fusion made of them. A process whose windows,
  * graphs and clusters are all there builds, fuses, lowers, emits and
- * compiles nothing (TpkCacheStats.unit_loads, .emitted). The folder:
+ * compiles nothing (TpkCacheStats.unit_loads, .emitted). A fused stream
+ * whose windows come round again (a loop's second step) also keeps there
+ * what it ran: its windows' keys and the memory its launches used; a later
+ * context's first fused stream on that device loads those windows and
+ * faults that memory in on a thread of its own while the caller prepares
+ * its inputs, so its first step finds them in memory (the stream's first
+ * window waits for that thread; its loads count in unit_loads). The folder:
  *   TPK_CACHE_DIR=DIR        the folder ($XDG_CACHE_HOME/tpk, else ~/.cache/tpk;
  *                            "" turns the cache off)
  *   TPK_CACHE_KEY_FILE=FILE  the key that authenticates entries (default: your

@@ -70,6 +70,8 @@ typedef struct TpkHostCache {
   bool closed;
   char *arenas[MAX_ARENAS]; /* the last one is being cut */
   int narenas;
+  char *spares[MAX_ARENAS]; /* faulted in ahead of use (tpk_device_warm), not cut yet */
+  int nspares;
   size_t arena_used; /* bytes of the last arena given out */
 } TpkHostCache;
 
@@ -101,20 +103,28 @@ static bool in_arena(const TpkHostCache *c, const void *p) {
   return false;
 }
 
+/* A new arena, aligned to its size and marked for huge pages; NULL when
+ * mmap fails. */
+static char *arena_map(void) {
+  /* twice the size, so that a 2 MB-aligned arena lies inside; the rest goes back */
+  char *p = mmap(NULL, 2 * ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  char *a = (char *)(((uintptr_t)p + ARENA - 1) & ~(uintptr_t)(ARENA - 1));
+  if (a > p) munmap(p, (size_t)(a - p));
+  if (a + ARENA < p + 2 * ARENA) munmap(a + ARENA, (size_t)(p + 2 * ARENA - (a + ARENA)));
+#ifdef MADV_HUGEPAGE
+  madvise(a, ARENA, MADV_HUGEPAGE); /* advice: nothing to do when refused */
+#endif
+  return a;
+}
+
 /* Under c->lock: `size` bytes of zeros cut from the last arena, or a new
- * one; NULL when the arenas are all used or mmap fails. */
+ * one (a spare first); NULL when the arenas are all used or mmap fails. */
 static void *arena_cut(TpkHostCache *c, size_t size) {
   if (c->narenas == 0 || c->arena_used + size > ARENA) {
     if (c->narenas == MAX_ARENAS) return NULL;
-    /* twice the size, so that a 2 MB-aligned arena lies inside; the rest goes back */
-    char *p = mmap(NULL, 2 * ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    char *a = (char *)(((uintptr_t)p + ARENA - 1) & ~(uintptr_t)(ARENA - 1));
-    if (a > p) munmap(p, (size_t)(a - p));
-    if (a + ARENA < p + 2 * ARENA) munmap(a + ARENA, (size_t)(p + 2 * ARENA - (a + ARENA)));
-#ifdef MADV_HUGEPAGE
-    madvise(a, ARENA, MADV_HUGEPAGE); /* advice: nothing to do when refused */
-#endif
+    char *a = c->nspares ? c->spares[--c->nspares] : arena_map();
+    if (!a) return NULL;
     c->arenas[c->narenas++] = a;
     c->arena_used = 0;
   }
@@ -158,6 +168,7 @@ static void cache_close(TpkDevice *dev) {
   if (!dev->cache) return;
   cache_empty(dev->cache, true);
   for (int i = 0; i < dev->cache->narenas; i++) munmap(dev->cache->arenas[i], ARENA);
+  for (int i = 0; i < dev->cache->nspares; i++) munmap(dev->cache->spares[i], ARENA);
   pthread_mutex_destroy(&dev->cache->lock);
   free(dev->cache);
   dev->cache = NULL;
@@ -204,6 +215,33 @@ static void host_free(const TpkDevice *dev, void *data, size_t bytes) {
     if (keep) return;
   }
   block_free(data, size);
+}
+
+int tpk_device_arenas(TpkDevice *dev) {
+  TpkHostCache *c = dev->cache;
+  if (!c) return 0;
+  pthread_mutex_lock(&c->lock);
+  int n = c->narenas;
+  pthread_mutex_unlock(&c->lock);
+  return n;
+}
+
+void tpk_device_warm(TpkDevice *dev, int arenas) {
+  TpkHostCache *c = dev->cache;
+  if (!c || !USE_ARENAS) return;
+  pthread_mutex_lock(&c->lock);
+  int want = arenas < MAX_ARENAS ? arenas - c->narenas - c->nspares : 0;
+  pthread_mutex_unlock(&c->lock);
+  for (int i = 0; i < want; i++) {
+    char *a = arena_map();
+    if (!a) return;
+    tpk_memory_populate(a, ARENA); /* before anyone can cut it */
+    pthread_mutex_lock(&c->lock);
+    bool keep = !c->closed && c->narenas + c->nspares < MAX_ARENAS;
+    if (keep) c->spares[c->nspares++] = a;
+    pthread_mutex_unlock(&c->lock);
+    if (!keep) munmap(a, ARENA);
+  }
 }
 
 static void host_copy(const TpkDevice *dev, void *dst, const void *src, size_t bytes) {

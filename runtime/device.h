@@ -88,6 +88,7 @@ struct TpkDevice {
   pthread_mutex_t lock; /* memory: the list of live storages */
   struct TpkStorage *memory;
   struct TpkHostCache *cache; /* host memory kept for reuse (device.c) */
+  atomic_bool warmed;   /* a stream started its warm start (eager.c) */
   TpkDevice *next;
 };
 
@@ -105,6 +106,13 @@ TpkStatus tpk_buffer_create_deferred(TpkDevice *dev, TpkDType dtype, int rank, c
 TpkStatus tpk_buffer_materialise(TpkBuffer *b);
 /* The buffer's bytes: NULL while deferred. */
 void *tpk_buffer_memory(const TpkBuffer *b);
+
+/* How many 2 MB arenas the device has cut its buffers from (host memory),
+ * and spare ones made and faulted in ahead of use until it has `arenas`
+ * (a warm start, eager.c: the first buffers of a new process then cost
+ * no page faults). Devices without kept memory: 0, nothing. */
+int tpk_device_arenas(TpkDevice *dev);
+void tpk_device_warm(TpkDevice *dev, int arenas);
 
 /* The context was destroyed: give back the memory of every buffer still
  * alive (wrapped memory to its owner), and what the device kept for reuse.

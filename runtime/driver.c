@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "host/prims.h"
+#include "runtime/pool.h"
 
 enum { MAX_SYMS = 64 };
 
@@ -407,7 +408,8 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
   free(placed);
   for (int i = 0; i < d->nslots; i++)
     if (d->slots[i].kind == SLOT_VIEW) at[i] = at[d->slots[i].root];
-  /* the calls, in order */
+  /* the calls, in order, the workers kept from sleeping between them */
+  TpkPool *held = d->ncalls > 1 ? tpk_context_hold_workers(dev->ctx) : NULL;
   TpkLaunchResult sum = {.tier = "aot", .tunes_from = "declared defaults"}, one;
   double longest = -1;
   void *cargs[256];
@@ -435,6 +437,7 @@ TpkStatus tpk_driver_run(TpkDriver *d, TpkDevice *dev, const int64_t *sizes, Tpk
       add_report(&sum, &one, &longest, c == 0);
     }
   }
+  tpk_pool_release(held);
   /* outputs not written in place */
   for (int i = 0; st == TPK_OK && i < d->nresults; i++) {
     TpkBuffer *o = args[nparams + i];

@@ -110,6 +110,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "host/prims.h"
 #include "ir/graph.h"
@@ -125,7 +126,7 @@ enum {
 };
 
 /* What a unit's key starts with (beyond TPK_UNIT_KEY_WINDOW: eager's own). */
-enum { KEY_LAYOUT = 101, KEY_OPTYPE, KEY_OPPROG, KEY_OPMEMO };
+enum { KEY_LAYOUT = 101, KEY_OPTYPE, KEY_OPPROG, KEY_OPMEMO, KEY_WARM };
 
 /* ---- keys ------------------------------------------------------------------------ */
 
@@ -1155,6 +1156,25 @@ typedef struct Window {
   int nmemos;
 } Window;
 
+/* A stream's part in a warm start (see "a warm start"). */
+enum { WARM_WINDOWS = 16, WARM_SCRATCH = 8 };
+typedef struct Warm {
+  uint64_t *keys[WARM_WINDOWS]; /* the keys of the windows it ran, in order */
+  int nwords[WARM_WINDOWS];
+  int n;
+  bool kept;           /* in the cache folder (or the same as read there) */
+  uint64_t read_hash;  /* of what its warm start read; 0: nothing */
+  pthread_t thread;    /* the warm start, while `running` */
+  bool running;
+  pid_t pid;           /* the process that started it (a fork's child has no thread) */
+} Warm;
+
+static void warm_start(TpkStream *s);
+static void warm_note(TpkStream *s, const TpkUnit *window);
+static void warm_join(TpkStream *s);
+static void warm_keep(TpkStream *s);
+static void warm_free(Warm *w);
+
 struct TpkStream {
   TpkContext *ctx; /* held */
   TpkDevice *dev;
@@ -1180,6 +1200,7 @@ struct TpkStream {
   uint64_t folder_tried[FOLDER_TRIED]; /* ... or looked for there */
   TpkStreamObserver observer; /* tpk_stream_observe */
   void *observer_user;
+  Warm warm;                  /* see "a warm start" */
 };
 
 struct TpkStreams {
@@ -1213,6 +1234,7 @@ static void stream_free(TpkStream *s) {
   hints_free(&s->hints);
   memo_clear(s);
   folder_memo_free(s->folder_memo);
+  warm_free(&s->warm);
   free(s->w.memo_key);
   tpk_str_free(&s->w.memos);
   tpk_queue_destroy(s->queue); /* its work has run: the launches' results are written */
@@ -1796,6 +1818,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
       for (int i = 0; i < wp->nconst; i++) base.consts[base.nconst++] = form_value(&symbolic, wp->consts[i]);
       for (int i = 0; i < wp->nfirst; i++) base.v[base.n++] = form_value(&symbolic, wp->first[i]);
       base.factor = wp->nfirst > 0;
+      warm_note(s, unit);
       tpk_unit_release(unit);
       st = window_key_hinted(s, f, output, &base, 1, &key);
       if (st == TPK_OK) st = tpk_units_get_kept(units, -1, &window_codec, key.w, key.n, out, &claimed);
@@ -1816,6 +1839,7 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
     }
     tpk_units_count(units, TPK_UNIT_EAGER, st == TPK_OK && !claimed);
     if (st == TPK_OK) s->stats.cache_hits += !claimed, s->stats.compiles += claimed;
+    if (st == TPK_OK) warm_note(s, *out);
     key_free(&key);
     return st;
   }
@@ -1879,7 +1903,11 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   }
   if (st == TPK_OK && wp) {
     tpk_unit_ready(units, unit, wp, window_program_free);
-    if (*out != unit) tpk_unit_release(unit);
+    warm_note(s, unit);
+    if (*out != unit) {
+      warm_note(s, *out);
+      tpk_unit_release(unit);
+    }
   } else {
     free(wp);
     tpk_unit_abandon(units, unit);
@@ -1940,6 +1968,7 @@ static TpkStatus run_window(TpkStream *s) {
     noutputs += output[i];
   }
   TpkUnit *unit = NULL;
+  warm_join(s); /* its windows in memory: no lookup races with it */
   if (st == TPK_OK && noutputs) st = find_window(s, &f, output, &unit);
   /* one launch: the inputs, the scalars (in buffers of their own), the outputs */
   int nargs = ninputs + f.nscalars + noutputs, n = 0;
@@ -2112,6 +2141,7 @@ TpkStatus tpk_stream_create(TpkDevice *dev, TpkStream **out) {
    * parked (started by that launch, it ran the MLP step's 2-part cluster
    * alone, ~0.2 ms longer) */
   tpk_context_start_pool(ctx);
+  warm_start(s);
   tpk_context_retain(ctx);
   TpkStreams *ss = tpk_context_streams(ctx);
   pthread_mutex_lock(&ss->lock);
@@ -2126,6 +2156,8 @@ void tpk_stream_destroy(TpkStream *s) {
   if (!s) return;
   pthread_mutex_lock(&s->lock);
   sync_locked(s); /* its error has nobody to go to */
+  warm_join(s);
+  if (!s->dropped) warm_keep(s);
   pthread_mutex_unlock(&s->lock);
   tpk_stream_release(s);
 }
@@ -2135,6 +2167,7 @@ void tpk_streams_close(TpkStreams *ss) {
   for (TpkStream *s = ss->list; s; s = s->next) {
     tpk_stream_retain(s); /* unmark_all may drop the marks' holds */
     pthread_mutex_lock(&s->lock);
+    warm_join(s); /* it uses what the context's end frees */
     s->dropped = true;
     window_reset(s);
     memo_clear(s); /* its units go with the context */
@@ -2823,6 +2856,159 @@ static void window_store_memos(TpkStream *s) {
   tpk_str_putn(&bytes, w->memos.data, w->memos.len);
   if (!bytes.failed) tpk_jit_unit_store(jit, w->memo_key, w->memo_key_words, bytes.data, bytes.len);
   tpk_str_free(&bytes);
+}
+
+/* ---- a warm start ----------------------------------------------------------------------
+ *
+ * A new process's first step pays for what later steps find in memory:
+ * its windows' programs read from the cache folder (parsed, their code
+ * loaded: 0.65 ms for the MLP step's window), and memory faulted in by its
+ * first launch (huge pages: 0.2-0.5 ms, and 5-10 ms on a virtual machine
+ * whose host has not backed the pages yet: half the MLP's first steps
+ * here). So a fused stream whose windows repeat (a loop's second step), or
+ * that ends, keeps in the cache folder the keys of the windows it ran, the
+ * sizes of its context's huge scratch blocks and how many arenas its
+ * device cut buffers from: words after a tag, a unit's bytes (host/jit.h:
+ * authenticated, this build's) under KEY_WARM and the device's name. A
+ * context's first fused stream on a device reads them and, on a thread of
+ * its own while the caller makes its inputs, loads those windows into
+ * memory and faults that memory in. The stream's first window waits for
+ * the thread (it is usually done), so no lookup races with it; a window
+ * the folder no longer has is skipped. */
+static const char warm_tag[8] = {'W', 't', 'p', 'k', 'w', 'r', 'm', '1'};
+
+typedef struct WarmJob {
+  TpkContext *ctx; /* held */
+  TpkDevice *dev;
+  uint64_t *words; /* after the tag: scratch sizes (count, each), arenas, windows (count, each: length, words) */
+  size_t nwords;
+} WarmJob;
+
+static void warm_key(const TpkDevice *dev, uint64_t key[2]) {
+  key[0] = KEY_WARM;
+  key[1] = tpk_hash_bytes(dev->name, strlen(dev->name));
+}
+
+static void *warm_run(void *arg) {
+  WarmJob *j = arg;
+  Words r = {j->words, j->words + j->nwords, false};
+  size_t caps[WARM_SCRATCH];
+  int ncaps = count(&r, WARM_SCRATCH);
+  for (int i = 0; i < ncaps; i++) caps[i] = (size_t)word(&r);
+  int arenas = count(&r, 64);
+  int nwindows = count(&r, WARM_WINDOWS);
+  TpkUnits *units = tpk_context_units(j->ctx);
+  /* the windows first: the first sync needs them before the first launch needs memory */
+  for (int i = 0; i < nwindows && !r.bad; i++) {
+    int n = count(&r, MAX_KEY);
+    if (r.bad || n < 1 || (size_t)(r.end - r.p) < (size_t)n) break;
+    TpkUnit *unit;
+    bool claimed;
+    if (tpk_units_get_kept(units, -1, &window_codec, r.p, n, &unit, &claimed) == TPK_OK) {
+      if (claimed) tpk_unit_abandon(units, unit); /* not in the folder (any more): built when needed */
+      else tpk_unit_release(unit);
+    }
+    r.p += n;
+  }
+  if (!r.bad) {
+    tpk_scratch_warm(j->ctx, caps, ncaps);
+    tpk_device_warm(j->dev, arenas);
+  }
+  free(j->words);
+  tpk_context_release(j->ctx);
+  free(j);
+  return NULL;
+}
+
+/* At a context's first fused stream on s's device: start the warm start
+ * that the folder has for the device, if any. */
+static void warm_start(TpkStream *s) {
+  TpkJit *jit = tpk_context_jit(s->ctx);
+  if (s->mode != TPK_EAGER_FUSED || !jit || atomic_exchange(&s->dev->warmed, true)) return;
+  uint64_t key[2];
+  warm_key(s->dev, key);
+  size_t len;
+  char *bytes = tpk_jit_unit_load(jit, key, 2, &len);
+  WarmJob *j = bytes && len > sizeof warm_tag && memcmp(bytes, warm_tag, sizeof warm_tag) == 0 &&
+                       (len - sizeof warm_tag) % sizeof(uint64_t) == 0
+                   ? calloc(1, sizeof *j)
+                   : NULL;
+  if (j) {
+    j->nwords = (len - sizeof warm_tag) / sizeof(uint64_t);
+    j->words = malloc(sizeof *j->words * j->nwords);
+    if (j->words) memcpy(j->words, bytes + sizeof warm_tag, sizeof *j->words * j->nwords);
+    j->ctx = s->ctx;
+    j->dev = s->dev;
+    s->warm.read_hash = tpk_hash_bytes(bytes, len);
+  }
+  free(bytes);
+  if (!j || !j->words) {
+    if (j) free(j);
+    return;
+  }
+  tpk_context_retain(j->ctx);
+  s->warm.pid = getpid();
+  s->warm.running = pthread_create(&s->warm.thread, NULL, warm_run, j) == 0;
+  if (!s->warm.running) { /* no thread: it is only an early start */
+    tpk_context_release(j->ctx);
+    free(j->words);
+    free(j);
+  }
+}
+
+/* Wait for s's warm start, if it runs. s->lock held (the thread takes no stream's lock). */
+static void warm_join(TpkStream *s) {
+  if (!s->warm.running) return;
+  s->warm.running = false;
+  if (s->warm.pid == getpid()) pthread_join(s->warm.thread, NULL);
+}
+
+static void warm_free(Warm *w) {
+  for (int i = 0; i < w->n; i++) free(w->keys[i]);
+  w->n = 0;
+}
+
+/* s's warm start for the next process into the cache folder, once (and
+ * not when it is what this one's read). s->lock held. */
+static void warm_keep(TpkStream *s) {
+  TpkJit *jit = tpk_context_jit(s->ctx);
+  if (s->warm.kept || !s->warm.n || !jit) return;
+  s->warm.kept = true;
+  size_t caps[WARM_SCRATCH];
+  int ncaps = tpk_scratch_huge(s->ctx, caps, WARM_SCRATCH);
+  TpkStr bytes = {0};
+  tpk_str_putn(&bytes, warm_tag, sizeof warm_tag);
+  folder_put(&bytes, (uint64_t)ncaps);
+  for (int i = 0; i < ncaps; i++) folder_put(&bytes, caps[i]);
+  folder_put(&bytes, (uint64_t)tpk_device_arenas(s->dev));
+  folder_put(&bytes, (uint64_t)s->warm.n);
+  for (int i = 0; i < s->warm.n; i++) {
+    folder_put(&bytes, (uint64_t)s->warm.nwords[i]);
+    tpk_str_putn(&bytes, (const char *)s->warm.keys[i], sizeof(uint64_t) * (size_t)s->warm.nwords[i]);
+  }
+  uint64_t key[2];
+  warm_key(s->dev, key);
+  if (!bytes.failed && tpk_hash_bytes(bytes.data, bytes.len) != s->warm.read_hash)
+    tpk_jit_unit_store(jit, key, 2, bytes.data, bytes.len);
+  tpk_str_free(&bytes);
+}
+
+/* A window unit s ran: among its keys; seen before, the stream has gone
+ * round its loop once, and its warm start is kept. s->lock held. */
+static void warm_note(TpkStream *s, const TpkUnit *window) {
+  int n;
+  const uint64_t *key = tpk_unit_key(window, &n);
+  for (int i = 0; i < s->warm.n; i++)
+    if (s->warm.nwords[i] == n && memcmp(s->warm.keys[i], key, sizeof *key * (size_t)n) == 0) {
+      warm_keep(s);
+      return;
+    }
+  if (s->warm.n == WARM_WINDOWS || s->warm.kept) return;
+  uint64_t *copy = malloc(sizeof *copy * (size_t)n);
+  if (!copy) return;
+  memcpy(copy, key, sizeof *copy * (size_t)n);
+  s->warm.keys[s->warm.n] = copy;
+  s->warm.nwords[s->warm.n++] = n;
 }
 
 /* What launching op's program p takes, from op bound as its graph g was

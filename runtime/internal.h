@@ -228,6 +228,10 @@ void tpk_context_leave(TpkContext *ctx);
  * and they have not started: a stream's first launches then find them
  * parked, not being born. */
 void tpk_context_start_pool(TpkContext *ctx);
+/* Keep the context's workers polling through launches run one after
+ * another (tpk_pool_hold), when they run this thread's launches' parts;
+ * the pool held (NULL: none), for tpk_pool_release. */
+struct TpkPool *tpk_context_hold_workers(TpkContext *ctx);
 
 /* Scratch memory of launches (kernels' workspaces, a compiled graph's
  * intermediates), 64-byte aligned: blocks the context keeps between
@@ -236,6 +240,15 @@ void tpk_context_start_pool(TpkContext *ctx);
  * memory); give returns it. Only while the context runs launches. */
 void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap);
 void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap);
+/* The sizes of the blocks it keeps that are huge pages (up to max), and
+ * blocks of those sizes made, faulted in and kept ahead of use: a warm
+ * start (eager.c) gives a new process the scratch an earlier one needed,
+ * without the first launch paying for the page faults. */
+int tpk_scratch_huge(TpkContext *ctx, size_t *caps, int max);
+void tpk_scratch_warm(TpkContext *ctx, const size_t *caps, int n);
+/* Fault in [p, p + bytes) for writing without changing a byte (safe while
+ * another thread uses the memory); where the system cannot, nothing. */
+void tpk_memory_populate(void *p, size_t bytes);
 
 /* The context's log (tpk_context_set_log): text for people, given to the
  * caller's function if there is one. TPK_DUMP_IR=1 when the context was

@@ -469,6 +469,33 @@ void *tpk_scratch_take(TpkContext *ctx, size_t bytes, size_t *cap) {
   return scratch_alloc(bytes, cap);
 }
 
+int tpk_scratch_huge(TpkContext *ctx, size_t *caps, int max) {
+  int n = 0;
+  pthread_mutex_lock(&ctx->scratch_lock);
+  for (int i = 0; i < ctx->nscratch && n < max; i++)
+    if (ctx->scratch[i].cap >= HUGE_FROM) caps[n++] = ctx->scratch[i].cap;
+  pthread_mutex_unlock(&ctx->scratch_lock);
+  return n;
+}
+
+void tpk_scratch_warm(TpkContext *ctx, const size_t *caps, int n) {
+  for (int i = 0; i < n && i < MAX_SCRATCH; i++) {
+    if (caps[i] < HUGE_FROM || caps[i] > ((size_t)1 << 30)) continue; /* not one tpk_scratch_huge names */
+    size_t cap;
+    void *p = scratch_alloc(caps[i], &cap);
+    if (!p) return;
+    tpk_memory_populate(p, cap); /* not yet anyone's: nothing to race with */
+    tpk_scratch_give(ctx, p, cap);
+  }
+}
+
+void tpk_memory_populate(void *p, size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+  madvise(p, bytes, MADV_POPULATE_WRITE); /* refused (an older kernel): faulted in on first use */
+}
+
 void tpk_scratch_give(TpkContext *ctx, void *block, size_t cap) {
   pthread_mutex_lock(&ctx->scratch_lock);
   if (ctx->nscratch < MAX_SCRATCH) {
@@ -1648,6 +1675,14 @@ static int launch_pool(TpkContext *ctx, int want, TpkRun *run) {
   int have = tpk_pool_threads(ctx->pool);
   pthread_mutex_unlock(&ctx->lock);
   return want < have ? want : have;
+}
+
+TpkPool *tpk_context_hold_workers(TpkContext *ctx) {
+  pthread_mutex_lock(&ctx->lock);
+  TpkPool *pool = stream_launch || !ctx->host_parallel ? ctx->pool : NULL; /* lent threads: not tpk's to hold */
+  tpk_pool_hold(pool);
+  pthread_mutex_unlock(&ctx->lock);
+  return pool;
 }
 
 void tpk_context_start_pool(TpkContext *ctx) {

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <pthread.h>
@@ -840,6 +841,118 @@ static void test_warm_stream_builds_no_op_alone(void **state) {
   free(dir);
 }
 
+/* A context of the folder dir (TPK_TIER=cc) with a fused stream on the host. */
+static TpkContext *fused_context(const char *dir, TpkDevice **host, TpkStream **s) {
+  setenv("TPK_CACHE_DIR", dir, 1);
+  setenv("TPK_TIER", "cc", 1);
+  TpkContext *ctx;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  unsetenv("TPK_CACHE_DIR");
+  unsetenv("TPK_TIER");
+  assert_int_equal(tpk_context_set_eager_mode(ctx, TPK_EAGER_FUSED), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", host), TPK_OK);
+  assert_int_equal(tpk_stream_create(*host, s), TPK_OK);
+  return ctx;
+}
+
+/* One step of a loop: y = sum(x * x + x, 1) as one window, checked. */
+static void loop_step(TpkDevice *host, TpkStream *s) {
+  enum { R = 6, C = 7 };
+  TpkBuffer *x, *t, *u, *y;
+  int n;
+  assert_int_equal(tpk_buffer_create(host, TPK_F32, 2, (int64_t[]){R, C}, &x), TPK_OK);
+  float *xv = tpk_buffer_data(x);
+  for (int i = 0; i < R * C; i++) xv[i] = (float)(i % 5) - 2.0f;
+  assert_int_equal(tpk_stream_op(s, "mul", (TpkArg[]){tpk_arg_buffer(x), tpk_arg_buffer(x)}, 2, &t, 1, &n), TPK_OK);
+  assert_int_equal(tpk_stream_op(s, "add", (TpkArg[]){tpk_arg_buffer(t), tpk_arg_buffer(x)}, 2, &u, 1, &n), TPK_OK);
+  assert_int_equal(tpk_stream_op(s, "sum", (TpkArg[]){tpk_arg_buffer(u), tpk_arg_ints(1, (int64_t[]){1})}, 2, &y, 1, &n), TPK_OK);
+  tpk_buffer_destroy(t);
+  tpk_buffer_destroy(u);
+  float yv[R];
+  assert_int_equal(tpk_buffer_read(y, yv, sizeof yv), TPK_OK);
+  for (int r = 0; r < R; r++) {
+    float want = 0;
+    for (int c = 0; c < C; c++) want += xv[r * C + c] * xv[r * C + c] + xv[r * C + c];
+    assert_float_equal(yv[r], want, 1e-4);
+  }
+  tpk_buffer_destroy(x);
+  tpk_buffer_destroy(y);
+}
+
+/* The eager units the context has loaded from its folder. */
+static int64_t eager_loads(TpkContext *ctx) {
+  TpkCacheStats st;
+  stats(ctx, &st);
+  return st.unit_loads[TPK_UNIT_EAGER];
+}
+
+/* A fused stream whose window comes round again (a loop's second step)
+ * keeps a warm start in the folder ('W': its windows' keys, its scratch
+ * and arenas). A later context's first fused stream on the device loads
+ * those windows with no op submitted (its eager loads rise while it
+ * idles), so its first window is a hit in memory, loading nothing more. A
+ * damaged warm start is refused and the window is loaded at its lookup,
+ * as without one; one that names windows the folder no longer has loads
+ * nothing, and the window is built. */
+static void test_warm_start_loads_windows_ahead(void **state) {
+  (void)state;
+  char *dir = test_temp_dir("tpk-test-units");
+  TpkDevice *host;
+  TpkStream *s;
+  TpkContext *ctx = fused_context(dir, &host, &s);
+  loop_step(host, s);
+  char names[16][512];
+  assert_int_equal(units_starting(dir, "W", names, 16), 0);
+  loop_step(host, s);
+  assert_int_equal(units_starting(dir, "W", names, 16), 1);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+
+  ctx = fused_context(dir, &host, &s);
+  int64_t loads = 0;
+  for (int i = 0; i < 5000 && (loads = eager_loads(ctx)) == 0; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  assert_true(loads >= 1);
+  TpkStreamStats st;
+  loop_step(host, s);
+  tpk_stream_stats(s, &st);
+  assert_int_equal(st.compiles, 0);
+  assert_int_equal(st.cache_hits, 1);
+  assert_int_equal(eager_loads(ctx), loads);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+
+  int fd = open(names[0], O_WRONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, "\x01", 1, 12), 1);
+  close(fd);
+  ctx = fused_context(dir, &host, &s);
+  loop_step(host, s);
+  TpkCacheStats cs;
+  stats(ctx, &cs);
+  assert_int_equal(cs.rejected, 1);
+  tpk_stream_stats(s, &st);
+  assert_int_equal(st.compiles, 0);
+  assert_true(cs.unit_loads[TPK_UNIT_EAGER] >= 1); /* at the window's lookup */
+  loop_step(host, s); /* comes round: the warm start is kept again */
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+
+  char programs[16][512];
+  int nprograms = programs_kept(dir, programs, 16);
+  assert_true(nprograms >= 1);
+  for (int i = 0; i < nprograms; i++) assert_int_equal(unlink(programs[i]), 0);
+  ctx = fused_context(dir, &host, &s);
+  loop_step(host, s);
+  stats(ctx, &cs);
+  assert_int_equal(cs.rejected, 0);
+  tpk_stream_stats(s, &st);
+  assert_int_equal(st.compiles, 1);
+  tpk_stream_destroy(s);
+  tpk_context_destroy(ctx);
+  test_remove_tree(dir);
+  free(dir);
+}
+
 static void log_to(void *user, const char *text) { tpk_str_puts(user, text); }
 
 /* The graph compiled in a context of the folder dir (TPK_TIER=cc), its
@@ -981,6 +1094,7 @@ int main(void) {
       cmocka_unit_test(test_warm_launch_reads_its_facts_at_once),
       cmocka_unit_test(test_two_processes_build_windows_at_once),
       cmocka_unit_test(test_warm_stream_builds_no_op_alone),
+      cmocka_unit_test(test_warm_start_loads_windows_ahead),
       cmocka_unit_test(test_dumps_compile_what_the_folder_has),
       cmocka_unit_test(test_kept_graph_restores),
       cmocka_unit_test(test_damaged_kept_graph_is_refused),
