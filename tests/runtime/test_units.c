@@ -794,16 +794,22 @@ static void test_two_processes_build_windows_at_once(void **state) {
   free(dir);
 }
 
-/* The units a context of the folder dir holds after the window and the
- * graph (their results checked), and the entries it found that did not
- * authenticate. */
-static int64_t units_after_window(const char *dir, int *rejected) {
+/* A context of the folder dir, compiling with cc (TPK_TIER=cc). */
+static TpkContext *cc_context(const char *dir) {
   setenv("TPK_CACHE_DIR", dir, 1);
   setenv("TPK_TIER", "cc", 1);
   TpkContext *ctx;
   assert_int_equal(tpk_context_create(&ctx), TPK_OK);
   unsetenv("TPK_CACHE_DIR");
   unsetenv("TPK_TIER");
+  return ctx;
+}
+
+/* The units a context of the folder dir holds after the window and the
+ * graph (their results checked), and the entries it found that did not
+ * authenticate. */
+static int64_t units_after_window(const char *dir, int *rejected) {
+  TpkContext *ctx = cc_context(dir);
   int64_t builds;
   assert_true(run_window_and_graph(ctx, 6, 7, &builds));
   TpkCacheStats s;
@@ -843,12 +849,7 @@ static void test_warm_stream_builds_no_op_alone(void **state) {
 
 /* A context of the folder dir (TPK_TIER=cc) with a fused stream on the host. */
 static TpkContext *fused_context(const char *dir, TpkDevice **host, TpkStream **s) {
-  setenv("TPK_CACHE_DIR", dir, 1);
-  setenv("TPK_TIER", "cc", 1);
-  TpkContext *ctx;
-  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-  unsetenv("TPK_CACHE_DIR");
-  unsetenv("TPK_TIER");
+  TpkContext *ctx = cc_context(dir);
   assert_int_equal(tpk_context_set_eager_mode(ctx, TPK_EAGER_FUSED), TPK_OK);
   assert_int_equal(tpk_device_open(ctx, "host", host), TPK_OK);
   assert_int_equal(tpk_stream_create(*host, s), TPK_OK);
@@ -958,13 +959,8 @@ static void log_to(void *user, const char *text) { tpk_str_puts(user, text); }
 /* The graph compiled in a context of the folder dir (TPK_TIER=cc), its
  * log in *log when dumps is set; returns how many graphs it loaded. */
 static int64_t graph_loads(const char *dir, bool dumps, TpkStr *log) {
-  setenv("TPK_CACHE_DIR", dir, 1);
-  setenv("TPK_TIER", "cc", 1);
   if (dumps) setenv("TPK_DUMP_IR", "1", 1);
-  TpkContext *ctx;
-  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
-  unsetenv("TPK_CACHE_DIR");
-  unsetenv("TPK_TIER");
+  TpkContext *ctx = cc_context(dir);
   unsetenv("TPK_DUMP_IR");
   tpk_context_set_log(ctx, log_to, log);
   TpkGraph *g;
