@@ -452,8 +452,8 @@ static bool block_size(const Tiling *T, const TpkTarget *t, int64_t *Bout, bool 
       }
   if (constant && B > Lk) B = Lk;
   /* two instances can run on two threads: a dot's each of at least 32 rows */
-  if (T->halve && constant && B == Lk && T->dot && Lk >= 64) B = tpk_ceildiv(tpk_ceildiv(Lk, 2), 8) * 8;
-  else if (T->halve && constant && B == Lk && !T->dot && Lk >= 2) B = tpk_ceildiv(Lk, 2);
+  if (T->halve && constant && B == Lk && Lk >= (T->dot ? 64 : 2))
+    B = T->dot ? tpk_ceildiv(tpk_ceildiv(Lk, 2), 8) * 8 : tpk_ceildiv(Lk, 2);
   *one_block = constant && B == Lk; /* the rows' dim is read and written whole */
   *Bout = B;
   if (constant && tpk_ceildiv(Lk, B) > INT32_MAX) return false; /* grid bounds are i32 */
