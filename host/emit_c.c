@@ -57,6 +57,10 @@ typedef struct Emitter {
     const char *at;
   } packed[16];
   const char *packed_bytes; /* the workspace past the plan's: a C expression */
+  /* runs of element ops in one loop (emit_run): the ops a run emitted, and
+   * while its loop is written, each member's C local */
+  TpkPtrMap run_done;
+  TpkPtrMap *run_locals;
 } Emitter;
 
 /* ---- output helpers ---------------------------------------------------------- */
@@ -462,12 +466,16 @@ static const char *linear(Emitter *e, int rank, const Sz *s, const int *which);
 static int open_loops(Emitter *e, const TpkType *t);
 static void close_loops(Emitter *e, int n);
 
+static const char *element_of(Emitter *e, const TpkOp *op, const char *const *at);
+
 /* The element of v at coordinates `at` (one C expression per dimension of
  * v), in its compute type. Fused values are computed right here: a
  * broadcast maps the coordinates to its input's, an elementwise op combines
  * its operands' elements. */
 static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *at) {
   if (!is_tile(v)) return rd(e, v, "0");
+  void *local; /* computed earlier in the same loop (emit_run) */
+  if (e->run_locals && tpk_ptrmap_get(e->run_locals, v, &local)) return widen(e, v->type->dtype, local);
   const TpkType *t = v->type;
   if (!tpk_op_is_fused(v->def)) {
     TpkStr off = {0};
@@ -480,27 +488,39 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
     return rd(e, v, o);
   }
   const TpkOp *op = v->def;
-  if (op->opcode == TPK_OP_BROADCAST) { /* NumPy: trailing alignment, size-1 dims stretch */
-    const TpkValue *x = op->in[0];
-    const char *xat[TPK_MAX_RANK];
-    int shift = t->rank - x->type->rank;
-    for (int d = 0; d < x->type->rank; d++) xat[d] = sz_is(dim(e, x->type, d), 1) ? "0" : at[d + shift];
-    return elem_expr(e, x, xat);
-  }
   if (op->opcode == TPK_OP_IOTA) { /* the coordinate itself, as emit_iota writes it */
     const char *c = tpk_arena_printf(&e->arena, "(%s)%s", compute_type(t->dtype), at[tpk_op_int(op, "axis", 0)]);
     return widen(e, t->dtype, narrow(e, t->dtype, c));
   }
+  const char *x = element_of(e, op, at);
+  if (!x) return "0";
+  if (op->opcode == TPK_OP_BROADCAST) return x; /* its operand's element, already rounded */
+  return widen(e, t->dtype, narrow(e, t->dtype, x)); /* round as the stored value would be */
+}
+
+/* The element of op's result at coordinates `at`, computed from its
+ * operands' (and everything fused into them), or NULL (failed) when the
+ * backend has no C for op. */
+static const char *element_of(Emitter *e, const TpkOp *op, const char *const *at) {
+  const TpkValue *r = &op->out[0];
+  if (op->opcode == TPK_OP_BROADCAST) {
+    const TpkValue *in = op->in[0];
+    const char *xat[TPK_MAX_RANK];
+    int shift = r->type->rank - in->type->rank;
+    for (int d = 0; d < in->type->rank; d++) xat[d] = sz_is(dim(e, in->type, d), 1) ? "0" : at[d + shift];
+    return elem_expr(e, in, xat);
+  }
   const char *a[3] = {NULL, NULL, NULL};
   for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
   TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
-  /* a conversion's operand is already in compute type: rounding is all it does */
   const char *x = op->opcode == TPK_OP_CONVERT ? a[0] : scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
-  if (!x) {
-    fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
-    return "0";
-  }
-  return widen(e, t->dtype, narrow(e, t->dtype, x)); /* round as the stored value would be */
+  if (!x) fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
+  return x;
+}
+
+/* The loop variables i0.. over a shape of rank n. */
+static void loop_vars(Emitter *e, int n, const char **at) {
+  for (int d = 0; d < n; d++) at[d] = tpk_arena_printf(&e->arena, "i%d", d);
 }
 
 /* One loop nest over r's elements computing op's result from its operands
@@ -509,24 +529,9 @@ static const char *elem_expr(Emitter *e, const TpkValue *v, const char *const *a
 static void emit_element_loop(Emitter *e, const TpkOp *op, const char *n, const char *dst) {
   const TpkValue *r = &op->out[0];
   const char *at[TPK_MAX_RANK];
-  for (int d = 0; d < r->type->rank; d++) at[d] = tpk_arena_printf(&e->arena, "i%d", d);
-  const char *x;
-  if (op->opcode == TPK_OP_BROADCAST) {
-    const TpkValue *in = op->in[0];
-    const char *xat[TPK_MAX_RANK];
-    int shift = r->type->rank - in->type->rank;
-    for (int d = 0; d < in->type->rank; d++) xat[d] = sz_is(dim(e, in->type, d), 1) ? "0" : at[d + shift];
-    x = elem_expr(e, in, xat);
-  } else {
-    const char *a[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < op->nin && i < 3; i++) a[i] = elem_expr(e, op->in[i], at);
-    TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
-    x = op->opcode == TPK_OP_CONVERT ? a[0] : scalar_expr(e, op, in_dt, a[0], a[1], a[2]);
-    if (!x) {
-      fail(e, op, "'%s' is not supported by the host backend", tpk_op_info(op->opcode)->name);
-      return;
-    }
-  }
+  loop_vars(e, r->type->rank, at);
+  const char *x = element_of(e, op, at);
+  if (!x) return;
   Sz rs[TPK_MAX_RANK];
   strides(e, r->type, rs);
   int k = open_loops(e, r->type);
@@ -2019,6 +2024,344 @@ static void emit_grid(Emitter *e, const TpkOp *op) {
   e->grid = outer;
 }
 
+static void emit_op(Emitter *e, const TpkOp *op);
+
+/* ---- runs: element ops over one shape in one loop ---------------------------------------
+ *
+ * A chain of elementwise ops whose values have several users is, op by op,
+ * a loop per op through tiles in the workspace: AdamW's update (four
+ * results, each read by later ops) passed over its 256 KiB tiles ten times.
+ * A run is the ops from an element op to the last of the ops after it that
+ * are element ops of the same shape (members), stores of their values, or
+ * fused ops and loads and scalar constants between them: one loop over the
+ * shape computes every member into a C local, in program order, and each
+ * store writes its element straight where it goes. A member's tile is
+ * written only when something outside the run reads it. Loads and
+ * constants are emitted before the loop (they read nothing the run writes:
+ * a load of memory a store of the run wrote ends the run).
+ *
+ * Element i of every member, store and tile is touched only in iteration i,
+ * so one loop computes what the op-by-op loops did, provided nothing it
+ * reads is written at another element: the run ends before a second store
+ * into one memory, or a store into memory a member reads in place (a view
+ * load), and is not formed when a member's tile shares workspace with
+ * anything else the loop reads or writes (the planner reuses the storage of
+ * values that died earlier in the run). That is also why the innermost loop
+ * may say ivdep. A store whose block may be ragged gets the loop twice:
+ * stores straight from the loop when every block is in range, else through
+ * the stored members' tiles and the usual masked copies. */
+
+enum { RUN_MAX = 128 };
+typedef enum RunKind { RUN_FUSED, RUN_MEMBER, RUN_HOIST, RUN_STORE } RunKind;
+typedef struct Run {
+  int n, nmembers;
+  const TpkOp *op[RUN_MAX];
+  RunKind kind[RUN_MAX];
+  bool tile[RUN_MAX]; /* members: the loop writes the tile too */
+} Run;
+
+/* Is op computed element by element into a tile of its own (what
+ * emit_elementwise or emit_broadcast write as one loop)? */
+static bool element_member(const TpkOp *op) {
+  if (tpk_op_is_fused(op) || op->nout != 1 || !is_tile(&op->out[0]) || op->nin == 0) return false;
+  if (op->opcode == TPK_OP_BROADCAST) return true;
+  if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE) && op->opcode != TPK_OP_SELECT &&
+      op->opcode != TPK_OP_CONVERT)
+    return false;
+  TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
+  if (!tpk_dtype_is_float(in_dt) && (op->opcode == TPK_OP_DIV || op->opcode == TPK_OP_REM || op->opcode == TPK_OP_CDIV))
+    return false; /* it checks for division by zero after its loop */
+  if (op->opcode == TPK_OP_CONVERT) return inline_convert(op);
+  const TpkOp *arg = op->in[0]->def;
+  return !(prim_unary(op->opcode) && in_dt == TPK_F32 && !(arg && tpk_op_is_fused(arg))); /* else a primitive */
+}
+
+static bool same_shape(const TpkType *a, const TpkType *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++) {
+    int64_t x, y;
+    if (a->dims[d] != b->dims[d] &&
+        !(tpk_dim_is_const(a->dims[d], &x) && tpk_dim_is_const(b->dims[d], &y) && x == y))
+      return false;
+  }
+  return true;
+}
+
+static bool in_run_as(const Run *r, const TpkOp *op, RunKind kind) {
+  for (int i = 0; i < r->n; i++)
+    if (r->op[i] == op) return r->kind[i] == kind;
+  return false;
+}
+
+static bool run_writes(const Run *r, const TpkValue *ref) {
+  for (int i = 0; i < r->n; i++)
+    if (r->kind[i] == RUN_STORE && r->op[i]->in[0] == ref) return true;
+  return false;
+}
+
+/* May st be one of the run's stores: setting a member's value, the run's
+ * first store into its memory, which no member so far reads in place? */
+static bool run_store_ok(const Run *r, const TpkOp *st) {
+  const TpkValue *val = st->in[st->nin - 1], *ref = st->in[0];
+  if (!val->def || !in_run_as(r, val->def, RUN_MEMBER) || run_writes(r, ref)) return false;
+  if (tpk_op_store_mode(st) != TPK_STORE_SET || has_gather(tpk_op_index(st, "index"))) return false;
+  for (int i = 0; i < r->n; i++)
+    for (int j = 0; r->kind[i] == RUN_MEMBER && j < r->op[i]->nin; j++)
+      if (reads_in_place(r->op[i]->in[j], ref)) return false;
+  return true;
+}
+
+/* Is a use by `user` inside the run (a member or a store, or a fused op
+ * computed inside one)? */
+static bool used_in_run(const Run *r, const TpkOp *user) {
+  while (user && tpk_op_is_fused(user)) user = tpk_value_single_user(&user->out[0]);
+  return user && (in_run_as(r, user, RUN_MEMBER) || in_run_as(r, user, RUN_STORE));
+}
+
+static bool read_outside(const Run *r, const TpkValue *v) {
+  for (const TpkUse *u = v->uses; u; u = u->next)
+    if (!used_in_run(r, u->user)) return true;
+  return false;
+}
+
+/* The run cut before entry n (and the loads and fused ops before that
+ * after its last member or store); false when fewer than two members stay. */
+static bool cut_run(Run *r, int n) {
+  while (n > 0 && r->kind[n - 1] != RUN_MEMBER && r->kind[n - 1] != RUN_STORE) n--;
+  r->n = n;
+  r->nmembers = 0;
+  for (int i = 0; i < n; i++) r->nmembers += r->kind[i] == RUN_MEMBER;
+  return r->nmembers >= 2;
+}
+
+/* The run starting at op (an element_member), or false when it would have
+ * fewer than two members. */
+static bool collect_run(const TpkOp *start, Run *r) {
+  r->n = 0;
+  const TpkType *shape = start->out[0].type;
+  int last = -1;
+  for (const TpkOp *op = start; op && r->n < RUN_MAX; op = op->next) {
+    RunKind kind;
+    if (tpk_op_is_fused(op)) kind = RUN_FUSED;
+    else if (element_member(op) && same_shape(op->out[0].type, shape)) kind = RUN_MEMBER;
+    else if (op->opcode == TPK_OP_LOAD && !run_writes(r, op->in[0])) kind = RUN_HOIST;
+    else if (op->opcode == TPK_OP_CONST && !is_tile(&op->out[0])) kind = RUN_HOIST;
+    else if (op->opcode == TPK_OP_STORE && is_tile(op->in[op->nin - 1]) && run_store_ok(r, op)) kind = RUN_STORE;
+    else break;
+    r->op[r->n] = op;
+    r->kind[r->n++] = kind;
+    if (kind == RUN_MEMBER || kind == RUN_STORE) last = r->n - 1;
+  }
+  return cut_run(r, last + 1); /* loads and fused ops after the last member stay where they are */
+}
+
+/* Where v's storage is in the workspace, as [lo, hi) (with symbolic sizes,
+ * its storage group), or false when it has none there. */
+static bool slot_span(Emitter *e, const TpkValue *v, int64_t *lo, int64_t *hi) {
+  const TpkPlanSlot *s = tpk_plan_slot(e->plan, v);
+  if (!s) return false;
+  if (e->plan->symbolic) {
+    *lo = s->group, *hi = (int64_t)s->group + 1;
+    return s->group >= 0;
+  }
+  *lo = s->offset, *hi = s->offset + s->bytes;
+  return s->bytes > 0;
+}
+
+/* Is load a view of its tensor whatever the indices (its block in range
+ * and whole where it must be): then it reads no workspace. */
+static bool load_always_view(Emitter *e, const TpkOp *load) {
+  if (!is_tile(&load->out[0]) || !load_is_view(load)) return false;
+  Access acc;
+  if (!access_of(e, load, tpk_op_index(load, "index"), load->in[0], 1, &acc)) return false;
+  access_sizes(e, &acc, load->out[0].type);
+  if (strcmp(in_range(e, &acc), "1") != 0) return false;
+  TpkStr whole = {0};
+  WholeBlocks w = {e, &whole};
+  trailing_blocks(load, block_is_whole_when, &w);
+  bool always = whole.len == 0;
+  tpk_str_free(&whole);
+  return always;
+}
+
+/* Workspace a run touches: [lo, hi) of value v, by entry `by` of the run;
+ * written (a member's tile in the loop, or before the loop the copy a
+ * hoisted load may make: `pre`) or read, and whether read at the loop's own
+ * element. */
+typedef struct Spans {
+  int n;
+  struct {
+    int64_t lo, hi;
+    const TpkValue *v;
+    int by;
+    bool written, pre, same_index;
+  } s[2 * RUN_MAX + 64];
+} Spans;
+
+static bool add_span(Emitter *e, Spans *s, const TpkValue *v, int by, bool written, bool same_index) {
+  if (s->n == (int)(sizeof s->s / sizeof s->s[0])) return false;
+  if (!slot_span(e, v, &s->s[s->n].lo, &s->s[s->n].hi)) return true;
+  s->s[s->n].v = v, s->s[s->n].by = by, s->s[s->n].written = written, s->s[s->n].same_index = same_index;
+  s->s[s->n].pre = false;
+  s->n++;
+  return true;
+}
+
+/* The workspace entry `by` reads outside the run's locals: non-member
+ * tiles, through the ops fused into it; same_index while no broadcast on
+ * the way maps the loop's element elsewhere. */
+static bool add_reads(Emitter *e, const Run *r, const TpkValue *v, int by, bool same_index, Spans *s) {
+  if (!is_tile(v)) return true;
+  if (v->def && in_run_as(r, v->def, RUN_MEMBER)) return true;
+  if (v->def && tpk_op_is_fused(v->def)) {
+    same_index &= v->def->opcode != TPK_OP_BROADCAST && v->def->opcode != TPK_OP_IOTA;
+    for (int i = 0; i < v->def->nin; i++)
+      if (!add_reads(e, r, v->def->in[i], by, same_index, s)) return false;
+    return true;
+  }
+  if (v->def && v->def->opcode == TPK_OP_LOAD && load_always_view(e, v->def)) return true;
+  return add_span(e, s, v, by, false, same_index && same_shape(v->type, r->op[0]->out[0].type));
+}
+
+/* Decide which members write their tiles (read outside the run, or stored
+ * through them when blocks may be ragged). The workspace the run writes
+ * (those tiles, and the copies its hoisted loads may make, out of the
+ * order the planner saw) may meet nothing else it touches, but a tile of
+ * the run's shape read at the same element by the member writing over it
+ * or one before it (the planner gives a value the storage of an operand
+ * that dies there: the element is read before it is overwritten). Returns
+ * -1, or where the run must end for that to hold (a shorter run may). */
+static int run_tiles(Emitter *e, Run *r, bool ragged) {
+  Spans *s = tpk_arena_alloc(&e->arena, sizeof *s);
+  if (!s) return 0;
+  s->n = 0;
+  for (int i = 0; i < r->n; i++) {
+    const TpkOp *op = r->op[i];
+    r->tile[i] = false;
+    if (r->kind[i] == RUN_STORE && !add_span(e, s, op->in[0], i, false, false)) return 0; /* scratch memory */
+    if (r->kind[i] == RUN_HOIST && op->opcode == TPK_OP_LOAD && is_tile(&op->out[0]) && !load_always_view(e, op)) {
+      int at = s->n;
+      if (!add_span(e, s, &op->out[0], i, true, false)) return 0;
+      if (s->n > at) s->s[at].pre = true;
+    }
+    if (r->kind[i] != RUN_MEMBER) continue;
+    for (int j = 0; j < op->nin; j++)
+      if (!add_reads(e, r, op->in[j], i, true, s)) return 0;
+    r->tile[i] = read_outside(r, &op->out[0]);
+    for (int k = i + 1; ragged && k < r->n; k++)
+      r->tile[i] |= r->kind[k] == RUN_STORE && r->op[k]->in[r->op[k]->nin - 1] == &op->out[0];
+    if (r->tile[i] && !add_span(e, s, &op->out[0], i, true, true)) return 0;
+  }
+  int cut = -1;
+  for (int w = 0; w < s->n; w++)
+    for (int k = 0; s->s[w].written && k < s->n; k++) {
+      if (k == w || s->s[k].v == s->s[w].v || !(s->s[w].lo < s->s[k].hi && s->s[k].lo < s->s[w].hi)) continue;
+      bool in_place = !s->s[w].pre && !s->s[k].written && s->s[k].same_index && s->s[k].by <= s->s[w].by &&
+                      s->s[k].lo == s->s[w].lo && s->s[k].hi == s->s[w].hi;
+      int later = s->s[k].by > s->s[w].by ? s->s[k].by : s->s[w].by;
+      if (!in_place && (cut < 0 || later < cut)) cut = later;
+    }
+  return cut;
+}
+
+/* The run's loop: each member into its local (and its tile when tile[i]),
+ * each store from its member's local to store_at[i] when given. */
+static void emit_run_loop(Emitter *e, const Run *r, const char *const *store_at) {
+  const TpkType *t = r->op[0]->out[0].type;
+  const char *at[TPK_MAX_RANK];
+  loop_vars(e, t->rank, at);
+  Sz ts[TPK_MAX_RANK];
+  strides(e, t, ts);
+  const char *lin = linear(e, t->rank, ts, NULL);
+  TpkPtrMap locals = {0};
+  e->run_locals = &locals;
+  for (int d = 0; d < t->rank; d++) {
+    if (d == t->rank - 1) line(e, "#pragma GCC ivdep"); /* no element is written in one iteration and read in another */
+    line(e, "for (int64_t i%d = 0; i%d < %s; i%d++) {", d, d, dim(e, t, d), d);
+    e->indent++;
+  }
+  for (int i = 0; i < r->n && !e->failed; i++) {
+    const TpkOp *op = r->op[i];
+    if (r->kind[i] == RUN_MEMBER) {
+      const char *x = element_of(e, op, at);
+      if (!x) break;
+      TpkDType dt = op->out[0].type->dtype;
+      const char *local = tpk_arena_printf(&e->arena, "x%d", ++e->tmp);
+      line(e, "%s %s = %s;", ctype(dt), local, narrow(e, dt, x));
+      if (!local || !tpk_ptrmap_put(&locals, &op->out[0], (void *)local)) e->failed = true;
+      if (r->tile[i]) line(e, "%s[%s] = %s;", name_of(e, &op->out[0]), lin, local);
+    } else if (r->kind[i] == RUN_STORE && store_at[i]) {
+      void *local = NULL;
+      tpk_ptrmap_get(&locals, op->in[op->nin - 1], &local);
+      line(e, "%s = %s;", store_at[i], local ? (const char *)local : "0");
+    }
+  }
+  close_loops(e, t->rank);
+  e->run_locals = NULL;
+  tpk_ptrmap_free(&locals);
+}
+
+/* Emit the run starting at op in one loop (see above), or nothing and
+ * false when op is emitted on its own. */
+static bool emit_run(Emitter *e, const TpkOp *start) {
+  Run *r = tpk_arena_alloc(&e->arena, sizeof *r);
+  if (!r || !collect_run(start, r)) return false;
+  const char **store_at = tpk_arena_alloc(&e->arena, sizeof *store_at * RUN_MAX);
+  Access *acc = tpk_arena_alloc(&e->arena, sizeof *acc * RUN_MAX);
+  if (!store_at || !acc) return false;
+  const char *ragged;
+  for (;;) {
+    TpkStr cond = {0}; /* every store's block in range */
+    for (int i = 0; i < r->n; i++) {
+      store_at[i] = NULL;
+      if (r->kind[i] != RUN_STORE) continue;
+      const TpkOp *st = r->op[i];
+      if (!access_of(e, st, tpk_op_index(st, "index"), st->in[0], 1, &acc[i])) return false;
+      access_sizes(e, &acc[i], st->in[st->nin - 1]->type);
+      const char *ok = in_range(e, &acc[i]);
+      if (strcmp(ok, "1") != 0) tpk_str_printf(&cond, "%s(%s)", cond.len ? " && " : "", ok);
+    }
+    ragged = cond.len ? tpk_arena_strdup(&e->arena, cond.data) : NULL;
+    tpk_str_free(&cond);
+    int cut = run_tiles(e, r, ragged != NULL);
+    if (cut < 0) break;
+    if (!cut_run(r, cut)) return false;
+  }
+  /* from here on the run is emitted */
+  for (int i = 0; i < r->n; i++) {
+    if (!tpk_ptrmap_put(&e->run_done, r->op[i], NULL)) e->failed = true;
+    if (r->kind[i] == RUN_HOIST) emit_op(e, r->op[i]);
+    else if (r->kind[i] == RUN_MEMBER) source_comment(e, r->op[i]);
+  }
+  line(e, "/* one loop: %d element ops, their stores */", r->nmembers);
+  for (int i = 0; i < r->n; i++) {
+    if (r->kind[i] == RUN_MEMBER && r->tile[i]) def_tile(e, &r->op[i]->out[0]);
+    if (r->kind[i] != RUN_STORE) continue;
+    check_indices(e, &acc[i]);
+    const char *valid;
+    store_at[i] = tpk_arena_printf(&e->arena, "%s[%s]", acc[i].base, access_offset(e, &acc[i], &valid));
+  }
+  if (!ragged) {
+    emit_run_loop(e, r, store_at);
+    return true;
+  }
+  line(e, "if (%s) { /* in range: stored straight from the loop */", ragged);
+  e->indent++;
+  emit_run_loop(e, r, store_at);
+  e->indent--;
+  line(e, "} else {");
+  e->indent++;
+  const char *none[RUN_MAX] = {0};
+  emit_run_loop(e, r, none);
+  for (int i = 0; i < r->n; i++)
+    if (r->kind[i] == RUN_STORE)
+      block_copy(e, &acc[i], name_of(e, r->op[i]->in[r->op[i]->nin - 1]), r->op[i]->in[r->op[i]->nin - 1]->type, false,
+                 NULL, false);
+  e->indent--;
+  line(e, "}");
+  return true;
+}
+
 static void emit_op(Emitter *e, const TpkOp *op) {
   source_comment(e, op);
   if (tpk_op_is_fused(op)) return; /* computed inside its consumer's loop */
@@ -2106,7 +2449,9 @@ static void emit_op(Emitter *e, const TpkOp *op) {
 
 static void emit_block(Emitter *e, const TpkBlock *b) {
   for (const TpkOp *op = b->first; op && !e->failed; op = op->next) {
+    if (tpk_ptrmap_get(&e->run_done, op, NULL)) continue; /* in a run's loop, or before it */
     if (op->nregion && !tpk_op_is_fused(op)) emit_packing(e, op);
+    if (element_member(op) && emit_run(e, op)) continue;
     emit_op(e, op);
   }
 }
@@ -2687,6 +3032,7 @@ TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, c
   line(&e, "return 0;");
   tpk_str_puts(out, "}\n");
   tpk_ptrmap_free(&e.names);
+  tpk_ptrmap_free(&e.run_done);
   tpk_arena_free(&e.arena);
   if (out->failed && !e.failed) return tpk_error(err, TPK_ERR_NOMEM, "out of memory emitting '%s'", f->name);
   return e.failed ? (err ? err->code : TPK_ERR_INTERNAL) : TPK_OK;

@@ -24,9 +24,10 @@
  *   - it is a broadcast, an iota (`j.start + iota(...)` column indices cost
  *     an index, not a tile), or an elementwise op or select the C emitter
  *     computes one element at a time: not one the primitive library
- *     computes on a whole f32 tile (exp, log, ...; erf is computed in the
- *     chain, but not into a broadcast, which would compute it once per
- *     element it spreads to), not a conversion other than f32 <-> bf16,
+ *     computes on a whole f32 tile (exp, log, ...; erf, sqrt and rsqrt are
+ *     computed in the chain, but not into a broadcast, which would compute
+ *     them once per element it spreads to), not a conversion other than
+ *     f32 <-> bf16,
  *     not an integer division (it must report division by zero); and
  *   - its result is used exactly once, in its own block, by an op that is
  *     itself computed element by element, or by an f32 sum or mean over
@@ -89,13 +90,14 @@ static TpkStatus decide_accumulation(TpkModule *m, TpkBlock *b, TpkError *err) {
  * faster than generated code does inside a chain. Not erf: cc's code of it
  * (16 lanes wide where the CPU has them) is as fast as the primitive's, and
  * GELU fused is one pass, not three (0.55 -> 0.48 ms on 512x1024, one
- * thread; host/README.md). The others lose fused (exp's subnormal path is
+ * thread; host/README.md). Not sqrt and rsqrt: one instruction (and a
+ * division), the same bits as the primitive's; AdamW's update is one pass
+ * instead of three. The others lose fused (exp's subnormal path is
  * computed for every lane, and tanh and sigmoid divide): SiLU 0.38 -> 0.58,
  * softmax 0.37 -> 0.53, gelu_tanh 0.55 -> 0.57. */
 static bool prim_unary_f32(const TpkOp *op) {
   switch (op->opcode) {
-  case TPK_OP_EXP: case TPK_OP_LOG: case TPK_OP_SQRT: case TPK_OP_RSQRT:
-  case TPK_OP_TANH: case TPK_OP_SIGMOID:
+  case TPK_OP_EXP: case TPK_OP_LOG: case TPK_OP_TANH: case TPK_OP_SIGMOID:
     return op->in[0]->type->dtype == TPK_F32;
   default:
     return false;
@@ -157,7 +159,8 @@ static bool fuses(const TpkOp *op) {
   const TpkOp *use = tpk_value_single_user(&op->out[0]);
   if (!use || use->parent != op->parent) return false;
   if (!element_loop(use) && !sum_takes_elements(use)) return false;
-  return op->opcode != TPK_OP_ERF || !spread(op); /* erf costs too much to compute twice */
+  bool costly = op->opcode == TPK_OP_ERF || op->opcode == TPK_OP_SQRT || op->opcode == TPK_OP_RSQRT;
+  return !costly || !spread(op); /* too dear to compute again for every element a broadcast spreads it to */
 }
 
 static TpkStatus decide_fusion(TpkModule *m, TpkBlock *b, TpkError *err) {

@@ -435,11 +435,12 @@ static char *two_muls(const char *into_add, const char *into_max) {
   tpk_str_puts(&s, "kernel @k(%x: ref<f32[8,16]>, %y: out ref<f32[8,16]>, %z: out ref<f32[8]>) {\n"
                    "  %a = load %x {index=\"::\"} : f32[8,16]\n");
   tpk_str_printf(&s, "  %%m = mul %%a, %%a%s : f32[8,16]\n", into_add);
-  tpk_str_puts(&s, "  %s = add %m, %a : f32[8,16]\n"
-                   "  store %y, %s {index=\"::\", mode=\"set\"}\n");
   tpk_str_printf(&s, "  %%n = mul %%a, %%a%s : f32[8,16]\n", into_max);
+  /* the max before the add: the add is in no run with the mul (emit_run) */
   tpk_str_puts(&s, "  %r = reduce %n {kind=\"max\", axes=[1], keepdims=false} : f32[8]\n"
                    "  store %z, %r {index=\":\", mode=\"set\"}\n"
+                   "  %s = add %m, %a : f32[8,16]\n"
+                   "  store %y, %s {index=\"::\", mode=\"set\"}\n"
                    "}\n");
   return tpk_str_take(&s);
 }
@@ -467,6 +468,32 @@ static void test_fusion_read_from_ir(void **state) {
   assert_non_null(strstr(err.message, "the host fuses only into f32 sums and means over trailing or leading axes"));
 }
 
+/* Element ops over one shape are one loop (emit_run): values only the run
+ * reads are C locals, not tiles; stores write from the loop; a value a
+ * reduction reads after the run keeps its tile. */
+static void test_runs(void **state) {
+  (void)state;
+  const char *text = "kernel @k(%x: ref<f32[8,16]>, %y: ref<f32[8,16]>, %o1: out ref<f32[8,16]>, "
+                     "%o2: out ref<f32[8,16]>, %o3: out ref<f32[8]>) {\n"
+                     "  %a = load %x {index=\"::\"} : f32[8,16]\n"
+                     "  %b = load %y {index=\"::\"} : f32[8,16]\n"
+                     "  %m = mul %a, %b : f32[8,16]\n"
+                     "  store %o1, %m {index=\"::\", mode=\"set\"}\n"
+                     "  %t = sub %m, %a : f32[8,16]\n"
+                     "  %u = add %t, %m : f32[8,16]\n"
+                     "  store %o2, %u {index=\"::\", mode=\"set\"}\n"
+                     "  %r = reduce %t {kind=\"max\", axes=[1], keepdims=false} : f32[8]\n"
+                     "  store %o3, %r {index=\":\", mode=\"set\"}\n"
+                     "}\n";
+  TpkError err = {0};
+  char *c = emit_ir(text, &err);
+  assert_non_null(c);
+  assert_non_null(strstr(c, "one loop: 3 element ops"));
+  assert_int_equal(count(c, "#pragma GCC ivdep"), 1);
+  assert_int_equal(count(c, "(W + "), 4); /* tiles a, b, t (the max reads it), r: not m, not u */
+  free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_grids),
@@ -478,6 +505,7 @@ int main(void) {
       cmocka_unit_test(test_iota_fuses),
       cmocka_unit_test(test_sum_fuses),
       cmocka_unit_test(test_fusion_read_from_ir),
+      cmocka_unit_test(test_runs),
       cmocka_unit_test(test_packed_rhs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
