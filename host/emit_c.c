@@ -61,6 +61,9 @@ typedef struct Emitter {
    * while its loop is written, each member's C local */
   TpkPtrMap run_done;
   TpkPtrMap *run_locals;
+  /* tiles that are their store's block when it is in range (store_view):
+   * value -> the C condition */
+  TpkPtrMap store_views;
 } Emitter;
 
 /* ---- output helpers ---------------------------------------------------------- */
@@ -333,6 +336,8 @@ static const char *slot_bytes(Emitter *e, const TpkPlanSlot *s) {
   return e->plan->symbolic ? (s->bytes_dim ? sz_dim(e, s->bytes_dim) : "0") : sz_int(e, s->bytes);
 }
 
+static void view_stored_block(Emitter *e, const TpkValue *v, const char *n);
+
 /* Declare the C name of a new value: a pointer into the workspace for
  * tiles, a local for scalars (assigned by the caller). */
 static const char *def_tile(Emitter *e, const TpkValue *v) {
@@ -344,6 +349,7 @@ static const char *def_tile(Emitter *e, const TpkValue *v) {
   }
   line(e, "%s *%s = (%s *)(W + %s); /* %s bytes */", ctype(v->type->dtype), n, ctype(v->type->dtype), slot_offset(e, s),
        slot_bytes(e, s));
+  view_stored_block(e, v, n);
   return n;
 }
 
@@ -353,7 +359,7 @@ static bool load_is_view(const TpkOp *load);
  * that may be a view of its tensor is never known to share anything. */
 static int64_t offset_of(Emitter *e, const TpkValue *v) {
   const TpkPlanSlot *s = tpk_plan_slot(e->plan, v);
-  if (!s || (v->def && v->def->opcode == TPK_OP_LOAD && load_is_view(v->def)))
+  if (!s || (v->def && v->def->opcode == TPK_OP_LOAD && load_is_view(v->def)) || tpk_ptrmap_get(&e->store_views, v, NULL))
     return -1 - (int64_t)(uintptr_t)(const void *)v; /* unique, never a real offset */
   return e->plan->symbolic ? s->group : s->offset; /* groups are laid out apart */
 }
@@ -361,7 +367,10 @@ static int64_t offset_of(Emitter *e, const TpkValue *v) {
 /* dst = src for two tiles of one type, unless they share memory. */
 static void copy_tile(Emitter *e, const char *dst, const TpkValue *dst_v, const TpkValue *src) {
   if (offset_of(e, dst_v) == offset_of(e, src)) return;
-  line(e, "memcpy(%s, %s, %s);", dst, name_of(e, src), byte_size(e, src->type));
+  if (tpk_ptrmap_get(&e->store_views, dst_v, NULL) || tpk_ptrmap_get(&e->store_views, src, NULL)) /* maybe one place */
+    line(e, "if (%s != %s) memcpy(%s, %s, %s);", dst, name_of(e, src), dst, name_of(e, src), byte_size(e, src->type));
+  else
+    line(e, "memcpy(%s, %s, %s);", dst, name_of(e, src), byte_size(e, src->type));
 }
 
 /* ---- scalar expressions ------------------------------------------------------------ */
@@ -1148,6 +1157,86 @@ static void emit_view_or_copy(Emitter *e, const TpkOp *op, const Access *acc, co
   tpk_str_free(&off);
 }
 
+/* ---- stored tiles that are the stored block ----------------------------------------------
+ *
+ * A tile read by other ops and stored once (`let h = x @ w + b; y[i, :] =
+ * h; z = gelu(h)`) was computed in the workspace and copied to its block:
+ * the MLP's forward copied three 1 MiB tiles a step. When the block is one
+ * contiguous run of its memory with the tile's layout (scalar indices, at
+ * most one blocked dimension, then whole ones) and in range, the tile is
+ * that block (as a load may be a view of its block), and the store copies
+ * only otherwise. The memory must be an output nothing else in the kernel
+ * touches (no load reads it, no other op writes it), so that the block
+ * holds exactly the tile's elements while the tile is read; the store's
+ * indices must be known where the tile is made. */
+
+/* Is v (an index operand) computed before op, or outside op's block? */
+static bool defined_before(const TpkValue *v, const TpkOp *op) {
+  if (!v->def || v->def->parent != op->parent) return true; /* a block argument or an outer value */
+  for (const TpkOp *o = v->def; o; o = o->next)
+    if (o == op) return true;
+  return false;
+}
+
+/* The store whose block v's tile may be, or NULL. */
+static const TpkOp *store_view_of(const Emitter *e, const TpkValue *v) {
+  /* a value used once, by its store, is stored straight from its loop or
+   * gemm (direct_store), but for an accumulating dot */
+  if (!is_tile(v) || !v->def || (tpk_value_use_count(v) < 2 && !tpk_dot_accumulator(v->def))) return NULL;
+  const TpkOp *def = v->def; /* ops that write their tile (a load may point it elsewhere) */
+  if (def->opcode != TPK_OP_DOT && def->opcode != TPK_OP_REDUCE && def->opcode != TPK_OP_BROADCAST &&
+      def->opcode != TPK_OP_TRANSPOSE && def->opcode != TPK_OP_SELECT && def->opcode != TPK_OP_CONVERT &&
+      !(tpk_op_info(def->opcode)->flags & TPK_OPF_ELEMENTWISE))
+    return NULL;
+  const TpkOp *st = NULL;
+  for (const TpkUse *u = v->uses; u; u = u->next) {
+    if (u->user->opcode == TPK_OP_YIELD) return NULL; /* copied into a carrier by offset (emit_yield_into) */
+    if (u->user->opcode == TPK_OP_STORE && u->index == u->user->nin - 1) {
+      if (st) return NULL;
+      st = u->user;
+    }
+  }
+  if (!st || st->parent != v->def->parent || tpk_op_store_mode(st) != TPK_STORE_SET) return NULL;
+  const TpkValue *ref = st->in[0];
+  bool output = false;
+  for (int i = 0; i < e->f->nparams; i++) output |= e->f->params[i].value == ref && e->f->params[i].role == TPK_PARAM_OUT;
+  if (!output || ref->nuses != 1 || ref->uses->user != st) return NULL; /* the store is all that touches it */
+  const TpkIndexPattern *pat = tpk_op_index(st, "index");
+  int d = 0;
+  while (d < pat->rank && pat->dim[d] == TPK_INDEX_SCALAR) d++;
+  if (d < pat->rank && (pat->dim[d] == TPK_INDEX_TILE || pat->dim[d] == TPK_INDEX_RANGE)) d++;
+  while (d < pat->rank && pat->dim[d] == TPK_INDEX_ALL) d++;
+  if (d < pat->rank) return NULL;
+  for (int i = 1; i < st->nin - 1; i++)
+    if (!defined_before(st->in[i], v->def)) return NULL;
+  return st;
+}
+
+/* After tile n of v is declared: n becomes v's stored block when that is
+ * in range (store_view_of). */
+static void view_stored_block(Emitter *e, const TpkValue *v, const char *n) {
+  const TpkOp *st = store_view_of(e, v);
+  if (!st) return;
+  Access acc;
+  if (!access_of(e, st, tpk_op_index(st, "index"), st->in[0], 1, &acc)) return;
+  access_sizes(e, &acc, v->type);
+  Sz ms[TPK_MAX_RANK];
+  strides(e, acc.mem, ms);
+  TpkStr off = {0}, cond = {0};
+  tpk_str_puts(&cond, in_range(e, &acc));
+  for (int d = 0; d < acc.pattern->rank; d++) {
+    if (acc.pattern->dim[d] == TPK_INDEX_SCALAR)
+      tpk_str_printf(&cond, " && (uint64_t)%s < (uint64_t)%s", acc.start[d], dim(e, acc.mem, d));
+    if (!sz_is(ms[d], 0) && strcmp(acc.start[d], "0") != 0)
+      tpk_str_printf(&off, "%s%s*%s", off.len ? " + " : "", acc.start[d], ms[d]);
+  }
+  const char *c = tpk_arena_strdup(&e->arena, cond.data ? cond.data : "1");
+  line(e, "if (%s) %s = %s + %s; /* in range: the block it is stored to, no copy */", c, n, acc.base, off.len ? off.data : "0");
+  tpk_str_free(&off);
+  tpk_str_free(&cond);
+  if (!c || !tpk_ptrmap_put(&e->store_views, v, (void *)c)) e->failed = true;
+}
+
 static void emit_load(Emitter *e, const TpkOp *op) {
   Access acc;
   if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
@@ -1187,10 +1276,26 @@ static void mask_padding_lanes(Emitter *e, Access *acc) {
   }
 }
 
+static void emit_store_copy(Emitter *e, const TpkOp *op, const TpkValue *val);
+
 static void emit_store(Emitter *e, const TpkOp *op) {
   if (op == e->stored) return; /* its value's loop wrote it */
-  Access acc;
   const TpkValue *val = op->in[op->nin - 1];
+  void *viewed;
+  if (tpk_ptrmap_get(&e->store_views, val, &viewed)) { /* the tile is the block when it is in range */
+    line(e, "if (!(%s)) {", (const char *)viewed);
+    e->indent++;
+    emit_store_copy(e, op, val);
+    e->indent--;
+    line(e, "}");
+    return;
+  }
+  emit_store_copy(e, op, val);
+}
+
+/* The store's copy of its value into memory. */
+static void emit_store_copy(Emitter *e, const TpkOp *op, const TpkValue *val) {
+  Access acc;
   if (!access_of(e, op, tpk_op_index(op, "index"), op->in[0], 1, &acc)) return;
   access_sizes(e, &acc, val->type);
   check_indices(e, &acc);
@@ -1733,10 +1838,19 @@ static bool emit_dot_stored(Emitter *e, const TpkOp *op, const char *n) {
 
 /* dot(a, b), or with an accumulator x: x into the result (in place when
  * they share memory), then one gemm accumulating into it. */
+/* Is op a broadcast made only to start the accumulating dot right after it
+ * (`x @ w + b`: b's rows)? It is then written straight into the product's
+ * tile (emit_dot), not into a tile of its own and copied. */
+static bool starts_dot(const TpkOp *op) {
+  if (!op || op->opcode != TPK_OP_BROADCAST || tpk_op_is_fused(op) || !op->next || op->next->opcode != TPK_OP_DOT) return false;
+  return tpk_dot_accumulator(op->next) == &op->out[0] && tpk_value_use_count(&op->out[0]) == 1;
+}
+
 static void emit_dot(Emitter *e, const TpkOp *op) {
   const char *n = def_tile(e, &op->out[0]);
   const TpkValue *x = tpk_dot_accumulator(op);
-  if (x) copy_tile(e, n, &op->out[0], x);
+  if (x && starts_dot(x->def)) emit_element_loop(e, x->def, n, NULL);
+  else if (x) copy_tile(e, n, &op->out[0], x);
   if (!x && emit_dot_stored(e, op, n)) return;
   emit_gemm(e, op, n, NULL, x != NULL);
 }
@@ -2134,6 +2248,8 @@ static bool cut_run(Run *r, int n) {
   return r->nmembers >= 2;
 }
 
+static bool starts_dot(const TpkOp *op);
+
 /* The run starting at op (an element_member), or false when it would have
  * fewer than two members. */
 static bool collect_run(const TpkOp *start, Run *r) {
@@ -2143,7 +2259,7 @@ static bool collect_run(const TpkOp *start, Run *r) {
   for (const TpkOp *op = start; op && r->n < RUN_MAX; op = op->next) {
     RunKind kind;
     if (tpk_op_is_fused(op)) kind = RUN_FUSED;
-    else if (element_member(op) && same_shape(op->out[0].type, shape)) kind = RUN_MEMBER;
+    else if (element_member(op) && !starts_dot(op) && same_shape(op->out[0].type, shape)) kind = RUN_MEMBER;
     else if (op->opcode == TPK_OP_LOAD && !run_writes(r, op->in[0])) kind = RUN_HOIST;
     else if (op->opcode == TPK_OP_CONST && !is_tile(&op->out[0])) kind = RUN_HOIST;
     else if (op->opcode == TPK_OP_STORE && is_tile(op->in[op->nin - 1]) && run_store_ok(r, op)) kind = RUN_STORE;
@@ -2451,6 +2567,7 @@ static void emit_block(Emitter *e, const TpkBlock *b) {
   for (const TpkOp *op = b->first; op && !e->failed; op = op->next) {
     if (tpk_ptrmap_get(&e->run_done, op, NULL)) continue; /* in a run's loop, or before it */
     if (op->nregion && !tpk_op_is_fused(op)) emit_packing(e, op);
+    if (starts_dot(op)) continue; /* written by the dot */
     if (element_member(op) && emit_run(e, op)) continue;
     emit_op(e, op);
   }
@@ -3033,6 +3150,7 @@ TpkStatus tpk_emit_c(const TpkFunc *f, const TpkPlan *plan, const char *entry, c
   tpk_str_puts(out, "}\n");
   tpk_ptrmap_free(&e.names);
   tpk_ptrmap_free(&e.run_done);
+  tpk_ptrmap_free(&e.store_views);
   tpk_arena_free(&e.arena);
   if (out->failed && !e.failed) return tpk_error(err, TPK_ERR_NOMEM, "out of memory emitting '%s'", f->name);
   return e.failed ? (err ? err->code : TPK_ERR_INTERNAL) : TPK_OK;

@@ -494,6 +494,32 @@ static void test_runs(void **state) {
   free(c);
 }
 
+/* A tile stored once and read again is its stored block when that is in
+ * range (store_view_of): computed there, copied only otherwise. Not when
+ * anything else touches the memory: here a second store into it. */
+static void test_stored_tile_is_the_block(void **state) {
+  (void)state;
+#define STORED_AND_READ                                                                                      \
+  "kernel @k(%x: ref<f32[8,16]>, %w: ref<f32[16,16]>, %y: out ref<f32[8,16]>, %z: out ref<f32[8,16]>) {\n"      \
+  "  %a = load %x {index=\"::\"} : f32[8,16]\n"                                                                  \
+  "  %b = load %w {index=\"::\"} : f32[16,16]\n"                                                                 \
+  "  %h = dot %a, %b {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[8,16]\n"           \
+  "  store %y, %h {index=\"::\", mode=\"set\"}\n"                                                                \
+  "  %g = tanh %h : f32[8,16]\n"                                                                               \
+  "  store %z, %g {index=\"::\", mode=\"set\"}\n"
+  TpkError err = {0};
+  char *c = emit_ir(STORED_AND_READ "}\n", &err);
+  assert_non_null(c);
+  assert_int_equal(count(c, "the block it is stored to"), 1);
+  assert_non_null(strstr(c, "if (!(1)) {")); /* the store's copy, when the block is not the tile */
+  free(c);
+  c = emit_ir(STORED_AND_READ "  store %y, %g {index=\"::\", mode=\"set\"}\n}\n", &err);
+  assert_non_null(c);
+  assert_null(strstr(c, "the block it is stored to"));
+  free(c);
+#undef STORED_AND_READ
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_grids),
@@ -506,6 +532,7 @@ int main(void) {
       cmocka_unit_test(test_sum_fuses),
       cmocka_unit_test(test_fusion_read_from_ir),
       cmocka_unit_test(test_runs),
+      cmocka_unit_test(test_stored_tile_is_the_block),
       cmocka_unit_test(test_packed_rhs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
