@@ -518,6 +518,21 @@ static void test_stored_tile_is_the_block(void **state) {
   assert_null(strstr(c, "the block it is stored to"));
   free(c);
 #undef STORED_AND_READ
+  /* x @ w + b: b's rows go straight into the product's tile, which is the
+   * stored block (starts_dot): no tile of the broadcast's own */
+  c = emit_ir("kernel @k(%x: ref<f32[8,16]>, %w: ref<f32[16,16]>, %b: ref<f32[16]>, %y: out ref<f32[8,16]>) {\n"
+              "  %a = load %x {index=\"::\"} : f32[8,16]\n"
+              "  %v = load %w {index=\"::\"} : f32[16,16]\n"
+              "  %c = load %b {index=\":\"} : f32[16]\n"
+              "  %r = broadcast %c : f32[8,16]\n"
+              "  %h = dot %a, %v, %r {lhs_contract=[1], rhs_contract=[0], lhs_batch=[], rhs_batch=[]} : f32[8,16]\n"
+              "  store %y, %h {index=\"::\", mode=\"set\"}\n"
+              "}\n",
+              &err);
+  assert_non_null(c);
+  assert_int_equal(count(c, "(W + "), 4); /* a, v, c and the product: not the broadcast */
+  assert_int_equal(count(c, "the block it is stored to"), 1);
+  free(c);
 }
 
 int main(void) {
