@@ -1836,8 +1836,6 @@ static bool emit_dot_stored(Emitter *e, const TpkOp *op, const char *n) {
   return true;
 }
 
-/* dot(a, b), or with an accumulator x: x into the result (in place when
- * they share memory), then one gemm accumulating into it. */
 /* Is op a broadcast made only to start the accumulating dot right after it
  * (`x @ w + b`: b's rows)? It is then written straight into the product's
  * tile (emit_dot), not into a tile of its own and copied. */
@@ -1846,6 +1844,9 @@ static bool starts_dot(const TpkOp *op) {
   return tpk_dot_accumulator(op->next) == &op->out[0] && tpk_value_use_count(&op->out[0]) == 1;
 }
 
+/* dot(a, b), or with an accumulator x: x into the result (in place when
+ * they share memory; a broadcast that starts it, written there), then one
+ * gemm accumulating into it. */
 static void emit_dot(Emitter *e, const TpkOp *op) {
   const char *n = def_tile(e, &op->out[0]);
   const TpkValue *x = tpk_dot_accumulator(op);
