@@ -607,60 +607,24 @@ static TpkValue *clone(Kernel *K, TpkOp *op, int nin, TpkValue *const *in) {
   return &c->out[0];
 }
 
-/* Is x·y in the host gemm's form: one contracting dim, at most one batch
- * dim leading both operands, rank 2 + batch? */
-static bool gemm_form(int ra, int rb, int nc, const int64_t *lb, const int64_t *rbat, int nb) {
-  if (nc != 1 || nb > 1 || ra != 2 + nb || rb != 2 + nb) return false;
-  for (int i = 0; i < nb; i++)
-    if (lb[i] != i || rbat[i] != i) return false;
-  return true;
-}
-
-/* A dot whose operands are transposes reads their inputs with permuted
- * contracting and batch dims, when the free dims keep their order (the
- * result is the same) and the host's gemm takes the form. */
+/* A dot whose operands are virtual transposes reads their inputs
+ * (tpk_dot_through_transposes): the transposes never enter the cluster. */
 static TpkValue *clone_dot(Kernel *K, TpkOp *op) {
-  const char *ck[2] = {"lhs_contract", "rhs_contract"}, *bk[2] = {"lhs_batch", "rhs_batch"};
-  int64_t con[2][TPK_MAX_RANK], bat[2][TPK_MAX_RANK];
-  int nc = tpk_op_attr(op, ck[0])->n, nb = tpk_op_attr(op, bk[0])->n;
-  TpkValue *src[2];
-  bool folded = false;
+  bool fold[2];
   for (int s = 0; s < 2; s++) {
-    const TpkAttr *c = tpk_op_attr(op, ck[s]), *b = tpk_op_attr(op, bk[s]);
-    for (int i = 0; i < nc; i++) con[s][i] = c->ints[i];
-    for (int i = 0; i < nb; i++) bat[s][i] = b->ints[i];
-    src[s] = op->in[s];
-    TpkOp *t = op->in[s]->def;
-    if (!t || t->opcode != TPK_OP_TRANSPOSE || role_of(K->F, t) != ROLE_VIRTUAL) continue;
-    const TpkAttr *perm = tpk_op_attr(t, "perm");
-    int64_t nc2[TPK_MAX_RANK], nb2[TPK_MAX_RANK];
-    for (int i = 0; i < nc; i++) nc2[i] = perm->ints[con[s][i]];
-    for (int i = 0; i < nb; i++) nb2[i] = perm->ints[bat[s][i]];
-    bool ordered = true;
-    int64_t last = -1;
-    for (int d = 0; d < perm->n && ordered; d++) {
-      bool free = true;
-      for (int i = 0; i < nc; i++) free &= con[s][i] != d;
-      for (int i = 0; i < nb; i++) free &= bat[s][i] != d;
-      if (!free) continue;
-      ordered = perm->ints[d] > last;
-      last = perm->ints[d];
-    }
-    if (!ordered) continue;
-    memcpy(con[s], nc2, sizeof nc2);
-    memcpy(bat[s], nb2, sizeof nb2);
-    src[s] = t->in[0];
-    folded = true;
+    const TpkOp *t = op->in[s]->def;
+    fold[s] = t && t->opcode == TPK_OP_TRANSPOSE && role_of(K->F, t) == ROLE_VIRTUAL;
   }
-  if (folded && !gemm_form(src[0]->type->rank, src[1]->type->rank, nc, bat[0], bat[1], nb)) folded = false;
-  if (!folded) src[0] = op->in[0], src[1] = op->in[1];
-  TpkValue *in[2] = {value(K, src[0]), value(K, src[1])};
+  TpkDotForm form;
+  bool folded = tpk_dot_through_transposes(op, fold, &form);
+  TpkValue *in[2] = {value(K, folded ? form.in[0] : op->in[0]), value(K, folded ? form.in[1] : op->in[1])};
   if (!in[0] || !in[1]) return NULL;
   TpkValue *r = clone(K, op, 2, in);
+  static const char *ck[2] = {"lhs_contract", "rhs_contract"}, *bk[2] = {"lhs_batch", "rhs_batch"};
   if (r && folded)
     for (int s = 0; s < 2; s++) {
-      tpk_op_set_ints(K->dst, r->def, ck[s], nc, con[s]);
-      tpk_op_set_ints(K->dst, r->def, bk[s], nb, bat[s]);
+      tpk_op_set_ints(K->dst, r->def, ck[s], form.ncontract, form.contract[s]);
+      tpk_op_set_ints(K->dst, r->def, bk[s], form.nbatch, form.batch[s]);
     }
   return r;
 }

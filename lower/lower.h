@@ -37,8 +37,23 @@ typedef struct TpkTarget {
 TpkStatus tpk_bind(TpkModule *dst, const TpkFunc *f, const TpkBinding *binds, int nbinds, TpkFunc **out, TpkError *err);
 
 /* Constant folding, common subexpression elimination and dead code
- * elimination. */
+ * elimination; transposes composed, and folded into the dots reading them. */
 void tpk_simplify(TpkFunc *f);
+
+/* A dot's operands and dims with the transposes feeding it folded in. */
+typedef struct TpkDotForm {
+  TpkValue *in[2];
+  int ncontract, nbatch;
+  int64_t contract[2][TPK_MAX_RANK], batch[2][TPK_MAX_RANK];
+} TpkDotForm;
+
+/* dot(a, b) where operand s is transpose(x) and fold[s]: the same product
+ * as a dot of x with its contracting and batch dims permuted, when the
+ * transpose keeps the free dims' order (they are the result's). True when
+ * an operand was folded and the dot is then in the host gemm's form (one
+ * contracting dim, at most one batch dim leading both operands); form then
+ * holds the operands and dims to use. */
+bool tpk_dot_through_transposes(const TpkOp *dot, const bool fold[2], TpkDotForm *form);
 
 /* Wrap each maximal run of whole-array statements outside any grid into a
  * grid over blocks of one dimension L (rows first, else another dim of the

@@ -12,7 +12,8 @@
  * point. Loads are not pure (a store may come between), so they stay.
  * Transposes of transposes compose into one, or into nothing when they
  * cancel: AOTAutograd writes a weight's gradient as permute(permute(mm)),
- * and each transpose left in a cluster is a strided copy of a tile.
+ * and each transpose left in a cluster is a strided copy of a tile. A dot
+ * reads through a transpose of its operand where the host's gemm can.
  */
 #include "lower/lower.h"
 
@@ -106,6 +107,71 @@ static void fold_transposes(TpkFunc *f, TpkBlock *b) {
     } else if (src != op->in[0]) {
       tpk_op_set_operand(op, 0, src);
       tpk_op_set_ints(f->module, op, "perm", n, perm);
+    }
+  }
+}
+
+/* ---- dots through transposes ------------------------------------------------------ */
+
+/* Is x·y in the host gemm's form: one contracting dim, at most one batch
+ * dim leading both operands, rank 2 + batch? */
+static bool gemm_form(int ra, int rb, int nc, const int64_t *lb, const int64_t *rbat, int nb) {
+  if (nc != 1 || nb > 1 || ra != 2 + nb || rb != 2 + nb) return false;
+  for (int i = 0; i < nb; i++)
+    if (lb[i] != i || rbat[i] != i) return false;
+  return true;
+}
+
+bool tpk_dot_through_transposes(const TpkOp *dot, const bool fold[2], TpkDotForm *form) {
+  static const char *ck[2] = {"lhs_contract", "rhs_contract"}, *bk[2] = {"lhs_batch", "rhs_batch"};
+  const TpkAttr *c0 = tpk_op_attr(dot, ck[0]), *b0 = tpk_op_attr(dot, bk[0]);
+  if (dot->opcode != TPK_OP_DOT || !c0) return false;
+  int nc = form->ncontract = c0->n, nb = form->nbatch = b0 ? b0->n : 0;
+  bool folded = false;
+  for (int s = 0; s < 2; s++) {
+    const TpkAttr *c = tpk_op_attr(dot, ck[s]), *b = tpk_op_attr(dot, bk[s]);
+    if (!c || c->n != nc || (b ? b->n : 0) != nb) return false;
+    for (int i = 0; i < nc; i++) form->contract[s][i] = c->ints[i];
+    for (int i = 0; i < nb; i++) form->batch[s][i] = b->ints[i];
+    form->in[s] = dot->in[s];
+    const TpkOp *t = dot->in[s]->def;
+    const TpkAttr *perm = t && t->opcode == TPK_OP_TRANSPOSE ? tpk_op_attr(t, "perm") : NULL;
+    if (!fold[s] || !perm) continue;
+    /* the free dims, read through perm, must keep their order: they are the result's */
+    bool ordered = true;
+    int64_t last = -1;
+    for (int d = 0; d < perm->n && ordered; d++) {
+      bool free = true;
+      for (int i = 0; i < nc; i++) free &= c->ints[i] != d;
+      for (int i = 0; i < nb; i++) free &= b->ints[i] != d;
+      if (!free) continue;
+      ordered = perm->ints[d] > last;
+      last = perm->ints[d];
+    }
+    if (!ordered) continue;
+    for (int i = 0; i < nc; i++) form->contract[s][i] = perm->ints[c->ints[i]];
+    for (int i = 0; i < nb; i++) form->batch[s][i] = perm->ints[b->ints[i]];
+    form->in[s] = t->in[0];
+    folded = true;
+  }
+  return folded && gemm_form(form->in[0]->type->rank, form->in[1]->type->rank, nc, form->batch[0], form->batch[1], nb);
+}
+
+/* A dot reading a transpose reads the transpose's input instead, with its
+ * contracting and batch dims permuted: the host's gemm reads an operand
+ * either way round, where the transpose was a strided copy of a tile (a
+ * whole weight, in x @ W^T's backward: AOTAutograd's permute(permute(W))
+ * becomes one transpose when the graph is cut into clusters). */
+static void fold_dot_transposes(TpkFunc *f, TpkBlock *b) {
+  for (TpkOp *op = b->first; op; op = op->next) {
+    for (int r = 0; r < op->nregion; r++) fold_dot_transposes(f, op->regions[r]);
+    TpkDotForm form;
+    if (op->opcode != TPK_OP_DOT || !tpk_dot_through_transposes(op, (const bool[2]){true, true}, &form)) continue;
+    static const char *ck[2] = {"lhs_contract", "rhs_contract"}, *bk[2] = {"lhs_batch", "rhs_batch"};
+    for (int s = 0; s < 2; s++) {
+      tpk_op_set_operand(op, s, form.in[s]);
+      tpk_op_set_ints(f->module, op, ck[s], form.ncontract, form.contract[s]);
+      tpk_op_set_ints(f->module, op, bk[s], form.nbatch, form.batch[s]);
     }
   }
 }
@@ -207,6 +273,7 @@ static int dce_block(TpkBlock *b) {
 void tpk_simplify(TpkFunc *f) {
   fold_block(f, f->body);
   fold_transposes(f, f->body);
+  fold_dot_transposes(f, f->body);
   Avail av = {0};
   cse_block(f, f->body, &av);
   free(av.ops);
