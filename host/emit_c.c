@@ -621,12 +621,35 @@ static bool inline_convert(const TpkOp *op) {
 }
 
 /* An elementwise op (unary, binary, compare, select, convert of scalars). */
+/* The dtype an elementwise op computes in: its operands' (a select's
+ * values', not its condition's). */
+static TpkDType element_dtype(const TpkOp *op) {
+  if (op->opcode == TPK_OP_SELECT) return op->in[1]->type->dtype;
+  return op->nin ? op->in[op->nin - 1]->type->dtype : op->out[0].type->dtype;
+}
+
+/* Integer division: checked for a zero divisor after it is computed. */
+static bool int_division(const TpkOp *op) {
+  return !tpk_dtype_is_float(element_dtype(op)) &&
+         (op->opcode == TPK_OP_DIV || op->opcode == TPK_OP_REM || op->opcode == TPK_OP_CDIV);
+}
+
+/* How emit_elementwise computes a tile: a call of the conversion or unary
+ * primitive (f32 unary math on an operand with a tile of its own), a loop
+ * followed by the division check, or a plain loop over the elements (which
+ * runs may merge: element_member). */
+typedef enum ElementForm { FORM_CONVERT_PRIM, FORM_UNARY_PRIM, FORM_CHECKED_LOOP, FORM_LOOP } ElementForm;
+
+static ElementForm element_form(const TpkOp *op) {
+  if (op->opcode == TPK_OP_CONVERT && !inline_convert(op)) return FORM_CONVERT_PRIM;
+  const TpkOp *arg = op->nin ? op->in[0]->def : NULL;
+  if (prim_unary(op->opcode) && element_dtype(op) == TPK_F32 && !(arg && tpk_op_is_fused(arg))) return FORM_UNARY_PRIM;
+  return int_division(op) ? FORM_CHECKED_LOOP : FORM_LOOP;
+}
+
 static void emit_elementwise(Emitter *e, const TpkOp *op) {
   const TpkValue *r = &op->out[0];
-  TpkDType in_dt = op->nin ? op->in[op->nin - 1]->type->dtype : r->type->dtype;
-  if (op->opcode == TPK_OP_SELECT) in_dt = op->in[1]->type->dtype;
-  bool int_div = !tpk_dtype_is_float(in_dt) &&
-                 (op->opcode == TPK_OP_DIV || op->opcode == TPK_OP_REM || op->opcode == TPK_OP_CDIV);
+  TpkDType in_dt = element_dtype(op);
   if (!is_tile(r)) {
     const char *a = op->nin > 0 ? rd(e, op->in[0], "0") : NULL, *b = op->nin > 1 ? rd(e, op->in[1], "0") : NULL;
     const char *c = op->nin > 2 ? rd(e, op->in[2], "0") : NULL;
@@ -642,7 +665,7 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
            name_of(e, op->in[0]), n);
       return;
     }
-    if (!int_div) {
+    if (!int_division(op)) {
       line(e, "%s %s = %s;", ctype(r->type->dtype), n, narrow(e, r->type->dtype, x));
       return;
     }
@@ -658,30 +681,30 @@ static void emit_elementwise(Emitter *e, const TpkOp *op) {
   }
   const char *n = def_tile(e, r);
   Sz count = numel(e, r->type);
-  if (op->opcode == TPK_OP_CONVERT && !inline_convert(op)) {
+  switch (element_form(op)) {
+  case FORM_CONVERT_PRIM:
     line(e, "p->convert(TPK_PRIM_%s, TPK_PRIM_%s, %s, %s, %s);", prim_dtype(in_dt), prim_dtype(r->type->dtype),
          name_of(e, op->in[0]), n, count);
     return;
-  }
-  const char *prim = prim_unary(op->opcode);
-  const TpkOp *arg = op->nin ? op->in[0]->def : NULL;
-  if (prim && in_dt == TPK_F32 && !(arg && tpk_op_is_fused(arg))) { /* else its operand has no tile: a loop */
-    line(e, "p->unary_f32(%s, %s, %s, %s);", prim, name_of(e, op->in[0]), n, count);
+  case FORM_UNARY_PRIM: /* an operand fused into this op has no tile: that is a loop */
+    line(e, "p->unary_f32(%s, %s, %s, %s);", prim_unary(op->opcode), name_of(e, op->in[0]), n, count);
     return;
-  }
-  if (!int_div) {
+  case FORM_LOOP: {
     const TpkOp *st = direct_store(op);
     if (st) emit_element_loop_stored(e, op, n, st);
     else emit_element_loop(e, op, n, NULL);
     return;
   }
-  line(e, "{");
-  e->indent++;
-  line(e, "int bad = 0;");
-  emit_element_loop(e, op, n, NULL);
-  check_bad(e, op);
-  e->indent--;
-  line(e, "}");
+  case FORM_CHECKED_LOOP:
+    line(e, "{");
+    e->indent++;
+    line(e, "int bad = 0;");
+    emit_element_loop(e, op, n, NULL);
+    check_bad(e, op);
+    e->indent--;
+    line(e, "}");
+    return;
+  }
 }
 
 /* ---- constants, symbols, indices ------------------------------------------------------- */
@@ -2180,15 +2203,9 @@ typedef struct Run {
 static bool element_member(const TpkOp *op) {
   if (tpk_op_is_fused(op) || op->nout != 1 || !is_tile(&op->out[0]) || op->nin == 0) return false;
   if (op->opcode == TPK_OP_BROADCAST) return true;
-  if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE) && op->opcode != TPK_OP_SELECT &&
-      op->opcode != TPK_OP_CONVERT)
-    return false;
-  TpkDType in_dt = op->opcode == TPK_OP_SELECT ? op->in[1]->type->dtype : op->in[op->nin - 1]->type->dtype;
-  if (!tpk_dtype_is_float(in_dt) && (op->opcode == TPK_OP_DIV || op->opcode == TPK_OP_REM || op->opcode == TPK_OP_CDIV))
-    return false; /* it checks for division by zero after its loop */
-  if (op->opcode == TPK_OP_CONVERT) return inline_convert(op);
-  const TpkOp *arg = op->in[0]->def;
-  return !(prim_unary(op->opcode) && in_dt == TPK_F32 && !(arg && tpk_op_is_fused(arg))); /* else a primitive */
+  bool elementwise = (tpk_op_info(op->opcode)->flags & TPK_OPF_ELEMENTWISE) || op->opcode == TPK_OP_SELECT ||
+                     op->opcode == TPK_OP_CONVERT;
+  return elementwise && element_form(op) == FORM_LOOP;
 }
 
 static bool same_shape(const TpkType *a, const TpkType *b) {
