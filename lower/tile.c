@@ -28,12 +28,15 @@
  * Which values are rows, and along which axis, is found backwards from the
  * stores, not from sizes alone: in a square kernel, b[N] broadcast over the
  * columns of x[N, N] has the leading size but is not rows (it stays whole,
- * before the grid). L is tried along each dim of the first store's ref in
- * order (rows first, then columns: a reduction over the leading axis, a
- * bias gradient, tiles by its columns); the first that works is taken.
+ * before the grid). L is tried along each dim of each store's ref in order
+ * (the first store's first; rows first, then columns: a reduction over the
+ * leading axis, a bias gradient, tiles by its columns); the first that
+ * works is taken (but see tile_run for dots whose rows fit one block).
  * Row values then get size B along their rows' axis, loads and stores index
  * the rows with the grid's tile, and ops that do not depend on rows stay
- * before the grid. A run that reduces over its rows whichever dim is tried
+ * before the grid; a store of a value without rows, on a target of more
+ * than one core, goes into the grid's first instance with what only it
+ * reads (late_store_ok). A run that reduces over its rows whichever dim is tried
  * (a full reduction: a loss, a norm) is tiled instead as a sequential loop
  * over blocks of the reductions' rows, carrying them ("reductions over the
  * rows" below). Anything else (a scatter, reading back what the run stored
@@ -67,11 +70,13 @@ typedef struct Tiling {
   TpkPtrMap in_run; /* row ops */
   TpkOp **ops;      /* row ops, in order */
   int n, cap;
+  TpkPtrMap late;   /* ops without rows that go after the grid: stores of such values, and what only they read */
   int64_t widest;    /* bytes of the widest row */
   bool width_known;  /* every row's width is a constant */
   bool last_axis;    /* some row value of rank >= 2 has its rows along its last axis */
   bool dot;          /* a dot is a row op */
   bool halve;        /* rows that fit one block: two blocks instead (tile_run) */
+  bool late_ok;      /* stores without rows may go into the first instance (late_store_ok) */
 } Tiling;
 
 static void tiling_free(Tiling *T) {
@@ -79,6 +84,7 @@ static void tiling_free(Tiling *T) {
   tpk_ptrmap_free(&T->refdim);
   tpk_ptrmap_free(&T->stored);
   tpk_ptrmap_free(&T->in_run);
+  tpk_ptrmap_free(&T->late);
   free(T->ops);
   T->ops = NULL;
   T->n = T->cap = 0;
@@ -288,8 +294,65 @@ static bool reads_stored(const Tiling *T, const TpkOp *op) {
   return false;
 }
 
+/* A store of a value without rows (a bias gradient's sum over the rows of
+ * x beside x^T @ dy tiled by dy's columns) may move into the grid's first
+ * instance, on a target whose grids run on more than one core (on one,
+ * the grid it would take the place of runs as well in one block), when
+ * nothing else in the run touches its memory (no row op reads it, and the
+ * order of its writes does not change) and it sets (a `+=` by one
+ * instance would keep the host from sharing the grid). */
+static bool late_store_ok(const Tiling *T, const TpkOp *st) {
+  const TpkValue *ref = st->in[0];
+  if (ref->type->kind != TPK_TYPE_REF || tpk_op_store_mode(st) != TPK_STORE_SET) return false;
+  for (const TpkOp *op = T->first; op != T->end; op = op->next)
+    for (int i = 0; op != st && i < op->nin; i++)
+      if (op->in[i] == ref) return false;
+  return true;
+}
+
+/* The pure ops without rows whose every use is by a late op go into the
+ * grid's first instance too: only it needs them. Not a dot: one instance
+ * would compute a whole product while the others wait on their last
+ * blocks (then the store stays, and the run is not tiled that way). */
+static bool mark_late_inputs(Tiling *T, bool *dot) {
+  TpkOp *last = T->end ? T->end->prev : T->first->parent->last;
+  for (TpkOp *op = last; op; op = op == T->first ? NULL : op->prev) {
+    if (tpk_ptrmap_get(&T->in_run, op, NULL) || tpk_ptrmap_get(&T->late, op, NULL) || op->nregion || op->nout == 0 ||
+        !(tpk_op_info(op->opcode)->flags & TPK_OPF_PURE))
+      continue;
+    bool late = true;
+    for (int i = 0; i < op->nout && late; i++)
+      for (const TpkUse *u = op->out[i].uses; u && late; u = u->next) late = tpk_ptrmap_get(&T->late, u->user, NULL);
+    if (late && !tpk_ptrmap_put(&T->late, op, NULL)) return false;
+    *dot |= late && op->opcode == TPK_OP_DOT;
+  }
+  return true;
+}
+
+/* The grid takes the last row op's place, and the late ops go into it:
+ * what they read, but for each other, must come before that place. */
+static bool late_operands_before_grid(Tiling *T, bool *oom) {
+  if (!T->late.count) return true;
+  TpkPtrMap before = {0};
+  bool ok = true;
+  for (TpkOp *op = T->f->body->first; op && op != T->ops[T->n - 1]; op = op->next)
+    if (!tpk_ptrmap_put(&before, op, NULL)) {
+      *oom = true;
+      ok = false;
+      break;
+    }
+  for (TpkOp *op = T->first; ok && op != T->end; op = op->next)
+    for (int i = 0; tpk_ptrmap_get(&T->late, op, NULL) && i < op->nin && ok; i++) {
+      const TpkOp *d = op->in[i]->def;
+      ok = !d || tpk_ptrmap_get(&T->late, d, NULL) || tpk_ptrmap_get(&before, d, NULL);
+    }
+  tpk_ptrmap_free(&before);
+  return ok;
+}
+
 /* Going forward: every op that touches rows is a row op (collected in
- * T->ops); the others are invariant and stay before the grid. */
+ * T->ops); the others are invariant and stay before the grid, but for the
+ * late ones (late_store_ok), which its first instance computes. */
 static bool check_run(Tiling *T, bool *oom) {
   T->width_known = true;
   for (TpkOp *op = T->first; op != T->end; op = op->next) {
@@ -300,7 +363,11 @@ static bool check_run(Tiling *T, bool *oom) {
     if (op->opcode == TPK_OP_STORE) {
       const TpkValue *val = op->in[op->nin - 1];
       int va = row_axis(T, val);
-      if (va < 0) return false; /* every store of the run writes rows */
+      if (va < 0) { /* a value without rows: stored once, by the grid's first instance */
+        if (!T->late_ok || !late_store_ok(T, op)) return false;
+        if (!tpk_ptrmap_put(&T->late, op, NULL)) return *oom = true, false;
+        continue;
+      }
       if (!val->def || !tpk_ptrmap_get(&T->in_run, val->def, NULL)) return false; /* computed whole before the run */
       const TpkIndexPattern *p = tpk_op_index(op, "index");
       int d = mem_dim(p, va);
@@ -346,7 +413,9 @@ static bool check_run(Tiling *T, bool *oom) {
     for (int i = 0; i < T->ops[k]->nout; i++)
       for (const TpkUse *u = T->ops[k]->out[i].uses; u; u = u->next)
         if (!tpk_ptrmap_get(&T->in_run, u->user, NULL)) return false;
-  return T->n > 0;
+  bool late_dot = false;
+  if (T->n > 0 && !mark_late_inputs(T, &late_dot)) return *oom = true, false;
+  return T->n > 0 && !late_dot && late_operands_before_grid(T, oom);
 }
 
 /* ---- rewriting -------------------------------------------------------------------- */
@@ -365,6 +434,21 @@ static void move_before(TpkOp *op, TpkOp *anchor) {
   if (anchor->prev) anchor->prev->next = op;
   else to->first = op;
   anchor->prev = op;
+}
+
+/* Unlink op from its block and append it to block `to`. */
+static void move_to_end(TpkOp *op, TpkBlock *to) {
+  TpkBlock *b = op->parent;
+  if (op->prev) op->prev->next = op->next;
+  else b->first = op->next;
+  if (op->next) op->next->prev = op->prev;
+  else b->last = op->prev;
+  op->parent = to;
+  op->prev = to->last;
+  op->next = NULL;
+  if (to->last) to->last->next = op;
+  else to->first = op;
+  to->last = op;
 }
 
 static const TpkType *with_block(TpkModule *m, const TpkType *t, int axis, const TpkDim *B) {
@@ -529,6 +613,32 @@ static void move_appended(TpkFunc *f, TpkOp *before, TpkOp *anchor) {
   }
 }
 
+/* The late ops (late_store_ok), in their order, into the grid's first
+ * instance: `if tile.id(rows) == 0 { ... }` at the start of its body (not
+ * after the row ops: the host reads a block a dot takes in place only
+ * when no op with regions follows its load). One instance stores them
+ * (the grid stays the kernel's one grid, which the host shares among its
+ * threads), and tiling the kernel again finds nothing more to tile. */
+static bool first_instance_does_late_ops(Tiling *T, TpkBlock *body, TpkValue *tile) {
+  TpkModule *m = T->f->module;
+  const TpkType *i32 = tpk_type_scalar(m, TPK_I32);
+  TpkBuilder in = {.m = m, .block = body, .loc = T->first->loc, .before = body->first};
+  TpkOp *id = tpk_build(&in, TPK_OP_TILE_ID, 1, &tile, 1, &i32);
+  TpkValue *zero = id ? tpk_build_const_int(&in, i32, 0) : NULL;
+  TpkValue *first = zero ? tpk_build_binary(&in, TPK_OP_EQ, &id->out[0], zero) : NULL;
+  TpkOp *cond = first ? tpk_build(&in, TPK_OP_IF, 1, &first, 0, NULL) : NULL;
+  if (!cond) return false;
+  for (TpkOp *op = T->f->body->first, *next; op; op = next) {
+    next = op->next;
+    if (tpk_ptrmap_get(&T->late, op, NULL)) move_to_end(op, cond->regions[0]);
+  }
+  for (int r = 0; r < 2; r++) {
+    TpkBuilder y = {.m = m, .block = cond->regions[r], .loc = cond->loc};
+    tpk_build_yield(&y, 0, NULL);
+  }
+  return true;
+}
+
 /* Rewrite the row ops into a grid over blocks of B rows. */
 static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
   TpkFunc *f = T->f;
@@ -554,6 +664,7 @@ static bool rewrite(Tiling *T, const TpkTarget *t, bool *changed) {
   tpk_ptrmap_free(&map);
   if (!ok) return false;
   for (int k = T->n - 1; k >= 0; k--) tpk_op_erase(T->ops[k]);
+  if (T->late.count && !first_instance_does_late_ops(T, grid->regions[0], tile)) return false;
   *changed = true;
   return true;
 }
@@ -908,6 +1019,39 @@ static int64_t run_bytes(const Tiling *T) {
  * four out) takes ~0.12 ms on one thread. */
 enum { HALVE_BYTES = 1 << 20 };
 
+/* How try_tiling takes a dim: FIRST, as the first choice (not when a dot's
+ * rows fit one block, or, once one has, when the blocks are too few or
+ * too narrow); HALVED, only in two blocks or more; ANY, as it comes. */
+typedef enum TryMode { TRY_FIRST, TRY_HALVED, TRY_ANY } TryMode;
+typedef enum Tried { TRIED_NO, TRIED_ONE_BLOCK, TRIED_TILED, TRIED_OOM } Tried;
+
+/* Tile the run [first, end) over dim d of the memory `st` stores into:
+ * TILED when it was rewritten into a grid (or must stay whole after all);
+ * ONE_BLOCK when the mode refuses the blocks that dim gives; NO when it
+ * does not tile that way. */
+static Tried try_tiling(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, const TpkOp *st, int d, TryMode mode,
+                        bool halve, bool seen_one_block, bool *changed) {
+  const TpkIndexPattern *p = tpk_op_index(st, "index");
+  const TpkDim *L = st->in[0]->type->dims[d];
+  int64_t Lk, B;
+  if (p->dim[d] != TPK_INDEX_ALL || (tpk_dim_is_const(L, &Lk) && Lk <= 1)) return TRIED_NO;
+  Tiling T = {.f = f, .first = first, .end = end, .L = L, .halve = halve, .late_ok = t->cores > 1};
+  bool oom = false, one_block = false;
+  bool ok = mark_rows(&T, st, d, &oom) && check_run(&T, &oom);
+  Tried r = TRIED_NO;
+  if (!oom && ok) {
+    if (mode == TRY_FIRST) T.halve = !T.dot && t->cores > 1 && run_bytes(&T) >= HALVE_BYTES;
+    bool tiles = block_size(&T, t, &B, &one_block);
+    r = TRIED_TILED;
+    if (mode == TRY_FIRST && tiles && T.dot && one_block) r = TRIED_ONE_BLOCK;
+    else if (mode == TRY_FIRST && seen_one_block && (!tiles || one_block || B < 32)) r = TRIED_ONE_BLOCK;
+    else if (mode == TRY_HALVED && (!tiles || one_block)) r = TRIED_ONE_BLOCK;
+  }
+  if (r == TRIED_TILED && !rewrite(&T, t, changed)) oom = true;
+  tiling_free(&T);
+  return oom ? TRIED_OOM : r;
+}
+
 /* Tile one run [first, end) of top-level ops; returns false on no memory. */
 static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, bool *changed) {
   const TpkOp *store0 = NULL;
@@ -917,47 +1061,42 @@ static bool tile_run(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, b
   int64_t size;
   for (int d = 0; p && d < p->rank; d++) /* arrays without elements: nothing to tile */
     if (tpk_dim_is_const(store0->in[0]->type->dims[d], &size) && size == 0) return true;
-  /* The first dim that tiles is taken, unless the run has a dot, its rows
-   * fit one block and a later dim gives blocks of at least 32 (the gemm's
-   * micro-panel): a grid of one instance runs on one thread, so `x^T @ dy`
-   * with x's 128 columns in one block is tiled by dy's columns. When no
-   * later dim does (a bias gradient's sum over the rows of x beside it has
-   * no such dim), the rows of a dot of at least HALVE_MACS are halved, on a
-   * target whose grids run on more than one core: two blocks of at least
-   * 32. Without a dot, rows in one block are halved too where the run
-   * moves at least HALVE_BYTES (a row's width is at most a tile, but an
-   * optimizer's update reads and writes several arrays of it). */
-  int one_block_dim = -1;
-  for (int pass = 0; pass < 2; pass++)
-    for (int d = pass ? one_block_dim : 0; p && d < p->rank && d >= 0; d++) {
-      const TpkDim *L = store0->in[0]->type->dims[d];
-      int64_t Lk, B;
-      if (p->dim[d] != TPK_INDEX_ALL || (tpk_dim_is_const(L, &Lk) && Lk <= 1)) continue;
-      Tiling T = {.f = f, .first = first, .end = end, .L = L, .halve = pass == 1 && t->cores > 1 && dot_macs(first, end) >= HALVE_MACS};
-      bool oom = false, one_block = false;
-      bool ok = mark_rows(&T, store0, d, &oom) && check_run(&T, &oom);
-      if (oom) {
-        tiling_free(&T);
-        return false;
+  /* L is tried along each dim of each store's memory in turn (the first
+   * store's first). The first that tiles is taken, unless the run has a
+   * dot, its rows fit one block and a later dim gives blocks of at least 32
+   * (the gemm's micro-panel): a grid of one instance runs on one thread, so
+   * `x^T @ dy` with x's 128 columns in one block is tiled by dy's columns.
+   * When no later dim does, the rows of a dot of at least HALVE_MACS are
+   * halved, on a target whose grids run on more than one core: two blocks
+   * of at least 32, along the first of the one-block dims that has 64
+   * (dW2 = x^T @ dy with x's 10 columns, beside the bias gradient, halves
+   * dy's 1024 columns). Without a dot, rows in one block are halved too
+   * where the run moves at least HALVE_BYTES (a row's width is at most a
+   * tile, but an optimizer's update reads and writes several arrays of
+   * it). */
+  enum { MAX_ONE_BLOCK = 8 };
+  const TpkOp *one_store[MAX_ONE_BLOCK];
+  int one_dim[MAX_ONE_BLOCK], nones = 0;
+  for (const TpkOp *st = store0; st && st != end; st = st->next) {
+    if (st->opcode != TPK_OP_STORE || st->in[0]->type->rank == 0) continue;
+    for (int d = 0; d < tpk_op_index(st, "index")->rank; d++) {
+      Tried r = try_tiling(f, first, end, t, st, d, TRY_FIRST, false, nones > 0, changed);
+      if (r == TRIED_OOM) return false;
+      if (r == TRIED_TILED) return true;
+      if (r == TRIED_ONE_BLOCK && nones < MAX_ONE_BLOCK) {
+        one_store[nones] = st;
+        one_dim[nones++] = d;
       }
-      if (ok && !pass) {
-        T.halve = !T.dot && t->cores > 1 && run_bytes(&T) >= HALVE_BYTES;
-        bool tiles = block_size(&T, t, &B, &one_block);
-        if (tiles && T.dot && one_block) {
-          if (one_block_dim < 0) one_block_dim = d;
-          ok = false;
-        } else if (one_block_dim >= 0 && (!tiles || one_block || B < 32)) {
-          ok = false; /* blocks narrower than the gemm's micro-panel: not worth it */
-        }
-      }
-      if (ok) {
-        bool done = rewrite(&T, t, changed);
-        tiling_free(&T);
-        return done;
-      }
-      tiling_free(&T);
-      if (pass) break;
     }
+  }
+  bool halve = t->cores > 1 && dot_macs(first, end) >= HALVE_MACS;
+  for (int i = 0; halve && i < nones; i++) {
+    Tried r = try_tiling(f, first, end, t, one_store[i], one_dim[i], TRY_HALVED, true, true, changed);
+    if (r == TRIED_OOM) return false;
+    if (r == TRIED_TILED) return true;
+  }
+  if (nones) /* one block, then: the first dim that gave it */
+    return try_tiling(f, first, end, t, one_store[0], one_dim[0], TRY_ANY, halve, true, changed) != TRIED_OOM;
   return loop_run(f, first, end, t, changed);
 }
 

@@ -7,7 +7,9 @@
  * reference interpreter on the clusters as built) and TPK_FUSE_ALL. The
  * fused clusters are lowered ONCE, with their shape symbols symbolic (code
  * for every size, as the runtime compiles clusters), for a target with
- * small tiles so that blocks are many and the last one ragged; then, at
+ * small tiles so that blocks are many and the last one ragged, and two
+ * cores as the host has (rows of a dot halved, stores without rows made by
+ * a grid's first instance: lower/tile.c); then, at
  * three sizes each, the driver is executed here (calls in order, reshape
  * views, return) with every kernel run by
  *   - the reference interpreter on the lowered (tiled) kernels,
@@ -507,7 +509,7 @@ typedef struct Fixture {
 } Fixture;
 
 /* Small tiles, so that the sizes above make several blocks. */
-static const TpkTarget SMALL = {.name = "small", .vmem_bytes = (int64_t)128 << 20, .tile_bytes = 512};
+static const TpkTarget SMALL = {.name = "small", .vmem_bytes = (int64_t)128 << 20, .tile_bytes = 512, .cores = 2};
 
 static Compiled *compiled(Fixture *fx, const TpkFunc *f) {
   for (int i = 0; i < fx->ncompiled; i++)
