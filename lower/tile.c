@@ -420,13 +420,18 @@ static bool check_run(Tiling *T, bool *oom) {
 
 /* ---- rewriting -------------------------------------------------------------------- */
 
-/* Unlink op from its block and put it before `anchor` in anchor's block. */
-static void move_before(TpkOp *op, TpkOp *anchor) {
+/* Take op out of its block's list. */
+static void unlink_op(TpkOp *op) {
   TpkBlock *b = op->parent;
   if (op->prev) op->prev->next = op->next;
   else b->first = op->next;
   if (op->next) op->next->prev = op->prev;
   else b->last = op->prev;
+}
+
+/* Unlink op from its block and put it before `anchor` in anchor's block. */
+static void move_before(TpkOp *op, TpkOp *anchor) {
+  unlink_op(op);
   TpkBlock *to = anchor->parent;
   op->parent = to;
   op->next = anchor;
@@ -438,11 +443,7 @@ static void move_before(TpkOp *op, TpkOp *anchor) {
 
 /* Unlink op from its block and append it to block `to`. */
 static void move_to_end(TpkOp *op, TpkBlock *to) {
-  TpkBlock *b = op->parent;
-  if (op->prev) op->prev->next = op->next;
-  else b->first = op->next;
-  if (op->next) op->next->prev = op->prev;
-  else b->last = op->prev;
+  unlink_op(op);
   op->parent = to;
   op->prev = to->last;
   op->next = NULL;
