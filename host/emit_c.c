@@ -1008,6 +1008,8 @@ static const char *fill_value(Emitter *e, const TpkOp *op, TpkDType dt) {
  * the tensor's row stride, whenever the block is fully in range, so the copy
  * into the workspace is only made for ragged edge blocks. The block's rows
  * must come from one dimension and its columns from the contiguous last one. */
+static bool overwritten_while_read(const TpkOp *load);
+
 static bool load_feeds_dot(const TpkOp *load) {
   const TpkValue *v = &load->out[0];
   if (v->type->rank != 2 || load->in[0]->type->kind != TPK_TYPE_REF) return false;
@@ -1022,7 +1024,8 @@ static bool load_feeds_dot(const TpkOp *load) {
    * regions after the load keeps the copy. */
   for (const TpkOp *op = load->next; op; op = op->next)
     if (op->nregion) return false;
-  return true; /* an operand of the product, not the accumulator (copied as a tile) */
+  /* its tensor written before the product reads it: a copy keeps the values loaded */
+  return !overwritten_while_read(load); /* an operand of the product, not the accumulator (copied as a tile) */
 }
 
 /* Can two dimensions differ in size (for some shape symbols)? */
