@@ -310,15 +310,25 @@ static bool late_store_ok(const Tiling *T, const TpkOp *st) {
   return true;
 }
 
-/* The pure ops without rows whose every use is by a late op go into the
- * grid's first instance too: only it needs them. Not a dot: one instance
- * would compute a whole product while the others wait on their last
- * blocks (then the store stays, and the run is not tiled that way). */
+/* Does an op of the run write ref (or may it: an op with regions)? */
+static bool run_may_write(const Tiling *T, const TpkValue *ref) {
+  for (const TpkOp *op = T->first; op != T->end; op = op->next)
+    if (op->nregion || ((op->opcode == TPK_OP_STORE || op->opcode == TPK_OP_ATOMIC) && op->in[0] == ref)) return true;
+  return false;
+}
+
+/* The ops without rows whose every use is by a late op go into the grid's
+ * first instance too, as only it needs them: pure ops, and loads of
+ * memory the run does not write (their place among its stores does not
+ * matter). Not a dot: one instance would compute a whole product while
+ * the others wait on their last blocks (then the store stays, and the run
+ * is not tiled that way). */
 static bool mark_late_inputs(Tiling *T, bool *dot) {
   TpkOp *last = T->end ? T->end->prev : T->first->parent->last;
   for (TpkOp *op = last; op; op = op == T->first ? NULL : op->prev) {
-    if (tpk_ptrmap_get(&T->in_run, op, NULL) || tpk_ptrmap_get(&T->late, op, NULL) || op->nregion || op->nout == 0 ||
-        !(tpk_op_info(op->opcode)->flags & TPK_OPF_PURE))
+    if (tpk_ptrmap_get(&T->in_run, op, NULL) || tpk_ptrmap_get(&T->late, op, NULL) || op->nregion || op->nout == 0)
+      continue;
+    if (!(tpk_op_info(op->opcode)->flags & TPK_OPF_PURE) && !(op->opcode == TPK_OP_LOAD && !run_may_write(T, op->in[0])))
       continue;
     bool late = true;
     for (int i = 0; i < op->nout && late; i++)
