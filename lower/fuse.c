@@ -620,12 +620,7 @@ static TpkValue *clone_dot(Kernel *K, TpkOp *op) {
   TpkValue *in[2] = {value(K, folded ? form.in[0] : op->in[0]), value(K, folded ? form.in[1] : op->in[1])};
   if (!in[0] || !in[1]) return NULL;
   TpkValue *r = clone(K, op, 2, in);
-  static const char *ck[2] = {"lhs_contract", "rhs_contract"}, *bk[2] = {"lhs_batch", "rhs_batch"};
-  if (r && folded)
-    for (int s = 0; s < 2; s++) {
-      tpk_op_set_ints(K->dst, r->def, ck[s], form.ncontract, form.contract[s]);
-      tpk_op_set_ints(K->dst, r->def, bk[s], form.nbatch, form.batch[s]);
-    }
+  if (r && folded) tpk_dot_set_dims(K->dst, r->def, &form);
   return r;
 }
 

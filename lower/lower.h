@@ -54,6 +54,8 @@ typedef struct TpkDotForm {
  * contracting dim, at most one batch dim leading both operands); form then
  * holds the operands and dims to use. */
 bool tpk_dot_through_transposes(const TpkOp *dot, const bool fold[2], TpkDotForm *form);
+/* Give dot the contracting and batch dims of form (its operands are the caller's). */
+void tpk_dot_set_dims(TpkModule *m, TpkOp *dot, const TpkDotForm *form);
 
 /* Wrap each maximal run of whole-array statements outside any grid into a
  * grid over blocks of one dimension L (rows first, else another dim of the

@@ -122,8 +122,10 @@ static bool gemm_form(int ra, int rb, int nc, const int64_t *lb, const int64_t *
   return true;
 }
 
+static const char *const CONTRACT[2] = {"lhs_contract", "rhs_contract"}, *const BATCH[2] = {"lhs_batch", "rhs_batch"};
+
 bool tpk_dot_through_transposes(const TpkOp *dot, const bool fold[2], TpkDotForm *form) {
-  static const char *ck[2] = {"lhs_contract", "rhs_contract"}, *bk[2] = {"lhs_batch", "rhs_batch"};
+  const char *const *ck = CONTRACT, *const *bk = BATCH;
   const TpkAttr *c0 = tpk_op_attr(dot, ck[0]), *b0 = tpk_op_attr(dot, bk[0]);
   if (dot->opcode != TPK_OP_DOT || !c0) return false;
   int nc = form->ncontract = c0->n, nb = form->nbatch = b0 ? b0->n : 0;
@@ -157,6 +159,13 @@ bool tpk_dot_through_transposes(const TpkOp *dot, const bool fold[2], TpkDotForm
   return folded && gemm_form(form->in[0]->type->rank, form->in[1]->type->rank, nc, form->batch[0], form->batch[1], nb);
 }
 
+void tpk_dot_set_dims(TpkModule *m, TpkOp *dot, const TpkDotForm *form) {
+  for (int s = 0; s < 2; s++) {
+    tpk_op_set_ints(m, dot, CONTRACT[s], form->ncontract, form->contract[s]);
+    tpk_op_set_ints(m, dot, BATCH[s], form->nbatch, form->batch[s]);
+  }
+}
+
 /* A dot reading a transpose reads the transpose's input instead, with its
  * contracting and batch dims permuted: the host's gemm reads an operand
  * either way round, where the transpose was a strided copy of a tile (a
@@ -167,12 +176,8 @@ static void fold_dot_transposes(TpkFunc *f, TpkBlock *b) {
     for (int r = 0; r < op->nregion; r++) fold_dot_transposes(f, op->regions[r]);
     TpkDotForm form;
     if (op->opcode != TPK_OP_DOT || !tpk_dot_through_transposes(op, (const bool[2]){true, true}, &form)) continue;
-    static const char *ck[2] = {"lhs_contract", "rhs_contract"}, *bk[2] = {"lhs_batch", "rhs_batch"};
-    for (int s = 0; s < 2; s++) {
-      tpk_op_set_operand(op, s, form.in[s]);
-      tpk_op_set_ints(f->module, op, ck[s], form.ncontract, form.contract[s]);
-      tpk_op_set_ints(f->module, op, bk[s], form.nbatch, form.batch[s]);
-    }
+    for (int s = 0; s < 2; s++) tpk_op_set_operand(op, s, form.in[s]);
+    tpk_dot_set_dims(f->module, op, &form);
   }
 }
 

@@ -70,7 +70,7 @@ typedef struct Tiling {
   TpkPtrMap in_run; /* row ops */
   TpkOp **ops;      /* row ops, in order */
   int n, cap;
-  TpkPtrMap late;   /* ops without rows that go after the grid: stores of such values, and what only they read */
+  TpkPtrMap late;   /* ops without rows the grid's first instance runs: stores of such values, and what only they read */
   int64_t widest;    /* bytes of the widest row */
   bool width_known;  /* every row's width is a constant */
   bool last_axis;    /* some row value of rank >= 2 has its rows along its last axis */
@@ -310,10 +310,11 @@ static bool late_store_ok(const Tiling *T, const TpkOp *st) {
   return true;
 }
 
-/* Does an op of the run write ref (or may it: an op with regions)? */
+/* May an op of the run write ref: does any op but a load take it? */
 static bool run_may_write(const Tiling *T, const TpkValue *ref) {
   for (const TpkOp *op = T->first; op != T->end; op = op->next)
-    if (op->nregion || ((op->opcode == TPK_OP_STORE || op->opcode == TPK_OP_ATOMIC) && op->in[0] == ref)) return true;
+    for (int i = 0; op->opcode != TPK_OP_LOAD && i < op->nin; i++)
+      if (op->in[i] == ref) return true;
   return false;
 }
 
