@@ -1039,8 +1039,9 @@ typedef enum Tried { TRIED_NO, TRIED_ONE_BLOCK, TRIED_TILED, TRIED_OOM } Tried;
 
 /* Tile the run [first, end) over dim d of the memory `st` stores into:
  * TILED when it was rewritten into a grid (or must stay whole after all);
- * ONE_BLOCK when the mode refuses the blocks that dim gives; NO when it
- * does not tile that way. */
+ * ONE_BLOCK when the mode refuses the one block that dim gives (a
+ * candidate for halving); NO when it does not tile that way, or (once a
+ * dim gave one block) only in blocks too few or too narrow. */
 static Tried try_tiling(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t, const TpkOp *st, int d, TryMode mode,
                         bool halve, bool seen_one_block, bool *changed) {
   const TpkIndexPattern *p = tpk_op_index(st, "index");
@@ -1056,7 +1057,7 @@ static Tried try_tiling(TpkFunc *f, TpkOp *first, TpkOp *end, const TpkTarget *t
     bool tiles = block_size(&T, t, &B, &one_block);
     r = TRIED_TILED;
     if (mode == TRY_FIRST && tiles && T.dot && one_block) r = TRIED_ONE_BLOCK;
-    else if (mode == TRY_FIRST && seen_one_block && (!tiles || one_block || B < 32)) r = TRIED_ONE_BLOCK;
+    else if (mode == TRY_FIRST && seen_one_block && (!tiles || one_block || B < 32)) r = TRIED_NO; /* narrower than the gemm's micro-panel */
     else if (mode == TRY_HALVED && (!tiles || one_block)) r = TRIED_ONE_BLOCK;
   }
   if (r == TRIED_TILED && !rewrite(&T, t, changed)) oom = true;
