@@ -34,7 +34,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(HERE), "python"),  # this tree's pa
                 os.path.join(os.path.dirname(HERE), "tests", "python")]  # char_gpt
 
 OPS_PER_BLOCK, OP_BLOCKS = 20000, 7
-ROUNDS, STEPS_PER_ROUND = 3, 4
+ROUNDS, STEPS_PER_ROUND = 10, 3
 # The GPT's sizes here: a small character model (the tests train a smaller one).
 GPT = {"dim": 128, "heads": 4, "vocab": 65}
 TEXT = {"vocab": 65, "batch": 8, "length": 65}

@@ -136,7 +136,7 @@ typedef struct TuneMemo {
   int64_t sizes[MAX_SYMS]; /* the shape symbols' values it is for */
   int n;     /* 0: the declared defaults */
   TpkNamedInt tunes[TPK_TUNE_MAX_TUNABLES];
-  const char *from; /* "tuning cache", "shipped defaults", "declared defaults" */
+  const char *from; /* "tuning cache", "shipped defaults", ..., "declared defaults" */
   struct TuneMemo *next;
 } TuneMemo;
 
@@ -1583,10 +1583,34 @@ static bool library_has(void *kernel, const int64_t *values) {
   return has;
 }
 
+/* The declared defaults fitted to the sizes (tpk_tune_fit_defaults) into
+ * values. A library kernel keeps to settings the library has code for
+ * (it never waits on a compiler): as many of the fitted values as one of
+ * them has. false when nothing changes. */
+static bool fit_defaults(TpkKernel *k, const TpkBinding *syms, int n, int64_t *values) {
+  const TpkFunc *f = k->f;
+  int64_t fitted[TPK_TUNE_MAX_TUNABLES];
+  if (!tpk_tune_fit_defaults(f, syms, n, fitted)) return false;
+  memcpy(values, fitted, sizeof *values * (size_t)f->ntunes);
+  if (k->library_file < 0 || library_has(k, values)) return true;
+  int moved[TPK_TUNE_MAX_TUNABLES], nmoved = 0;
+  for (int t = 0; t < f->ntunes; t++)
+    if (fitted[t] != f->tunes[t].value) moved[nmoved++] = t;
+  if (nmoved > 8) return false; /* 2^8 settings to ask at most */
+  for (int keep = nmoved - 1; keep > 0; keep--) /* the most fitted values first */
+    for (unsigned mask = 1; mask < 1u << nmoved; mask++) {
+      if (__builtin_popcount(mask) != keep) continue;
+      for (int i = 0; i < nmoved; i++) values[moved[i]] = mask >> i & 1 ? fitted[moved[i]] : f->tunes[moved[i]].value;
+      if (library_has(k, values)) return true;
+    }
+  return false;
+}
+
 /* A launch that names no tunables takes the tuning cache's winner for its
  * sizes and device (`tpk tune`), else the shipped defaults for them, else
  * (a simulated chip) the winner of a search at launch, else the shipped
- * defaults of the nearest sizes, else the declared defaults. Looked up
+ * defaults of the nearest sizes, else the declared defaults, their blocks
+ * no larger than the sizes need (tpk_tune_fit_defaults). Looked up
  * once per kernel, device and sizes, while those are among the kernel's
  * MAX_TUNE_MEMOS most recent; copied to *out (another launch may drop the
  * memo meanwhile). */
@@ -1616,6 +1640,7 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
   TpkTuneKey tk;
   TpkTuneConfig cfg;
   TpkError err = {0};
+  int64_t fitted[TPK_TUNE_MAX_TUNABLES];
   uint64_t ir_hash = k->key[0]; /* tpk_tune_ir_hash */
   bool found = k->f->ntunes > 0 && tpk_tune_key(&tk, k->f, ir_hash, syms, n, dev ? dev->name : "host", &err) == TPK_OK &&
                tpk_tune_lookup(&tk, k->f, NULL, &shipped_tunes, &cfg);
@@ -1627,6 +1652,10 @@ static TpkStatus resolve_tunes(TpkKernel *k, const Bound *b, const TpkDevice *de
     m->n = cfg.n;
     for (int i = 0; i < cfg.n; i++) m->tunes[i] = (TpkNamedInt){cfg.tunes[i].name, cfg.tunes[i].value};
     m->from = strcmp(cfg.from, "cache") == 0 ? "tuning cache" : strcmp(cfg.from, "search") == 0 ? "tuned at launch" : "shipped defaults";
+  } else if (k->f->ntunes > 0 && fit_defaults(k, syms, n, fitted)) {
+    m->n = k->f->ntunes;
+    for (int i = 0; i < m->n; i++) m->tunes[i] = (TpkNamedInt){k->f->tunes[i].name, fitted[i]};
+    m->from = "declared defaults fitted to the sizes";
   } else {
     m->from = "declared defaults";
   }

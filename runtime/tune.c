@@ -596,6 +596,58 @@ bool tpk_tune_lookup(const TpkTuneKey *key, const TpkFunc *f, const char *root, 
   return found;
 }
 
+/* ---- Declared defaults fitted to the sizes ------------------------------------------------ */
+
+/* An upper bound of the i32 scalar v given the sizes, or -1 when unknown. */
+static int64_t extent_bound(const TpkValue *v, const TpkBinding *syms, int nsyms, int depth) {
+  const TpkOp *op = v->def;
+  int64_t c;
+  if (!op || depth > 16) return -1;
+  if (tpk_value_const_int(v, &c)) return c;
+  if (op->opcode == TPK_OP_SYM) {
+    const char *name = tpk_op_str(op, "name", "");
+    for (int i = 0; i < nsyms; i++)
+      if (strcmp(syms[i].name, name) == 0) return syms[i].value;
+    return -1;
+  }
+  if (op->opcode == TPK_OP_MIN) {
+    int64_t a = extent_bound(op->in[0], syms, nsyms, depth + 1), b = extent_bound(op->in[1], syms, nsyms, depth + 1);
+    return a < 0 ? b : b < 0 ? a : a < b ? a : b;
+  }
+  return -1;
+}
+
+/* need[t]: the largest extent tunable t tiles; -1 when some extent is unknown
+ * (or t names an op's size other than a tile count's). */
+static void tiled_extents(const TpkFunc *f, const TpkBlock *b, const TpkBinding *syms, int nsyms, int64_t *need) {
+  for (const TpkOp *op = b->first; op; op = op->next) {
+    for (int r = 0; r < op->nregion; r++) tiled_extents(f, op->regions[r], syms, nsyms, need);
+    if (op->opcode != TPK_OP_CDIV || !op->in[1]->def || op->in[1]->def->opcode != TPK_OP_SYM) continue;
+    const char *name = tpk_op_str(op->in[1]->def, "name", "");
+    for (int t = 0; t < f->ntunes; t++) {
+      if (strcmp(f->tunes[t].name, name) != 0 || need[t] < 0) continue;
+      int64_t x = extent_bound(op->in[0], syms, nsyms, 0);
+      need[t] = x < 0 ? -1 : x > need[t] ? x : need[t];
+    }
+  }
+}
+
+bool tpk_tune_fit_defaults(const TpkFunc *f, const TpkBinding *syms, int nsyms, int64_t *values) {
+  if (f->ntunes > TPK_TUNE_MAX_TUNABLES) return false;
+  int64_t need[TPK_TUNE_MAX_TUNABLES];
+  for (int t = 0; t < f->ntunes; t++) need[t] = 0, values[t] = f->tunes[t].value;
+  tiled_extents(f, f->body, syms, nsyms, need);
+  bool changed = false;
+  for (int t = 0; t < f->ntunes; t++) {
+    const TpkTune *tu = &f->tunes[t];
+    if (need[t] <= 0 || need[t] >= tu->value) continue; /* unknown, untiled, or the default fits */
+    for (int c = 0; c < tu->nchoices; c++)
+      if (tu->choices[c] >= need[t] && tu->choices[c] < values[t]) values[t] = tu->choices[c];
+    changed |= values[t] != tu->value;
+  }
+  return changed;
+}
+
 /* ---- The search ------------------------------------------------------------------------------ */
 
 typedef struct Host {

@@ -142,6 +142,17 @@ TpkStatus tpk_tune_defaults_save(const char *path, const TpkTuneKey *key, const 
 bool tpk_tune_lookup(const TpkTuneKey *key, const TpkFunc *f, const char *root, const TpkTuneTable *defaults,
                      TpkTuneConfig *out);
 
+/* The declared defaults fitted to the sizes `syms` binds, into values (one
+ * per tunable, in f->tunes order): a tunable that only sizes the blocks of
+ * `tiles(X, T)` loops and grids whose extents X are all known and smaller
+ * than its default takes the smallest declared choice covering the
+ * largest of them. A block past the data is work on padding: flash
+ * attention's declared 256x256 blocks over a 4-long sequence computed 4096
+ * times its scores. An extent is known when it is a shape symbol, a
+ * constant, or a min of expressions one of which is known (kv_end =
+ * min(T, ...)). false when no tunable changes. */
+bool tpk_tune_fit_defaults(const TpkFunc *f, const TpkBinding *syms, int nsyms, int64_t *values);
+
 /* ---- The search --------------------------------------------------------------------------- */
 
 /* One configuration the search looked at. */

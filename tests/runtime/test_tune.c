@@ -897,6 +897,69 @@ static void test_launches_use_the_cache(void **state) {
   test_compile_free(&c);
 }
 
+/* Attention-like blocks: BQ tiles S (a grid), BKV a loop over min(T, ...)
+ * keys, BX an extent nobody can bound before the launch. */
+static const char *BLOCKS = "kernel attend(q: f32[S, D], k: f32[T, D]) -> (o: f32[S, D])\n"
+                            "  tune BQ in [256, 128, 64], BKV in [256, 64], BX in [64, 8]\n"
+                            "{\n"
+                            "  for i in tiles(S, BQ) {\n"
+                            "    var acc = zeros(f32[BQ, D]);\n"
+                            "    for j in tiles(minimum(T, i.start + BQ), BKV) { acc += dot(dot(q[i, :], transpose(k[j, :])), k[j, :]); }\n"
+                            "    for x in tiles(T * 2, BX) { acc += 1.0; }\n"
+                            "    o[i, :] = acc;\n"
+                            "  }\n"
+                            "}\n";
+
+/* Declared defaults larger than the extents they tile take the smallest
+ * declared choice that covers the largest of them; a launch on the host at
+ * sizes nobody tuned runs them. */
+static void test_fit_defaults(void **state) {
+  (void)state;
+  TestCompile c;
+  const TpkFunc *f = unbound(&c, BLOCKS, "attend");
+  struct {
+    int64_t s, t;
+    bool changed;
+    int64_t bq, bkv, bx;
+  } cases[] = {
+      {4, 4, true, 64, 64, 64},      /* one block of the smallest choice each; BX's extent is unknown */
+      {100, 100, true, 128, 256, 64}, /* 128 covers 100; no choice of BKV between 100 and 256 */
+      {100, 50, true, 128, 64, 64},
+      {300, 300, false, 256, 256, 64},
+      {64, 1000, true, 64, 256, 64}, /* min(T, i.start + BQ) is bounded by T alone: unknown i.start */
+  };
+  for (size_t i = 0; i < TPK_ARRAY_LEN(cases); i++) {
+    TpkBinding syms[] = {{"S", cases[i].s}, {"T", cases[i].t}, {"D", 8}};
+    int64_t v[3];
+    bool changed = tpk_tune_fit_defaults(f, syms, 3, v);
+    if (changed != cases[i].changed || v[0] != cases[i].bq || v[1] != cases[i].bkv || v[2] != cases[i].bx)
+      fail_msg("case %zu: %d BQ=%lld BKV=%lld BX=%lld", i, changed, (long long)v[0], (long long)v[1], (long long)v[2]);
+  }
+  /* a launch on the host */
+  TpkContext *ctx;
+  TpkDevice *host;
+  TpkProgram *prog;
+  TpkKernel *k;
+  assert_int_equal(tpk_context_create(&ctx), TPK_OK);
+  assert_int_equal(tpk_device_open(ctx, "host", &host), TPK_OK);
+  assert_int_equal(tpk_program_load_source(ctx, "attend.tpk", BLOCKS, strlen(BLOCKS), &prog), TPK_OK);
+  assert_int_equal(tpk_program_kernel(prog, "attend", &k), TPK_OK);
+  TpkBuffer *b[3];
+  int64_t sq[] = {4, 8}, sk[] = {6, 8};
+  assert_int_equal(tpk_buffer_create(host, TPK_F32, 2, sq, &b[0]), TPK_OK);
+  assert_int_equal(tpk_buffer_create(host, TPK_F32, 2, sk, &b[1]), TPK_OK);
+  assert_int_equal(tpk_buffer_create(host, TPK_F32, 2, sq, &b[2]), TPK_OK);
+  TpkLaunchResult ran;
+  TpkLaunch L = {.args = b, .result = &ran};
+  assert_int_equal(tpk_kernel_launch(k, &L), TPK_OK);
+  assert_string_equal(ran.tunes, "BQ=64,BKV=64,BX=64");
+  assert_string_equal(ran.tunes_from, "declared defaults fitted to the sizes");
+  for (int i = 0; i < 3; i++) tpk_buffer_destroy(b[i]);
+  tpk_program_destroy(prog);
+  tpk_context_destroy(ctx);
+  test_compile_free(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ir_hash),
@@ -913,6 +976,7 @@ int main(void) {
       cmocka_unit_test(test_search_errors),
       cmocka_unit_test(test_host_search),
       cmocka_unit_test(test_launches_use_the_cache),
+      cmocka_unit_test(test_fit_defaults),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
