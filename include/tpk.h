@@ -280,9 +280,10 @@ typedef struct TpkLaunchResult {
    * (no code is compiled: milliseconds) and files the winner in the tuning
    * cache, as a Triton autotuner does on first call; on the host it takes
    * the shipped row of the nearest sizes (each within 4x: a batch of 8
-   * takes the row tuned for 4), else the declared defaults, each block
-   * no larger than the sizes it tiles need ("declared defaults fitted to
-   * the sizes": 64x64 attention blocks for a 4-long sequence, not 256x256). */
+   * takes the row tuned for 4), else the declared defaults (a library
+   * kernel's blocks no larger than the sizes it tiles need, among the
+   * settings the library has code for: "declared defaults fitted to the
+   * sizes", 64x64 attention blocks for a 4-long sequence, not 256x256). */
   char tunes[256];
   const char *tunes_from;
   /* Something the caller may want to say, such as "the cache folder is not

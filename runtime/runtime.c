@@ -1583,16 +1583,18 @@ static bool library_has(void *kernel, const int64_t *values) {
   return has;
 }
 
-/* The declared defaults fitted to the sizes (tpk_tune_fit_defaults) into
- * values. A library kernel keeps to settings the library has code for
- * (it never waits on a compiler): as many of the fitted values as one of
- * them has. false when nothing changes. */
+/* A library kernel's declared defaults fitted to the sizes
+ * (tpk_tune_fit_defaults) into values, keeping to settings the library has
+ * code for (it never waits on a compiler): as many of the fitted values as
+ * one of them has. Not a user's kernel: its code for every size is
+ * compiled once, for the tunables it declares (a graph compiled once serves
+ * every batch). false when nothing changes. */
 static bool fit_defaults(TpkKernel *k, const TpkBinding *syms, int n, int64_t *values) {
   const TpkFunc *f = k->f;
   int64_t fitted[TPK_TUNE_MAX_TUNABLES];
-  if (!tpk_tune_fit_defaults(f, syms, n, fitted)) return false;
+  if (k->library_file < 0 || !tpk_tune_fit_defaults(f, syms, n, fitted)) return false;
   memcpy(values, fitted, sizeof *values * (size_t)f->ntunes);
-  if (k->library_file < 0 || library_has(k, values)) return true;
+  if (library_has(k, values)) return true;
   int moved[TPK_TUNE_MAX_TUNABLES], nmoved = 0;
   for (int t = 0; t < f->ntunes; t++)
     if (fitted[t] != f->tunes[t].value) moved[nmoved++] = t;
@@ -1609,8 +1611,8 @@ static bool fit_defaults(TpkKernel *k, const TpkBinding *syms, int n, int64_t *v
 /* A launch that names no tunables takes the tuning cache's winner for its
  * sizes and device (`tpk tune`), else the shipped defaults for them, else
  * (a simulated chip) the winner of a search at launch, else the shipped
- * defaults of the nearest sizes, else the declared defaults, their blocks
- * no larger than the sizes need (tpk_tune_fit_defaults). Looked up
+ * defaults of the nearest sizes, else the declared defaults (a library
+ * kernel's blocks no larger than the sizes need: fit_defaults). Looked up
  * once per kernel, device and sizes, while those are among the kernel's
  * MAX_TUNE_MEMOS most recent; copied to *out (another launch may drop the
  * memo meanwhile). */
