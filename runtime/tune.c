@@ -617,8 +617,8 @@ static int64_t extent_bound(const TpkValue *v, const TpkBinding *syms, int nsyms
   return -1;
 }
 
-/* need[t]: the largest extent tunable t tiles; -1 when some extent is unknown
- * (or t names an op's size other than a tile count's). */
+/* need[t]: the largest extent tunable t tiles (`cdiv(X, T)`, the tile count
+ * of `tiles(X, T)`); 0 when it tiles none, -1 when some extent is unknown. */
 static void tiled_extents(const TpkFunc *f, const TpkBlock *b, const TpkBinding *syms, int nsyms, int64_t *need) {
   for (const TpkOp *op = b->first; op; op = op->next) {
     for (int r = 0; r < op->nregion; r++) tiled_extents(f, op->regions[r], syms, nsyms, need);

@@ -143,10 +143,10 @@ bool tpk_tune_lookup(const TpkTuneKey *key, const TpkFunc *f, const char *root, 
                      TpkTuneConfig *out);
 
 /* The declared defaults fitted to the sizes `syms` binds, into values (one
- * per tunable, in f->tunes order): a tunable that only sizes the blocks of
+ * per tunable, in f->tunes order): a tunable sizing the blocks of
  * `tiles(X, T)` loops and grids whose extents X are all known and smaller
  * than its default takes the smallest declared choice covering the
- * largest of them. A block past the data is work on padding: flash
+ * largest of them (every declared choice is a valid setting of the kernel). A block past the data is work on padding: flash
  * attention's declared 256x256 blocks over a 4-long sequence computed 4096
  * times its scores. An extent is known when it is a shape symbol, a
  * constant, or a min of expressions one of which is known (kv_end =
