@@ -125,13 +125,12 @@ static bool gemm_form(int ra, int rb, int nc, const int64_t *lb, const int64_t *
 static const char *const CONTRACT[2] = {"lhs_contract", "rhs_contract"}, *const BATCH[2] = {"lhs_batch", "rhs_batch"};
 
 bool tpk_dot_through_transposes(const TpkOp *dot, const bool fold[2], TpkDotForm *form) {
-  const char *const *ck = CONTRACT, *const *bk = BATCH;
-  const TpkAttr *c0 = tpk_op_attr(dot, ck[0]), *b0 = tpk_op_attr(dot, bk[0]);
+  const TpkAttr *c0 = tpk_op_attr(dot, CONTRACT[0]), *b0 = tpk_op_attr(dot, BATCH[0]);
   if (dot->opcode != TPK_OP_DOT || !c0) return false;
   int nc = form->ncontract = c0->n, nb = form->nbatch = b0 ? b0->n : 0;
   bool folded = false;
   for (int s = 0; s < 2; s++) {
-    const TpkAttr *c = tpk_op_attr(dot, ck[s]), *b = tpk_op_attr(dot, bk[s]);
+    const TpkAttr *c = tpk_op_attr(dot, CONTRACT[s]), *b = tpk_op_attr(dot, BATCH[s]);
     if (!c || c->n != nc || (b ? b->n : 0) != nb) return false;
     for (int i = 0; i < nc; i++) form->contract[s][i] = c->ints[i];
     for (int i = 0; i < nb; i++) form->batch[s][i] = b->ints[i];
