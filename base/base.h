@@ -74,7 +74,14 @@ char *tpk_str_take(TpkStr *s);
 #define TPK_HASH_SEED UINT64_C(1469598103934665603)
 uint64_t tpk_hash_add(uint64_t h, const void *data, size_t n);
 uint64_t tpk_hash_bytes(const void *data, size_t n);
-uint64_t tpk_hash_mix(uint64_t x);
+static inline uint64_t tpk_hash_mix(uint64_t x) { /* MurmurHash3's finaliser; inline: keys hash a word at a time */
+  x ^= x >> 33;
+  x *= UINT64_C(0xff51afd7ed558ccd);
+  x ^= x >> 33;
+  x *= UINT64_C(0xc4ceb9fe1a85ec53);
+  x ^= x >> 33;
+  return x;
+}
 /* splitmix64: the next number of the sequence seeded by *state (random
  * test and benchmark inputs). */
 uint64_t tpk_splitmix64(uint64_t *state);

@@ -21,14 +21,6 @@ uint64_t tpk_hash_add(uint64_t h, const void *data, size_t n) {
 
 uint64_t tpk_hash_bytes(const void *data, size_t n) { return tpk_hash_add(TPK_HASH_SEED, data, n); }
 
-uint64_t tpk_hash_mix(uint64_t x) { /* MurmurHash3's finaliser */
-  x ^= x >> 33;
-  x *= UINT64_C(0xff51afd7ed558ccd);
-  x ^= x >> 33;
-  x *= UINT64_C(0xc4ceb9fe1a85ec53);
-  x ^= x >> 33;
-  return x;
-}
 
 uint64_t tpk_splitmix64(uint64_t *state) {
   uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));

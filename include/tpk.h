@@ -603,6 +603,7 @@ typedef struct TpkStreamStats {
   int64_t compiles;     /* graphs (an op's or a window's) built and compiled: a cache miss */
   int64_t cache_hits;   /* graphs found compiled */
   int64_t memo_hits;    /* ops found in the stream's memo (seen before at these sizes): no key, no lookup */
+  int64_t windows_seen; /* fused: windows run as one run before (the same ops, values and outputs): no key made */
   double sim_seconds;   /* on a sim device: simulated time of everything run (strict: up to the last sync) */
 } TpkStreamStats;
 void tpk_stream_stats(const TpkStream *s, TpkStreamStats *out);

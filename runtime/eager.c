@@ -1115,6 +1115,7 @@ typedef struct WValue {
  * buffers), the lifts of its layout, the sizes it keeps constant, its
  * outputs. */
 typedef struct Record {
+  uint64_t memo;     /* the serial of its memo entry (0: none): its signature */
   const char *op;    /* the window's arena; NULL for a call: */
   TpkKernel *kernel; /* its program held */
   uint64_t kernel_id[3];
@@ -1155,6 +1156,24 @@ typedef struct Window {
   TpkStr memos;
   int nmemos;
 } Window;
+
+/* A window run before, as run_window's fast way finds it again (see "a
+ * window seen before"). */
+enum { SEEN_WINDOWS = 4 };
+typedef struct Seen {
+  uint64_t *words; /* its fingerprint; NULL: an empty entry */
+  int nwords;
+  TpkUnit *unit;   /* its program's, held */
+  TpkNamedInt syms[MAX_SYMS]; /* its launch's symbols (names: the program's) */
+  int nsyms;
+  /* its lifted scalars: each input's dtype, and each use, in the records'
+   * arguments, of one (record, argument, input) */
+  TpkDType *dtypes;
+  int nscalars;
+  int (*uses)[3];
+  int nuses;
+} Seen;
+static void seen_clear(Seen *e);
 
 /* A stream's part in a warm start (see "a warm start"). */
 enum { WARM_WINDOWS = 16, WARM_SCRATCH = 8 };
@@ -1198,6 +1217,9 @@ struct TpkStream {
   Sig sig;              /* the signature of the op being submitted */
   FolderMemo *folder_memo;            /* loaded from the cache folder */
   uint64_t folder_tried[FOLDER_TRIED]; /* ... or looked for there */
+  uint64_t memo_serial;       /* entries put in the memo */
+  Seen seen[SEEN_WINDOWS];    /* windows run before (see "a window seen before") */
+  int seen_next;              /* the entry replaced next */
   TpkStreamObserver observer; /* tpk_stream_observe */
   void *observer_user;
   Warm warm;                  /* see "a warm start" */
@@ -1233,6 +1255,7 @@ static void stream_free(TpkStream *s) {
   pthread_mutex_unlock(&ss->lock);
   hints_free(&s->hints);
   memo_clear(s);
+  for (int i = 0; i < SEEN_WINDOWS; i++) seen_clear(&s->seen[i]);
   folder_memo_free(s->folder_memo);
   warm_free(&s->warm);
   free(s->w.memo_key);
@@ -1459,7 +1482,7 @@ static int window_params(const Window *w) {
  * reads and makes held and marked; `own` is record_own's sizes (own_n
  * symbols, then own_nconst constants), nscalars the scalars its binding
  * lifts. s->lock held. */
-static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const int64_t *own, int own_n, int own_nconst,
+static TpkStatus record(TpkStream *s, const Op *op, uint64_t memo, const Layout *lay, const int64_t *own, int own_n, int own_nconst,
                         int nscalars, TpkBuffer *const *made, int nouts) {
   Window *w = &s->w;
   /* the window's graph is one kernel, whose parameters (its buffers and
@@ -1473,7 +1496,7 @@ static TpkStatus record(TpkStream *s, const Op *op, const Layout *lay, const int
   }
   if (!w->records && !(w->records = calloc(WINDOW_OPS, sizeof *w->records))) return tpk_runtime_fail(TPK_ERR_NOMEM, "out of memory");
   Record *rec = &w->records[w->nrecords];
-  *rec = (Record){.kernel = op->kernel, .nargs = op->nargs, .lay = *lay, .nouts = nouts, .position = op->position};
+  *rec = (Record){.memo = memo, .kernel = op->kernel, .nargs = op->nargs, .lay = *lay, .nouts = nouts, .position = op->position};
   memcpy(rec->kernel_id, op->kernel_id, sizeof rec->kernel_id);
   bool ok = (!op->name || (rec->op = tpk_arena_strdup(&w->arena, op->name))) && (rec->args = copy_args(&w->arena, op->args, op->nargs));
   for (int i = 0; ok && i < op->noperands; i++)
@@ -1918,6 +1941,123 @@ static TpkStatus find_window(TpkStream *s, Flush *f, const bool *output, TpkUnit
   return st;
 }
 
+/* ---- a window seen before -------------------------------------------------------------
+ *
+ * A training loop's window is, step after step, the window it ran before:
+ * the same ops from the same memo entries (the same signatures: names,
+ * arguments but lifted scalars, operands' dtypes and shapes), reading and
+ * producing its values alike, the same outputs. Its key (window_key:
+ * every record's arguments bound, the words hashed, twice for a resolved
+ * window) then names the program found before, so the stream keeps the
+ * last SEEN_WINDOWS windows it ran by a fingerprint of just that (a
+ * memo entry's serial is never reused) with what their launch took: the
+ * program, its symbols, and where each lifted scalar input's value is in
+ * the records (the char-GPT step's window of 305 ops: 0.19 ms of keying).
+ * Scalars are the values the records hold now; where one input served
+ * several arguments that now differ (equal by chance before), the window
+ * takes the way of its key. */
+
+/* The window's fingerprint (malloc'd, *n words), or NULL when a record has
+ * no memo entry (or memory is short). */
+static uint64_t *window_fingerprint(const Flush *f, const bool *output, int *n) {
+  const Window *w = f->w;
+  int cap = 2 + w->nvalues, used = 0;
+  for (int r = 0; r < w->nrecords; r++) {
+    if (!w->records[r].memo) return NULL;
+    cap += 2 + w->records[r].nouts;
+    for (int i = 0; i < w->records[r].nargs; i++)
+      cap += w->records[r].args[i].kind == TPK_ARG_VALUES ? 1 + w->records[r].args[i].n : w->records[r].args[i].kind == TPK_ARG_VALUE;
+  }
+  uint64_t *fp = malloc(sizeof *fp * (size_t)cap);
+  if (!fp) return NULL;
+  fp[used++] = (uint64_t)w->nrecords;
+  fp[used++] = (uint64_t)w->nvalues;
+  for (int i = 0; i < w->nvalues; i++) fp[used++] = (uint64_t)w->values[i].input | (uint64_t)output[i] << 1;
+  for (int r = 0; r < w->nrecords; r++) {
+    const Record *rec = &w->records[r];
+    fp[used++] = rec->memo;
+    for (int i = 0; i < rec->nargs; i++) {
+      const TpkArg *a = &rec->args[i];
+      if (a->kind == TPK_ARG_VALUE) fp[used++] = (uint64_t)(int64_t)flush_tensor((void *)f, a->buffer);
+      if (a->kind != TPK_ARG_VALUES) continue;
+      fp[used++] = (uint64_t)a->n;
+      for (int j = 0; j < a->n; j++) fp[used++] = (uint64_t)(int64_t)flush_tensor((void *)f, a->buffers ? a->buffers[j] : NULL);
+    }
+    fp[used++] = (uint64_t)rec->nouts;
+    for (int i = 0; i < rec->nouts; i++) fp[used++] = rec->outs[i] ? (uint64_t)(int64_t)flush_tensor((void *)f, rec->outs[i]) : UINT64_MAX;
+  }
+  *n = used;
+  return fp;
+}
+
+static void seen_clear(Seen *e) {
+  free(e->words);
+  free(e->dtypes);
+  free(e->uses);
+  tpk_unit_release(e->unit);
+  *e = (Seen){0};
+}
+
+/* An entry of fingerprint fp whose scalars the records give (into f), or NULL. */
+static const Seen *seen_find(TpkStream *s, Flush *f, const uint64_t *fp, int n) {
+  const Window *w = f->w;
+  for (int k = 0; k < SEEN_WINDOWS; k++) {
+    const Seen *e = &s->seen[k];
+    if (!e->words || e->nwords != n || memcmp(e->words, fp, sizeof *fp * (size_t)n) != 0) continue;
+    bool ok = true, *set = calloc((size_t)e->nscalars + 1, sizeof *set);
+    for (int u = 0; set && ok && u < e->nuses; u++) {
+      const TpkArg *a = &w->records[e->uses[u][0]].args[e->uses[u][1]];
+      int id = e->uses[u][2];
+      TpkDType dt = e->dtypes[id];
+      double v = a->kind == TPK_ARG_FLOAT ? a->f : (double)a->i;
+      if (!set[id]) f->scalars[id] = v, f->scalar_dtypes[id] = dt, set[id] = true;
+      else ok = same_scalar(dt, f->scalars[id], v);
+    }
+    for (int i = 0; set && i < e->nscalars; i++) ok = ok && set[i];
+    free(set);
+    if (!set) return NULL;
+    if (!ok) continue; /* an input of two arguments that differ now: another entry may have them apart */
+    f->nscalars = e->nscalars;
+    return e;
+  }
+  return NULL;
+}
+
+/* Keep the window that find_window found (f as its key left it) under
+ * fingerprint fp (taken), with its launch's symbols. */
+static void seen_keep(TpkStream *s, const Flush *f, uint64_t *fp, int n, TpkUnit *unit, const TpkNamedInt *syms, int nsyms) {
+  const Window *w = f->w;
+  Seen *e = &s->seen[s->seen_next];
+  s->seen_next = (s->seen_next + 1) % SEEN_WINDOWS;
+  seen_clear(e);
+  int nuses = 0;
+  for (int r = 0; r < w->nrecords; r++)
+    for (int i = 0; i < w->records[r].nargs; i++)
+      nuses += (w->records[r].args[i].kind == TPK_ARG_FLOAT || w->records[r].args[i].kind == TPK_ARG_INT) &&
+               f->args[r][i].kind == TPK_ARG_VALUE;
+  e->dtypes = malloc(sizeof *e->dtypes * (size_t)(f->nscalars + 1));
+  e->uses = malloc(sizeof *e->uses * (size_t)(nuses + 1));
+  if (!e->dtypes || !e->uses) {
+    free(fp);
+    seen_clear(e);
+    return;
+  }
+  for (int r = 0; r < w->nrecords; r++)
+    for (int i = 0; i < w->records[r].nargs; i++)
+      if ((w->records[r].args[i].kind == TPK_ARG_FLOAT || w->records[r].args[i].kind == TPK_ARG_INT) && f->args[r][i].kind == TPK_ARG_VALUE) {
+        int *use = e->uses[e->nuses++];
+        use[0] = r, use[1] = i, use[2] = f->args[r][i].value - w->nvalues;
+      }
+  memcpy(e->dtypes, f->scalar_dtypes, sizeof *e->dtypes * (size_t)f->nscalars);
+  e->nscalars = f->nscalars;
+  memcpy(e->syms, syms, sizeof *syms * (size_t)nsyms);
+  e->nsyms = nsyms;
+  tpk_unit_retain(unit);
+  e->unit = unit;
+  e->words = fp;
+  e->nwords = n;
+}
+
 /* Tell s's observer about a launch that ran (s->lock held). */
 static void observed(TpkStream *s, const char *label, int64_t first, int64_t last, int64_t kernels, const TpkLaunchResult *r) {
   if (!s->observer) return;
@@ -1969,7 +2109,18 @@ static TpkStatus run_window(TpkStream *s) {
   }
   TpkUnit *unit = NULL;
   warm_join(s); /* its windows in memory: no lookup races with it */
-  if (st == TPK_OK && noutputs) st = find_window(s, &f, output, &unit);
+  int nfp = 0;
+  uint64_t *fp = st == TPK_OK && noutputs ? window_fingerprint(&f, output, &nfp) : NULL;
+  const Seen *seen = fp ? seen_find(s, &f, fp, nfp) : NULL;
+  if (seen) {
+    tpk_unit_retain(unit = seen->unit);
+    tpk_units_count(tpk_context_units(s->ctx), TPK_UNIT_EAGER, true);
+    s->stats.cache_hits++;
+    s->stats.windows_seen++;
+    warm_note(s, unit);
+  } else if (st == TPK_OK && noutputs) {
+    st = find_window(s, &f, output, &unit);
+  }
   /* one launch: the inputs, the scalars (in buffers of their own), the outputs */
   int nargs = ninputs + f.nscalars + noutputs, n = 0;
   TpkBuffer **args = unit ? calloc((size_t)nargs + 1, sizeof *args) : NULL;
@@ -1987,7 +2138,11 @@ static TpkStatus run_window(TpkStream *s) {
     TpkLaunch L = {.args = args, .result = &r};
     st = tpk_program_kernel(p, tpk_program_kernel_name(p, 0), &k);
     TpkNamedInt syms[MAX_SYMS];
-    if (st == TPK_OK) L.nsyms = launch_syms(k, &f.syms, syms), L.syms = syms;
+    if (st == TPK_OK && seen) L.nsyms = seen->nsyms, L.syms = seen->syms;
+    else if (st == TPK_OK) {
+      L.nsyms = launch_syms(k, &f.syms, syms), L.syms = syms;
+      if (fp) seen_keep(s, &f, fp, nfp, unit, syms, L.nsyms), fp = NULL;
+    }
     if (st == TPK_OK) st = tpk_kernel_launch_unsettled(k, &L);
     if (st == TPK_OK) {
       s->stats.launches += tpk_program_kernel_runs(p);
@@ -2008,6 +2163,7 @@ static TpkStatus run_window(TpkStream *s) {
   for (int i = scalars_at; args && i < scalars_at + f.nscalars; i++) tpk_buffer_destroy(args[i]);
   free(args);
   free(output);
+  free(fp);
   tpk_ptrmap_free(&f.ids);
   flush_free(&f);
   tpk_unit_release(unit);
@@ -2171,6 +2327,7 @@ void tpk_streams_close(TpkStreams *ss) {
     s->dropped = true;
     window_reset(s);
     memo_clear(s); /* its units go with the context */
+    for (int i = 0; i < SEEN_WINDOWS; i++) seen_clear(&s->seen[i]);
     unmark_all(s); /* the queued launches' results are written still: freed with the stream */
     pthread_mutex_unlock(&s->lock);
     /* not the last hold: the caller's handle keeps it (freeing it would
@@ -2413,6 +2570,7 @@ static TpkStatus launch_op(TpkStream *s, const Op *op, const OpLaunch *ol, TpkBu
  * replaced, and past MEMO_MAX entries the memo starts over. */
 struct Memo {
   Memo *next; /* in its slot's chain */
+  uint64_t serial; /* the stream's count of entries put when this one was: no two alike */
   uint64_t hash;
   int nwords;
   uint64_t *words;
@@ -2530,6 +2688,7 @@ static const Memo *memo_put(TpkStream *s, Memo *m) {
     }
   }
   m->next = s->memo[m->hash % MEMO_SLOTS];
+  m->serial = ++s->memo_serial;
   s->memo[m->hash % MEMO_SLOTS] = m;
   s->nmemo++;
   return m;
@@ -3066,7 +3225,7 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
     st = make_outputs(s, &m->launch, made);
     if (s->mode == TPK_EAGER_FUSED) {
       window_keep_memo(s, m);
-      if (st == TPK_OK) st = record(s, op, &m->lay, m->own, m->own_n, m->own_nconst, m->launch.nscalars, made, nouts);
+      if (st == TPK_OK) st = record(s, op, m->serial, &m->lay, m->own, m->own_n, m->own_nconst, m->launch.nscalars, made, nouts);
     } else {
       s->stats.cache_hits++;
       tpk_units_count(tpk_context_units(ctx), TPK_UNIT_EAGER, true);
@@ -3105,11 +3264,12 @@ static TpkStatus submit(TpkStream *s, Op *op, TpkBuffer **outs, int max, int *n)
       if (st == TPK_OK && sig && prog_unit) memo_keep(s, op, lay, ob, sig, h, prog_unit, ol);
     } else if (st == TPK_OK) {
       record_own(op, lay, ob, &own);
-      window_keep_memo(s, sig ? memo_keep(s, op, lay, ob, sig, h, NULL, ol) : NULL);
+      const Memo *kept = sig ? memo_keep(s, op, lay, ob, sig, h, NULL, ol) : NULL;
+      window_keep_memo(s, kept);
       int64_t sizes[2 * MAX_SYMS];
       memcpy(sizes, own.v, sizeof *sizes * (size_t)own.n);
       memcpy(sizes + own.n, own.consts, sizeof *sizes * (size_t)own.nconst);
-      st = record(s, op, lay, sizes, own.n, own.nconst, ob->nscalars, made, nouts);
+      st = record(s, op, kept ? kept->serial : 0, lay, sizes, own.n, own.nconst, ob->nscalars, made, nouts);
     }
     if (ob) op_unbind(ob);
     free(ob);

@@ -629,6 +629,41 @@ static void test_ops_seen_before(void **state) {
   }
 }
 
+/* A window run again as before (the same ops from the same memo entries,
+ * on values wired alike) takes the program it ran without making its key,
+ * and the lifted scalars its records hold now: two alphas equal before
+ * (one input) and different now do not take that entry, and the values
+ * are right either way. */
+static void test_a_window_seen_before(void **state) {
+  (void)state;
+  TpkContext *ctx;
+  TpkDevice *dev;
+  TpkStream *s;
+  open_stream(TPK_EAGER_FUSED, "host", &ctx, &dev, &s);
+  TpkBuffer *x = input(dev, TPK_F32, 1, (int64_t[]){16}, 3);
+  float xv[16], got[16];
+  CHECK(tpk_buffer_read(x, xv, sizeof xv));
+  static const double alphas[][2] = {{2, 2}, {2, 2}, {2, 3}, {2, 3}, {-1, 4}, {3, 3}, {0.5, 0.5}, {2, 3}};
+  int n = (int)(sizeof alphas / sizeof alphas[0]);
+  TpkStreamStats before, after;
+  tpk_stream_stats(s, &before);
+  for (int round = 0; round < n; round++) {
+    double a = alphas[round][0], b = alphas[round][1];
+    TpkBuffer *p = op(s, "add", 3, (TpkArg[]){A(x), A(x), tpk_arg_named("alpha", tpk_arg_float(a))});
+    TpkBuffer *q = op(s, "add", 3, (TpkArg[]){A(p), A(x), tpk_arg_named("alpha", tpk_arg_float(b))});
+    tpk_buffer_destroy(p);
+    CHECK(tpk_buffer_read(q, got, sizeof got));
+    for (int i = 0; i < 16; i++) assert_float_equal(got[i], (xv[i] + (float)a * xv[i]) + (float)b * xv[i], 1e-5);
+    tpk_buffer_destroy(q);
+  }
+  tpk_stream_stats(s, &after);
+  assert_int_equal(after.windows - before.windows, n);
+  /* keyed: the first {2, 2} (one input for both alphas) and the first
+   * {2, 3} (two): the others take the entry that has their inputs */
+  assert_int_equal(after.windows_seen - before.windows_seen, n - 2);
+  close_stream(ctx, s, BUFFERS(x));
+}
+
 /* ---- pending buffers ------------------------------------------------------------------- */
 
 /* A pending buffer is computed before anyone reads it: a read, its data, a
@@ -1191,6 +1226,7 @@ int main(void) {
       cmocka_unit_test(test_errors_at_the_next_sync),
       cmocka_unit_test(test_strict_errors_inline_and_queued),
       cmocka_unit_test(test_ops_seen_before),
+      cmocka_unit_test(test_a_window_seen_before),
       cmocka_unit_test(test_pending_buffers_settle),
       cmocka_unit_test(test_address_of_a_pending_buffer),
       cmocka_unit_test(test_fused_outputs_take_memory_when_computed),
