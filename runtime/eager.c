@@ -639,6 +639,11 @@ static TpkStatus bind_args(const TpkArg *in, int nargs, const Layout *lay, const
   return TPK_OK;
 }
 
+/* Did bind_args make argument `given` a lifted scalar (bound: what it made of it)? */
+static bool lifted_scalar(const TpkArg *given, const TpkArg *bound) {
+  return (given->kind == TPK_ARG_FLOAT || given->kind == TPK_ARG_INT) && bound->kind == TPK_ARG_VALUE;
+}
+
 /* ---- an op --------------------------------------------------------------------------- */
 
 /* What one submitted op is: the ATen op or kernel, its arguments, and its
@@ -2032,9 +2037,7 @@ static void seen_keep(TpkStream *s, const Flush *f, uint64_t *fp, int n, TpkUnit
   seen_clear(e);
   int nuses = 0;
   for (int r = 0; r < w->nrecords; r++)
-    for (int i = 0; i < w->records[r].nargs; i++)
-      nuses += (w->records[r].args[i].kind == TPK_ARG_FLOAT || w->records[r].args[i].kind == TPK_ARG_INT) &&
-               f->args[r][i].kind == TPK_ARG_VALUE;
+    for (int i = 0; i < w->records[r].nargs; i++) nuses += lifted_scalar(&w->records[r].args[i], &f->args[r][i]);
   e->dtypes = malloc(sizeof *e->dtypes * (size_t)(f->nscalars + 1));
   e->uses = malloc(sizeof *e->uses * (size_t)(nuses + 1));
   if (!e->dtypes || !e->uses) {
@@ -2044,7 +2047,7 @@ static void seen_keep(TpkStream *s, const Flush *f, uint64_t *fp, int n, TpkUnit
   }
   for (int r = 0; r < w->nrecords; r++)
     for (int i = 0; i < w->records[r].nargs; i++)
-      if ((w->records[r].args[i].kind == TPK_ARG_FLOAT || w->records[r].args[i].kind == TPK_ARG_INT) && f->args[r][i].kind == TPK_ARG_VALUE) {
+      if (lifted_scalar(&w->records[r].args[i], &f->args[r][i])) {
         int *use = e->uses[e->nuses++];
         use[0] = r, use[1] = i, use[2] = f->args[r][i].value - w->nvalues;
       }
@@ -3183,7 +3186,7 @@ static TpkStatus op_launch_of(const Op *op, const OpGraph *g, const OpBound *ob,
   }
   /* the scalars bind_args lifted, in its order: floats and ints bound as values */
   for (int i = 0; i < op->nargs; i++)
-    if ((op->args[i].kind == TPK_ARG_FLOAT || op->args[i].kind == TPK_ARG_INT) && ob->args[i].kind == TPK_ARG_VALUE)
+    if (lifted_scalar(&op->args[i], &ob->args[i]))
       ol->scalar_arg[ol->nscalars++] = i;
   if (ol->nscalars != ob->nscalars) return op_fail(op, TPK_ERR_INTERNAL, "its lifted scalars are not its arguments");
   memcpy(ol->scalar_dtype, ob->scalar_dtype, sizeof *ol->scalar_dtype * (size_t)ob->nscalars);
