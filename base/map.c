@@ -21,7 +21,6 @@ uint64_t tpk_hash_add(uint64_t h, const void *data, size_t n) {
 
 uint64_t tpk_hash_bytes(const void *data, size_t n) { return tpk_hash_add(TPK_HASH_SEED, data, n); }
 
-
 uint64_t tpk_splitmix64(uint64_t *state) {
   uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
   z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
